@@ -1,0 +1,34 @@
+// Diagnostics: every bad-input message names file, line, column, key path,
+// the bad value and what would be valid (GUIDE.md 3).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace preflight {
+
+enum class ExitCode : int { kOk = 0, kVerdictFail = 1, kBadInput = 2 };
+
+struct SourceMark {
+  int line = 0;    // 1-based; 0 = unknown
+  int column = 0;  // 1-based; 0 = unknown
+};
+
+enum class Severity { kError, kWarning };
+
+struct Diagnostic {
+  Severity severity = Severity::kError;
+  std::string file;
+  SourceMark mark;
+  std::string key_path;  // "parallel.tp"; empty for whole-file errors
+  std::string value;     // the bad value as written ("6"); empty when not about one value
+  std::string message;   // "must divide model.attention.heads (32); try 4 or 8"
+  std::string source_line;  // the offending line of the file, for the caret; may be empty
+};
+
+/// "file:line:col: key.path = value: message" (or "file:line:col: warning: ...")
+/// plus the source line and a caret under the column when the line is known.
+std::string Format(const Diagnostic& d);
+bool HasErrors(const std::vector<Diagnostic>& ds);
+
+}  // namespace preflight

@@ -1,0 +1,250 @@
+// The recipe: a validated, typed copy of the recipe YAML (DESIGN.md, "Recipe").
+// Plain structs only; yaml-cpp stays inside preflight_recipe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "preflight/diagnostic.h"
+#include "preflight/units.h"
+
+namespace preflight {
+
+/// One letter of the layer pattern. Each letter is one pre-norm residual
+/// sublayer x <- x + F(RMSNorm(x)) (MATH.md section 0).
+enum class BlockKind : char {
+  kAttention = 'A',  // GQA/MQA/MHA or MLA self-attention
+  kMamba = 'M',      // Mamba-2 mixer
+  kMoe = 'E',        // mixture-of-experts FFN
+  kRecurrent = 'R',  // RG-LRU recurrent block (Griffin)
+  kDenseMlp = 'D',   // dense FFN
+};
+inline constexpr BlockKind kAllBlockKinds[] = {BlockKind::kAttention, BlockKind::kMamba, BlockKind::kMoe,
+                                                 BlockKind::kRecurrent, BlockKind::kDenseMlp};
+inline char Letter(BlockKind k) { return static_cast<char>(k); }
+
+enum class DType { kFp32, kBf16, kFp16, kFp8 };
+/// Bytes of one element.
+inline int64_t SizeOf(DType d) {
+  switch (d) {
+    case DType::kFp32: return 4;
+    case DType::kBf16: return 2;
+    case DType::kFp16: return 2;
+    case DType::kFp8: return 1;
+  }
+  return 4;
+}
+const char* Name(DType d);
+
+enum class Recompute { kNone, kSelective, kFull };
+const char* Name(Recompute r);
+enum class FfnActivation { kSwiglu, kGelu };
+enum class NormKind { kRmsNorm, kLayerNorm };
+enum class OptimizerKind { kAdamW, kMuon };
+const char* Name(OptimizerKind o);
+enum class Schedule { k1F1B, kInterleaved, kDualPipe, kDualPipeV };
+const char* Name(Schedule s);
+/// Rank order, innermost axis first (MATH.md 7.3).
+enum class AxisOrder { kTpCpDpPp, kTpCpPpDp };
+enum class CpComm { kP2p, kAllGather, kA2a };
+enum class RouterScore { kSoftmax, kSigmoid };
+
+struct AttentionConfig {  // GQA (kv_heads < heads), MQA (kv_heads 1), MHA (kv_heads == heads)
+  int64_t heads = 32;
+  int64_t kv_heads = 8;
+  int64_t head_dim = 128;
+  bool qk_norm = false;  // two d_h RMSNorm weights, replicated
+};
+
+struct MlaConfig {  // DeepSeek-V2/V3 multi-head latent attention (MATH.md 1.3)
+  int64_t heads = 128;
+  int64_t q_lora_rank = 1536;  // 0 = no query compression (W_q is h x heads*(nope+rope))
+  int64_t kv_lora_rank = 512;
+  int64_t qk_rope_head_dim = 64;
+  int64_t qk_nope_head_dim = 128;
+  int64_t v_head_dim = 128;
+};
+
+struct MlpConfig {  // the D block
+  int64_t ffn_hidden = 14336;
+  FfnActivation activation = FfnActivation::kSwiglu;
+};
+
+struct MoeConfig {  // the E block (MATH.md 1.5, 5)
+  int64_t experts = 64;
+  int64_t top_k = 2;
+  int64_t ffn_hidden = 2048;          // per routed expert
+  int64_t shared_experts = 0;         // count of shared experts
+  int64_t shared_ffn_hidden = 0;      // total shared FFN width; 0 = shared_experts * ffn_hidden
+  double capacity_factor = 1.25;      // used when !dropless
+  bool dropless = false;
+  bool pad_to_capacity = false;
+  double dropless_skew = 1.25;        // gamma >= 1 applied to received tokens in dropless mode [OURS]
+  RouterScore router = RouterScore::kSoftmax;
+  bool router_bias = false;           // per-expert bias for aux-loss-free balancing (DSv3)
+  bool shared_gate = false;           // sigmoid gate on the shared expert (Qwen2-MoE)
+  int64_t first_k_dense = 0;          // the first k E slots become dense D blocks
+  int64_t layer_freq = 1;             // E slot j (after first_k_dense) is MoE iff j % layer_freq == layer_offset
+  int64_t layer_offset = 0;
+  /// Width of the shared expert FFN (0 = none).
+  int64_t SharedWidth() const { return shared_ffn_hidden > 0 ? shared_ffn_hidden : shared_experts * ffn_hidden; }
+};
+
+struct MambaConfig {  // Mamba-2 mixer (MATH.md 1.4)
+  int64_t d_state = 128;
+  int64_t d_conv = 4;
+  int64_t expand = 2;
+  int64_t head_dim = 64;
+  int64_t groups = 8;
+  int64_t chunk = 256;
+};
+
+struct RecurrentConfig {  // RG-LRU block after Griffin (MATH.md 1.6)
+  int64_t width = 4096;  // d_r
+  int64_t heads = 32;    // n_b, blocks of the block-diagonal gate matrices
+  int64_t d_conv = 4;    // K_r
+};
+
+struct ModelConfig {
+  std::string pattern = "AEMEAEMEAEMR";
+  int64_t repeat = 4;
+  /// The expanded per-layer list, after repeat, first_k_dense and layer_freq.
+  std::vector<BlockKind> layers;
+  int64_t hidden = 4096;
+  int64_t vocab = 131072;
+  int64_t vocab_pad_multiple = 128;  // padded to a multiple of this times TP (Megatron)
+  bool tie_embeddings = false;
+  NormKind norm = NormKind::kRmsNorm;
+  AttentionConfig attention;
+  std::optional<MlaConfig> mla;  // when set, A layers are MLA
+  MlpConfig mlp;
+  MoeConfig moe;
+  MambaConfig mamba;
+  RecurrentConfig recurrent;
+};
+
+struct PrecisionConfig {
+  DType params = DType::kBf16;
+  DType grads = DType::kFp32;
+  std::optional<DType> master = DType::kFp32;  // nullopt = "none"
+  DType activations = DType::kBf16;
+};
+
+struct OptimizerConfig {
+  OptimizerKind matrices = OptimizerKind::kMuon;   // 2-D hidden matrices
+  OptimizerKind other = OptimizerKind::kAdamW;     // everything else (fixed: AdamW)
+  DType muon_momentum = DType::kFp32;
+  OptimizerKind mamba_in_proj = OptimizerKind::kAdamW;  // Megatron excludes in_proj from Muon
+  OptimizerKind router = OptimizerKind::kAdamW;         // DESIGN.md default
+};
+
+struct TrainingConfig {
+  int64_t seq_len = 8192;
+  int64_t micro_batch = 1;
+  int64_t global_batch = 512;
+  Recompute recompute = Recompute::kSelective;
+  bool flash_attention = true;   // false adds the s^2 softmax terms of Korthikanti
+  double dropout = 0.0;          // > 0 saves dropout masks (Korthikanti's assumption)
+  PrecisionConfig precision;
+  OptimizerConfig optimizer;
+};
+
+struct ParallelConfig {
+  int64_t tp = 1;
+  bool sp = true;  // sequence parallel (only meaningful with tp > 1)
+  int64_t cp = 1;
+  int64_t pp = 1;
+  int64_t vpp = 1;
+  int64_t ep = 1;
+  int64_t expert_tp = 1;
+  int64_t zero = 1;  // 0 DDP, 1 optimizer, 2 +grads, 3 +params (FSDP)
+  Schedule schedule = Schedule::k1F1B;
+  AxisOrder order = AxisOrder::kTpCpDpPp;
+  CpComm cp_comm = CpComm::kP2p;
+  /// Optional pinned stage boundaries: layer index where each stage after the first starts.
+  std::vector<int64_t> stage_boundaries;
+};
+
+/// Hardware preset values (DESIGN.md: device capacity as CUDA reports it).
+struct GpuSpec {
+  std::string name;
+  int64_t capacity_mib = 0;
+  double bf16_dense_tflops = 0;      // peak dense bf16
+  double nvlink_gbps_per_dir = 0;    // GB/s per GPU per direction
+  double ib_gbps_per_dir = 0;        // GB/s per GPU per direction
+};
+
+struct ClusterConfig {
+  std::string gpu = "h200";
+  GpuSpec spec;                    // filled from the preset
+  int64_t nodes = 8;
+  int64_t gpus_per_node = 8;
+  double reserve_gib = 3.0;        // CUDA context + NCCL + library workspaces
+  double min_headroom_gib = 4.0;   // floor below which fit warns / check fails
+  double allocator_overhead = 0.05;  // fraction of allocator-managed bytes lost to fragmentation
+  int64_t world() const { return nodes * gpus_per_node; }
+};
+
+struct ServingConfig {
+  int64_t batch = 64;
+  int64_t context = 32768;
+  DType kv_dtype = DType::kBf16;
+  DType ssm_dtype = DType::kFp32;
+};
+
+/// Where each key came from, for diagnostics after parsing (key path -> mark).
+struct SourceMap {
+  std::string file;
+  std::map<std::string, SourceMark> marks;
+  /// The mark of `key_path`, or of its nearest present parent, or line 0.
+  SourceMark Find(const std::string& key_path) const;
+};
+
+struct Recipe {
+  std::string name = "unnamed";
+  ModelConfig model;
+  TrainingConfig training;
+  ParallelConfig parallel;
+  ClusterConfig cluster;
+  std::optional<ServingConfig> serving;
+  SourceMap source;
+
+  int64_t world() const { return cluster.world(); }
+  /// Data-parallel degree for dense layers: world / (tp * cp * pp).
+  int64_t dp() const { return world() / (parallel.tp * parallel.cp * parallel.pp); }
+  /// Expert-data-parallel degree: tp * cp * dp / (ep * expert_tp) (Megatron folding).
+  int64_t expert_dp() const { return parallel.tp * parallel.cp * dp() / (parallel.ep * parallel.expert_tp); }
+  /// Micro-batches per step per pipeline: global_batch / (micro_batch * dp).
+  int64_t micro_batches() const { return training.global_batch / (training.micro_batch * dp()); }
+};
+
+/// Result of loading: a recipe when there are no errors, else diagnostics.
+struct LoadResult {
+  std::optional<Recipe> recipe;
+  std::vector<Diagnostic> diagnostics;  // errors and warnings, in file order
+  bool ok() const { return recipe.has_value(); }
+};
+
+/// A `--set key.path=value` override.
+struct Override {
+  std::string key_path;
+  std::string value;  // parsed as a YAML scalar or flow node
+};
+
+/// Parses and validates YAML text. `file` names the source in diagnostics.
+LoadResult LoadRecipeFromString(const std::string& yaml, const std::string& file,
+                                const std::vector<Override>& overrides = {});
+/// Reads `path` and calls LoadRecipeFromString.
+LoadResult LoadRecipeFile(const std::string& path, const std::vector<Override>& overrides = {});
+/// Parses "a.b.c=value"; nullopt when there is no '=' or the path is empty.
+std::optional<Override> ParseOverride(const std::string& text);
+
+/// The preset for `name` ("h200", "h100"); nullopt when unknown.
+std::optional<GpuSpec> GpuPreset(const std::string& name);
+/// Names of all presets, for "what would be valid" messages.
+std::vector<std::string> GpuPresetNames();
+
+}  // namespace preflight
