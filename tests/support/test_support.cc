@@ -51,8 +51,9 @@ CommandResult RunPreflight(const std::vector<std::string>& args, const std::stri
   cmd += ShellQuote(PREFLIGHT_SOURCE_DIR);
   cmd += " && ";
   cmd += ShellQuote(PREFLIGHT_BINARY);
-  for (const auto& a : args) cmd += " " + ShellQuote(a);
-  cmd += " <" + ShellQuote(in_path) + " >" + ShellQuote(out_path) + " 2>" + ShellQuote(err_path);
+  for (const auto& a : args) cmd.append(" ").append(ShellQuote(a));
+  cmd.append(" <").append(ShellQuote(in_path)).append(" >").append(ShellQuote(out_path));
+  cmd.append(" 2>").append(ShellQuote(err_path));
   const int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
