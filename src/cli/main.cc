@@ -1,8 +1,44 @@
 // preflight: the command-line entry point. Only dispatch lives here; each
 // verb is its own file (GUIDE.md 1).
 #include <cstdio>
+#include <exception>
+#include <vector>
 
-int main() {
-  std::puts("preflight: under construction");
-  return 0;
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "preflight/diagnostic.h"
+#include "preflight/units.h"
+#include "verbs.h"
+
+namespace {
+
+using preflight::cli::Verb;
+
+// One line a verb: name, one-line help, setup function (in cmd_<verb>.cc).
+const std::vector<Verb> kVerbs = {
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"preflight: plan hybrid-model training launches and estimate per-GPU memory"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "preflight 0.1.0");
+  int exit_code = static_cast<int>(preflight::ExitCode::kOk);
+  for (const Verb& verb : kVerbs) verb.setup(*app.add_subcommand(verb.name, verb.help), exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int cli_code = app.exit(e);
+    // Help and version are successes; every other usage error is bad input.
+    return cli_code == 0 ? 0 : static_cast<int>(preflight::ExitCode::kBadInput);
+  } catch (const preflight::ArithmeticOverflow& e) {
+    std::fprintf(stderr, "preflight: %s: the recipe's sizes exceed 64-bit byte arithmetic\n", e.what());
+    return static_cast<int>(preflight::ExitCode::kBadInput);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "preflight: internal error: %s\n", e.what());
+    return 3;
+  }
+  return exit_code;
 }

@@ -1,0 +1,68 @@
+// A layout: the parallel degrees and batch/recompute choices that a sweep
+// varies, separate from the recipe so that one inventory is priced under
+// millions of layouts without re-parsing (DESIGN.md, "Order of work").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "preflight/recipe.h"
+
+namespace preflight {
+
+struct Layout {
+  int64_t tp = 1;
+  bool sp = true;
+  int64_t cp = 1;
+  int64_t pp = 1;
+  int64_t vpp = 1;
+  int64_t dp = 1;          // dense data-parallel degree = world / (tp*cp*pp)
+  int64_t ep = 1;
+  int64_t expert_tp = 1;
+  int64_t zero = 1;        // 0..3
+  int64_t micro_batch = 1;
+  int64_t micro_batches = 1;  // per step per pipeline = global_batch / (micro_batch * dp)
+  Recompute recompute = Recompute::kSelective;
+  Schedule schedule = Schedule::k1F1B;
+  AxisOrder order = AxisOrder::kTpCpDpPp;
+  CpComm cp_comm = CpComm::kP2p;
+
+  int64_t world() const { return tp * cp * pp * dp; }
+  /// Expert-data-parallel degree d_e = tp*cp*dp / (ep*expert_tp) (MATH.md 0).
+  int64_t expert_dp() const { return tp * cp * dp / (ep * expert_tp); }
+  /// True when sequence parallelism is in effect (needs tp > 1).
+  bool sequence_parallel() const { return sp && tp > 1; }
+};
+
+/// The layout a recipe names.
+Layout LayoutOf(const Recipe& recipe);
+
+/// One model chunk: a contiguous range of layers on one pipeline rank.
+struct StageChunk {
+  int64_t pipeline_rank = 0;  // 0..pp-1
+  int64_t virtual_index = 0;  // 0..vpp-1 (chunk index on that rank)
+  int64_t first_layer = 0;    // inclusive
+  int64_t end_layer = 0;      // exclusive
+  bool owns_embedding = false;  // first chunk of pipeline rank 0
+  bool owns_head = false;       // last chunk of pipeline rank pp-1 (final norm, head, loss)
+};
+
+/// The assignment of layers to pipeline ranks: pp*vpp chunks in model order
+/// (chunk c lives on pipeline rank c % pp, virtual index c / pp, Megatron's
+/// interleaving).
+struct StagePlan {
+  std::vector<StageChunk> chunks;
+};
+
+/// Chunks owned by one pipeline rank.
+std::vector<StageChunk> ChunksOfRank(const StagePlan& plan, int64_t pipeline_rank);
+
+/// Equal split of `layers` into `chunks` contiguous ranges (the first
+/// layers % chunks ranges get one extra layer). Used when a caller has no
+/// partitioner result; the planner's partitioner is the default in the CLI.
+StagePlan EqualStagePlan(int64_t layers, int64_t pp, int64_t vpp);
+
+/// Stages pinned in the recipe (parallel.stage_boundaries), or nullopt.
+std::optional<StagePlan> PinnedStagePlan(const Recipe& recipe);
+
+}  // namespace preflight

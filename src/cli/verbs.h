@@ -1,0 +1,19 @@
+// The table of verbs (GUIDE.md 1, ninja's Tool table). Each verb lives in its
+// own cmd_<verb>.cc and registers its options on a CLI11 subcommand; its run
+// callback stores the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace preflight::cli {
+
+using VerbSetup = void (*)(CLI::App& command, int& exit_code);
+
+struct Verb {
+  const char* name;
+  const char* help;
+  VerbSetup setup;
+};
+
+
+}  // namespace preflight::cli
