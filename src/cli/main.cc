@@ -17,6 +17,9 @@ using preflight::cli::Verb;
 
 // One line a verb: name, one-line help, setup function (in cmd_<verb>.cc).
 const std::vector<Verb> kVerbs = {
+    {"validate", "Check a recipe without estimating (exit 0 valid, 2 invalid)", preflight::cli::SetupValidate},
+    {"fit", "Memory geometry of every stage and the worst rank (exit 0 fits, 1 does not, 2 bad recipe)",
+     preflight::cli::SetupFit},
 };
 
 }  // namespace

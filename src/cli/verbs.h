@@ -16,4 +16,7 @@ struct Verb {
 };
 
 
+void SetupValidate(CLI::App& command, int& exit_code);
+void SetupFit(CLI::App& command, int& exit_code);
+
 }  // namespace preflight::cli
