@@ -29,6 +29,11 @@ std::string RenderFitTable(const FitReport& report);
 /// The same content as JSON with the stable keys documented in README.md.
 nlohmann::json FitJson(const FitReport& report);
 
+/// An SVG chart of the memory geometry: one stacked bar per pipeline stage,
+/// one segment per category (labelled on the bar and in a key beside it),
+/// and the device capacity and headroom floor as horizontal lines.
+std::string RenderMemorySvg(const FitReport& report);
+
 /// JSON of a layout ({"tp": 4, "sp": true, ...}), shared by every command's JSON.
 nlohmann::json LayoutJson(const Layout& layout);
 /// "tp 4 (sp) · cp 1 · pp 4 · dp 4 · ep 8 · etp 1 · edp 2" one-line summary.

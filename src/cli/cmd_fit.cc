@@ -20,6 +20,7 @@ struct FitArgs {
   RecipeArgs recipe;
   OutputFormat format = OutputFormat::kTable;
   bool explain = false;
+  std::string svg_path;
 };
 
 int RunFit(const FitArgs& args) {
@@ -34,6 +35,9 @@ int RunFit(const FitArgs& args) {
   report.estimate = EstimateMemory(inventory, report.layout, report.stages);
   if (args.explain) {
     report.explanations = ExplainRank(inventory, report.layout, report.stages, report.estimate.worst_stage);
+  }
+  if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report))) {
+    return static_cast<int>(ExitCode::kBadInput);
   }
   if (args.format == OutputFormat::kJson) {
     std::printf("%s\n", FitJson(report).dump(2).c_str());
@@ -54,6 +58,7 @@ void SetupFit(CLI::App& command, int& exit_code) {
   AddRecipeArgs(command, args->recipe);
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson});
   command.add_flag("--explain", args->explain, "Print every figure of the worst rank with its formula and inputs");
+  command.add_option("--svg", args->svg_path, "Write the memory geometry per stage as an SVG chart");
   command.callback([args, &exit_code] { exit_code = RunFit(*args); });
 }
 

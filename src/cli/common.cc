@@ -39,6 +39,16 @@ StagePlan StagesFor(const Inventory& inventory, const Layout& layout) {
   return PartitionStages(inventory, layout);
 }
 
+bool WriteTextFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    std::fprintf(stderr, "%s: cannot open for writing\n", path.c_str());
+    return false;
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  return std::fclose(f) == 0 && ok;
+}
+
 const char* Name(OutputFormat f) {
   switch (f) {
     case OutputFormat::kTable: return "table";

@@ -30,6 +30,9 @@ std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args);
 /// has them (and pp/vpp are the recipe's), else the planner's partition.
 StagePlan StagesFor(const Inventory& inventory, const Layout& layout);
 
+/// Writes `text` to `path`; prints an error naming the path and returns false on failure.
+bool WriteTextFile(const std::string& path, const std::string& text);
+
 enum class OutputFormat { kTable, kJson, kCsv, kMd };
 /// Adds --format with the given choices (the first is the default).
 void AddFormatOption(CLI::App& command, OutputFormat& format, const std::vector<OutputFormat>& allowed);
