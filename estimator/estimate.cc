@@ -283,14 +283,6 @@ Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w) {
   return e;
 }
 
-int64_t CeilScale(int64_t n, double f) {
-  const long double v = std::ceil(static_cast<long double>(n) * static_cast<long double>(f));
-  if (v >= static_cast<long double>(std::numeric_limits<int64_t>::max())) {
-    throw ArithmeticOverflow("int64 overflow in allocator overhead");
-  }
-  return static_cast<int64_t>(v);
-}
-
 // ---- the categories ----
 
 void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink) {
@@ -572,7 +564,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   // Fragmentation of the caching allocator, a fraction of what it manages
   // (Megatron's estimator multiplies activations by 1.05; MATH.md 2.4).
   out.bytes[static_cast<int>(Category::kAllocatorOverhead)] =
-      Bytes(CeilScale(managed.count(), rc.cluster.allocator_overhead));
+      Bytes(CeilFraction(managed.count(), rc.cluster.allocator_overhead));
   out.capacity = MiB(rc.cluster.spec.capacity_mib);
   if (sink) {
     Note(sink, Category::kRuntimeReserve, "CUDA context + NCCL buffers + cuBLAS/TE workspaces",

@@ -15,14 +15,6 @@ namespace {
 int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b); }
 int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
 
-/// ceil(n * f) for n >= 0 and f >= 0, or ArithmeticOverflow past int64.
-int64_t CeilScale(int64_t n, double f) {
-  const long double x = std::ceil(static_cast<long double>(n) * static_cast<long double>(f));
-  if (x >= static_cast<long double>(std::numeric_limits<int64_t>::max())) {
-    throw ArithmeticOverflow("int64 overflow in scaling a token count");
-  }
-  return static_cast<int64_t>(x);
-}
 
 /// Bytes of per-token norm statistics saved for backward: RMSNorm keeps rstd
 /// (fp32), LayerNorm keeps mean and rstd (2 x fp32). Korthikanti neglects these.
@@ -174,10 +166,27 @@ int64_t ResidualTokens(const Recipe& r, const Layout& l) {
   return CeilDiv(CpTokens(r, l), l.sequence_parallel() ? l.tp : 1);
 }
 
+// 128-bit intermediate for n * (fraction in millionths); GCC/Clang builtin.
+__extension__ typedef __int128 Int128;
+
+int64_t CeilFraction(int64_t n, double f) {
+  constexpr int64_t kMillion = 1'000'000;
+  const long double scaled = std::llround(static_cast<long double>(f) * kMillion);
+  if (scaled >= static_cast<long double>(std::numeric_limits<int64_t>::max())) {
+    throw ArithmeticOverflow("int64 overflow in a fraction");
+  }
+  const Int128 product = static_cast<Int128>(n) * static_cast<int64_t>(scaled);
+  const Int128 out = product / kMillion + (product % kMillion != 0 ? 1 : 0);
+  if (out > std::numeric_limits<int64_t>::max()) throw ArithmeticOverflow("int64 overflow in scaling by a fraction");
+  return static_cast<int64_t>(out);
+}
+
 int64_t MoeCapacity(int64_t tokens, int64_t top_k, int64_t experts, double capacity_factor) {
-  // Megatron: math.ceil((num_tokens / num_experts) * capacity_factor) with num_tokens = T*k.
-  const double per_expert = static_cast<double>(Mul(tokens, top_k)) / static_cast<double>(experts);
-  return CeilScale(1, per_expert * capacity_factor);
+  // Megatron: math.ceil((num_tokens / num_experts) * capacity_factor) with
+  // num_tokens = T*k, in double precision as there.
+  const double c = std::ceil(static_cast<double>(Mul(tokens, top_k)) / static_cast<double>(experts) * capacity_factor);
+  if (!(c < 9.2e18)) throw ArithmeticOverflow("int64 overflow in MoE capacity");
+  return static_cast<int64_t>(c);
 }
 
 MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens, int64_t ep, int64_t expert_tp) {
@@ -191,7 +200,7 @@ MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens,
   const int64_t routed = Mul(tokens, e.top_k);
   if (e.dropless) {
     out.send_tokens = routed;
-    out.recv_tokens = std::min(out.recv_worst, CeilScale(routed, e.dropless_skew));
+    out.recv_tokens = std::min(out.recv_worst, CeilFraction(routed, e.dropless_skew));
     out.recv_per_peer = Bytes(Mul(CeilDiv(out.recv_tokens, ep), row));
   } else {
     out.capacity = MoeCapacity(tokens, e.top_k, e.experts, e.capacity_factor);

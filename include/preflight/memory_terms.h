@@ -86,6 +86,11 @@ Bytes FirstStageActivations(const Recipe& recipe, const Layout& layout);
 /// vocab-parallel cross entropy and the transient bf16 logits, padded vocabulary /t.
 Bytes LastStageActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
 
+/// ceil(n * f) for n >= 0 and a recipe fraction f >= 0, with f taken to the
+/// nearest millionth so that 5% of a multiple of 20 is exact (binary 0.05 is
+/// not); ArithmeticOverflow past int64.
+int64_t CeilFraction(int64_t n, double f);
+
 // ---- pipeline schedule: micro-batches in flight (MATH.md 4.1) ----
 
 /// 1F1B: min(m, p - r) micro-batches live at rank r (Megatron warmup p - r - 1, plus the one in 1F1B).
