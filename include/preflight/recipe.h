@@ -185,6 +185,7 @@ struct ClusterConfig {
   double reserve_gib = 3.0;        // CUDA context + NCCL + library workspaces
   double min_headroom_gib = 4.0;   // floor below which fit warns / check fails
   double allocator_overhead = 0.05;  // fraction of allocator-managed bytes lost to fragmentation
+  int64_t capacity_mib = 0;        // device capacity override in MiB; 0 = the preset's (spec.capacity_mib)
   int64_t world() const { return nodes * gpus_per_node; }
 };
 
