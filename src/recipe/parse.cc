@@ -14,29 +14,15 @@
 #include "recipe_bounds.h"
 #include "preflight/recipe.h"
 #include "reader.h"
+#include "schema.h"
 #include "suggest.h"
 #include "validate.h"
 
 namespace preflight {
 
-SourceMark SourceMap::Find(const std::string& key_path) const {
-  std::string path = key_path;
-  while (!path.empty()) {
-    if (auto it = marks.find(path); it != marks.end()) return it->second;
-    const size_t cut = path.find_last_of(".[");
-    if (cut == std::string::npos) break;
-    path.resize(cut);
-  }
-  return {};
-}
-
 namespace recipe_internal {
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name", "model", "training", "parallel", "cluster", "serving"};
-const std::vector<std::string> kModelKeys = {"pattern", "repeat", "layers", "hidden", "vocab",
-                                             "vocab_pad_multiple", "tie_embeddings", "norm", "attention",
-                                             "mla", "mlp", "moe", "mamba", "recurrent"};
 
 const std::vector<std::pair<std::string, DType>> kDTypes = {
     {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}, {"fp8", DType::kFp8}};
@@ -46,7 +32,7 @@ const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {{"muon",
 // ---- model ---------------------------------------------------------------
 
 void ParseAttention(MapReader& model, AttentionConfig* a) {
-  auto r = model.Section("attention", {"heads", "kv_heads", "head_dim", "qk_norm"});
+  auto r = model.Section("attention");
   if (!r || !r->ok()) return;
   r->Int("heads", &a->heads, 1, kMaxHeads);
   r->Int("kv_heads", &a->kv_heads, 1, kMaxHeads);
@@ -55,8 +41,7 @@ void ParseAttention(MapReader& model, AttentionConfig* a) {
 }
 
 void ParseMla(MapReader& model, std::optional<MlaConfig>* out) {
-  auto r = model.Section("mla", {"heads", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                                 "v_head_dim"});
+  auto r = model.Section("mla");
   if (!r) return;
   MlaConfig m;
   if (r->ok()) {
@@ -71,7 +56,7 @@ void ParseMla(MapReader& model, std::optional<MlaConfig>* out) {
 }
 
 void ParseMlp(MapReader& model, MlpConfig* m) {
-  auto r = model.Section("mlp", {"ffn_hidden", "activation"});
+  auto r = model.Section("mlp");
   if (!r || !r->ok()) return;
   r->Int("ffn_hidden", &m->ffn_hidden, 1, kMaxWidth);
   r->Enum<FfnActivation>("activation", &m->activation,
@@ -79,9 +64,7 @@ void ParseMlp(MapReader& model, MlpConfig* m) {
 }
 
 void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
-  auto r = model.Section("moe", {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden",
-                                 "capacity_factor", "dropless", "pad_to_capacity", "dropless_skew", "router",
-                                 "router_bias", "shared_gate", "first_k_dense", "layer_freq", "layer_offset"});
+  auto r = model.Section("moe");
   if (!r || !r->ok()) return;
   r->Int("experts", &m->experts, 1, kMaxHeads);
   r->Int("top_k", &m->top_k, 1, kMaxHeads);
@@ -106,7 +89,7 @@ void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
 }
 
 void ParseMamba(MapReader& model, MambaConfig* m) {
-  auto r = model.Section("mamba", {"d_state", "d_conv", "expand", "head_dim", "groups", "chunk"});
+  auto r = model.Section("mamba");
   if (!r || !r->ok()) return;
   r->Int("d_state", &m->d_state, 1, kMaxHeadDim);
   r->Int("d_conv", &m->d_conv, 1, kMaxConv);
@@ -117,7 +100,7 @@ void ParseMamba(MapReader& model, MambaConfig* m) {
 }
 
 void ParseRecurrent(MapReader& model, RecurrentConfig* rc) {
-  auto r = model.Section("recurrent", {"width", "heads", "d_conv"});
+  auto r = model.Section("recurrent");
   if (!r || !r->ok()) return;
   r->Int("width", &rc->width, 1, kMaxWidth);
   r->Int("heads", &rc->heads, 1, kMaxHeads);
@@ -261,7 +244,7 @@ void ApplyMoeLayout(const MoeConfig& moe, std::vector<BlockKind>* layers) {
 }
 
 bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
-  auto r = top.Section("model", kModelKeys);
+  auto r = top.Section("model");
   if (!r) {  // all defaults: the default pattern
     for (int64_t i = 0; i < m->repeat; ++i) {
       for (char c : m->pattern) m->layers.push_back(static_cast<BlockKind>(c));
@@ -309,8 +292,7 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
 // ---- training, parallel, cluster, serving ---------------------------------
 
 void ParseTraining(MapReader& top, TrainingConfig* t) {
-  auto r = top.Section("training", {"seq_len", "micro_batch", "global_batch", "recompute", "flash_attention",
-                                    "dropout", "precision", "optimizer"});
+  auto r = top.Section("training");
   if (!r || !r->ok()) return;
   r->Int("seq_len", &t->seq_len, 1, kMaxSeqLen);
   r->Int("micro_batch", &t->micro_batch, 1, kMaxBatch);
@@ -319,7 +301,7 @@ void ParseTraining(MapReader& top, TrainingConfig* t) {
                      {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
   r->Bool("flash_attention", &t->flash_attention);
   r->Double("dropout", &t->dropout, 0.0, 1.0, /*max_exclusive=*/true);
-  if (auto p = r->Section("precision", {"params", "grads", "master", "activations"}); p && p->ok()) {
+  if (auto p = r->Section("precision"); p && p->ok()) {
     p->Enum<DType>("params", &t->precision.params, kDTypes);
     p->Enum<DType>("grads", &t->precision.grads, kDTypes);
     p->Enum<std::optional<DType>>("master", &t->precision.master,
@@ -327,8 +309,7 @@ void ParseTraining(MapReader& top, TrainingConfig* t) {
                                    {"fp8", DType::kFp8}, {"none", std::nullopt}});
     p->Enum<DType>("activations", &t->precision.activations, kDTypes);
   }
-  if (auto o = r->Section("optimizer", {"matrices", "other", "muon_momentum", "mamba_in_proj", "router"});
-      o && o->ok()) {
+  if (auto o = r->Section("optimizer"); o && o->ok()) {
     o->Enum<OptimizerKind>("matrices", &t->optimizer.matrices, kOptimizers);
     // Muon only orthogonalises 2-D hidden matrices; everything else is AdamW.
     o->Enum<OptimizerKind>("other", &t->optimizer.other, {{"adamw", OptimizerKind::kAdamW}});
@@ -369,8 +350,7 @@ void ReadStageBoundaries(MapReader& r, Context& ctx, std::vector<int64_t>* out) 
 }
 
 void ParseParallel(MapReader& top, Context& ctx, ParallelConfig* p) {
-  auto r = top.Section("parallel", {"tp", "sp", "cp", "pp", "vpp", "ep", "expert_tp", "zero", "schedule", "order",
-                                    "cp_comm", "stage_boundaries"});
+  auto r = top.Section("parallel");
   if (!r || !r->ok()) return;
   r->Int("tp", &p->tp, 1, kMaxDegree);
   r->Bool("sp", &p->sp);
@@ -390,8 +370,7 @@ void ParseParallel(MapReader& top, Context& ctx, ParallelConfig* p) {
 }
 
 void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
-  auto r = top.Section("cluster", {"gpu", "nodes", "gpus_per_node", "reserve_gib", "min_headroom_gib",
-                                   "allocator_overhead", "capacity_mib"});
+  auto r = top.Section("cluster");
   const bool read = r && r->ok();
   if (read) {
     r->Int("nodes", &c->nodes, 1, kMaxNodes);
@@ -415,7 +394,7 @@ void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
 }
 
 void ParseServing(MapReader& top, std::optional<ServingConfig>* out) {
-  auto r = top.Section("serving", {"batch", "context", "kv_dtype", "ssm_dtype"});
+  auto r = top.Section("serving");
   if (!r) return;
   ServingConfig s;
   if (r->ok()) {
@@ -476,7 +455,7 @@ void ApplyOverride(YAML::Node& root, const Override& o, Context& ctx) {
 // ---- the whole recipe ------------------------------------------------------
 
 void ParseRecipe(const YAML::Node& root, Context& ctx, Recipe* recipe) {
-  MapReader top(ctx, root, "", kTopKeys);
+  MapReader top(ctx, root, "");
   if (!top.ok()) return;
   top.String("name", &recipe->name, kMaxNameLength);
   const bool layers_ok = ParseModel(top, ctx, &recipe->model);
@@ -494,12 +473,19 @@ void ParseRecipe(const YAML::Node& root, Context& ctx, Recipe* recipe) {
 
 /// File order: whole-file problems first, then by line and column; problems
 /// from `--set` overrides after the file's, in command-line order.
-void SortDiagnostics(const std::string& file, std::vector<Diagnostic>* ds) {
-  std::stable_sort(ds->begin(), ds->end(), [&file](const Diagnostic& a, const Diagnostic& b) {
-    const bool a_override = a.file != file;
-    const bool b_override = b.file != file;
-    if (a_override != b_override) return b_override;
-    if (a_override) return false;
+void SortDiagnostics(const SourceMap& source, std::vector<Diagnostic>* ds) {
+  // Position of a diagnostic's override on the command line; -1 for the file.
+  const auto override_index = [&source](const Diagnostic& d) -> int64_t {
+    if (d.file == source.file) return -1;
+    for (size_t i = 0; i < source.overrides.size(); ++i) {
+      if (source.overrides[i].second == d.file) return static_cast<int64_t>(i);
+    }
+    return static_cast<int64_t>(source.overrides.size());
+  };
+  std::stable_sort(ds->begin(), ds->end(), [&](const Diagnostic& a, const Diagnostic& b) {
+    const int64_t a_index = override_index(a);
+    const int64_t b_index = override_index(b);
+    if (a_index != b_index) return a_index < b_index;
     if (a.mark.line != b.mark.line) return a.mark.line < b.mark.line;
     return a.mark.column < b.mark.column;
   });
@@ -508,12 +494,12 @@ void SortDiagnostics(const std::string& file, std::vector<Diagnostic>* ds) {
 LoadResult Finish(Context& ctx, std::optional<Recipe> recipe) {
   LoadResult result;
   result.diagnostics = std::move(ctx.diagnostics());
-  SortDiagnostics(ctx.file(), &result.diagnostics);
+  SortDiagnostics(ctx.source(), &result.diagnostics);
   if (!HasErrors(result.diagnostics)) result.recipe = std::move(recipe);
   return result;
 }
 
-std::string KeyList() { return JoinNames(kTopKeys); }
+std::string KeyList() { return JoinNames(KeysOf("")); }
 
 LoadResult Load(const std::string& yaml, const std::string& file, const std::vector<Override>& overrides) {
   Context ctx(file, yaml);

@@ -7,58 +7,33 @@
 
 #include <fmt/format.h>
 
+#include "schema.h"
 #include "suggest.h"
 
 namespace preflight::recipe_internal {
 
-Context::Context(std::string file, const std::string& text) : file_(std::move(file)) {
-  source_.file = file_;
+Context::Context(std::string file, const std::string& text) {
+  source_.file = std::move(file);
+  auto lines = std::make_shared<std::vector<std::string>>();
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     std::string line = text.substr(start, end - start);
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines_.push_back(std::move(line));
+    lines->push_back(std::move(line));
     start = end + 1;
   }
+  source_.lines = std::move(lines);
 }
 
 void Context::AddOverride(const std::string& key_path, const std::string& text) {
-  overrides_.emplace_back(key_path, text);
-}
-
-const std::string* Context::OverrideFor(const std::string& key_path) const {
-  // Later overrides win, like later `--set` flags do.
-  for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-    const std::string& o = it->first;
-    if (key_path == o) return &it->second;
-    if (key_path.size() > o.size() && key_path.compare(0, o.size(), o) == 0 &&
-        (key_path[o.size()] == '.' || key_path[o.size()] == '[')) {
-      return &it->second;
-    }
-  }
-  return nullptr;
+  source_.overrides.emplace_back(key_path, text);
 }
 
 void Context::Report(Severity severity, const std::string& key_path, SourceMark mark, std::string value,
                      std::string message) {
-  Diagnostic d;
-  d.severity = severity;
-  d.key_path = key_path;
-  d.value = std::move(value);
-  d.message = std::move(message);
-  if (const std::string* text = OverrideFor(key_path)) {
-    // The key came from the command line: name the override, not a file line.
-    d.file = *text;
-  } else {
-    d.file = file_;
-    d.mark = mark.line > 0 ? mark : SourceMark{};
-    d.source_line = SourceLine(d.mark.line);
-    // yaml-cpp counts a tab as one column; print it as one space so the caret lines up.
-    std::replace(d.source_line.begin(), d.source_line.end(), '\t', ' ');
-  }
-  diagnostics_.push_back(std::move(d));
+  diagnostics_.push_back(source_.AtMark(mark, key_path, std::move(value), std::move(message), severity));
 }
 
 void Context::ErrorAt(const std::string& key_path, std::string value, std::string message) {
@@ -89,8 +64,8 @@ bool Context::IsBad(const std::string& key_path) const {
 }
 
 std::string Context::SourceLine(int line) const {
-  if (line < 1 || static_cast<size_t>(line) > lines_.size()) return "";
-  return lines_[static_cast<size_t>(line - 1)];
+  if (line < 1 || static_cast<size_t>(line) > source_.lines->size()) return "";
+  return (*source_.lines)[static_cast<size_t>(line - 1)];
 }
 
 const char* KindName(const YAML::Node& node) {
@@ -142,8 +117,8 @@ std::string Lower(std::string s) {
 
 }  // namespace
 
-MapReader::MapReader(Context& ctx, const YAML::Node& node, std::string path, std::vector<std::string> keys)
-    : ctx_(ctx), path_(std::move(path)) {
+MapReader::MapReader(Context& ctx, const YAML::Node& node, std::string path) : ctx_(ctx), path_(std::move(path)) {
+  const std::vector<std::string>& keys = KeysOf(path_);
   if (!ctx_.Visit()) {
     ok_ = false;
     return;
@@ -183,6 +158,10 @@ MapReader::MapReader(Context& ctx, const YAML::Node& node, std::string path, std
     if (std::find(keys.begin(), keys.end(), name) == keys.end()) {
       if (const auto close = ClosestName(name, keys)) {
         ctx_.Error(full, key_mark, "", fmt::format("unknown key; did you mean '{}'?", *close));
+      } else if (const auto home = MapHoldingKey(name, path_)) {
+        ctx_.Error(full, key_mark, "",
+                   fmt::format("unknown key in {}; '{}' belongs in {} (valid keys here: {})", where, name, *home,
+                               JoinNames(keys)));
       } else {
         ctx_.Error(full, key_mark, "", fmt::format("unknown key; valid keys in {}: {}", where, JoinNames(keys)));
       }
@@ -331,9 +310,9 @@ bool MapReader::Choice(const std::string& key, int* out, const std::vector<std::
   return false;
 }
 
-std::optional<MapReader> MapReader::Section(const std::string& key, std::vector<std::string> keys) {
+std::optional<MapReader> MapReader::Section(const std::string& key) {
   if (!Has(key)) return std::nullopt;
-  return MapReader(ctx_, Value(key), PathOf(key), std::move(keys));
+  return MapReader(ctx_, Value(key), PathOf(key));
 }
 
 }  // namespace preflight::recipe_internal

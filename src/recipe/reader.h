@@ -56,18 +56,12 @@ class Context {
   /// The line `line` (1-based) of the file, or "".
   std::string SourceLine(int line) const;
 
-  const std::string& file() const { return file_; }
+  const std::string& file() const { return source_.file; }
   SourceMap& source() { return source_; }
   std::vector<Diagnostic>& diagnostics() { return diagnostics_; }
   bool has_errors() const { return HasErrors(diagnostics_); }
 
  private:
-  /// The override text covering `key_path`, or nullptr.
-  const std::string* OverrideFor(const std::string& key_path) const;
-
-  std::string file_;
-  std::vector<std::string> lines_;
-  std::vector<std::pair<std::string, std::string>> overrides_;  // key path, "--set a.b=c"
   SourceMap source_;
   std::vector<Diagnostic> diagnostics_;
   std::set<std::string> bad_keys_;
@@ -82,9 +76,10 @@ const char* KindName(const YAML::Node& node);
 /// getters report type and range errors and leave the default in place.
 class MapReader {
  public:
-  /// `node` is the value at `path` ("" for the top level); a null node reads
-  /// as an empty map (`serving:` alone means "all defaults").
-  MapReader(Context& ctx, const YAML::Node& node, std::string path, std::vector<std::string> keys);
+  /// `node` is the value at `path` ("" for the top level), read against the
+  /// schema's keys of `path`; a null node reads as an empty map (`serving:`
+  /// alone means "all defaults").
+  MapReader(Context& ctx, const YAML::Node& node, std::string path);
 
   /// False when the node was not a map (already reported).
   bool ok() const { return ok_; }
@@ -119,7 +114,7 @@ class MapReader {
     return true;
   }
   /// A sub-map; nullopt when absent. The reader's ok() says whether it is a map.
-  std::optional<MapReader> Section(const std::string& key, std::vector<std::string> keys);
+  std::optional<MapReader> Section(const std::string& key);
 
  private:
   /// Reports a type/range problem with the value of `key`, marks it bad.
