@@ -30,6 +30,9 @@ const Case kCases[] = {
     // Wrong types.
     {"StringForInt", "parallel:\n  tp: four\n", 2, 7, "parallel.tp", "must be an integer in [1, 16777216]"},
     {"FloatForInt", "model:\n  hidden: 4.5\n", 2, 11, "model.hidden", "must be a whole number in [1, 16777216]"},
+    {"ExponentForInt", "model:\n  hidden: 4e3\n", 2, 11, "model.hidden",
+     "must be written as a plain decimal integer in [1, 16777216]"},
+    {"HexForInt", "model:\n  hidden: 0x100\n", 2, 11, "model.hidden", "must be an integer in [1, 16777216]"},
     {"QuotedInt", "parallel: {tp: \"2\"}\n", 1, 16, "parallel.tp", "got a quoted string"},
     {"MapForInt", "model:\n  hidden: {a: 1}\n", 2, 11, "model.hidden", "must be an integer in [1, 16777216], got a map"},
     {"ListForSection", "parallel: [1, 2]\n", 1, 11, "parallel", "must be a map with keys tp, sp, cp, pp"},
@@ -55,6 +58,8 @@ const Case kCases[] = {
     {"UnknownKeyList", "parallel: {foo: 1}\n", 1, 12, "parallel.foo",
      "unknown key; valid keys in parallel: tp, sp, cp, pp, vpp, ep, expert_tp, zero, schedule, order, cp_comm, "
      "stage_boundaries"},
+    {"KeyInWrongSection", "model:\n  global_batch: 8\n", 2, 3, "model.global_batch",
+     "unknown key in model; 'global_batch' belongs in training (valid keys here: pattern, repeat, layers"},
     {"UnknownTopLevelKey", "modle:\n  hidden: 8\n", 1, 1, "modle", "unknown key; did you mean 'model'?"},
     // Enums.
     {"BadEnum", "training: {recompute: partial}\n", 1, 23, "training.recompute", "must be one of: none, selective, full"},
@@ -132,7 +137,7 @@ const Case kCases[] = {
     // pp 4 leaves dp 16: global batch 16 gives m = 1 < pp.
     {"InterleavedFewMicroBatches", "training: {global_batch: 16}\nparallel: {pp: 4, vpp: 2}\n", 1, 26,
      "training.global_batch",
-     "gives 1 micro-batches per pipeline (global_batch / (micro_batch x dp)); the interleaved schedule needs at "
+     "gives m = 1 micro-batches per pipeline (global_batch / (micro_batch x dp)); the interleaved schedule needs at "
      "least pp = 4 (Megatron); try global_batch 64"},
     {"VppWithoutPp", "parallel: {vpp: 2}\n", 1, 17, "parallel.vpp", "virtual pipeline stages need parallel.pp > 1"},
     // vpp is not in the file: the mark falls back to its parent, the parallel map.
@@ -142,7 +147,12 @@ const Case kCases[] = {
      "dualpipe needs an even pp; try 2 or 4"},
     // pp 4 -> dp 16, global batch 96 -> m = 6 < 2 x pp = 8.
     {"DualPipeFewMicroBatches", "training: {global_batch: 96}\nparallel: {pp: 4, schedule: dualpipe}\n", 1, 26,
-     "training.global_batch", "dualpipe needs an even number of at least 2 x pp = 8; try global_batch 128"},
+     "training.global_batch", "dualpipe needs an even m >= 2 x pp = 8; try global_batch 128"},
+    // DualPipeV: pp 3 on 48 GPUs -> dp 16; global batch 64 -> m = 4 < 2 x 3; 6 x 16 = 96.
+    {"DualPipeVFewMicroBatches", "training: {global_batch: 64}\nparallel: {pp: 3, schedule: dualpipev}\n"
+     "cluster: {nodes: 6}\n", 1, 26, "training.global_batch", "dualpipev needs m >= 2 x pp = 6; try global_batch 96"},
+    {"DualPipeWithVpp", "parallel: {pp: 2, vpp: 2, schedule: dualpipe}\n", 1, 24, "parallel.vpp",
+     "dualpipe places two model chunks per rank itself; set vpp 1"},
     {"PpExceedsLayers", "model: {pattern: AEM, repeat: 1}\nparallel: {pp: 4}\n", 2, 16, "parallel.pp",
      "pp x vpp = 4 x 1 model chunks exceed the 3 layers"},
     {"StageBoundaryCount", "parallel: {pp: 4, stage_boundaries: [12, 24]}\n", 1, 37, "parallel.stage_boundaries",

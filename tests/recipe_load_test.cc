@@ -204,6 +204,13 @@ TEST(Schedule, StageBoundaries) {
   EXPECT_EQ(r.parallel.stage_boundaries, (std::vector<int64_t>{10, 22, 35}));
 }
 
+TEST(Schedule, DualPipeVAllowsOddPp) {
+  // DualPipeV asserts only m >= 2 pp: pp 3 on 48 GPUs -> dp 16, m = 512 / 16 = 32 >= 6.
+  const Recipe r = MustLoad("parallel: {pp: 3, schedule: dualpipev}\ncluster: {nodes: 6}\n");
+  EXPECT_EQ(r.parallel.schedule, Schedule::kDualPipeV);
+  EXPECT_EQ(r.micro_batches(), 32);
+}
+
 // ---- warnings ----------------------------------------------------------------
 
 TEST(Warnings, SpWithoutTpWarnsButLoads) {
@@ -225,6 +232,16 @@ TEST(Warnings, OneFOneBNeverFills) {
   ASSERT_EQ(r.diagnostics.size(), 1u);
   EXPECT_EQ(r.diagnostics[0].key_path, "training.global_batch");
   EXPECT_NE(r.diagnostics[0].message.find("fewer than pp = 8: the 1F1B pipeline never fills"), std::string::npos);
+}
+
+TEST(Warnings, ExpertParallelismWithoutMoe) {
+  const LoadResult r = LoadRecipeFromString("model: {pattern: AM}\nparallel: {ep: 2}\n", "w.yaml");
+  ASSERT_TRUE(r.ok()) << AllDiagnostics(r);
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(Format(r.diagnostics[0]),
+            "w.yaml:2:16: warning: parallel.ep = 2: has no effect: the layer list has no MoE (E) layers\n"
+            "    parallel: {ep: 2}\n"
+            "                   ^");
 }
 
 // ---- overrides ---------------------------------------------------------------
@@ -302,6 +319,24 @@ TEST(Overrides, InvalidYamlValue) {
   EXPECT_NE(AllDiagnostics(r).find("--set parallel={tp: 2: parallel = {tp: 2: the value is not valid YAML"),
             std::string::npos)
       << AllDiagnostics(r);
+}
+
+TEST(Overrides, DiagnosticsInCommandLineOrderAfterTheFile) {
+  const LoadResult r = LoadRecipeFromString("model: {hidden: -1}\n", "r.yaml",
+                                            {{"parallel.zz", "1"}, {"training.aa", "1"}});
+  std::vector<std::string> files;
+  for (const Diagnostic& d : r.diagnostics) files.push_back(d.file);
+  EXPECT_EQ(files, (std::vector<std::string>{"r.yaml", "--set parallel.zz=1", "--set training.aa=1"}));
+}
+
+TEST(SourceMapAt, LocatesLaterDiagnostics) {
+  // A check outside the parser (e.g. the planner) reports through the source map.
+  const Recipe r = MustLoad("name: x\nparallel:\n  tp: 2\n", {{"parallel.pp", "2"}});
+  EXPECT_EQ(Format(r.source.At("parallel.tp", "2", "spans two nodes", Severity::kWarning)),
+            "test.yaml:3:7: warning: parallel.tp = 2: spans two nodes\n"
+            "      tp: 2\n"
+            "          ^");
+  EXPECT_EQ(Format(r.source.At("parallel.pp", "2", "too deep")), "--set parallel.pp=2: parallel.pp = 2: too deep");
 }
 
 TEST(SourceMapFind, FallsBackToParent) {

@@ -211,8 +211,11 @@ bool MapReader::Int(const std::string& key, int64_t* out, int64_t min, int64_t m
   if (!value) {
     if (overflow) {
       ValueError(key, *text, "out of range; valid range is " + RangeText(min, max));
-    } else if (ParseNumber(*text)) {
-      ValueError(key, *text, "must be a whole number in " + RangeText(min, max));
+    } else if (const auto number = ParseNumber(*text)) {
+      ValueError(key, *text,
+                 std::string(*number == std::floor(*number) ? "must be written as a plain decimal integer"
+                                                              : "must be a whole number") +
+                     " in " + RangeText(min, max));
     } else {
       ValueError(key, *text, "must be " + expected);
     }

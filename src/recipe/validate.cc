@@ -30,7 +30,11 @@ class Validator {
       if (Has(layers, BlockKind::kMamba)) CheckMamba();
       if (Has(layers, BlockKind::kRecurrent)) CheckRecurrent();
       if (Has(layers, BlockKind::kDenseMlp)) CheckDenseMlp();
-      if (Has(layers, BlockKind::kMoe)) CheckMoe();
+      if (Has(layers, BlockKind::kMoe)) {
+        CheckMoe();
+      } else {
+        WarnUnusedExpertParallelism();
+      }
     }
     CheckSequence();
     if (CheckWorld()) {
@@ -165,6 +169,15 @@ class Validator {
     }
   }
 
+  void WarnUnusedExpertParallelism() {
+    for (const char* key : {"parallel.ep", "parallel.expert_tp"}) {
+      const int64_t value = std::string(key) == "parallel.ep" ? p_.ep : p_.expert_tp;
+      if (value > 1 && !Bad({key})) {
+        ctx_.WarningAt(key, Str(value), "has no effect: the layer list has no MoE (E) layers");
+      }
+    }
+  }
+
   void CheckSequence() {
     const int64_t s = r_.training.seq_len;
     if (Bad({"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sp"})) return;
@@ -243,7 +256,8 @@ class Validator {
     const int64_t m = r_.micro_batches();
     const int64_t pp = p_.pp;
     const int64_t per_m = r_.training.micro_batch * r_.dp();  // checked in CheckGlobalBatch
-    const std::string m_text = fmt::format("gives {} micro-batches per pipeline (global_batch / (micro_batch x dp))", m);
+    const std::string m_text =
+        fmt::format("gives m = {} micro-batches per pipeline (global_batch / (micro_batch x dp))", m);
     if (p_.vpp > 1 && pp == 1) {
       ctx_.ErrorAt("parallel.vpp", Str(p_.vpp), "virtual pipeline stages need parallel.pp > 1; try vpp 1");
       return;
@@ -276,26 +290,35 @@ class Validator {
         }
         break;
       case Schedule::kDualPipe:
-      case Schedule::kDualPipeV: {
-        const bool dualpipe = p_.schedule == Schedule::kDualPipe;
-        if (p_.vpp != 1) {
-          ctx_.ErrorAt("parallel.vpp", Str(p_.vpp),
-                       fmt::format("{} places two model chunks per rank itself; set vpp 1", Name(p_.schedule)));
-        } else if (pp % 2 != 0) {
-          ctx_.ErrorAt("parallel.pp", Str(pp),
-                       fmt::format("{} needs an even pp; try {} or {}", Name(p_.schedule), std::max<int64_t>(pp - 1, 2),
-                                   pp + 1));
-        } else if (m % 2 != 0 || (dualpipe && m < 2 * pp)) {
-          const int64_t need = dualpipe ? 2 * pp : 2;
-          const int64_t m_try = std::max(need, m + m % 2);
-          ctx_.ErrorAt("training.global_batch", Str(r_.training.global_batch),
-                       fmt::format("{}; {} needs an even number{}; try global_batch {}", m_text, Name(p_.schedule),
-                                   dualpipe ? fmt::format(" of at least 2 x pp = {}", need) : std::string(),
-                                   Mul(m_try, per_m).value_or(0)));
-        }
+      case Schedule::kDualPipeV:
+        CheckDualPipe(m, per_m);
         break;
-      }
     }
+  }
+
+  /// DualPipe (deepseek-ai/DualPipe dualpipe.py, DualPipe.step asserts):
+  /// pp even, m even and m >= 2 pp. DualPipeV (dualpipev.py, DualPipeV.step)
+  /// only asserts m >= 2 pp. Both place two model chunks on each rank.
+  void CheckDualPipe(int64_t m, int64_t per_m) {
+    const bool dualpipe = p_.schedule == Schedule::kDualPipe;
+    const char* name = Name(p_.schedule);
+    const int64_t pp = p_.pp;
+    if (p_.vpp != 1) {
+      ctx_.ErrorAt("parallel.vpp", Str(p_.vpp), fmt::format("{} places two model chunks per rank itself; set vpp 1", name));
+      return;
+    }
+    if (dualpipe && pp % 2 != 0) {
+      ctx_.ErrorAt("parallel.pp", Str(pp),
+                   fmt::format("dualpipe needs an even pp; try {} or {}", std::max<int64_t>(pp - 1, 2), pp + 1));
+      return;
+    }
+    const int64_t need = 2 * pp;  // pp <= 2^24
+    if (m >= need && (!dualpipe || m % 2 == 0)) return;
+    const int64_t m_try = std::max(need, m + (dualpipe ? m % 2 : 0));
+    ctx_.ErrorAt("training.global_batch", Str(r_.training.global_batch),
+                 fmt::format("gives m = {} micro-batches per pipeline (global_batch / (micro_batch x dp)); {} needs {}"
+                             "m >= 2 x pp = {}; try global_batch {}",
+                             m, name, dualpipe ? "an even " : "", need, Mul(m_try, per_m).value_or(0)));
   }
 
   void CheckStageBoundaries() {
