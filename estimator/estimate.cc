@@ -565,7 +565,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   // (Megatron's estimator multiplies activations by 1.05; MATH.md 2.4).
   out.bytes[static_cast<int>(Category::kAllocatorOverhead)] =
       Bytes(CeilFraction(managed.count(), rc.cluster.allocator_overhead));
-  out.capacity = MiB(rc.cluster.spec.capacity_mib);
+  out.capacity = MiB(rc.cluster.capacity_mib > 0 ? rc.cluster.capacity_mib : rc.cluster.spec.capacity_mib);
   if (sink) {
     Note(sink, Category::kRuntimeReserve, "CUDA context + NCCL buffers + cuBLAS/TE workspaces",
          "cluster.reserve_gib * 2^30", Cat({"reserve_gib=", Decimal(rc.cluster.reserve_gib)}),

@@ -7,6 +7,7 @@
 
 #include "estimator_fixtures.h"
 #include "preflight/memory_terms.h"
+#include "support/test_support.h"
 
 namespace preflight {
 namespace {
@@ -40,6 +41,20 @@ TEST(ActivationPerToken, MambaMegatronAndFusedPaths) {
   EXPECT_EQ(SavedBytesPerToken(r, BlockKind::kMamba, Recompute::kNone, 1, 1).total(), 102'688 + 4);
   r.model.mamba.fused_norm_out_proj = true;
   EXPECT_EQ(SavedBytesPerToken(r, BlockKind::kMamba, Recompute::kNone, 1, 1).total(), 69'920 + 4);
+}
+
+TEST(RecipeKnobs, FusedMambaPathAndCapacityOverride) {
+  // nam56r's Mamba is MATH.md's example shape; the fused path gives
+  // 69,920 + 4 B/token (see above). cluster.capacity_mib overrides the preset
+  // (H100 80GB HBM3 as nvidia-smi shows it: 81559 MiB).
+  const LoadResult loaded = LoadRecipeFile(testing::SourcePath("recipes/nam56r-h200.yaml"),
+                                           {{"model.mamba.fused_norm_out_proj", "true"},
+                                            {"cluster.capacity_mib", "81559"}});
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(SavedBytesPerToken(*loaded.recipe, BlockKind::kMamba, Recompute::kNone, 1, 1).total(), 69'920 + 4);
+  const Inventory inv = testing::HybridInventory(*loaded.recipe, "AEMR", 1);
+  const Layout l = testing::LayoutFor(inv.recipe, 8, 1, 1, 1);
+  EXPECT_EQ(EstimateRank(inv, l, EqualStagePlan(4, 1, 1), 0).capacity.count(), 81559 * kMiB);
 }
 
 TEST(ActivationPerToken, MambaGroupRepeatUnderContextParallel) {
