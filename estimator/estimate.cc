@@ -189,12 +189,18 @@ void Offer(Walk& w, const UnitExtra& u) {
   if (u.grads > w.grad_unit.grads) w.grad_unit = u;
 }
 
-/// Calls visit(chunk, in_flight, mirrored) for each chunk whose layers live on
-/// pipeline rank r, and returns the micro-batches in flight the schedule keeps there.
-/// DualPipe: rank r also holds a copy of stage p-1-r (2x params) [DS3]; the
-/// p+1 stage-micro-batches are split ceil/floor between the two. DualPipeV:
-/// the planner's chunks of r share the p+1 round-robin. 1F1B: min(m, p-r).
-/// Interleaved (more than one chunk on r): Megatron's warmup, counted per chunk.
+/// Calls visit(chunk, first_layer, end_layer, in_flight, mirrored, ends) for
+/// each range of layers on pipeline rank r with the micro-batches in flight on
+/// it (`ends`: the visit that handles the chunk's embedding/head ownership), and
+/// returns the micro-batches in flight the schedule keeps on r.
+/// - 1F1B: min(m, p-r) (Megatron warmup p-r-1, plus one).
+/// - Interleaved (more than one chunk on r): Megatron's warmup, counted per chunk.
+/// - DualPipe: rank r also holds a copy of stage p-1-r (2x params) [DS3]; the
+///   p+1 stage-micro-batches [DualPipe README] are split ceil/floor between the two.
+/// - DualPipeV: 2p V-stages on p ranks, rank r holding stages r and 2p-1-r; the
+///   README's PP+1 with PP = 2p gives 2p+1 V-stage-micro-batches per rank: p+1 on
+///   the down stage, p on the up stage [OURS: split]. A rank with two chunks is
+///   taken as (down, up); a single chunk as its first ceil(n/2) layers and the rest.
 template <class F>
 int64_t ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, F&& visit) {
   const int64_t p = l.pp;
@@ -207,40 +213,49 @@ int64_t ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, F&& visi
     const int64_t mirror = p - 1 - r;
     for (const StageChunk& c : plan.chunks) {
       if (c.pipeline_rank == r) {
-        visit(c, own_share, false);
+        visit(c, c.first_layer, c.end_layer, own_share, false, true);
       } else if (mirror != r && c.pipeline_rank == mirror) {
-        visit(c, n - own_share, true);
+        visit(c, c.first_layer, c.end_layer, n - own_share, true, true);
       }
     }
     return n;
   }
-  if (l.schedule == Schedule::kDualPipeV && own > 0) {
-    const int64_t n = DualPipeInFlight(p, m);
+  if (l.schedule == Schedule::kDualPipeV) {
+    const int64_t down = DualPipeInFlight(p, m);
+    const int64_t up = std::min(p, m);
     int64_t j = 0;
     for (const StageChunk& c : plan.chunks) {
       if (c.pipeline_rank != r) continue;
-      visit(c, n / own + (j < n % own ? 1 : 0), false);
+      if (own == 1) {
+        const int64_t mid = c.first_layer + CeilDiv(c.end_layer - c.first_layer, 2);
+        visit(c, c.first_layer, mid, down, false, true);
+        visit(c, mid, c.end_layer, up, false, false);
+      } else {
+        visit(c, c.first_layer, c.end_layer, j == 0 ? down : up, false, true);
+      }
       ++j;
     }
-    return n;
+    return down;
   }
   if (own <= 1) {
     const int64_t k = OneFOneBInFlight(p, m, r);
     for (const StageChunk& c : plan.chunks) {
-      if (c.pipeline_rank == r) visit(c, k, false);
+      if (c.pipeline_rank == r) visit(c, c.first_layer, c.end_layer, k, false, true);
     }
     return k;
   }
   for (const StageChunk& c : plan.chunks) {
-    if (c.pipeline_rank == r) visit(c, InterleavedChunkLive(p, own, m, r, p, c.virtual_index), false);
+    if (c.pipeline_rank != r) continue;
+    visit(c, c.first_layer, c.end_layer, InterleavedChunkLive(p, own, m, r, p, c.virtual_index), false, true);
   }
   return InterleavedLive(p, own, m, r, p);
 }
 
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x) {
   Walk w;
-  w.in_flight = ForEachChunk(plan, l, r, [&](const StageChunk& c, int64_t in_flight, bool mirrored) {
-    for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
+  w.in_flight = ForEachChunk(plan, l, r, [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight,
+                                             bool mirrored, bool ends) {
+    for (int64_t i = first; i < end; ++i) {
       const Layer& layer = inv.layers[static_cast<size_t>(i)];
       const int f = FamilyIndex(layer.kind);
       const ClassElements e = LocalElements(layer.totals, l);
@@ -250,6 +265,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
       if (!mirrored) w.own_layers[f] += 1;
       Offer(w, UnitOf(e, x, i));
     }
+    if (!ends) return;
     if (c.owns_embedding) {
       w.embedding = true;
       w.embedding_units = Add(w.embedding_units, in_flight);

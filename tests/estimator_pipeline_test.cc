@@ -98,5 +98,20 @@ TEST(InFlight, DualPipeDoublesParams) {
   EXPECT_EQ(dual.activations_by_family[4], LayerActivations(inv.recipe, l, BlockKind::kDenseMlp) * 10);
 }
 
+TEST(InFlight, DualPipeVKeepsOneCopy) {
+  // DualPipeV: 2p V-stages on p ranks, no duplicated params; 2p+1 = 9
+  // V-stage-micro-batches per rank: the down stage (first of its 2 layers)
+  // holds p+1 = 5, the up stage (second layer) p = 4.
+  const Inventory inv = DenseStack(8);
+  Layout l = testing::LayoutFor(inv.recipe, 8, 1, 4, 1);
+  const StagePlan plan = EqualStagePlan(8, 4, 1);
+  const Bytes one = EstimateRank(inv, l, plan, 1).of(Category::kTpShardedParams);
+  l.schedule = Schedule::kDualPipeV;
+  const RankMemory v = EstimateRank(inv, l, plan, 1);
+  EXPECT_EQ(v.of(Category::kTpShardedParams), one);
+  EXPECT_EQ(v.in_flight_microbatches, 5);
+  EXPECT_EQ(v.activations_by_family[4], LayerActivations(inv.recipe, l, BlockKind::kDenseMlp) * 9);
+}
+
 }  // namespace
 }  // namespace preflight
