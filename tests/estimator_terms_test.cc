@@ -32,6 +32,20 @@ TEST(ActivationPerToken, GqaAttentionMathExample) {
             36'996 - 128);
 }
 
+TEST(ActivationPerToken, MlaDeepSeekV3Shape) {
+  // MATH.md 3.2, MLA, no recompute, at DeepSeek-V3's shape (h 7168, n_q 128,
+  // d_cq 1536, d_c 512, d_rope 64, d_nope 128, d_v 128), bf16:
+  // 2h + 2h + 2(d_cq + d_c + d_rope) + 2(d_cq + d_c) + 2 n_q (2(d_nope + d_rope) + d_v)
+  // + 2 n_q d_v + 4 n_q = 14336 + 14336 + 4224 + 4096 + 131072 + 32768 + 512 = 201,344,
+  // + fp32 rstd of the pre-norm, q-norm and kv-norm (3 x 4 B, not in MATH.md).
+  Recipe r = MathRecipe();
+  r.model.hidden = 7168;
+  r.model.mla = MlaConfig{};
+  EXPECT_EQ(SavedBytesPerToken(r, BlockKind::kAttention, Recompute::kNone, 1, 1).total(), 201'344 + 12);
+  // Of which REP (residual stream, latents): 28672 + 4224 + 4096 + 12 = 37,004.
+  EXPECT_EQ(SavedBytesPerToken(r, BlockKind::kAttention, Recompute::kNone, 1, 1).replicated, 37'004);
+}
+
 TEST(ActivationPerToken, MambaMegatronAndFusedPaths) {
   // MATH.md 3.2: a_M (MG) = 4h + 10d_i + 4GN + 2H + 4G = 102,688 B/token;
   // fused (MS) 4h + 6d_i + 4GN + 2H + 4G = 69,920. MATH.md's a_M omits the
