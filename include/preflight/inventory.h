@@ -47,11 +47,23 @@ struct ParamTensor {
 struct ParamTotals {
   // [ShardClass][OptimizerKind]
   std::array<std::array<int64_t, 2>, 3> elements{};
+  /// Bytes of the parameter copies per ShardClass (elements x SizeOf(dtype));
+  /// differs from elements x precision.params only by the fp32 A_log and D of Mamba.
+  std::array<int64_t, 3> param_bytes{};
   int64_t total() const;
   int64_t of(ShardClass c) const { return elements[static_cast<int>(c)][0] + elements[static_cast<int>(c)][1]; }
   int64_t of(ShardClass c, OptimizerKind o) const { return elements[static_cast<int>(c)][static_cast<int>(o)]; }
   void Add(const ParamTensor& t);
   ParamTotals& operator+=(const ParamTotals& o);
+  /// Difference of two prefix sums (checked); used for layer ranges.
+  ParamTotals& operator-=(const ParamTotals& o);
+  friend ParamTotals operator+(ParamTotals a, const ParamTotals& b) { return a += b; }
+  friend ParamTotals operator-(ParamTotals a, const ParamTotals& b) { return a -= b; }
+  /// Elements owned by `o` across all classes.
+  int64_t of(OptimizerKind o) const {
+    return elements[0][static_cast<int>(o)] + elements[1][static_cast<int>(o)] + elements[2][static_cast<int>(o)];
+  }
+  friend bool operator==(const ParamTotals&, const ParamTotals&) = default;
 };
 
 struct Layer {
@@ -74,6 +86,35 @@ struct Inventory {
   /// Total element count per block family, indexed by the BlockKind letter order of kAllBlockKinds.
   std::array<int64_t, 5> family_params{};
   std::array<int64_t, 5> family_layers{};
+
+  // ---- Precomputed for cheap pricing (all global, unsharded element counts) ----
+  /// All final-norm tensors: the weight (== final_norm), plus a bias with LayerNorm.
+  std::vector<ParamTensor> final_norms;
+  /// Totals of the non-layer tensors, each by class x optimizer.
+  ParamTotals embedding_totals;   // the embedding (kVocab -> kTpSharded, logical vocab)
+  ParamTotals final_norm_totals;  // every final-norm tensor
+  ParamTotals head_totals;        // the untied head; zero when tied
+  /// Sum of everything in `layers` by class x optimizer.
+  ParamTotals layer_totals;
+  /// Per family (FamilyIndex), by class x optimizer.
+  std::array<ParamTotals, 5> family_totals{};
+  /// prefix_totals[i] = sum of layers[0..i) totals; size layers.size() + 1.
+  std::vector<ParamTotals> prefix_totals;
+  /// prefix_active[i] = sum of layers[0..i) active_elements; size layers.size() + 1.
+  std::vector<int64_t> prefix_active;
+  /// prefix_family_layers[i][f] = count of family-f layers in layers[0..i); size layers.size() + 1.
+  std::vector<std::array<int64_t, 5>> prefix_family_layers;
+  /// Elements of the largest single Muon-managed matrix (routed experts: one
+  /// expert's matrix, never the stack; MATH.md 9.4), global. 0 when no Muon.
+  /// Sets the Muon Newton-Schulz transient (MATH.md 2.2).
+  int64_t max_muon_matrix_elements = 0;
+
+  /// Totals of layers [first, end) in O(1).
+  ParamTotals RangeTotals(int64_t first, int64_t end) const;
+  /// Active (per-token) elements of layers [first, end) in O(1).
+  int64_t RangeActive(int64_t first, int64_t end) const;
+  /// Layers of each family in [first, end) in O(1), indexed by FamilyIndex.
+  std::array<int64_t, 5> RangeFamilyLayers(int64_t first, int64_t end) const;
 };
 
 /// Index of `k` in kAllBlockKinds (A=0, M=1, E=2, R=3, D=4).
@@ -85,5 +126,10 @@ Inventory BuildInventory(const Recipe& recipe);
 
 /// Padded vocabulary for TP degree `tp`: vocab rounded up to vocab_pad_multiple * tp (Megatron).
 int64_t PaddedVocab(const ModelConfig& m, int64_t tp);
+
+/// The expanded layer list of `m`: m.layers when the parser filled it, else
+/// pattern x repeat with the E-slot rules (first_k_dense, layer_freq,
+/// layer_offset) applied, so recipes built in C++ need no parser.
+std::vector<BlockKind> ExpandedLayers(const ModelConfig& m);
 
 }  // namespace preflight
