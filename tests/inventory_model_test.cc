@@ -77,7 +77,10 @@ TEST(InventoryModel, OptimizerAssignment) {
 TEST(InventoryModel, LargestMuonMatrixIsPerExpert) {
   // W_qkv 64 x 128 = 8,192 is larger than any single expert matrix (64 x 64, 32 x 64); the
   // stack [4,64,64] (16,384) must not count as one matrix.
-  EXPECT_EQ(BuildInventory(Tiny()).max_muon_matrix_elements, 8'192);
+  const Inventory inv = BuildInventory(Tiny());
+  EXPECT_EQ(inv.max_muon_matrix_elements, 8'192);
+  EXPECT_EQ(inv.layers[0].max_muon_matrix_elements, 8'192);
+  EXPECT_EQ(inv.layers[1].max_muon_matrix_elements, 4'096);  // one expert's gate+up, 64 x 64
 }
 
 TEST(InventoryModel, TiedHeadDropsTheHead) {

@@ -73,6 +73,9 @@ struct Layer {
   ParamTotals totals;
   /// Parameters one token touches in this layer (routed experts: top_k of them).
   int64_t active_elements = 0;
+  /// Elements of this layer's largest single Muon matrix (one expert's, for a
+  /// routed-expert stack), global; 0 when Muon owns nothing here.
+  int64_t max_muon_matrix_elements = 0;
 };
 
 struct Inventory {
@@ -128,8 +131,9 @@ Inventory BuildInventory(const Recipe& recipe);
 int64_t PaddedVocab(const ModelConfig& m, int64_t tp);
 
 /// The expanded layer list of `m`: m.layers when the parser filled it, else
-/// pattern x repeat with the E-slot rules (first_k_dense, layer_freq,
-/// layer_offset) applied, so recipes built in C++ need no parser.
+/// pattern x repeat with the parser's E-slot rule applied (E slot j stays MoE
+/// iff j >= first_k_dense and (j - first_k_dense) % layer_freq == layer_offset,
+/// else it becomes D), so recipes built in C++ need no parser.
 std::vector<BlockKind> ExpandedLayers(const ModelConfig& m);
 
 }  // namespace preflight

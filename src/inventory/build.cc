@@ -177,6 +177,12 @@ void AddRecurrent(TensorList& list, const ModelConfig& m, const OptimizerPolicy&
   list.Add("mixer.out_proj.weight", {r.width, m.hidden}, Split::kTpRow, p.matrix);
 }
 
+/// Elements Muon orthogonalises as one matrix: one expert's slice for a stack.
+int64_t MuonMatrixElements(const ParamTensor& t) {
+  if (t.split == Split::kExpert && !t.shape.empty() && t.shape.front() > 0) return t.elements() / t.shape.front();
+  return t.elements();
+}
+
 Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const OptimizerPolicy& p) {
   const ModelConfig& m = recipe.model;
   Layer layer;
@@ -197,7 +203,12 @@ Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const Opti
     case BlockKind::kRecurrent: AddRecurrent(list, m, p); break;
     case BlockKind::kDenseMlp: AddDenseMlp(list, m, p); break;
   }
-  for (const ParamTensor& t : layer.params) layer.totals.Add(t);
+  for (const ParamTensor& t : layer.params) {
+    layer.totals.Add(t);
+    if (t.optimizer == OptimizerKind::kMuon && MuonMatrixElements(t) > layer.max_muon_matrix_elements) {
+      layer.max_muon_matrix_elements = MuonMatrixElements(t);
+    }
+  }
   layer.active_elements = layer.totals.total();
   if (kind == BlockKind::kMoe) {
     // A token runs through top_k routed experts: k * 3 h f_e (MATH.md 1.5).
@@ -205,12 +216,6 @@ Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const Opti
     layer.active_elements = CheckedAdd(CheckedSub(layer.active_elements, RoutedExpertElements(m)), per_token);
   }
   return layer;
-}
-
-/// Elements Muon orthogonalises as one matrix: one expert's slice for a stack.
-int64_t MuonMatrixElements(const ParamTensor& t) {
-  if (t.split == Split::kExpert && !t.shape.empty() && t.shape.front() > 0) return t.elements() / t.shape.front();
-  return t.elements();
 }
 
 void AddModelEnds(const Recipe& recipe, const OptimizerPolicy& p, Inventory& inv) {
@@ -247,10 +252,8 @@ void Summarize(Inventory& inv) {
     inv.prefix_family_layers[i + 1] = inv.prefix_family_layers[i];
     ++inv.prefix_family_layers[i + 1][static_cast<size_t>(f)];
     inv.family_totals[static_cast<size_t>(f)] += layer.totals;
-    for (const ParamTensor& t : layer.params) {
-      if (t.optimizer == OptimizerKind::kMuon && MuonMatrixElements(t) > inv.max_muon_matrix_elements) {
-        inv.max_muon_matrix_elements = MuonMatrixElements(t);
-      }
+    if (layer.max_muon_matrix_elements > inv.max_muon_matrix_elements) {
+      inv.max_muon_matrix_elements = layer.max_muon_matrix_elements;
     }
   }
   inv.layer_totals = inv.prefix_totals[n];
