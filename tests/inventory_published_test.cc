@@ -4,10 +4,12 @@
 // a unit of the last published digit; exact figures (checkpoint sizes) with EXPECT_EQ.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "preflight/diagnostic.h"
 #include "preflight/inventory.h"
 #include "preflight/recipe.h"
 #include "support/test_support.h"
@@ -27,62 +29,15 @@ int64_t ParamBytes(const Inventory& inv) {
   return all.param_bytes[0] + all.param_bytes[1] + all.param_bytes[2];
 }
 
-Recipe Llama3_8B() {
-  Recipe r;
-  r.model.pattern = "AD";
-  r.model.repeat = 32;
-  r.model.hidden = 4096;
-  r.model.vocab = 128256;
-  r.model.attention = AttentionConfig{.heads = 32, .kv_heads = 8, .head_dim = 128, .qk_norm = false};
-  r.model.mlp = MlpConfig{.ffn_hidden = 14336, .activation = FfnActivation::kSwiglu};
-  return r;
-}
-
-Recipe Mixtral8x7B() {
-  Recipe r;
-  r.model.pattern = "AE";
-  r.model.repeat = 32;
-  r.model.hidden = 4096;
-  r.model.vocab = 32000;
-  r.model.attention = AttentionConfig{.heads = 32, .kv_heads = 8, .head_dim = 128, .qk_norm = false};
-  r.model.moe.experts = 8;
-  r.model.moe.top_k = 2;
-  r.model.moe.ffn_hidden = 14336;
-  r.model.moe.shared_experts = 0;
-  return r;
-}
-
-Recipe Mamba2_2_7B() {
-  Recipe r;
-  r.model.pattern = "M";
-  r.model.repeat = 64;
-  r.model.hidden = 2560;
-  r.model.vocab = 50288;
-  r.model.tie_embeddings = true;
-  r.model.mamba = MambaConfig{.d_state = 128, .d_conv = 4, .expand = 2, .head_dim = 64, .groups = 1, .chunk = 256};
-  r.training.precision.params = DType::kFp16;
-  return r;
-}
-
-Recipe DeepSeekV3() {
-  Recipe r;
-  r.model.pattern = "AE";
-  r.model.repeat = 61;
-  r.model.hidden = 7168;
-  r.model.vocab = 129280;
-  r.model.mla = MlaConfig{};  // the defaults are DeepSeek-V3's ranks
-  r.model.mlp = MlpConfig{.ffn_hidden = 18432, .activation = FfnActivation::kSwiglu};
-  r.model.moe.experts = 256;
-  r.model.moe.top_k = 8;
-  r.model.moe.ffn_hidden = 2048;
-  r.model.moe.shared_experts = 1;
-  r.model.moe.router_bias = true;
-  r.model.moe.first_k_dense = 3;
-  return r;
+/// Loads a checked-in recipe through the YAML parser; fails the test on any diagnostic.
+Recipe Load(const std::string& file) {
+  const LoadResult loaded = LoadRecipeFile(testing::SourcePath("recipes/" + file));
+  for (const Diagnostic& d : loaded.diagnostics) ADD_FAILURE() << Format(d);
+  return loaded.ok() ? *loaded.recipe : Recipe{};
 }
 
 TEST(InventoryPublished, Llama3_8B) {
-  const Inventory inv = BuildInventory(Llama3_8B());
+  const Inventory inv = BuildInventory(Load("llama3-8b-h200.yaml"));
   // Meta-Llama-3-8B on Hugging Face: model.safetensors.index.json total_size 16,060,522,496 bytes
   // of bf16 = 8,030,261,248 parameters (the model page shows "8.03B params").
   EXPECT_EQ(inv.total_params, 8'030'261'248);
@@ -94,7 +49,7 @@ TEST(InventoryPublished, Llama3_8B) {
 }
 
 TEST(InventoryPublished, Mixtral8x7B) {
-  const Inventory inv = BuildInventory(Mixtral8x7B());
+  const Inventory inv = BuildInventory(Load("mixtral-8x7b-h200.yaml"));
   // Mistral AI, "Mixtral of experts" (mistral.ai/news/mixtral-of-experts, Dec 2023):
   // "46.7B total parameters but only uses 12.9B parameters per token".
   ExpectRoundsTo(inv.total_params, 46.7e9, 0.05e9);
@@ -104,13 +59,14 @@ TEST(InventoryPublished, Mixtral8x7B) {
 }
 
 TEST(InventoryPublished, Mamba2_2_7B) {
-  const Inventory inv = BuildInventory(Mamba2_2_7B());
+  const Inventory inv = BuildInventory(Load("mamba2-2.7b-h200.yaml"));
   // Hand count (MATH.md 1.4 with h=2560, d_i=5120, H=80, G=1, N=128, K=4):
   // per layer 2560*10576 + 5376*5 + 3*80 + 5120 + 5120*2560 + 2560 = 40,216,560;
   // 64 layers 2,573,859,840 + tied embedding 50,288*2560 = 128,737,280 + final norm 2,560.
   EXPECT_EQ(inv.total_params, 2'702'599'680);
   // Published: state-spaces/mamba2-2.7b ("2.7b"); its pytorch_model.bin is 5.41 GB
-  // (fp16 tensors plus fp32 A_log and D, as the pickle's Half/FloatStorage imports show):
+  // (fp16 tensors plus fp32 A_log and D, as the pickle's Half/FloatStorage imports show;
+  // the recipe trains in bf16, also 2 bytes):
   // 2 * 2,702,599,680 + 2 * (64 * 160) = 5,405,219,840 bytes -> 5.41 GB.
   ExpectRoundsTo(inv.total_params, 2.7e9, 0.05e9);
   EXPECT_EQ(ParamBytes(inv), 5'405'219'840);
@@ -119,7 +75,7 @@ TEST(InventoryPublished, Mamba2_2_7B) {
 }
 
 TEST(InventoryPublished, DeepSeekV3) {
-  const Inventory inv = BuildInventory(DeepSeekV3());
+  const Inventory inv = BuildInventory(Load("deepseek-v3-h200.yaml"));
   // DeepSeek-V3 README_WEIGHTS.md: main model (without the 14B MTP module) 671B; the exact
   // element count of the main-model tensors in the HF checkpoint is 671,026,419,200.
   EXPECT_EQ(inv.total_params, 671'026'419'200);
@@ -131,6 +87,22 @@ TEST(InventoryPublished, DeepSeekV3) {
   EXPECT_EQ(inv.family_layers[FamilyIndex(BlockKind::kDenseMlp)], 3);
   EXPECT_EQ(inv.family_layers[FamilyIndex(BlockKind::kMoe)], 58);
   EXPECT_EQ(inv.family_layers[FamilyIndex(BlockKind::kAttention)], 61);
+}
+
+TEST(InventoryPublished, DefaultRecipeHandCount) {
+  // recipes/nam56r-h200.yaml, AEMEAEMEAEMR x 4 at h = 4096 (MATH.md 1.2-1.6):
+  //   A: 4096 x 6144 + 4096 x 4096 + 4096                                  =     41,947,136
+  //   E: router 64 x 4096 = 262,144; routed 64 x 3 x 4096 x 2048 = 1,610,612,736;
+  //      shared 3 x 4096 x 2048 = 25,165,824; norm 4096                    =  1,636,044,800
+  //   M: MATH.md 1.4 example                                               =    109,640,064
+  //   R: 4096 + 2 x 4096^2 + 4096 x 5 + 2 (4096^2/32 + 4096) + 4096 + 4096^2 =   51,417,088
+  //   period (A E M E A E M E A E M R) 3A + 5E + 3M + R = 8,686,402,688; x 4 = 34,745,610,752
+  //   + embedding and head 2 x 131,072 x 4096 = 1,073,741,824 + final norm 4096.
+  const Inventory inv = BuildInventory(Load("nam56r-h200.yaml"));
+  EXPECT_EQ(inv.total_params, 35'819'356'672);
+  // Active: 20 MoE layers touch 2 of 64 experts: minus 20 x 62 x 3 x 4096 x 2048 = 31,205,621,760.
+  EXPECT_EQ(inv.active_params, 4'613'734'912);
+  EXPECT_EQ(inv.family_layers, (std::array<int64_t, 5>{12, 12, 20, 4, 0}));
 }
 
 }  // namespace
