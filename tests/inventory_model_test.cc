@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "preflight/diagnostic.h"
 #include "preflight/inventory.h"
 #include "preflight/recipe.h"
 
@@ -154,6 +155,26 @@ TEST(InventoryModel, FirstKDenseAndLayerFreq) {
   r.model.moe.first_k_dense = 0;
   r.model.moe.layer_offset = 0;
   EXPECT_EQ(KindsOf(BuildInventory(r)), Kinds("AEADAEAD"));
+}
+
+TEST(InventoryModel, ExpansionAgreesWithTheParser) {
+  // The same E-slot rule through the YAML parser (which fills model.layers) and through
+  // ExpandedLayers (recipes built in C++): slots 0..3, first 1 dense, then j' = 0, 1, 2 with
+  // j' % 2 == 1 MoE -> A D A D A E A D.
+  const LoadResult loaded = LoadRecipeFromString(
+      "model:\n"
+      "  pattern: AE\n"
+      "  repeat: 4\n"
+      "  moe: {experts: 8, top_k: 2, ffn_hidden: 256, first_k_dense: 1, layer_freq: 2, layer_offset: 1}\n"
+      "parallel: {tp: 1, sp: false, ep: 8}\n",
+      "expansion.yaml");
+  for (const Diagnostic& d : loaded.diagnostics) ADD_FAILURE() << Format(d);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded.recipe->model.layers, Kinds("ADADAEAD"));
+  EXPECT_EQ(KindsOf(BuildInventory(*loaded.recipe)), Kinds("ADADAEAD"));
+  Recipe unparsed = *loaded.recipe;
+  unparsed.model.layers.clear();
+  EXPECT_EQ(ExpandedLayers(unparsed.model), Kinds("ADADAEAD"));
 }
 
 TEST(InventoryModel, ParsedLayerListWins) {
