@@ -201,6 +201,28 @@ TEST(InventoryModel, RangeQueriesMatchLayerSums) {
   EXPECT_EQ(inv.family_totals[2].of(kEp), 3 * 24'576);
 }
 
+TEST(InventoryModel, RecomputeDerivedAfterHandEdits) {
+  // Fixtures may set per-layer totals by hand; the derived sums follow.
+  Inventory inv = BuildInventory(Tiny());
+  inv.layers[0].totals = ParamTotals{};
+  inv.layers[0].totals.elements[0][0] = 1'000;  // REP, AdamW
+  inv.layers[0].active_elements = 1'000;
+  inv.head.clear();
+  RecomputeDerived(inv);
+  // 1,000 + E 24,896 + embedding 6,400 + final norm 64, no head.
+  EXPECT_EQ(inv.total_params, 32'360);
+  EXPECT_EQ(inv.RangeTotals(0, 1).total(), 1'000);
+  EXPECT_EQ(inv.family_params[FamilyIndex(BlockKind::kAttention)], 1'000);
+  EXPECT_EQ(inv.head_totals.total(), 0);
+  EXPECT_EQ(inv.active_params, 1'000 + 12'608 + 6'464);
+}
+
+TEST(InventoryModel, AbsentTensorHasNoElements) {
+  EXPECT_EQ(ParamTensor{}.elements(), 0);
+  EXPECT_EQ((ParamTensor{.name = "x", .shape = {3, 0, 5}}).elements(), 0);
+  EXPECT_EQ((ParamTensor{.name = "x", .shape = {3, 4, 5}}).elements(), 60);
+}
+
 TEST(InventoryModel, OverflowIsAnError) {
   Recipe r = Tiny();
   r.model.hidden = int64_t{1} << 40;  // the embedding, 2^40 x 2^40 elements, leaves int64

@@ -39,7 +39,7 @@ struct ParamTensor {
   Split split = Split::kReplicated;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   DType dtype = DType::kBf16;   // storage dtype of the parameter copy
-  int64_t elements() const;     // product of shape, checked
+  int64_t elements() const;     // product of shape, checked; 0 for an empty (absent) tensor
 };
 
 /// Element counts of one layer (or a range) by sharding class and optimizer,
@@ -126,6 +126,14 @@ int FamilyIndex(BlockKind k);
 /// Builds the inventory of a validated recipe. Pure; throws ArithmeticOverflow
 /// only when a count leaves int64.
 Inventory BuildInventory(const Recipe& recipe);
+
+/// Recomputes every derived field of `inv` (embedding/final-norm/head totals,
+/// layer_totals, family_totals/params/layers, the prefix sums, total_params,
+/// active_params, max_muon_matrix_elements) from layers[i].totals,
+/// active_elements, max_muon_matrix_elements and the end tensors
+/// (final_norms, or final_norm alone when final_norms is empty).
+/// BuildInventory calls it; test fixtures that edit layers by hand call it too.
+void RecomputeDerived(Inventory& inv);
 
 /// Padded vocabulary for TP degree `tp`: vocab rounded up to vocab_pad_multiple * tp (Megatron).
 int64_t PaddedVocab(const ModelConfig& m, int64_t tp);

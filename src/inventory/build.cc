@@ -225,21 +225,54 @@ void AddModelEnds(const Recipe& recipe, const OptimizerPolicy& p, Inventory& inv
   TensorList(std::string(), dtype, &embedding)
       .Add("embedding.word_embeddings.weight", {m.vocab, m.hidden}, Split::kVocab, p.vector);
   inv.embedding = embedding.front();
-  inv.embedding_totals.Add(inv.embedding);
 
   TensorList norms(std::string(), dtype, &inv.final_norms);
   AddNorm(norms, "final_norm", m.hidden, m.norm, p);
   inv.final_norm = inv.final_norms.front();
-  for (const ParamTensor& t : inv.final_norms) inv.final_norm_totals.Add(t);
 
   if (!m.tie_embeddings) {
     TensorList(std::string(), dtype, &inv.head)
         .Add("output_layer.weight", {m.vocab, m.hidden}, Split::kVocab, p.vector);
-    for (const ParamTensor& t : inv.head) inv.head_totals.Add(t);
   }
 }
 
-void Summarize(Inventory& inv) {
+}  // namespace
+
+std::vector<BlockKind> ExpandedLayers(const ModelConfig& m) {
+  if (!m.layers.empty()) return m.layers;
+  std::vector<BlockKind> out;
+  int64_t e_slot = 0;  // E letters seen so far
+  for (int64_t r = 0; r < m.repeat; ++r) {
+    for (char c : m.pattern) {
+      const auto kind = static_cast<BlockKind>(c);
+      if (kind != BlockKind::kMoe) {
+        out.push_back(kind);
+        continue;
+      }
+      // The first k E slots are dense (DeepSeek first_k_dense_replace); after
+      // them, slot j is MoE iff j % layer_freq == layer_offset, else dense.
+      const int64_t j = e_slot++ - m.moe.first_k_dense;
+      const bool moe = j >= 0 && j % m.moe.layer_freq == m.moe.layer_offset;
+      out.push_back(moe ? BlockKind::kMoe : BlockKind::kDenseMlp);
+    }
+  }
+  return out;
+}
+
+void RecomputeDerived(Inventory& inv) {
+  inv.embedding_totals = ParamTotals{};
+  inv.embedding_totals.Add(inv.embedding);
+  inv.final_norm_totals = ParamTotals{};
+  if (inv.final_norms.empty()) {
+    inv.final_norm_totals.Add(inv.final_norm);
+  } else {
+    for (const ParamTensor& t : inv.final_norms) inv.final_norm_totals.Add(t);
+  }
+  inv.head_totals = ParamTotals{};
+  for (const ParamTensor& t : inv.head) inv.head_totals.Add(t);
+  inv.family_totals = {};
+  inv.max_muon_matrix_elements = 0;
+
   const size_t n = inv.layers.size();
   inv.prefix_totals.assign(n + 1, ParamTotals{});
   inv.prefix_active.assign(n + 1, 0);
@@ -268,29 +301,6 @@ void Summarize(Inventory& inv) {
   inv.active_params = CheckedAdd(inv.prefix_active[n], ends);
 }
 
-}  // namespace
-
-std::vector<BlockKind> ExpandedLayers(const ModelConfig& m) {
-  if (!m.layers.empty()) return m.layers;
-  std::vector<BlockKind> out;
-  int64_t e_slot = 0;  // E letters seen so far
-  for (int64_t r = 0; r < m.repeat; ++r) {
-    for (char c : m.pattern) {
-      const auto kind = static_cast<BlockKind>(c);
-      if (kind != BlockKind::kMoe) {
-        out.push_back(kind);
-        continue;
-      }
-      // The first k E slots are dense (DeepSeek first_k_dense_replace); after
-      // them, slot j is MoE iff j % layer_freq == layer_offset, else dense.
-      const int64_t j = e_slot++ - m.moe.first_k_dense;
-      const bool moe = j >= 0 && j % m.moe.layer_freq == m.moe.layer_offset;
-      out.push_back(moe ? BlockKind::kMoe : BlockKind::kDenseMlp);
-    }
-  }
-  return out;
-}
-
 Inventory BuildInventory(const Recipe& recipe) {
   Inventory inv;
   inv.recipe = recipe;
@@ -302,7 +312,7 @@ Inventory BuildInventory(const Recipe& recipe) {
     inv.layers.push_back(BuildLayer(recipe, static_cast<int64_t>(i), kinds[i], policy));
   }
   AddModelEnds(recipe, policy, inv);
-  Summarize(inv);
+  RecomputeDerived(inv);
   return inv;
 }
 

@@ -8,7 +8,10 @@
 namespace preflight {
 
 int64_t ParamTensor::elements() const {
-  int64_t n = 1;  // an empty shape is a scalar
+  // No parameter is a scalar: an empty shape is a default-constructed,
+  // absent tensor, which holds nothing.
+  if (shape.empty()) return 0;
+  int64_t n = 1;
   for (int64_t d : shape) n = CheckedMul(n, d);
   return n;
 }
