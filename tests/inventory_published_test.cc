@@ -54,7 +54,9 @@ TEST(InventoryPublished, Mixtral8x7B) {
   // "46.7B total parameters but only uses 12.9B parameters per token".
   ExpectRoundsTo(inv.total_params, 46.7e9, 0.05e9);
   ExpectRoundsTo(inv.active_params, 12.9e9, 0.05e9);
-  // Mixtral-8x7B-v0.1 model.safetensors.index.json total_size: 93,405,585,408 bytes of bf16.
+  // Hugging Face lists Mixtral-8x7B checkpoints as "46.7B params". The exact bf16 byte count
+  // 93,405,585,408 is the index total_size that a public Mixtral expert-selection script
+  // hard-codes (found by code search, not read from the HF index file itself).
   EXPECT_EQ(ParamBytes(inv), 93'405'585'408);
 }
 
