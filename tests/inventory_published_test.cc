@@ -7,7 +7,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "preflight/diagnostic.h"
 #include "preflight/inventory.h"
@@ -105,6 +107,22 @@ TEST(InventoryPublished, DefaultRecipeHandCount) {
   // Active: 20 MoE layers touch 2 of 64 experts: minus 20 x 62 x 3 x 4096 x 2048 = 31,205,621,760.
   EXPECT_EQ(inv.active_params, 4'613'734'912);
   EXPECT_EQ(inv.family_layers, (std::array<int64_t, 5>{12, 12, 20, 4, 0}));
+}
+
+TEST(InventoryPublished, TensorNamesAreUnique) {
+  // Every checked-in recipe names each tensor once (checkpoint-style names are keys).
+  for (const char* file : {"nam56r-h200.yaml", "llama3-8b-h200.yaml", "mixtral-8x7b-h200.yaml",
+                           "mamba2-2.7b-h200.yaml", "deepseek-v3-h200.yaml"}) {
+    const Inventory inv = BuildInventory(Load(file));
+    std::vector<std::string> all{inv.embedding.name};
+    for (const ParamTensor& t : inv.final_norms) all.push_back(t.name);
+    for (const ParamTensor& t : inv.head) all.push_back(t.name);
+    for (const Layer& l : inv.layers) {
+      for (const ParamTensor& t : l.params) all.push_back(t.name);
+    }
+    const std::set<std::string> unique(all.begin(), all.end());
+    EXPECT_EQ(unique.size(), all.size()) << file;
+  }
 }
 
 }  // namespace
