@@ -1,6 +1,22 @@
 // The model inventory: one source of truth, built once per recipe and
 // independent of the layout, so a sweep prices millions of layouts from it
 // with plain arithmetic (DESIGN.md, "The data flow").
+//
+// Conventions (src/inventory/build.cc):
+// - Linear weights are written input x output (MATH.md 8.1, Y = X W), so TP
+//   column splits the last dimension and TP row the first. Routed experts are
+//   stacks [E, h, 2 f_e] (gate+up) and [E, f_e, h].
+// - Names: "layers.<i>.norm.weight" (pre-norm), "layers.<i>.mixer.*" (A, M, R),
+//   "layers.<i>.mlp.*" (E, D), "embedding.word_embeddings.weight",
+//   "final_norm.weight", "output_layer.weight".
+// - Optimizers (MATH.md 9.4): 2-D hidden matrices -> training.optimizer.matrices
+//   (Muon by default), Mamba in_proj -> optimizer.mamba_in_proj, router ->
+//   optimizer.router (both fall back to AdamW when matrices is AdamW);
+//   everything else AdamW, including the R block's block-diagonal gate stacks
+//   W_a, W_x (small per-head maps, not hidden matrices).
+// - model.norm (rmsnorm | layernorm) governs the block pre-norms and the final
+//   norm; qk-norm, MLA latent norms and the Mamba gated norm are RMSNorm weights.
+// - Counts use the logical vocab; PaddedVocab gives the per-rank padded rows.
 #pragma once
 
 #include <array>
