@@ -2,6 +2,36 @@
 // "Memory geometry"; MATH.md 1-6). One walk computes every figure; the same
 // walk, given a sink, also records each figure's formula and inputs for
 // --explain, so the explanation can never drift from the number.
+//
+// Modelling choices where the sources leave room (each also named in the
+// --explain line it affects):
+// - Parameters of the layers on every chunk of the rank, each class divided by
+//   1, t or e*t_e (rounded up: the worst rank). Parameter bytes come from each
+//   tensor's dtype (Mamba A_log and D stay fp32); grads use precision.grads.
+// - Tied embeddings with the ends on different ranks: the last stage keeps a
+//   second V_pad*h/t copy, as Megatron does (MATH.md 1.1).
+// - DualPipe: rank r also holds stage p-1-r, so its params, grads and
+//   optimizer state double; DualPipeV holds only its own chunks (MATH.md 4.1).
+//   In flight: see ForEachChunk.
+// - ZeRO groups: dense state over d*c, expert state over d_e (MATH.md 2.2).
+//   ZeRO-2/3 add one unit's unsharded grads (the largest layer) before its
+//   reduce-scatter; ZeRO-3 adds the two largest units gathered (current +
+//   prefetch, as FSDP), units being single layers, the embedding, and the head
+//   with the final norm.
+// - Activations: per family (memory_terms.h) x layers x micro-batches in flight:
+//   1F1B min(m, p-r); interleaved by Megatron's warmup 2(p-r-1) + (v-1)p,
+//   counted per chunk in its schedule-table order; DualPipe p+1
+//   stage-micro-batches, ceil half on the own stage and the rest on the mirror;
+//   DualPipeV 2p+1 V-stage-micro-batches, p+1 on the down and p on the up stage.
+// - The largest one-layer transient is added once: under full recompute the
+//   layer being recomputed holds its no-recompute activations; Mamba's SSD
+//   workspace and the CP ring KV buffers are live while their layer runs.
+// - MoE routing scratch is one layer's (the peak), never summed over layers.
+// - Serving state (when the recipe has `serving`) is colocated with training on
+//   the same layout: KV for A layers, conv + SSM state for M, RG-LRU state for R
+//   of this rank's own stages, serving.batch sequences per model replica.
+// - Allocator overhead: a fraction of every allocator-managed byte (all but the
+//   runtime reserve).
 #include "preflight/estimate.h"
 
 #include <algorithm>
@@ -84,26 +114,35 @@ void Note(Sink* sink, Category c, std::string item, std::string formula, std::st
 
 // ---- the walk over the rank's chunks ----
 
-/// Local (this rank's) element counts, [ShardClass][OptimizerKind].
-using ClassElements = std::array<std::array<int64_t, 2>, 3>;
+/// Local (this rank's) parameters: element counts [ShardClass][OptimizerKind]
+/// (for grads and optimizer state) and parameter-copy bytes [ShardClass] (from
+/// each tensor's own dtype: Mamba's A_log and D stay fp32).
+struct LocalParams {
+  std::array<std::array<int64_t, 2>, 3> elements{};
+  std::array<int64_t, 3> bytes{};
+};
 
-ClassElements LocalElements(const ParamTotals& totals, const Layout& l) {
-  ClassElements out{};
-  for (int o = 0; o < 2; ++o) {
-    out[kRep][o] = totals.elements[kRep][o];
-    out[kTp][o] = CeilDiv(totals.elements[kTp][o], l.tp);
-    out[kEp][o] = CeilDiv(totals.elements[kEp][o], Mul(l.ep, l.expert_tp));
+/// Divisor of a sharding class on this layout: 1, t, or e*t_e.
+int64_t ClassDivisor(int c, const Layout& l) { return c == kRep ? 1 : c == kTp ? l.tp : Mul(l.ep, l.expert_tp); }
+
+LocalParams LocalOf(const ParamTotals& totals, const Layout& l) {
+  LocalParams out;
+  for (int c = 0; c < 3; ++c) {
+    const int64_t d = ClassDivisor(c, l);
+    for (int o = 0; o < 2; ++o) out.elements[c][o] = CeilDiv(totals.elements[c][o], d);
+    out.bytes[c] = CeilDiv(totals.param_bytes[c], d);
   }
   return out;
 }
 
-void AddInto(ClassElements& into, const ClassElements& x) {
+void AddInto(LocalParams& into, const LocalParams& x) {
   for (int c = 0; c < 3; ++c) {
-    for (int o = 0; o < 2; ++o) into[c][o] = Add(into[c][o], x[c][o]);
+    for (int o = 0; o < 2; ++o) into.elements[c][o] = Add(into.elements[c][o], x.elements[c][o]);
+    into.bytes[c] = Add(into.bytes[c], x.bytes[c]);
   }
 }
 
-int64_t ClassSum(const ClassElements& e, int c) { return Add(e[c][0], e[c][1]); }
+int64_t ClassSum(const LocalParams& e, int c) { return Add(e.elements[c][0], e.elements[c][1]); }
 
 /// Local elements of one non-layer tensor (embedding, head, final norm).
 int64_t TensorLocalElements(const ParamTensor& t, const Inventory& inv, const Layout& l) {
@@ -123,10 +162,12 @@ int64_t TensorLocalElements(const ParamTensor& t, const Inventory& inv, const La
   return n;
 }
 
-void AddTensor(ClassElements& into, const ParamTensor& t, const Inventory& inv, const Layout& l) {
+void AddTensor(LocalParams& into, const ParamTensor& t, const Inventory& inv, const Layout& l) {
   const int c = static_cast<int>(ClassOf(t.split));
   const int o = static_cast<int>(t.optimizer);
-  into[c][o] = Add(into[c][o], TensorLocalElements(t, inv, l));
+  const int64_t n = TensorLocalElements(t, inv, l);
+  into.elements[c][o] = Add(into.elements[c][o], n);
+  into.bytes[c] = Add(into.bytes[c], Mul(n, SizeOf(t.dtype)));
 }
 
 /// The part of a unit's bytes that is not its own shard: what gathering (ZeRO-3
@@ -137,7 +178,6 @@ int64_t UnshardedExtra(int64_t bytes, int64_t group) { return bytes - CeilDiv(by
 struct Context {
   int64_t dense_group = 1;   // D_dense = d * c: Megatron shards dense state over DP x CP (MATH.md 2.2)
   int64_t expert_group = 1;  // D_exp = d_e, the expert-data-parallel group
-  int64_t beta_p = 2;
   int64_t beta_g = 4;
   int64_t group(int c) const { return c == kEp ? expert_group : dense_group; }
 };
@@ -150,13 +190,13 @@ struct UnitExtra {
   int64_t layer = -1;               // layer index, -1 = embedding/head unit
 };
 
-UnitExtra UnitOf(const ClassElements& e, const Context& x, int64_t layer) {
+UnitExtra UnitOf(const LocalParams& e, const Context& x, int64_t layer) {
   UnitExtra u;
   u.layer = layer;
   int64_t dense = 0;
   for (int c = 0; c < 3; ++c) {
     const int64_t elems = ClassSum(e, c);
-    u.params[c] = UnshardedExtra(Mul(elems, x.beta_p), x.group(c));
+    u.params[c] = UnshardedExtra(e.bytes[c], x.group(c));
     u.params_total = Add(u.params_total, u.params[c]);
     if (c != kEp) dense = Add(dense, elems);
   }
@@ -167,7 +207,7 @@ UnitExtra UnitOf(const ClassElements& e, const Context& x, int64_t layer) {
 
 /// What one pass over the rank's chunks collects.
 struct Walk {
-  ClassElements layers{};               // local elements of every layer whose params live here
+  LocalParams layers;                    // every layer whose params live here
   std::array<int64_t, 5> layer_count{};  // per family, mirrored DualPipe stages included
   std::array<int64_t, 5> units{};        // per family: layers x micro-batches in flight
   std::array<int64_t, 5> own_layers{};   // per family, own stages only (serving state)
@@ -258,7 +298,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
     for (int64_t i = first; i < end; ++i) {
       const Layer& layer = inv.layers[static_cast<size_t>(i)];
       const int f = FamilyIndex(layer.kind);
-      const ClassElements e = LocalElements(layer.totals, l);
+      const LocalParams e = LocalOf(layer.totals, l);
       AddInto(w.layers, e);
       w.layer_count[f] += 1;
       w.units[f] = Add(w.units[f], in_flight);
@@ -277,9 +317,9 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
 
 /// Elements of the pipeline-end tensors on this rank, by item.
 struct Ends {
-  ClassElements embedding{};
-  ClassElements head{};  // output head, or the tied copy on the last stage
-  ClassElements final_norm{};
+  LocalParams embedding;
+  LocalParams head;  // output head, or the tied copy on the last stage
+  LocalParams final_norm;
   bool tied_copy = false;
 };
 
@@ -287,7 +327,8 @@ Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w) {
   Ends e;
   if (w.embedding) AddTensor(e.embedding, inv.embedding, inv, l);
   if (w.head) {
-    AddTensor(e.final_norm, inv.final_norm, inv, l);
+    if (inv.final_norms.empty()) AddTensor(e.final_norm, inv.final_norm, inv, l);
+    for (const ParamTensor& t : inv.final_norms) AddTensor(e.final_norm, t, inv, l);
     for (const ParamTensor& t : inv.head) AddTensor(e.head, t, inv, l);
     // Tied weights with the ends on different ranks: Megatron keeps a second
     // V*h/t copy on the last stage and all-reduces its grad (MATH.md 1.1).
@@ -308,7 +349,7 @@ void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout&
   const bool zero3 = l.zero >= 3;
   struct Item {
     const char* name;
-    const ClassElements* elems;
+    const LocalParams* params;
   };
   const Item items[] = {{"layers", &w.layers},
                         {"embedding (vocab-parallel, padded V)", &ends.embedding},
@@ -318,15 +359,16 @@ void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout&
   for (int c = 0; c < 3; ++c) {
     Bytes sum;
     for (const Item& it : items) {
-      const int64_t elems = ClassSum(*it.elems, c);
-      if (elems == 0) continue;
-      const int64_t raw = Mul(elems, x.beta_p);
+      const int64_t elems = ClassSum(*it.params, c);
+      const int64_t raw = it.params->bytes[c];
+      if (raw == 0) continue;
       const Bytes b(zero3 ? CeilDiv(raw, x.group(c)) : raw);
       sum += b;
       if (sink) {
         Note(sink, kCat[c], std::string(it.name),
-             Cat({"P_local * beta_p", zero3 ? " / D (ZeRO-3)" : "", "; P_local = P", kSplit[c]}),
-             Inputs({{"P_local", elems}, {"beta_p", x.beta_p}, {"D", zero3 ? x.group(c) : 1}}), b);
+             Cat({"sum of P_local * beta_p(tensor dtype)", zero3 ? " / D (ZeRO-3)" : "", "; P_local = P",
+                  kSplit[c]}),
+             Inputs({{"P_local", elems}, {"bytes_local", raw}, {"D", zero3 ? x.group(c) : 1}}), b);
       }
     }
     if (zero3) {
@@ -345,9 +387,11 @@ void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout&
 
 /// Local elements of all params on the rank of one optimizer, dense (REP+TP) or expert.
 int64_t StateElements(const Walk& w, const Ends& e, int o, bool expert) {
-  const ClassElements* all[] = {&w.layers, &e.embedding, &e.head, &e.final_norm};
+  const LocalParams* all[] = {&w.layers, &e.embedding, &e.head, &e.final_norm};
   int64_t n = 0;
-  for (const ClassElements* ce : all) n = Add(n, expert ? (*ce)[kEp][o] : Add((*ce)[kRep][o], (*ce)[kTp][o]));
+  for (const LocalParams* p : all) {
+    n = Add(n, expert ? p->elements[kEp][o] : Add(p->elements[kRep][o], p->elements[kTp][o]));
+  }
   return n;
 }
 
@@ -556,13 +600,12 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   Context x;
   x.dense_group = Mul(l.dp, l.cp);
   x.expert_group = std::max<int64_t>(1, l.expert_dp());
-  x.beta_p = SizeOf(rc.training.precision.params);
   x.beta_g = SizeOf(rc.training.precision.grads);
 
   Walk w = WalkRank(inv, l, plan, r, x);
   const Ends ends = EndsOf(inv, l, w);
   Offer(w, UnitOf(ends.embedding, x, -1));
-  ClassElements head_unit = ends.head;
+  LocalParams head_unit = ends.head;
   AddInto(head_unit, ends.final_norm);
   Offer(w, UnitOf(head_unit, x, -1));
 

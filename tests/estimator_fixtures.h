@@ -35,15 +35,20 @@ inline Recipe SmallRecipe() {
   return r;
 }
 
-/// One layer of `kind` with `n` elements in (class, optimizer).
+/// An empty layer of `kind`; fill it with SetElements.
 inline Layer MakeLayer(int64_t index, BlockKind kind) {
   Layer l;
   l.index = index;
   l.kind = kind;
   return l;
 }
+/// Sets the element count of (class, optimizer) and keeps the class's bf16
+/// parameter bytes (2 B/element) in step, as ParamTotals::Add would.
 inline void SetElements(Layer& l, ShardClass c, OptimizerKind o, int64_t n) {
-  l.totals.elements[static_cast<int>(c)][static_cast<int>(o)] = n;
+  const int ci = static_cast<int>(c);
+  const int64_t old = l.totals.elements[ci][static_cast<int>(o)];
+  l.totals.elements[ci][static_cast<int>(o)] = n;
+  l.totals.param_bytes[ci] += 2 * (n - old);
 }
 
 inline ParamTensor Tensor(const std::string& name, std::vector<int64_t> shape, Split split, OptimizerKind o) {
