@@ -1,6 +1,9 @@
 // The default recipe (recipes/nam56r-h200.yaml) through parser, inventory and
 // estimator: it must fit on H200 with the recipe's headroom floor.
+#include <array>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -46,6 +49,37 @@ TEST(DefaultRecipe, StageZeroHandCounts) {
       << "untied: the head on the last stage matches the embedding on the first";
   const RankMemory middle = EstimateRank(inv, l, EqualStagePlan(48, 4, 1), 1);
   EXPECT_EQ((m.of(Category::kTpShardedParams) - middle.of(Category::kTpShardedParams)).count(), 268'435'456);
+}
+
+TEST(CheckedInRecipes, EveryRankEstimatesAndExplainsConsistently) {
+  // Every recipe in recipes/: each rank's categories equal the sums of its
+  // --explain lines, the worst stage has the largest total, and the verdict
+  // agrees with it.
+  int recipes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(testing::SourcePath("recipes"))) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++recipes;
+    const LoadResult loaded = LoadRecipeFile(entry.path().string());
+    ASSERT_TRUE(loaded.ok()) << entry.path();
+    const Inventory inv = BuildInventory(*loaded.recipe);
+    const Layout l = LayoutOf(inv.recipe);
+    const StagePlan plan =
+        PinnedStagePlan(inv.recipe).value_or(EqualStagePlan(static_cast<int64_t>(inv.layers.size()), l.pp, l.vpp));
+    const MemoryEstimate est = EstimateMemory(inv, l, plan);
+    const RankMemory& worst = est.stages[static_cast<size_t>(est.worst_stage)];
+    EXPECT_EQ(est.verdict.fits, worst.total() <= worst.capacity) << entry.path();
+    for (int64_t r = 0; r < l.pp; ++r) {
+      const RankMemory& m = est.stages[static_cast<size_t>(r)];
+      EXPECT_LE(m.total(), worst.total()) << entry.path();
+      std::array<Bytes, kNumCategories> sums{};
+      for (const Explanation& e : ExplainRank(inv, l, plan, r)) sums[static_cast<size_t>(e.category)] += e.bytes;
+      for (int c = 0; c < kNumCategories; ++c) {
+        EXPECT_EQ(sums[static_cast<size_t>(c)], m.bytes[static_cast<size_t>(c)])
+            << entry.path() << " rank " << r << " " << Key(static_cast<Category>(c));
+      }
+    }
+  }
+  EXPECT_GE(recipes, 1);
 }
 
 }  // namespace
