@@ -195,6 +195,22 @@ TEST(ServingState, RecurrentState) {
   EXPECT_EQ(RecurrentStateBytesPerSequence(m, 1, DType::kBf16), 40'960);
 }
 
+TEST(ContextParallel, AttentionSplitsTheSequenceAndAddsRingBuffers) {
+  // MATH.md 3.4: with CP every saved attention tensor is /c. s 8192, c 2, t 1,
+  // no recompute: 4096 tokens x 36,996 B = 151,535,616 B. The p2p ring keeps
+  // two KV chunks in flight: 2 x 2 x (s/c) x b x (n_kv/t) x d_h x 2 B
+  // = 2 x 2 x 4096 x 8 x 128 x 2 = 33,554,432 B; all-gather CP has no ring.
+  Recipe r = MathRecipe();
+  r.training.seq_len = 8192;
+  Layout l;
+  l.cp = 2;
+  l.recompute = Recompute::kNone;
+  EXPECT_EQ(LayerActivations(r, l, BlockKind::kAttention).count(), 151'535'616);
+  EXPECT_EQ(LayerWorkspace(r, l, BlockKind::kAttention).count(), 33'554'432);
+  l.cp_comm = CpComm::kAllGather;
+  EXPECT_EQ(LayerWorkspace(r, l, BlockKind::kAttention).count(), 0);
+}
+
 TEST(Workspace, MambaChunkStates) {
   // MATH.md 3.2: s 8192, Q 128, H 128, P 64, N 128, t = c = 1: the fp32 chunk
   // states alone are 64 * 128 * 64 * 128 * 4 = 256 MiB. With the bf16 copy
