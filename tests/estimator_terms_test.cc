@@ -32,6 +32,21 @@ TEST(ActivationPerToken, GqaAttentionMathExample) {
             36'996 - 128);
 }
 
+TEST(ActivationPerToken, KorthikantiAssumptionsOneAtATime) {
+  // From a_A = 36,996 (MATH.md 3.2, s 8192):
+  // - no flash, no dropout: the LSE (4 n_q = 128) goes, the bf16 softmax output
+  //   n_q * s * 2 = 32 * 8192 * 2 = 524,288 B/token comes: 561,156;
+  // - flash with dropout 0.1: no s-term (flash regenerates its mask), but the
+  //   residual dropout mask, 1 B x h = 4096: 41,092.
+  Recipe r = MathRecipe();
+  r.training.seq_len = 8192;
+  r.training.flash_attention = false;
+  EXPECT_EQ(SavedBytesPerToken(r, BlockKind::kAttention, Recompute::kNone, 1, 1).total(), 561'156);
+  r.training.flash_attention = true;
+  r.training.dropout = 0.1;
+  EXPECT_EQ(SavedBytesPerToken(r, BlockKind::kAttention, Recompute::kNone, 1, 1).total(), 41'092);
+}
+
 TEST(ActivationPerToken, MlaDeepSeekV3Shape) {
   // MATH.md 3.2, MLA, no recompute, at DeepSeek-V3's shape (h 7168, n_q 128,
   // d_cq 1536, d_c 512, d_rope 64, d_nope 128, d_v 128), bf16:
