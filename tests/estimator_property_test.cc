@@ -94,6 +94,26 @@ TEST(Properties, SequenceParallelNeverRaisesActivations) {
   }
 }
 
+TEST(Properties, RaisingCpNeverRaisesActivations) {
+  // World fixed at 64: dp shrinks as c grows; the sequence a rank holds is s/c.
+  const Inventory inv = Hybrid();
+  for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    for (int64_t tp : {1, 2}) {
+      Bytes previous(std::numeric_limits<int64_t>::max());
+      for (int64_t cp : {1, 2, 4}) {
+        Layout l = Base(inv, tp, 2, 1, 1);
+        l.cp = cp;
+        l.dp /= cp;
+        l.micro_batches = inv.recipe.training.global_batch / (l.micro_batch * l.dp);
+        l.recompute = rc;
+        const Bytes now = Rank(inv, l, 0).of(Category::kActivations);
+        EXPECT_LE(now, previous) << "cp " << cp << " tp " << tp;
+        previous = now;
+      }
+    }
+  }
+}
+
 TEST(Properties, MuonStateIsSmallerThanAdamWForTheSameTensors) {
   // The same inventory with every Muon-owned element moved to AdamW.
   const Inventory muon = Hybrid();
