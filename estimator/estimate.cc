@@ -26,7 +26,12 @@
 // - The largest one-layer transient is added once: under full recompute the
 //   layer being recomputed holds its no-recompute activations; Mamba's SSD
 //   workspace and the CP ring KV buffers are live while their layer runs.
-// - MoE routing scratch is one layer's (the peak), never summed over layers.
+// - MoE: capacity C per rank from its local router tokens (Megatron), so a
+//   rank's experts receive up to E*C; tokens the local experts process (R, for
+//   activations and scratch): padded E*C; capacity mode its bound
+//   min(E*C, T*e*min(k, E/e)); dropless ceil(skew*T*k) capped by the worst case
+//   T*e*min(k, E/e) (both shown in --explain); times t_e under expert TP.
+//   Routing scratch is one layer's (the peak), never summed over layers.
 // - Serving state (when the recipe has `serving`) is colocated with training on
 //   the same layout: KV for A layers, conv + SSM state for M, RG-LRU state for R
 //   of this rank's own stages, serving.batch sequences per model replica.
