@@ -168,6 +168,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& layout, const CostModel&
   result.diagnostics = ValidateForPlan(r, layout);
   if (HasErrors(result.diagnostics)) return result;
   Plan plan;
+  plan.name = r.name;
   plan.layout = layout;
   plan.cost = cost;
   plan.gpu = r.cluster.spec;

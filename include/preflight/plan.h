@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "preflight/diagnostic.h"
+#include "preflight/estimate.h"
 #include "preflight/inventory.h"
 #include "preflight/layout.h"
 #include "preflight/recipe.h"
@@ -273,6 +274,7 @@ struct StepTime {
 /// Everything the plan prices for one layout. Warnings (groups crossing
 /// nodes, forced SP) go in `warnings`.
 struct Plan {
+  std::string name;               // the recipe's name
   Layout layout;
   Mesh mesh;
   StagePlan stages;
@@ -281,6 +283,9 @@ struct Plan {
   StepTime time;
   CostModel cost;
   GpuSpec gpu;
+  /// Per-stage memory from the estimator for `stages`; the CLI fills it
+  /// (EstimateMemory), pricing functions never need it.
+  std::optional<MemoryEstimate> memory;
   std::vector<Diagnostic> warnings;
 };
 
