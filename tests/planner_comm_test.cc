@@ -145,25 +145,25 @@ TEST(PlannerComm, ContextParallelMambaAllToAll) {
 
 // ZeRO-1 DP over d = 2 (MATH.md 7.2 "DP"), one stage holding everything:
 // dense elements = norms 64+64 + final norm 64 + TP 12288+24576
-// + embedding 1024*64 (vocab 1000 padded to 128) + head 1024*64 = 168256.
-// RS of fp32 grads: 1/2 * 168256*4 = 336512; AG of bf16 params 1/2 * 168256*2 = 168256.
+// + embedding 1024*64 (vocab 1000 padded to 128) + head 1024*64 = 168128.
+// RS of fp32 grads: 1/2 * 168128*4 = 336256; AG of bf16 params 1/2 * 168128*2 = 168128.
 // Muon gather (Moonshot): Muon matrices 36864 in fp32 momentum: 1/2 * 147456 = 73728.
 TEST(PlannerComm, DataParallelZeroOneAndMuon) {
   const auto inv = TinyInventory("AD");
   const auto p = Price(inv, TinyLayout(1, 1, 2, 1, 1));
   const auto& sc = p.comm[0];
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 336512);
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 168256);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 336256);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 168128);
   EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather"), 73728);
 }
 
-// DDP (zero 0): ring all-reduce of the grads, 2*1/2 * 168256*4 = 673024, no param gather.
+// DDP (zero 0): ring all-reduce of the grads, 2*1/2 * 168128*4 = 672512, no param gather.
 TEST(PlannerComm, DataParallelDdp) {
   const auto inv = TinyInventory("AD");
   auto l = TinyLayout(1, 1, 2, 1, 1);
   l.zero = 0;
   const auto p = Price(inv, l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, "grads"), 673024);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, "grads"), 672512);
   EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 0);
 }
 
