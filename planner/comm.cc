@@ -217,10 +217,15 @@ void AddPp(const Inventory& inv, const Layout& l, const Sizes& s, const std::vec
   if (l.pp <= 1) return;
   const int64_t t_sp = EffectiveSp(inv, l) ? l.tp : 1;
   const Bytes msg = s.x / t_sp;
+  // DualPipeV keeps chunks p-1 and p on one device: no message between them.
+  const bool v_shape = l.schedule == Schedule::kDualPipeV;
+  auto same_device = [&](int64_t a, int64_t b) {
+    return v_shape && PipelineRankOfChunk(l, a, n_chunks) == PipelineRankOfChunk(l, b, n_chunks);
+  };
   int64_t fwd_send = 0, fwd_recv = 0;
   for (const RankChunk& c : chunks) {
-    if (c.chunk + 1 < n_chunks) fwd_send += c.microbatches;
-    if (c.chunk > 0) fwd_recv += c.microbatches;
+    if (c.chunk + 1 < n_chunks && !same_device(c.chunk, c.chunk + 1)) fwd_send += c.microbatches;
+    if (c.chunk > 0 && !same_device(c.chunk, c.chunk - 1)) fwd_recv += c.microbatches;
   }
   items->AddP2p(Axis::kPp, Pass::kForward, "activations", msg, fwd_send, fwd_recv);
   items->AddP2p(Axis::kPp, Pass::kBackward, "activation_grads", msg, fwd_recv, fwd_send);

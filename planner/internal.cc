@@ -5,14 +5,13 @@ namespace preflight::planner_internal {
 std::vector<RankChunk> ChunksOn(const StagePlan& plan, const Layout& layout, int64_t pipeline_rank) {
   std::vector<RankChunk> out;
   const int64_t n = static_cast<int64_t>(plan.chunks.size());
-  const bool dual = layout.schedule == Schedule::kDualPipe || layout.schedule == Schedule::kDualPipeV;
   for (int64_t c = 0; c < n; ++c) {
     const StageChunk& chunk = plan.chunks[static_cast<size_t>(c)];
-    if (dual) {
+    if (layout.schedule == Schedule::kDualPipe) {
       // DualPipe [DS3]: rank i holds stage i (forward direction) and stage
       // p-1-i (reverse direction); half the micro-batches enter at each end.
       if (c == pipeline_rank || c == n - 1 - pipeline_rank) out.push_back({c, chunk, layout.micro_batches / 2});
-    } else if (chunk.pipeline_rank == pipeline_rank) {
+    } else if (PipelineRankOfChunk(layout, c, n) == pipeline_rank) {
       out.push_back({c, chunk, layout.micro_batches});
     }
   }

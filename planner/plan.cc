@@ -59,12 +59,12 @@ void CheckCpOnRecurrentMixers(const Recipe& r, const Layout& l, std::vector<Diag
 
 void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
   const std::string sched = Name(l.schedule);
-  if (l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV) {
-    if (l.schedule == Schedule::kDualPipeV) {
-      out->push_back(Make(r, Severity::kError, "parallel.schedule", sched,
-                          "the planner prices 1f1b, interleaved and dualpipe; dualpipev is not modelled yet"));
-      return;
-    }
+  if (l.schedule == Schedule::kDualPipeV && !r.parallel.stage_boundaries.empty()) {
+    out->push_back(Make(r, Severity::kError, "parallel.stage_boundaries", "",
+                        "dualpipev splits the model into 2 x pp V-shaped chunks; pinned boundaries describe pp x vpp "
+                        "stages, so drop them and let the planner partition"));
+  }
+  if (l.schedule == Schedule::kDualPipe) {
     if (l.pp % 2 != 0 || l.pp < 2) {
       out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
                           "DualPipe needs an even pipeline degree (each rank holds stage i and p-1-i)"));
@@ -75,10 +75,10 @@ void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* ou
                                       "= {} must be even",
                                       l.micro_batches)));
     }
-    if (l.vpp != 1) {
-      out->push_back(Make(r, Severity::kError, "parallel.vpp", std::to_string(l.vpp),
-                          "DualPipe holds exactly two stages per rank; vpp must be 1"));
-    }
+  }
+  if ((l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV) && l.vpp != 1) {
+    out->push_back(Make(r, Severity::kError, "parallel.vpp", std::to_string(l.vpp),
+                        fmt::format("{} holds exactly two chunks per rank itself; vpp must be 1", sched)));
   }
   if (l.schedule == Schedule::kInterleaved && l.micro_batches < l.pp) {
     out->push_back(Make(r, Severity::kError, "training.global_batch", std::to_string(r.training.global_batch),

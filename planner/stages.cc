@@ -8,8 +8,16 @@
 namespace preflight {
 
 int64_t ChunkCount(const Layout& l) {
-  if (l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV) return l.pp;
+  if (l.schedule == Schedule::kDualPipe) return l.pp;
+  if (l.schedule == Schedule::kDualPipeV) return 2 * l.pp;
   return l.pp * l.vpp;
+}
+
+int64_t PipelineRankOfChunk(const Layout& l, int64_t chunk, int64_t chunks) {
+  // DualPipeV [DS3 DualPipe README]: the V shape puts chunk c and chunk
+  // 2p-1-c on device c.
+  if (l.schedule == Schedule::kDualPipeV) return chunk < chunks / 2 ? chunk : chunks - 1 - chunk;
+  return chunk % l.pp;
 }
 
 namespace {
@@ -117,8 +125,8 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   }
   for (int64_t c = 0; c < k_chunks; ++c) {
     StageChunk chunk;
-    chunk.pipeline_rank = c % layout.pp;
-    chunk.virtual_index = c / layout.pp;
+    chunk.pipeline_rank = PipelineRankOfChunk(layout, c, k_chunks);
+    chunk.virtual_index = layout.schedule == Schedule::kDualPipeV ? (c < layout.pp ? 0 : 1) : c / layout.pp;
     chunk.first_layer = starts[static_cast<size_t>(c)];
     chunk.end_layer = c + 1 < k_chunks ? starts[static_cast<size_t>(c + 1)] : n;
     chunk.owns_embedding = c == 0;

@@ -154,7 +154,7 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     // Gradient reduce overlaps the last micro-batch's backward except the
     // last bucket; the parameter gather overlaps the next step's forward
     // except the first bucket (Megatron overlap_grad_reduce / overlap_param_gather).
-    const double mbs = static_cast<double>(std::max<int64_t>(1, dual ? m / 2 : m));
+    const double mbs = static_cast<double>(std::max<int64_t>(1, l.schedule == Schedule::kDualPipe ? m / 2 : m));
     double dp_exposed = 0;
     if (!grads.empty()) {
       double total = 0;

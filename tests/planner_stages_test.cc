@@ -50,18 +50,17 @@ TEST(PlannerStages, PartitionBeatsEqualSplitWithHeavyHead) {
 }
 
 // Attention costs grow with s, Mamba's do not (MATH.md 4.3): at s = 1024 an
-// A layer is 2*12352 + 2*8*8*1024 = 155776 FLOPs a token against Mamba's
-// 2*20064 + scan (64*2*16 + 64*8*16 + 4*8*16*16 = 2048 + 8192 + 8192 = 18432)
-// = 58560, so "AAMM" over 2 stages puts the A layers in separate stages
-// from... no: contiguity forces [A][AMM] or [AA][MM]; the best is [A][AMM]
-// (155776 vs 155776 + 2*58560 = 272896, against [AA] = 311552).
+// A layer is 2*12352 + 2*8*8*1024 = 155776 FLOPs a token; Mamba is
+// 2*20064 + scan (64*2*16 + 64*8*16 + 4*8*16*16 = 18432) = 58560. With
+// selective recompute (the attention core once more) an A layer weighs
+// 3*155776 + 131072 = 598400 and an M layer 3*58560 = 175680. "AAMM" over 2
+// contiguous stages: [A][AMM] = max(598400, 949760) beats [AA][MM] = 1196800
+// and [AAM][M] = 1374080.
 TEST(PlannerStages, AttentionWeighsBySequenceLength) {
   const auto inv = TinyInventory("AAMM", 0);
   const auto layout = TinyLayout(1, 1, 1, 2, 4);
   const PlanTables tables = BuildPlanTables(inv);
   const LayerWeights w = WeighLayers(inv, tables, layout);
-  // Selective recompute adds the attention core forward once more: A is
-  // (3*155776 + 2*8*8*1024) / (3*58560) of M.
   EXPECT_TRUE(RelativelyClose(w.layer_s[0] / w.layer_s[2], (3.0 * 155776 + 131072) / (3.0 * 58560), 1e-12));
   const StagePlan plan = PartitionStages(w, layout);
   ASSERT_EQ(plan.chunks.size(), 2u);

@@ -195,15 +195,20 @@ struct LayerWeights {
 LayerWeights WeighLayers(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                          const CostModel& cost = {});
 
-/// Cuts the layer list into pp*vpp contiguous chunks (pp for DualPipe)
+/// Cuts the layer list into ChunkCount(layout) contiguous chunks
 /// minimising the slowest chunk (DP over prefix sums, O(L^2 * chunks)); ties
 /// go to the smaller largest parameter count. Embedding charged to the first
 /// chunk, head + loss to the last. Every chunk gets at least one layer.
 StagePlan PartitionStages(const LayerWeights& weights, const Layout& layout);
 StagePlan PartitionStages(const Inventory& inventory, const Layout& layout);
 
-/// Chunks the schedule has: pp*vpp for 1F1B/interleaved, pp for DualPipe.
+/// Chunks the schedule has: pp*vpp for 1F1B/interleaved, pp for DualPipe
+/// (rank i also runs stage p-1-i in the reverse direction), 2*pp for
+/// DualPipeV (V shape: device i holds chunks i and 2p-1-i).
 int64_t ChunkCount(const Layout& layout);
+/// Pipeline rank that holds chunk `chunk` of `chunks` (Megatron interleaving
+/// c mod pp; DualPipeV's V shape).
+int64_t PipelineRankOfChunk(const Layout& layout, int64_t chunk, int64_t chunks);
 
 // ---------------------------------------------------------------------------
 // Communication per step (MATH.md 7.2)
