@@ -17,6 +17,7 @@ using preflight::cli::Verb;
 
 // One line a verb: name, one-line help, setup function (in cmd_<verb>.cc).
 const std::vector<Verb> kVerbs = {
+    {"plan", "mesh placement, stage partition, communication per axis and step time", preflight::cli::SetupPlan},
 };
 
 }  // namespace

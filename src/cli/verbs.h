@@ -15,5 +15,6 @@ struct Verb {
   VerbSetup setup;
 };
 
+void SetupPlan(CLI::App& command, int& exit_code);
 
 }  // namespace preflight::cli
