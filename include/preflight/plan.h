@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "preflight/diagnostic.h"
@@ -224,7 +225,9 @@ struct CommItem {
   Axis axis = Axis::kTp;
   Collective kind = Collective::kAllReduce;
   Pass pass = Pass::kForward;
-  std::string what;       // stable key: "attention", "mamba", "moe_dispatch", "grads", ...
+  /// Stable key ("attention", "mamba", "moe_dispatch", "grads", ...); views a
+  /// string literal, so building items allocates nothing per item.
+  std::string_view what;
   int64_t group_size = 1;
   Bytes payload;          // S of one call (see Collective)
   int64_t calls = 0;      // per step on this rank

@@ -253,7 +253,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
       items.push_back({{"axis", Key(i.axis)},
                        {"collective", Key(i.kind)},
                        {"pass", Key(i.pass)},
-                       {"what", i.what},
+                       {"what", std::string(i.what)},
                        {"group_size", i.group_size},
                        {"payload_bytes", i.payload.count()},
                        {"calls", i.calls},
