@@ -7,16 +7,11 @@
 namespace preflight {
 namespace {
 
+// Located like the parser's own messages (file, line, caret; or the
+// `--set` override that set the key).
 Diagnostic Make(const Recipe& r, Severity severity, const std::string& key, const std::string& value,
                 const std::string& message) {
-  Diagnostic d;
-  d.severity = severity;
-  d.file = r.source.file;
-  d.mark = r.source.Find(key);
-  d.key_path = key;
-  d.value = value;
-  d.message = message;
-  return d;
+  return r.source.At(key, value, message, severity);
 }
 
 int64_t CountOf(const Recipe& r, BlockKind k) {
