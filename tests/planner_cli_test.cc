@@ -32,8 +32,12 @@ TEST(PlannerCli, JsonKeys) {
   EXPECT_TRUE(j["step"]["step_s"].get<double>() > 0);
   // nam56r: tp 4 inside a node (tp-cp-dp-pp, 8 GPUs a node).
   for (const auto& g : j["groups"]) {
-    if (g["axis"] == "tp") EXPECT_TRUE(g["intra_node"].get<bool>());
-    if (g["axis"] == "pp") EXPECT_FALSE(g["intra_node"].get<bool>());
+    if (g["axis"] == "tp") {
+      EXPECT_TRUE(g["intra_node"].get<bool>());
+    }
+    if (g["axis"] == "pp") {
+      EXPECT_FALSE(g["intra_node"].get<bool>());
+    }
   }
 }
 

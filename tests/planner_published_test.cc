@@ -142,7 +142,7 @@ TEST(PlannerPublished, DeepSeekV3) {
   ASSERT_NE(pp, nullptr);
   EXPECT_EQ(pp->calls, 60);
   EXPECT_EQ(pp->payload.count(), 58720256);
-  EXPECT_EQ(pp->recv.count(), 60 * 58720256);  // stage 15 receives from stage 14
+  EXPECT_EQ(pp->recv.count(), int64_t{60} * 58720256);  // stage 15 receives from stage 14
   // No TP: no TP traffic at all.
   EXPECT_EQ(plan.comm[0].send_on(Axis::kTp).count(), 0);
   EXPECT_GT(plan.time.step_s, 0);
