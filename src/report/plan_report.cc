@@ -68,13 +68,27 @@ std::vector<NodeRow> NodeRows(const Mesh& m) {
 
 std::string Ms(double s) { return fmt::format("{:.2f}", s * 1e3); }
 
-std::string LayoutLine(const Plan& p) {
+bool HasMoe(const Recipe& r) {
+  for (BlockKind k : r.model.layers) {
+    if (k == BlockKind::kMoe) return true;
+  }
+  return false;
+}
+
+// The expert axes only mean something when the model has MoE layers.
+bool Shown(const Recipe& r, Axis a) {
+  return HasMoe(r) || (a != Axis::kEp && a != Axis::kExpertTp && a != Axis::kExpertDp);
+}
+
+std::string LayoutLine(const Recipe& r, const Plan& p) {
   const Layout& l = p.layout;
-  return fmt::format(
-      "tp {}{} · cp {} ({}) · pp {} · vpp {} · dp {} · ep {} · expert_tp {} · expert_dp {} · zero {} · {} · "
-      "order {} · {} micro-batches of {} · recompute {}",
-      l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, CpCommKey(l.cp_comm), l.pp, l.vpp, l.dp, l.ep, l.expert_tp,
-      l.expert_dp(), l.zero, Name(l.schedule), OrderKey(l.order), l.micro_batches, l.micro_batch, Name(l.recompute));
+  const std::string experts =
+      HasMoe(r) ? fmt::format(" · ep {} · expert_tp {} · expert_dp {}", l.ep, l.expert_tp, l.expert_dp()) : "";
+  return fmt::format("tp {}{} · cp {} ({}) · pp {} · vpp {} · dp {}{} · zero {} · {} · order {} · {} micro-batches of {} "
+                     "· recompute {}",
+                     l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, CpCommKey(l.cp_comm), l.pp, l.vpp, l.dp,
+                     experts, l.zero, Name(l.schedule), OrderKey(l.order), l.micro_batches, l.micro_batch,
+                     Name(l.recompute));
 }
 
 }  // namespace
@@ -83,7 +97,7 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
   std::string out;
   const Mesh& m = p.mesh;
   out += fmt::format("plan: {} on {} GPUs ({} nodes x {} {})\n", p.name, m.world, m.nodes, m.gpus_per_node, p.gpu.name);
-  out += "layout: " + LayoutLine(p) + "\n";
+  out += "layout: " + LayoutLine(r, p) + "\n";
 
   out += "\nrank map (per node: the coordinates its GPUs hold)\n";
   out += fmt::format("  {:<8} {:<13} {:<9} {:<9} {:<11} {:<9}\n", "node", "ranks", "tp", "cp", "dp", "pp");
@@ -104,7 +118,7 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
   out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", "axis", "size", "groups", "link", "max nodes",
                      "min per node");
   for (const AxisLocality& a : m.locality) {
-    if (a.groups == 0 || a.size <= 1) continue;
+    if (a.groups == 0 || a.size <= 1 || !Shown(r, a.axis)) continue;
     out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", Key(a.axis), a.size, a.groups,
                        a.intra_node ? "NVLink" : "InfiniBand", a.max_nodes_spanned, a.min_members_per_node);
   }
