@@ -37,6 +37,8 @@ TEST(PlannerCli, JsonKeys) {
     }
     if (g["axis"] == "pp") {
       EXPECT_FALSE(g["intra_node"].get<bool>());
+      // rank = tp + 4*(dp + 4*pp): the first PP group strides 16 ranks.
+      EXPECT_EQ(g["first_group"], nlohmann::json::parse("[0, 16, 32, 48]"));
     }
   }
 }

@@ -229,7 +229,8 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                       {"groups", a.groups},
                       {"intra_node", a.intra_node},
                       {"max_nodes_spanned", a.max_nodes_spanned},
-                      {"min_members_per_node", a.min_members_per_node}});
+                      {"min_members_per_node", a.min_members_per_node},
+                      {"first_group", m.groups[static_cast<size_t>(a.axis)].front()}});
   }
   j["groups"] = groups;
   j["stages_pinned"] = p.stages_pinned;
