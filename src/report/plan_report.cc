@@ -135,6 +135,8 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
                             c.owns_embedding ? "+emb" : "", c.owns_head ? "+head" : "");
       layers += c.end_layer - c.first_layer;
     }
+    // DualPipe: the rank also runs stage p-1-r in the reverse direction.
+    if (p.layout.schedule == Schedule::kDualPipe) chunks += fmt::format(" +stage {}", p.layout.pp - 1 - s.pipeline_rank);
     std::string mem = "-", head = "-";
     if (p.memory && s.pipeline_rank < static_cast<int64_t>(p.memory->stages.size())) {
       const RankMemory& rm = p.memory->stages[static_cast<size_t>(s.pipeline_rank)];
