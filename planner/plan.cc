@@ -177,6 +177,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& layout, const CostModel&
   }
   plan.comm = BuildStageComm(inv, tables, layout, plan.stages, plan.mesh.locality, cost);
   plan.time = EstimateStepTime(inv, tables, layout, plan.stages, &plan.comm, cost);
+  plan.memory = EstimateMemory(inv, layout, plan.stages);
   const bool moe = inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
   AddLocalityWarnings(r, layout, plan.mesh, moe, &plan.warnings);
   for (const Diagnostic& d : result.diagnostics) plan.warnings.push_back(d);

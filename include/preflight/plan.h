@@ -291,8 +291,8 @@ struct Plan {
   StepTime time;
   CostModel cost;
   GpuSpec gpu;
-  /// Per-stage memory from the estimator for `stages`; the CLI fills it
-  /// (EstimateMemory), pricing functions never need it.
+  /// Per-stage memory from the estimator for `stages` (MakePlan fills it;
+  /// the pricing functions never need it).
   std::optional<MemoryEstimate> memory;
   std::vector<Diagnostic> warnings;
 };

@@ -8,7 +8,6 @@
 #include <CLI/CLI.hpp>
 
 #include "preflight/diagnostic.h"
-#include "preflight/estimate.h"
 #include "preflight/inventory.h"
 #include "preflight/plan.h"
 #include "preflight/plan_report.h"
@@ -51,8 +50,7 @@ int RunPlan(PlanOptions& o) {
     PrintDiagnostics(result.diagnostics);
     return static_cast<int>(ExitCode::kBadInput);
   }
-  Plan& plan = *result.plan;
-  plan.memory = EstimateMemory(inventory, plan.layout, plan.stages);
+  const Plan& plan = *result.plan;
   if (o.format == "json") {
     std::fputs(RenderPlanJson(recipe, plan).c_str(), stdout);
   } else {

@@ -147,6 +147,12 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
                        layers, mem, head, Ms(s.forward_s), Ms(s.backward_s), Ms(s.recompute_s),
                        Ms(s.exposed_comm_s), s.pipeline_rank == p.time.slowest_stage ? "  <- slowest" : "");
   }
+  if (p.memory) {
+    const Verdict& v = p.memory->verdict;
+    out += v.reason.empty() ? fmt::format("  memory: {} (worst stage {}, headroom {})\n", v.fits ? "fits" : "does not fit",
+                                          p.memory->worst_stage, FormatGiB(v.headroom))
+                            : fmt::format("  memory: {}\n", v.reason);
+  }
   for (const StageChunk& c : p.stages.chunks) {
     out += fmt::format("  chunk {} (stage {}, virtual {}): {}\n", &c - p.stages.chunks.data(), c.pipeline_rank,
                        c.virtual_index, Pattern(r, c));
@@ -257,6 +263,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
     if (p.memory && s.pipeline_rank < static_cast<int64_t>(p.memory->stages.size())) {
       const RankMemory& rm = p.memory->stages[static_cast<size_t>(s.pipeline_rank)];
       stage["memory"] = {{"total_bytes", rm.total().count()},
+                         {"in_flight_microbatches", rm.in_flight_microbatches},
                          {"capacity_bytes", rm.capacity.count()},
                          {"headroom_bytes", rm.headroom().count()}};
     }
@@ -284,6 +291,13 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
     comm.push_back({{"pipeline_rank", sc.pipeline_rank}, {"send_bytes_by_axis", by_axis}, {"items", items}});
   }
   j["communication"] = comm;
+  if (p.memory) {
+    j["memory_verdict"] = {{"fits", p.memory->verdict.fits},
+                           {"headroom_ok", p.memory->verdict.headroom_ok},
+                           {"worst_stage", p.memory->worst_stage},
+                           {"headroom_bytes", p.memory->verdict.headroom.count()},
+                           {"reason", p.memory->verdict.reason}};
+  }
   const StepTime& t = p.time;
   ordered_json exposed = ordered_json::object();
   for (int a = 0; a < kNumAxes; ++a) exposed[Key(static_cast<Axis>(a))] = t.exposed_by_axis[static_cast<size_t>(a)];
