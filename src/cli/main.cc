@@ -20,6 +20,7 @@ const std::vector<Verb> kVerbs = {
     {"validate", "Check a recipe without estimating (exit 0 valid, 2 invalid)", preflight::cli::SetupValidate},
     {"fit", "Memory geometry of every stage and the worst rank (exit 0 fits, 1 does not, 2 bad recipe)",
      preflight::cli::SetupFit},
+    {"plan", "Mesh placement, stage partition, communication per axis and step time (exit 0 / 2)", preflight::cli::SetupPlan},
 };
 
 }  // namespace
