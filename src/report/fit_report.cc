@@ -37,7 +37,7 @@ std::string ChunkRanges(const StagePlan& plan, int64_t pipeline_rank) {
 
 /// A row of the memory table: label, then one GiB cell per stage.
 std::string Row(const std::string& label, const std::vector<std::string>& cells) {
-  std::string out = fmt::format("  {:<28}", label);
+  std::string out = fmt::format("  {:<30}", label);
   for (const auto& c : cells) out += fmt::format("{:>12}", c);
   return out + "\n";
 }
@@ -102,7 +102,7 @@ std::string RenderFitTable(const FitReport& r) {
   if (!r.explanations.empty()) {
     out += fmt::format("explain (stage {}, the worst rank)\n", est.worst_stage);
     for (const auto& e : r.explanations) {
-      out += fmt::format("  {:<20} {:<34} {:>12}\n", Key(e.category), e.item, FormatBytesHuman(e.bytes));
+      out += fmt::format("  {:<20} {:<40} {:>12}\n", Key(e.category), e.item, FormatBytesHuman(e.bytes));
       out += fmt::format("      = {}\n", e.formula);
       if (!e.inputs.empty()) out += fmt::format("        with {}\n", e.inputs);
     }
