@@ -85,6 +85,9 @@ const Case kCases[] = {
     {"CommentsOnly", "# nothing here\n", 0, 0, "", "the recipe is empty"},
     {"NotYamlUnclosedFlow", "model: [1, 2\nparallel: 3\n", 2, 9, "", "not valid YAML: end of sequence flow not found"},
     {"NotYamlMapValue", "a: b: c\n", 1, 5, "", "not valid YAML: illegal map value"},
+    // yaml-cpp 0.7's LoadAll loops forever on a leading ',' (jbeder/yaml-cpp#1040); we must not.
+    {"LeadingComma", "# comment\n,\nname: a\n", 2, 1, "", "not a recipe: the document reads as null (malformed YAML?)"},
+    {"NullDocument", "~\n", 1, 1, "", "the document reads as null"},
     {"TopLevelScalar", "just some text\n", 1, 1, "", "the top level must be a map with keys name, model"},
     {"TopLevelList", "- a\n- b\n", 1, 1, "", "got a list"},
     {"TwoDocuments", "name: a\n---\nname: b\n", 3, 1, "", "a recipe is one document"},
@@ -253,6 +256,13 @@ TEST(Diagnostics, CollectsAllErrorsInFileOrder) {
   std::vector<std::string> keys;
   for (const Diagnostic& d : r.diagnostics) keys.push_back(d.key_path);
   EXPECT_EQ(keys, (std::vector<std::string>{"parallel.tp", "model.hidden", "model.foo", "training.recompute"}));
+}
+
+TEST(Diagnostics, NoSemanticNoiseFromAnUnreadableKey) {
+  // heads is unreadable, so "kv_heads must divide heads (32, the default)" would mislead.
+  const auto r = Load("model:\n  attention: {heads: many, kv_heads: 6}\n");
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].key_path, "model.attention.heads");
 }
 
 TEST(Diagnostics, TabIsPrintedAsOneColumn) {

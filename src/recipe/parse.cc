@@ -17,6 +17,7 @@
 #include "schema.h"
 #include "suggest.h"
 #include "validate.h"
+#include "yaml_load.h"
 
 namespace preflight {
 
@@ -508,23 +509,30 @@ LoadResult Load(const std::string& yaml, const std::string& file, const std::vec
               fmt::format("the file is {} bytes; recipes are limited to {} bytes (4 MiB)", yaml.size(), kMaxFileBytes));
     return Finish(ctx, std::nullopt);
   }
-  std::vector<YAML::Node> documents;
+  YAML::Node root;
+  std::optional<YAML::Mark> second_document;
   try {
-    documents = YAML::LoadAll(yaml);
+    root = YAML::Load(yaml);  // the first document only
+    second_document = SecondDocument(yaml);
   } catch (const YAML::ParserException& e) {
     ctx.Error("", Context::ToMark(e.mark), "", fmt::format("not valid YAML: {}", e.msg));
     return Finish(ctx, std::nullopt);
   }
-  if (documents.empty() || documents[0].IsNull()) {
-    ctx.Error("", {}, "", "the recipe is empty; expected a map with keys " + KeyList());
+  if (root.IsNull()) {
+    if (const auto content = FirstContent(yaml)) {
+      // yaml-cpp reads some malformed text (a leading ',') as an empty document.
+      ctx.Error("", Context::ToMark(*content), "",
+                "not a recipe: the document reads as null (malformed YAML?); expected a map with keys " + KeyList());
+    } else {
+      ctx.Error("", {}, "", "the recipe is empty; expected a map with keys " + KeyList());
+    }
     return Finish(ctx, std::nullopt);
   }
-  if (documents.size() > 1) {
-    ctx.Error("", Context::ToMark(documents[1].Mark()), "",
+  if (second_document) {
+    ctx.Error("", Context::ToMark(*second_document), "",
               "a second YAML document; a recipe is one document (remove the '---' separator)");
     return Finish(ctx, std::nullopt);
   }
-  YAML::Node root = documents[0];
   if (!root.IsMap()) {
     ctx.Error("", Context::ToMark(root.Mark()), root.IsScalar() ? root.Scalar().substr(0, 40) : "",
               fmt::format("the top level must be a map with keys {}, got a {}", KeyList(), KindName(root)));

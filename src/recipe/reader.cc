@@ -53,14 +53,20 @@ bool Context::Visit() {
   return visited_ <= kMaxVisitedNodes;
 }
 
+namespace {
+
+/// True when `path` lies strictly under `prefix` ("a.b.c" under "a.b").
+bool IsUnder(const std::string& path, const std::string& prefix) {
+  return path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
+         (path[prefix.size()] == '.' || path[prefix.size()] == '[');
+}
+
+}  // namespace
+
 bool Context::IsBad(const std::string& key_path) const {
-  for (const std::string& bad : bad_keys_) {
-    if (key_path == bad) return true;
-    if (key_path.size() > bad.size() && key_path.compare(0, bad.size(), bad) == 0 && key_path[bad.size()] == '.') {
-      return true;
-    }
-  }
-  return false;
+  return std::any_of(bad_keys_.begin(), bad_keys_.end(), [&key_path](const std::string& bad) {
+    return key_path == bad || IsUnder(key_path, bad) || IsUnder(bad, key_path);
+  });
 }
 
 std::string Context::SourceLine(int line) const {

@@ -50,7 +50,8 @@ class Context {
 
   /// Marks `key_path` as unreadable, so checks that need it are skipped.
   void MarkBad(const std::string& key_path) { bad_keys_.insert(key_path); }
-  /// True when `key_path` or one of its parents could not be read.
+  /// True when `key_path`, one of its parents or anything under it could
+  /// not be read ("model.moe" is bad when "model.moe.top_k" is).
   bool IsBad(const std::string& key_path) const;
 
   /// The line `line` (1-based) of the file, or "".
