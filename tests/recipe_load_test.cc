@@ -339,6 +339,43 @@ TEST(SourceMapAt, LocatesLaterDiagnostics) {
   EXPECT_EQ(Format(r.source.At("parallel.pp", "2", "too deep")), "--set parallel.pp=2: parallel.pp = 2: too deep");
 }
 
+// ---- ValidateRecipe: re-checking a recipe changed in code (sweeps) ----------
+
+TEST(ValidateRecipe, UnchangedRecipeIsClean) {
+  const Recipe r = MustLoad("parallel:\n  tp: 4\n");
+  EXPECT_TRUE(ValidateRecipe(r).empty());
+}
+
+TEST(ValidateRecipe, ChangedDegreeIsLocatedInTheFile) {
+  Recipe r = MustLoad("cluster: {nodes: 6}\ntraining: {seq_len: 8196, global_batch: 480}\nparallel:\n  tp: 4\n");
+  r.parallel.tp = 6;  // 48 GPUs, 8196 = 6 x 1366: only the head rules break
+  const std::vector<Diagnostic> ds = ValidateRecipe(r);
+  ASSERT_TRUE(HasErrors(ds));
+  EXPECT_EQ(Format(ds[0]),
+            "test.yaml:4:7: parallel.tp = 6: must divide model.attention.heads (32) and kv_heads (8); try 4 or 8\n"
+            "      tp: 4\n"
+            "          ^");
+}
+
+TEST(ValidateRecipe, ZeroDegreeIsARangeErrorNotADivisionByZero) {
+  Recipe r = MustLoad("name: x\n");
+  r.parallel.pp = 0;
+  r.cluster.nodes = int64_t{1} << 40;
+  const std::vector<Diagnostic> ds = ValidateRecipe(r);
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds[0].key_path, "parallel.pp");
+  EXPECT_EQ(ds[0].message, "out of range; valid range is [1, 16777216]");
+  EXPECT_EQ(ds[1].key_path, "cluster.nodes");
+}
+
+TEST(ValidateRecipe, EmptyLayerList) {
+  Recipe r = MustLoad("name: x\n");
+  r.model.layers.clear();
+  const std::vector<Diagnostic> ds = ValidateRecipe(r);
+  ASSERT_TRUE(HasErrors(ds));
+  EXPECT_EQ(ds[0].key_path, "model.layers");
+}
+
 TEST(SourceMapFind, FallsBackToParent) {
   SourceMap map;
   map.marks["parallel"] = {3, 11};

@@ -207,8 +207,9 @@ std::optional<std::string> MapReader::PlainScalar(const std::string& key, const 
   return node.Scalar();
 }
 
-bool MapReader::Int(const std::string& key, int64_t* out, int64_t min, int64_t max) {
+bool MapReader::Int(const std::string& key, int64_t* out) {
   if (!Has(key)) return true;
+  const auto [min, max] = IntRangeOf(PathOf(key));
   const std::string expected = "an integer in " + RangeText(min, max);
   const auto text = PlainScalar(key, expected);
   if (!text) return false;

@@ -95,8 +95,9 @@ class MapReader {
   /// Mark of the value of `key`, or of its key when the value is null.
   SourceMark ValueMark(const std::string& key) const;
 
-  /// Integer in [min, max]. Returns false (and reports) when present but bad.
-  bool Int(const std::string& key, int64_t* out, int64_t min, int64_t max);
+  /// Integer in the schema's range for this key (IntRangeOf). Returns false
+  /// (and reports) when present but bad.
+  bool Int(const std::string& key, int64_t* out);
   /// Finite number in [min, max]; `max_exclusive` makes the upper bound open.
   bool Double(const std::string& key, double* out, double min, double max, bool max_exclusive = false);
   bool Bool(const std::string& key, bool* out);
