@@ -98,6 +98,7 @@ void ParseMamba(MapReader& model, MambaConfig* m) {
   r->Int("head_dim", &m->head_dim);
   r->Int("groups", &m->groups);
   r->Int("chunk", &m->chunk);
+  r->Bool("fused_norm_out_proj", &m->fused_norm_out_proj);
 }
 
 void ParseRecurrent(MapReader& model, RecurrentConfig* rc) {

@@ -1,0 +1,89 @@
+// The capacity model: per-rank, per-stage memory geometry (DESIGN.md,
+// "Memory geometry"). Pure functions of (inventory, layout, stage plan); no
+// I/O, no globals, and EstimateRank allocates nothing, so sweeps can call it
+// millions of times.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "preflight/inventory.h"
+#include "preflight/layout.h"
+#include "preflight/units.h"
+
+namespace preflight {
+
+/// Memory categories, always in this order and always all shown (DESIGN.md).
+enum class Category : int {
+  kReplicatedParams = 0,
+  kTpShardedParams,
+  kEpShardedParams,
+  kGradients,
+  kOptimizerMuon,    // momentum (+ fp32 master of Muon-owned params)
+  kOptimizerAdamW,   // two moments (+ fp32 master of AdamW-owned params)
+  kActivations,      // saved for backward, x in-flight micro-batches of the schedule
+  kRoutingScratch,   // MoE dispatch/combine buffers (transient, peak layer)
+  kServingState,     // KV cache + Mamba conv/SSM state + R state (serving block only)
+  kRuntimeReserve,   // CUDA context, NCCL, library workspaces
+  kAllocatorOverhead,  // fragmentation of allocator-managed bytes
+};
+inline constexpr int kNumCategories = 11;
+/// Stable snake_case key ("replicated_params"), used in JSON and CSV.
+const char* Key(Category c);
+/// Human label ("replicated params").
+const char* Label(Category c);
+
+/// One rank's memory, every category, plain numbers.
+struct RankMemory {
+  std::array<Bytes, kNumCategories> bytes{};
+  /// Activation bytes by block family, indexed like kAllBlockKinds (A, M, E, R, D),
+  /// plus the embedding/head/loss terms of the pipeline ends in `activations_ends`.
+  std::array<Bytes, 5> activations_by_family{};
+  Bytes activations_ends;
+  /// The largest one-layer transient on this rank (included in kActivations):
+  /// the layer being recomputed under full recompute, Mamba SSD workspace, CP ring buffers.
+  Bytes activations_transient;
+  int64_t in_flight_microbatches = 0;  // of the schedule, on this pipeline rank
+  Bytes capacity;                      // device capacity as CUDA reports it
+  Bytes total() const;                 // sum of every category
+  Bytes headroom() const { return capacity - total(); }
+  Bytes of(Category c) const { return bytes[static_cast<int>(c)]; }
+};
+
+/// Memory of pipeline rank `pipeline_rank` (the worst TP/EP/DP rank of that
+/// stage: vocab padding and uneven splits are charged to it).
+RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                        int64_t pipeline_rank);
+
+struct Verdict {
+  bool fits = false;               // total <= capacity
+  bool headroom_ok = false;        // headroom >= recipe's min_headroom_gib
+  Bytes headroom;                  // of the worst rank
+  std::string reason;              // one line, e.g. "stage 0 over capacity by 3.20 GiB"
+};
+
+struct MemoryEstimate {
+  std::vector<RankMemory> stages;  // one per pipeline rank
+  int64_t worst_stage = 0;         // pipeline rank with the largest total
+  Verdict verdict;
+};
+
+/// Every pipeline rank, the worst one and the verdict against the recipe's
+/// capacity and headroom floor.
+MemoryEstimate EstimateMemory(const Inventory& inventory, const Layout& layout, const StagePlan& stages);
+
+/// One line of `--explain`: a figure, its formula and the numbers in it.
+struct Explanation {
+  Category category;
+  std::string item;     // "activations A (x12 layers)"
+  std::string formula;  // "s*b/(c*t) * (4h + 2(2n_q+2n_kv)d_h + 4n_q + 4) * layers * in_flight"
+  std::string inputs;   // "s=8192 b=1 c=1 t=4 h=4096 ..."
+  Bytes bytes;
+};
+/// The figures of EstimateRank with their formulas (slow path, for --explain).
+std::vector<Explanation> ExplainRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                                     int64_t pipeline_rank);
+
+}  // namespace preflight
