@@ -72,6 +72,31 @@ TEST(DefaultRecipe, LoadsWithTheDocumentedValues) {
   EXPECT_EQ(recipe.source.Find("parallel.tp").column, 16);
 }
 
+TEST(Files, MissingFileAndDirectory) {
+  const LoadResult missing = LoadRecipeFile(testing::SourcePath("recipes/no-such-recipe.yaml"));
+  ASSERT_FALSE(missing.ok());
+  ASSERT_EQ(missing.diagnostics.size(), 1u);
+  EXPECT_EQ(missing.diagnostics[0].message, "cannot open the recipe: no such file");
+  const LoadResult directory = LoadRecipeFile(testing::SourcePath("recipes"));
+  ASSERT_FALSE(directory.ok());
+  EXPECT_EQ(directory.diagnostics[0].message, "cannot read the recipe: not a regular file");
+}
+
+TEST(Files, CrLfLineEndings) {
+  const LoadResult r = LoadRecipeFromString("name: x\r\nparallel:\r\n  tp: zz\r\n", "crlf.yaml");
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(Format(r.diagnostics[0]),
+            "crlf.yaml:3:7: parallel.tp = zz: must be an integer in [1, 16777216]\n"
+            "      tp: zz\n"
+            "          ^");
+}
+
+TEST(Files, AnchorsAndAliasesAreFine) {
+  const Recipe r = MustLoad("parallel: {tp: &degree 2, pp: *degree}\n");
+  EXPECT_EQ(r.parallel.tp, 2);
+  EXPECT_EQ(r.parallel.pp, 2);
+}
+
 TEST(Presets, H200AndH100) {
   const auto h200 = GpuPreset("h200");
   ASSERT_TRUE(h200.has_value());
@@ -109,6 +134,13 @@ TEST(Defaults, MinimalRecipeTakesHeaderDefaults) {
   EXPECT_EQ(r.dp(), 64);
   EXPECT_EQ(r.micro_batches(), 8);  // 512 / 64
   EXPECT_EQ(r.training.precision.master, DType::kFp32);
+}
+
+TEST(Defaults, SectionWithoutValueMeansDefaults) {
+  const Recipe r = MustLoad("serving:\nmodel:\n");
+  ASSERT_TRUE(r.serving.has_value());
+  EXPECT_EQ(r.serving->context, 32768);
+  EXPECT_EQ(r.model.layers.size(), 48u);
 }
 
 TEST(Enums, AllSpellings) {
@@ -319,6 +351,16 @@ TEST(Overrides, InvalidYamlValue) {
   EXPECT_NE(AllDiagnostics(r).find("--set parallel={tp: 2: parallel = {tp: 2: the value is not valid YAML"),
             std::string::npos)
       << AllDiagnostics(r);
+}
+
+TEST(Overrides, ConflictNamesTheOverride) {
+  const LoadResult r = LoadRecipeFromString("model:\n  layers: [A, M]\n", "r.yaml", {{"model.pattern", "AM"}});
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].message,
+            "mutually exclusive with model.pattern (--set model.pattern=AM); give either an explicit layer list or "
+            "pattern and repeat");
+  EXPECT_EQ(r.diagnostics[0].mark.line, 2);
 }
 
 TEST(Overrides, DiagnosticsInCommandLineOrderAfterTheFile) {

@@ -109,6 +109,12 @@ void ParseRecurrent(MapReader& model, RecurrentConfig* rc) {
   r->Int("d_conv", &rc->d_conv);
 }
 
+/// "line 7", or the override that set the key ("--set model.pattern=AEM").
+std::string WhereIs(const Context& ctx, const MapReader& map, const std::string& key) {
+  if (const std::string* text = ctx.source().OverrideFor(map.PathOf(key))) return *text;
+  return fmt::format("line {}", map.KeyMark(key).line);
+}
+
 bool IsLayerLetter(char c) {
   return std::any_of(std::begin(kAllBlockKinds), std::end(kAllBlockKinds), [c](BlockKind k) { return Letter(k) == c; });
 }
@@ -151,9 +157,9 @@ bool ReadExplicitLayers(MapReader& model, Context& ctx, std::vector<BlockKind>* 
   if (model.Has("pattern") || model.Has("repeat")) {
     const std::string other = model.Has("pattern") ? "pattern" : "repeat";
     ctx.Error(path, model.KeyMark("layers"), "",
-              fmt::format("mutually exclusive with model.{} (line {}); give either an explicit layer list or "
+              fmt::format("mutually exclusive with model.{} ({}); give either an explicit layer list or "
                           "pattern and repeat",
-                          other, model.KeyMark(other).line));
+                          other, WhereIs(ctx, model, other)));
     return false;
   }
   if (node.IsScalar()) {
@@ -265,8 +271,8 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
     const std::string later = mla_later ? "mla" : "attention";
     const std::string earlier = mla_later ? "attention" : "mla";
     ctx.Error(r->PathOf(later), r->KeyMark(later), "",
-              fmt::format("mutually exclusive with model.{} (line {}): with mla, A layers are MLA; keep one",
-                          earlier, r->KeyMark(earlier).line));
+              fmt::format("mutually exclusive with model.{} ({}): with mla, A layers are MLA; keep one", earlier,
+                          WhereIs(ctx, *r, earlier)));
   }
   ParseAttention(*r, &m->attention);
   ParseMla(*r, &m->mla);

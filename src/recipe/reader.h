@@ -59,6 +59,7 @@ class Context {
 
   const std::string& file() const { return source_.file; }
   SourceMap& source() { return source_; }
+  const SourceMap& source() const { return source_; }
   std::vector<Diagnostic>& diagnostics() { return diagnostics_; }
   bool has_errors() const { return HasErrors(diagnostics_); }
 
