@@ -280,6 +280,25 @@ TEST(Diagnostics, OversizedFileIsRefused) {
   EXPECT_NE(r.diagnostics[0].message.find("limited to 4194304 bytes (4 MiB)"), std::string::npos);
 }
 
+TEST(Diagnostics, HugeFlowListIsRefusedBeforeParsing) {
+  // 500,000 list items in well under 4 MiB: refused without building the tree.
+  std::string yaml = "parallel: {stage_boundaries: [1";
+  for (int i = 0; i < 500'000; ++i) yaml += ",1";
+  yaml += "]}\n";
+  const auto r = Load(yaml);
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_NE(r.diagnostics[0].message.find("recipes are limited to 400000"), std::string::npos);
+}
+
+TEST(Diagnostics, LongestExplicitLayerListLoads) {
+  // 100,000 layers in block style ("- A" lines) stay under the separator bound.
+  std::string yaml = "model:\n  layers:\n";
+  for (int i = 0; i < 100'000; ++i) yaml += "  - M\n";
+  const auto r = Load(yaml);
+  ASSERT_TRUE(r.ok()) << FirstError(r);
+  EXPECT_EQ(r.recipe->model.layers.size(), 100'000u);
+}
+
 TEST(Diagnostics, DeepNestingIsASyntaxErrorNotACrash) {
   const auto r = Load("name: " + std::string(100000, '[') + "\n");
   EXPECT_FALSE(r.ok());

@@ -497,6 +497,16 @@ LoadResult Load(const std::string& yaml, const std::string& file, const std::vec
               fmt::format("the file is {} bytes; recipes are limited to {} bytes (4 MiB)", yaml.size(), kMaxFileBytes));
     return Finish(ctx, std::nullopt);
   }
+  const auto separators = std::count_if(yaml.begin(), yaml.end(), [](char c) {
+    return c == ',' || c == ':' || c == '-' || c == '[' || c == '{' || c == '\n';
+  });
+  if (separators > kMaxSeparators) {
+    ctx.Error("", {}, "",
+              fmt::format("the file has {} YAML separators (',', ':', '-', '[', '{{', newlines); recipes are limited "
+                          "to {}",
+                          separators, kMaxSeparators));
+    return Finish(ctx, std::nullopt);
+  }
   YAML::Node root;
   std::optional<YAML::Mark> second_document;
   try {
