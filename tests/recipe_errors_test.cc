@@ -120,6 +120,10 @@ const Case kCases[] = {
     {"DenseFfnTp", "model: {pattern: AD, mlp: {ffn_hidden: 1002}}\nparallel: {tp: 8}\n", 2, 16, "parallel.tp",
      "must divide model.mlp.ffn_hidden (1002) of the dense D layers; try 6 or 167"},
     {"EpNotDividingExperts", "parallel: {ep: 6}\n", 1, 16, "parallel.ep", "must divide model.moe.experts (64); try 4 or 8"},
+    // No MoE layers, but the expert mesh must still fold: 64 ranks / (ep 1 x expert_tp 3).
+    {"ExpertMeshWithoutMoe", "model: {pattern: AD}\nparallel: {expert_tp: 3}\n", 2, 23, "parallel.expert_tp",
+     "ep x expert_tp = 1 x 3 must divide tp x cp x dp = 64 (the ranks of one pipeline stage, Megatron's MoE "
+     "folding); try 2 or 4"},
     {"ExpertTpNotDividingFfn", "parallel: {expert_tp: 3}\n", 1, 23, "parallel.expert_tp",
      "must divide model.moe.ffn_hidden (2048); try 2 or 4"},
     {"TopKAboveExperts", "model:\n  moe: {experts: 4, top_k: 8}\n", 2, 28, "model.moe.top_k",

@@ -40,7 +40,9 @@ class Validator {
     }
     CheckSequence();
     if (CheckWorld()) {
-      if (layers_ok && Has(r_.model.layers, BlockKind::kMoe)) CheckExpertMesh();
+      // Always: Megatron builds the expert mesh even without MoE layers, and
+      // Recipe::expert_dp() must stay a positive integer for every caller.
+      CheckExpertMesh();
       if (CheckGlobalBatch()) CheckSchedule(layers_ok);
     }
     if (layers_ok) CheckStageBoundaries();
@@ -233,12 +235,15 @@ class Validator {
     const int64_t dense_ranks = p_.tp * p_.cp * r_.dp();  // = world / pp
     const auto expert = Mul(p_.ep, p_.expert_tp);
     if (expert && dense_ranks % *expert == 0) return;
-    const int64_t etp = p_.expert_tp;
-    ctx_.ErrorAt("parallel.ep", Str(p_.ep),
+    // Blame ep unless only expert_tp was changed from 1.
+    const bool blame_ep = p_.ep > 1 || p_.expert_tp == 1;
+    const int64_t other = blame_ep ? p_.expert_tp : p_.ep;
+    const int64_t value = blame_ep ? p_.ep : p_.expert_tp;
+    ctx_.ErrorAt(blame_ep ? "parallel.ep" : "parallel.expert_tp", Str(value),
                  fmt::format("ep x expert_tp = {} x {} must divide tp x cp x dp = {} (the ranks of one pipeline "
                              "stage, Megatron's MoE folding){}",
-                             p_.ep, etp, dense_ranks,
-                             dense_ranks % etp == 0 ? TryDivisorsOf(dense_ranks / etp, p_.ep) : ""));
+                             p_.ep, p_.expert_tp, dense_ranks,
+                             dense_ranks % other == 0 ? TryDivisorsOf(dense_ranks / other, value) : ""));
   }
 
   bool CheckGlobalBatch() {
