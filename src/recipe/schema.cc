@@ -42,8 +42,8 @@ const std::vector<std::pair<std::string, Keys>>& Schema() {
   return kSchema;
 }
 
-const std::map<std::string, IntRange>& IntRanges() {
-  static const std::map<std::string, IntRange> kRanges = {
+const std::map<std::string, IntRange, std::less<>>& IntRanges() {
+  static const std::map<std::string, IntRange, std::less<>> kRanges = {
       {"model.attention.heads", {1, kMaxHeads}},
       {"model.attention.kv_heads", {1, kMaxHeads}},
       {"model.attention.head_dim", {1, kMaxHeadDim}},
@@ -96,7 +96,7 @@ const std::map<std::string, IntRange>& IntRanges() {
 
 }  // namespace
 
-IntRange IntRangeOf(const std::string& path) {
+IntRange IntRangeOf(std::string_view path) {
   const auto& ranges = IntRanges();
   const auto it = ranges.find(path);
   return it == ranges.end() ? IntRange{0, -1} : it->second;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace preflight::recipe_internal {
@@ -24,6 +25,6 @@ struct IntRange {
 };
 /// The range of the integer key at `path` ("parallel.tp"); the one table both
 /// the parser and ValidateRecipe use. {0, -1} (empty) for unknown paths.
-IntRange IntRangeOf(const std::string& path);
+IntRange IntRangeOf(std::string_view path);
 
 }  // namespace preflight::recipe_internal

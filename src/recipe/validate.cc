@@ -383,9 +383,9 @@ namespace {
 
 /// The integer fields of a typed recipe with their key paths, for range
 /// checks of recipes built or modified in code.
-std::vector<std::pair<std::string, int64_t>> IntFields(const Recipe& r) {
+std::vector<std::pair<const char*, int64_t>> IntFields(const Recipe& r) {
   const ModelConfig& m = r.model;
-  std::vector<std::pair<std::string, int64_t>> f = {
+  std::vector<std::pair<const char*, int64_t>> f = {
       {"model.hidden", m.hidden},
       {"model.vocab", m.vocab},
       {"model.vocab_pad_multiple", m.vocab_pad_multiple},
@@ -432,7 +432,9 @@ std::vector<std::pair<std::string, int64_t>> IntFields(const Recipe& r) {
                        {"model.mla.qk_nope_head_dim", m.mla->qk_nope_head_dim},
                        {"model.mla.v_head_dim", m.mla->v_head_dim}});
   }
-  if (r.serving) f.insert(f.end(), {{"serving.batch", r.serving->batch}, {"serving.context", r.serving->context}});
+  if (r.serving) {
+    f.insert(f.end(), {{"serving.batch", r.serving->batch}, {"serving.context", r.serving->context}});
+  }
   return f;
 }
 
