@@ -40,8 +40,10 @@ class Validator {
     }
     CheckSequence();
     if (CheckWorld()) {
-      // Always: Megatron builds the expert mesh even without MoE layers, and
-      // Recipe::expert_dp() must stay a positive integer for every caller.
+      // Always: Megatron builds the expert mesh even without MoE layers and
+      // raises unless world % (expert_tp * ep * pp) == 0 [MG parallel_state.py
+      // initialize_model_parallel]; Recipe::expert_dp() must stay a positive
+      // integer for every caller.
       CheckExpertMesh();
       if (CheckGlobalBatch()) CheckSchedule(layers_ok);
     }
