@@ -60,6 +60,7 @@ const Case kCases[] = {
      "stage_boundaries"},
     {"KeyInWrongSection", "model:\n  global_batch: 8\n", 2, 3, "model.global_batch",
      "unknown key in model; 'global_batch' belongs in training (valid keys here: pattern, repeat, layers"},
+    {"MergeKey", "parallel:\n  <<: {tp: 2}\n", 2, 3, "parallel.<<", "YAML merge keys ('<<') are not supported"},
     {"UnknownTopLevelKey", "modle:\n  hidden: 8\n", 1, 1, "modle", "unknown key; did you mean 'model'?"},
     // Enums.
     {"BadEnum", "training: {recompute: partial}\n", 1, 23, "training.recompute", "must be one of: none, selective, full"},
@@ -321,6 +322,20 @@ TEST(Diagnostics, AliasBombIsBounded) {
   const auto r = Load(yaml);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(HasErrors(r.diagnostics));
+}
+
+TEST(Diagnostics, HugeDegreesOverflowCleanly) {
+  // tp x cp x pp = (2^24 - 1)^3 leaves int64: a located error, no wrap, no hang.
+  const auto r = Load("parallel: {tp: 16777215, cp: 16777215, pp: 16777215}\n");
+  EXPECT_FALSE(r.ok());
+  bool found = false;
+  for (const Diagnostic& d : r.diagnostics) {
+    if (d.key_path == "parallel.tp" && d.message.find("must divide the world size 64") != std::string::npos) {
+      found = true;
+      EXPECT_NE(d.message.find("try 64"), std::string::npos) << d.message;
+    }
+  }
+  EXPECT_TRUE(found) << FirstError(r);
 }
 
 TEST(Diagnostics, HugeButValidRecipeValidates) {

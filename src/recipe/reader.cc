@@ -162,7 +162,10 @@ MapReader::MapReader(Context& ctx, const YAML::Node& node, std::string path) : c
       continue;
     }
     if (std::find(keys.begin(), keys.end(), name) == keys.end()) {
-      if (const auto close = ClosestName(name, keys)) {
+      if (name == "<<") {
+        ctx_.Error(full, key_mark, "",
+                   "YAML merge keys ('<<') are not supported by the recipe reader; write the keys out");
+      } else if (const auto close = ClosestName(name, keys)) {
         ctx_.Error(full, key_mark, "", fmt::format("unknown key; did you mean '{}'?", *close));
       } else if (const auto home = MapHoldingKey(name, path_)) {
         ctx_.Error(full, key_mark, "",
