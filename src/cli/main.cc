@@ -21,6 +21,10 @@ const std::vector<Verb> kVerbs = {
     {"fit", "Memory geometry of every stage and the worst rank (exit 0 fits, 1 does not, 2 bad recipe)",
      preflight::cli::SetupFit},
     {"plan", "Mesh placement, stage partition, communication per axis and step time (exit 0 / 2)", preflight::cli::SetupPlan},
+    {"check", "CI gate: validate, fit, headroom floor, regression vs a baseline; JUnit and Markdown (exit 0 pass, 1 fail, 2 bad input)",
+     preflight::cli::SetupCheck},
+    {"diff", "Which memory categories and communication axes moved between two recipes, and why (exit 0 / 2)",
+     preflight::cli::SetupDiff},
 };
 
 }  // namespace

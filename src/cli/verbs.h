@@ -19,5 +19,7 @@ void SetupPlan(CLI::App& command, int& exit_code);
 
 void SetupValidate(CLI::App& command, int& exit_code);
 void SetupFit(CLI::App& command, int& exit_code);
+void SetupCheck(CLI::App& command, int& exit_code);
+void SetupDiff(CLI::App& command, int& exit_code);
 
 }  // namespace preflight::cli
