@@ -100,10 +100,10 @@ TEST(CheckExit, DefaultRecipePasses) {
 }
 
 TEST(CheckExit, BelowHeadroomFloorIsExit1) {
-  // Headroom of the default recipe is well under 100 GiB on a 140 GiB H200:
-  // its worst stage holds more than 40 GiB of weights, gradients and optimizer state.
+  // The H200 reports 143771 MiB = 140.40 GiB; the 3 GiB runtime reserve alone
+  // leaves at most 137.40 GiB of headroom, below a 139 GiB floor.
   TempDir dir;
-  WriteText(dir / "floor.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 100.0}"));
+  WriteText(dir / "floor.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 139.0}"));
   const auto r = RunPreflight({"check", dir / "floor.yaml", "--format", "json"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -114,10 +114,9 @@ TEST(CheckExit, BelowHeadroomFloorIsExit1) {
 }
 
 TEST(CheckExit, OverCapacityIsExit1) {
-  // capacity_mib 20000 (19.5 GiB) is below the 3 GiB reserve plus the ~30 B
-  // parameter model's per-rank states (> 20 GiB at tp 4, pp 4, ep 8).
+  // capacity_mib 2048 (2 GiB) is below the 3 GiB runtime reserve alone.
   TempDir dir;
-  WriteText(dir / "small.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 4.0, capacity_mib: 20000}"));
+  WriteText(dir / "small.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 4.0, capacity_mib: 2048}"));
   const auto r = RunPreflight({"check", dir / "small.yaml"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("FAIL"));
@@ -175,7 +174,7 @@ TEST(CheckExit, RecipeMissingFromBaselineIsNew) {
 TEST(CheckExit, InvalidRecipeIsExit2AndOthersAreStillChecked) {
   TempDir dir;
   WriteText(dir / "bad.yaml", InvalidTp());
-  WriteText(dir / "floor.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 100.0}"));
+  WriteText(dir / "floor.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 139.0}"));
   const auto r = RunPreflight({"check", dir / "bad.yaml", kDefault, dir / "floor.yaml", "--format", "json"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("parallel.tp"));
@@ -310,7 +309,7 @@ TEST(CheckJUnit, OneTestcasePerRecipeWithFailuresAndErrors) {
   TempDir dir;
   // A file name with XML metacharacters must come out escaped.
   WriteText(dir / "a&b<c>'q\".yaml", Original());
-  WriteText(dir / "floor.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 100.0}"));
+  WriteText(dir / "floor.yaml", DefaultWith("reserve_gib: 3.0, min_headroom_gib: 139.0}"));
   WriteText(dir / "bad.yaml", InvalidTp());
   const std::string junit = dir / "out/junit.xml";
   fs::create_directories(dir / "out");

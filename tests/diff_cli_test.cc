@@ -35,7 +35,12 @@ constexpr const char* kDefault = "recipes/nam56r-h200.yaml";
 constexpr int64_t kExpertParams = int64_t{3} * 4096 * 14336;
 constexpr int64_t kExtraExpertParamsPerRank = 32 * kExpertParams;         // 5,637,144,576
 constexpr int64_t kExtraEpParamBytes = 2 * kExtraExpertParamsPerRank;    // bf16: 11,274,289,152 = 10.50 GiB
-constexpr int64_t kExtraEpGradBytes = 4 * kExtraExpertParamsPerRank;     // fp32 main grads
+// The router (hidden x experts per MoE layer, replicated on every rank) grows
+// by 8 columns: 32 * 4096 * 8 = 1,048,576 parameters, 2 MiB in bf16.
+constexpr int64_t kExtraRouterParams = int64_t{32} * 4096 * 8;
+constexpr int64_t kExtraRouterBytes = 2 * kExtraRouterParams;  // 2,097,152
+// fp32 gradients (4 bytes) of both, ZeRO-1 does not shard gradients.
+constexpr int64_t kExtraGradBytes = 4 * (kExtraExpertParamsPerRank + kExtraRouterParams);  // 22,552,772,608
 
 TEST(DiffAttribution, MoreExpertsMoveEpShardedParamsByHandCount) {
   const auto r = RunPreflight({"diff", kMixtral, "--set", "model.moe.experts=16", "--format", "json"});
@@ -46,8 +51,9 @@ TEST(DiffAttribution, MoreExpertsMoveEpShardedParamsByHandCount) {
   EXPECT_EQ(j["changed_keys"][0]["before"], "8");
   EXPECT_EQ(j["changed_keys"][0]["after"], "16");
   EXPECT_EQ(j["memory_delta_bytes"]["ep_sharded_params"].get<int64_t>(), kExtraEpParamBytes);
-  EXPECT_EQ(j["memory_delta_bytes"]["gradients"].get<int64_t>(), kExtraEpGradBytes);
-  EXPECT_EQ(j["memory_delta_bytes"]["replicated_params"].get<int64_t>(), 0);
+  EXPECT_EQ(j["memory_delta_bytes"]["gradients"].get<int64_t>(), kExtraGradBytes);
+  EXPECT_EQ(j["memory_delta_bytes"]["replicated_params"].get<int64_t>(), kExtraRouterBytes);
+  EXPECT_EQ(j["memory_delta_bytes"]["tp_sharded_params"].get<int64_t>(), 0);
   const auto& at = j["attribution"][0];
   EXPECT_TRUE(at["applied"].get<bool>());
   EXPECT_EQ(at["memory_delta_bytes"]["ep_sharded_params"].get<int64_t>(), kExtraEpParamBytes);
@@ -58,7 +64,8 @@ TEST(DiffAttribution, MoreExpertsMoveEpShardedParamsByHandCount) {
 TEST(DiffAttribution, TableNamesTheKeyAndItsEffect) {
   const auto r = RunPreflight({"diff", kMixtral, "--set", "model.moe.experts=16"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("model.moe.experts 8 -> 16: ep_sharded_params +10.50 GiB"));
+  // Largest first: fp32 gradients (4 bytes) move twice the bf16 parameters (2 bytes).
+  EXPECT_THAT(r.out, HasSubstr("model.moe.experts 8 -> 16: gradients +21.00 GiB, ep_sharded_params +10.50 GiB"));
 }
 
 TEST(DiffAttribution, TwoFilesTwoKeysEachAttributed) {

@@ -180,9 +180,7 @@ nlohmann::json CheckJson(const CheckReport& r) {
 
 std::string RenderCheckMarkdown(const CheckReport& r) {
   std::string out = fmt::format("## preflight check: {}\n\n", Headline(r));
-  out += fmt::format("{}\n\n", r.baseline_label.empty() ? std::string("No baseline.")
-                                                        : fmt::format("Baseline `{}`; {}.", r.baseline_label,
-                                                                      BaselineLine(r)));
+  out += fmt::format("{}.\n\n", r.baseline_label.empty() ? std::string("No baseline") : "Against " + BaselineLine(r));
   out += "| recipe | verdict | worst stage total | headroom | delta vs baseline | top moved categories |\n";
   out += "| --- | --- | ---: | ---: | ---: | --- |\n";
   for (const CheckEntry& e : r.entries) {

@@ -59,11 +59,12 @@ Flat FlattenRecipe(const Recipe& r) {
   add("model.vocab_pad_multiple", fmt::format("{}", m.vocab_pad_multiple));
   add("model.tie_embeddings", Bool(m.tie_embeddings));
   add("model.norm", Name(m.norm));
-  add("model.attention.heads", fmt::format("{}", m.attention.heads));
-  add("model.attention.kv_heads", fmt::format("{}", m.attention.kv_heads));
-  add("model.attention.head_dim", fmt::format("{}", m.attention.head_dim));
-  add("model.attention.qk_norm", Bool(m.attention.qk_norm));
-  if (m.mla) {
+  if (!m.mla) {  // model.attention and model.mla are mutually exclusive in a recipe
+    add("model.attention.heads", fmt::format("{}", m.attention.heads));
+    add("model.attention.kv_heads", fmt::format("{}", m.attention.kv_heads));
+    add("model.attention.head_dim", fmt::format("{}", m.attention.head_dim));
+    add("model.attention.qk_norm", Bool(m.attention.qk_norm));
+  } else {
     add("model.mla", FlowMap({{"heads", fmt::format("{}", m.mla->heads)},
                               {"q_lora_rank", fmt::format("{}", m.mla->q_lora_rank)},
                               {"kv_lora_rank", fmt::format("{}", m.mla->kv_lora_rank)},

@@ -25,8 +25,9 @@ Category CategoryAt(int i) { return static_cast<Category>(i); }
 Axis AxisAt(int i) { return static_cast<Axis>(i); }
 
 /// "ep_sharded_params +18.40 GiB, routing_scratch +0.30 GiB; comm ep +1.20 GiB",
-/// largest memory moves first; "no change" when nothing moved.
-std::string Effects(const std::array<Bytes, kNumCategories>& memory, const std::array<Bytes, kNumAxes>& comm) {
+/// largest memory moves first (at most `max_categories`); "no change" when nothing moved.
+std::string Effects(const std::array<Bytes, kNumCategories>& memory, const std::array<Bytes, kNumAxes>& comm,
+                    size_t max_categories = kNumCategories) {
   std::vector<int> order;
   for (int i = 0; i < kNumCategories; ++i) {
     if (memory[static_cast<size_t>(i)].count() != 0) order.push_back(i);
@@ -34,6 +35,7 @@ std::string Effects(const std::array<Bytes, kNumCategories>& memory, const std::
   std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
     return std::llabs(memory[static_cast<size_t>(x)].count()) > std::llabs(memory[static_cast<size_t>(y)].count());
   });
+  if (order.size() > max_categories) order.resize(max_categories);
   std::string out;
   for (int i : order) {
     out += fmt::format("{}{} {}", out.empty() ? "" : ", ", Key(CategoryAt(i)), SignedSize(memory[static_cast<size_t>(i)]));
@@ -100,7 +102,7 @@ std::string RenderDiffTable(const DiffReport& r) {
     std::string delta = "-", moved = in_a ? "only in A" : "only in B";
     if (in_a && in_b) {
       delta = SignedGib(r.b.memory.stages[s].total() - r.a.memory.stages[s].total());
-      moved = Effects(StageDelta(r, s), {});
+      moved = Effects(StageDelta(r, s), {}, 3);
     }
     out += fmt::format("  {:<8}{:>10}{:>10}{:>10}  {}\n", s, ta, tb, delta, moved);
   }
