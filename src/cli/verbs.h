@@ -17,4 +17,7 @@ struct Verb {
 
 void SetupPlan(CLI::App& command, int& exit_code);
 
+void SetupValidate(CLI::App& command, int& exit_code);
+void SetupFit(CLI::App& command, int& exit_code);
+
 }  // namespace preflight::cli
