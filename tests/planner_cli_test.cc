@@ -43,6 +43,22 @@ TEST(PlannerCli, JsonKeys) {
   }
 }
 
+// The cost knobs reach the model: at a quarter of peak the compute takes
+// longer, so the step does and tokens/s drop.
+TEST(PlannerCli, ComputeEfficiencyKnob) {
+  const auto base = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json"});
+  const auto slow =
+      RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--compute-efficiency", "0.25"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  const auto b = nlohmann::json::parse(base.out);
+  const auto s = nlohmann::json::parse(slow.out);
+  EXPECT_EQ(s["cost_model"]["compute_efficiency"], 0.25);
+  EXPECT_GT(s["step"]["step_s"].get<double>(), b["step"]["step_s"].get<double>());
+  EXPECT_LT(s["step"]["tokens_per_s"].get<double>(), b["step"]["tokens_per_s"].get<double>());
+  EXPECT_EQ(RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--compute-efficiency", "2"}).exit_code, 2);
+}
+
 TEST(PlannerCli, BadInputExitsTwo) {
   const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--set", "parallel.tp=3"});
   EXPECT_EQ(r.exit_code, 2);
