@@ -187,6 +187,23 @@ TEST(CheckExit, InvalidRecipeIsExit2AndOthersAreStillChecked) {
   EXPECT_EQ(j["summary"]["exit_code"], 2);
 }
 
+// Check prices what fit and plan price, so the planner's own validation
+// applies: R blocks split 32 gate blocks over tp*cp = 4*16 = 64 (see
+// tests/planner_cli_test.cc); the parser's rules all pass with pp 1.
+TEST(CheckExit, RecipeThePlannerRejectsIsExit2) {
+  TempDir dir;
+  std::string text = Original();
+  text.replace(text.find("cp: 1, pp: 4,"), 13, "cp: 16, pp: 1,");
+  WriteText(dir / "cp.yaml", text);
+  const auto r = RunPreflight({"check", dir / "cp.yaml", kDefault, "--format", "json"});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("parallel.cp = 16"));
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["recipes"][0]["status"], "invalid");
+  EXPECT_THAT(j["recipes"][0]["errors"][0].get<std::string>(), HasSubstr("gate blocks"));
+  EXPECT_EQ(j["recipes"][1]["status"], "pass");
+}
+
 TEST(CheckExit, MissingRecipeFileIsExit2) {
   const auto r = RunPreflight({"check", "recipes/does-not-exist.yaml"});
   EXPECT_EQ(r.exit_code, 2);

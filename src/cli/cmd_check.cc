@@ -19,6 +19,7 @@
 #include "preflight/diagnostic.h"
 #include "preflight/estimate.h"
 #include "preflight/inventory.h"
+#include "preflight/plan.h"
 #include "preflight/recipe.h"
 #include "verbs.h"
 
@@ -67,11 +68,19 @@ std::vector<std::string> Formatted(const std::vector<Diagnostic>& ds) {
   return out;
 }
 
-/// The fit of a loaded recipe, as `preflight fit` computes it.
-MemoryEstimate EstimateOf(const Recipe& recipe) {
+/// The fit of a loaded recipe, as `preflight fit` computes it: the stages
+/// MakePlan takes. nullopt with the planner's errors in `errors` when the
+/// layout cannot be planned (bad input, as for fit).
+std::optional<MemoryEstimate> EstimateOf(const Recipe& recipe, std::vector<Diagnostic>* errors) {
   const Inventory inventory = BuildInventory(recipe);
   const Layout layout = LayoutOf(recipe);
-  return EstimateMemory(inventory, layout, StagesFor(inventory, layout));
+  PlanResult planned = MakePlan(inventory, layout);
+  if (!planned.plan) {
+    *errors = std::move(planned.diagnostics);
+    return std::nullopt;
+  }
+  if (planned.plan->memory) return std::move(*planned.plan->memory);
+  return EstimateMemory(inventory, layout, planned.plan->stages);
 }
 
 /// Where a recipe's baseline copy comes from.
@@ -146,9 +155,14 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   for (const auto& d : current.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!current.ok()) return InvalidEntry(path, Formatted(current.diagnostics));
   const Recipe& recipe = *current.recipe;
-  MemoryEstimate estimate;
+  std::optional<MemoryEstimate> estimate;
   try {
-    estimate = EstimateOf(recipe);
+    std::vector<Diagnostic> plan_errors;
+    estimate = EstimateOf(recipe, &plan_errors);
+    if (!estimate) {
+      for (const auto& d : plan_errors) std::fprintf(stderr, "%s\n", Format(d).c_str());
+      return InvalidEntry(path, Formatted(plan_errors));
+    }
   } catch (const ArithmeticOverflow& e) {
     const std::string message = fmt::format("{}: the recipe's sizes exceed 64-bit byte arithmetic ({})", path, e.what());
     std::fprintf(stderr, "%s\n", message.c_str());
@@ -167,15 +181,22 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
       note = errors.empty() ? "invalid" : errors.front().substr(0, errors.front().find('\n'));
     } else {
       try {
-        const MemoryEstimate base = EstimateOf(*baseline.loaded->recipe);
-        baseline_worst = base.stages.at(static_cast<size_t>(base.worst_stage));
+        std::vector<Diagnostic> plan_errors;
+        const auto base = EstimateOf(*baseline.loaded->recipe, &plan_errors);
+        if (base) {
+          baseline_worst = base->stages.at(static_cast<size_t>(base->worst_stage));
+        } else {
+          baseline.state = BaselineState::kUnreadable;
+          const auto errors = Formatted(plan_errors);
+          note = errors.empty() ? "cannot be planned" : errors.front().substr(0, errors.front().find('\n'));
+        }
       } catch (const ArithmeticOverflow& e) {
         baseline.state = BaselineState::kUnreadable;
         note = fmt::format("the baseline's sizes exceed 64-bit byte arithmetic ({})", e.what());
       }
     }
   }
-  return JudgeEntry(path, recipe.name, std::move(estimate), GiB(recipe.cluster.min_headroom_gib), baseline.state,
+  return JudgeEntry(path, recipe.name, std::move(*estimate), GiB(recipe.cluster.min_headroom_gib), baseline.state,
                     std::move(baseline_worst), thresholds, note);
 }
 
