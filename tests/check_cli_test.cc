@@ -1,18 +1,17 @@
 // End-to-end tests of `preflight check` (the CI gate) through the built
 // binary: every exit-code branch, baselines from a directory and from a git
 // commit made here, JUnit XML structure, the Markdown summary and goldens.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
 
@@ -20,9 +19,9 @@ namespace preflight {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ExpectMatchesGolden;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::ExpectMatchesGolden;
 using testing::ReadFile;
 using testing::RunPreflight;
 using testing::SourcePath;
@@ -37,8 +36,8 @@ class TempDir {
  public:
   TempDir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("preflight-check-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+    path_ =
+        fs::temp_directory_path() / ("preflight-check-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -165,8 +164,8 @@ TEST(CheckExit, ImprovementPassesWithNegativeDelta) {
 TEST(CheckExit, RecipeMissingFromBaselineIsNew) {
   TempDir base, head;
   WriteText(head / "added.yaml", LargerReserve());
-  const auto r = RunPreflight({"check", head / "added.yaml", "--baseline", base.str(), "--max-regression-gib", "0",
-                               "--format", "json"});
+  const auto r = RunPreflight(
+      {"check", head / "added.yaml", "--baseline", base.str(), "--max-regression-gib", "0", "--format", "json"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["recipes"][0]["baseline"]["state"], "new");
 }
@@ -243,14 +242,15 @@ TEST(CheckGit, BaselineRefReadsTheCommittedRecipe) {
   if (!HaveGit()) GTEST_SKIP() << "git is not installed";
   TempDir repo;
   WriteText(repo / "recipes/r.yaml", Original());
-  ASSERT_TRUE(Sh(repo.str(), "git init -q . && git add recipes/r.yaml && "
-                             "git -c user.name=t -c user.email=t@example.com commit -q -m base"));
+  ASSERT_TRUE(Sh(repo.str(),
+                 "git init -q . && git add recipes/r.yaml && "
+                 "git -c user.name=t -c user.email=t@example.com commit -q -m base"));
   // The working copy grows by 3 GiB; a second recipe was never committed.
   WriteText(repo / "recipes/r.yaml", LargerReserve());
   WriteText(repo / "recipes/added.yaml", Original());
   for (const char* ref : {"HEAD~0", "HEAD"}) {
-    const auto r = RunPreflight({"check", repo / "recipes/r.yaml", repo / "recipes/added.yaml", "--baseline-ref", ref,
-                                 "--format", "json"});
+    const auto r = RunPreflight(
+        {"check", repo / "recipes/r.yaml", repo / "recipes/added.yaml", "--baseline-ref", ref, "--format", "json"});
     EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["baseline"], std::string("git ") + ref);
@@ -276,8 +276,9 @@ TEST(CheckGit, InvalidBaselineIsReportedNotCompared) {
   if (!HaveGit()) GTEST_SKIP() << "git is not installed";
   TempDir repo;
   WriteText(repo / "r.yaml", InvalidTp());
-  ASSERT_TRUE(Sh(repo.str(), "git init -q . && git add r.yaml && "
-                             "git -c user.name=t -c user.email=t@example.com commit -q -m base"));
+  ASSERT_TRUE(Sh(repo.str(),
+                 "git init -q . && git add r.yaml && "
+                 "git -c user.name=t -c user.email=t@example.com commit -q -m base"));
   WriteText(repo / "r.yaml", Original());
   const auto r = RunPreflight({"check", repo / "r.yaml", "--baseline-ref", "HEAD", "--format", "json"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -330,7 +331,8 @@ TEST(CheckJUnit, OneTestcasePerRecipeWithFailuresAndErrors) {
   WriteText(dir / "bad.yaml", InvalidTp());
   const std::string junit = dir / "out/junit.xml";
   fs::create_directories(dir / "out");
-  const auto r = RunPreflight({"check", dir / "a&b<c>'q\".yaml", dir / "floor.yaml", dir / "bad.yaml", "--junit", junit});
+  const auto r =
+      RunPreflight({"check", dir / "a&b<c>'q\".yaml", dir / "floor.yaml", dir / "bad.yaml", "--junit", junit});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   const std::string xml = ReadFile(junit);
   EXPECT_EQ(XmlProblem(xml), "") << xml;
@@ -352,7 +354,8 @@ TEST(CheckSummary, MarkdownTableHasVerdictTotalsDeltaAndMovedCategories) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   const std::string md = ReadFile(summary);
   EXPECT_THAT(md, HasSubstr("## preflight check: 1 of 1 recipes failing"));
-  EXPECT_THAT(md, HasSubstr("| recipe | verdict | worst stage total | headroom | delta vs baseline | top moved categories |"));
+  EXPECT_THAT(
+      md, HasSubstr("| recipe | verdict | worst stage total | headroom | delta vs baseline | top moved categories |"));
   EXPECT_THAT(md, HasSubstr("| **FAIL** |"));
   EXPECT_THAT(md, HasSubstr("+3.00 GiB"));
   EXPECT_THAT(md, HasSubstr("runtime_reserve +3.00"));

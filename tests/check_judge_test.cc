@@ -1,10 +1,10 @@
 // Unit tests of the check library: judging hand-made estimates (no recipe,
 // no binary), the category order of MovedCategories and XML escaping.
-#include <optional>
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
 
 #include "preflight/check.h"
 
@@ -86,7 +86,7 @@ TEST(CheckReport, ExitCodePrefersBadInput) {
 }
 
 TEST(MovedCategories, LargestMagnitudeFirst) {
-  MemoryEstimate now = OneStage(3, true, true);  // activations -1 GiB
+  MemoryEstimate now = OneStage(3, true, true);                                 // activations -1 GiB
   now.stages[0].bytes[static_cast<int>(Category::kRoutingScratch)] = GiB(0.5);  // +0.5 GiB
   now.stages[0].bytes[static_cast<int>(Category::kRuntimeReserve)] = GiB(4);    // +2 GiB
   const auto e = JudgeEntry("r", "r", now, GiB(0), BaselineState::kCompared, Worst(OneStage(4, true, true)), {});

@@ -1,15 +1,14 @@
 // End-to-end tests of `preflight diff`: attribution of memory moves to the
 // recipe keys that differ (hand-computed), comm axes, exit codes, goldens.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <string>
-
-#include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "support/test_support.h"
 
@@ -17,8 +16,8 @@ namespace preflight {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::ExpectMatchesGolden;
+using ::testing::HasSubstr;
 using testing::ReadFile;
 using testing::RunPreflight;
 using testing::SourcePath;
@@ -33,8 +32,8 @@ constexpr const char* kDefault = "recipes/nam56r-h200.yaml";
 // experts 8 -> 16 at ep 8 puts 2 experts on a rank instead of 1, i.e. one
 // more expert in each of the 32 MoE layers on every rank.
 constexpr int64_t kExpertParams = int64_t{3} * 4096 * 14336;
-constexpr int64_t kExtraExpertParamsPerRank = 32 * kExpertParams;         // 5,637,144,576
-constexpr int64_t kExtraEpParamBytes = 2 * kExtraExpertParamsPerRank;    // bf16: 11,274,289,152 = 10.50 GiB
+constexpr int64_t kExtraExpertParamsPerRank = 32 * kExpertParams;      // 5,637,144,576
+constexpr int64_t kExtraEpParamBytes = 2 * kExtraExpertParamsPerRank;  // bf16: 11,274,289,152 = 10.50 GiB
 // The router (hidden x experts per MoE layer, replicated on every rank) grows
 // by 8 columns: 32 * 4096 * 8 = 1,048,576 parameters, 2 MiB in bf16.
 constexpr int64_t kExtraRouterParams = int64_t{32} * 4096 * 8;
@@ -93,8 +92,8 @@ TEST(DiffAttribution, KeyInvalidAloneGoesToInteraction) {
   // ep 16 alone cannot shard 8 experts; with experts 16 it holds one expert a
   // rank, as A does, so the EP-sharded params do not move in total: the
   // experts key alone adds 10.50 GiB and the pair takes it back (interaction).
-  const auto r = RunPreflight({"diff", kMixtral, "--set", "model.moe.experts=16", "--set", "parallel.ep=16",
-                               "--format", "json"});
+  const auto r =
+      RunPreflight({"diff", kMixtral, "--set", "model.moe.experts=16", "--set", "parallel.ep=16", "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["memory_delta_bytes"]["ep_sharded_params"].get<int64_t>(), 0);

@@ -1,11 +1,11 @@
 // FlattenRecipe/DifferingKeys: every flattened value, fed back as an
 // override, reproduces the recipe (so attribution's one-key overrides mean
 // what they say), and one changed key is found as exactly that key.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "preflight/diff.h"
 #include "preflight/recipe.h"

@@ -6,11 +6,10 @@
 #pragma once
 
 #include <array>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "preflight/diagnostic.h"
 #include "preflight/estimate.h"
@@ -46,7 +45,7 @@ struct CheckEntry {
   MemoryEstimate estimate;          // when valid
   Bytes min_headroom;               // cluster.min_headroom_gib
   BaselineState baseline = BaselineState::kNone;
-  std::string baseline_note;            // why the baseline is unreadable
+  std::string baseline_note;                 // why the baseline is unreadable
   std::optional<RankMemory> baseline_worst;  // when kCompared
   /// Why the recipe fails, one line each (capacity, headroom floor, regressions).
   std::vector<std::string> failures;
@@ -65,8 +64,8 @@ CheckEntry InvalidEntry(std::string file, std::vector<std::string> errors);
 /// (with kCompared) the regression budget. `baseline_worst` is the baseline's
 /// worst rank when state == kCompared.
 CheckEntry JudgeEntry(std::string file, std::string name, MemoryEstimate estimate, Bytes min_headroom,
-                      BaselineState state, std::optional<RankMemory> baseline_worst,
-                      const CheckThresholds& thresholds, std::string baseline_note = "");
+                      BaselineState state, std::optional<RankMemory> baseline_worst, const CheckThresholds& thresholds,
+                      std::string baseline_note = "");
 
 struct CheckReport {
   std::string baseline_label;  // "DIR" or "git REF"; empty without a baseline

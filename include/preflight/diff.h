@@ -6,12 +6,11 @@
 #pragma once
 
 #include <array>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "preflight/diagnostic.h"
 #include "preflight/estimate.h"
@@ -40,9 +39,9 @@ std::vector<KeyChange> DifferingKeys(const Recipe& a, const Recipe& b);
 
 /// What diff keeps of one side.
 struct DiffSide {
-  std::string label;            // "recipes/x.yaml --set parallel.tp=8"
-  std::string name;             // the recipe's name
-  MemoryEstimate memory;        // per stage, worst stage, verdict
+  std::string label;      // "recipes/x.yaml --set parallel.tp=8"
+  std::string name;       // the recipe's name
+  MemoryEstimate memory;  // per stage, worst stage, verdict
   /// Bytes sent per step on each axis by the busiest pipeline rank (the
   /// planner's CommItem send totals, maximum over pipeline ranks).
   std::array<Bytes, kNumAxes> comm_send{};
@@ -52,8 +51,8 @@ struct DiffSide {
 /// One key applied alone to A: how the worst rank and the comm moved.
 struct Attribution {
   KeyChange change;
-  bool applied = false;    // false: A with only this change is not a valid recipe
-  std::string note;        // why not applied (the first error)
+  bool applied = false;                              // false: A with only this change is not a valid recipe
+  std::string note;                                  // why not applied (the first error)
   std::array<Bytes, kNumCategories> memory_delta{};  // worst rank, (A + change) - A
   std::array<Bytes, kNumAxes> comm_delta{};
 };
@@ -69,9 +68,7 @@ struct DiffReport {
 
   Bytes memory_delta(Category c) const { return b.worst().of(c) - a.worst().of(c); }
   Bytes total_delta() const { return b.worst().total() - a.worst().total(); }
-  Bytes comm_delta(Axis x) const {
-    return b.comm_send[static_cast<size_t>(x)] - a.comm_send[static_cast<size_t>(x)];
-  }
+  Bytes comm_delta(Axis x) const { return b.comm_send[static_cast<size_t>(x)] - a.comm_send[static_cast<size_t>(x)]; }
 };
 
 /// One recipe as text with its overrides, as the user named it.

@@ -2,6 +2,9 @@
 // the headroom floor and, with a baseline (a directory of the same file names,
 // or the recipes as committed at a git ref), the regression budget. Exit 0
 // pass, 1 fail, 2 bad input (any recipe invalid; the others are still judged).
+#include <fmt/format.h>
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -9,10 +12,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <sys/wait.h>
-
-#include <fmt/format.h>
 
 #include "common.h"
 #include "preflight/check.h"
@@ -115,8 +114,9 @@ BaselineSource FromGit(const std::string& ref, const std::string& path) {
 
 /// The ref must name a commit in the repository of every recipe's directory.
 bool RefResolves(const std::string& ref, const std::string& path) {
-  return RunCapture("git -C " + ShellQuote(DirOf(path)) + " rev-parse --verify --quiet " + ShellQuote(ref + "^{commit}"),
-                    nullptr) == 0;
+  return RunCapture(
+             "git -C " + ShellQuote(DirOf(path)) + " rev-parse --verify --quiet " + ShellQuote(ref + "^{commit}"),
+             nullptr) == 0;
 }
 
 std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
@@ -139,7 +139,8 @@ std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
     }
     if (!category || !number_ok) {
       std::string valid;
-      for (int i = 0; i < kNumCategories; ++i) valid += fmt::format("{}{}", i ? ", " : "", Key(static_cast<Category>(i)));
+      for (int i = 0; i < kNumCategories; ++i)
+        valid += fmt::format("{}{}", i ? ", " : "", Key(static_cast<Category>(i)));
       std::fprintf(stderr,
                    "--max-regression-gib-category %s: expected CATEGORY=GIB with GIB >= 0 and CATEGORY one of: %s\n",
                    text.c_str(), valid.c_str());
@@ -164,7 +165,8 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
       return InvalidEntry(path, Formatted(plan_errors));
     }
   } catch (const ArithmeticOverflow& e) {
-    const std::string message = fmt::format("{}: the recipe's sizes exceed 64-bit byte arithmetic ({})", path, e.what());
+    const std::string message =
+        fmt::format("{}: the recipe's sizes exceed 64-bit byte arithmetic ({})", path, e.what());
     std::fprintf(stderr, "%s\n", message.c_str());
     return InvalidEntry(path, {message});
   }
@@ -217,7 +219,9 @@ int RunCheck(const CheckArgs& args) {
       if (checked.count(dir) != 0) continue;
       checked[dir] = true;
       if (!RefResolves(args.baseline_ref, path)) {
-        std::fprintf(stderr, "--baseline-ref %s: not a commit of the git repository holding %s (is git installed, is the ref fetched?)\n",
+        std::fprintf(stderr,
+                     "--baseline-ref %s: not a commit of the git repository holding %s (is git installed, is the ref "
+                     "fetched?)\n",
                      args.baseline_ref.c_str(), path.c_str());
         return static_cast<int>(ExitCode::kBadInput);
       }
@@ -237,9 +241,15 @@ int RunCheck(const CheckArgs& args) {
     return static_cast<int>(ExitCode::kBadInput);
   }
   switch (args.format) {
-    case OutputFormat::kJson: std::printf("%s\n", CheckJson(report).dump(2).c_str()); break;
-    case OutputFormat::kMd: std::fputs(RenderCheckMarkdown(report).c_str(), stdout); break;
-    default: std::fputs(RenderCheckTable(report).c_str(), stdout); break;
+    case OutputFormat::kJson:
+      std::printf("%s\n", CheckJson(report).dump(2).c_str());
+      break;
+    case OutputFormat::kMd:
+      std::fputs(RenderCheckMarkdown(report).c_str(), stdout);
+      break;
+    default:
+      std::fputs(RenderCheckTable(report).c_str(), stdout);
+      break;
   }
   return static_cast<int>(report.exit_code());
 }
@@ -249,16 +259,18 @@ int RunCheck(const CheckArgs& args) {
 void SetupCheck(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<CheckArgs>();
   command.add_option("recipes", args->recipes, "Recipe YAML files")->required();
-  auto* dir = command.add_option("--baseline", args->baseline_dir,
-                                 "Directory holding the baseline recipes (same file names)");
+  auto* dir =
+      command.add_option("--baseline", args->baseline_dir, "Directory holding the baseline recipes (same file names)");
   auto* ref = command.add_option("--baseline-ref", args->baseline_ref,
                                  "Git ref whose committed recipes are the baseline (git show REF:path)");
   dir->excludes(ref);
-  command.add_option("--max-regression-gib", args->max_regression_gib,
-                     "Largest allowed growth of the worst rank's total vs the baseline (default 1.0)")
+  command
+      .add_option("--max-regression-gib", args->max_regression_gib,
+                  "Largest allowed growth of the worst rank's total vs the baseline (default 1.0)")
       ->check(CLI::Range(0.0, 1e9));
-  command.add_option("--max-regression-gib-category", args->category_budgets,
-                     "Largest allowed growth of one category, e.g. activations=0.5 (repeatable)")
+  command
+      .add_option("--max-regression-gib-category", args->category_budgets,
+                  "Largest allowed growth of one category, e.g. activations=0.5 (repeatable)")
       ->type_name("CATEGORY=GIB");
   command.add_option("--junit", args->junit_path, "Write JUnit XML (one testcase per recipe)");
   command.add_option("--summary", args->summary_path, "Write a Markdown summary for a pull-request comment");

@@ -62,9 +62,15 @@ int RunDiff(const DiffArgs& args) {
   for (const auto& d : result.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!result.report) return static_cast<int>(ExitCode::kBadInput);
   switch (args.format) {
-    case OutputFormat::kJson: std::printf("%s\n", DiffJson(*result.report).dump(2).c_str()); break;
-    case OutputFormat::kMd: std::fputs(RenderDiffMarkdown(*result.report).c_str(), stdout); break;
-    default: std::fputs(RenderDiffTable(*result.report).c_str(), stdout); break;
+    case OutputFormat::kJson:
+      std::printf("%s\n", DiffJson(*result.report).dump(2).c_str());
+      break;
+    case OutputFormat::kMd:
+      std::fputs(RenderDiffMarkdown(*result.report).c_str(), stdout);
+      break;
+    default:
+      std::fputs(RenderDiffTable(*result.report).c_str(), stdout);
+      break;
   }
   return static_cast<int>(ExitCode::kOk);
 }

@@ -2,11 +2,11 @@
 // floor, regression against a baseline. Pure: no files, no git.
 #include "preflight/check.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace preflight {
 
@@ -20,10 +20,14 @@ std::optional<Category> CategoryFromKey(const std::string& key) {
 
 const char* Key(BaselineState s) {
   switch (s) {
-    case BaselineState::kNone: return "none";
-    case BaselineState::kNew: return "new";
-    case BaselineState::kCompared: return "compared";
-    case BaselineState::kUnreadable: return "unreadable";
+    case BaselineState::kNone:
+      return "none";
+    case BaselineState::kNew:
+      return "new";
+    case BaselineState::kCompared:
+      return "compared";
+    case BaselineState::kUnreadable:
+      return "unreadable";
   }
   return "none";
 }
@@ -47,8 +51,8 @@ CheckEntry InvalidEntry(std::string file, std::vector<std::string> errors) {
 }
 
 CheckEntry JudgeEntry(std::string file, std::string name, MemoryEstimate estimate, Bytes min_headroom,
-                      BaselineState state, std::optional<RankMemory> baseline_worst,
-                      const CheckThresholds& thresholds, std::string baseline_note) {
+                      BaselineState state, std::optional<RankMemory> baseline_worst, const CheckThresholds& thresholds,
+                      std::string baseline_note) {
   CheckEntry e;
   e.file = std::move(file);
   e.name = std::move(name);
@@ -63,8 +67,9 @@ CheckEntry JudgeEntry(std::string file, std::string name, MemoryEstimate estimat
   if (!v.fits) {
     e.failures.push_back(fmt::format("does not fit: {}", v.reason));
   } else if (!v.headroom_ok) {
-    e.failures.push_back(fmt::format("headroom {:.2f} GiB on stage {} is below the floor cluster.min_headroom_gib = {:.2f} GiB",
-                                     v.headroom.gib(), e.estimate.worst_stage, min_headroom.gib()));
+    e.failures.push_back(
+        fmt::format("headroom {:.2f} GiB on stage {} is below the floor cluster.min_headroom_gib = {:.2f} GiB",
+                    v.headroom.gib(), e.estimate.worst_stage, min_headroom.gib()));
   }
   if (e.baseline_worst) {
     const Bytes d = e.delta_total();
@@ -79,9 +84,9 @@ CheckEntry JudgeEntry(std::string file, std::string name, MemoryEstimate estimat
       if (!budget) continue;
       const Bytes dc = e.delta(c);
       if (dc > *budget) {
-        e.failures.push_back(fmt::format("{} regressed by {:+.2f} GiB ({:.2f} -> {:.2f} GiB), more than its budget {:.2f} GiB",
-                                         Key(c), dc.gib(), e.baseline_worst->of(c).gib(), e.worst().of(c).gib(),
-                                         budget->gib()));
+        e.failures.push_back(
+            fmt::format("{} regressed by {:+.2f} GiB ({:.2f} -> {:.2f} GiB), more than its budget {:.2f} GiB", Key(c),
+                        dc.gib(), e.baseline_worst->of(c).gib(), e.worst().of(c).gib(), budget->gib()));
       }
     }
   }

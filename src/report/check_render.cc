@@ -1,8 +1,8 @@
 // Renderers of `preflight check`: table, JSON, Markdown summary, JUnit XML.
 // Deterministic: fixed precision, no timestamps, paths as the user gave them.
-#include <string>
-
 #include <fmt/format.h>
+
+#include <string>
 
 #include "preflight/check.h"
 
@@ -20,10 +20,14 @@ std::string SignedGib(Bytes b) { return fmt::format("{:+.2f}", b.gib()); }
 std::string DeltaCell(const CheckEntry& e) {
   if (!e.valid) return "-";
   switch (e.baseline) {
-    case BaselineState::kNone: return "-";
-    case BaselineState::kNew: return "new";
-    case BaselineState::kUnreadable: return "unreadable";
-    case BaselineState::kCompared: return SignedGib(e.delta_total());
+    case BaselineState::kNone:
+      return "-";
+    case BaselineState::kNew:
+      return "new";
+    case BaselineState::kUnreadable:
+      return "unreadable";
+    case BaselineState::kCompared:
+      return SignedGib(e.delta_total());
   }
   return "-";
 }
@@ -52,8 +56,8 @@ std::string Headline(const CheckReport& r) {
 
 std::string BaselineLine(const CheckReport& r) {
   if (r.baseline_label.empty()) return "no baseline";
-  std::string out = fmt::format("baseline {}, max regression {:.2f} GiB", r.baseline_label,
-                                r.thresholds.max_regression.gib());
+  std::string out =
+      fmt::format("baseline {}, max regression {:.2f} GiB", r.baseline_label, r.thresholds.max_regression.gib());
   for (int i = 0; i < kNumCategories; ++i) {
     const auto& b = r.thresholds.per_category[static_cast<size_t>(i)];
     if (b) out += fmt::format(", {} {:.2f} GiB", Key(static_cast<Category>(i)), b->gib());
@@ -84,11 +88,21 @@ std::string XmlEscape(const std::string& text) {
   for (char ch : text) {
     const auto u = static_cast<unsigned char>(ch);
     switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         if (u < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') break;  // not allowed in XML 1.0
         out += ch;
@@ -211,10 +225,11 @@ std::string RenderCheckJUnit(const CheckReport& r) {
   const auto failures = r.failed_count();
   const auto errors = r.invalid_count();
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += fmt::format("<testsuites name=\"preflight\" tests=\"{}\" failures=\"{}\" errors=\"{}\">\n", n, failures,
-                     errors);
-  out += fmt::format("  <testsuite name=\"preflight check\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"0\">\n",
-                     n, failures, errors);
+  out +=
+      fmt::format("<testsuites name=\"preflight\" tests=\"{}\" failures=\"{}\" errors=\"{}\">\n", n, failures, errors);
+  out +=
+      fmt::format("  <testsuite name=\"preflight check\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"0\">\n",
+                  n, failures, errors);
   for (const CheckEntry& e : r.entries) {
     out += fmt::format("    <testcase classname=\"preflight.check\" name=\"{}\"", XmlEscape(e.file));
     if (e.passed()) {

@@ -2,12 +2,12 @@
 // (estimator + planner) and attributing the change to the differing keys.
 #include "preflight/diff.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "preflight/inventory.h"
 #include "preflight/layout.h"
@@ -27,9 +27,12 @@ const char* Name(RouterScore r) { return r == RouterScore::kSoftmax ? "softmax" 
 const char* Name(AxisOrder o) { return o == AxisOrder::kTpCpDpPp ? "tp-cp-dp-pp" : "tp-cp-pp-dp"; }
 const char* Name(CpComm c) {
   switch (c) {
-    case CpComm::kP2p: return "p2p";
-    case CpComm::kAllGather: return "all_gather";
-    case CpComm::kA2a: return "a2a";
+    case CpComm::kP2p:
+      return "p2p";
+    case CpComm::kAllGather:
+      return "all_gather";
+    case CpComm::kA2a:
+      return "a2a";
   }
   return "p2p";
 }
@@ -235,7 +238,8 @@ DiffResult MakeDiff(const DiffInput& a, const DiffInput& b, const CostModel& cos
   for (int i = 0; i < kNumCategories; ++i) {
     report.interaction_memory[static_cast<size_t>(i)] = report.memory_delta(static_cast<Category>(i));
   }
-  for (int x = 0; x < kNumAxes; ++x) report.interaction_comm[static_cast<size_t>(x)] = report.comm_delta(static_cast<Axis>(x));
+  for (int x = 0; x < kNumAxes; ++x)
+    report.interaction_comm[static_cast<size_t>(x)] = report.comm_delta(static_cast<Axis>(x));
 
   for (const KeyChange& change : report.changes) {
     Attribution at;
@@ -257,14 +261,16 @@ DiffResult MakeDiff(const DiffInput& a, const DiffInput& b, const CostModel& cos
           at.memory_delta[static_cast<size_t>(i)] = alone.side->worst().of(c) - report.a.worst().of(c);
         }
         for (int x = 0; x < kNumAxes; ++x) {
-          at.comm_delta[static_cast<size_t>(x)] = alone.side->comm_send[static_cast<size_t>(x)] -
-                                                  report.a.comm_send[static_cast<size_t>(x)];
+          at.comm_delta[static_cast<size_t>(x)] =
+              alone.side->comm_send[static_cast<size_t>(x)] - report.a.comm_send[static_cast<size_t>(x)];
         }
       }
     }
     if (at.applied) {
-      for (int i = 0; i < kNumCategories; ++i) report.interaction_memory[static_cast<size_t>(i)] -= at.memory_delta[static_cast<size_t>(i)];
-      for (int x = 0; x < kNumAxes; ++x) report.interaction_comm[static_cast<size_t>(x)] -= at.comm_delta[static_cast<size_t>(x)];
+      for (int i = 0; i < kNumCategories; ++i)
+        report.interaction_memory[static_cast<size_t>(i)] -= at.memory_delta[static_cast<size_t>(i)];
+      for (int x = 0; x < kNumAxes; ++x)
+        report.interaction_comm[static_cast<size_t>(x)] -= at.comm_delta[static_cast<size_t>(x)];
     }
     report.attributions.push_back(std::move(at));
   }

@@ -1,10 +1,10 @@
 // Renderers of `preflight diff`: table, JSON, Markdown. Only what moved is
 // listed (unchanged categories and axes are left out of the tables, kept in JSON).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "preflight/diff.h"
 #include "preflight/format.h"
@@ -38,12 +38,14 @@ std::string Effects(const std::array<Bytes, kNumCategories>& memory, const std::
   if (order.size() > max_categories) order.resize(max_categories);
   std::string out;
   for (int i : order) {
-    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", Key(CategoryAt(i)), SignedSize(memory[static_cast<size_t>(i)]));
+    out +=
+        fmt::format("{}{} {}", out.empty() ? "" : ", ", Key(CategoryAt(i)), SignedSize(memory[static_cast<size_t>(i)]));
   }
   std::string comm_text;
   for (int x = 0; x < kNumAxes; ++x) {
     if (comm[static_cast<size_t>(x)].count() == 0) continue;
-    comm_text += fmt::format("{}{} {}", comm_text.empty() ? "" : ", ", Key(AxisAt(x)), SignedSize(comm[static_cast<size_t>(x)]));
+    comm_text +=
+        fmt::format("{}{} {}", comm_text.empty() ? "" : ", ", Key(AxisAt(x)), SignedSize(comm[static_cast<size_t>(x)]));
   }
   if (!comm_text.empty()) out += fmt::format("{}comm sent {}", out.empty() ? "" : "; ", comm_text);
   return out.empty() ? "no change" : out;
@@ -72,7 +74,8 @@ std::array<Bytes, kNumCategories> StageDelta(const DiffReport& r, size_t s) {
 }  // namespace
 
 std::string RenderDiffTable(const DiffReport& r) {
-  std::string out = fmt::format("preflight diff\n  A  {} ({})\n  B  {} ({})\n\n", r.a.label, r.a.name, r.b.label, r.b.name);
+  std::string out =
+      fmt::format("preflight diff\n  A  {} ({})\n  B  {} ({})\n\n", r.a.label, r.a.name, r.b.label, r.b.name);
   out += "changed keys\n";
   if (r.changes.empty()) out += "  none\n";
   for (const KeyChange& c : r.changes) out += fmt::format("  {:<36} {} -> {}\n", c.key, c.before, c.after);
@@ -121,7 +124,8 @@ std::string RenderDiffTable(const DiffReport& r) {
 
   out += "\nwhy (each changed key applied alone to A; worst rank)\n";
   if (r.changes.empty()) out += "  nothing differs\n";
-  for (const Attribution& a : r.attributions) out += fmt::format("  {}: {}\n", ChangeText(a.change), AttributionText(a));
+  for (const Attribution& a : r.attributions)
+    out += fmt::format("  {}: {}\n", ChangeText(a.change), AttributionText(a));
   if (AnyNonZero(r.interaction_memory, r.interaction_comm)) {
     out += fmt::format("  the changes together (interaction): {}\n", Effects(r.interaction_memory, r.interaction_comm));
   }
@@ -133,7 +137,8 @@ namespace {
 nlohmann::json MemoryJson(const std::array<Bytes, kNumCategories>& m, bool nonzero_only) {
   nlohmann::json j = nlohmann::json::object();
   for (int i = 0; i < kNumCategories; ++i) {
-    if (!nonzero_only || m[static_cast<size_t>(i)].count() != 0) j[Key(CategoryAt(i))] = m[static_cast<size_t>(i)].count();
+    if (!nonzero_only || m[static_cast<size_t>(i)].count() != 0)
+      j[Key(CategoryAt(i))] = m[static_cast<size_t>(i)].count();
   }
   return j;
 }
@@ -168,8 +173,8 @@ nlohmann::json DiffJson(const DiffReport& r) {
   for (const KeyChange& c : r.changes) changes.push_back({{"key", c.key}, {"before", c.before}, {"after", c.after}});
   nlohmann::json attribution = nlohmann::json::array();
   for (const Attribution& a : r.attributions) {
-    nlohmann::json j = {{"key", a.change.key}, {"before", a.change.before}, {"after", a.change.after},
-                        {"applied", a.applied}};
+    nlohmann::json j = {
+        {"key", a.change.key}, {"before", a.change.before}, {"after", a.change.after}, {"applied", a.applied}};
     if (a.applied) {
       j["memory_delta_bytes"] = MemoryJson(a.memory_delta, true);
       j["comm_delta_bytes"] = CommJson(a.comm_delta, true);
@@ -185,9 +190,10 @@ nlohmann::json DiffJson(const DiffReport& r) {
   nlohmann::json stage_deltas = nlohmann::json::array();
   const size_t both = std::min(r.a.memory.stages.size(), r.b.memory.stages.size());
   for (size_t s = 0; s < both; ++s) {
-    stage_deltas.push_back({{"pipeline_rank", s},
-                            {"total_delta_bytes", (r.b.memory.stages[s].total() - r.a.memory.stages[s].total()).count()},
-                            {"memory_delta_bytes", MemoryJson(StageDelta(r, s), true)}});
+    stage_deltas.push_back(
+        {{"pipeline_rank", s},
+         {"total_delta_bytes", (r.b.memory.stages[s].total() - r.a.memory.stages[s].total()).count()},
+         {"memory_delta_bytes", MemoryJson(StageDelta(r, s), true)}});
   }
   return {{"a", SideJson(r.a)},
           {"b", SideJson(r.b)},
@@ -203,8 +209,8 @@ nlohmann::json DiffJson(const DiffReport& r) {
 }
 
 std::string RenderDiffMarkdown(const DiffReport& r) {
-  std::string out = fmt::format("## preflight diff\n\n- A: `{}` ({})\n- B: `{}` ({})\n\n", r.a.label, r.a.name,
-                                r.b.label, r.b.name);
+  std::string out =
+      fmt::format("## preflight diff\n\n- A: `{}` ({})\n- B: `{}` ({})\n\n", r.a.label, r.a.name, r.b.label, r.b.name);
   out += "| changed key | A | B | effect alone (worst rank) |\n| --- | --- | --- | --- |\n";
   for (const Attribution& a : r.attributions) {
     out += fmt::format("| `{}` | {} | {} | {} |\n", a.change.key, a.change.before, a.change.after, AttributionText(a));
