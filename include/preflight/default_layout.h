@@ -23,6 +23,14 @@ struct DefaultLayout {
   std::string why;            // one paragraph for the recipe's header comment
 };
 
+/// Degrees the user fixed (--layout); the rule searches only layouts that keep them.
+struct LayoutPins {
+  std::optional<int64_t> nodes;
+  std::optional<int64_t> tp;
+  std::optional<int64_t> pp;
+  std::optional<int64_t> ep;
+};
+
 /// Static budget of the rule: half of an H200's 143771 MiB (DESIGN.md), the
 /// other half left for activations, transients and the runtime reserve.
 inline constexpr int64_t kDefaultStaticBudgetBytes = 143771LL * 1048576LL / 2;
@@ -34,7 +42,7 @@ inline constexpr int64_t kDefaultStaticBudgetBytes = 143771LL * 1048576LL / 2;
 /// count and the tp*dp ranks (at most 64). Model state per parameter with
 /// bf16 params, fp32 grads and an AdamW distributed optimizer (ZeRO-1):
 /// 6 + 12/D bytes, D the data-parallel degree of that parameter (MATH.md 2.2).
-/// nullopt when even 128 nodes do not suffice.
-std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inventory);
+/// nullopt when even 128 nodes do not suffice (or nothing keeps the pins).
+std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inventory, const LayoutPins& pins = {});
 
 }  // namespace preflight

@@ -49,7 +49,7 @@ double StateBytes(int64_t params, int64_t split, int64_t d) {
 
 }  // namespace
 
-std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv) {
+std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv, const LayoutPins& pins) {
   const ModelConfig& m = inv.recipe.model;
   std::vector<BlockKind> kinds;
   int64_t expert_params = 0;
@@ -61,14 +61,25 @@ std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv) {
   const bool has_moe = expert_params > 0;
   const std::vector<int64_t> heads = TpDivisibilityConstraints(m, kinds);
   const int64_t layer_count = static_cast<int64_t>(inv.layers.size());
-  for (int64_t nodes = 1; nodes <= 128; nodes *= 2) {
+  std::vector<int64_t> node_counts;
+  for (int64_t nodes = 1; nodes <= 128; nodes *= 2) node_counts.push_back(nodes);
+  if (pins.nodes) node_counts = {*pins.nodes};
+  std::vector<int64_t> tps = {1, 2, 4, 8};
+  if (pins.tp) tps = {*pins.tp};
+  for (const int64_t nodes : node_counts) {
     const int64_t world = 8 * nodes;
     std::optional<DefaultLayout> best;
-    for (int64_t tp = 1; tp <= 8; tp *= 2) {
-      if (!DividesAll(tp, heads)) continue;
-      for (int64_t pp = 1; tp * pp <= world && pp <= std::max<int64_t>(1, layer_count / 2); pp *= 2) {
+    for (const int64_t tp : tps) {
+      if (!DividesAll(tp, heads) && !pins.tp) continue;
+      std::vector<int64_t> pps;
+      for (int64_t pp = 1; tp * pp <= world && pp <= std::max<int64_t>(1, layer_count / 2); pp *= 2) pps.push_back(pp);
+      if (pins.pp) pps = {*pins.pp};
+      for (const int64_t pp : pps) {
+        if (world % (tp * pp) != 0) continue;
         const int64_t dp = world / (tp * pp);
-        const int64_t ep = has_moe ? LargestPow2Dividing(m.moe.experts, tp * dp, 64) : 1;
+        int64_t ep = has_moe ? LargestPow2Dividing(m.moe.experts, tp * dp, 64) : 1;
+        if (pins.ep) ep = *pins.ep;
+        if (ep <= 0 || (tp * dp) % ep != 0) continue;
         const int64_t expert_dp = tp * dp / ep;
         const double bytes = StateBytes(dense_params, tp * pp, dp) + StateBytes(expert_params, pp * ep, expert_dp);
         if (bytes > static_cast<double>(kDefaultStaticBudgetBytes)) continue;
@@ -85,7 +96,7 @@ std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv) {
       }
     }
     if (!best) continue;
-    best->global_batch = std::max<int64_t>(512, best->dp);
+    best->global_batch = RoundUp(512, best->dp);  // a multiple of dp (micro_batch 1)
     best->why = fmt::format(
         "default H200 layout: the smallest cluster ({} node(s) x 8 GPUs) where params + grads + "
         "ZeRO-1 AdamW state\n(6 + 12/D bytes per parameter) fit in half of the 143771 MiB per GPU, "

@@ -545,12 +545,11 @@ void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
   const std::string act = r.OptString("mlp_hidden_act", "relu2");
   if (letters.find('D') != std::string::npos) {
     w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
-    if (act == "relu2") {
-      w->Add("mlp.activation", "relu2", "squared ReLU, two matrices (up, down)");
-    } else {
-      w->Add("mlp.activation", "swiglu");
-      r.Unrepresented("mlp_hidden_act", "MLP activation other than relu2; imported as swiglu");
-    }
+    // The recipe's non-gated MLP (gelu) has the same two matrices (up, down)
+    // and saves the same tensors (fc1 input, activation input) as relu^2.
+    w->Add("mlp.activation", "gelu", "stands in for " + act + ": non-gated, two matrices (up, down)");
+    r.Unrepresented("mlp_hidden_act", "the recipe has no " + act + " activation; the MLP is imported as the "
+                                      "non-gated two-matrix gelu MLP (same parameter shapes and saved tensors)");
   }
   if (letters.find('E') != std::string::npos) {
     w->Add("moe.experts", r.RequireInt("n_routed_experts"));
