@@ -329,6 +329,31 @@ TEST(ImportHf, MambaWidthNotAMultipleOfHiddenIsAnError) {
   EXPECT_THAT(AllMessages(r), HasSubstr("mamba_num_heads * mamba_head_dim = 7168 must be a multiple of hidden_size"));
 }
 
+// ---- Round trip through the recipe parser ---------------------------------
+
+class ImportRoundTrip : public ::testing::TestWithParam<PatternCase> {};
+
+TEST_P(ImportRoundTrip, WrittenRecipeValidatesAndKeepsTheModel) {
+  const PatternCase& c = GetParam();
+  const HfImport r = ImportFixture(c.fixture);
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  // A realistic layout as --layout would give it, plus the schema defaults for the rest.
+  const std::string yaml = EmitRecipeYaml(r, {{"parallel.tp", "1", ""}, {"cluster.nodes", "2", ""}}, c.fixture, "");
+  const LoadResult loaded = LoadRecipeFromString(yaml, "imported.yaml");
+  ASSERT_TRUE(loaded.ok()) << yaml;
+  EXPECT_TRUE(loaded.diagnostics.empty()) << yaml;
+  const Recipe& recipe = *loaded.recipe;
+  EXPECT_EQ("\"" + recipe.model.pattern + "\"", c.pattern);
+  EXPECT_EQ(std::to_string(recipe.model.repeat), c.repeat);
+  EXPECT_EQ(recipe.name, r.name);
+  EXPECT_EQ(std::to_string(recipe.model.hidden), Entries(r).at("model.hidden"));
+  EXPECT_EQ(std::to_string(recipe.model.vocab), Entries(r).at("model.vocab"));
+  EXPECT_EQ(recipe.cluster.nodes, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ImportRoundTrip, ::testing::ValuesIn(kPatternCases),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
 // ---- Layout merge and emission -------------------------------------------
 
 TEST(ImportLayout, OverridesReplaceDefaultsInSchemaOrder) {
