@@ -17,6 +17,7 @@ using preflight::cli::Verb;
 
 // One line a verb: name, one-line help, setup function (in cmd_<verb>.cc).
 const std::vector<Verb> kVerbs = {
+    {"import", "write a recipe from a model's published config (import hf CONFIG.json)", preflight::cli::SetupImport},
 };
 
 }  // namespace

@@ -15,5 +15,7 @@ struct Verb {
   VerbSetup setup;
 };
 
+/// `preflight import hf CONFIG.json [--layout KEY=VALUE ...] [-o FILE]` (cmd_import.cc).
+void SetupImport(CLI::App& command, int& exit_code);
 
 }  // namespace preflight::cli

@@ -1,0 +1,174 @@
+// `preflight import hf CONFIG.json [--layout KEY=VALUE ...] [-o FILE]`:
+// writes a recipe for a Hugging Face model (issue 8). The model section comes
+// from the config (ImportHfConfig); the layout from --layout, and every key
+// not given there from the default H200 rule (DefaultH200Layout). The written
+// recipe is parsed and validated before it is written; if it does not
+// validate, nothing is written and the exit code is 2.
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "preflight/default_layout.h"
+#include "preflight/diagnostic.h"
+#include "preflight/import.h"
+#include "preflight/inventory.h"
+#include "preflight/recipe.h"
+#include "verbs.h"
+
+namespace preflight::cli {
+namespace {
+
+struct ImportHfOptions {
+  std::string config;
+  std::vector<std::string> layout;
+  std::string output;
+};
+
+constexpr int kBadInput = static_cast<int>(ExitCode::kBadInput);
+
+void Print(const std::vector<Diagnostic>& ds) {
+  for (const Diagnostic& d : ds) std::fprintf(stderr, "%s\n", Format(d).c_str());
+}
+
+/// The layout entries of the default rule (keys the user did not set keep these).
+std::vector<YamlEntry> DefaultEntries(const DefaultLayout& l) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  return {
+      {"training.seq_len", n(l.seq_len), "tokens per sequence"},
+      {"training.micro_batch", "1", ""},
+      {"training.global_batch", n(l.global_batch), "sequences per step"},
+      {"training.recompute", "selective", ""},
+      {"training.precision.params", "bf16", ""},
+      {"training.precision.grads", "fp32", ""},
+      {"training.precision.master", "fp32", ""},
+      {"training.optimizer.matrices", "adamw", "how the public checkpoints were trained"},
+      {"training.optimizer.other", "adamw", ""},
+      {"parallel.tp", n(l.tp), "inside a node (NVLink)"},
+      {"parallel.sp", l.tp > 1 ? "true" : "false", ""},
+      {"parallel.cp", "1", ""},
+      {"parallel.pp", n(l.pp), ""},
+      {"parallel.vpp", "1", ""},
+      {"parallel.ep", n(l.ep), ""},
+      {"parallel.expert_tp", "1", ""},
+      {"parallel.zero", "1", "distributed optimizer"},
+      {"parallel.schedule", "1f1b", ""},
+      {"cluster.gpu", "h200", ""},
+      {"cluster.nodes", n(l.nodes), fmt::format("dp = {}", l.dp)},
+      {"cluster.gpus_per_node", "8", ""},
+  };
+}
+
+/// The degrees fixed on the command line, so the default rule fills in the rest
+/// around them. Values that are not positive integers are left to the parser's
+/// validation of the written recipe.
+LayoutPins PinsOf(const std::vector<Override>& overrides) {
+  LayoutPins pins;
+  for (const Override& o : overrides) {
+    int64_t v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoll(o.value, &used);
+      if (used != o.value.size() || v <= 0) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (o.key_path == "cluster.nodes") pins.nodes = v;
+    if (o.key_path == "parallel.tp") pins.tp = v;
+    if (o.key_path == "parallel.pp") pins.pp = v;
+    if (o.key_path == "parallel.ep") pins.ep = v;
+  }
+  return pins;
+}
+
+int RunImportHf(const ImportHfOptions& o) {
+  std::ifstream in(o.config, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "%s: cannot read the file\n", o.config.c_str());
+    return kBadInput;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  const HfImport imported = ImportHfConfig(text.str(), o.config);
+  Print(imported.diagnostics);
+  if (!imported.ok()) return kBadInput;
+
+  std::vector<Override> overrides;
+  for (const std::string& kv : o.layout) {
+    const std::optional<Override> parsed = ParseOverride(kv);
+    if (!parsed) {
+      std::fprintf(stderr, "--layout %s: expected KEY=VALUE, e.g. parallel.tp=8\n", kv.c_str());
+      return kBadInput;
+    }
+    overrides.push_back(*parsed);
+  }
+  std::vector<Diagnostic> layout_errors;
+  const std::vector<YamlEntry> user_layout = MergeLayout({}, overrides, &layout_errors);
+  Print(layout_errors);
+  if (HasErrors(layout_errors)) return kBadInput;
+
+  const std::string recipe_file = o.output.empty() ? "<stdout>" : o.output;
+  // The model with only the user's keys (the schema defaults elsewhere: one
+  // rank of every kind) gives the inventory the default rule sizes.
+  const LoadResult provisional = LoadRecipeFromString(EmitRecipeYaml(imported, user_layout, o.config, ""),
+                                                      recipe_file);
+  if (!provisional.ok()) {
+    Print(provisional.diagnostics);
+    return kBadInput;
+  }
+  const std::optional<DefaultLayout> rule = DefaultH200Layout(BuildInventory(*provisional.recipe), PinsOf(overrides));
+  std::string note;
+  std::vector<YamlEntry> layout = user_layout;
+  if (rule) {
+    layout = MergeLayout(DefaultEntries(*rule), overrides, &layout_errors);
+    note = rule->why;
+  } else {
+    std::fprintf(stderr, "%s: no H200 layout of up to 128 nodes (keeping the --layout degrees) holds the model "
+                         "state in half of each GPU; give more nodes or the whole layout with --layout\n",
+                 o.config.c_str());
+    return kBadInput;
+  }
+  if (!overrides.empty()) note += std::string(note.empty() ? "" : "\n") + "keys marked 'set by --layout' were given "
+                                  "on the command line.";
+  const std::string yaml = EmitRecipeYaml(imported, layout, o.config, note);
+
+  // The written recipe must validate with the parser, or nothing is written.
+  const LoadResult final_check = LoadRecipeFromString(yaml, recipe_file);
+  Print(final_check.diagnostics);
+  if (!final_check.ok()) return kBadInput;
+
+  if (o.output.empty()) {
+    std::fwrite(yaml.data(), 1, yaml.size(), stdout);
+    return 0;
+  }
+  std::ofstream out(o.output, std::ios::binary);
+  out << yaml;
+  if (!out) {
+    std::fprintf(stderr, "%s: cannot write the file\n", o.output.c_str());
+    return kBadInput;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void SetupImport(CLI::App& command, int& exit_code) {
+  command.require_subcommand(1);
+  CLI::App* hf = command.add_subcommand("hf", "write a recipe from a Hugging Face config.json");
+  auto options = std::make_shared<ImportHfOptions>();
+  hf->add_option("CONFIG", options->config, "the model's config.json")->required();
+  hf->add_option("--layout", options->layout,
+                 "KEY=VALUE for a training.*, parallel.* or cluster.* key (repeatable); keys not given follow "
+                 "the default H200 rule");
+  hf->add_option("-o,--output", options->output, "write the recipe to this file (default: stdout)");
+  hf->callback([options, &exit_code] { exit_code = RunImportHf(*options); });
+}
+
+}  // namespace preflight::cli
