@@ -299,6 +299,32 @@ TEST(ImportHf, IllTypedFieldIsNamedWithValue) {
   EXPECT_THAT(all, HasSubstr("intermediate_size = -1: must be a positive integer"));
 }
 
+TEST(ImportHf, OddJsonShapesAreErrorsNotCrashes) {
+  // Each is bad input: an error diagnostic, never an exception or a recipe.
+  for (const char* json : {"[]", "null", "42", "\"text\"", "", "{\"architectures\": []}",
+                           "{\"architectures\": [7]}", "{\"architectures\": \"LlamaForCausalLM\"}"}) {
+    const HfImport r = ImportHfConfig(json, "odd.json");
+    EXPECT_FALSE(r.ok()) << json;
+    EXPECT_TRUE(r.model.empty()) << json;
+  }
+  // Floats, huge and negative values where positive integers belong.
+  const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096.0, "vocab_size": 1e30,
+    "num_hidden_layers": 18446744073709551615, "num_attention_heads": 32, "intermediate_size": 0})";
+  const HfImport r = ImportHfConfig(json, "l.json");
+  ASSERT_FALSE(r.ok());
+  const std::string all = AllMessages(r);
+  EXPECT_THAT(all, HasSubstr("hidden_size = 4096.0: must be a positive integer"));
+  EXPECT_THAT(all, HasSubstr("vocab_size = 1e+30: must be a positive integer"));
+  EXPECT_THAT(all, HasSubstr("num_hidden_layers = 18446744073709551615: must be a positive integer"));
+  EXPECT_THAT(all, HasSubstr("intermediate_size = 0: must be a positive integer"));
+  // A billion layers is an error, not a billion-letter pattern (the recipe's bound is 100000).
+  const HfImport deep = ImportHfConfig(R"({"architectures": ["Mamba2ForCausalLM"], "hidden_size": 64,
+    "vocab_size": 100, "num_hidden_layers": 1000000000, "num_heads": 2, "head_dim": 64, "state_size": 16})",
+                                       "deep.json");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_THAT(AllMessages(deep), HasSubstr("num_hidden_layers = 1000000000: at most 100000 layers are supported"));
+}
+
 TEST(ImportHf, MissingArchitecturesIsAnError) {
   const HfImport r = ImportHfConfig(R"({"hidden_size": 64})", "x.json");
   ASSERT_FALSE(r.ok());

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -89,11 +91,24 @@ LayoutPins PinsOf(const std::vector<Override>& overrides) {
 }
 
 int RunImportHf(const ImportHfOptions& o) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.config, ec)) {
+    std::fprintf(stderr, "%s: is a directory; give the model's config.json\n", o.config.c_str());
+    return kBadInput;
+  }
   std::ifstream in(o.config, std::ios::binary);
   if (!in) {
     std::fprintf(stderr, "%s: cannot read the file\n", o.config.c_str());
     return kBadInput;
   }
+  // Configs are a few KiB; anything past 16 MiB is not one (and is not read whole).
+  constexpr std::streamoff kMaxConfigBytes = std::streamoff{16} << 20;
+  in.seekg(0, std::ios::end);
+  if (in.tellg() > kMaxConfigBytes) {
+    std::fprintf(stderr, "%s: larger than 16 MiB; not a model config.json\n", o.config.c_str());
+    return kBadInput;
+  }
+  in.seekg(0, std::ios::beg);
   std::stringstream text;
   text << in.rdbuf();
   const HfImport imported = ImportHfConfig(text.str(), o.config);

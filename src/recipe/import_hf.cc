@@ -21,6 +21,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "recipe_bounds.h"
+
 namespace preflight {
 namespace {
 
@@ -269,6 +271,17 @@ void WriteLayers(const std::string& letters, const std::string& comment, ModelWr
   w->Add("repeat", pr.repeat, fmt::format("{} sublayers", letters.size()));
 }
 
+/// num_hidden_layers, bounded like the recipe's expanded layer list.
+int64_t LayerCount(ConfigReader& r) {
+  const int64_t layers = r.RequireInt("num_hidden_layers");
+  if (layers > recipe_internal::kMaxLayers) {
+    r.Error("num_hidden_layers", std::to_string(layers),
+            fmt::format("at most {} layers are supported", recipe_internal::kMaxLayers));
+    return 1;
+  }
+  return layers;
+}
+
 /// Common head of every decoder: hidden size, vocabulary, tied embeddings.
 int64_t ReadTrunk(ConfigReader& r, bool tie_default, ModelWriter* w) {
   const int64_t hidden = r.RequireInt("hidden_size");
@@ -323,7 +336,7 @@ void WarnSlidingWindow(ConfigReader& r, bool enabled) {
 // ---- Architectures ---------------------------------------------------------
 
 void ImportLlama(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   std::string letters;
   for (int64_t i = 0; i < layers; ++i) letters += "AD";
   WriteLayers(letters, "Llama decoder layer = attention sublayer + dense SwiGLU MLP sublayer", w);
@@ -347,7 +360,7 @@ void WriteSoftmaxMoe(int64_t experts, int64_t top_k, int64_t ffn_hidden, ModelWr
 }
 
 void ImportMixtral(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   std::string letters;
   for (int64_t i = 0; i < layers; ++i) letters += "AE";
   WriteLayers(letters, "Mixtral decoder layer = attention + MoE FFN", w);
@@ -366,7 +379,7 @@ void ImportMixtral(ConfigReader& r, ModelWriter* w) {
 }
 
 void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   const int64_t experts = r.OptCount("num_experts", 0);
   const int64_t sparse_step = r.OptInt("decoder_sparse_step", 1);
   std::set<int64_t> mlp_only;
@@ -408,7 +421,7 @@ void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
 }
 
 void ImportDeepseekV3(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   const int64_t first_dense = r.OptCount("first_k_dense_replace", 0);
   const int64_t freq = r.OptInt("moe_layer_freq", 1);
   const int64_t routed = r.OptCount("n_routed_experts", 0);
@@ -469,7 +482,7 @@ void ImportDeepseekV3(ConfigReader& r, ModelWriter* w) {
 }
 
 void ImportJamba(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   const int64_t attn_period = r.OptInt("attn_layer_period", 8);
   const int64_t attn_offset = r.OptCount("attn_layer_offset", 4);
   const int64_t expert_period = r.OptInt("expert_layer_period", 2);
@@ -515,7 +528,7 @@ void ImportJamba(ConfigReader& r, ModelWriter* w) {
 }
 
 void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   const std::string hybrid = r.OptString("hybrid_override_pattern", "");
   if (hybrid.empty()) {
     r.Error("hybrid_override_pattern", "", "missing required field for NemotronHForCausalLM (letters M, *, -, E)");
@@ -597,7 +610,7 @@ void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
 }
 
 void ImportMamba2(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   WriteLayers(std::string(static_cast<size_t>(layers), 'M'), "Mamba-2 only: one mixer sublayer per layer", w);
   const int64_t hidden = ReadTrunk(r, false, w);
   const int64_t heads = r.RequireInt("num_heads");
@@ -624,7 +637,7 @@ void ImportMamba2(ConfigReader& r, ModelWriter* w) {
 }
 
 void ImportGptOss(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = r.RequireInt("num_hidden_layers");
+  const int64_t layers = LayerCount(r);
   std::string letters;
   for (int64_t i = 0; i < layers; ++i) letters += "AE";
   WriteLayers(letters, "gpt-oss decoder layer = attention + MoE FFN", w);
