@@ -103,6 +103,29 @@ TEST(ImportCli, BadLayoutKeyOrValueExitsTwoAndWritesNothing) {
   EXPECT_EQ(no_equals.exit_code, 2);
 }
 
+TEST(ImportCli, MalformedJsonAndMissingFieldsExitTwo) {
+  const std::string cfg = TempYaml("broken-config");
+  const auto write = [&](const char* text) {
+    FILE* f = std::fopen(cfg.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  write("{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"hidden_size\": 4096,,\n}\n");
+  const auto malformed = RunPreflight({"import", "hf", cfg});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_THAT(malformed.err, HasSubstr(cfg + ":3:"));
+  EXPECT_THAT(malformed.err, HasSubstr("malformed JSON"));
+  EXPECT_TRUE(malformed.out.empty());
+  write("{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 100, \"num_hidden_layers\": 2,\n"
+        " \"num_attention_heads\": 4, \"intermediate_size\": 128}\n");
+  const auto missing = RunPreflight({"import", "hf", cfg});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("hidden_size: missing required field for LlamaForCausalLM"));
+  EXPECT_TRUE(missing.out.empty());
+  std::filesystem::remove(cfg);
+}
+
 TEST(ImportCli, MissingFileExitsTwo) {
   const auto r = RunPreflight({"import", "hf", "tests/data/hf/no-such-model.json"});
   EXPECT_EQ(r.exit_code, 2);
