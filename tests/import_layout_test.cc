@@ -4,6 +4,7 @@
 #include "preflight/default_layout.h"
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,25 @@ TEST(DefaultLayout, PinnedNodesAreKept) {
   EXPECT_EQ(l->pp, 1);
   EXPECT_EQ(l->ep, 8);
   EXPECT_EQ(l->dp, 32);
+}
+
+TEST(DefaultLayout, CandidatesComeInPreferenceOrder) {
+  // Mixtral 8x7B (routed experts 45.10e9, the rest 1.61e9), by hand:
+  // 1 node: pp x ep <= 8 and expert dp 1 in every layout: 45.10e9/8 x 18 = 101.5e9 B > 75.38e9. None.
+  // 2 nodes, tp 1 pp 1 (dp 16, ep 8, expert dp 2): 5.64e9 x 12 + 1.61e9 x 6.75 = 78.5e9 B. No.
+  // 2 nodes, tp 2 pp 1 (dp 8, ep 8, expert dp 2): 5.64e9 x 12 + 0.80e9 x 7.5 = 73.7e9 B. Yes, tp*pp 2.
+  // 2 nodes, tp 1 pp 2 (dp 8, ep 8, expert dp 1): 2.82e9 x 18 + 0.80e9 x 7.5 = 56.8e9 B. Yes, tp*pp 2.
+  // The tie at tp*pp 2 goes to the larger tp.
+  const std::vector<DefaultLayout> c = H200LayoutCandidates(ImportedInventory("mixtral-8x7b.json"));
+  ASSERT_GE(c.size(), 2u);
+  EXPECT_EQ(c[0].nodes, 2);
+  EXPECT_EQ(c[0].tp, 2);
+  EXPECT_EQ(c[0].pp, 1);
+  EXPECT_EQ(c[0].ep, 8);
+  EXPECT_EQ(c[1].nodes, 2);
+  EXPECT_EQ(c[1].tp, 1);
+  EXPECT_EQ(c[1].pp, 2);
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_LE(c[i - 1].nodes, c[i].nodes);
 }
 
 TEST(DefaultLayout, OneMambaGroupForbidsTensorParallelism) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "preflight/inventory.h"
 
@@ -44,5 +45,10 @@ inline constexpr int64_t kDefaultStaticBudgetBytes = 143771LL * 1048576LL / 2;
 /// 6 + 12/D bytes, D the data-parallel degree of that parameter (MATH.md 2.2).
 /// nullopt when even 128 nodes do not suffice (or nothing keeps the pins).
 std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inventory, const LayoutPins& pins = {});
+
+/// Every layout of the rule's search space (up to 128 nodes) whose model
+/// state fits the budget, in the rule's order of preference: fewest nodes,
+/// smallest tp * pp, larger tp. DefaultH200Layout is the first of them.
+std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inventory, const LayoutPins& pins = {});
 
 }  // namespace preflight

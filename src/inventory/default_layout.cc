@@ -49,7 +49,7 @@ double StateBytes(int64_t params, int64_t split, int64_t d) {
 
 }  // namespace
 
-std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv, const LayoutPins& pins) {
+std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inv, const LayoutPins& pins) {
   const ModelConfig& m = inv.recipe.model;
   std::vector<BlockKind> kinds;
   int64_t expert_params = 0;
@@ -66,9 +66,9 @@ std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv, const Layou
   if (pins.nodes) node_counts = {*pins.nodes};
   std::vector<int64_t> tps = {1, 2, 4, 8};
   if (pins.tp) tps = {*pins.tp};
+  std::vector<DefaultLayout> out;
   for (const int64_t nodes : node_counts) {
     const int64_t world = 8 * nodes;
-    std::optional<DefaultLayout> best;
     for (const int64_t tp : tps) {
       if (!DividesAll(tp, heads) && !pins.tp) continue;
       std::vector<int64_t> pps;
@@ -83,29 +83,38 @@ std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv, const Layou
         const int64_t expert_dp = tp * dp / ep;
         const double bytes = StateBytes(dense_params, tp * pp, dp) + StateBytes(expert_params, pp * ep, expert_dp);
         if (bytes > static_cast<double>(kDefaultStaticBudgetBytes)) continue;
-        // Prefer the smallest model-parallel size; on a tie, the larger TP (NVLink) over more pipeline stages.
-        if (best && best->tp * best->pp < tp * pp) continue;
         DefaultLayout l;
         l.nodes = nodes;
         l.tp = tp;
         l.pp = pp;
         l.ep = ep;
         l.dp = dp;
+        l.global_batch = RoundUp(512, dp);  // a multiple of dp (micro_batch 1)
         l.static_bytes_per_gpu = static_cast<int64_t>(bytes);
-        best = l;
+        l.why = fmt::format(
+            "default H200 layout: the smallest cluster ({} node(s) x 8 GPUs) where params + grads + "
+            "ZeRO-1 AdamW state\n(6 + 12/D bytes per parameter) fit in half of the 143771 MiB per GPU, "
+            "estimated {:.1f} GiB;\nthen the smallest tp*pp (tp {} divides every head count, pp {}), "
+            "ep {} = largest power of two dividing the experts and tp*dp.",
+            nodes, static_cast<double>(l.static_bytes_per_gpu) / 1073741824.0, tp, pp, ep);
+        out.push_back(std::move(l));
       }
     }
-    if (!best) continue;
-    best->global_batch = RoundUp(512, best->dp);  // a multiple of dp (micro_batch 1)
-    best->why = fmt::format(
-        "default H200 layout: the smallest cluster ({} node(s) x 8 GPUs) where params + grads + "
-        "ZeRO-1 AdamW state\n(6 + 12/D bytes per parameter) fit in half of the 143771 MiB per GPU, "
-        "estimated {:.1f} GiB;\nthen the smallest tp*pp (tp {} divides every head count, pp {}), "
-        "ep {} = largest power of two dividing the experts and tp*dp.",
-        best->nodes, static_cast<double>(best->static_bytes_per_gpu) / 1073741824.0, best->tp, best->pp, best->ep);
-    return best;
   }
-  return std::nullopt;
+  // Fewest nodes, then the smallest model-parallel size, then the larger TP
+  // (NVLink) over more pipeline stages.
+  std::stable_sort(out.begin(), out.end(), [](const DefaultLayout& a, const DefaultLayout& b) {
+    if (a.nodes != b.nodes) return a.nodes < b.nodes;
+    if (a.tp * a.pp != b.tp * b.pp) return a.tp * a.pp < b.tp * b.pp;
+    return a.tp > b.tp;
+  });
+  return out;
+}
+
+std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inv, const LayoutPins& pins) {
+  std::vector<DefaultLayout> candidates = H200LayoutCandidates(inv, pins);
+  if (candidates.empty()) return std::nullopt;
+  return std::move(candidates.front());
 }
 
 }  // namespace preflight
