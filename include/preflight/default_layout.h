@@ -39,7 +39,7 @@ inline constexpr int64_t kDefaultStaticBudgetBytes = 143771LL * 1048576LL / 2;
 /// The smallest H200 cluster (1, 2, 4, ... 128 nodes of 8 GPUs) on which the
 /// model state fits in kDefaultStaticBudgetBytes per GPU, and on it the
 /// smallest model-parallel size tp * pp (tp inside a node first, tp valid for
-/// every head count), with ep the largest power of two dividing the expert
+/// every head count; on more than one node dp >= 2), with ep the largest power of two dividing the expert
 /// count and the tp*dp ranks (at most 64). Model state per parameter with
 /// bf16 params, fp32 grads and an AdamW distributed optimizer (ZeRO-1):
 /// 6 + 12/D bytes, D the data-parallel degree of that parameter (MATH.md 2.2).

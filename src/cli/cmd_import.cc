@@ -4,6 +4,7 @@
 // not given there from the default H200 rule (DefaultH200Layout). The written
 // recipe is parsed and validated before it is written; if it does not
 // validate, nothing is written and the exit code is 2.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -20,8 +21,10 @@
 
 #include "preflight/default_layout.h"
 #include "preflight/diagnostic.h"
+#include "preflight/estimate.h"
 #include "preflight/import.h"
 #include "preflight/inventory.h"
+#include "preflight/layout.h"
 #include "preflight/recipe.h"
 #include "verbs.h"
 
@@ -66,6 +69,45 @@ std::vector<YamlEntry> DefaultEntries(const DefaultLayout& l) {
       {"cluster.nodes", n(l.nodes), fmt::format("dp = {}", l.dp)},
       {"cluster.gpus_per_node", "8", ""},
   };
+}
+
+/// Candidates the memory estimate checks before giving up (in the rule's order).
+constexpr size_t kMaxCandidatesChecked = 64;
+
+struct Choice {
+  size_t index = 0;   // into the candidates
+  bool fits = false;  // per EstimateMemory, with the recipe's headroom floor
+  std::string note;   // for the recipe's header comment
+};
+
+/// The first candidate whose written recipe fits every pipeline stage with
+/// the headroom floor, per the estimator (equal stage split); the first
+/// candidate when none of the first kMaxCandidatesChecked does. The rule
+/// itself prices only model state; this adds activations, transients,
+/// the runtime reserve and the allocator overhead.
+Choice FirstThatFits(const HfImport& imported, const std::vector<DefaultLayout>& candidates,
+                     const std::vector<Override>& overrides, const std::string& config, const std::string& file) {
+  const size_t n = std::min(candidates.size(), kMaxCandidatesChecked);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<Diagnostic> ignored;
+    const std::string yaml =
+        EmitRecipeYaml(imported, MergeLayout(DefaultEntries(candidates[i]), overrides, &ignored), config, "");
+    const LoadResult loaded = LoadRecipeFromString(yaml, file);
+    if (!loaded.ok()) continue;
+    const Inventory inventory = BuildInventory(*loaded.recipe);
+    const Layout layout = LayoutOf(*loaded.recipe);
+    const StagePlan stages = PinnedStagePlan(*loaded.recipe)
+                                 .value_or(EqualStagePlan(static_cast<int64_t>(inventory.layers.size()), layout.pp,
+                                                          layout.vpp));
+    const MemoryEstimate estimate = EstimateMemory(inventory, layout, stages);
+    if (!estimate.verdict.fits || !estimate.verdict.headroom_ok) continue;
+    const RankMemory& worst = estimate.stages[static_cast<size_t>(estimate.worst_stage)];
+    return {i, true,
+            fmt::format("checked with the memory estimate (equal stage split): worst stage {:.1f} of {:.1f} GiB, "
+                        "{:.1f} GiB headroom;\n{} layout(s) earlier in that order do not fit.",
+                        worst.total().gib(), worst.capacity.gib(), worst.headroom().gib(), i)};
+  }
+  return {0, false, "the memory estimate finds none of the first layouts of that order fits; check this one."};
 }
 
 /// The degrees fixed on the command line, so the default rule fills in the rest
@@ -138,18 +180,22 @@ int RunImportHf(const ImportHfOptions& o) {
     Print(provisional.diagnostics);
     return kBadInput;
   }
-  const std::optional<DefaultLayout> rule = DefaultH200Layout(BuildInventory(*provisional.recipe), PinsOf(overrides));
-  std::string note;
-  std::vector<YamlEntry> layout = user_layout;
-  if (rule) {
-    layout = MergeLayout(DefaultEntries(*rule), overrides, &layout_errors);
-    note = rule->why;
-  } else {
+  const std::vector<DefaultLayout> candidates =
+      H200LayoutCandidates(BuildInventory(*provisional.recipe), PinsOf(overrides));
+  if (candidates.empty()) {
     std::fprintf(stderr, "%s: no H200 layout of up to 128 nodes (keeping the --layout degrees) holds the model "
                          "state in half of each GPU; give more nodes or the whole layout with --layout\n",
                  o.config.c_str());
     return kBadInput;
   }
+  const Choice choice = FirstThatFits(imported, candidates, overrides, o.config, recipe_file);
+  if (!choice.fits) {
+    std::fprintf(stderr, "%s: warning: none of the first %zu default layouts fits per the memory estimate; "
+                         "writing the smallest by model state (check it with the estimator, or pass --layout)\n",
+                 o.config.c_str(), std::min(candidates.size(), kMaxCandidatesChecked));
+  }
+  std::vector<YamlEntry> layout = MergeLayout(DefaultEntries(candidates[choice.index]), overrides, &layout_errors);
+  std::string note = candidates[choice.index].why + "\n" + choice.note;
   if (!overrides.empty()) note += std::string(note.empty() ? "" : "\n") + "keys marked 'set by --layout' were given "
                                   "on the command line.";
   const std::string yaml = EmitRecipeYaml(imported, layout, o.config, note);

@@ -77,6 +77,10 @@ std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inv, const Layo
       for (const int64_t pp : pps) {
         if (world % (tp * pp) != 0) continue;
         const int64_t dp = world / (tp * pp);
+        // A multi-node launch keeps data parallelism (more nodes, not a
+        // 1-way-DP pipeline, is how a real run grows); one node may spend all
+        // 8 GPUs on model parallelism.
+        if (nodes > 1 && dp < 2 && !pins.tp && !pins.pp) continue;
         int64_t ep = has_moe ? LargestPow2Dividing(m.moe.experts, tp * dp, 64) : 1;
         if (pins.ep) ep = *pins.ep;
         if (ep <= 0 || (tp * dp) % ep != 0) continue;
@@ -92,11 +96,11 @@ std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inv, const Layo
         l.global_batch = RoundUp(512, dp);  // a multiple of dp (micro_batch 1)
         l.static_bytes_per_gpu = static_cast<int64_t>(bytes);
         l.why = fmt::format(
-            "default H200 layout: the smallest cluster ({} node(s) x 8 GPUs) where params + grads + "
-            "ZeRO-1 AdamW state\n(6 + 12/D bytes per parameter) fit in half of the 143771 MiB per GPU, "
-            "estimated {:.1f} GiB;\nthen the smallest tp*pp (tp {} divides every head count, pp {}), "
-            "ep {} = largest power of two dividing the experts and tp*dp.",
-            nodes, static_cast<double>(l.static_bytes_per_gpu) / 1073741824.0, tp, pp, ep);
+            "default H200 layout ({} node(s) x 8 GPUs, tp {}, pp {}, ep {}): searched by fewest nodes, then smallest\n"
+            "tp*pp, then larger tp, among layouts whose model state (bf16 params, fp32 grads, ZeRO-1 AdamW:\n"
+            "6 + 12/D bytes per parameter) fits half of the 143771 MiB per GPU ({:.1f} GiB here); tp divides every\n"
+            "head count, ep is the largest power of two (<= 64) dividing the experts and tp*dp.",
+            nodes, tp, pp, ep, static_cast<double>(l.static_bytes_per_gpu) / 1073741824.0);
         out.push_back(std::move(l));
       }
     }
