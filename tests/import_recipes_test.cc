@@ -8,8 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include "preflight/estimate.h"
 #include "preflight/import.h"
 #include "preflight/inventory.h"
+#include "preflight/layout.h"
 #include "preflight/recipe.h"
 #include "support/test_support.h"
 
@@ -76,6 +78,19 @@ TEST_P(RecipeMatchesImport, SameTensorsLayerByLayer) {
     EXPECT_EQ(a.layers[i].kind, b.layers[i].kind) << "layer " << i;
     EXPECT_EQ(a.layers[i].totals.total(), b.layers[i].totals.total()) << "layer " << i;
   }
+}
+
+TEST_P(RecipeMatchesImport, FitsWithTheHeadroomFloor) {
+  // The layouts were chosen to fit (see each recipe's comments); the estimate, with an equal
+  // split of the layers over the pipeline stages, must agree on every stage.
+  const LoadResult loaded = LoadRecipeFile(SourcePath(GetParam().recipe));
+  ASSERT_TRUE(loaded.ok()) << Messages(loaded.diagnostics);
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  const Layout layout = LayoutOf(*loaded.recipe);
+  const MemoryEstimate estimate =
+      EstimateMemory(inv, layout, EqualStagePlan(static_cast<int64_t>(inv.layers.size()), layout.pp, layout.vpp));
+  EXPECT_TRUE(estimate.verdict.fits) << estimate.verdict.reason;
+  EXPECT_TRUE(estimate.verdict.headroom_ok) << estimate.verdict.reason;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, RecipeMatchesImport, ::testing::ValuesIn(kPairs),
