@@ -92,6 +92,19 @@ TEST(ImportCli, LayoutKeysOverrideTheDefault) {
   EXPECT_THAT(r.out, HasSubstr("tp: 8  # set by --layout"));
 }
 
+TEST(ImportCli, GivenDegreesAreKeptEvenWhenTheModelStateExceedsTheBudget) {
+  // DeepSeek-V3 on 2 nodes: 654e9 routed-expert parameters over at most 16 ranks are > 40e9 a rank,
+  // x 6 B alone > 75.38e9 B. The user asked for it: written as given, with a warning; `fit` judges.
+  const auto r = RunPreflight({"import", "hf", "tests/data/hf/deepseek-v3.json", "--layout", "cluster.nodes=2",
+                               "--layout", "parallel.ep=16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: with the --layout degrees the model state exceeds half of each H200"));
+  const LoadResult loaded = LoadRecipeFromString(r.out, "stdout.yaml");
+  ASSERT_TRUE(loaded.ok()) << r.out;
+  EXPECT_EQ(loaded.recipe->cluster.nodes, 2);
+  EXPECT_EQ(loaded.recipe->parallel.ep, 16);
+}
+
 TEST(ImportCli, UnsupportedArchitectureExitsTwo) {
   const std::string cfg = TempYaml("bert-config");
   {

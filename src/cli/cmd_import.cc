@@ -132,6 +132,20 @@ LayoutPins PinsOf(const std::vector<Override>& overrides) {
   return pins;
 }
 
+/// The degrees the user pinned, 1 for the others: the layout written when the
+/// pins leave no candidate of the default rule.
+DefaultLayout AsGiven(const LayoutPins& pins) {
+  DefaultLayout l;
+  l.nodes = pins.nodes.value_or(1);
+  l.tp = pins.tp.value_or(1);
+  l.pp = pins.pp.value_or(1);
+  l.ep = pins.ep.value_or(1);
+  const int64_t world = 8 * l.nodes;
+  l.dp = world % (l.tp * l.pp) == 0 ? std::max<int64_t>(1, world / (l.tp * l.pp)) : 1;
+  l.global_batch = RoundUp(512, l.dp);
+  return l;
+}
+
 int RunImportHf(const ImportHfOptions& o) {
   std::error_code ec;
   if (std::filesystem::is_directory(o.config, ec)) {
@@ -180,22 +194,34 @@ int RunImportHf(const ImportHfOptions& o) {
     Print(provisional.diagnostics);
     return kBadInput;
   }
-  const std::vector<DefaultLayout> candidates =
+  std::vector<DefaultLayout> candidates =
       H200LayoutCandidates(BuildInventory(*provisional.recipe), PinsOf(overrides));
-  if (candidates.empty()) {
-    std::fprintf(stderr, "%s: no H200 layout of up to 128 nodes (keeping the --layout degrees) holds the model "
-                         "state in half of each GPU; give more nodes or the whole layout with --layout\n",
-                 o.config.c_str());
+  std::string note;
+  if (candidates.empty() && overrides.empty()) {
+    std::fprintf(stderr, "%s: no H200 layout of up to 128 nodes holds the model state in half of each GPU; "
+                         "give the layout with --layout\n", o.config.c_str());
     return kBadInput;
   }
-  const Choice choice = FirstThatFits(imported, candidates, overrides, o.config, recipe_file);
-  if (!choice.fits) {
-    std::fprintf(stderr, "%s: warning: none of the first %zu default layouts fits per the memory estimate; "
-                         "writing the smallest by model state (check it with the estimator, or pass --layout)\n",
-                 o.config.c_str(), std::min(candidates.size(), kMaxCandidatesChecked));
+  size_t chosen = 0;
+  if (candidates.empty()) {
+    // The user fixed degrees with which the model state does not fit the
+    // rule's budget: write what they asked for; `fit` gives the verdict.
+    std::fprintf(stderr, "%s: warning: with the --layout degrees the model state exceeds half of each H200; "
+                         "written as given (check it with the memory estimate)\n", o.config.c_str());
+    candidates.push_back(AsGiven(PinsOf(overrides)));
+    note = "layout as given on the command line; the model state exceeds the default rule's budget "
+           "(half of each GPU).";
+  } else {
+    const Choice choice = FirstThatFits(imported, candidates, overrides, o.config, recipe_file);
+    if (!choice.fits) {
+      std::fprintf(stderr, "%s: warning: none of the first %zu default layouts fits per the memory estimate; "
+                           "writing the smallest by model state (check it with the estimator, or pass --layout)\n",
+                   o.config.c_str(), std::min(candidates.size(), kMaxCandidatesChecked));
+    }
+    chosen = choice.index;
+    note = candidates[chosen].why + "\n" + choice.note;
   }
-  std::vector<YamlEntry> layout = MergeLayout(DefaultEntries(candidates[choice.index]), overrides, &layout_errors);
-  std::string note = candidates[choice.index].why + "\n" + choice.note;
+  std::vector<YamlEntry> layout = MergeLayout(DefaultEntries(candidates[chosen]), overrides, &layout_errors);
   if (!overrides.empty()) note += std::string(note.empty() ? "" : "\n") + "keys marked 'set by --layout' were given "
                                   "on the command line.";
   const std::string yaml = EmitRecipeYaml(imported, layout, o.config, note);
