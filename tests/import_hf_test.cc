@@ -145,7 +145,7 @@ TEST(ImportHf, Qwen3MlpOnlyLayersBecomeDense) {
   EXPECT_EQ(e.at("model.attention.qk_norm"), "true");
 }
 
-TEST(ImportHf, NemotronHMapsMambaAndRelu2AsTwoMatrixMlp) {
+TEST(ImportHf, NemotronHMapsMambaAndRelu2) {
   const HfImport r = ImportFixture("nemotron-h-8b.json");
   ASSERT_TRUE(r.ok()) << AllMessages(r);
   const auto e = Entries(r);
@@ -155,8 +155,7 @@ TEST(ImportHf, NemotronHMapsMambaAndRelu2AsTwoMatrixMlp) {
   EXPECT_EQ(e.at("model.mamba.groups"), "8");
   EXPECT_EQ(e.at("model.mamba.d_state"), "128");
   EXPECT_EQ(e.at("model.mlp.ffn_hidden"), "21504");
-  EXPECT_EQ(e.at("model.mlp.activation"), "gelu");  // relu^2 is non-gated: two matrices, like gelu
-  EXPECT_TRUE(WarnedKeys(r).count("mlp_hidden_act")) << AllMessages(r);
+  EXPECT_EQ(e.at("model.mlp.activation"), "relu2");  // mlp_hidden_act: squared ReLU
   EXPECT_EQ(e.at("model.attention.head_dim"), "128");  // attention_head_dim
 }
 
@@ -189,7 +188,6 @@ const WarningCase kWarningCases[] = {
      {"n_group", "topk_group", "num_nextn_predict_layers", "routed_scaling_factor", "rope_scaling",
       "quantization_config"}},
     {"JambaV01", "jamba-v0.1.json", {"mamba_dt_rank"}},
-    {"NemotronH8B", "nemotron-h-8b.json", {"mlp_hidden_act"}},
     {"GptOss120B", "gpt-oss-120b.json",
      {"attention_bias", "sinks", "num_local_experts", "swiglu_limit", "layer_types", "sliding_window", "rope_scaling",
       "quantization_config"}},
@@ -209,8 +207,8 @@ INSTANTIATE_TEST_SUITE_P(All, ImportWarnings, ::testing::ValuesIn(kWarningCases)
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(ImportHf, CleanConfigsImportWithoutWarnings) {
-  // Mixtral 8x7B v0.1, Mamba-2 2.7B and Qwen3-30B-A3B have nothing the recipe cannot hold.
-  for (const char* f : {"mixtral-8x7b.json", "mamba2-2.7b.json", "qwen3-30b-a3b.json"}) {
+  // Mixtral 8x7B v0.1, Nemotron-H-8B, Mamba-2 2.7B and Qwen3-30B-A3B have nothing the recipe cannot hold.
+  for (const char* f : {"mixtral-8x7b.json", "nemotron-h-8b.json", "mamba2-2.7b.json", "qwen3-30b-a3b.json"}) {
     const HfImport r = ImportFixture(f);
     EXPECT_TRUE(r.diagnostics.empty()) << f << ":\n" << AllMessages(r);
   }

@@ -558,11 +558,14 @@ void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
   const std::string act = r.OptString("mlp_hidden_act", "relu2");
   if (letters.find('D') != std::string::npos) {
     w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
-    // The recipe's non-gated MLP (gelu) has the same two matrices (up, down)
-    // and saves the same tensors (fc1 input, activation input) as relu^2.
-    w->Add("mlp.activation", "gelu", "stands in for " + act + ": non-gated, two matrices (up, down)");
-    r.Unrepresented("mlp_hidden_act", "the recipe has no " + act + " activation; the MLP is imported as the "
-                                      "non-gated two-matrix gelu MLP (same parameter shapes and saved tensors)");
+    if (act == "relu2") {
+      w->Add("mlp.activation", "relu2", "squared ReLU: non-gated, two matrices (up, down)");
+    } else {
+      // Nemotron-H's MLP is never gated: the two-matrix gelu MLP has its shapes.
+      w->Add("mlp.activation", "gelu", "stands in for " + act + ": non-gated, two matrices");
+      r.Unrepresented("mlp_hidden_act", "the recipe has relu2, gelu and swiglu; this non-gated MLP is imported "
+                                        "as gelu (same parameter shapes)");
+    }
   }
   if (letters.find('E') != std::string::npos) {
     w->Add("moe.experts", r.RequireInt("n_routed_experts"));
