@@ -323,6 +323,17 @@ TEST(ImportHf, OddJsonShapesAreErrorsNotCrashes) {
   EXPECT_THAT(AllMessages(deep), HasSubstr("num_hidden_layers = 1000000000: at most 100000 layers are supported"));
 }
 
+TEST(ImportHf, AFieldReadTwiceIsReportedOnce) {
+  // Jamba's intermediate_size is both the dense MLP width and the expert width.
+  const std::string json = R"({"architectures": ["JambaForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 8, "num_attention_heads": 4, "num_experts_per_tok": 2})";
+  const HfImport r = ImportHfConfig(json, "j.json");
+  ASSERT_FALSE(r.ok());
+  int count = 0;
+  for (const auto& d : r.diagnostics) count += d.key_path == "intermediate_size" ? 1 : 0;
+  EXPECT_EQ(count, 1) << AllMessages(r);
+}
+
 TEST(ImportHf, MissingArchitecturesIsAnError) {
   const HfImport r = ImportHfConfig(R"({"hidden_size": 64})", "x.json");
   ASSERT_FALSE(r.ok());

@@ -184,6 +184,8 @@ class ConfigReader {
   }
 
   void Error(const std::string& key, const std::string& value, const std::string& message) {
+    // A key read twice (Jamba's intermediate_size feeds the MLP and the experts) is reported once.
+    if (!reported_.insert(key + "\n" + message).second) return;
     Diagnostic d;
     d.severity = Severity::kError;
     d.file = file_;
@@ -228,6 +230,7 @@ class ConfigReader {
   std::string architecture_;
   std::vector<Diagnostic>* diagnostics_;
   std::set<std::string> used_;
+  std::set<std::string> reported_;
 };
 
 /// Appends model entries in schema order.
