@@ -323,6 +323,21 @@ TEST(ImportHf, OddJsonShapesAreErrorsNotCrashes) {
   EXPECT_THAT(AllMessages(deep), HasSubstr("num_hidden_layers = 1000000000: at most 100000 layers are supported"));
 }
 
+TEST(ImportHf, DeeplyNestedJsonIsRefusedNotACrash) {
+  // 100000 nested lists under one key: refused before the (recursive) JSON routines see it.
+  const std::string json = "{\"architectures\": [\"LlamaForCausalLM\"],\n \"rope_scaling\": " +
+                           std::string(100000, '[') + std::string(100000, ']') + "}";
+  const HfImport r = ImportHfConfig(json, "deep.json");
+  ASSERT_FALSE(r.ok());
+  // Line 2 is ` "rope_scaling": [[[...`: the first '[' is column 18, the object's '{' is level 1, so
+  // level 65 is the 64th '[', column 18 + 63 = 81.
+  EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("deep.json:2:81: JSON nested deeper than 64 levels"));
+  // Brackets inside strings do not count.
+  const HfImport s = ImportHfConfig("{\"architectures\": [\"" + std::string(200, '[') + "\"]}", "s.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.diagnostics[0].message, HasSubstr("unsupported architecture"));
+}
+
 TEST(ImportHf, AFieldReadTwiceIsReportedOnce) {
   // Jamba's intermediate_size is both the dense MLP width and the expert width.
   const std::string json = R"({"architectures": ["JambaForCausalLM"], "hidden_size": 64, "vocab_size": 100,

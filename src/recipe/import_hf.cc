@@ -94,6 +94,43 @@ std::string NeutralizePythonFloats(const std::string& text) {
   return out;
 }
 
+/// Deepest nesting of [ and { outside strings, with the byte offset where it
+/// first passes `limit` (npos when it does not). Configs nest a few levels;
+/// a JSON value nested thousands deep would exhaust the stack of the
+/// recursive JSON library routines, so it is refused before parsing.
+size_t FirstTooDeep(const std::string& text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
+
+/// Line and column (1-based) of byte `offset` in `text`.
+SourceMark MarkOfOffset(const std::string& text, size_t offset) {
+  SourceMark mark{1, 1};
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++mark.line;
+      mark.column = 1;
+    } else {
+      ++mark.column;
+    }
+  }
+  return mark;
+}
+
 /// Reads fields of one config object, recording which keys were used and
 /// collecting diagnostics.
 class ConfigReader {
@@ -717,6 +754,13 @@ std::vector<std::string> SupportedHfArchitectures() {
 HfImport ImportHfConfig(const std::string& json_text, const std::string& file) {
   HfImport result;
   const std::string text = NeutralizePythonFloats(json_text);
+  constexpr int kMaxNesting = 64;
+  if (const size_t deep = FirstTooDeep(text, kMaxNesting); deep != std::string::npos) {
+    result.diagnostics.push_back({Severity::kError, file, MarkOfOffset(text, deep), "", "",
+                                  fmt::format("JSON nested deeper than {} levels; not a model config", kMaxNesting),
+                                  ""});
+    return result;
+  }
   Json config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) {
     // Re-parse with exceptions to learn where it failed.
@@ -727,17 +771,7 @@ HfImport ImportHfConfig(const std::string& json_text, const std::string& file) {
       (void)reparsed;
     } catch (const Json::parse_error& e) {
       d.message = std::string("malformed JSON: ") + e.what();
-      // Byte offset -> line and column.
-      SourceMark mark{1, 1};
-      for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-        if (text[i] == '\n') {
-          ++mark.line;
-          mark.column = 1;
-        } else {
-          ++mark.column;
-        }
-      }
-      d.mark = mark;
+      d.mark = MarkOfOffset(text, e.byte > 0 ? e.byte - 1 : 0);
     }
     if (d.message.empty()) d.message = "malformed JSON";
     result.diagnostics.push_back(std::move(d));
