@@ -241,8 +241,10 @@ class ConfigReader {
       if (used_.count(key) == 0 && kIrrelevantKeys.count(key) == 0 && !value.is_null()) unread.push_back(key);
     }
     if (unread.empty()) return;
+    constexpr size_t kListed = 30;  // the rest are counted, so a huge config gives a readable message
     std::string names;
-    for (const auto& k : unread) names += (names.empty() ? "" : ", ") + k;
+    for (size_t i = 0; i < unread.size() && i < kListed; ++i) names += (names.empty() ? "" : ", ") + unread[i];
+    if (unread.size() > kListed) names += fmt::format(" and {} more", unread.size() - kListed);
     Diagnostic d;
     d.severity = Severity::kWarning;
     d.file = file_;
