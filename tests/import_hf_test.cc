@@ -234,6 +234,16 @@ TEST(ImportHf, UnknownNonNullKeysAreListedNotDropped) {
   EXPECT_THAT(r.diagnostics[0].message, ::testing::Not(HasSubstr("unset_knob")));
 }
 
+TEST(ImportHf, ManyUnknownKeysAreCountedPastThirty) {
+  std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128)";
+  for (int i = 10; i < 50; ++i) json += ", \"knob" + std::to_string(i) + "\": 1";
+  const HfImport r = ImportHfConfig(json + "}", "many.json");
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  // 40 unknown keys, sorted: knob10 ... knob39 listed, knob40 ... knob49 counted.
+  EXPECT_THAT(r.diagnostics[0].message, HasSubstr("knob38, knob39 and 10 more"));
+}
+
 TEST(ImportHf, LlamaBiasesAndNonSiluAreWarned) {
   const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "vocab_size": 100,
     "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "attention_bias": true,
