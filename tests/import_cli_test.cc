@@ -8,9 +8,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
 #include "preflight/recipe.h"
 #include "support/test_support.h"
 
@@ -66,18 +63,18 @@ TEST(ImportCli, DefaultLayoutIsCheckedWithTheMemoryEstimate) {
   // Jamba v0.1: the model-state rule alone would pick 2 nodes (tp 1, pp 2, ep 8, expert dp 1:
   // 45.10e9/16 x 18 + 6.36e9/2 x 7.5 = 74.6e9 B <= 75.38e9 B), which leaves no room for the
   // activations; the written layout must be one the estimator says fits, on more nodes.
-  const auto r = RunPreflight({"import", "hf", "tests/data/hf/jamba-v0.1.json"});
+  const std::string out = TempYaml("import-jamba");
+  const auto r = RunPreflight({"import", "hf", "tests/data/hf/jamba-v0.1.json", "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const LoadResult loaded = LoadRecipeFromString(r.out, "stdout.yaml");
-  ASSERT_TRUE(loaded.ok()) << r.out;
+  const LoadResult loaded = LoadRecipeFile(out);
+  ASSERT_TRUE(loaded.ok()) << ReadFile(out);
   EXPECT_GT(loaded.recipe->cluster.nodes, 2);
   EXPECT_EQ(loaded.recipe->parallel.tp, 1);  // one Mamba group
-  const Inventory inv = BuildInventory(*loaded.recipe);
-  const Layout layout = LayoutOf(*loaded.recipe);
-  const MemoryEstimate estimate =
-      EstimateMemory(inv, layout, EqualStagePlan(static_cast<int64_t>(inv.layers.size()), layout.pp, layout.vpp));
-  EXPECT_TRUE(estimate.verdict.fits && estimate.verdict.headroom_ok) << estimate.verdict.reason;
-  EXPECT_THAT(r.out, HasSubstr("# checked with the memory estimate"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("# checked with the memory estimate"));
+  // And `fit` agrees: exit 0 is "fits, with the headroom floor".
+  const auto fit = RunPreflight({"fit", out});
+  EXPECT_EQ(fit.exit_code, 0) << fit.out << fit.err;
+  std::filesystem::remove(out);
 }
 
 TEST(ImportCli, LayoutKeysOverrideTheDefault) {

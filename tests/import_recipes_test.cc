@@ -8,10 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/estimate.h"
 #include "preflight/import.h"
 #include "preflight/inventory.h"
-#include "preflight/layout.h"
 #include "preflight/recipe.h"
 #include "support/test_support.h"
 
@@ -81,16 +79,10 @@ TEST_P(RecipeMatchesImport, SameTensorsLayerByLayer) {
 }
 
 TEST_P(RecipeMatchesImport, FitsWithTheHeadroomFloor) {
-  // The layouts were chosen to fit (see each recipe's comments); the estimate, with an equal
-  // split of the layers over the pipeline stages, must agree on every stage.
-  const LoadResult loaded = LoadRecipeFile(SourcePath(GetParam().recipe));
-  ASSERT_TRUE(loaded.ok()) << Messages(loaded.diagnostics);
-  const Inventory inv = BuildInventory(*loaded.recipe);
-  const Layout layout = LayoutOf(*loaded.recipe);
-  const MemoryEstimate estimate =
-      EstimateMemory(inv, layout, EqualStagePlan(static_cast<int64_t>(inv.layers.size()), layout.pp, layout.vpp));
-  EXPECT_TRUE(estimate.verdict.fits) << estimate.verdict.reason;
-  EXPECT_TRUE(estimate.verdict.headroom_ok) << estimate.verdict.reason;
+  // The layouts were chosen to fit (see each recipe's comments); `preflight fit` must agree:
+  // exit 0 is "fits every stage, with the recipe's headroom floor".
+  const auto fit = testing::RunPreflight({"fit", GetParam().recipe});
+  EXPECT_EQ(fit.exit_code, 0) << fit.out << fit.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, RecipeMatchesImport, ::testing::ValuesIn(kPairs),

@@ -26,6 +26,7 @@
 #include "preflight/inventory.h"
 #include "preflight/layout.h"
 #include "preflight/recipe.h"
+#include "common.h"
 #include "verbs.h"
 
 namespace preflight::cli {
@@ -81,7 +82,7 @@ struct Choice {
 };
 
 /// The first candidate whose written recipe fits every pipeline stage with
-/// the headroom floor, per the estimator (equal stage split); the first
+/// the headroom floor, per the estimator on the stages `fit` prices; the first
 /// candidate when none of the first kMaxCandidatesChecked does. The rule
 /// itself prices only model state; this adds activations, transients,
 /// the runtime reserve and the allocator overhead.
@@ -96,14 +97,11 @@ Choice FirstThatFits(const HfImport& imported, const std::vector<DefaultLayout>&
     if (!loaded.ok()) continue;
     const Inventory inventory = BuildInventory(*loaded.recipe);
     const Layout layout = LayoutOf(*loaded.recipe);
-    const StagePlan stages = PinnedStagePlan(*loaded.recipe)
-                                 .value_or(EqualStagePlan(static_cast<int64_t>(inventory.layers.size()), layout.pp,
-                                                          layout.vpp));
-    const MemoryEstimate estimate = EstimateMemory(inventory, layout, stages);
+    const MemoryEstimate estimate = EstimateMemory(inventory, layout, StagesFor(inventory, layout));
     if (!estimate.verdict.fits || !estimate.verdict.headroom_ok) continue;
     const RankMemory& worst = estimate.stages[static_cast<size_t>(estimate.worst_stage)];
     return {i, true,
-            fmt::format("checked with the memory estimate (equal stage split): worst stage {:.1f} of {:.1f} GiB, "
+            fmt::format("checked with the memory estimate of `preflight fit`: worst stage {:.1f} of {:.1f} GiB, "
                         "{:.1f} GiB headroom;\n{} layout(s) earlier in that order do not fit.",
                         worst.total().gib(), worst.capacity.gib(), worst.headroom().gib(), i)};
   }
