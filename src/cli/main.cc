@@ -25,6 +25,8 @@ const std::vector<Verb> kVerbs = {
      preflight::cli::SetupCheck},
     {"diff", "Which memory categories and communication axes moved between two recipes, and why (exit 0 / 2)",
      preflight::cli::SetupDiff},
+    {"import", "Write a recipe from a model's published config: import hf CONFIG.json (exit 0 / 2)",
+     preflight::cli::SetupImport},
 };
 
 }  // namespace

@@ -21,7 +21,14 @@ std::string Bool(bool b) { return b ? "true" : "false"; }
 // Shortest text that reads back to the same double ("3", "1.25").
 std::string Real(double x) { return fmt::format("{}", x); }
 
-const char* Name(FfnActivation a) { return a == FfnActivation::kSwiglu ? "swiglu" : "gelu"; }
+const char* Name(FfnActivation a) {
+  switch (a) {
+    case FfnActivation::kSwiglu: return "swiglu";
+    case FfnActivation::kGelu: return "gelu";
+    case FfnActivation::kRelu2: return "relu2";
+  }
+  return "swiglu";
+}
 const char* Name(NormKind n) { return n == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
 const char* Name(RouterScore r) { return r == RouterScore::kSoftmax ? "softmax" : "sigmoid"; }
 const char* Name(AxisOrder o) { return o == AxisOrder::kTpCpDpPp ? "tp-cp-dp-pp" : "tp-cp-pp-dp"; }
