@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "recipe_bounds.h"
@@ -16,6 +18,7 @@
 #include "reader.h"
 #include "schema.h"
 #include "suggest.h"
+#include "text_check.h"
 #include "validate.h"
 
 namespace preflight {
@@ -127,19 +130,27 @@ SourceMark LetterMark(const Context& ctx, const YAML::Node& node, size_t index, 
 }
 
 /// Checks the letters of a pattern string; appends the blocks to `out`.
+/// Reports the first bad letter and how many more there are: one
+/// diagnostic per letter would repeat the (possibly 100k-letter) line.
 bool ReadLetters(Context& ctx, const std::string& key_path, const YAML::Node& node, std::vector<BlockKind>* out) {
   const std::string& text = node.Scalar();
-  bool ok = true;
+  size_t first_bad = text.size();
+  size_t bad_count = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     if (IsLayerLetter(text[i])) {
       out->push_back(static_cast<BlockKind>(text[i]));
       continue;
     }
-    ok = false;
-    ctx.Error(key_path, LetterMark(ctx, node, i, text[i]), text.size() <= 60 ? text : text.substr(0, 57) + "...",
-              fmt::format("bad layer letter '{}' at position {}; {}", text[i], i + 1, kValidLetters));
+    if (bad_count++ == 0) first_bad = i;
   }
-  return ok;
+  if (bad_count == 0) return true;
+  const char letter = text[first_bad];
+  // A letter outside ASCII is shown by its position only (one byte of it is not a character).
+  const std::string shown = static_cast<unsigned char>(letter) < 0x80 ? fmt::format("'{}'", letter) : "(not ASCII)";
+  const std::string more = bad_count > 1 ? fmt::format(" (and {} more bad letters)", bad_count - 1) : "";
+  ctx.Error(key_path, LetterMark(ctx, node, first_bad, letter), text.size() <= 60 ? text : Abbreviate(text, 57),
+            fmt::format("bad layer letter {} at position {}{}; {}", shown, first_bad + 1, more, kValidLetters));
+  return false;
 }
 
 /// model.layers: an explicit list, either one string or a list of letters.
@@ -422,17 +433,48 @@ std::vector<std::string> SplitPath(const std::string& key_path) {
 
 /// Sets `o.key_path` in the YAML tree, creating maps on the way.
 void ApplyOverride(YAML::Node& root, const Override& o, Context& ctx) {
-  const std::string text = fmt::format("--set {}={}", o.key_path, o.value);
+  // Diagnostics name the override as typed; a huge or non-UTF-8 value is
+  // shown shortened or with its bad bytes as '?', never echoed raw.
+  const std::string typed = o.key_path + "=" + o.value;
+  const std::optional<TextProblem> problem = CheckRecipeText(typed);
+  constexpr size_t kShownBytes = 80;
+  const std::string text = "--set " + (problem ? Sanitize(Abbreviate(typed, kShownBytes)) : Abbreviate(typed, kShownBytes));
   ctx.AddOverride(o.key_path, text);
+  if (problem) {
+    ctx.MarkBad(o.key_path);
+    const std::string where = problem->mark.line == 1
+                                  ? fmt::format("column {}", problem->mark.column)
+                                  : fmt::format("line {}, column {}", problem->mark.line, problem->mark.column);
+    ctx.Error(o.key_path, {}, "", fmt::format("at {} of the override: {}", where, problem->message));
+    return;
+  }
+  // Recipe keys are at most four levels deep ("training.optimizer.other");
+  // a longer path can only be a mistake, and creating its maps would cost
+  // memory in proportion to the path.
+  constexpr size_t kMaxKeyPathBytes = 200;
+  constexpr size_t kMaxKeyPathParts = 8;
+  const std::vector<std::string> parts =
+      o.key_path.size() > kMaxKeyPathBytes ? std::vector<std::string>{} : SplitPath(o.key_path);
+  if (o.key_path.size() > kMaxKeyPathBytes || parts.size() > kMaxKeyPathParts) {
+    ctx.MarkBad(o.key_path);
+    // Named by the override itself (the shortened path would not match it).
+    ctx.diagnostics().push_back(Diagnostic{
+        Severity::kError, text, {}, Abbreviate(o.key_path, kShownBytes), "",
+              fmt::format("the key path is {} bytes in {} parts; recipe keys are at most {} bytes in {} parts "
+                          "(e.g. parallel.tp)",
+                          o.key_path.size(), std::count(o.key_path.begin(), o.key_path.end(), '.') + 1,
+                          kMaxKeyPathBytes, kMaxKeyPathParts),
+        ""});
+    return;
+  }
   YAML::Node value;
   try {
     value = YAML::Load(o.value);
   } catch (const YAML::Exception& e) {
     ctx.MarkBad(o.key_path);
-    ctx.Error(o.key_path, {}, o.value, fmt::format("the value is not valid YAML: {}", e.msg));
+    ctx.Error(o.key_path, {}, Abbreviate(o.value, kShownBytes), fmt::format("the value is not valid YAML: {}", e.msg));
     return;
   }
-  const std::vector<std::string> parts = SplitPath(o.key_path);
   YAML::Node node;
   node.reset(root);
   std::string walked;
@@ -442,7 +484,7 @@ void ApplyOverride(YAML::Node& root, const Override& o, Context& ctx) {
     if (!child.IsDefined() || child.IsNull()) {
       node[parts[i]] = YAML::Node(YAML::NodeType::Map);
     } else if (!child.IsMap()) {
-      ctx.Error(o.key_path, {}, o.value,
+      ctx.Error(o.key_path, {}, Abbreviate(o.value, kShownBytes),
                 fmt::format("cannot set a key under '{}': it is a {}, not a map", walked, KindName(child)));
       return;
     }
@@ -495,36 +537,129 @@ LoadResult Finish(Context& ctx, std::optional<Recipe> recipe) {
   LoadResult result;
   result.diagnostics = std::move(ctx.diagnostics());
   SortDiagnostics(ctx.source(), &result.diagnostics);
+  if (ctx.dropped() > 0) {
+    result.diagnostics.push_back(Diagnostic{
+        ctx.dropped_errors() ? Severity::kError : Severity::kWarning, ctx.file(), {}, "", "",
+        fmt::format("{} more problems not shown (at most {} are listed); fix the ones above first", ctx.dropped(),
+                    kMaxDiagnostics),
+        ""});
+  }
   if (!HasErrors(result.diagnostics)) result.recipe = std::move(recipe);
   return result;
 }
 
 std::string KeyList() { return JoinNames(KeysOf("")); }
 
+/// Counts documents, without building them, from parser events.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    starts.push_back(mark);
+    first_nodes.push_back(mark);  // replaced by the first node's mark, if any
+    seen_node_ = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override { Node(mark); }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+  std::vector<YAML::Mark> starts;       // each document's start
+  std::vector<YAML::Mark> first_nodes;  // each document's first node (or its start)
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (seen_node_ || first_nodes.empty()) return;
+    first_nodes.back() = mark;
+    seen_node_ = true;
+  }
+  bool seen_node_ = false;
+};
+
+struct DocumentScan {
+  int documents = 0;                // counted up to 3
+  YAML::Mark second_document;       // the second document's first node
+  std::optional<YAML::Mark> stuck;  // where the parser stopped advancing
+};
+
+/// Scans at most three documents (enough to tell one from many, and to see
+/// a parser that returns a document without moving on). Throws
+/// YAML::ParserException for malformed text, like Load.
+DocumentScan ScanDocuments(const std::string& yaml) {
+  std::istringstream in(yaml);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  DocumentScan scan;
+  while (scan.documents < 3 && parser.HandleNextDocument(counter)) {
+    ++scan.documents;
+    const size_t n = counter.starts.size();
+    if (n >= 2 && counter.starts[n - 1].pos == counter.starts[n - 2].pos) {
+      scan.stuck = counter.starts[n - 1];
+      return scan;
+    }
+  }
+  if (scan.documents >= 2) {
+    scan.second_document = counter.first_nodes[1];
+  }
+  return scan;
+}
+
 LoadResult Load(const std::string& yaml, const std::string& file, const std::vector<Override>& overrides) {
-  Context ctx(file, yaml);
   if (static_cast<int64_t>(yaml.size()) > kMaxFileBytes) {
+    Context ctx(file, "");
     ctx.Error("", {}, "",
               fmt::format("the file is {} bytes; recipes are limited to {} bytes (4 MiB)", yaml.size(), kMaxFileBytes));
     return Finish(ctx, std::nullopt);
   }
-  std::vector<YAML::Node> documents;
+  Context ctx(file, yaml);
+  if (const std::optional<TextProblem> problem = CheckRecipeText(yaml)) {
+    ctx.Error("", problem->mark, "", problem->message);
+    std::string& shown = ctx.diagnostics().back().source_line;
+    shown = Sanitize(shown);
+    return Finish(ctx, std::nullopt);
+  }
+  // A recipe is one document. yaml-cpp 0.7's LoadAll never returns (and
+  // allocates without bound) when a document starts with a stray ',': its
+  // parser hands out empty documents without consuming the token. So the
+  // documents are counted with a bounded scan first, and only the first one
+  // is built, with Load.
+  std::optional<DocumentScan> scan;
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(yaml);
+    scan = ScanDocuments(yaml);
+    if (!scan->stuck) root = YAML::Load(yaml);
   } catch (const YAML::ParserException& e) {
     ctx.Error("", Context::ToMark(e.mark), "", fmt::format("not valid YAML: {}", e.msg));
     return Finish(ctx, std::nullopt);
   }
-  if (documents.empty() || documents[0].IsNull()) {
+  if (scan->stuck) {
+    const SourceMark mark = Context::ToMark(*scan->stuck);
+    const size_t pos = static_cast<size_t>(std::max(scan->stuck->pos, 0));
+    const std::string what = pos < yaml.size() && yaml[pos] > ' ' && yaml[pos] < 0x7f
+                                 ? fmt::format("unexpected '{}'", yaml[pos])
+                                 : std::string("unexpected text");
+    ctx.Error("", mark, "",
+              fmt::format("not valid YAML: {} where a value should start (',' separates items only inside "
+                          "[...] or {{...}})",
+                          what));
+    return Finish(ctx, std::nullopt);
+  }
+  if (scan->documents == 0 || root.IsNull()) {
     ctx.Error("", {}, "", "the recipe is empty; expected a map with keys " + KeyList());
     return Finish(ctx, std::nullopt);
   }
-  if (documents.size() > 1) {
-    ctx.Error("", Context::ToMark(documents[1].Mark()), "",
+  if (scan->documents > 1) {
+    ctx.Error("", Context::ToMark(scan->second_document), "",
               "a second YAML document; a recipe is one document (remove the '---' separator)");
     return Finish(ctx, std::nullopt);
   }
-  YAML::Node root = documents[0];
   if (!root.IsMap()) {
     ctx.Error("", Context::ToMark(root.Mark()), root.IsScalar() ? root.Scalar().substr(0, 40) : "",
               fmt::format("the top level must be a map with keys {}, got a {}", KeyList(), KindName(root)));
@@ -578,9 +713,8 @@ std::optional<Override> ParseOverride(const std::string& text) {
   key.erase(key.begin(), std::find_if(key.begin(), key.end(), not_space));
   key.erase(std::find_if(key.rbegin(), key.rend(), not_space).base(), key.end());
   if (key.empty()) return std::nullopt;
-  for (const std::string& part : recipe_internal::SplitPath(key)) {
-    if (part.empty()) return std::nullopt;
-  }
+  // An empty part ("a..b", ".a", "a."), checked without splitting a possibly huge path.
+  if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos) return std::nullopt;
   return Override{key, text.substr(eq + 1)};
 }
 
