@@ -45,7 +45,7 @@ TEST_P(StrayComma, IsASyntaxErrorNotAHang) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fuzz, StrayComma, ::testing::ValuesIn(kStrayComma),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(FuzzRegressions, StrayCommaMessage) {
   const LoadResult r = LoadRecipeFromString(",\nname: x\n", "fuzz.yaml");
