@@ -9,7 +9,8 @@
 // Every result is checked for the library's promises: no exception escapes,
 // an accepted recipe has no error diagnostic and a rejected one has at least
 // one, every diagnostic formats, a second load gives the same diagnostics, and
-// an accepted recipe builds its inventory (or reports ArithmeticOverflow).
+// an accepted recipe builds its inventory and memory estimate with no
+// negative figure (or reports ArithmeticOverflow).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -20,7 +21,9 @@
 #include <string_view>
 #include <vector>
 
+#include "preflight/estimate.h"
 #include "preflight/inventory.h"
+#include "preflight/layout.h"
 #include "preflight/recipe.h"
 #include "preflight/units.h"
 
@@ -66,8 +69,19 @@ void Check(const std::string& yaml, const std::vector<preflight::Override>& over
   if (Render(first) != Render(second)) Fail("two loads of the same input disagree");
   if (!first.ok()) return;
   try {
-    const preflight::Inventory inventory = preflight::BuildInventory(*first.recipe);
+    const preflight::Recipe& recipe = *first.recipe;
+    const preflight::Inventory inventory = preflight::BuildInventory(recipe);
     if (inventory.total_params < 0) Fail("negative parameter count");
+    const preflight::StagePlan stages =
+        preflight::PinnedStagePlan(recipe).value_or(preflight::EqualStagePlan(
+            static_cast<int64_t>(recipe.model.layers.size()), recipe.parallel.pp, recipe.parallel.vpp));
+    const preflight::MemoryEstimate estimate =
+        preflight::EstimateMemory(inventory, preflight::LayoutOf(recipe), stages);
+    for (const preflight::RankMemory& rank : estimate.stages) {
+      for (const preflight::Bytes b : rank.bytes) {
+        if (b.count() < 0) Fail("a negative memory category");
+      }
+    }
   } catch (const preflight::ArithmeticOverflow&) {
     // A clear error, not a wrapped number: the CLI turns it into exit 2.
   }
