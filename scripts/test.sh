@@ -3,7 +3,8 @@
 # scripts/install-deps.sh):
 #   1. Release build with -Werror, the full ctest suite;
 #   2. a second tree, build-asan, with AddressSanitizer + UndefinedBehaviorSanitizer
-#      at -O1, the full ctest suite again (any report fails the run);
+#      at -O1 with line tables only (-g1: symbolized reports, cheaper to build),
+#      the full ctest suite again (any report fails the run);
 #   3. when clang++ and its libFuzzer runtime are installed, a 60-second
 #      libFuzzer run over the recipe parser (scripts/fuzz.sh).
 # Prints the time of each step. Set PREFLIGHT_JOBS to change parallelism
@@ -32,7 +33,7 @@ release() {
 }
 
 sanitized() {
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DPREFLIGHT_SANITIZE="address;undefined" -DPREFLIGHT_WERROR=ON -DPREFLIGHT_BUILD_BENCH=OFF
   cmake --build build-asan -j "${jobs}"
   # halt_on_error: the first report fails the test; detect_leaks: LeakSanitizer at exit.
