@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
-CXX=${FUZZ_CXX:-clang++} cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Debian's clang-14 package installs clang++-14; the clang package adds clang++.
+fuzz_cxx=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || echo clang++)}
+CXX=${fuzz_cxx} cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DPREFLIGHT_FUZZ=ON -DPREFLIGHT_WERROR=ON \
   -DPREFLIGHT_BUILD_TESTS=OFF -DPREFLIGHT_BUILD_BENCH=OFF >/dev/null
 cmake --build build-fuzz --target recipe_fuzz

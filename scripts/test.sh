@@ -43,9 +43,10 @@ sanitized() {
 }
 
 have_libfuzzer() {
-  command -v "${FUZZ_CXX:-clang++}" >/dev/null &&
+  local cxx=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
+  [[ -n "${cxx}" ]] &&
     echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
-      "${FUZZ_CXX:-clang++}" -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null
+      "${cxx}" -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null
 }
 
 step "release build + ctest" release
