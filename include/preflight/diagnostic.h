@@ -24,6 +24,9 @@ struct Diagnostic {
   std::string value;     // the bad value as written ("6"); empty when not about one value
   std::string message;   // "must divide model.attention.heads (32); try 4 or 8"
   std::string source_line;  // the offending line of the file, for the caret; may be empty
+  /// 1-based column of the caret within source_line when source_line is a
+  /// window ("...abc...") of a very long line; 0 = mark.column (whole line).
+  int caret_column = 0;
 };
 
 /// "file:line:col: key.path = value: message" (or "file:line:col: warning: ...")

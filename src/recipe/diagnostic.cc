@@ -19,7 +19,8 @@ std::string Format(const Diagnostic& d) {
   }
   out += d.message;
   if (!d.source_line.empty() && d.mark.line > 0) {
-    out += fmt::format("\n    {}\n    {}^", d.source_line, std::string(static_cast<size_t>(std::max(d.mark.column - 1, 0)), ' '));
+    const int caret = d.caret_column > 0 ? d.caret_column : d.mark.column;
+    out += fmt::format("\n    {}\n    {}^", d.source_line, std::string(static_cast<size_t>(std::max(caret - 1, 0)), ' '));
   }
   return out;
 }

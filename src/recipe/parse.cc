@@ -16,6 +16,7 @@
 #include "reader.h"
 #include "schema.h"
 #include "suggest.h"
+#include "text_check.h"
 #include "validate.h"
 #include "yaml_load.h"
 
@@ -136,19 +137,27 @@ SourceMark LetterMark(const Context& ctx, const YAML::Node& node, size_t index, 
 }
 
 /// Checks the letters of a pattern string; appends the blocks to `out`.
+/// Reports the first bad letter and how many more there are: one
+/// diagnostic per letter would repeat the (possibly 100k-letter) line.
 bool ReadLetters(Context& ctx, const std::string& key_path, const YAML::Node& node, std::vector<BlockKind>* out) {
   const std::string& text = node.Scalar();
-  bool ok = true;
+  size_t first_bad = text.size();
+  size_t bad_count = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     if (IsLayerLetter(text[i])) {
       out->push_back(static_cast<BlockKind>(text[i]));
       continue;
     }
-    ok = false;
-    ctx.Error(key_path, LetterMark(ctx, node, i, text[i]), text.size() <= 60 ? text : text.substr(0, 57) + "...",
-              fmt::format("bad layer letter '{}' at position {}; {}", text[i], i + 1, kValidLetters));
+    if (bad_count++ == 0) first_bad = i;
   }
-  return ok;
+  if (bad_count == 0) return true;
+  const char letter = text[first_bad];
+  // A letter outside ASCII is shown by its position only (one byte of it is not a character).
+  const std::string shown = static_cast<unsigned char>(letter) < 0x80 ? fmt::format("'{}'", letter) : "(not ASCII)";
+  const std::string more = bad_count > 1 ? fmt::format(" (and {} more bad letters)", bad_count - 1) : "";
+  ctx.Error(key_path, LetterMark(ctx, node, first_bad, letter), text.size() <= 60 ? text : Abbreviate(text, 57),
+            fmt::format("bad layer letter {} at position {}{}; {}", shown, first_bad + 1, more, kValidLetters));
+  return false;
 }
 
 /// model.layers: an explicit list, either one string or a list of letters.
@@ -431,17 +440,48 @@ std::vector<std::string> SplitPath(const std::string& key_path) {
 
 /// Sets `o.key_path` in the YAML tree, creating maps on the way.
 void ApplyOverride(YAML::Node& root, const Override& o, Context& ctx) {
-  const std::string text = fmt::format("--set {}={}", o.key_path, o.value);
+  // Diagnostics name the override as typed; a huge or non-UTF-8 value is
+  // shown shortened or with its bad bytes as '?', never echoed raw.
+  const std::string typed = o.key_path + "=" + o.value;
+  const std::optional<TextProblem> problem = CheckRecipeText(typed);
+  constexpr size_t kShownBytes = 80;
+  const std::string text = "--set " + (problem ? Sanitize(Abbreviate(typed, kShownBytes)) : Abbreviate(typed, kShownBytes));
   ctx.AddOverride(o.key_path, text);
+  if (problem) {
+    ctx.MarkBad(o.key_path);
+    const std::string where = problem->mark.line == 1
+                                  ? fmt::format("column {}", problem->mark.column)
+                                  : fmt::format("line {}, column {}", problem->mark.line, problem->mark.column);
+    ctx.Error(o.key_path, {}, "", fmt::format("at {} of the override: {}", where, problem->message));
+    return;
+  }
+  // Recipe keys are at most four levels deep ("training.optimizer.other");
+  // a longer path can only be a mistake, and creating its maps would cost
+  // memory in proportion to the path.
+  constexpr size_t kMaxKeyPathBytes = 200;
+  constexpr size_t kMaxKeyPathParts = 8;
+  const std::vector<std::string> parts =
+      o.key_path.size() > kMaxKeyPathBytes ? std::vector<std::string>{} : SplitPath(o.key_path);
+  if (o.key_path.size() > kMaxKeyPathBytes || parts.size() > kMaxKeyPathParts) {
+    ctx.MarkBad(o.key_path);
+    // Named by the override itself (the shortened path would not match it).
+    ctx.diagnostics().push_back(Diagnostic{
+        Severity::kError, text, {}, Abbreviate(o.key_path, kShownBytes), "",
+              fmt::format("the key path is {} bytes in {} parts; recipe keys are at most {} bytes in {} parts "
+                          "(e.g. parallel.tp)",
+                          o.key_path.size(), std::count(o.key_path.begin(), o.key_path.end(), '.') + 1,
+                          kMaxKeyPathBytes, kMaxKeyPathParts),
+        ""});
+    return;
+  }
   YAML::Node value;
   try {
     value = YAML::Load(o.value);
   } catch (const YAML::Exception& e) {
     ctx.MarkBad(o.key_path);
-    ctx.Error(o.key_path, {}, o.value, fmt::format("the value is not valid YAML: {}", e.msg));
+    ctx.Error(o.key_path, {}, Abbreviate(o.value, kShownBytes), fmt::format("the value is not valid YAML: {}", e.msg));
     return;
   }
-  const std::vector<std::string> parts = SplitPath(o.key_path);
   YAML::Node node;
   node.reset(root);
   std::string walked;
@@ -451,7 +491,7 @@ void ApplyOverride(YAML::Node& root, const Override& o, Context& ctx) {
     if (!child.IsDefined() || child.IsNull()) {
       node[parts[i]] = YAML::Node(YAML::NodeType::Map);
     } else if (!child.IsMap()) {
-      ctx.Error(o.key_path, {}, o.value,
+      ctx.Error(o.key_path, {}, Abbreviate(o.value, kShownBytes),
                 fmt::format("cannot set a key under '{}': it is a {}, not a map", walked, KindName(child)));
       return;
     }
@@ -485,6 +525,13 @@ LoadResult Finish(Context& ctx, std::optional<Recipe> recipe) {
   LoadResult result;
   result.diagnostics = std::move(ctx.diagnostics());
   SortDiagnostics(ctx.source(), &result.diagnostics);
+  if (ctx.dropped() > 0) {
+    result.diagnostics.push_back(Diagnostic{
+        ctx.dropped_errors() ? Severity::kError : Severity::kWarning, ctx.file(), {}, "", "",
+        fmt::format("{} more problems not shown (at most {} are listed); fix the ones above first", ctx.dropped(),
+                    kMaxDiagnostics),
+        ""});
+  }
   if (!HasErrors(result.diagnostics)) result.recipe = std::move(recipe);
   return result;
 }
@@ -492,10 +539,17 @@ LoadResult Finish(Context& ctx, std::optional<Recipe> recipe) {
 std::string KeyList() { return JoinNames(KeysOf("")); }
 
 LoadResult Load(const std::string& yaml, const std::string& file, const std::vector<Override>& overrides) {
-  Context ctx(file, yaml);
   if (static_cast<int64_t>(yaml.size()) > kMaxFileBytes) {
+    Context ctx(file, "");
     ctx.Error("", {}, "",
               fmt::format("the file is {} bytes; recipes are limited to {} bytes (4 MiB)", yaml.size(), kMaxFileBytes));
+    return Finish(ctx, std::nullopt);
+  }
+  Context ctx(file, yaml);
+  if (const std::optional<TextProblem> problem = CheckRecipeText(yaml)) {
+    ctx.Error("", problem->mark, "", problem->message);
+    std::string& shown = ctx.diagnostics().back().source_line;
+    shown = Sanitize(shown);
     return Finish(ctx, std::nullopt);
   }
   const auto separators = std::count_if(yaml.begin(), yaml.end(), [](char c) {
@@ -585,9 +639,8 @@ std::optional<Override> ParseOverride(const std::string& text) {
   key.erase(key.begin(), std::find_if(key.begin(), key.end(), not_space));
   key.erase(std::find_if(key.rbegin(), key.rend(), not_space).base(), key.end());
   if (key.empty()) return std::nullopt;
-  for (const std::string& part : recipe_internal::SplitPath(key)) {
-    if (part.empty()) return std::nullopt;
-  }
+  // An empty part ("a..b", ".a", "a."), checked without splitting a possibly huge path.
+  if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos) return std::nullopt;
   return Override{key, text.substr(eq + 1)};
 }
 

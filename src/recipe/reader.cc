@@ -9,6 +9,7 @@
 
 #include "schema.h"
 #include "suggest.h"
+#include "text_check.h"
 
 namespace preflight::recipe_internal {
 
@@ -33,7 +34,14 @@ void Context::AddOverride(const std::string& key_path, const std::string& text) 
 
 void Context::Report(Severity severity, const std::string& key_path, SourceMark mark, std::string value,
                      std::string message) {
-  diagnostics_.push_back(source_.AtMark(mark, key_path, std::move(value), std::move(message), severity));
+  if (diagnostics_.size() >= kMaxDiagnostics) {
+    ++dropped_;
+    dropped_errors_ = dropped_errors_ || severity == Severity::kError;
+    return;
+  }
+  Diagnostic d = source_.AtMark(mark, key_path, Abbreviate(value, kMaxShownValue), std::move(message), severity);
+  d.key_path = Abbreviate(d.key_path, kMaxShownKeyPath);
+  diagnostics_.push_back(std::move(d));
 }
 
 void Context::ErrorAt(const std::string& key_path, std::string value, std::string message) {
@@ -221,7 +229,10 @@ bool MapReader::Int(const std::string& key, int64_t* out) {
   if (!value) {
     if (overflow) {
       ValueError(key, *text, "out of range; valid range is " + RangeText(min, max));
-    } else if (const auto number = ParseNumber(*text)) {
+    } else if (const auto number = ParseNumber(*text);
+               number && (*number < static_cast<double>(min) || *number > static_cast<double>(max))) {
+      ValueError(key, *text, "out of range; valid range is " + RangeText(min, max));  // e.g. 1e30
+    } else if (number) {
       ValueError(key, *text,
                  std::string(*number == std::floor(*number) ? "must be written as a plain decimal integer"
                                                               : "must be a whole number") +

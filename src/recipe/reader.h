@@ -20,6 +20,12 @@ namespace preflight::recipe_internal {
 
 /// Upper bound on YAML nodes visited, so alias-heavy input cannot stall us.
 inline constexpr int64_t kMaxVisitedNodes = 1'000'000;
+/// Diagnostics kept per load; more are counted, not stored (like a
+/// compiler's error limit), so hostile input cannot fill memory with them.
+inline constexpr size_t kMaxDiagnostics = 100;
+/// Longest key path and value echoed in a diagnostic; longer ones are cut.
+inline constexpr size_t kMaxShownKeyPath = 200;
+inline constexpr size_t kMaxShownValue = 120;
 
 /// Where diagnostics go and how they are located.
 class Context {
@@ -61,6 +67,9 @@ class Context {
   SourceMap& source() { return source_; }
   const SourceMap& source() const { return source_; }
   std::vector<Diagnostic>& diagnostics() { return diagnostics_; }
+  /// Diagnostics not stored because kMaxDiagnostics were already kept.
+  int64_t dropped() const { return dropped_; }
+  bool dropped_errors() const { return dropped_errors_; }
   bool has_errors() const { return HasErrors(diagnostics_); }
 
  private:
@@ -68,6 +77,8 @@ class Context {
   std::vector<Diagnostic> diagnostics_;
   std::set<std::string> bad_keys_;
   int64_t visited_ = 0;
+  int64_t dropped_ = 0;
+  bool dropped_errors_ = false;
 };
 
 /// Human name of a node's kind for "got a map" messages.

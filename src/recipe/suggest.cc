@@ -27,6 +27,10 @@ std::optional<std::string> ClosestName(std::string_view word, const std::vector<
   std::optional<std::string> best;
   int best_distance = limit + 1;
   for (const std::string& candidate : candidates) {
+    // The distance is at least the length difference; skipping those keeps a
+    // megabyte-long unknown key from costing a quadratic edit distance.
+    const size_t shorter = std::min(word.size(), candidate.size());
+    if (std::max(word.size(), candidate.size()) - shorter >= static_cast<size_t>(best_distance)) continue;
     const int d = EditDistance(word, candidate);
     if (d < best_distance) {
       best_distance = d;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The whole test run, as CI runs it (README "Test"; .ci/run calls it after
+# scripts/install-deps.sh):
+#   1. Release build with -Werror, the full ctest suite;
+#   2. a second tree, build-asan, with AddressSanitizer + UndefinedBehaviorSanitizer
+#      at -O1 with line tables only (-g1: symbolized reports, cheaper to build),
+#      the full ctest suite again (any report fails the run);
+#   3. when clang++ and its libFuzzer runtime are installed, a 60-second
+#      libFuzzer run over the recipe parser (scripts/fuzz.sh).
+# Prints the time of each step. Set PREFLIGHT_JOBS to change parallelism
+# (default 2, the CI machine's cores), PREFLIGHT_FUZZ_SECONDS the fuzz time
+# (0 skips it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${PREFLIGHT_JOBS:-2}
+fuzz_seconds=${PREFLIGHT_FUZZ_SECONDS:-60}
+timings=()
+
+step() {  # step NAME COMMAND...: runs and times one step
+  local name=$1 start end
+  shift
+  echo "==> ${name}"
+  start=$(date +%s)
+  "$@"
+  end=$(date +%s)
+  timings+=("$(printf '%-28s %4d s' "${name}" $((end - start)))")
+}
+
+release() {
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPREFLIGHT_WERROR=ON
+  cmake --build build -j "${jobs}"
+  ctest --test-dir build --output-on-failure -j "${jobs}"
+}
+
+sanitized() {
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DPREFLIGHT_SANITIZE="address;undefined" -DPREFLIGHT_WERROR=ON -DPREFLIGHT_BUILD_BENCH=OFF
+  cmake --build build-asan -j "${jobs}"
+  # halt_on_error: the first report fails the test; detect_leaks: LeakSanitizer at exit.
+  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "${jobs}"
+}
+
+have_libfuzzer() {
+  local cxx=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || true)}
+  [[ -n "${cxx}" ]] &&
+    echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+      "${cxx}" -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null
+}
+
+step "release build + ctest" release
+step "asan+ubsan build + ctest" sanitized
+if [[ "${fuzz_seconds}" != 0 ]] && have_libfuzzer; then
+  step "fuzz recipe (${fuzz_seconds} s)" scripts/fuzz.sh "${fuzz_seconds}"
+else
+  echo "==> fuzz: skipped (no clang++ with libFuzzer, or PREFLIGHT_FUZZ_SECONDS=0)"
+fi
+echo "==> timings"
+printf '%s\n' "${timings[@]}"
