@@ -1,0 +1,122 @@
+// The reference executor (DESIGN.md "simulator/"): runs a scaled copy of a
+// recipe's blocks on simulated ranks inside one process and reports what it
+// measured. Plain structs only; Eigen stays inside preflight_simulator.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "preflight/recipe.h"
+
+namespace preflight {
+
+/// Which part of a training step issued a collective.
+enum class SimPass { kForward = 0, kBackward = 1, kOptimizer = 2 };
+const char* Name(SimPass p);
+
+/// Collective kinds of the simulated runtime (NCCL's set).
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSend, kRecv };
+const char* Name(CollectiveKind k);
+
+/// Bytes one rank moved for one (axis, kind, pass) bucket, counted from the
+/// copies the simulated ring/direct algorithms made, in the modeled dtype.
+struct CommCount {
+  std::string axis;  // "tp", "ep", "etp", "edp", "pp", ...
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  SimPass pass = SimPass::kForward;
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+};
+
+/// Memory categories the executor tags every buffer with. Bytes are counted
+/// in the modeled dtype (bf16 = 2 B/element) although the math runs in fp64.
+enum class SimCategory : int {
+  kReplicatedParams = 0,
+  kTpShardedParams,
+  kEpShardedParams,
+  kGradients,
+  kOptimizer,
+  kActivations,     // saved for backward
+  kRoutingScratch,  // MoE routing/dispatch/combine buffers
+  kTemporaries,     // everything else a block materialises
+};
+inline constexpr int kNumSimCategories = 8;
+const char* Key(SimCategory c);
+
+struct RankMeasurement {
+  int rank = 0;
+  std::vector<CommCount> comm;                         // sorted by (axis, kind, pass)
+  std::array<int64_t, kNumSimCategories> peak_bytes{};  // per category
+  std::array<int64_t, kNumSimCategories> final_bytes{};  // live at the end of the step
+  int64_t peak_total_bytes = 0;                         // peak of the sum over categories
+};
+
+/// Numerics scalar for the run.
+enum class SimPrecision { kFp64, kFp32 };
+
+struct SimOptions {
+  SimPrecision precision = SimPrecision::kFp64;
+  uint64_t seed = 1234;
+  /// Scale for initial weights (std of the uniform init) and inputs.
+  double init_scale = 0.5;
+};
+
+/// Error of one compared quantity: max |a-b| and max |a-b| / max(|a|,|b|) over
+/// elements (relative to the largest magnitude of the reference tensor).
+struct ErrorStat {
+  std::string name;
+  int64_t elements = 0;
+  double max_abs = 0.0;
+  double max_rel = 0.0;  // max_abs / max(max |reference|, tiny)
+};
+
+struct SimulationReport {
+  std::string recipe_name;
+  int64_t ranks = 0;
+  double loss_sharded = 0.0;
+  double loss_reference = 0.0;
+  ErrorStat loss;
+  ErrorStat output;                    // the final hidden state (after the last block)
+  std::vector<ErrorStat> gradients;    // every parameter, gathered from the shards
+  ErrorStat worst_gradient;
+  std::vector<RankMeasurement> per_rank;
+  int64_t dropped_pairs = 0;           // token-expert pairs dropped by capacity, all E layers
+  double flops = 0.0;                  // multiply-adds x2 of the sharded run's matmuls, all ranks
+};
+
+/// Thrown for input the executor cannot run (a block family it does not
+/// implement yet, a layout with pp/cp/dp > 1, ...). The message says why.
+class SimUnsupported : public std::runtime_error {
+ public:
+  explicit SimUnsupported(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// Runs one forward + backward of `recipe` (already scaled) on
+/// tp (= world) simulated ranks and on one unsharded rank and compares them.
+/// Throws SimUnsupported for layouts outside part 1 (pp = cp = dp = 1; blocks A, D, E).
+SimulationReport Simulate(const Recipe& recipe, const SimOptions& options = {});
+
+/// How to shrink a recipe for simulation.
+struct ScaleOptions {
+  int64_t hidden = 32;
+  int64_t head_dim = 8;
+  int64_t ffn_hidden = 32;     // dense MLP
+  int64_t moe_ffn_hidden = 16; // per routed expert (and per shared expert)
+  int64_t vocab = 64;
+  int64_t seq_len = 16;
+  int64_t repeat = 1;          // pattern repeats
+};
+
+/// A scaled copy of `recipe`: same pattern (repeated `repeat` times), same
+/// heads, kv_heads, experts, top_k, capacity factor and TP/SP/EP/expert-TP
+/// degrees; hidden, head_dim, ffn, vocab, seq_len shrunk; one node of
+/// tp GPUs (pp = cp = dp = 1), micro_batch 1, recompute none.
+Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& scale);
+
+}  // namespace preflight
