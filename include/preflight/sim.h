@@ -86,7 +86,8 @@ struct SimulationReport {
   std::vector<ErrorStat> gradients;    // every parameter, gathered from the shards
   ErrorStat worst_gradient;
   std::vector<RankMeasurement> per_rank;
-  int64_t dropped_pairs = 0;           // token-expert pairs dropped by capacity, all E layers
+  int64_t dropped_pairs = 0;           // token-expert pairs dropped by capacity, all E layers, all ranks
+  int64_t dropped_pairs_reference = 0; // the same count in the unsharded reference
   double flops = 0.0;                  // multiply-adds x2 of the sharded run's matmuls, all ranks
 };
 
