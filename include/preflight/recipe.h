@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "preflight/diagnostic.h"
@@ -185,6 +187,7 @@ struct ClusterConfig {
   double reserve_gib = 3.0;        // CUDA context + NCCL + library workspaces
   double min_headroom_gib = 4.0;   // floor below which fit warns / check fails
   double allocator_overhead = 0.05;  // fraction of allocator-managed bytes lost to fragmentation
+  int64_t capacity_mib = 0;        // device capacity override in MiB; 0 = the preset's (spec.capacity_mib)
   int64_t world() const { return nodes * gpus_per_node; }
 };
 
@@ -198,9 +201,26 @@ struct ServingConfig {
 /// Where each key came from, for diagnostics after parsing (key path -> mark).
 struct SourceMap {
   std::string file;
+  /// Mark of each key's value as written ("parallel.tp", "parallel.stage_boundaries[1]").
   std::map<std::string, SourceMark> marks;
+  /// The recipe text split into lines (shared: recipes are copied freely by sweeps).
+  std::shared_ptr<const std::vector<std::string>> lines;
+  /// Keys set by `--set`, in command-line order: (key path, the override as typed,
+  /// "--set parallel.tp=8"). A key under an overridden path came from the override.
+  std::vector<std::pair<std::string, std::string>> overrides;
+
   /// The mark of `key_path`, or of its nearest present parent, or line 0.
   SourceMark Find(const std::string& key_path) const;
+  /// The override that set `key_path` (or a parent of it), or nullptr.
+  const std::string* OverrideFor(const std::string& key_path) const;
+  /// A diagnostic about `key_path` located at Find(key_path), with its source
+  /// line; when the key came from `--set`, it names the override instead of a
+  /// file position. For checks outside the parser (planner, fit).
+  Diagnostic At(const std::string& key_path, std::string value, std::string message,
+                Severity severity = Severity::kError) const;
+  /// As At, at an explicit mark (e.g. a key node rather than its value).
+  Diagnostic AtMark(SourceMark mark, const std::string& key_path, std::string value, std::string message,
+                    Severity severity = Severity::kError) const;
 };
 
 struct Recipe {

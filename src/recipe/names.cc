@@ -1,0 +1,77 @@
+// Names of recipe enums (as written in YAML) and the GPU presets.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "preflight/recipe.h"
+
+namespace preflight {
+
+const char* Name(DType d) {
+  switch (d) {
+    case DType::kFp32: return "fp32";
+    case DType::kBf16: return "bf16";
+    case DType::kFp16: return "fp16";
+    case DType::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+const char* Name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+const char* Name(OptimizerKind o) {
+  switch (o) {
+    case OptimizerKind::kAdamW: return "adamw";
+    case OptimizerKind::kMuon: return "muon";
+  }
+  return "?";
+}
+
+const char* Name(Schedule s) {
+  switch (s) {
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kDualPipe: return "dualpipe";
+    case Schedule::kDualPipeV: return "dualpipev";
+  }
+  return "?";
+}
+
+namespace {
+
+// Capacities are what `nvidia-smi` reports as memory.total, not the marketing
+// figure (DESIGN.md; MATH.md 2.4): H200 141 GB HBM3e shows 143771 MiB, H100
+// 80GB HBM3 SXM shows 81559 MiB.
+// bf16 dense peak: NVIDIA H100/H200 SXM datasheets give 1,979 TFLOPS "with
+// sparsity"; the dense figure is half, 989 TFLOPS (same Hopper SXM tensor cores).
+// Links (MATH.md 7.1): NVLink4 18 links x 50 GB/s = 900 GB/s bidirectional =
+// 450 GB/s per direction per GPU; InfiniBand NDR 400 Gb/s = 50 GB/s per
+// direction per GPU (one NIC per GPU, rail-optimised).
+const GpuSpec kPresets[] = {
+    {"h200", 143771, 989.0, 450.0, 50.0},
+    {"h100", 81559, 989.0, 450.0, 50.0},
+};
+
+}  // namespace
+
+std::optional<GpuSpec> GpuPreset(const std::string& name) {
+  for (const GpuSpec& spec : kPresets) {
+    if (spec.name == name) return spec;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> GpuPresetNames() {
+  std::vector<std::string> names;
+  for (const GpuSpec& spec : kPresets) names.push_back(spec.name);
+  return names;
+}
+
+}  // namespace preflight

@@ -1,0 +1,587 @@
+// Recipe loading: YAML text -> overrides applied to the tree -> typed Recipe
+// (every map read against its exact key set) -> layer expansion -> semantic
+// validation. yaml-cpp stays inside this library (GUIDE.md 1, 4).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "recipe_bounds.h"
+#include "preflight/recipe.h"
+#include "reader.h"
+#include "schema.h"
+#include "suggest.h"
+#include "validate.h"
+
+namespace preflight {
+
+namespace recipe_internal {
+namespace {
+
+
+const std::vector<std::pair<std::string, DType>> kDTypes = {
+    {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}, {"fp8", DType::kFp8}};
+const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {{"muon", OptimizerKind::kMuon},
+                                                                        {"adamw", OptimizerKind::kAdamW}};
+
+// ---- model ---------------------------------------------------------------
+
+void ParseAttention(MapReader& model, AttentionConfig* a) {
+  auto r = model.Section("attention");
+  if (!r || !r->ok()) return;
+  r->Int("heads", &a->heads, 1, kMaxHeads);
+  r->Int("kv_heads", &a->kv_heads, 1, kMaxHeads);
+  r->Int("head_dim", &a->head_dim, 1, kMaxHeadDim);
+  r->Bool("qk_norm", &a->qk_norm);
+}
+
+void ParseMla(MapReader& model, std::optional<MlaConfig>* out) {
+  auto r = model.Section("mla");
+  if (!r) return;
+  MlaConfig m;
+  if (r->ok()) {
+    r->Int("heads", &m.heads, 1, kMaxHeads);
+    r->Int("q_lora_rank", &m.q_lora_rank, 0, kMaxWidth);
+    r->Int("kv_lora_rank", &m.kv_lora_rank, 1, kMaxWidth);
+    r->Int("qk_rope_head_dim", &m.qk_rope_head_dim, 1, kMaxHeadDim);
+    r->Int("qk_nope_head_dim", &m.qk_nope_head_dim, 1, kMaxHeadDim);
+    r->Int("v_head_dim", &m.v_head_dim, 1, kMaxHeadDim);
+  }
+  *out = m;
+}
+
+void ParseMlp(MapReader& model, MlpConfig* m) {
+  auto r = model.Section("mlp");
+  if (!r || !r->ok()) return;
+  r->Int("ffn_hidden", &m->ffn_hidden, 1, kMaxWidth);
+  r->Enum<FfnActivation>("activation", &m->activation,
+                         {{"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu}});
+}
+
+void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
+  auto r = model.Section("moe");
+  if (!r || !r->ok()) return;
+  r->Int("experts", &m->experts, 1, kMaxHeads);
+  r->Int("top_k", &m->top_k, 1, kMaxHeads);
+  r->Int("ffn_hidden", &m->ffn_hidden, 1, kMaxWidth);
+  r->Int("shared_experts", &m->shared_experts, 0, 1024);
+  r->Int("shared_ffn_hidden", &m->shared_ffn_hidden, 0, kMaxWidth);
+  r->Double("capacity_factor", &m->capacity_factor, 0.01, 1024.0);
+  r->Bool("dropless", &m->dropless);
+  r->Bool("pad_to_capacity", &m->pad_to_capacity);
+  r->Double("dropless_skew", &m->dropless_skew, 1.0, 1024.0);
+  r->Enum<RouterScore>("router", &m->router, {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}});
+  r->Bool("router_bias", &m->router_bias);
+  r->Bool("shared_gate", &m->shared_gate);
+  r->Int("first_k_dense", &m->first_k_dense, 0, kMaxLayers);
+  const bool freq_ok = r->Int("layer_freq", &m->layer_freq, 1, kMaxLayers);
+  if (r->Int("layer_offset", &m->layer_offset, 0, kMaxLayers) && freq_ok && m->layer_offset >= m->layer_freq) {
+    ctx.MarkBad("model.moe.layer_offset");
+    ctx.Error("model.moe.layer_offset", r->ValueMark("layer_offset"), std::to_string(m->layer_offset),
+              fmt::format("must be less than model.moe.layer_freq ({}); valid range is [0, {}]", m->layer_freq,
+                          m->layer_freq - 1));
+  }
+}
+
+void ParseMamba(MapReader& model, MambaConfig* m) {
+  auto r = model.Section("mamba");
+  if (!r || !r->ok()) return;
+  r->Int("d_state", &m->d_state, 1, kMaxHeadDim);
+  r->Int("d_conv", &m->d_conv, 1, kMaxConv);
+  r->Int("expand", &m->expand, 1, 1024);
+  r->Int("head_dim", &m->head_dim, 1, kMaxHeadDim);
+  r->Int("groups", &m->groups, 1, kMaxHeads);
+  r->Int("chunk", &m->chunk, 1, kMaxWidth);
+}
+
+void ParseRecurrent(MapReader& model, RecurrentConfig* rc) {
+  auto r = model.Section("recurrent");
+  if (!r || !r->ok()) return;
+  r->Int("width", &rc->width, 1, kMaxWidth);
+  r->Int("heads", &rc->heads, 1, kMaxHeads);
+  r->Int("d_conv", &rc->d_conv, 1, kMaxConv);
+}
+
+bool IsLayerLetter(char c) {
+  return std::any_of(std::begin(kAllBlockKinds), std::end(kAllBlockKinds), [c](BlockKind k) { return Letter(k) == c; });
+}
+
+constexpr const char* kValidLetters =
+    "valid letters: A (attention), M (Mamba-2), E (MoE), R (recurrent), D (dense MLP)";
+
+/// Mark of the `index`-th character of a one-line scalar, so the caret sits
+/// under the bad letter; falls back to the scalar's own mark.
+SourceMark LetterMark(const Context& ctx, const YAML::Node& node, size_t index, char letter) {
+  const SourceMark mark = Context::ToMark(node.Mark());
+  const std::string line = ctx.SourceLine(mark.line);
+  size_t column = static_cast<size_t>(mark.column - 1);
+  if (column < line.size() && (line[column] == '"' || line[column] == '\'')) ++column;
+  column += index;
+  if (column < line.size() && line[column] == letter) return {mark.line, static_cast<int>(column) + 1};
+  return mark;
+}
+
+/// Checks the letters of a pattern string; appends the blocks to `out`.
+bool ReadLetters(Context& ctx, const std::string& key_path, const YAML::Node& node, std::vector<BlockKind>* out) {
+  const std::string& text = node.Scalar();
+  bool ok = true;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (IsLayerLetter(text[i])) {
+      out->push_back(static_cast<BlockKind>(text[i]));
+      continue;
+    }
+    ok = false;
+    ctx.Error(key_path, LetterMark(ctx, node, i, text[i]), text.size() <= 60 ? text : text.substr(0, 57) + "...",
+              fmt::format("bad layer letter '{}' at position {}; {}", text[i], i + 1, kValidLetters));
+  }
+  return ok;
+}
+
+/// model.layers: an explicit list, either one string or a list of letters.
+bool ReadExplicitLayers(MapReader& model, Context& ctx, std::vector<BlockKind>* layers) {
+  const YAML::Node& node = model.Value("layers");
+  const std::string path = model.PathOf("layers");
+  if (model.Has("pattern") || model.Has("repeat")) {
+    const std::string other = model.Has("pattern") ? "pattern" : "repeat";
+    ctx.Error(path, model.KeyMark("layers"), "",
+              fmt::format("mutually exclusive with model.{} (line {}); give either an explicit layer list or "
+                          "pattern and repeat",
+                          other, model.KeyMark(other).line));
+    return false;
+  }
+  if (node.IsScalar()) {
+    if (node.Scalar().empty()) {
+      ctx.Error(path, model.ValueMark("layers"), "", "must not be empty; give at least one layer letter");
+      return false;
+    }
+    if (static_cast<int64_t>(node.Scalar().size()) > kMaxLayers) {
+      ctx.Error(path, model.ValueMark("layers"), "",
+                fmt::format("{} layers; at most {} are supported", node.Scalar().size(), kMaxLayers));
+      return false;
+    }
+    return ReadLetters(ctx, path, node, layers);
+  }
+  if (!node.IsSequence() || node.size() == 0) {
+    ctx.Error(path, model.ValueMark("layers"), "",
+              fmt::format("must be a non-empty list of layer letters or one string of them ({}), got {}",
+                          kValidLetters, node.IsSequence() ? "an empty list" : std::string("a ") + KindName(node)));
+    return false;
+  }
+  if (static_cast<int64_t>(node.size()) > kMaxLayers) {
+    ctx.Error(path, model.ValueMark("layers"), "",
+              fmt::format("{} layers; at most {} are supported", node.size(), kMaxLayers));
+    return false;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (!ctx.Visit()) return false;
+    const YAML::Node item = node[i];
+    const std::string item_path = fmt::format("{}[{}]", path, i);
+    if (!item.IsScalar() || item.Scalar().size() != 1 || !IsLayerLetter(item.Scalar()[0])) {
+      ok = false;
+      ctx.Error(item_path, Context::ToMark(item.Mark()), item.IsScalar() ? item.Scalar() : "",
+                fmt::format("layer {} must be one letter; {}", i + 1, kValidLetters));
+      continue;
+    }
+    layers->push_back(static_cast<BlockKind>(item.Scalar()[0]));
+  }
+  return ok;
+}
+
+/// model.pattern times model.repeat.
+bool ReadPatternLayers(MapReader& model, Context& ctx, ModelConfig* m) {
+  bool ok = model.Int("repeat", &m->repeat, 1, kMaxLayers);
+  if (model.Has("pattern")) {
+    const YAML::Node& node = model.Value("pattern");
+    const std::string path = model.PathOf("pattern");
+    if (!node.IsScalar() || node.Scalar().empty()) {
+      ctx.Error(path, model.ValueMark("pattern"), "",
+                fmt::format("must be a non-empty string of layer letters ({})", kValidLetters));
+      return false;
+    }
+    if (static_cast<int64_t>(node.Scalar().size()) > kMaxLayers) {
+      ctx.Error(path, model.ValueMark("pattern"), "",
+                fmt::format("{} letters; at most {} layers are supported", node.Scalar().size(), kMaxLayers));
+      return false;
+    }
+    std::vector<BlockKind> letters;
+    if (!ReadLetters(ctx, path, node, &letters)) return false;
+    m->pattern = node.Scalar();
+  }
+  if (!ok) return false;
+  const auto total = Mul(static_cast<int64_t>(m->pattern.size()), m->repeat);
+  if (!total || *total > kMaxLayers) {
+    ctx.ErrorAt("model.repeat", std::to_string(m->repeat),
+                fmt::format("gives {} x {} layers; at most {} are supported; try repeat <= {}", m->pattern.size(),
+                            m->repeat, kMaxLayers, kMaxLayers / static_cast<int64_t>(m->pattern.size())));
+    return false;
+  }
+  m->layers.clear();
+  for (int64_t r = 0; r < m->repeat; ++r) {
+    for (char c : m->pattern) m->layers.push_back(static_cast<BlockKind>(c));
+  }
+  return true;
+}
+
+/// The MoE layout rule (docs/recipe.md): E slots are counted j = 0, 1, ...
+/// in layer order; slot j stays MoE iff j >= first_k_dense and
+/// (j - first_k_dense) % layer_freq == layer_offset, otherwise it becomes a
+/// dense MLP (D). DeepSeek-V3's first_k_dense_replace and Megatron's
+/// moe_layer_freq are both expressed this way.
+void ApplyMoeLayout(const MoeConfig& moe, std::vector<BlockKind>* layers) {
+  int64_t slot = 0;
+  for (BlockKind& kind : *layers) {
+    if (kind != BlockKind::kMoe) continue;
+    const bool moe_slot = slot >= moe.first_k_dense && (slot - moe.first_k_dense) % moe.layer_freq == moe.layer_offset;
+    if (!moe_slot) kind = BlockKind::kDenseMlp;
+    ++slot;
+  }
+}
+
+bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
+  auto r = top.Section("model");
+  if (!r) {  // all defaults: the default pattern
+    for (int64_t i = 0; i < m->repeat; ++i) {
+      for (char c : m->pattern) m->layers.push_back(static_cast<BlockKind>(c));
+    }
+    ApplyMoeLayout(m->moe, &m->layers);
+    return true;
+  }
+  if (!r->ok()) return false;
+  r->Int("hidden", &m->hidden, 1, kMaxWidth);
+  r->Int("vocab", &m->vocab, 1, kMaxVocab);
+  r->Int("vocab_pad_multiple", &m->vocab_pad_multiple, 1, kMaxWidth);
+  r->Bool("tie_embeddings", &m->tie_embeddings);
+  r->Enum<NormKind>("norm", &m->norm, {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", NormKind::kLayerNorm}});
+  if (r->Has("attention") && r->Has("mla")) {
+    const bool mla_later = r->KeyMark("mla").line >= r->KeyMark("attention").line;
+    const std::string later = mla_later ? "mla" : "attention";
+    const std::string earlier = mla_later ? "attention" : "mla";
+    ctx.Error(r->PathOf(later), r->KeyMark(later), "",
+              fmt::format("mutually exclusive with model.{} (line {}): with mla, A layers are MLA; keep one",
+                          earlier, r->KeyMark(earlier).line));
+  }
+  ParseAttention(*r, &m->attention);
+  ParseMla(*r, &m->mla);
+  ParseMlp(*r, &m->mlp);
+  ParseMoe(*r, &m->moe, ctx);
+  ParseMamba(*r, &m->mamba);
+  ParseRecurrent(*r, &m->recurrent);
+  const bool ok = r->Has("layers") ? ReadExplicitLayers(*r, ctx, &m->layers) : ReadPatternLayers(*r, ctx, m);
+  if (!ok) {
+    ctx.MarkBad("model.layers");
+    m->layers.clear();
+    return false;
+  }
+  if (r->Has("layers")) {
+    // Keep pattern/repeat consistent with the list: the list is one period.
+    m->pattern.clear();
+    for (BlockKind k : m->layers) m->pattern.push_back(Letter(k));
+    m->repeat = 1;
+  }
+  if (ctx.IsBad("model.moe")) return false;
+  ApplyMoeLayout(m->moe, &m->layers);
+  return true;
+}
+
+// ---- training, parallel, cluster, serving ---------------------------------
+
+void ParseTraining(MapReader& top, TrainingConfig* t) {
+  auto r = top.Section("training");
+  if (!r || !r->ok()) return;
+  r->Int("seq_len", &t->seq_len, 1, kMaxSeqLen);
+  r->Int("micro_batch", &t->micro_batch, 1, kMaxBatch);
+  r->Int("global_batch", &t->global_batch, 1, kMaxBatch);
+  r->Enum<Recompute>("recompute", &t->recompute,
+                     {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
+  r->Bool("flash_attention", &t->flash_attention);
+  r->Double("dropout", &t->dropout, 0.0, 1.0, /*max_exclusive=*/true);
+  if (auto p = r->Section("precision"); p && p->ok()) {
+    p->Enum<DType>("params", &t->precision.params, kDTypes);
+    p->Enum<DType>("grads", &t->precision.grads, kDTypes);
+    p->Enum<std::optional<DType>>("master", &t->precision.master,
+                                  {{"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16},
+                                   {"fp8", DType::kFp8}, {"none", std::nullopt}});
+    p->Enum<DType>("activations", &t->precision.activations, kDTypes);
+  }
+  if (auto o = r->Section("optimizer"); o && o->ok()) {
+    o->Enum<OptimizerKind>("matrices", &t->optimizer.matrices, kOptimizers);
+    // Muon only orthogonalises 2-D hidden matrices; everything else is AdamW.
+    o->Enum<OptimizerKind>("other", &t->optimizer.other, {{"adamw", OptimizerKind::kAdamW}});
+    o->Enum<DType>("muon_momentum", &t->optimizer.muon_momentum, kDTypes);
+    o->Enum<OptimizerKind>("mamba_in_proj", &t->optimizer.mamba_in_proj, kOptimizers);
+    o->Enum<OptimizerKind>("router", &t->optimizer.router, kOptimizers);
+  }
+}
+
+/// parallel.stage_boundaries: a list of layer indices (checked in Validate).
+void ReadStageBoundaries(MapReader& r, Context& ctx, std::vector<int64_t>* out) {
+  if (!r.Has("stage_boundaries")) return;
+  const YAML::Node& node = r.Value("stage_boundaries");
+  const std::string path = r.PathOf("stage_boundaries");
+  if (node.IsNull()) return;
+  if (!node.IsSequence() || static_cast<int64_t>(node.size()) > kMaxLayers) {
+    ctx.MarkBad(path);
+    ctx.Error(path, r.ValueMark("stage_boundaries"), "",
+              node.IsSequence() ? fmt::format("has {} entries; at most {}", node.size(), kMaxLayers)
+                                : fmt::format("must be a list of layer indices, got a {}", KindName(node)));
+    return;
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (!ctx.Visit()) return;
+    const YAML::Node item = node[i];
+    const std::string item_path = fmt::format("{}[{}]", path, i);
+    ctx.source().marks[item_path] = Context::ToMark(item.Mark());
+    bool overflow = false;
+    const auto value = item.IsScalar() && item.Tag() != "!" ? ParseInteger(item.Scalar(), &overflow) : std::nullopt;
+    if (!value) {
+      ctx.MarkBad(path);
+      ctx.Error(item_path, Context::ToMark(item.Mark()), item.IsScalar() ? item.Scalar() : "",
+                fmt::format("must be a layer index (an integer in [1, {}])", kMaxLayers - 1));
+      continue;
+    }
+    out->push_back(*value);
+  }
+}
+
+void ParseParallel(MapReader& top, Context& ctx, ParallelConfig* p) {
+  auto r = top.Section("parallel");
+  if (!r || !r->ok()) return;
+  r->Int("tp", &p->tp, 1, kMaxDegree);
+  r->Bool("sp", &p->sp);
+  r->Int("cp", &p->cp, 1, kMaxDegree);
+  r->Int("pp", &p->pp, 1, kMaxDegree);
+  r->Int("vpp", &p->vpp, 1, kMaxLayers);
+  r->Int("ep", &p->ep, 1, kMaxDegree);
+  r->Int("expert_tp", &p->expert_tp, 1, kMaxDegree);
+  r->Int("zero", &p->zero, 0, 3);
+  r->Enum<Schedule>("schedule", &p->schedule,
+                    {{"1f1b", Schedule::k1F1B}, {"interleaved", Schedule::kInterleaved},
+                     {"dualpipe", Schedule::kDualPipe}, {"dualpipev", Schedule::kDualPipeV}});
+  r->Enum<AxisOrder>("order", &p->order, {{"tp-cp-dp-pp", AxisOrder::kTpCpDpPp}, {"tp-cp-pp-dp", AxisOrder::kTpCpPpDp}});
+  r->Enum<CpComm>("cp_comm", &p->cp_comm,
+                  {{"p2p", CpComm::kP2p}, {"all_gather", CpComm::kAllGather}, {"a2a", CpComm::kA2a}});
+  ReadStageBoundaries(*r, ctx, &p->stage_boundaries);
+}
+
+void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
+  auto r = top.Section("cluster");
+  const bool read = r && r->ok();
+  if (read) {
+    r->Int("nodes", &c->nodes, 1, kMaxNodes);
+    r->Int("gpus_per_node", &c->gpus_per_node, 1, kMaxGpusPerNode);
+    r->Double("reserve_gib", &c->reserve_gib, 0.0, 1e6);
+    r->Double("min_headroom_gib", &c->min_headroom_gib, 0.0, 1e6);
+    r->Double("allocator_overhead", &c->allocator_overhead, 0.0, 1.0, /*max_exclusive=*/true);
+    r->Int("capacity_mib", &c->capacity_mib, 0, int64_t{1} << 40);
+    if (!r->String("gpu", &c->gpu, kMaxNameLength)) return;
+  }
+  const auto preset = GpuPreset(c->gpu);
+  if (!preset) {
+    std::string message = "unknown GPU; valid presets: " + JoinNames(GpuPresetNames());
+    if (const auto close = ClosestName(c->gpu, GpuPresetNames())) message += fmt::format("; did you mean '{}'?", *close);
+    ctx.MarkBad("cluster.gpu");
+    ctx.ErrorAt("cluster.gpu", c->gpu, message);
+    return;
+  }
+  c->spec = *preset;
+  if (c->capacity_mib > 0) c->spec.capacity_mib = c->capacity_mib;
+}
+
+void ParseServing(MapReader& top, std::optional<ServingConfig>* out) {
+  auto r = top.Section("serving");
+  if (!r) return;
+  ServingConfig s;
+  if (r->ok()) {
+    r->Int("batch", &s.batch, 1, kMaxBatch);
+    r->Int("context", &s.context, 1, kMaxSeqLen);
+    r->Enum<DType>("kv_dtype", &s.kv_dtype, kDTypes);
+    r->Enum<DType>("ssm_dtype", &s.ssm_dtype, kDTypes);
+  }
+  *out = s;
+}
+
+// ---- overrides -------------------------------------------------------------
+
+std::vector<std::string> SplitPath(const std::string& key_path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = key_path.find('.', start);
+    parts.push_back(key_path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+/// Sets `o.key_path` in the YAML tree, creating maps on the way.
+void ApplyOverride(YAML::Node& root, const Override& o, Context& ctx) {
+  const std::string text = fmt::format("--set {}={}", o.key_path, o.value);
+  ctx.AddOverride(o.key_path, text);
+  YAML::Node value;
+  try {
+    value = YAML::Load(o.value);
+  } catch (const YAML::Exception& e) {
+    ctx.MarkBad(o.key_path);
+    ctx.Error(o.key_path, {}, o.value, fmt::format("the value is not valid YAML: {}", e.msg));
+    return;
+  }
+  const std::vector<std::string> parts = SplitPath(o.key_path);
+  YAML::Node node;
+  node.reset(root);
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked += (walked.empty() ? "" : ".") + parts[i];
+    YAML::Node child = node[parts[i]];
+    if (!child.IsDefined() || child.IsNull()) {
+      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    } else if (!child.IsMap()) {
+      ctx.Error(o.key_path, {}, o.value,
+                fmt::format("cannot set a key under '{}': it is a {}, not a map", walked, KindName(child)));
+      return;
+    }
+    YAML::Node next = node[parts[i]];
+    node.reset(next);
+  }
+  node[parts.back()] = value;
+}
+
+// ---- the whole recipe ------------------------------------------------------
+
+void ParseRecipe(const YAML::Node& root, Context& ctx, Recipe* recipe) {
+  MapReader top(ctx, root, "");
+  if (!top.ok()) return;
+  top.String("name", &recipe->name, kMaxNameLength);
+  const bool layers_ok = ParseModel(top, ctx, &recipe->model);
+  ParseTraining(top, &recipe->training);
+  ParseParallel(top, ctx, &recipe->parallel);
+  // Megatron runs 1F1B with virtual stages as its interleaved schedule.
+  if (recipe->parallel.schedule == Schedule::k1F1B && recipe->parallel.vpp > 1) {
+    recipe->parallel.schedule = Schedule::kInterleaved;
+  }
+  ParseCluster(top, ctx, &recipe->cluster);
+  ParseServing(top, &recipe->serving);
+  recipe->source = ctx.source();
+  Validate(*recipe, layers_ok, ctx);
+}
+
+/// File order: whole-file problems first, then by line and column; problems
+/// from `--set` overrides after the file's, in command-line order.
+void SortDiagnostics(const SourceMap& source, std::vector<Diagnostic>* ds) {
+  // Position of a diagnostic's override on the command line; -1 for the file.
+  const auto override_index = [&source](const Diagnostic& d) -> int64_t {
+    if (d.file == source.file) return -1;
+    for (size_t i = 0; i < source.overrides.size(); ++i) {
+      if (source.overrides[i].second == d.file) return static_cast<int64_t>(i);
+    }
+    return static_cast<int64_t>(source.overrides.size());
+  };
+  std::stable_sort(ds->begin(), ds->end(), [&](const Diagnostic& a, const Diagnostic& b) {
+    const int64_t a_index = override_index(a);
+    const int64_t b_index = override_index(b);
+    if (a_index != b_index) return a_index < b_index;
+    if (a.mark.line != b.mark.line) return a.mark.line < b.mark.line;
+    return a.mark.column < b.mark.column;
+  });
+}
+
+LoadResult Finish(Context& ctx, std::optional<Recipe> recipe) {
+  LoadResult result;
+  result.diagnostics = std::move(ctx.diagnostics());
+  SortDiagnostics(ctx.source(), &result.diagnostics);
+  if (!HasErrors(result.diagnostics)) result.recipe = std::move(recipe);
+  return result;
+}
+
+std::string KeyList() { return JoinNames(KeysOf("")); }
+
+LoadResult Load(const std::string& yaml, const std::string& file, const std::vector<Override>& overrides) {
+  Context ctx(file, yaml);
+  if (static_cast<int64_t>(yaml.size()) > kMaxFileBytes) {
+    ctx.Error("", {}, "",
+              fmt::format("the file is {} bytes; recipes are limited to {} bytes (4 MiB)", yaml.size(), kMaxFileBytes));
+    return Finish(ctx, std::nullopt);
+  }
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(yaml);
+  } catch (const YAML::ParserException& e) {
+    ctx.Error("", Context::ToMark(e.mark), "", fmt::format("not valid YAML: {}", e.msg));
+    return Finish(ctx, std::nullopt);
+  }
+  if (documents.empty() || documents[0].IsNull()) {
+    ctx.Error("", {}, "", "the recipe is empty; expected a map with keys " + KeyList());
+    return Finish(ctx, std::nullopt);
+  }
+  if (documents.size() > 1) {
+    ctx.Error("", Context::ToMark(documents[1].Mark()), "",
+              "a second YAML document; a recipe is one document (remove the '---' separator)");
+    return Finish(ctx, std::nullopt);
+  }
+  YAML::Node root = documents[0];
+  if (!root.IsMap()) {
+    ctx.Error("", Context::ToMark(root.Mark()), root.IsScalar() ? root.Scalar().substr(0, 40) : "",
+              fmt::format("the top level must be a map with keys {}, got a {}", KeyList(), KindName(root)));
+    return Finish(ctx, std::nullopt);
+  }
+  for (const Override& o : overrides) ApplyOverride(root, o, ctx);
+  Recipe recipe;
+  ParseRecipe(root, ctx, &recipe);
+  return Finish(ctx, std::move(recipe));
+}
+
+}  // namespace
+}  // namespace recipe_internal
+
+LoadResult LoadRecipeFromString(const std::string& yaml, const std::string& file,
+                                const std::vector<Override>& overrides) {
+  try {
+    return recipe_internal::Load(yaml, file, overrides);
+  } catch (const std::exception& e) {
+    // No exception crosses the library boundary (GUIDE.md 4).
+    LoadResult result;
+    result.diagnostics.push_back(Diagnostic{Severity::kError, file, {}, "", "", std::string("cannot read the recipe: ") + e.what(), ""});
+    return result;
+  }
+}
+
+LoadResult LoadRecipeFile(const std::string& path, const std::vector<Override>& overrides) {
+  auto fail = [&path](const std::string& message) {
+    LoadResult result;
+    result.diagnostics.push_back(Diagnostic{Severity::kError, path, {}, "", "", message, ""});
+    return result;
+  };
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) return fail("cannot open the recipe: no such file");
+  if (!std::filesystem::is_regular_file(status)) return fail("cannot read the recipe: not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail("cannot open the recipe: permission denied or unreadable");
+  // Read at most one byte past the limit, so a huge file is refused cheaply.
+  std::string text(static_cast<size_t>(recipe_internal::kMaxFileBytes + 1), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return LoadRecipeFromString(text, path, overrides);
+}
+
+std::optional<Override> ParseOverride(const std::string& text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos) return std::nullopt;
+  std::string key = text.substr(0, eq);
+  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  key.erase(key.begin(), std::find_if(key.begin(), key.end(), not_space));
+  key.erase(std::find_if(key.rbegin(), key.rend(), not_space).base(), key.end());
+  if (key.empty()) return std::nullopt;
+  for (const std::string& part : recipe_internal::SplitPath(key)) {
+    if (part.empty()) return std::nullopt;
+  }
+  return Override{key, text.substr(eq + 1)};
+}
+
+}  // namespace preflight

@@ -1,0 +1,19 @@
+// The recipe schema: the exact key set of every map (YAML keys == field names
+// of recipe.h). Every map is read against its set, so typos fail loudly.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace preflight::recipe_internal {
+
+/// Keys of the map at `path` ("" = top level, "model.moe", ...); empty for a
+/// path that is not a map of the schema.
+const std::vector<std::string>& KeysOf(const std::string& path);
+
+/// The other map of the schema that has a key named exactly `key`, if any
+/// ("hidden" -> "model"), for "belongs in" hints on unknown keys.
+std::optional<std::string> MapHoldingKey(const std::string& key, const std::string& except_path);
+
+}  // namespace preflight::recipe_internal

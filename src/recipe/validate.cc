@@ -1,0 +1,357 @@
+// Semantic checks (DESIGN.md "Bad input", MATH.md 1 and 7.3). Each check
+// names the key most likely to be wrong and what would be valid.
+#include "validate.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "suggest.h"
+
+namespace preflight::recipe_internal {
+namespace {
+
+bool Has(const std::vector<BlockKind>& layers, BlockKind kind) {
+  return std::find(layers.begin(), layers.end(), kind) != layers.end();
+}
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+class Validator {
+ public:
+  Validator(const Recipe& r, Context& ctx) : r_(r), ctx_(ctx), p_(r.parallel) {}
+
+  void Run(bool layers_ok) {
+    if (layers_ok) {
+      const auto& layers = r_.model.layers;
+      if (Has(layers, BlockKind::kAttention)) r_.model.mla ? CheckMla() : CheckAttention();
+      if (Has(layers, BlockKind::kMamba)) CheckMamba();
+      if (Has(layers, BlockKind::kRecurrent)) CheckRecurrent();
+      if (Has(layers, BlockKind::kDenseMlp)) CheckDenseMlp();
+      if (Has(layers, BlockKind::kMoe)) {
+        CheckMoe();
+      } else {
+        WarnUnusedExpertParallelism();
+      }
+    }
+    CheckSequence();
+    if (CheckWorld()) {
+      if (layers_ok && Has(r_.model.layers, BlockKind::kMoe)) CheckExpertMesh();
+      if (CheckGlobalBatch()) CheckSchedule(layers_ok);
+    }
+    if (layers_ok) CheckStageBoundaries();
+    if (!Bad({"parallel.sp", "parallel.tp"}) && ctx_.source().marks.count("parallel.sp") && p_.sp && p_.tp == 1) {
+      ctx_.WarningAt("parallel.sp", "true", "has no effect with parallel.tp = 1 (sequence parallelism splits over TP)");
+    }
+  }
+
+ private:
+  /// True when any of `keys` could not be read (so the check is skipped).
+  bool Bad(std::initializer_list<const char*> keys) const {
+    return std::any_of(keys.begin(), keys.end(), [this](const char* k) { return ctx_.IsBad(k); });
+  }
+
+  /// Reports "parallel.tp = t: must divide <what>; try ..." for divisors of n.
+  void TpMustDivide(int64_t n, const std::string& what) {
+    ctx_.ErrorAt("parallel.tp", Str(p_.tp), fmt::format("must divide {}{}", what, TryDivisorsOf(n, p_.tp)));
+  }
+
+  void CheckAttention() {
+    const AttentionConfig& a = r_.model.attention;
+    if (Bad({"model.attention"})) return;
+    if (a.heads % a.kv_heads != 0) {
+      ctx_.ErrorAt("model.attention.kv_heads", Str(a.kv_heads),
+                   fmt::format("must divide model.attention.heads ({}) for grouped-query attention{}", a.heads,
+                               TryDivisorsOf(a.heads, a.kv_heads)));
+      return;
+    }
+    if (Bad({"parallel.tp"})) return;
+    if (a.heads % p_.tp != 0 || a.kv_heads % p_.tp != 0) {
+      const int64_t both = std::gcd(a.heads, a.kv_heads);
+      TpMustDivide(both, fmt::format("model.attention.heads ({}) and kv_heads ({})", a.heads, a.kv_heads));
+    }
+  }
+
+  void CheckMla() {
+    if (Bad({"model.mla.heads", "parallel.tp"})) return;
+    const int64_t heads = r_.model.mla->heads;
+    if (heads % p_.tp != 0) TpMustDivide(heads, fmt::format("model.mla.heads ({})", heads));
+  }
+
+  void CheckMamba() {
+    const MambaConfig& m = r_.model.mamba;
+    if (Bad({"model.mamba", "model.hidden"})) return;
+    const int64_t inner = m.expand * r_.model.hidden;  // both bounded: <= 2^34
+    if (inner % m.head_dim != 0) {
+      ctx_.ErrorAt("model.mamba.head_dim", Str(m.head_dim),
+                   fmt::format("must divide the Mamba inner width expand x hidden = {} x {} = {}{}", m.expand,
+                               r_.model.hidden, inner, TryDivisorsOf(inner, m.head_dim)));
+      return;
+    }
+    const int64_t heads = inner / m.head_dim;
+    if (heads % m.groups != 0) {
+      ctx_.ErrorAt("model.mamba.groups", Str(m.groups),
+                   fmt::format("must divide the Mamba head count expand x hidden / head_dim = {}{}", heads,
+                               TryDivisorsOf(heads, m.groups)));
+      return;
+    }
+    if (Bad({"parallel.tp"})) return;
+    if (heads % p_.tp != 0 || m.groups % p_.tp != 0) {
+      TpMustDivide(m.groups, fmt::format("the Mamba heads ({} = expand x hidden / head_dim) and model.mamba.groups ({})",
+                                         heads, m.groups));
+      return;
+    }
+    if (p_.cp > 1 && !Bad({"parallel.cp"})) CheckMambaCp(heads, m.groups);
+  }
+
+  /// Mamba all-to-all CP (MATH.md 1.4): heads % (tp*cp) == 0, and the local
+  /// groups g = groups/tp satisfy g % cp == 0 or cp % g == 0.
+  void CheckMambaCp(int64_t heads, int64_t groups) {
+    const int64_t local_heads = heads / p_.tp;
+    const int64_t local_groups = groups / p_.tp;
+    const auto valid = [&](int64_t c) {
+      return local_heads % c == 0 && (local_groups % c == 0 || c % local_groups == 0);
+    };
+    if (valid(p_.cp)) return;
+    ctx_.ErrorAt("parallel.cp", Str(p_.cp),
+                 fmt::format("Mamba context parallelism needs heads/tp ({}) divisible by cp and groups/tp ({}) "
+                             "divisible by cp or dividing it (MATH.md 1.4); {}",
+                             local_heads, local_groups, TryText(NearestValid(p_.cp, 1, local_heads, valid))));
+  }
+
+  void CheckRecurrent() {
+    const RecurrentConfig& rc = r_.model.recurrent;
+    if (Bad({"model.recurrent"})) return;
+    if (rc.width % rc.heads != 0) {
+      ctx_.ErrorAt("model.recurrent.heads", Str(rc.heads),
+                   fmt::format("must divide model.recurrent.width ({}) into equal gate blocks{}", rc.width,
+                               TryDivisorsOf(rc.width, rc.heads)));
+      return;
+    }
+    if (!Bad({"parallel.tp"}) && rc.heads % p_.tp != 0) {
+      TpMustDivide(rc.heads, fmt::format("model.recurrent.heads ({} gate blocks)", rc.heads));
+    }
+  }
+
+  void CheckDenseMlp() {
+    if (Bad({"model.mlp.ffn_hidden", "parallel.tp"})) return;
+    const int64_t f = r_.model.mlp.ffn_hidden;
+    if (f % p_.tp != 0) TpMustDivide(f, fmt::format("model.mlp.ffn_hidden ({}) of the dense D layers", f));
+  }
+
+  void CheckMoe() {
+    const MoeConfig& e = r_.model.moe;
+    if (Bad({"model.moe"})) return;
+    if (e.top_k > e.experts) {
+      ctx_.ErrorAt("model.moe.top_k", Str(e.top_k),
+                   fmt::format("must not exceed model.moe.experts ({}); valid range is [1, {}]", e.experts, e.experts));
+    }
+    const int64_t shared = e.SharedWidth();
+    if (!Bad({"parallel.tp"}) && shared > 0 && shared % p_.tp != 0) {
+      TpMustDivide(shared, fmt::format("the shared-expert FFN width ({})", shared));
+    }
+    if (!Bad({"parallel.ep"}) && e.experts % p_.ep != 0) {
+      ctx_.ErrorAt("parallel.ep", Str(p_.ep),
+                   fmt::format("must divide model.moe.experts ({}){}", e.experts, TryDivisorsOf(e.experts, p_.ep)));
+    }
+    if (!Bad({"parallel.expert_tp"}) && e.ffn_hidden % p_.expert_tp != 0) {
+      ctx_.ErrorAt("parallel.expert_tp", Str(p_.expert_tp),
+                   fmt::format("must divide model.moe.ffn_hidden ({}){}", e.ffn_hidden,
+                               TryDivisorsOf(e.ffn_hidden, p_.expert_tp)));
+    }
+    if (!Bad({"parallel.tp", "parallel.sp"}) && p_.tp > 1 && !p_.sp) {
+      ctx_.ErrorAt("parallel.sp", "false",
+                   fmt::format("must be true: Megatron requires sequence parallelism for MoE layers when tp > 1 "
+                               "(tp = {})",
+                               p_.tp));
+    }
+  }
+
+  void WarnUnusedExpertParallelism() {
+    for (const char* key : {"parallel.ep", "parallel.expert_tp"}) {
+      const int64_t value = std::string(key) == "parallel.ep" ? p_.ep : p_.expert_tp;
+      if (value > 1 && !Bad({key})) {
+        ctx_.WarningAt(key, Str(value), "has no effect: the layer list has no MoE (E) layers");
+      }
+    }
+  }
+
+  void CheckSequence() {
+    const int64_t s = r_.training.seq_len;
+    if (Bad({"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sp"})) return;
+    if (p_.cp > 1 && s % (2 * p_.cp) != 0) {
+      ctx_.ErrorAt("training.seq_len", Str(s),
+                   fmt::format("must be a multiple of 2 x parallel.cp = {} (causal load balancing splits the "
+                               "sequence into 2 x cp chunks){}",
+                               2 * p_.cp, TryMultiplesOf(2 * p_.cp, s)));
+      return;
+    }
+    if (p_.sp && p_.tp > 1 && (s / p_.cp) % p_.tp != 0) {
+      const auto step = Mul(p_.cp, p_.tp);
+      ctx_.ErrorAt("training.seq_len", Str(s),
+                   fmt::format("seq_len / cp = {} must be a multiple of parallel.tp ({}) with sequence parallelism{}",
+                               s / p_.cp, p_.tp, step ? TryMultiplesOf(*step, s) : ""));
+    }
+  }
+
+  /// world % (tp*cp*pp) == 0; blames the first of tp, cp, pp that breaks it.
+  bool CheckWorld() {
+    if (Bad({"parallel.tp", "parallel.cp", "parallel.pp", "cluster.nodes", "cluster.gpus_per_node"})) return false;
+    const int64_t world = r_.world();  // <= 2^34 by the ranges
+    const auto tp_cp = Mul(p_.tp, p_.cp);
+    const auto product = tp_cp ? Mul(*tp_cp, p_.pp) : std::nullopt;
+    if (product && world % *product == 0) return true;
+    const std::string world_text =
+        fmt::format("the world size {} (cluster.nodes {} x gpus_per_node {})", world, r_.cluster.nodes,
+                    r_.cluster.gpus_per_node);
+    const char* key = "parallel.pp";
+    int64_t value = p_.pp;
+    int64_t others = 1;
+    if (world % p_.tp != 0) {
+      key = "parallel.tp";
+      value = p_.tp;
+    } else if (world % (p_.tp * p_.cp) != 0 || p_.cp > world) {
+      key = "parallel.cp";
+      value = p_.cp;
+      others = p_.tp;
+    } else {
+      others = p_.tp * p_.cp;
+    }
+    const int64_t room = world / others;
+    ctx_.ErrorAt(key, Str(value),
+                 fmt::format("tp x cp x pp = {} x {} x {} must divide {}{}", p_.tp, p_.cp, p_.pp, world_text,
+                             TryDivisorsOf(room, value)));
+    return false;
+  }
+
+  void CheckExpertMesh() {
+    if (Bad({"parallel.ep", "parallel.expert_tp"})) return;
+    const int64_t dense_ranks = p_.tp * p_.cp * r_.dp();  // = world / pp
+    const auto expert = Mul(p_.ep, p_.expert_tp);
+    if (expert && dense_ranks % *expert == 0) return;
+    const int64_t etp = p_.expert_tp;
+    ctx_.ErrorAt("parallel.ep", Str(p_.ep),
+                 fmt::format("ep x expert_tp = {} x {} must divide tp x cp x dp = {} (the ranks of one pipeline "
+                             "stage, Megatron's MoE folding){}",
+                             p_.ep, etp, dense_ranks,
+                             dense_ranks % etp == 0 ? TryDivisorsOf(dense_ranks / etp, p_.ep) : ""));
+  }
+
+  bool CheckGlobalBatch() {
+    if (Bad({"training.global_batch", "training.micro_batch"})) return false;
+    const int64_t dp = r_.dp();
+    const auto per_step = Mul(r_.training.micro_batch, dp);
+    const int64_t gb = r_.training.global_batch;
+    if (per_step && gb % *per_step == 0) return true;
+    ctx_.ErrorAt("training.global_batch", Str(gb),
+                 fmt::format("must be a multiple of micro_batch x dp = {} x {}{}", r_.training.micro_batch, dp,
+                             per_step ? TryMultiplesOf(*per_step, gb) : ""));
+    return false;
+  }
+
+  void CheckSchedule(bool layers_ok) {
+    if (Bad({"parallel.schedule", "parallel.vpp"})) return;
+    const int64_t m = r_.micro_batches();
+    const int64_t pp = p_.pp;
+    const int64_t per_m = r_.training.micro_batch * r_.dp();  // checked in CheckGlobalBatch
+    const std::string m_text =
+        fmt::format("gives m = {} micro-batches per pipeline (global_batch / (micro_batch x dp))", m);
+    if (p_.vpp > 1 && pp == 1) {
+      ctx_.ErrorAt("parallel.vpp", Str(p_.vpp), "virtual pipeline stages need parallel.pp > 1; try vpp 1");
+      return;
+    }
+    if (layers_ok) {
+      const int64_t layers = static_cast<int64_t>(r_.model.layers.size());
+      const auto chunks = Mul(pp, p_.vpp);
+      if (!chunks || *chunks > layers) {
+        const char* key = p_.vpp > 1 ? "parallel.vpp" : "parallel.pp";
+        ctx_.ErrorAt(key, Str(p_.vpp > 1 ? p_.vpp : pp),
+                     fmt::format("pp x vpp = {} x {} model chunks exceed the {} layers; each chunk needs a layer", pp,
+                                 p_.vpp, layers));
+        return;
+      }
+    }
+    switch (p_.schedule) {
+      case Schedule::k1F1B:
+        if (m < pp) {
+          ctx_.WarningAt("training.global_batch", Str(r_.training.global_batch),
+                         fmt::format("{}, fewer than pp = {}: the 1F1B pipeline never fills", m_text, pp));
+        }
+        break;
+      case Schedule::kInterleaved:
+        if (p_.vpp == 1) {
+          ctx_.ErrorAt("parallel.vpp", "1", "the interleaved schedule needs vpp > 1; try vpp 2, or schedule 1f1b");
+        } else if (m < pp) {
+          ctx_.ErrorAt("training.global_batch", Str(r_.training.global_batch),
+                       fmt::format("{}; the interleaved schedule needs at least pp = {} (Megatron); try global_batch {}",
+                                   m_text, pp, Mul(pp, per_m).value_or(0)));
+        }
+        break;
+      case Schedule::kDualPipe:
+      case Schedule::kDualPipeV:
+        CheckDualPipe(m, per_m);
+        break;
+    }
+  }
+
+  /// DualPipe (deepseek-ai/DualPipe dualpipe.py, DualPipe.step asserts):
+  /// pp even, m even and m >= 2 pp. DualPipeV (dualpipev.py, DualPipeV.step)
+  /// only asserts m >= 2 pp. Both place two model chunks on each rank.
+  void CheckDualPipe(int64_t m, int64_t per_m) {
+    const bool dualpipe = p_.schedule == Schedule::kDualPipe;
+    const char* name = Name(p_.schedule);
+    const int64_t pp = p_.pp;
+    if (p_.vpp != 1) {
+      ctx_.ErrorAt("parallel.vpp", Str(p_.vpp), fmt::format("{} places two model chunks per rank itself; set vpp 1", name));
+      return;
+    }
+    if (dualpipe && pp % 2 != 0) {
+      ctx_.ErrorAt("parallel.pp", Str(pp),
+                   fmt::format("dualpipe needs an even pp; try {} or {}", std::max<int64_t>(pp - 1, 2), pp + 1));
+      return;
+    }
+    const int64_t need = 2 * pp;  // pp <= 2^24
+    if (m >= need && (!dualpipe || m % 2 == 0)) return;
+    const int64_t m_try = std::max(need, m + (dualpipe ? m % 2 : 0));
+    ctx_.ErrorAt("training.global_batch", Str(r_.training.global_batch),
+                 fmt::format("gives m = {} micro-batches per pipeline (global_batch / (micro_batch x dp)); {} needs {}"
+                             "m >= 2 x pp = {}; try global_batch {}",
+                             m, name, dualpipe ? "an even " : "", need, Mul(m_try, per_m).value_or(0)));
+  }
+
+  void CheckStageBoundaries() {
+    const std::vector<int64_t>& b = p_.stage_boundaries;
+    if (b.empty() || Bad({"parallel.stage_boundaries", "parallel.pp", "parallel.vpp"})) return;
+    const int64_t layers = static_cast<int64_t>(r_.model.layers.size());
+    const auto chunks = Mul(p_.pp, p_.vpp);
+    if (!chunks || static_cast<int64_t>(b.size()) != *chunks - 1) {
+      ctx_.ErrorAt("parallel.stage_boundaries", "",
+                   fmt::format("has {} entries; pp x vpp = {} x {} stages need exactly {} (the first layer of each "
+                               "stage after the first)",
+                               b.size(), p_.pp, p_.vpp, chunks ? Str(*chunks - 1) : std::string("pp x vpp - 1")));
+      return;
+    }
+    for (size_t i = 0; i < b.size(); ++i) {
+      const std::string key = fmt::format("parallel.stage_boundaries[{}]", i);
+      const int64_t low = i == 0 ? 1 : b[i - 1] + 1;
+      if (b[i] < low || b[i] >= layers) {
+        ctx_.ErrorAt(key, Str(b[i]),
+                     fmt::format("stage boundaries must increase strictly inside (0, {}) layers; valid here: [{}, {}]",
+                                 layers, low, layers - 1));
+        return;
+      }
+    }
+  }
+
+  const Recipe& r_;
+  Context& ctx_;
+  const ParallelConfig& p_;
+};
+
+}  // namespace
+
+void Validate(const Recipe& recipe, bool layers_ok, Context& ctx) { Validator(recipe, ctx).Run(layers_ok); }
+
+}  // namespace preflight::recipe_internal
