@@ -53,6 +53,7 @@ class AttentionBlock final : public Block<T> {
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+    ctx.rank->set_what("attention");
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
     x_ = Tensor<T>(ctx.mem(), act, ab, x);
@@ -79,6 +80,7 @@ class AttentionBlock final : public Block<T> {
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+    ctx.rank->set_what("attention");
     const int64_t ab = ctx.bytes.activation;
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     out_->grad.m += MatMulTransA(ctx, o_.m, dy_full.m);
@@ -223,6 +225,7 @@ class MlpBlock final : public Block<T> {
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+    ctx.rank->set_what("mlp");
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
     x_ = Tensor<T>(ctx.mem(), act, ab, x);
@@ -239,6 +242,7 @@ class MlpBlock final : public Block<T> {
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+    ctx.rank->set_what("mlp");
     const int64_t ab = ctx.bytes.activation;
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     down_->grad.m += MatMulTransA(ctx, z_.m, dy_full.m);

@@ -15,6 +15,7 @@ Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : 
 template <class T>
 Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
   // Token ids stay alive for the backward (int64, MATH.md 3.4).
+  ctx.rank->set_what("embedding");
   ids_ = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation,
@@ -28,6 +29,7 @@ Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
 
 template <class T>
 void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
+  ctx.rank->set_what("embedding");
   const Mat<T> dfull = ReduceFromTpBackward(ctx, dx);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   for (size_t t = 0; t < ids_.v.size(); ++t) {
@@ -48,6 +50,7 @@ template <class T>
 double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets) {
   const SimCategory act = SimCategory::kActivations;
   const int64_t ab = ctx.bytes.activation;
+  ctx.rank->set_what("head");
   targets_ = targets;
   x_ = Tensor<T>(ctx.mem(), act, ab, x);
   Mat<T> rstd;
@@ -60,6 +63,7 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
   // Three fp32 all-reduces over TP: max, sum of exp, target logit (0 off-shard).
   std::vector<T> mx(static_cast<size_t>(tokens)), sum(static_cast<size_t>(tokens)), target(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) mx[static_cast<size_t>(t)] = logits.m.row(t).maxCoeff();
+  ctx.rank->set_what("loss");
   if (ctx.tp_size > 1) ctx.rank->AllReduce(*ctx.tp, mx.data(), tokens, 4, ReduceOp::kMax);
   Mat<T> e(tokens, cols);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -84,6 +88,7 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
 
 template <class T>
 Mat<T> Head<T>::Backward(Ctx& ctx) {
+  ctx.rank->set_what("head");
   const int64_t ab = ctx.bytes.activation;
   const int64_t tokens = softmax_.m.rows(), cols = softmax_.m.cols(), first = ctx.tp_rank * cols;
   Tensor<T> dlogits(ctx.mem(), SimCategory::kTemporaries, ab, softmax_.m / T(tokens));

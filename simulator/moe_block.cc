@@ -89,7 +89,9 @@ class MoeBlock final : public Block<T> {
       if (send_token_[r] >= 0) send.m.row(static_cast<int64_t>(r)) = n_.m.row(send_token_[r]);
     }
     ExchangeCounts(ctx);
+    ctx.rank->set_what("moe_dispatch");
     Tensor<T> recv = Dispatch(ctx, std::move(send));
+    ctx.rank->set_what("moe_experts");
     gathered_ = GatherOverEtp(ctx, std::move(recv), act);
     expert_of_row_ = gathered_layout_.ExpertOfRows();
 
@@ -110,13 +112,16 @@ class MoeBlock final : public Block<T> {
       Put(&z_.m, rows, z);
       Put(&y.m, rows, MatMul(ctx, z, down_[static_cast<size_t>(le)]->value.m));
     }
-    y_back_ = Combine(ctx, ScatterOverEtp(ctx, std::move(y)), act);
+    Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
+    ctx.rank->set_what("moe_combine");
+    y_back_ = Combine(ctx, std::move(y_own), act);
 
     Tensor<T> out(ctx.mem(), scratch, ab, Mat<T>::Zero(x.rows(), h));
     for (size_t r = 0; r < send_token_.size(); ++r) {
       if (send_token_[r] >= 0) out.m.row(send_token_[r]) += send_prob_.m(static_cast<int64_t>(r), 0) * y_back_.m.row(static_cast<int64_t>(r));
     }
     Mat<T> result = x + out.m;
+    ctx.rank->set_what("moe_shared_expert");
     if (sh_gate_ != nullptr) result += SharedForward(ctx);
     return result;
   }
@@ -125,6 +130,7 @@ class MoeBlock final : public Block<T> {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
     const SimCategory scratch = SimCategory::kRoutingScratch;
     Mat<T> dn = Mat<T>::Zero(dy.rows(), h);
+    ctx.rank->set_what("moe_shared_expert");
     if (sh_gate_ != nullptr) dn += SharedBackward(ctx, dy);
 
     // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
@@ -137,7 +143,9 @@ class MoeBlock final : public Block<T> {
       dsend.m.row(r) = send_prob_.m(r, 0) * dy.row(t);
       dprob[static_cast<size_t>(r)] = dy.row(t).dot(y_back_.m.row(r));
     }
+    ctx.rank->set_what("moe_combine");
     Tensor<T> drecv = Dispatch(ctx, std::move(dsend));  // the backward of combine moves like a dispatch
+    ctx.rank->set_what("moe_experts");
     Tensor<T> dy_g = GatherOverEtp(ctx, std::move(drecv), scratch);
     Tensor<T> dxg(ctx.mem(), scratch, ab, Mat<T>(dy_g.m.rows(), h));
     for (int64_t le = 0; le < local_experts_; ++le) {
@@ -157,7 +165,9 @@ class MoeBlock final : public Block<T> {
     }
     dy_g.Release();
     // The backward of dispatch moves like a combine.
-    Tensor<T> dback = Combine(ctx, ScatterOverEtp(ctx, std::move(dxg)), scratch);
+    Tensor<T> dx_own = ScatterOverEtp(ctx, std::move(dxg));
+    ctx.rank->set_what("moe_dispatch");
+    Tensor<T> dback = Combine(ctx, std::move(dx_own), scratch);
     for (int64_t r = 0; r < pairs; ++r) {
       const int64_t t = send_token_[static_cast<size_t>(r)];
       if (t >= 0) dn.row(t) += dback.m.row(r);
@@ -270,6 +280,7 @@ class MoeBlock final : public Block<T> {
   /// Receive layout: from each EP source, rows per local expert. Padded mode
   /// knows it statically; otherwise the counts travel in an int64 all-to-all.
   void ExchangeCounts(Ctx& ctx) {
+    ctx.rank->set_what("moe_counts");
     const size_t n = static_cast<size_t>(ctx.ep_size), le = static_cast<size_t>(local_experts_);
     recv_layout_.counts.assign(n, std::vector<int64_t>(le, 0));
     if (ctx.ep_size == 1) {

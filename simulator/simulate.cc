@@ -212,7 +212,9 @@ RankResult RunRank(Rank& rank, const Recipe& r, const std::vector<char>& letters
     if (p->shard == ShardKind::kReplicated) rep.push_back(p);
     if (p->expert >= 0) experts.push_back(p);
   }
+  rank.set_what("replicated_grads");
   if (topo.sp) Coalesced(ctx, tp, rep, ctx.bytes.grad);
+  rank.set_what("expert_grads");
   Coalesced(ctx, edp, experts, ctx.bytes.grad);
 
   for (Param<T>* p : all) {

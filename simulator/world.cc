@@ -92,17 +92,18 @@ void Allocation::Release() {
 }
 
 void Rank::CountCall(const std::string& axis, CollectiveKind k) {
-  CommCount& c = counts_[{axis, k, pass_}];
+  CommCount& c = counts_[{axis, k, pass_, what_}];
   c.axis = axis;
   c.kind = k;
   c.pass = pass_;
+  c.what = what_;
   ++c.calls;
 }
 void Rank::CountSent(const std::string& axis, CollectiveKind k, int64_t bytes) {
-  counts_[{axis, k, pass_}].bytes_sent += bytes;
+  counts_[{axis, k, pass_, what_}].bytes_sent += bytes;
 }
 void Rank::CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes) {
-  counts_[{axis, k, pass_}].bytes_received += bytes;
+  counts_[{axis, k, pass_, what_}].bytes_received += bytes;
 }
 std::vector<CommCount> Rank::Counts() const {
   std::vector<CommCount> out;

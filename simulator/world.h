@@ -100,6 +100,8 @@ class Rank {
   World& world() { return *world_; }
   void set_pass(SimPass p) { pass_ = p; }
   SimPass pass() const { return pass_; }
+  /// Labels the collectives that follow (CommCount::what).
+  void set_what(const std::string& what) { what_ = what; }
   MemoryTracker& memory() { return memory_; }
   const MemoryTracker& memory() const { return memory_; }
 
@@ -144,7 +146,8 @@ class Rank {
   int rank_;
   SimPass pass_ = SimPass::kForward;
   MemoryTracker memory_;
-  std::map<std::tuple<std::string, CollectiveKind, SimPass>, CommCount> counts_;
+  std::string what_;
+  std::map<std::tuple<std::string, CollectiveKind, SimPass, std::string>, CommCount> counts_;
   double flops_ = 0.0;
 };
 

@@ -29,6 +29,10 @@ struct CommCount {
   std::string axis;  // "tp", "ep", "etp", "edp", "pp", ...
   CollectiveKind kind = CollectiveKind::kAllReduce;
   SimPass pass = SimPass::kForward;
+  /// What issued it, in the planner's vocabulary: "attention", "mlp",
+  /// "moe_shared_expert", "moe_dispatch", "moe_combine", "moe_counts",
+  /// "moe_experts", "embedding", "head", "loss", "replicated_grads", "expert_grads".
+  std::string what;
   int64_t calls = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
@@ -51,7 +55,7 @@ const char* Key(SimCategory c);
 
 struct RankMeasurement {
   int rank = 0;
-  std::vector<CommCount> comm;                         // sorted by (axis, kind, pass)
+  std::vector<CommCount> comm;                         // sorted by (axis, kind, pass, what)
   std::array<int64_t, kNumSimCategories> peak_bytes{};  // per category
   std::array<int64_t, kNumSimCategories> final_bytes{};  // live at the end of the step
   int64_t peak_total_bytes = 0;                         // peak of the sum over categories
