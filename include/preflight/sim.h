@@ -95,6 +95,51 @@ struct SimulationReport {
   double flops = 0.0;                  // multiply-adds x2 of the sharded run's matmuls, all ranks
 };
 
+/// Numerics tolerance of MATH.md 8: max relative error 1e-10 in fp64, 1e-5 in
+/// fp32 (loss and output); fp32 gradients get 1e-4, since a gradient sums
+/// many rounded products in a different order on each layout.
+struct NumericsTolerance {
+  double values = 1e-10;
+  double gradients = 1e-10;
+};
+NumericsTolerance ToleranceFor(SimPrecision p);
+/// True when loss, output and every gradient are within `tol`.
+bool NumericsAgree(const SimulationReport& report, const NumericsTolerance& tol);
+
+/// One bucket of counted bytes beside the model's figure (GUIDE.md 6).
+struct CommAgreement {
+  std::string axis, kind, pass, what;
+  int64_t calls = 0;          // measured, on the rank
+  int64_t measured_sent = 0;  // bytes the simulated rank put on the wire
+  int64_t modeled_sent = 0;   // the planner's figure for the same rank
+  bool in_model = true;       // the planner has this bucket
+  bool in_run = true;         // the simulator issued this bucket
+  bool exact = true;          // the model claims this exactly (else: routing-dependent, informational)
+  bool agrees = true;
+};
+
+/// One memory category: measured peak beside the estimator's figure.
+struct MemoryAgreement {
+  std::string category;
+  int64_t measured = 0;   // peak bytes, worst simulated rank
+  int64_t modeled = 0;    // estimator, modeled bytes
+  double tolerance = 0;   // allowed |measured - modeled| / modeled
+  bool agrees = true;
+  std::string note;
+};
+
+struct SimComparison {
+  bool numerics_ok = false;
+  NumericsTolerance tolerance;
+  int64_t compared_rank = 0;
+  std::vector<CommAgreement> comm;      // empty when no model to compare with
+  std::vector<MemoryAgreement> memory;  // empty when no model to compare with
+  std::vector<std::string> notes;       // what was not compared, and why
+  bool comm_ok() const;
+  bool memory_ok() const;
+  bool agrees() const { return numerics_ok && comm_ok() && memory_ok(); }
+};
+
 /// Thrown for input the executor cannot run (a block family it does not
 /// implement yet, a layout with pp/cp/dp > 1, ...). The message says why.
 class SimUnsupported : public std::runtime_error {
