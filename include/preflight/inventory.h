@@ -1,6 +1,22 @@
 // The model inventory: one source of truth, built once per recipe and
 // independent of the layout, so a sweep prices millions of layouts from it
 // with plain arithmetic (DESIGN.md, "The data flow").
+//
+// Conventions (src/inventory/build.cc):
+// - Linear weights are written input x output (MATH.md 8.1, Y = X W), so TP
+//   column splits the last dimension and TP row the first. Routed experts are
+//   stacks [E, h, 2 f_e] (gate+up) and [E, f_e, h].
+// - Names: "layers.<i>.norm.weight" (pre-norm), "layers.<i>.mixer.*" (A, M, R),
+//   "layers.<i>.mlp.*" (E, D), "embedding.word_embeddings.weight",
+//   "final_norm.weight", "output_layer.weight".
+// - Optimizers (MATH.md 9.4): 2-D hidden matrices -> training.optimizer.matrices
+//   (Muon by default), Mamba in_proj -> optimizer.mamba_in_proj, router ->
+//   optimizer.router (both fall back to AdamW when matrices is AdamW);
+//   everything else AdamW, including the R block's block-diagonal gate stacks
+//   W_a, W_x (small per-head maps, not hidden matrices).
+// - model.norm (rmsnorm | layernorm) governs the block pre-norms and the final
+//   norm; qk-norm, MLA latent norms and the Mamba gated norm are RMSNorm weights.
+// - Counts use the logical vocab; PaddedVocab gives the per-rank padded rows.
 #pragma once
 
 #include <array>
@@ -39,7 +55,7 @@ struct ParamTensor {
   Split split = Split::kReplicated;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   DType dtype = DType::kBf16;   // storage dtype of the parameter copy
-  int64_t elements() const;     // product of shape, checked
+  int64_t elements() const;     // product of shape, checked; 0 for an empty (absent) tensor
 };
 
 /// Element counts of one layer (or a range) by sharding class and optimizer,
@@ -47,11 +63,23 @@ struct ParamTensor {
 struct ParamTotals {
   // [ShardClass][OptimizerKind]
   std::array<std::array<int64_t, 2>, 3> elements{};
+  /// Bytes of the parameter copies per ShardClass (elements x SizeOf(dtype));
+  /// differs from elements x precision.params only by the fp32 A_log and D of Mamba.
+  std::array<int64_t, 3> param_bytes{};
   int64_t total() const;
   int64_t of(ShardClass c) const { return elements[static_cast<int>(c)][0] + elements[static_cast<int>(c)][1]; }
   int64_t of(ShardClass c, OptimizerKind o) const { return elements[static_cast<int>(c)][static_cast<int>(o)]; }
   void Add(const ParamTensor& t);
   ParamTotals& operator+=(const ParamTotals& o);
+  /// Difference of two prefix sums (checked); used for layer ranges.
+  ParamTotals& operator-=(const ParamTotals& o);
+  friend ParamTotals operator+(ParamTotals a, const ParamTotals& b) { return a += b; }
+  friend ParamTotals operator-(ParamTotals a, const ParamTotals& b) { return a -= b; }
+  /// Elements owned by `o` across all classes.
+  int64_t of(OptimizerKind o) const {
+    return elements[0][static_cast<int>(o)] + elements[1][static_cast<int>(o)] + elements[2][static_cast<int>(o)];
+  }
+  friend bool operator==(const ParamTotals&, const ParamTotals&) = default;
 };
 
 struct Layer {
@@ -61,6 +89,9 @@ struct Layer {
   ParamTotals totals;
   /// Parameters one token touches in this layer (routed experts: top_k of them).
   int64_t active_elements = 0;
+  /// Elements of this layer's largest single Muon matrix (one expert's, for a
+  /// routed-expert stack), global; 0 when Muon owns nothing here.
+  int64_t max_muon_matrix_elements = 0;
 };
 
 struct Inventory {
@@ -74,6 +105,35 @@ struct Inventory {
   /// Total element count per block family, indexed by the BlockKind letter order of kAllBlockKinds.
   std::array<int64_t, 5> family_params{};
   std::array<int64_t, 5> family_layers{};
+
+  // ---- Precomputed for cheap pricing (all global, unsharded element counts) ----
+  /// All final-norm tensors: the weight (== final_norm), plus a bias with LayerNorm.
+  std::vector<ParamTensor> final_norms;
+  /// Totals of the non-layer tensors, each by class x optimizer.
+  ParamTotals embedding_totals;   // the embedding (kVocab -> kTpSharded, logical vocab)
+  ParamTotals final_norm_totals;  // every final-norm tensor
+  ParamTotals head_totals;        // the untied head; zero when tied
+  /// Sum of everything in `layers` by class x optimizer.
+  ParamTotals layer_totals;
+  /// Per family (FamilyIndex), by class x optimizer.
+  std::array<ParamTotals, 5> family_totals{};
+  /// prefix_totals[i] = sum of layers[0..i) totals; size layers.size() + 1.
+  std::vector<ParamTotals> prefix_totals;
+  /// prefix_active[i] = sum of layers[0..i) active_elements; size layers.size() + 1.
+  std::vector<int64_t> prefix_active;
+  /// prefix_family_layers[i][f] = count of family-f layers in layers[0..i); size layers.size() + 1.
+  std::vector<std::array<int64_t, 5>> prefix_family_layers;
+  /// Elements of the largest single Muon-managed matrix (routed experts: one
+  /// expert's matrix, never the stack; MATH.md 9.4), global. 0 when no Muon.
+  /// Sets the Muon Newton-Schulz transient (MATH.md 2.2).
+  int64_t max_muon_matrix_elements = 0;
+
+  /// Totals of layers [first, end) in O(1).
+  ParamTotals RangeTotals(int64_t first, int64_t end) const;
+  /// Active (per-token) elements of layers [first, end) in O(1).
+  int64_t RangeActive(int64_t first, int64_t end) const;
+  /// Layers of each family in [first, end) in O(1), indexed by FamilyIndex.
+  std::array<int64_t, 5> RangeFamilyLayers(int64_t first, int64_t end) const;
 };
 
 /// Index of `k` in kAllBlockKinds (A=0, M=1, E=2, R=3, D=4).
@@ -83,7 +143,21 @@ int FamilyIndex(BlockKind k);
 /// only when a count leaves int64.
 Inventory BuildInventory(const Recipe& recipe);
 
+/// Recomputes every derived field of `inv` (embedding/final-norm/head totals,
+/// layer_totals, family_totals/params/layers, the prefix sums, total_params,
+/// active_params, max_muon_matrix_elements) from layers[i].totals,
+/// active_elements, max_muon_matrix_elements and the end tensors
+/// (final_norms, or final_norm alone when final_norms is empty).
+/// BuildInventory calls it; test fixtures that edit layers by hand call it too.
+void RecomputeDerived(Inventory& inv);
+
 /// Padded vocabulary for TP degree `tp`: vocab rounded up to vocab_pad_multiple * tp (Megatron).
 int64_t PaddedVocab(const ModelConfig& m, int64_t tp);
+
+/// The expanded layer list of `m`: m.layers when the parser filled it, else
+/// pattern x repeat with the parser's E-slot rule applied (E slot j stays MoE
+/// iff j >= first_k_dense and (j - first_k_dense) % layer_freq == layer_offset,
+/// else it becomes D), so recipes built in C++ need no parser.
+std::vector<BlockKind> ExpandedLayers(const ModelConfig& m);
 
 }  // namespace preflight
