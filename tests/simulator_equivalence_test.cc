@@ -267,3 +267,41 @@ TEST(SimulatorEquivalence, UnsupportedLayoutsAreRefused) {
 
 }  // namespace
 }  // namespace preflight
+
+namespace preflight {
+namespace {
+
+// The default recipe through the parser, with its M and R letters replaced by
+// D (part 1 has no M/R) and EP folded inside TP = 4 (dp = 1), then scaled.
+TEST(SimulatorScaledRecipe, DefaultRecipeAdePartAgrees) {
+  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/nam56r-h200.yaml",
+                                           {{"model.pattern", "AEDEAEDEAEDD"}, {"parallel.ep", "2"}});
+  ASSERT_TRUE(loaded.ok());
+  ScaleOptions s;
+  s.hidden = 16;
+  s.head_dim = 4;
+  s.ffn_hidden = 16;
+  s.moe_ffn_hidden = 8;
+  s.vocab = 40;
+  s.seq_len = 8;
+  const Recipe r = ScaleRecipe(*loaded.recipe, s);
+  // Kept: heads 32/8, experts 64 top-2, tp 4 with SP, ep 2; shrunk: the rest.
+  EXPECT_EQ(r.model.attention.heads, 32);
+  EXPECT_EQ(r.model.attention.kv_heads, 8);
+  EXPECT_EQ(r.model.moe.experts, 64);
+  EXPECT_EQ(r.parallel.tp, 4);
+  EXPECT_EQ(r.parallel.ep, 2);
+  EXPECT_EQ(r.world(), 4);
+  EXPECT_EQ(r.model.layers.size(), 12u);
+  EXPECT_EQ(r.model.moe.shared_ffn_hidden, 8);  // one shared expert of the scaled width
+  const SimulationReport rep = Simulate(r);
+  EXPECT_EQ(rep.ranks, 4);
+  ExpectNumericsAgree(rep);
+  // Capacity C = ceil(2 tokens * 2 / 64 * 1.25) = 1 per expert per rank: a pair
+  // drops only when both tokens of a rank pick the same expert; the reference,
+  // grouping tokens as the ranks do, must drop exactly the same pairs.
+  EXPECT_EQ(rep.dropped_pairs, rep.dropped_pairs_reference);
+}
+
+}  // namespace
+}  // namespace preflight
