@@ -52,6 +52,17 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   r.cluster.nodes = 1;
   r.cluster.gpus_per_node = r.parallel.tp;  // dp = 1
   r.training.global_batch = 1;
+  // Gradients are synchronised DDP-style (all-reduce) until the distributed
+  // optimizer is in the executor (part 2).
+  r.parallel.zero = 0;
+  // Expert degrees mean nothing without E layers (the parser warns); drop them
+  // so the one-node scaled layout stays valid.
+  bool has_moe = false;
+  for (BlockKind k : m.layers) has_moe = has_moe || k == BlockKind::kMoe;
+  if (!has_moe) {
+    r.parallel.ep = 1;
+    r.parallel.expert_tp = 1;
+  }
   r.serving.reset();
   return r;
 }

@@ -28,7 +28,21 @@ std::string RenderSimulationTable(const SimulationReport& r, const SimComparison
   };
   line(r.loss, c.tolerance.values);
   line(r.output, c.tolerance.values);
-  for (const ErrorStat& g : r.gradients) line(g, c.tolerance.gradients);
+  // Every gradient is in the JSON; the table shows the worst and any that fail.
+  int failing = 0;
+  for (const ErrorStat& g : r.gradients) {
+    if (g.max_rel > c.tolerance.gradients) {
+      line(g, c.tolerance.gradients);
+      ++failing;
+    }
+  }
+  if (failing == 0 && !r.gradients.empty()) {
+    ErrorStat worst = r.worst_gradient;
+    worst.name = "worst gradient: " + worst.name;
+    line(worst, c.tolerance.gradients);
+  }
+  out += fmt::format("  ({} parameter gradients compared after gathering the shards, {} over tolerance)\n",
+                     r.gradients.size(), failing);
   out += fmt::format("  loss {:.12f} (sharded) vs {:.12f} (reference); dropped token-expert pairs {} vs {}\n\n",
                      r.loss_sharded, r.loss_reference, r.dropped_pairs, r.dropped_pairs_reference);
 
@@ -52,8 +66,9 @@ std::string RenderSimulationTable(const SimulationReport& r, const SimComparison
   out += fmt::format("  {:<20} {:>14} {:>14} {:>10}  {}\n", "category", "measured", "modeled", "tolerance", "");
   if (!c.memory.empty()) {
     for (const MemoryAgreement& m : c.memory) {
-      out += fmt::format("  {:<20} {:>14} {:>14} {:>9.0f}%  {} {}\n", m.category, m.measured, m.modeled,
-                         100 * m.tolerance, Mark(m.agrees), m.note);
+      const std::string tol = m.note.empty() ? fmt::format("{:.0f}%", 100 * m.tolerance) : "-";
+      out += fmt::format("  {:<20} {:>14} {:>14} {:>10}  {}{}\n", m.category, m.measured, m.modeled, tol,
+                         m.note.empty() ? Mark(m.agrees) : "info ", m.note);
     }
   } else {
     for (int k = 0; k < kNumSimCategories; ++k) {
