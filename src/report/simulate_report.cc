@@ -16,9 +16,32 @@ int64_t WorstPeak(const SimulationReport& r, int c) {
   for (const RankMeasurement& rm : r.per_rank) m = std::max(m, rm.peak_bytes[static_cast<size_t>(c)]);
   return m;
 }
+std::string RenderComm(const SimulationReport& r, const SimComparison& c) {
+  std::string out = fmt::format("communication, rank {} (bytes sent)\n", c.compared_rank);
+  out += fmt::format("  {:<10} {:<15} {:<10} {:<18} {:>6} {:>12} {:>12}  {}\n", "axis", "kind", "pass", "what", "calls",
+                     "measured", "modeled", "");
+  if (!c.comm.empty()) {
+    for (const CommAgreement& a : c.comm) {
+      const std::string modeled = a.in_model ? fmt::format("{}", a.modeled_sent) : "-";
+      const char* mark = !a.exact ? (a.agrees ? "info" : "DISAGREE") : Mark(a.agrees);
+      out += fmt::format("  {:<10} {:<15} {:<10} {:<18} {:>6} {:>12} {:>12}  {}\n", a.axis, a.kind, a.pass, a.what,
+                         a.calls, a.measured_sent, modeled, mark);
+    }
+  } else if (static_cast<size_t>(c.compared_rank) < r.per_rank.size()) {
+    for (const CommCount& k : r.per_rank[static_cast<size_t>(c.compared_rank)].comm) {
+      out += fmt::format("  {:<10} {:<15} {:<10} {:<18} {:>6} {:>12} {:>12}\n", k.axis, Name(k.kind), Name(k.pass),
+                         k.what, k.calls, k.bytes_sent, "-");
+    }
+  }
+  out += "\n";
+  return out;
+}
+
 }  // namespace
 
-std::string RenderSimulationTable(const SimulationReport& r, const SimComparison& c) {
+std::string RenderSimulationTable(const SimulationReport& r, const std::vector<SimComparison>& shown, bool agree) {
+  const SimComparison none;
+  const SimComparison& c = shown.empty() ? none : shown.front();
   std::string out = fmt::format("simulate {}: {} simulated rank(s) vs 1 unsharded rank\n\n", r.recipe_name, r.ranks);
   out += fmt::format("numerics (max relative error; tolerance {:.0e} values, {:.0e} gradients)\n", c.tolerance.values,
                      c.tolerance.gradients);
@@ -46,23 +69,8 @@ std::string RenderSimulationTable(const SimulationReport& r, const SimComparison
   out += fmt::format("  loss {:.12f} (sharded) vs {:.12f} (reference); dropped token-expert pairs {} vs {}\n\n",
                      r.loss_sharded, r.loss_reference, r.dropped_pairs, r.dropped_pairs_reference);
 
-  out += fmt::format("communication, rank {} (bytes sent)\n", c.compared_rank);
-  out += fmt::format("  {:<10} {:<15} {:<10} {:<18} {:>6} {:>12} {:>12}  {}\n", "axis", "kind", "pass", "what", "calls",
-                     "measured", "modeled", "");
-  if (!c.comm.empty()) {
-    for (const CommAgreement& a : c.comm) {
-      const std::string modeled = a.in_model ? fmt::format("{}", a.modeled_sent) : "-";
-      const char* mark = !a.exact ? (a.agrees ? "info" : "DISAGREE") : Mark(a.agrees);
-      out += fmt::format("  {:<10} {:<15} {:<10} {:<18} {:>6} {:>12} {:>12}  {}\n", a.axis, a.kind, a.pass, a.what,
-                         a.calls, a.measured_sent, modeled, mark);
-    }
-  } else if (static_cast<size_t>(c.compared_rank) < r.per_rank.size()) {
-    for (const CommCount& k : r.per_rank[static_cast<size_t>(c.compared_rank)].comm) {
-      out += fmt::format("  {:<10} {:<15} {:<10} {:<18} {:>6} {:>12} {:>12}\n", k.axis, Name(k.kind), Name(k.pass),
-                         k.what, k.calls, k.bytes_sent, "-");
-    }
-  }
-  out += "\nmemory (peak bytes per category, worst rank, modeled dtypes)\n";
+  for (const SimComparison& sc : shown) out += RenderComm(r, sc);
+  out += "memory (peak bytes per category, worst rank, modeled dtypes)\n";
   out += fmt::format("  {:<20} {:>14} {:>14} {:>10}  {}\n", "category", "measured", "modeled", "tolerance", "");
   if (!c.memory.empty()) {
     for (const MemoryAgreement& m : c.memory) {
@@ -76,12 +84,16 @@ std::string RenderSimulationTable(const SimulationReport& r, const SimComparison
     }
   }
   for (const std::string& n : c.notes) out += "note: " + n + "\n";
-  out += fmt::format("\nverdict: {} (numerics {}, communication {}, memory {})\n", c.agrees() ? "agree" : "DISAGREE",
-                     Mark(c.numerics_ok), Mark(c.comm_ok()), Mark(c.memory_ok()));
+  bool comm_ok = true;
+  for (const SimComparison& sc : shown) comm_ok = comm_ok && sc.comm_ok();
+  out += fmt::format("\nverdict: {} over all {} ranks (shown: numerics {}, communication {}, memory {})\n",
+                     agree ? "agree" : "DISAGREE", r.ranks, Mark(c.numerics_ok), Mark(comm_ok), Mark(c.memory_ok()));
   return out;
 }
 
-std::string RenderSimulationJson(const SimulationReport& r, const SimComparison& c) {
+std::string RenderSimulationJson(const SimulationReport& r, const std::vector<SimComparison>& shown, bool agree) {
+  const SimComparison none;
+  const SimComparison& c = shown.empty() ? none : shown.front();
   using nlohmann::ordered_json;
   const auto err = [](const ErrorStat& e) {
     return ordered_json{{"name", e.name}, {"elements", e.elements}, {"max_abs", e.max_abs}, {"max_rel", e.max_rel}};
@@ -89,7 +101,7 @@ std::string RenderSimulationJson(const SimulationReport& r, const SimComparison&
   ordered_json j;
   j["recipe"] = r.recipe_name;
   j["ranks"] = r.ranks;
-  j["verdict"] = c.agrees() ? "agree" : "disagree";
+  j["verdict"] = agree ? "agree" : "disagree";
   j["numerics"] = {{"ok", c.numerics_ok},
                    {"tolerance_values", c.tolerance.values},
                    {"tolerance_gradients", c.tolerance.gradients},
@@ -115,17 +127,21 @@ std::string RenderSimulationJson(const SimulationReport& r, const SimComparison&
   }
   j["per_rank"] = ranks;
   ordered_json comm = ordered_json::array();
-  for (const CommAgreement& a : c.comm) {
-    comm.push_back({{"axis", a.axis}, {"kind", a.kind}, {"pass", a.pass}, {"what", a.what}, {"calls", a.calls},
-                    {"measured_sent", a.measured_sent}, {"modeled_sent", a.modeled_sent}, {"in_model", a.in_model},
-                    {"in_run", a.in_run}, {"exact", a.exact}, {"agrees", a.agrees}});
+  for (const SimComparison& sc : shown) {
+    ordered_json rows = ordered_json::array();
+    for (const CommAgreement& a : sc.comm) {
+      rows.push_back({{"axis", a.axis}, {"kind", a.kind}, {"pass", a.pass}, {"what", a.what}, {"calls", a.calls},
+                      {"measured_sent", a.measured_sent}, {"modeled_sent", a.modeled_sent}, {"in_model", a.in_model},
+                      {"in_run", a.in_run}, {"exact", a.exact}, {"agrees", a.agrees}});
+    }
+    comm.push_back({{"rank", sc.compared_rank}, {"ok", sc.comm_ok()}, {"buckets", rows}});
   }
   ordered_json mem = ordered_json::array();
   for (const MemoryAgreement& m : c.memory) {
     mem.push_back({{"category", m.category}, {"measured", m.measured}, {"modeled", m.modeled},
                    {"tolerance", m.tolerance}, {"agrees", m.agrees}, {"note", m.note}});
   }
-  j["comparison"] = {{"compared_rank", c.compared_rank}, {"communication", comm}, {"memory", mem}, {"notes", c.notes}};
+  j["comparison"] = {{"communication", comm}, {"memory", mem}, {"notes", c.notes}};
   j["flops_sharded"] = r.flops;
   return j.dump(2) + "\n";
 }
