@@ -3,7 +3,7 @@
 namespace preflight {
 
 NumericsTolerance ToleranceFor(SimPrecision p) {
-  if (p == SimPrecision::kFp32) return {1e-5, 1e-4};
+  if (p == SimPrecision::kFp32) return {1e-5, 1e-5};
   return {1e-10, 1e-10};
 }
 

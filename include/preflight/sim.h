@@ -48,7 +48,8 @@ enum class SimCategory : int {
   kOptimizer,
   kActivations,     // saved for backward
   kRoutingScratch,  // MoE routing/dispatch/combine buffers
-  kTemporaries,     // everything else a block materialises
+  kTemporaries,     // other named buffers a block materialises (gathered inputs, projections,
+                    // partial outputs); Eigen's expression temporaries are not counted
 };
 inline constexpr int kNumSimCategories = 8;
 const char* Key(SimCategory c);
@@ -96,8 +97,8 @@ struct SimulationReport {
 };
 
 /// Numerics tolerance of MATH.md 8: max relative error 1e-10 in fp64, 1e-5 in
-/// fp32 (loss and output); fp32 gradients get 1e-4, since a gradient sums
-/// many rounded products in a different order on each layout.
+/// fp32, for the loss, the output and every gradient (relative to the largest
+/// magnitude of the reference tensor).
 struct NumericsTolerance {
   double values = 1e-10;
   double gradients = 1e-10;
