@@ -42,6 +42,9 @@ struct RankMemory {
   /// plus the embedding/head/loss terms of the pipeline ends in `activations_ends`.
   std::array<Bytes, 5> activations_by_family{};
   Bytes activations_ends;
+  /// The largest one-layer transient on this rank (included in kActivations):
+  /// the layer being recomputed under full recompute, Mamba SSD workspace, CP ring buffers.
+  Bytes activations_transient;
   int64_t in_flight_microbatches = 0;  // of the schedule, on this pipeline rank
   Bytes capacity;                      // device capacity as CUDA reports it
   Bytes total() const;                 // sum of every category

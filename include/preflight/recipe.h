@@ -102,6 +102,10 @@ struct MambaConfig {  // Mamba-2 mixer (MATH.md 1.4)
   int64_t head_dim = 64;
   int64_t groups = 8;
   int64_t chunk = 256;
+  /// true: state-spaces/mamba's fused kernel (gated norm + out_proj inside, both
+  /// recomputed in backward); false: Megatron's mamba_mixer path, which keeps
+  /// the gated y and the norm output for backward (MATH.md 3.2) [OURS: knob].
+  bool fused_norm_out_proj = false;
 };
 
 struct RecurrentConfig {  // RG-LRU block after Griffin (MATH.md 1.6)

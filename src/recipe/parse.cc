@@ -97,6 +97,7 @@ void ParseMamba(MapReader& model, MambaConfig* m) {
   r->Int("head_dim", &m->head_dim, 1, kMaxHeadDim);
   r->Int("groups", &m->groups, 1, kMaxHeads);
   r->Int("chunk", &m->chunk, 1, kMaxWidth);
+  r->Bool("fused_norm_out_proj", &m->fused_norm_out_proj);
 }
 
 void ParseRecurrent(MapReader& model, RecurrentConfig* rc) {

@@ -22,7 +22,7 @@ const std::vector<std::pair<std::string, Keys>>& Schema() {
        {"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden", "capacity_factor", "dropless",
         "pad_to_capacity", "dropless_skew", "router", "router_bias", "shared_gate", "first_k_dense", "layer_freq",
         "layer_offset"}},
-      {"model.mamba", {"d_state", "d_conv", "expand", "head_dim", "groups", "chunk"}},
+      {"model.mamba", {"d_state", "d_conv", "expand", "head_dim", "groups", "chunk", "fused_norm_out_proj"}},
       {"model.recurrent", {"width", "heads", "d_conv"}},
       {"training",
        {"seq_len", "micro_batch", "global_batch", "recompute", "flash_attention", "dropout", "precision",

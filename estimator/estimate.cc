@@ -1,0 +1,171 @@
+// The capacity model: per-rank memory of one pipeline rank (DESIGN.md,
+// "Memory geometry"; MATH.md 1-6). One walk computes every figure; the same
+// walk, given a sink, also records each figure's formula and inputs for
+// --explain, so the explanation can never drift from the number.
+//
+// Modelling choices where the sources leave room (each also named in the
+// --explain line it affects):
+// - Parameters of the layers on every chunk of the rank, each class divided by
+//   1, t or e*t_e (rounded up: the worst rank). Parameter bytes come from each
+//   tensor's dtype (Mamba A_log and D stay fp32); grads use precision.grads.
+// - Tied embeddings with the ends on different ranks: the last stage keeps a
+//   second V_pad*h/t copy, as Megatron does (MATH.md 1.1).
+// - DualPipe: rank r also holds stage p-1-r, so its params, grads and
+//   optimizer state double; DualPipeV holds only its own chunks (MATH.md 4.1).
+//   In flight: see ForEachChunk.
+// - ZeRO groups: dense state over d*c, expert state over d_e (MATH.md 2.2).
+//   ZeRO-2/3 add one unit's unsharded grads (the largest layer) before its
+//   reduce-scatter; ZeRO-3 adds the two largest units gathered (current +
+//   prefetch, as FSDP), units being single layers, the embedding, and the head
+//   with the final norm.
+// - Activations: per family (memory_terms.h) x layers x micro-batches in flight:
+//   1F1B min(m, p-r); interleaved by Megatron's warmup 2(p-r-1) + (v-1)p,
+//   counted per chunk in its schedule-table order; DualPipe p+1
+//   stage-micro-batches, ceil half on the own stage and the rest on the mirror;
+//   DualPipeV 2p+1 V-stage-micro-batches, p+1 on the down and p on the up stage.
+// - The largest one-layer transient is added once: under full recompute the
+//   layer being recomputed holds its no-recompute activations; Mamba's SSD
+//   workspace and the CP ring KV buffers are live while their layer runs.
+// - MoE: capacity C per rank from its local router tokens (Megatron), so a
+//   rank's experts receive up to E*C; tokens the local experts process (R, for
+//   activations and scratch): padded E*C; capacity mode its bound
+//   min(E*C, T*e*min(k, E/e)); dropless ceil(skew*T*k) capped by the worst case
+//   T*e*min(k, E/e) (both shown in --explain); times t_e under expert TP.
+//   Routing scratch is one layer's (the peak), never summed over layers.
+// - Serving state (when the recipe has `serving`) is colocated with training on
+//   the same layout: KV for A layers, conv + SSM state for M, RG-LRU state for R
+//   of this rank's own stages, serving.batch sequences per model replica.
+// - Allocator overhead: a fraction of every allocator-managed byte (all but the
+//   runtime reserve).
+#include "preflight/estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "internal.h"
+#include "preflight/memory_terms.h"
+
+namespace preflight {
+namespace {
+
+using estimator_detail::AddInto;
+using estimator_detail::Cat;
+using estimator_detail::Context;
+using estimator_detail::Decimal;
+using estimator_detail::Ends;
+using estimator_detail::EndsOf;
+using estimator_detail::Inputs;
+using estimator_detail::LocalParams;
+using estimator_detail::Mul;
+using estimator_detail::Note;
+using estimator_detail::Offer;
+using estimator_detail::PriceActivations;
+using estimator_detail::PriceGradients;
+using estimator_detail::PriceOptimizer;
+using estimator_detail::PriceParams;
+using estimator_detail::PriceRoutingScratch;
+using estimator_detail::PriceServing;
+using estimator_detail::Sink;
+using estimator_detail::UnitOf;
+using estimator_detail::Walk;
+using estimator_detail::WalkRank;
+
+/// Runtime reserve: memory outside the caching allocator. Default 3 GiB
+/// (cluster.reserve_gib): the CUDA context takes ~0.5 GiB on Hopper (PyTorch
+/// "CUDA semantics" notes, visible as the gap between nvidia-smi and
+/// memory_allocated), NCCL keeps per-communicator channel buffers
+/// (NCCL_BUFFSIZE 4 MiB per channel per peer; a rank sits in TP, CP, DP, EP,
+/// PP and embedding groups), cuBLAS keeps 32 MiB workspaces per handle
+/// (CUBLAS_WORKSPACE_CONFIG :4096:8) and TE its GEMM workspaces; MATH.md 2.4
+/// puts the sum at 2-3 GiB, to be calibrated with torch.cuda.mem_get_info.
+Bytes RuntimeReserve(const Recipe& rc) { return GiB(rc.cluster.reserve_gib); }
+
+RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, Sink* sink) {
+  const Recipe& rc = inv.recipe;
+  Context x;
+  x.dense_group = Mul(l.dp, l.cp);
+  x.expert_group = std::max<int64_t>(1, l.expert_dp());
+  x.beta_g = SizeOf(rc.training.precision.grads);
+
+  Walk w = WalkRank(inv, l, plan, r, x);
+  const Ends ends = EndsOf(inv, l, w);
+  Offer(w, UnitOf(ends.embedding, x, -1));
+  LocalParams head_unit = ends.head;
+  AddInto(head_unit, ends.final_norm);
+  Offer(w, UnitOf(head_unit, x, -1));
+
+  RankMemory out;
+  out.in_flight_microbatches = w.in_flight;
+  PriceParams(out, w, ends, l, x, sink);
+  PriceGradients(out, w, ends, l, x, sink);
+  PriceOptimizer(out, w, ends, rc, l, x, sink);
+  PriceActivations(out, w, inv, l, sink);
+  PriceRoutingScratch(out, w, rc, l, sink);
+  PriceServing(out, w, rc, l, sink);
+
+  const Bytes managed = out.total();
+  out.bytes[static_cast<int>(Category::kRuntimeReserve)] = RuntimeReserve(rc);
+  // Fragmentation of the caching allocator, a fraction of what it manages
+  // (Megatron's estimator multiplies activations by 1.05; MATH.md 2.4).
+  out.bytes[static_cast<int>(Category::kAllocatorOverhead)] =
+      Bytes(CeilFraction(managed.count(), rc.cluster.allocator_overhead));
+  out.capacity = MiB(rc.cluster.capacity_mib > 0 ? rc.cluster.capacity_mib : rc.cluster.spec.capacity_mib);
+  if (sink) {
+    Note(sink, Category::kRuntimeReserve, "CUDA context + NCCL buffers + cuBLAS/TE workspaces",
+         "cluster.reserve_gib * 2^30", Cat({"reserve_gib=", Decimal(rc.cluster.reserve_gib)}),
+         out.of(Category::kRuntimeReserve));
+    Note(sink, Category::kAllocatorOverhead, "caching-allocator fragmentation",
+         "ceil(allocator_overhead * (params + grads + optimizer + activations + scratch + serving))",
+         Cat({"allocator_overhead=", Decimal(rc.cluster.allocator_overhead), " ",
+              Inputs({{"managed", managed.count()}})}),
+         out.of(Category::kAllocatorOverhead));
+  }
+  return out;
+}
+
+std::string GiBText(Bytes b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", b.gib());
+  return buf;
+}
+
+}  // namespace
+
+RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                        int64_t pipeline_rank) {
+  return Compute(inventory, layout, stages, pipeline_rank, nullptr);
+}
+
+std::vector<Explanation> ExplainRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                                     int64_t pipeline_rank) {
+  std::vector<Explanation> out;
+  Compute(inventory, layout, stages, pipeline_rank, &out);
+  return out;
+}
+
+MemoryEstimate EstimateMemory(const Inventory& inventory, const Layout& layout, const StagePlan& stages) {
+  MemoryEstimate est;
+  est.stages.reserve(static_cast<size_t>(layout.pp));
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    est.stages.push_back(EstimateRank(inventory, layout, stages, r));
+    if (est.stages.back().total() > est.stages[static_cast<size_t>(est.worst_stage)].total()) est.worst_stage = r;
+  }
+  const RankMemory& worst = est.stages[static_cast<size_t>(est.worst_stage)];
+  const Bytes floor = GiB(inventory.recipe.cluster.min_headroom_gib);
+  est.verdict.headroom = worst.headroom();
+  est.verdict.fits = worst.total() <= worst.capacity;
+  est.verdict.headroom_ok = est.verdict.headroom >= floor;
+  const std::string stage = Cat({"stage ", std::to_string(est.worst_stage)});
+  if (!est.verdict.fits) {
+    est.verdict.reason = Cat({stage, " over capacity by ", GiBText(Bytes(0) - est.verdict.headroom)});
+  } else if (!est.verdict.headroom_ok) {
+    est.verdict.reason = Cat({stage, " fits with ", GiBText(est.verdict.headroom), " headroom, below the ",
+                              GiBText(floor), " floor"});
+  } else {
+    est.verdict.reason = Cat({"fits: worst ", stage, " leaves ", GiBText(est.verdict.headroom), " headroom"});
+  }
+  return est;
+}
+
+}  // namespace preflight

@@ -1,0 +1,181 @@
+// Internals of the capacity model shared by its translation units: the walk
+// over a rank's chunks, the per-rank parameter tallies, and the text helpers of
+// --explain. Not a public header.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "preflight/estimate.h"
+#include "preflight/memory_terms.h"
+
+namespace preflight::estimator_detail {
+
+using Sink = std::vector<Explanation>;
+inline constexpr int kRep = static_cast<int>(ShardClass::kReplicated);
+inline constexpr int kTp = static_cast<int>(ShardClass::kTpSharded);
+inline constexpr int kEp = static_cast<int>(ShardClass::kEpSharded);
+inline constexpr int kAdam = static_cast<int>(OptimizerKind::kAdamW);
+inline constexpr int kMuon = static_cast<int>(OptimizerKind::kMuon);
+
+inline int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b); }
+inline int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
+
+// ---- --explain text (slow path, only called with a sink) ----
+
+/// Concatenation by append (GCC 12 raises a false -Wrestrict on "literal" + std::string).
+std::string Cat(std::initializer_list<std::string_view> parts);
+/// "k1=v1 k2=v2 ...".
+std::string Inputs(std::initializer_list<std::pair<const char*, int64_t>> kv);
+/// A recipe double with 4 significant digits.
+std::string Decimal(double x);
+const char* FamilyName(int f);
+const char* RecomputeText(Recompute r);
+const char* ScheduleText(Schedule s);
+void Note(Sink* sink, Category c, std::string item, std::string formula, std::string inputs, Bytes bytes);
+
+// ---- the per-rank tallies ----
+
+/// Local (this rank's) parameters: element counts [ShardClass][OptimizerKind]
+/// (for grads and optimizer state) and parameter-copy bytes [ShardClass] (from
+/// each tensor's own dtype: Mamba's A_log and D stay fp32).
+struct LocalParams {
+  std::array<std::array<int64_t, 2>, 3> elements{};
+  std::array<int64_t, 3> bytes{};
+};
+
+inline int64_t ClassSum(const LocalParams& e, int c) { return Add(e.elements[c][0], e.elements[c][1]); }
+
+/// The part of a unit's bytes that is not its own shard: what gathering (ZeRO-3
+/// params) or producing unsharded (ZeRO-2/3 grads) the unit adds on top of the shards.
+inline int64_t UnshardedExtra(int64_t bytes, int64_t group) { return bytes - CeilDiv(bytes, group); }
+
+/// Pricing context: degrees and per-element sizes fixed for one EstimateRank call.
+struct Context {
+  int64_t dense_group = 1;   // D_dense = d * c: Megatron shards dense state over DP x CP (MATH.md 2.2)
+  int64_t expert_group = 1;  // D_exp = d_e, the expert-data-parallel group
+  int64_t beta_g = 4;
+  int64_t group(int c) const { return c == kEp ? expert_group : dense_group; }
+};
+
+/// A ZeRO unit (one layer, the embedding, or the head with the final norm).
+struct UnitExtra {
+  std::array<int64_t, 3> params{};  // per class: ZeRO-3 gather on top of the shard
+  int64_t params_total = 0;
+  int64_t grads = 0;                // ZeRO-2/3: unsharded grads on top of their shard
+  int64_t layer = -1;               // layer index, -1 = embedding/head unit
+};
+
+/// What one pass over the rank's chunks collects.
+struct Walk {
+  LocalParams layers;                    // every layer whose params live here
+  std::array<int64_t, 5> layer_count{};  // per family, mirrored DualPipe stages included
+  std::array<int64_t, 5> units{};        // per family: layers x micro-batches in flight
+  std::array<int64_t, 5> own_layers{};   // per family, own stages only (serving state)
+  bool embedding = false;
+  bool head = false;
+  int64_t embedding_units = 0;  // micro-batches in flight on the chunk owning the embedding
+  int64_t in_flight = 0;
+  UnitExtra top1, top2;   // the two largest ZeRO-3 gather units (current + prefetch)
+  UnitExtra grad_unit;    // the largest unsharded-grad unit
+};
+
+/// Elements of the pipeline-end tensors on this rank, by item.
+struct Ends {
+  LocalParams embedding;
+  LocalParams head;  // output head, or the tied copy on the last stage
+  LocalParams final_norm;
+  bool tied_copy = false;
+};
+
+/// This rank's share of a layer's totals: each class /1, /t or /(e*t_e), rounded up.
+LocalParams LocalOf(const ParamTotals& totals, const Layout& l);
+void AddInto(LocalParams& into, const LocalParams& x);
+/// A unit's ZeRO extras under the groups of `x`.
+UnitExtra UnitOf(const LocalParams& e, const Context& x, int64_t layer);
+/// Keeps the two largest gather units and the largest grad unit.
+void Offer(Walk& w, const UnitExtra& u);
+/// One pass over the layers on rank r (ForEachChunk), tallying params, units and counts.
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x);
+/// The embedding, head (or tied copy) and final norm this rank holds.
+Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w);
+
+/// Calls visit(chunk, first_layer, end_layer, in_flight, mirrored, ends) for
+/// each range of layers on pipeline rank r with the micro-batches in flight on
+/// it (`ends`: the visit that handles the chunk's embedding/head ownership), and
+/// returns the micro-batches in flight the schedule keeps on r.
+/// - 1F1B: min(m, p-r) (Megatron warmup p-r-1, plus one).
+/// - Interleaved (more than one chunk on r): Megatron's warmup, counted per chunk.
+/// - DualPipe: rank r also holds a copy of stage p-1-r (2x params) [DS3]; the
+///   p+1 stage-micro-batches [DualPipe README] are split ceil/floor between the two.
+/// - DualPipeV: 2p V-stages on p ranks, rank r holding stages r and 2p-1-r; the
+///   README's PP+1 with PP = 2p gives 2p+1 V-stage-micro-batches per rank: p+1 on
+///   the down stage, p on the up stage [OURS: split]. A rank with two chunks is
+///   taken as (down, up); a single chunk as its first ceil(n/2) layers and the rest.
+template <class F>
+int64_t ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, F&& visit) {
+  const int64_t p = l.pp;
+  const int64_t m = l.micro_batches;
+  int64_t own = 0;
+  for (const StageChunk& c : plan.chunks) own += c.pipeline_rank == r ? 1 : 0;
+  if (l.schedule == Schedule::kDualPipe) {
+    const int64_t n = DualPipeInFlight(p, m);
+    const int64_t own_share = CeilDiv(n, 2);
+    const int64_t mirror = p - 1 - r;
+    for (const StageChunk& c : plan.chunks) {
+      if (c.pipeline_rank == r) {
+        visit(c, c.first_layer, c.end_layer, own_share, false, true);
+      } else if (mirror != r && c.pipeline_rank == mirror) {
+        visit(c, c.first_layer, c.end_layer, n - own_share, true, true);
+      }
+    }
+    return n;
+  }
+  if (l.schedule == Schedule::kDualPipeV) {
+    const int64_t down = DualPipeInFlight(p, m);
+    const int64_t up = std::min(p, m);
+    int64_t j = 0;
+    for (const StageChunk& c : plan.chunks) {
+      if (c.pipeline_rank != r) continue;
+      if (own == 1) {
+        const int64_t mid = c.first_layer + CeilDiv(c.end_layer - c.first_layer, 2);
+        visit(c, c.first_layer, mid, down, false, true);
+        visit(c, mid, c.end_layer, up, false, false);
+      } else {
+        visit(c, c.first_layer, c.end_layer, j == 0 ? down : up, false, true);
+      }
+      ++j;
+    }
+    return down;
+  }
+  if (own <= 1) {
+    const int64_t k = OneFOneBInFlight(p, m, r);
+    for (const StageChunk& c : plan.chunks) {
+      if (c.pipeline_rank == r) visit(c, c.first_layer, c.end_layer, k, false, true);
+    }
+    return k;
+  }
+  for (const StageChunk& c : plan.chunks) {
+    if (c.pipeline_rank != r) continue;
+    visit(c, c.first_layer, c.end_layer, InterleavedChunkLive(p, own, m, r, p, c.virtual_index), false, true);
+  }
+  return InterleavedLive(p, own, m, r, p);
+}
+
+// ---- the categories (each fills its own entries of `out`; `sink` may be null) ----
+
+void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink);
+void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink);
+void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l,
+                    const Context& x, Sink* sink);
+void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, Sink* sink);
+void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
+void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
+
+}  // namespace preflight::estimator_detail

@@ -1,0 +1,356 @@
+// Per-term formulas of the capacity model (MATH.md 3-6). Each function is a
+// closed form in checked int64 arithmetic; the tests check each one against a
+// paper's table or a hand-worked example.
+#include "preflight/memory_terms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "preflight/inventory.h"
+
+namespace preflight {
+namespace {
+
+int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b); }
+int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
+
+
+/// Bytes of per-token norm statistics saved for backward: RMSNorm keeps rstd
+/// (fp32), LayerNorm keeps mean and rstd (2 x fp32). Korthikanti neglects these.
+int64_t NormStatBytes(NormKind n) { return n == NormKind::kLayerNorm ? 8 : 4; }
+
+/// Residual-stream terms every block shares: pre-norm input and its output
+/// (the first linear's input), the norm statistics, and the residual dropout
+/// mask (1 byte/element) when dropout > 0 (Korthikanti's per-block mask).
+int64_t ResidualTerms(const Recipe& r) {
+  const int64_t h = r.model.hidden;
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  int64_t out = Add(Mul(Mul(2, h), beta), NormStatBytes(r.model.norm));
+  if (r.training.dropout > 0) out = Add(out, h);
+  return out;
+}
+
+/// Core attention terms that selective recompute drops: the fp32 softmax LSE
+/// per query head with flash attention; without it the softmax output
+/// (n_q * s per token), plus its dropout mask and dropout output when dropout > 0
+/// (Korthikanti's 5as/h term).
+int64_t CoreAttentionTerms(const Recipe& r, int64_t heads) {
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  if (r.training.flash_attention) return Mul(4, heads);
+  const int64_t scores = Mul(heads, r.training.seq_len);
+  int64_t out = Mul(scores, beta);
+  if (r.training.dropout > 0) out = Add(out, Mul(scores, Add(1, beta)));
+  return out;
+}
+
+TokenBytes AttentionTokenBytes(const Recipe& r, bool drop_core) {
+  const ModelConfig& m = r.model;
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  TokenBytes out;
+  out.replicated = ResidualTerms(r);
+  if (m.mla) {
+    const MlaConfig& a = *m.mla;
+    // Latents (down-projection outputs) and the up-projection inputs after
+    // their norms, replicated across TP; one rstd per latent norm.
+    out.replicated = Add(out.replicated, Mul(Add(Add(a.q_lora_rank, a.kv_lora_rank), a.qk_rope_head_dim), beta));
+    out.replicated = Add(out.replicated, Mul(Add(a.q_lora_rank, a.kv_lora_rank), beta));
+    out.replicated = Add(out.replicated, Mul(NormStatBytes(m.norm), a.q_lora_rank > 0 ? 2 : 1));
+    // Q, K, V to attention and the output O (the O-projection input).
+    const int64_t qkv = Mul(a.heads, Add(Mul(2, Add(a.qk_nope_head_dim, a.qk_rope_head_dim)), a.v_head_dim));
+    out.sharded = Mul(Add(qkv, Mul(a.heads, a.v_head_dim)), beta);
+    if (!drop_core) out.sharded = Add(out.sharded, CoreAttentionTerms(r, a.heads));
+    return out;
+  }
+  const AttentionConfig& a = m.attention;
+  // Q, K, V after RoPE (GQA K, V not expanded) and O (the O-projection input).
+  out.sharded = Mul(Mul(Add(Mul(2, a.heads), Mul(2, a.kv_heads)), a.head_dim), beta);
+  if (a.qk_norm) {
+    // Q and K before their norms, and one fp32 rstd per head.
+    out.sharded = Add(out.sharded, Mul(Mul(Add(a.heads, a.kv_heads), a.head_dim), beta));
+    out.sharded = Add(out.sharded, Mul(4, Add(a.heads, a.kv_heads)));
+  }
+  if (!drop_core) out.sharded = Add(out.sharded, CoreAttentionTerms(r, a.heads));
+  return out;
+}
+
+TokenBytes MambaTokenBytes(const Recipe& r, int64_t tp, int64_t cp) {
+  const ModelConfig& m = r.model;
+  const MambaConfig& mb = m.mamba;
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  const int64_t d_inner = Mul(mb.expand, m.hidden);
+  const int64_t heads = d_inner / mb.head_dim;
+  const int64_t gn = Mul(Mul(mb.groups, mb.d_state), MambaGroupRepeat(mb, tp, cp));
+  TokenBytes out;
+  out.replicated = ResidualTerms(r);
+  // zxBCdt (the kernel's saved in_proj output) and out_x (SSM output before gating).
+  out.sharded = Mul(Add(Add(Mul(2, d_inner), Mul(2, gn)), heads), beta);
+  out.sharded = Add(out.sharded, Mul(d_inner, beta));
+  // Megatron's path runs the gated RMSNorm and out_proj outside the kernel and
+  // keeps the gated y and the norm output; the fused path recomputes both.
+  if (!mb.fused_norm_out_proj) out.sharded = Add(out.sharded, Mul(Mul(2, d_inner), beta));
+  out.sharded = Add(out.sharded, Mul(4, mb.groups));  // gated-norm rstd, fp32 per group
+  return out;
+}
+
+TokenBytes MoeTokenBytes(const Recipe& r) {
+  const MoeConfig& e = r.model.moe;
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  TokenBytes out;
+  // Router scores and dense probs (fp32) and the routing map (bool): 9E;
+  // top-k indices and permutation indices (int64): 16k.
+  out.replicated = Add(Add(ResidualTerms(r), Mul(9, e.experts)), Mul(16, e.top_k));
+  // Shared expert, TP column/row like a dense SwiGLU MLP: fc1 out (gate, up) + fc2 in.
+  out.sharded = Mul(Mul(3, e.SharedWidth()), beta);
+  return out;
+}
+
+TokenBytes RecurrentTokenBytes(const Recipe& r) {
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  const int64_t d_r = r.model.recurrent.width;
+  TokenBytes out;
+  out.replicated = ResidualTerms(r);
+  // g_pre, u, conv(u), W_o input (1 each) and the r/i gate pre-activations (2),
+  // all in the activation dtype, plus the h_t sequence in fp32 (MATH.md 3.2).
+  out.sharded = Add(Mul(Mul(6, d_r), beta), Mul(4, d_r));
+  return out;
+}
+
+TokenBytes DenseTokenBytes(const Recipe& r) {
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  const int64_t f = r.model.mlp.ffn_hidden;
+  TokenBytes out;
+  out.replicated = ResidualTerms(r);
+  // SwiGLU: fc1 out (gate and up, 2f) + fc2 input (f). GeLU: GeLU input (f) + output (f).
+  out.sharded = Mul(Mul(r.model.mlp.activation == FfnActivation::kSwiglu ? 3 : 2, f), beta);
+  return out;
+}
+
+/// Tokens of one micro-batch on one CP rank: s*b/c.
+int64_t CpTokens(const Recipe& r, const Layout& l) {
+  return CeilDiv(Mul(r.training.seq_len, l.micro_batch), l.cp);
+}
+
+/// Bytes of a per-token split over one micro-batch: replicated terms /t under
+/// SP, sharded terms /t always (worst rank rounds up).
+int64_t SpreadTokens(const TokenBytes& per_token, int64_t tokens, const Layout& l) {
+  return Add(CeilDiv(Mul(tokens, per_token.replicated), l.sequence_parallel() ? l.tp : 1),
+             CeilDiv(Mul(tokens, per_token.sharded), l.tp));
+}
+
+}  // namespace
+
+int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp) {
+  const int64_t groups_per_tp = std::max<int64_t>(1, mamba.groups / tp);
+  return cp > groups_per_tp ? cp / groups_per_tp : 1;
+}
+
+TokenBytes SavedBytesPerToken(const Recipe& r, BlockKind kind, Recompute recompute, int64_t tp, int64_t cp) {
+  if (recompute == Recompute::kFull) {
+    // Full recompute keeps only the layer input (Korthikanti: 2sbh, /t with SP).
+    TokenBytes out;
+    out.replicated = Mul(r.model.hidden, SizeOf(r.training.precision.activations));
+    return out;
+  }
+  switch (kind) {
+    case BlockKind::kAttention: return AttentionTokenBytes(r, recompute == Recompute::kSelective);
+    case BlockKind::kMamba: return MambaTokenBytes(r, tp, cp);
+    case BlockKind::kMoe: return MoeTokenBytes(r);
+    case BlockKind::kRecurrent: return RecurrentTokenBytes(r);
+    case BlockKind::kDenseMlp: return DenseTokenBytes(r);
+  }
+  return {};
+}
+
+int64_t ResidualTokens(const Recipe& r, const Layout& l) {
+  return CeilDiv(CpTokens(r, l), l.sequence_parallel() ? l.tp : 1);
+}
+
+// 128-bit intermediate for n * (fraction in millionths); GCC/Clang builtin.
+__extension__ typedef __int128 Int128;
+
+int64_t CeilFraction(int64_t n, double f) {
+  constexpr int64_t kMillion = 1'000'000;
+  const long double scaled = std::llround(static_cast<long double>(f) * kMillion);
+  if (scaled >= static_cast<long double>(std::numeric_limits<int64_t>::max())) {
+    throw ArithmeticOverflow("int64 overflow in a fraction");
+  }
+  const Int128 product = static_cast<Int128>(n) * static_cast<int64_t>(scaled);
+  const Int128 out = product / kMillion + (product % kMillion != 0 ? 1 : 0);
+  if (out > std::numeric_limits<int64_t>::max()) throw ArithmeticOverflow("int64 overflow in scaling by a fraction");
+  return static_cast<int64_t>(out);
+}
+
+int64_t MoeCapacity(int64_t tokens, int64_t top_k, int64_t experts, double capacity_factor) {
+  // Megatron: math.ceil((num_tokens / num_experts) * capacity_factor) with
+  // num_tokens = T*k, in double precision as there.
+  const double c = std::ceil(static_cast<double>(Mul(tokens, top_k)) / static_cast<double>(experts) * capacity_factor);
+  if (!(c < 9.2e18)) throw ArithmeticOverflow("int64 overflow in MoE capacity");
+  return static_cast<int64_t>(c);
+}
+
+MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens, int64_t ep, int64_t expert_tp) {
+  const MoeConfig& e = model.moe;
+  const int64_t beta = SizeOf(activations);
+  const int64_t row = Mul(model.hidden, beta);  // one token's hidden vector
+  const int64_t local_experts = CeilDiv(e.experts, ep);
+  MoeRouting out;
+  out.tokens = tokens;
+  out.recv_worst = Mul(Mul(tokens, ep), std::min(e.top_k, local_experts));
+  const int64_t routed = Mul(tokens, e.top_k);
+  if (e.dropless) {
+    out.send_tokens = routed;
+    out.recv_tokens = std::min(out.recv_worst, CeilFraction(routed, e.dropless_skew));
+    out.recv_per_peer = Bytes(Mul(CeilDiv(out.recv_tokens, ep), row));
+  } else {
+    out.capacity = MoeCapacity(tokens, e.top_k, e.experts, e.capacity_factor);
+    // Each source rank sends at most C tokens to each of the E experts; this
+    // rank's E/e experts receive at most C from each of the e source ranks.
+    const int64_t slots = Mul(e.experts, out.capacity);
+    if (e.pad_to_capacity) {
+      out.send_tokens = slots;
+      out.recv_tokens = slots;
+      out.recv_per_peer = Bytes(Mul(Mul(local_experts, out.capacity), row));
+    } else {
+      out.send_tokens = std::min(routed, slots);
+      out.recv_tokens = std::min(out.recv_worst, slots);
+      out.recv_per_peer = Bytes(Mul(CeilDiv(out.recv_tokens, ep), row));
+    }
+  }
+  out.expert_tokens = Mul(out.recv_tokens, expert_tp);
+  out.topk_probs = Bytes(Mul(routed, 4));
+  out.counts = Bytes(Mul(8, Add(e.experts, Mul(Mul(expert_tp, ep), e.experts))));
+  out.dispatch_send = Bytes(Mul(out.send_tokens, row));
+  out.dispatch_recv = Bytes(Mul(out.recv_tokens, row));
+  if (expert_tp > 1) out.etp_gather = Bytes(Mul(out.expert_tokens, row));
+  if (local_experts > 1) out.sort_copy = Bytes(Mul(out.expert_tokens, row));
+  out.combine_send = Bytes(Mul(out.recv_tokens, row));
+  out.combine_recv = Bytes(Mul(out.send_tokens, row));
+  out.unpermute_out = Bytes(Mul(tokens, row));
+  return out;
+}
+
+Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute) {
+  const TokenBytes per_token = SavedBytesPerToken(r, BlockKind::kMoe, recompute, l.tp, l.cp);
+  int64_t out = SpreadTokens(per_token, CpTokens(r, l), l);
+  if (recompute == Recompute::kFull) return Bytes(out);
+  // Routed experts on R received tokens: fc1 input, fc1 out (gate, up), SwiGLU
+  // out, the expert output kept for d(probs), and the fp32 permuted probs.
+  const MoeRouting routing = RouteMoe(r.model, r.training.precision.activations, ResidualTokens(r, l), l.ep, l.expert_tp);
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
+  const int64_t per_routed = Add(Mul(Add(Mul(2, r.model.hidden), Mul(3, f_local)), beta), 4);
+  out = Add(out, Mul(routing.expert_tokens, per_routed));
+  return Bytes(out);
+}
+
+Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
+  if (kind == BlockKind::kMoe) return MoeLayerActivations(r, l, l.recompute);
+  return Bytes(SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, l.cp), CpTokens(r, l), l));
+}
+
+Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
+  const int64_t b = l.micro_batch;
+  const int64_t s = r.training.seq_len;
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  if (kind == BlockKind::kMamba) {
+    // Mamba's all-to-all CP gives each rank the whole sequence and H/(t*c) heads.
+    const MambaConfig& mb = r.model.mamba;
+    const int64_t d_inner = Mul(mb.expand, r.model.hidden);
+    const int64_t heads = CeilDiv(d_inner / mb.head_dim, Mul(l.tp, l.cp));
+    const int64_t groups = CeilDiv(Mul(mb.groups, MambaGroupRepeat(mb, l.tp, l.cp)), Mul(l.tp, l.cp));
+    const int64_t chunks = CeilDiv(s, mb.chunk);
+    const int64_t states = Mul(Mul(Mul(Mul(b, chunks), heads), mb.head_dim), mb.d_state);
+    int64_t out = Mul(states, Add(4, beta));                    // fp32 chunk states + re-emitted copy
+    out = Add(out, Mul(Mul(Mul(Mul(4, b), s), mb.chunk), groups));  // CB, fp32
+    out = Add(out, Mul(Mul(Mul(8, b), s), heads));                // dA_cumsum and dt, fp32
+    return Bytes(out);
+  }
+  if (kind == BlockKind::kAttention && l.cp > 1 && l.cp_comm == CpComm::kP2p) {
+    // Ring attention: two KV chunks in flight (current + next), 2*2*(s/c)*b*(n_kv/t)*d_h*beta.
+    int64_t kv_width = 0;
+    if (r.model.mla) {
+      const MlaConfig& a = *r.model.mla;
+      kv_width = Mul(CeilDiv(a.heads, l.tp), Add(Add(a.qk_nope_head_dim, a.qk_rope_head_dim), a.v_head_dim));
+    } else {
+      kv_width = Mul(Mul(2, CeilDiv(r.model.attention.kv_heads, l.tp)), r.model.attention.head_dim);
+    }
+    return Bytes(Mul(Mul(Mul(2, CeilDiv(Mul(s, b), l.cp)), kv_width), beta));
+  }
+  return Bytes(0);
+}
+
+Bytes FirstStageActivations(const Recipe& r, const Layout& l) {
+  const int64_t tokens = CpTokens(r, l);
+  int64_t out = Mul(8, tokens);  // int64 token ids
+  if (r.training.dropout > 0) {
+    out = Add(out, CeilDiv(Mul(tokens, r.model.hidden), l.sequence_parallel() ? l.tp : 1));
+  }
+  return Bytes(out);
+}
+
+Bytes LastStageActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {
+  const int64_t tokens = CpTokens(r, l);
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  // Final-norm input + head input (residual stream) and the norm statistics.
+  TokenBytes per_token;
+  per_token.replicated = Add(Mul(Mul(2, r.model.hidden), beta), NormStatBytes(r.model.norm));
+  // Vocab-parallel CE: fp32 softmax saved for backward + the transient logits.
+  per_token.sharded = Mul(padded_vocab, Add(4, beta));
+  return Bytes(SpreadTokens(per_token, tokens, l));
+}
+
+int64_t OneFOneBInFlight(int64_t p, int64_t m, int64_t r) { return std::min(m, p - r); }
+
+int64_t InterleavedWarmup(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g) {
+  return std::min(Add(Mul(2, p - r - 1), Mul(v - 1, g)), Mul(m, v));
+}
+
+int64_t InterleavedLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g) {
+  return std::min(Mul(m, v), InterleavedWarmup(p, v, m, r, g) + 1);
+}
+
+int64_t InterleavedChunkLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g, int64_t chunk) {
+  // Forward units run in Megatron's table order: full groups of g micro-batches
+  // pass chunk 0, 1, ..., v-1; a last partial group of m % g does the same.
+  const int64_t live = InterleavedLive(p, v, m, r, g);
+  const int64_t full_groups = m / g;
+  const int64_t full_units = Mul(Mul(full_groups, g), v);
+  int64_t count = 0;
+  const int64_t in_full = std::min(live, full_units);
+  const int64_t cycle = Mul(g, v);
+  count = Add(count, Mul(in_full / cycle, g));
+  count = Add(count, std::clamp<int64_t>(in_full % cycle - chunk * g, 0, g));
+  if (live > full_units) {
+    const int64_t tail = m % g;
+    const int64_t rest = live - full_units;
+    count = Add(count, std::clamp<int64_t>(rest - chunk * tail, 0, tail));
+  }
+  return count;
+}
+
+int64_t DualPipeInFlight(int64_t p, int64_t m) { return std::min(p + 1, m); }
+
+int64_t KvBytesPerToken(const ModelConfig& m, int64_t tp, DType kv) {
+  const int64_t beta = SizeOf(kv);
+  if (m.mla) return Mul(Add(m.mla->kv_lora_rank, m.mla->qk_rope_head_dim), beta);
+  const int64_t heads = m.attention.kv_heads >= tp ? CeilDiv(m.attention.kv_heads, tp) : 1;
+  return Mul(Mul(Mul(2, heads), m.attention.head_dim), beta);
+}
+
+int64_t MambaStateBytesPerSequence(const ModelConfig& m, int64_t tp, DType conv, DType ssm) {
+  const MambaConfig& mb = m.mamba;
+  const int64_t d_inner = Mul(mb.expand, m.hidden);
+  const int64_t heads = d_inner / mb.head_dim;
+  const int64_t conv_channels = CeilDiv(Add(d_inner, Mul(Mul(2, mb.groups), mb.d_state)), tp);
+  const int64_t conv_bytes = Mul(Mul(mb.d_conv - 1, conv_channels), SizeOf(conv));
+  const int64_t ssm_bytes = Mul(Mul(Mul(CeilDiv(heads, tp), mb.head_dim), mb.d_state), SizeOf(ssm));
+  return Add(conv_bytes, ssm_bytes);
+}
+
+int64_t RecurrentStateBytesPerSequence(const ModelConfig& m, int64_t tp, DType conv) {
+  const RecurrentConfig& rc = m.recurrent;
+  return Mul(Add(Mul(rc.d_conv - 1, SizeOf(conv)), 4), CeilDiv(rc.width, tp));
+}
+
+}  // namespace preflight

@@ -1,0 +1,143 @@
+// Per-micro-batch categories: activations (by family, pipeline ends, the
+// one-layer transient), MoE routing scratch, and serving state.
+#include <algorithm>
+
+#include "internal.h"
+
+namespace preflight::estimator_detail {
+
+void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, Sink* sink) {
+  const Recipe& rc = inv.recipe;
+  Layout none = l;
+  none.recompute = Recompute::kNone;
+  Bytes sum;
+  for (int f = 0; f < 5; ++f) {
+    if (w.layer_count[f] == 0) continue;
+    const BlockKind kind = kAllBlockKinds[f];
+    const Bytes per_layer = LayerActivations(rc, l, kind);
+    out.activations_by_family[static_cast<size_t>(f)] = per_layer * w.units[f];
+    sum += out.activations_by_family[static_cast<size_t>(f)];
+    // The transient of one layer at a time: under full recompute, the layer
+    // being recomputed holds its whole no-recompute activation set during its
+    // backward; Mamba and CP attention add their kernel workspaces.
+    Bytes transient = LayerWorkspace(rc, l, kind);
+    if (l.recompute == Recompute::kFull) transient += LayerActivations(rc, none, kind);
+    out.activations_transient = std::max(out.activations_transient, transient);
+    if (sink) {
+      const TokenBytes tb = SavedBytesPerToken(rc, kind, l.recompute, l.tp, l.cp);
+      std::string formula = "[ceil(s*b/c * rep / (SP ? t : 1)) + ceil(s*b/c * sharded / t)";
+      if (kind == BlockKind::kMoe && l.recompute != Recompute::kFull) {
+        formula += " + R*((2h + 3f_e/t_e)*beta + 4)";
+      }
+      formula += "] * layer-micro-batches";
+      auto in = Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp},
+                        {"SP", l.sequence_parallel() ? 1 : 0}, {"rep", tb.replicated}, {"sharded", tb.sharded},
+                        {"per_layer", per_layer.count()}, {"layers", w.layer_count[f]},
+                        {"layer-micro-batches", w.units[f]}});
+      if (kind == BlockKind::kMoe && l.recompute != Recompute::kFull) {
+        const MoeRouting mr = RouteMoe(rc.model, rc.training.precision.activations, ResidualTokens(rc, l), l.ep,
+                                       l.expert_tp);
+        in.append(" ").append(Inputs({{"R", mr.expert_tokens}, {"h", rc.model.hidden}, {"f_e", rc.model.moe.ffn_hidden},
+                            {"t_e", l.expert_tp}}));
+      }
+      in.append(Cat({" recompute=", RecomputeText(l.recompute), " schedule=", ScheduleText(l.schedule)}));
+      Note(sink, Category::kActivations,
+           Cat({"activations ", FamilyName(f), " (x", std::to_string(w.layer_count[f]), " layers)"}),
+           formula, in, out.activations_by_family[static_cast<size_t>(f)]);
+    }
+  }
+  if (w.embedding) {
+    const Bytes first = FirstStageActivations(rc, l) * w.embedding_units;
+    out.activations_ends += first;
+    if (sink) {
+      Note(sink, Category::kActivations, "first stage: token ids (int64) [+ embedding dropout mask]",
+           "(8*s*b/c [+ s*b/c*h/(SP ? t : 1)]) * micro-batches in flight",
+           Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"c", l.cp},
+                   {"in_flight", w.embedding_units}}),
+           first);
+    }
+  }
+  if (w.head) {
+    const int64_t vocab = PaddedVocab(rc.model, l.tp);
+    const Bytes last = LastStageActivations(rc, l, vocab);
+    out.activations_ends += last;
+    if (sink) {
+      Note(sink, Category::kActivations,
+           "last stage: final-norm and head inputs, fp32 CE softmax, transient logits (1 micro-batch)",
+           "s*b/c * [(2h*beta + stats)/(SP ? t : 1) + V_pad/t*(4 + beta)]",
+           Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp},
+                   {"h", rc.model.hidden}, {"V_pad", vocab}}),
+           last);
+    }
+  }
+  sum += out.activations_ends;
+  sum += out.activations_transient;
+  if (sink && out.activations_transient.count() > 0) {
+    Note(sink, Category::kActivations, "one-layer transient (largest on this rank)",
+         l.recompute == Recompute::kFull ? "max over families of (no-recompute layer activations + workspace)"
+                                         : "max over families of workspace (Mamba SSD states, CP ring KV)",
+         Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"t", l.tp}, {"c", l.cp}}),
+         out.activations_transient);
+  }
+  out.bytes[static_cast<int>(Category::kActivations)] = sum;
+}
+
+void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
+  if (w.layer_count[FamilyIndex(BlockKind::kMoe)] == 0) return;
+  const MoeRouting mr = RouteMoe(rc.model, rc.training.precision.activations, ResidualTokens(rc, l), l.ep,
+                                 l.expert_tp);
+  out.bytes[static_cast<int>(Category::kRoutingScratch)] = mr.peak();
+  if (sink) {
+    const MoeConfig& e = rc.model.moe;
+    std::string mode = e.dropless ? "dropless: N_recv = min(ceil(skew*T*k), T*e*min(k,E/e))"
+                       : e.pad_to_capacity ? "padded: N_send = N_recv = E*C"
+                                           : "capacity: N_send = min(T*k, E*C), N_recv = min(T*e*min(k,E/e), E*C)";
+    Note(sink, Category::kRoutingScratch, Cat({"MoE dispatch/combine buffers (one layer, the peak; ", mode, ")"}),
+         "T*k*4 (top-k probs) + 8E(1 + t_e*e) (counts) + max(dispatch: (N_send + N_recv [+ t_e*N_recv ETP] "
+         "[+ t_e*N_recv sort]) , combine: ([t_e*N_recv sort] + N_recv + N_send + T)) * h*beta",
+         Cat({Inputs({{"T", mr.tokens}, {"k", e.top_k}, {"E", e.experts}, {"e", l.ep}, {"t_e", l.expert_tp},
+                 {"C", mr.capacity}, {"N_send", mr.send_tokens}, {"N_recv", mr.recv_tokens},
+                 {"N_recv_worst", mr.recv_worst}, {"h", rc.model.hidden}}),
+              " cf=", Decimal(e.capacity_factor), " skew=", Decimal(e.dropless_skew)}),
+         mr.peak());
+  }
+}
+
+void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
+  if (!rc.serving) return;
+  const ServingConfig& sv = *rc.serving;
+  const DType conv = rc.training.precision.activations;
+  const int64_t tokens = Mul(sv.batch, sv.context);
+  const int64_t n_a = w.own_layers[FamilyIndex(BlockKind::kAttention)];
+  const int64_t n_m = w.own_layers[FamilyIndex(BlockKind::kMamba)];
+  const int64_t n_r = w.own_layers[FamilyIndex(BlockKind::kRecurrent)];
+  const Bytes kv(Mul(Mul(n_a, tokens), KvBytesPerToken(rc.model, l.tp, sv.kv_dtype)));
+  const Bytes mamba(Mul(Mul(n_m, sv.batch), MambaStateBytesPerSequence(rc.model, l.tp, conv, sv.ssm_dtype)));
+  const Bytes recurrent(Mul(Mul(n_r, sv.batch), RecurrentStateBytesPerSequence(rc.model, l.tp, conv)));
+  out.bytes[static_cast<int>(Category::kServingState)] = kv + mamba + recurrent;
+  if (!sink) return;
+  if (n_a > 0) {
+    Note(sink, Category::kServingState, "KV cache (attention layers only)",
+         rc.model.mla ? "n_A * batch * context * (d_c + d_rope) * beta_kv (latent, replicated per TP rank)"
+                      : "n_A * batch * context * 2 * max(n_kv/t, 1) * d_h * beta_kv",
+         Inputs({{"n_A", n_a}, {"batch", sv.batch}, {"context", sv.context}, {"t", l.tp},
+                 {"per_token", KvBytesPerToken(rc.model, l.tp, sv.kv_dtype)}}),
+         kv);
+  }
+  if (n_m > 0) {
+    Note(sink, Category::kServingState, "Mamba conv + SSM state",
+         "n_M * batch * [(K-1)*(d_i + 2GN)/t*beta_conv + (H/t)*P*N*beta_ssm]",
+         Inputs({{"n_M", n_m}, {"batch", sv.batch}, {"t", l.tp},
+                 {"per_sequence", MambaStateBytesPerSequence(rc.model, l.tp, conv, sv.ssm_dtype)}}),
+         mamba);
+  }
+  if (n_r > 0) {
+    Note(sink, Category::kServingState, "RG-LRU conv + recurrent state",
+         "n_R * batch * ((K_r-1)*beta_conv + 4) * d_r/t",
+         Inputs({{"n_R", n_r}, {"batch", sv.batch}, {"t", l.tp},
+                 {"per_sequence", RecurrentStateBytesPerSequence(rc.model, l.tp, conv)}}),
+         recurrent);
+  }
+}
+
+}  // namespace preflight::estimator_detail

@@ -1,0 +1,119 @@
+// The formulas behind the capacity model, one function a term (MATH.md 3-6),
+// public so that tests check each against its source and the planner can
+// price a stage without building a full RankMemory. Everything is per rank,
+// in checked int64 bytes; nothing here allocates.
+#pragma once
+
+#include <cstdint>
+
+#include "preflight/layout.h"
+#include "preflight/recipe.h"
+#include "preflight/units.h"
+
+namespace preflight {
+
+/// Bytes per token one layer saves for backward, with global (unsharded)
+/// widths, split by how the tensor is divided over TP (MATH.md 3.2).
+struct TokenBytes {
+  /// Residual-stream tensors (norm inputs/outputs, norm statistics, residual
+  /// dropout masks): a full copy on every TP rank without SP, /t with SP.
+  int64_t replicated = 0;
+  /// Tensors with a TP-sharded width (heads, FFN columns, Mamba channels): always /t.
+  int64_t sharded = 0;
+  int64_t total() const { return CheckedAdd(replicated, sharded); }
+};
+
+/// What a layer keeps per token for its family, recompute policy and the
+/// recipe's numerics (flash attention, dropout, norm kind, activation dtype).
+/// MoE layers: only the per-router-token terms; the routed-expert terms depend
+/// on the received token count (see MoeRouting). `cp` enters only through the
+/// Mamba B/C repeat factor r_g (MATH.md 1.4).
+TokenBytes SavedBytesPerToken(const Recipe& recipe, BlockKind kind, Recompute recompute, int64_t tp, int64_t cp);
+
+/// Mamba B/C repeat factor under context parallelism: c / (G/t) when c > G/t, else 1 (MATH.md 1.4).
+int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp);
+
+/// Tokens of one micro-batch a rank holds in the residual stream:
+/// s*b/c, then /t under sequence parallelism (MATH.md 0, T_sp). Rounded up: the worst rank.
+int64_t ResidualTokens(const Recipe& recipe, const Layout& layout);
+
+/// Per-expert capacity C = ceil((T*k / E) * cf), computed in the order Megatron's
+/// get_capacity uses (MATH.md 5). T = tokens at this router call on this rank.
+int64_t MoeCapacity(int64_t tokens, int64_t top_k, int64_t experts, double capacity_factor);
+
+/// Token counts and buffer sizes of one MoE layer call on one rank (MATH.md 5).
+struct MoeRouting {
+  int64_t tokens = 0;           // T: local tokens at the router
+  int64_t capacity = 0;         // C per expert per source rank (0 when dropless)
+  int64_t send_tokens = 0;      // N_send: token copies this rank dispatches
+  int64_t recv_tokens = 0;      // N_recv: token copies this rank receives from the EP group
+  int64_t recv_worst = 0;       // dropless worst case T*e*min(k, E/e)
+  int64_t expert_tokens = 0;    // R = t_e * N_recv: tokens the local experts process
+  Bytes recv_per_peer;          // (E/e)*C*h*beta under pad_to_capacity, else N_recv/e rows (one source rank's slice)
+  Bytes topk_probs;             // T*k fp32 top-k values (transient)
+  Bytes counts;                 // tokens_per_expert + gathered counts over ETP x EP (int64)
+  Bytes dispatch_send;          // permuted tokens = A2A send buffer
+  Bytes dispatch_recv;          // A2A receive buffer
+  Bytes etp_gather;             // ETP all-gather output (t_e > 1)
+  Bytes sort_copy;              // sort_chunks copy by local expert (E/e > 1)
+  Bytes combine_send;           // expert outputs back to their source ranks
+  Bytes combine_recv;           // received outputs
+  Bytes unpermute_out;          // T*h combined output
+  Bytes dispatch_phase() const { return dispatch_send + dispatch_recv + etp_gather + sort_copy; }
+  Bytes combine_phase() const { return sort_copy + combine_send + combine_recv + unpermute_out; }
+  /// Peak transient: the larger phase plus the routing metadata live through both.
+  Bytes peak() const { return topk_probs + counts + (dispatch_phase() > combine_phase() ? dispatch_phase() : combine_phase()); }
+};
+MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens, int64_t ep, int64_t expert_tp);
+
+/// Activation bytes one MoE layer saves for one micro-batch on one rank
+/// (MATH.md 3.2 table E): router-token terms on T, shared expert on s*b/c /t,
+/// routed-expert terms on R.
+Bytes MoeLayerActivations(const Recipe& recipe, const Layout& layout, Recompute recompute);
+
+/// Activation bytes one layer of `kind` saves for one micro-batch on one rank.
+Bytes LayerActivations(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
+/// Transient workspace of one layer while it runs, not summed over layers or
+/// micro-batches: Mamba SSD chunk states, CB and dA_cumsum (MATH.md 3.2), CP
+/// ring KV buffers for attention (MATH.md 3.4). Zero for the other families.
+Bytes LayerWorkspace(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
+/// Pipeline-end terms for one micro-batch (MATH.md 3.4).
+/// First stage: int64 token ids (+ embedding dropout mask when dropout > 0).
+Bytes FirstStageActivations(const Recipe& recipe, const Layout& layout);
+/// Last stage: final-norm input and statistics, head input, fp32 softmax of the
+/// vocab-parallel cross entropy and the transient bf16 logits, padded vocabulary /t.
+Bytes LastStageActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
+
+/// ceil(n * f) for n >= 0 and a recipe fraction f >= 0, with f taken to the
+/// nearest millionth so that 5% of a multiple of 20 is exact (binary 0.05 is
+/// not); ArithmeticOverflow past int64.
+int64_t CeilFraction(int64_t n, double f);
+
+// ---- pipeline schedule: micro-batches in flight (MATH.md 4.1) ----
+
+/// 1F1B: min(m, p - r) micro-batches live at rank r (Megatron warmup p - r - 1, plus the one in 1F1B).
+int64_t OneFOneBInFlight(int64_t p, int64_t m, int64_t r);
+/// Interleaved warmup in chunk-micro-batches: min(2(p-r-1) + (v-1)g, m*v) (Megatron get_pp_rank_microbatches).
+int64_t InterleavedWarmup(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g);
+/// Live chunk-micro-batches at the peak: min(m*v, warmup + 1).
+int64_t InterleavedLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g);
+/// Of those, how many belong to model chunk `chunk` (0..v-1): Megatron's
+/// schedule table runs groups of g micro-batches through chunk 0, 1, ..., v-1.
+int64_t InterleavedChunkLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g, int64_t chunk);
+/// DualPipe / DualPipeV: p + 1 stage-micro-batches per device [DS3 table], at most m.
+int64_t DualPipeInFlight(int64_t p, int64_t m);
+
+// ---- serving state (MATH.md 6) ----
+
+/// KV cache bytes per token per attention layer on one TP rank: GQA 2*(n_kv/t)*d_h*beta
+/// (one head, replicated, when t > n_kv); MLA latent (d_c + d_rope)*beta, replicated per TP rank.
+int64_t KvBytesPerToken(const ModelConfig& model, int64_t tp, DType kv);
+/// Mamba state per sequence per M layer on one TP rank: conv (K-1)(d_i + 2GN)/t * beta_conv
+/// + SSM (H/t)*P*N * beta_ssm.
+int64_t MambaStateBytesPerSequence(const ModelConfig& model, int64_t tp, DType conv, DType ssm);
+/// RG-LRU state per sequence per R layer on one TP rank: ((K_r-1)*beta_conv + 4) * d_r / t.
+int64_t RecurrentStateBytesPerSequence(const ModelConfig& model, int64_t tp, DType conv);
+
+}  // namespace preflight
