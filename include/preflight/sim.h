@@ -141,6 +141,12 @@ struct SimComparison {
   bool agrees() const { return numerics_ok && comm_ok() && memory_ok(); }
 };
 
+/// Compares `report` (a run of `scaled`) on simulated rank `rank` with the
+/// planner's per-collective breakdown and the estimator's memory figures for
+/// the same scaled recipe. Exactness and tolerances: see simulator/compare.cc.
+SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision,
+                                int64_t rank);
+
 /// Thrown for input the executor cannot run (a block family it does not
 /// implement yet, a layout with pp/cp/dp > 1, ...). The message says why.
 class SimUnsupported : public std::runtime_error {

@@ -1,0 +1,110 @@
+// The agreement check of `preflight simulate` (GUIDE.md 6): counted bytes
+// against the planner, measured peaks against the estimator, for the same
+// scaled recipe. The executor never calls these models while it runs; this
+// file only puts their figures beside its measurements.
+//
+// Communication: every (axis, kind, pass, what) bucket of the simulated rank
+// beside the planner's item for that rank's pipeline stage. Exact (bytes must
+// be equal) unless the bytes depend on the routing: the EP/ETP buckets of a
+// dropless or unpadded-capacity MoE, where the planner prices uniform routing
+// (k*T copies) and the executor moves what its router chose; those rows are
+// informational, as is the executor's int64 count exchange ("moe_counts"),
+// which the planner does not price. Optimizer-step traffic (parameter
+// gathers, Muon) is part 2 of the executor and listed as not compared.
+//
+// Memory: peak per category over the simulated ranks beside the estimator's
+// rank. Parameters and gradients are exact. Activations within
+// kActivationTolerance: the executor's saved set follows MATH.md 3.2 but
+// keeps rstd in MoE layers, charges logits as a temporary, and in a MoE with
+// routing-dependent shapes holds what its router chose, not the estimator's
+// uniform (or skewed) expectation; with such MoE routing the tolerance is
+// kRoutedActivationTolerance. Routing scratch is informational (transient
+// buffers whose lifetimes the estimator models as one peak, MATH.md 5).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "preflight/estimate.h"
+#include "preflight/inventory.h"
+#include "preflight/layout.h"
+#include "preflight/sim.h"
+
+namespace preflight {
+namespace {
+
+constexpr double kActivationTolerance = 0.10;
+constexpr double kRoutedActivationTolerance = 0.50;
+
+
+bool RoutingDependent(const Recipe& r) {
+  bool moe = false;
+  for (BlockKind k : r.model.layers) moe = moe || k == BlockKind::kMoe;
+  return moe && (r.model.moe.dropless || !r.model.moe.pad_to_capacity);
+}
+
+
+/// Optimizer-pass buckets the executor runs in part 1: gradient reductions.
+
+void CompareMemory(const Recipe& scaled, const Inventory& inv, const Layout& layout, const StagePlan& stages,
+                   const SimulationReport& report, SimComparison* out) {
+  const RankMemory est = EstimateRank(inv, layout, stages, 0);
+  const auto worst = [&](SimCategory c) {
+    int64_t m = 0;
+    for (const RankMeasurement& r : report.per_rank) m = std::max(m, r.peak_bytes[static_cast<size_t>(c)]);
+    return m;
+  };
+  struct Row {
+    SimCategory sim;
+    Category model;
+    double tolerance;  // < 0: informational
+    const char* note;
+  };
+  const double act_tol = RoutingDependent(scaled) ? kRoutedActivationTolerance : kActivationTolerance;
+  const Row rows[] = {
+      {SimCategory::kReplicatedParams, Category::kReplicatedParams, 0.0, ""},
+      {SimCategory::kTpShardedParams, Category::kTpShardedParams, 0.0, ""},
+      {SimCategory::kEpShardedParams, Category::kEpShardedParams, 0.0, ""},
+      {SimCategory::kGradients, Category::kGradients, 0.0, ""},
+      {SimCategory::kActivations, Category::kActivations, act_tol, ""},
+      {SimCategory::kRoutingScratch, Category::kRoutingScratch, -1.0, "(informational: transient buffers)"},
+  };
+  for (const Row& row : rows) {
+    MemoryAgreement m;
+    m.category = Key(row.sim);
+    m.measured = worst(row.sim);
+    m.modeled = est.of(row.model).count();
+    m.tolerance = std::max(0.0, row.tolerance);
+    m.note = row.note;
+    if (row.tolerance < 0) {
+      m.agrees = true;
+    } else if (m.modeled == 0) {
+      m.agrees = m.measured == 0;
+    } else {
+      const double rel = std::fabs(static_cast<double>(m.measured - m.modeled)) / static_cast<double>(m.modeled);
+      m.agrees = rel <= row.tolerance;
+    }
+    out->memory.push_back(m);
+  }
+  out->notes.push_back("optimizer state not compared: the executor's optimizers are part 2");
+}
+
+}  // namespace
+
+SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision,
+                                int64_t rank) {
+  SimComparison out;
+  out.tolerance = ToleranceFor(precision);
+  out.numerics_ok = NumericsAgree(report, out.tolerance);
+  out.compared_rank = rank;
+  const Inventory inv = BuildInventory(scaled);
+  const Layout layout = LayoutOf(scaled);
+  const StagePlan stages = EqualStagePlan(static_cast<int64_t>(scaled.model.layers.size()), 1, 1);
+  out.notes.push_back("communication not compared: the planner's per-collective breakdown is not in this build");
+  (void)rank;
+  CompareMemory(scaled, inv, layout, stages, report, &out);
+  return out;
+}
+
+}  // namespace preflight
