@@ -53,6 +53,11 @@ Topology CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(!r.model.mla.has_value(), "MLA attention is not in the executor yet");
   Require(!r.model.tie_embeddings, "tied embeddings are not in the executor yet (set model.tie_embeddings: false)");
   Require(p.tp >= 1 && p.tp <= 64, "parallel.tp must be in 1..64 for the executor");
+  Require(r.model.norm == NormKind::kRmsNorm, "only RMSNorm is in the executor (model.norm)");
+  Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
+  Require(r.training.flash_attention,
+          "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
+  Require(!r.model.attention.qk_norm, "qk_norm is not in the executor yet");
   bool has_moe = false;
   for (char c : letters) {
     Require(c == 'A' || c == 'D' || c == 'E',
@@ -65,12 +70,14 @@ Topology CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(m.attention.heads % m.attention.kv_heads == 0, "attention.heads must be a multiple of kv_heads");
   Require(m.attention.head_dim % 2 == 0, "attention.head_dim must be even (RoPE rotates halves)");
   Require(m.mlp.ffn_hidden % p.tp == 0, "mlp.ffn_hidden must be divisible by parallel.tp");
+  Require(m.mlp.activation == FfnActivation::kSwiglu, "only the SwiGLU MLP is in the executor (mlp.activation)");
   Topology t;
   t.tp = static_cast<int>(p.tp);
   t.sp = p.sp && p.tp > 1;
   t.vocab_tp = p.tp;
   if (has_moe) {
     Require(m.moe.router == RouterScore::kSoftmax, "only the softmax router is in the executor yet");
+    Require(!m.moe.router_bias && !m.moe.shared_gate, "router bias and the shared-expert gate are not in the executor yet");
     Require(p.tp == 1 || t.sp, "MoE with tp > 1 needs sequence parallel (Megatron requires it)");
     Require(m.moe.experts % p.ep == 0, "moe.experts must be divisible by parallel.ep");
     Require(m.moe.ffn_hidden % p.expert_tp == 0, "moe.ffn_hidden must be divisible by parallel.expert_tp");
