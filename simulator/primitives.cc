@@ -1,7 +1,6 @@
 // Parameters, matrix products with FLOP counts, the TP conjugate operators and
 // RMSNorm (MATH.md 8.1, 8.3).
 #include <cmath>
-#include <random>
 
 #include "blocks.h"
 
@@ -34,45 +33,49 @@ std::vector<int64_t> RowCounts(int n, int64_t rows_each, int64_t cols) {
 }
 }  // namespace
 
-Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Init init, uint64_t seed,
-                        double scale) {
-  std::mt19937_64 gen(Fnv1a(name) ^ (seed * 0x9e3779b97f4a7c15ull));
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Mat<double> m(rows, cols);
-  for (int64_t i = 0; i < m.size(); ++i) {
-    m.data()[i] = init == Init::kNormWeight ? 1.0 + 0.2 * u(gen) : scale * u(gen);
+namespace {
+// Element `index` of a tensor as a pure function of (name, seed, index)
+// (splitmix64 finaliser), so a rank computes only its own shard.
+double Element(uint64_t key, int64_t index, Init init, double scale) {
+  uint64_t z = key + static_cast<uint64_t>(index + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const double u = 2.0 * (static_cast<double>(z >> 11) * 0x1.0p-53) - 1.0;  // [-1, 1)
+  return init == Init::kNormWeight ? 1.0 + 0.2 * u : scale * u;
+}
+uint64_t KeyOf(const std::string& name, uint64_t seed) { return Fnv1a(name) ^ (seed * 0xd1b54a32d192ed03ull); }
+
+/// Rows [r0, r0 + nr) and columns [c0, c0 + nc) of the global tensor.
+Mat<double> SliceOf(const std::string& name, int64_t cols, Init init, uint64_t seed, double scale, int64_t r0,
+                  int64_t nr, int64_t c0, int64_t nc) {
+  const uint64_t key = KeyOf(name, seed);
+  Mat<double> m(nr, nc);
+  for (int64_t i = 0; i < nr; ++i) {
+    for (int64_t j = 0; j < nc; ++j) m(i, j) = Element(key, (r0 + i) * cols + c0 + j, init, scale);
   }
   return m;
+}
+}  // namespace
+
+Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Init init, uint64_t seed,
+                        double scale) {
+  return SliceOf(name, cols, init, seed, scale, 0, rows, 0, cols);
 }
 
 template <class T>
 std::unique_ptr<Param<T>> MakeParam(const Ctx& ctx, const std::string& name, int64_t rows, int64_t cols,
                                     ShardKind shard, Init init, uint64_t seed, double scale, int64_t expert) {
-  const Mat<double> global = GlobalValue(name, rows, cols, init, seed, scale);
-  Mat<double> local;
+  // This rank's slice of the global tensor.
+  int64_t r0 = 0, nr = rows, c0 = 0, nc = cols;
   switch (shard) {
-    case ShardKind::kReplicated: local = global; break;
-    case ShardKind::kColumns: {
-      const int64_t c = cols / ctx.tp_size;
-      local = global.middleCols(ctx.tp_rank * c, c);
-      break;
-    }
-    case ShardKind::kRows: {
-      const int64_t r = rows / ctx.tp_size;
-      local = global.middleRows(ctx.tp_rank * r, r);
-      break;
-    }
-    case ShardKind::kExpertColumns: {
-      const int64_t c = cols / ctx.etp_size;
-      local = global.middleCols(ctx.etp_rank * c, c);
-      break;
-    }
-    case ShardKind::kExpertRows: {
-      const int64_t r = rows / ctx.etp_size;
-      local = global.middleRows(ctx.etp_rank * r, r);
-      break;
-    }
+    case ShardKind::kReplicated: break;
+    case ShardKind::kColumns: nc = cols / ctx.tp_size, c0 = ctx.tp_rank * nc; break;
+    case ShardKind::kRows: nr = rows / ctx.tp_size, r0 = ctx.tp_rank * nr; break;
+    case ShardKind::kExpertColumns: nc = cols / ctx.etp_size, c0 = ctx.etp_rank * nc; break;
+    case ShardKind::kExpertRows: nr = rows / ctx.etp_size, r0 = ctx.etp_rank * nr; break;
   }
+  const Mat<double> local = SliceOf(name, cols, init, seed, scale, r0, nr, c0, nc);
   auto p = std::make_unique<Param<T>>();
   p->name = name;
   p->rows = rows;
