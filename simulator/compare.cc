@@ -87,6 +87,32 @@ void CompareMemory(const Recipe& scaled, const Inventory& inv, const Layout& lay
     }
     out->memory.push_back(m);
   }
+  // The activation peak split by block family, beside the estimator's split
+  // (informational: it locates a disagreement of the total).
+  const RankMeasurement* peak_rank = &report.per_rank.front();
+  for (const RankMeasurement& r : report.per_rank) {
+    const size_t a = static_cast<size_t>(SimCategory::kActivations);
+    if (r.peak_bytes[a] > peak_rank->peak_bytes[a]) peak_rank = &r;
+  }
+  for (BlockKind k : kAllBlockKinds) {
+    const std::string owner(1, Letter(k));
+    const auto it = peak_rank->activations_at_peak.find(owner);
+    const int64_t modeled = est.activations_by_family[static_cast<size_t>(FamilyIndex(k))].count();
+    if (it == peak_rank->activations_at_peak.end() && modeled == 0) continue;
+    MemoryAgreement m;
+    m.category = "activations " + owner;
+    m.measured = it == peak_rank->activations_at_peak.end() ? 0 : it->second;
+    m.modeled = modeled;
+    m.note = "(by family, informational)";
+    out->memory.push_back(m);
+  }
+  const auto ends = peak_rank->activations_at_peak.find("ends");
+  MemoryAgreement m;
+  m.category = "activations ends";
+  m.measured = ends == peak_rank->activations_at_peak.end() ? 0 : ends->second;
+  m.modeled = est.activations_ends.count();
+  m.note = "(embedding ids, head and loss; informational)";
+  out->memory.push_back(m);
   out->notes.push_back("optimizer state not compared: the executor's optimizers are part 2");
 }
 

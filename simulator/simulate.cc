@@ -194,10 +194,15 @@ RankResult RunRank(Rank& rank, const Recipe& r, const std::vector<char>& letters
   Head<T> head(ctx, d, opt.seed, opt.init_scale);
 
   rank.set_pass(SimPass::kForward);
+  rank.memory().set_owner("ends");
   Mat<T> x = embedding.Forward(ctx, data.ids);
-  for (auto& b : blocks) x = b->Forward(ctx, x);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    rank.memory().set_owner(std::string(1, letters[i]));
+    x = blocks[i]->Forward(ctx, x);
+  }
   RankResult out;
   out.output = x.template cast<double>();
+  rank.memory().set_owner("ends");
   out.loss = head.Forward(ctx, x, data.targets);
 
   rank.set_pass(SimPass::kBackward);
@@ -287,6 +292,7 @@ RunOutput RunWorld(const Recipe& r, const std::vector<char>& letters, const Topo
       m.final_bytes[static_cast<size_t>(c)] = rank.memory().live(static_cast<SimCategory>(c));
     }
     m.peak_total_bytes = rank.memory().peak_total();
+    m.activations_at_peak = rank.memory().activations_at_peak();
     out.measured.push_back(std::move(m));
   }
   return out;

@@ -52,24 +52,30 @@ int Group::IndexOf(int rank) const {
   return -1;
 }
 
-void MemoryTracker::Add(SimCategory c, int64_t bytes) {
+void MemoryTracker::Add(SimCategory c, int64_t bytes, const std::string& owner) {
   const int i = static_cast<int>(c);
   live_[i] += bytes;
   live_total_ += bytes;
+  if (c == SimCategory::kActivations) {
+    activations_live_[owner] += bytes;
+    if (live_[i] > peak_[i]) activations_at_peak_ = activations_live_;
+  }
   peak_[i] = std::max(peak_[i], live_[i]);
   peak_total_ = std::max(peak_total_, live_total_);
 }
 
-void MemoryTracker::Remove(SimCategory c, int64_t bytes) {
+void MemoryTracker::Remove(SimCategory c, int64_t bytes, const std::string& owner) {
   live_[static_cast<int>(c)] -= bytes;
   live_total_ -= bytes;
+  if (c == SimCategory::kActivations) activations_live_[owner] -= bytes;
 }
 
 Allocation::Allocation(MemoryTracker* tracker, SimCategory c, int64_t bytes)
-    : tracker_(tracker), category_(c), bytes_(bytes) {
-  if (tracker_ != nullptr) tracker_->Add(category_, bytes_);
+    : tracker_(tracker), category_(c), bytes_(bytes), owner_(tracker != nullptr ? tracker->owner() : "") {
+  if (tracker_ != nullptr) tracker_->Add(category_, bytes_, owner_);
 }
-Allocation::Allocation(Allocation&& o) noexcept : tracker_(o.tracker_), category_(o.category_), bytes_(o.bytes_) {
+Allocation::Allocation(Allocation&& o) noexcept
+    : tracker_(o.tracker_), category_(o.category_), bytes_(o.bytes_), owner_(std::move(o.owner_)) {
   o.tracker_ = nullptr;
   o.bytes_ = 0;
 }
@@ -79,6 +85,7 @@ Allocation& Allocation::operator=(Allocation&& o) noexcept {
     tracker_ = o.tracker_;
     category_ = o.category_;
     bytes_ = o.bytes_;
+    owner_ = std::move(o.owner_);
     o.tracker_ = nullptr;
     o.bytes_ = 0;
   }
@@ -86,7 +93,7 @@ Allocation& Allocation::operator=(Allocation&& o) noexcept {
 }
 Allocation::~Allocation() { Release(); }
 void Allocation::Release() {
-  if (tracker_ != nullptr) tracker_->Remove(category_, bytes_);
+  if (tracker_ != nullptr) tracker_->Remove(category_, bytes_, owner_);
   tracker_ = nullptr;
   bytes_ = 0;
 }

@@ -56,8 +56,13 @@ struct Group {
 /// Per-rank memory accounting by category, in modeled bytes.
 class MemoryTracker {
  public:
-  void Add(SimCategory c, int64_t bytes);
-  void Remove(SimCategory c, int64_t bytes);
+  void Add(SimCategory c, int64_t bytes, const std::string& owner = "");
+  void Remove(SimCategory c, int64_t bytes, const std::string& owner = "");
+  /// Who allocates next (a block family letter, "ends"): activations are also
+  /// kept per owner, and the split at the activation peak is recorded.
+  void set_owner(const std::string& owner) { owner_ = owner; }
+  const std::string& owner() const { return owner_; }
+  const std::map<std::string, int64_t>& activations_at_peak() const { return activations_at_peak_; }
   int64_t live(SimCategory c) const { return live_[static_cast<int>(c)]; }
   int64_t peak(SimCategory c) const { return peak_[static_cast<int>(c)]; }
   int64_t peak_total() const { return peak_total_; }
@@ -68,6 +73,8 @@ class MemoryTracker {
   std::array<int64_t, kNumSimCategories> peak_{};
   int64_t live_total_ = 0;
   int64_t peak_total_ = 0;
+  std::string owner_;
+  std::map<std::string, int64_t> activations_live_, activations_at_peak_;
 };
 
 /// RAII: `bytes` of category `c` live on a rank for the lifetime of the object.
@@ -87,6 +94,7 @@ class Allocation {
   MemoryTracker* tracker_ = nullptr;
   SimCategory category_ = SimCategory::kTemporaries;
   int64_t bytes_ = 0;
+  std::string owner_;
 };
 
 class World;

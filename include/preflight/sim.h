@@ -60,6 +60,8 @@ struct RankMeasurement {
   std::array<int64_t, kNumSimCategories> peak_bytes{};  // per category
   std::array<int64_t, kNumSimCategories> final_bytes{};  // live at the end of the step
   int64_t peak_total_bytes = 0;                         // peak of the sum over categories
+  /// Activation bytes by owner ("A", "D", "E", "ends") at the activation peak.
+  std::map<std::string, int64_t> activations_at_peak;
 };
 
 /// Numerics scalar for the run.
