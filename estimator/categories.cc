@@ -26,11 +26,11 @@ const char* Label(Category c) {
     case Category::kTpShardedParams: return "TP-sharded params";
     case Category::kEpShardedParams: return "EP-sharded params";
     case Category::kGradients: return "gradients";
-    case Category::kOptimizerMuon: return "optimizer state (Muon)";
-    case Category::kOptimizerAdamW: return "optimizer state (AdamW, incl. master weights)";
+    case Category::kOptimizerMuon: return "optimizer (Muon + master)";
+    case Category::kOptimizerAdamW: return "optimizer (AdamW + master)";
     case Category::kActivations: return "activations";
     case Category::kRoutingScratch: return "MoE routing scratch";
-    case Category::kServingState: return "KV cache and Mamba state pool (serving)";
+    case Category::kServingState: return "serving KV + state pool";
     case Category::kRuntimeReserve: return "runtime reserve";
     case Category::kAllocatorOverhead: return "allocator overhead";
   }

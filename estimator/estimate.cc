@@ -163,7 +163,7 @@ MemoryEstimate EstimateMemory(const Inventory& inventory, const Layout& layout, 
     est.verdict.reason = Cat({stage, " fits with ", GiBText(est.verdict.headroom), " headroom, below the ",
                               GiBText(floor), " floor"});
   } else {
-    est.verdict.reason = Cat({"fits: worst ", stage, " leaves ", GiBText(est.verdict.headroom), " headroom"});
+    est.verdict.reason = Cat({"worst ", stage, " leaves ", GiBText(est.verdict.headroom), " headroom"});
   }
   return est;
 }

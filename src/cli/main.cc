@@ -17,6 +17,10 @@ using preflight::cli::Verb;
 
 // One line a verb: name, one-line help, setup function (in cmd_<verb>.cc).
 const std::vector<Verb> kVerbs = {
+    {"validate", "Check a recipe without estimating (exit 0 valid, 2 invalid)", preflight::cli::SetupValidate},
+    {"fit", "Memory geometry of every stage and the worst rank (exit 0 fits, 1 does not, 2 bad recipe)",
+     preflight::cli::SetupFit},
+    {"plan", "Mesh placement, stage partition, communication per axis and step time (exit 0 / 2)", preflight::cli::SetupPlan},
 };
 
 }  // namespace

@@ -15,5 +15,9 @@ struct Verb {
   VerbSetup setup;
 };
 
+void SetupPlan(CLI::App& command, int& exit_code);
+
+void SetupValidate(CLI::App& command, int& exit_code);
+void SetupFit(CLI::App& command, int& exit_code);
 
 }  // namespace preflight::cli

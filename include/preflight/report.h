@@ -1,0 +1,42 @@
+// Reports: results are structs, renderers are separate (GUIDE.md 7). The
+// renderers are deterministic (fixed precision, no timestamps or absolute
+// paths) so golden files pin them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "preflight/estimate.h"
+#include "preflight/inventory.h"
+#include "preflight/layout.h"
+
+namespace preflight {
+
+/// Everything `preflight fit` shows.
+struct FitReport {
+  std::string file;             // the recipe path as the user gave it
+  const Inventory* inventory = nullptr;
+  Layout layout;
+  StagePlan stages;
+  MemoryEstimate estimate;
+  std::vector<Explanation> explanations;  // worst stage, when --explain
+};
+
+/// The readable table (default output of `fit`).
+std::string RenderFitTable(const FitReport& report);
+/// The same content as JSON with the stable keys documented in README.md.
+nlohmann::json FitJson(const FitReport& report);
+
+/// An SVG chart of the memory geometry: one stacked bar per pipeline stage,
+/// one segment per category (labelled on the bar and in a key beside it),
+/// and the device capacity and headroom floor as horizontal lines.
+std::string RenderMemorySvg(const FitReport& report);
+
+/// JSON of a layout ({"tp": 4, "sp": true, ...}), shared by every command's JSON.
+nlohmann::json LayoutJson(const Layout& layout);
+/// "tp 4 (sp) · cp 1 · pp 4 · dp 4 · ep 8 · etp 1 · edp 2" one-line summary.
+std::string LayoutSummary(const Layout& layout);
+
+}  // namespace preflight

@@ -1,0 +1,363 @@
+// Communication per training step, per pipeline rank, per axis and
+// collective (MATH.md 7.2). Bytes are exact integers per call; the simulator
+// compares its counted messages against these items.
+#include <algorithm>
+#include <cmath>
+
+#include "internal.h"
+
+namespace preflight {
+
+using planner_internal::ChunksOn;
+using planner_internal::EffectiveSp;
+using planner_internal::FamilyCounts;
+using planner_internal::ParamsOf;
+using planner_internal::RankChunk;
+
+Bytes StageComm::send_total() const {
+  Bytes total;
+  for (const CommItem& i : items) total += i.send;
+  return total;
+}
+
+Bytes StageComm::send_on(Axis a) const {
+  Bytes total;
+  for (const CommItem& i : items) {
+    if (i.axis == a) total += i.send;
+  }
+  return total;
+}
+
+Bytes StageComm::recv_on(Axis a) const {
+  Bytes total;
+  for (const CommItem& i : items) {
+    if (i.axis == a) total += i.recv;
+  }
+  return total;
+}
+
+namespace {
+
+const char* FamilyKey(size_t f) {
+  static const char* const kKeys[] = {"attention", "mamba", "moe_shared_expert", "recurrent", "mlp"};
+  return kKeys[f];
+}
+
+class ItemList {
+ public:
+  ItemList(const MeshLocality& locality, const Links& links, const CostModel& cost, std::vector<CommItem>* out)
+      : locality_(locality), links_(links), cost_(cost), out_(out) {}
+
+  // A symmetric collective: every rank of the group sends and receives the same.
+  void Add(Axis axis, Collective kind, Pass pass, const char* what, Bytes payload, int64_t calls) {
+    const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
+    if (calls <= 0 || loc.size <= 1 || payload.count() <= 0) return;
+    CommItem item;
+    item.axis = axis;
+    item.kind = kind;
+    item.pass = pass;
+    item.what = what;
+    item.group_size = loc.size;
+    item.payload = payload;
+    item.calls = calls;
+    item.send = SendBytes(kind, payload, loc.size) * calls;
+    item.recv = item.send;
+    item.seconds = static_cast<double>(calls) * CollectiveSeconds(kind, payload, loc, links_, cost_);
+    item.exposed_seconds = item.seconds;
+    out_->push_back(std::move(item));
+  }
+
+  // Point-to-point: `sends` messages out, `receives` in.
+  void AddP2p(Axis axis, Pass pass, const char* what, Bytes payload, int64_t sends, int64_t receives) {
+    const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
+    if ((sends <= 0 && receives <= 0) || payload.count() <= 0) return;
+    CommItem item;
+    item.axis = axis;
+    item.kind = Collective::kSendRecv;
+    item.pass = pass;
+    item.what = what;
+    item.group_size = 2;
+    item.payload = payload;
+    item.calls = sends;
+    item.send = payload * sends;
+    item.recv = payload * receives;
+    item.seconds = static_cast<double>(sends) * CollectiveSeconds(Collective::kSendRecv, payload, loc, links_, cost_);
+    item.exposed_seconds = item.seconds;
+    out_->push_back(std::move(item));
+  }
+
+ private:
+  const MeshLocality& locality_;
+  Links links_;
+  const CostModel& cost_;
+  std::vector<CommItem>* out_;
+};
+
+struct Sizes {
+  int64_t seq = 0, micro = 0, hidden = 0, act = 2, grad = 4, param = 2, muon = 4;
+  Bytes x;  // (s/c)*b*h*beta_a: one CP rank's full-hidden activation of one micro-batch
+};
+
+Sizes SizesOf(const Inventory& inv, const Layout& l) {
+  const TrainingConfig& tr = inv.recipe.training;
+  Sizes s;
+  s.seq = tr.seq_len;
+  s.micro = l.micro_batch;
+  s.hidden = inv.recipe.model.hidden;
+  s.act = SizeOf(tr.precision.activations);
+  s.grad = SizeOf(tr.precision.grads);
+  s.param = SizeOf(tr.precision.params);
+  s.muon = SizeOf(tr.optimizer.muon_momentum);
+  s.x = Bytes(CheckedMul(CheckedMul(CheckedMul(tr.seq_len / l.cp, l.micro_batch), s.hidden), s.act));
+  return s;
+}
+
+// TP regions of the layer families, the embedding, head and loss (MATH.md 7.2 "TP").
+void AddTp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
+           ItemList* items) {
+  if (l.tp <= 1) return;
+  const bool sp = EffectiveSp(inv, l);
+  std::array<int64_t, 5> regions{};
+  int64_t emb_mb = 0, head_mb = 0;
+  for (const RankChunk& c : chunks) {
+    const auto counts = FamilyCounts(t, c.range.first_layer, c.range.end_layer);
+    for (size_t f = 0; f < 5; ++f) regions[f] += counts[f] * t.family[f].tp_regions * c.microbatches;
+    if (c.range.owns_embedding) emb_mb += c.microbatches;
+    if (c.range.owns_head) head_mb += c.microbatches;
+  }
+  for (size_t f = 0; f < 5; ++f) {
+    const char* what = FamilyKey(f);
+    if (sp) {
+      // SP (MG/TE): fwd AG + RS; bwd AG (grad of row-parallel output) + RS
+      // (column-parallel dgrad) + AG (re-gather of the saved sharded input).
+      items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, what, s.x, regions[f]);
+      items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, what, s.x, regions[f]);
+      items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, s.x, 2 * regions[f]);
+      items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, what, s.x, regions[f]);
+    } else {
+      items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, what, s.x, regions[f]);
+      items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, what, s.x, regions[f]);
+    }
+  }
+  if (sp) {
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, "embedding", s.x, emb_mb);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, "embedding", s.x, emb_mb);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, "head", s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, "head", s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, "head", s.x, head_mb);
+  } else {
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, "embedding", s.x, emb_mb);
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, "head", s.x, head_mb);
+  }
+  // Vocab-parallel cross-entropy: AR of the max, the sum of exp and the
+  // target logit, each fp32 per token (Megatron cross_entropy.py).
+  const Bytes ce(CheckedMul(CheckedMul(s.seq / l.cp, s.micro), 4));
+  items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, "loss", ce, 3 * head_mb);
+}
+
+// Mamba all-to-all CP repeats B and C r_g = c/(G/t) times when c > G/t (MATH.md 1.4).
+int64_t MambaGroupRepeat(const MambaConfig& m, const Layout& l) {
+  const int64_t local_groups = m.groups / l.tp;
+  return (local_groups > 0 && l.cp > local_groups) ? l.cp / local_groups : 1;
+}
+
+void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
+           ItemList* items) {
+  if (l.cp <= 1) return;
+  std::array<int64_t, 5> layers_mb{};
+  for (const RankChunk& c : chunks) {
+    const auto counts = FamilyCounts(t, c.range.first_layer, c.range.end_layer);
+    for (size_t f = 0; f < 5; ++f) layers_mb[f] += counts[f] * c.microbatches;
+  }
+  const int64_t tokens = CheckedMul(s.seq / l.cp, s.micro);  // one CP rank's tokens of one micro-batch
+  auto width_bytes = [&](int64_t width) { return Bytes(CheckedMul(CheckedMul(tokens, width), s.act) / l.tp); };
+  const int64_t n_a = layers_mb[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))];
+  const FamilyCost& a = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))];
+  const int64_t c1 = l.cp - 1;
+  switch (l.cp_comm) {
+    case CpComm::kP2p: {
+      // TE ring: c-1 KV chunks forward; KV again and dKV backward.
+      const Bytes kc = width_bytes(a.cp_kv_width);
+      items->AddP2p(Axis::kCp, Pass::kForward, "attention_kv", kc, c1 * n_a, c1 * n_a);
+      items->AddP2p(Axis::kCp, Pass::kBackward, "attention_kv", kc, 2 * c1 * n_a, 2 * c1 * n_a);
+      break;
+    }
+    case CpComm::kAllGather: {
+      const Bytes full = width_bytes(a.cp_kv_width) * l.cp;
+      items->Add(Axis::kCp, Collective::kAllGather, Pass::kForward, "attention_kv", full, n_a);
+      items->Add(Axis::kCp, Collective::kReduceScatter, Pass::kBackward, "attention_kv", full, n_a);
+      break;
+    }
+    case CpComm::kA2a: {
+      // Ulysses: the four A2As of Q, K, V and O, combined in one call of their total width.
+      const Bytes qkvo = width_bytes(a.cp_a2a_width);
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "attention_qkvo", qkvo, n_a);
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "attention_qkvo", qkvo, n_a);
+      break;
+    }
+  }
+  // Mamba / R all-to-all CP (MATH.md 7.2): sequence-split -> head-split of
+  // the mixer input, and back for the output, whatever cp_comm says.
+  const MambaConfig& mc = inv.recipe.model.mamba;
+  const int64_t m_width = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))].cp_a2a_width +
+                          (MambaGroupRepeat(mc, l) - 1) * 2 * mc.groups * mc.d_state;
+  const int64_t n_m = layers_mb[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))];
+  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba", width_bytes(m_width), n_m);
+  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba", width_bytes(m_width), n_m);
+  const int64_t n_r = layers_mb[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))];
+  const Bytes r_bytes = width_bytes(t.family[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))].cp_a2a_width);
+  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "recurrent", r_bytes, n_r);
+  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "recurrent", r_bytes, n_r);
+}
+
+// PP boundaries: a chunk sends activations forward unless it is the last
+// chunk and gradients backward unless it is the first (MATH.md 7.2 "PP").
+void AddPp(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks, int64_t n_chunks,
+           ItemList* items) {
+  if (l.pp <= 1) return;
+  const int64_t t_sp = EffectiveSp(inv, l) ? l.tp : 1;
+  const Bytes msg = s.x / t_sp;
+  // DualPipeV keeps chunks p-1 and p on one device: no message between them.
+  const bool v_shape = l.schedule == Schedule::kDualPipeV;
+  auto same_device = [&](int64_t a, int64_t b) {
+    return v_shape && PipelineRankOfChunk(l, a, n_chunks) == PipelineRankOfChunk(l, b, n_chunks);
+  };
+  int64_t fwd_send = 0, fwd_recv = 0;
+  for (const RankChunk& c : chunks) {
+    if (c.chunk + 1 < n_chunks && !same_device(c.chunk, c.chunk + 1)) fwd_send += c.microbatches;
+    if (c.chunk > 0 && !same_device(c.chunk, c.chunk - 1)) fwd_recv += c.microbatches;
+  }
+  items->AddP2p(Axis::kPp, Pass::kForward, "activations", msg, fwd_send, fwd_recv);
+  items->AddP2p(Axis::kPp, Pass::kBackward, "activation_grads", msg, fwd_recv, fwd_send);
+}
+
+void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
+           ItemList* items) {
+  int64_t n_e = 0;
+  for (const RankChunk& c : chunks) {
+    n_e += FamilyCounts(t, c.range.first_layer, c.range.end_layer)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] *
+           c.microbatches;
+  }
+  if (n_e == 0) return;
+  const MoeConfig& moe = inv.recipe.model.moe;
+  const int64_t tokens = CheckedMul(s.seq / l.cp, s.micro) / (EffectiveSp(inv, l) ? l.tp : 1);
+  // Token copies this rank dispatches: k*T, or every expert's capacity
+  // E*C with C = ceil(k*T*cf/E) when padded (MATH.md 5).
+  int64_t copies = CheckedMul(moe.top_k, tokens);
+  if (!moe.dropless && moe.pad_to_capacity) {
+    const double cap = static_cast<double>(copies) * moe.capacity_factor / static_cast<double>(moe.experts);
+    copies = CheckedMul(moe.experts, static_cast<int64_t>(std::ceil(cap - 1e-9)));
+  }
+  const Bytes buf = BytesOf(CheckedMul(copies, s.hidden), s.act);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, "moe_dispatch", buf, n_e);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, "moe_combine", buf, n_e);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, "moe_dispatch", buf, n_e);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, "moe_combine", buf, n_e);
+  // Expert TP: AG of the received tokens after dispatch, RS before combine; mirrored in backward.
+  const Bytes gathered = buf * l.expert_tp;
+  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kForward, "moe_experts", gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kForward, "moe_experts", gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kBackward, "moe_experts", gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, "moe_experts", gathered, n_e);
+}
+
+// Gradient synchronisation, parameter gathers and optimizer communication,
+// once per step (MATH.md 7.2 "DP", "Muon extra"; 2.2 for the groups).
+void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+                  const std::vector<RankChunk>& chunks, ItemList* items) {
+  ParamTotals p;
+  bool emb = false, head = false;
+  for (const RankChunk& c : chunks) {
+    p += ParamsOf(t, c.range.first_layer, c.range.end_layer);
+    emb = emb || c.range.owns_embedding;
+    head = head || c.range.owns_head;
+  }
+  const ModelConfig& m = inv.recipe.model;
+  const int64_t vocab_rows = PaddedVocab(m, l.tp) / l.tp;
+  const int64_t vocab_local = CheckedMul(vocab_rows, m.hidden);
+  int64_t rep = p.of(ShardClass::kReplicated) + (head ? t.final_norm_params : 0);
+  int64_t dense = rep + p.of(ShardClass::kTpSharded) / l.tp;
+  if (emb) dense += vocab_local;
+  if (head && t.head_params > 0) dense += vocab_local;
+  // A tied head on a single-stage pipeline shares the embedding tensor; with
+  // pp > 1 the last stage keeps a second copy (MATH.md 1.1).
+  if (head && t.head_params == 0 && l.pp > 1) dense += vocab_local;
+  const int64_t expert = p.of(ShardClass::kEpSharded) / (l.ep * l.expert_tp);
+  const int64_t mb = l.micro_batches;
+
+  struct Group {
+    Axis axis;
+    int64_t elements;
+    const char* grads;
+    const char* params;
+  };
+  const Group groups[] = {{Axis::kDpCp, dense, "grads", "params"},
+                          {Axis::kExpertDp, expert, "expert_grads", "expert_params"}};
+  for (const Group& g : groups) {
+    const Bytes grads = BytesOf(g.elements, s.grad);
+    const Bytes params = BytesOf(g.elements, s.param);
+    if (l.zero == 0) {
+      items->Add(g.axis, Collective::kAllReduce, Pass::kOptimizer, g.grads, grads, 1);
+    } else {
+      items->Add(g.axis, Collective::kReduceScatter, Pass::kOptimizer, g.grads, grads, 1);
+      if (l.zero == 3) {
+        // FSDP reshard_after_forward: gather before forward and again before backward, every micro-batch.
+        items->Add(g.axis, Collective::kAllGather, Pass::kForward, g.params, params, mb);
+        items->Add(g.axis, Collective::kAllGather, Pass::kBackward, g.params, params, mb);
+      } else {
+        items->Add(g.axis, Collective::kAllGather, Pass::kOptimizer, g.params, params, 1);
+      }
+    }
+  }
+
+  // Muon, Moonshot "Distributed Muon" over the ZeRO group (MATH.md 9.3): the
+  // momentum-updated shards are gathered back to the full local matrix.
+  // TP "duplicated" (Megatron default): each TP-sharded Muon matrix is
+  // gathered over TP; expert matrices likewise over expert TP.
+  const int64_t muon_tp_global = p.of(ShardClass::kTpSharded, OptimizerKind::kMuon);
+  const int64_t muon_rep = p.of(ShardClass::kReplicated, OptimizerKind::kMuon);
+  const int64_t muon_ep_local_full = p.of(ShardClass::kEpSharded, OptimizerKind::kMuon) / l.ep;
+  if (l.zero >= 1) {
+    const int64_t muon_dense_local = muon_rep + muon_tp_global / l.tp;
+    items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather", BytesOf(muon_dense_local, s.muon), 1);
+    items->Add(Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather",
+               BytesOf(muon_ep_local_full / l.expert_tp, s.muon), 1);
+  }
+  items->Add(Axis::kTp, Collective::kAllGather, Pass::kOptimizer, "muon_tp_gather", BytesOf(muon_tp_global, s.muon), 1);
+  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_tp_gather",
+             BytesOf(muon_ep_local_full, s.muon), 1);
+
+  // With SP each TP rank holds partial gradients of replicated params
+  // (norms, router): all-reduce them over TP (MATH.md 7.2).
+  if (EffectiveSp(inv, l)) items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads",
+                                      BytesOf(rep, s.grad), 1);
+  // Tied embedding: the first and last stage all-reduce the embedding gradient.
+  if (m.tie_embeddings && l.pp > 1 && (emb || head)) {
+    items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, "tied_embedding",
+               BytesOf(vocab_local, s.grad), 1);
+  }
+}
+
+}  // namespace
+
+std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                                      const MeshLocality& locality, const CostModel& cost) {
+  std::vector<StageComm> out(static_cast<size_t>(l.pp));
+  const Sizes s = SizesOf(inv, l);
+  const Links links = LinksOf(inv.recipe.cluster.spec);
+  const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
+  for (int64_t r = 0; r < l.pp; ++r) {
+    StageComm& sc = out[static_cast<size_t>(r)];
+    sc.pipeline_rank = r;
+    ItemList items(locality, links, cost, &sc.items);
+    const std::vector<RankChunk> chunks = ChunksOn(stages, l, r);
+    AddTp(inv, t, l, s, chunks, &items);
+    AddCp(inv, t, l, s, chunks, &items);
+    AddPp(inv, l, s, chunks, n_chunks, &items);
+    AddEp(inv, t, l, s, chunks, &items);
+    AddOptimizer(inv, t, l, s, chunks, &items);
+  }
+  return out;
+}
+
+}  // namespace preflight

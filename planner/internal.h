@@ -1,0 +1,44 @@
+// Helpers shared by the planner's pricing files (not public API).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "preflight/plan.h"
+
+namespace preflight::planner_internal {
+
+/// One chunk a pipeline rank runs and how many micro-batches go through it
+/// per step (DualPipe: each rank runs its stage and the mirror stage, m/2
+/// micro-batches each).
+struct RankChunk {
+  int64_t chunk = 0;  // global chunk index in model order
+  StageChunk range;
+  int64_t microbatches = 0;
+};
+std::vector<RankChunk> ChunksOn(const StagePlan& plan, const Layout& layout, int64_t pipeline_rank);
+
+/// Layers of each family in [first, end).
+std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t end);
+/// Parameter totals of [first, end).
+ParamTotals ParamsOf(const PlanTables& t, int64_t first, int64_t end);
+
+/// Compute seconds of one micro-batch through one chunk on one rank.
+struct ChunkCompute {
+  double forward_s = 0;
+  double backward_s = 0;
+  double recompute_s = 0;
+  double attention_core_fwd_s = 0;  // the part of forward_s a CP p2p ring can hide under
+};
+ChunkCompute ComputeOf(const Inventory& inv, const PlanTables& t, const Layout& layout, const StageChunk& range,
+                       const CostModel& cost);
+
+/// Achievable FLOP/s: peak dense bf16 times the compute efficiency.
+double AchievableFlops(const Inventory& inv, const CostModel& cost);
+/// Tokens one rank holds per micro-batch in SP regions: s*b/(c*t).
+double TokensPerRank(const Inventory& inv, const Layout& layout);
+/// True when SP is in effect; MoE with TP > 1 forces it (MATH.md 0, Megatron moe_layer.py).
+bool EffectiveSp(const Inventory& inv, const Layout& layout);
+
+}  // namespace preflight::planner_internal

@@ -1,0 +1,153 @@
+// Mesh placement: rank <-> (node, GPU, axis coordinates) and the groups of
+// every axis (MATH.md 7.3).
+#include <algorithm>
+
+#include "preflight/plan.h"
+
+namespace preflight {
+
+const char* Key(Axis a) {
+  switch (a) {
+    case Axis::kTp: return "tp";
+    case Axis::kCp: return "cp";
+    case Axis::kDp: return "dp";
+    case Axis::kPp: return "pp";
+    case Axis::kEp: return "ep";
+    case Axis::kExpertTp: return "expert_tp";
+    case Axis::kExpertDp: return "expert_dp";
+    case Axis::kDpCp: return "dp_cp";
+    case Axis::kEmbedding: return "embedding";
+  }
+  return "?";
+}
+
+int64_t RankOf(const Layout& l, int64_t tp, int64_t cp, int64_t dp, int64_t pp) {
+  if (l.order == AxisOrder::kTpCpPpDp) return tp + l.tp * (cp + l.cp * (pp + l.pp * dp));
+  return tp + l.tp * (cp + l.cp * (dp + l.dp * pp));
+}
+
+RankCoord CoordOf(const Layout& l, int64_t rank, int64_t gpus_per_node) {
+  RankCoord c;
+  c.rank = rank;
+  c.node = rank / gpus_per_node;
+  c.local_gpu = rank % gpus_per_node;
+  c.tp = rank % l.tp;
+  c.cp = (rank / l.tp) % l.cp;
+  const int64_t outer = rank / (l.tp * l.cp);
+  if (l.order == AxisOrder::kTpCpPpDp) {
+    c.pp = outer % l.pp;
+    c.dp = outer / l.pp;
+  } else {
+    c.dp = outer % l.dp;
+    c.pp = outer / l.dp;
+  }
+  // MoE folding over the t*c*d ranks of one stage (MATH.md 7.3).
+  const int64_t i = c.tp + l.tp * (c.cp + l.cp * c.dp);
+  c.expert_tp = i % l.expert_tp;
+  c.ep = (i / l.expert_tp) % l.ep;
+  c.expert_dp = i / (l.expert_tp * l.ep);
+  return c;
+}
+
+namespace {
+
+struct GroupSlot {
+  int64_t group = 0;  // which group of the axis
+  int64_t index = 0;  // position inside it
+};
+
+// Group id and position of a rank on axis `a` (ids are dense, 0..groups-1).
+GroupSlot SlotOf(const Layout& l, const RankCoord& c, Axis a) {
+  const int64_t stage_ranks = l.tp * l.cp * l.dp;
+  const int64_t i = c.tp + l.tp * (c.cp + l.cp * c.dp);
+  switch (a) {
+    case Axis::kTp: return {c.cp + l.cp * (c.dp + l.dp * c.pp), c.tp};
+    case Axis::kCp: return {c.tp + l.tp * (c.dp + l.dp * c.pp), c.cp};
+    case Axis::kDp: return {c.tp + l.tp * (c.cp + l.cp * c.pp), c.dp};
+    case Axis::kPp: return {i, c.pp};
+    case Axis::kExpertTp: return {c.pp * (stage_ranks / l.expert_tp) + i / l.expert_tp, c.expert_tp};
+    case Axis::kEp: return {c.pp * (stage_ranks / l.ep) + c.expert_tp + l.expert_tp * c.expert_dp, c.ep};
+    case Axis::kExpertDp: return {c.pp * (l.expert_tp * l.ep) + c.expert_tp + l.expert_tp * c.ep, c.expert_dp};
+    case Axis::kDpCp: return {c.tp + l.tp * c.pp, c.cp + l.cp * c.dp};
+    case Axis::kEmbedding: return {i, c.pp == 0 ? 0 : 1};
+  }
+  return {};
+}
+
+int64_t AxisSize(const Layout& l, Axis a) {
+  switch (a) {
+    case Axis::kTp: return l.tp;
+    case Axis::kCp: return l.cp;
+    case Axis::kDp: return l.dp;
+    case Axis::kPp: return l.pp;
+    case Axis::kEp: return l.ep;
+    case Axis::kExpertTp: return l.expert_tp;
+    case Axis::kExpertDp: return l.expert_dp();
+    case Axis::kDpCp: return l.dp * l.cp;
+    case Axis::kEmbedding: return 2;
+  }
+  return 1;
+}
+
+AxisLocality Summarize(Axis a, int64_t size, const std::vector<std::vector<int64_t>>& groups, int64_t gpus_per_node) {
+  AxisLocality loc;
+  loc.axis = a;
+  loc.size = size;
+  loc.groups = static_cast<int64_t>(groups.size());
+  loc.min_members_per_node = size;
+  for (const auto& g : groups) {
+    // Count members per node; members are in coordinate order, which is
+    // rank order for every axis, so equal nodes are adjacent.
+    std::vector<int64_t> nodes(g.size());
+    for (size_t k = 0; k < g.size(); ++k) nodes[k] = g[k] / gpus_per_node;
+    std::sort(nodes.begin(), nodes.end());
+    int64_t spanned = 0;
+    for (size_t k = 0; k < nodes.size();) {
+      size_t run = k;
+      while (run < nodes.size() && nodes[run] == nodes[k]) ++run;
+      ++spanned;
+      loc.min_members_per_node = std::min(loc.min_members_per_node, static_cast<int64_t>(run - k));
+      k = run;
+    }
+    loc.max_nodes_spanned = std::max(loc.max_nodes_spanned, spanned);
+  }
+  loc.intra_node = loc.max_nodes_spanned <= 1;
+  return loc;
+}
+
+}  // namespace
+
+Mesh PlaceRanks(const Layout& l, int64_t gpus_per_node, bool tied_embedding) {
+  Mesh mesh;
+  mesh.world = l.world();
+  mesh.gpus_per_node = gpus_per_node;
+  mesh.nodes = CeilDiv(mesh.world, gpus_per_node);
+  mesh.ranks.reserve(static_cast<size_t>(mesh.world));
+  for (int64_t r = 0; r < mesh.world; ++r) mesh.ranks.push_back(CoordOf(l, r, gpus_per_node));
+
+  for (int a = 0; a < kNumAxes; ++a) {
+    const Axis axis = static_cast<Axis>(a);
+    auto& groups = mesh.groups[static_cast<size_t>(a)];
+    const int64_t size = AxisSize(l, axis);
+    if (axis == Axis::kEmbedding) {
+      if (tied_embedding && l.pp > 1) {
+        groups.assign(static_cast<size_t>(l.tp * l.cp * l.dp), std::vector<int64_t>(2));
+        for (const auto& c : mesh.ranks) {
+          if (c.pp != 0 && c.pp != l.pp - 1) continue;
+          const GroupSlot s = SlotOf(l, c, axis);
+          groups[static_cast<size_t>(s.group)][static_cast<size_t>(s.index)] = c.rank;
+        }
+      }
+    } else {
+      groups.assign(static_cast<size_t>(mesh.world / size), std::vector<int64_t>(static_cast<size_t>(size)));
+      for (const auto& c : mesh.ranks) {
+        const GroupSlot s = SlotOf(l, c, axis);
+        groups[static_cast<size_t>(s.group)][static_cast<size_t>(s.index)] = c.rank;
+      }
+    }
+    mesh.locality[static_cast<size_t>(a)] = Summarize(axis, size, groups, gpus_per_node);
+  }
+  return mesh;
+}
+
+}  // namespace preflight

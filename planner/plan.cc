@@ -1,0 +1,188 @@
+// Planner entry point: validation beyond the recipe parser's, then
+// placement, stage partition and pricing.
+#include <fmt/format.h>
+
+#include "internal.h"
+
+namespace preflight {
+namespace {
+
+// Located like the parser's own messages (file, line, caret; or the
+// `--set` override that set the key).
+Diagnostic Make(const Recipe& r, Severity severity, const std::string& key, const std::string& value,
+                const std::string& message) {
+  return r.source.At(key, value, message, severity);
+}
+
+int64_t CountOf(const Recipe& r, BlockKind k) {
+  int64_t n = 0;
+  for (BlockKind b : r.model.layers) n += b == k ? 1 : 0;
+  return n;
+}
+
+// CP on Mamba-2 layers is Megatron's all-to-all CP: the sequence-split
+// activations are re-split by heads, so heads and groups must split over t*c
+// (MATH.md 1.4; mamba_context_parallel.py). R blocks follow the same
+// pattern over their gate blocks [OURS].
+void CheckCpOnRecurrentMixers(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
+  if (l.cp <= 1) return;
+  const int64_t tc = l.tp * l.cp;
+  if (CountOf(r, BlockKind::kMamba) > 0) {
+    const MambaConfig& m = r.model.mamba;
+    const int64_t heads = m.expand * r.model.hidden / m.head_dim;
+    if (heads % tc != 0) {
+      out->push_back(Make(r, Severity::kError, "parallel.cp", std::to_string(l.cp),
+                          fmt::format("Mamba all-to-all context parallelism splits the {} Mamba heads over tp*cp = {}, "
+                                      "which does not divide them; use a cp with {} % (tp*cp) == 0",
+                                      heads, tc, heads)));
+    }
+    const int64_t local_groups = m.groups / l.tp;
+    if (local_groups > 0 && local_groups % l.cp != 0 && l.cp % local_groups != 0) {
+      out->push_back(Make(r, Severity::kError, "parallel.cp", std::to_string(l.cp),
+                          fmt::format("Mamba all-to-all context parallelism needs groups/tp = {} to be a multiple or a "
+                                      "divisor of cp",
+                                      local_groups)));
+    }
+  }
+  if (CountOf(r, BlockKind::kRecurrent) > 0 && r.model.recurrent.heads % tc != 0) {
+    out->push_back(Make(r, Severity::kError, "parallel.cp", std::to_string(l.cp),
+                        fmt::format("recurrent all-to-all context parallelism splits the {} gate blocks "
+                                    "(model.recurrent.heads) over tp*cp = {}, which does not divide them",
+                                    r.model.recurrent.heads, tc)));
+  }
+}
+
+void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
+  const std::string sched = Name(l.schedule);
+  if (l.schedule == Schedule::kDualPipeV && !r.parallel.stage_boundaries.empty()) {
+    out->push_back(Make(r, Severity::kError, "parallel.stage_boundaries", "",
+                        "dualpipev splits the model into 2 x pp V-shaped chunks; pinned boundaries describe pp x vpp "
+                        "stages, so drop them and let the planner partition"));
+  }
+  if (l.schedule == Schedule::kDualPipe) {
+    if (l.pp % 2 != 0 || l.pp < 2) {
+      out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
+                          "DualPipe needs an even pipeline degree (each rank holds stage i and p-1-i)"));
+    }
+    if (l.micro_batches % 2 != 0) {
+      out->push_back(Make(r, Severity::kError, "training.global_batch", std::to_string(r.training.global_batch),
+                          fmt::format("DualPipe feeds half the micro-batches from each end; micro-batches per step "
+                                      "= {} must be even",
+                                      l.micro_batches)));
+    }
+  }
+  if ((l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV) && l.vpp != 1) {
+    out->push_back(Make(r, Severity::kError, "parallel.vpp", std::to_string(l.vpp),
+                        fmt::format("{} holds exactly two chunks per rank itself; vpp must be 1", sched)));
+  }
+  if (l.schedule == Schedule::kInterleaved && l.micro_batches < l.pp) {
+    out->push_back(Make(r, Severity::kError, "training.global_batch", std::to_string(r.training.global_batch),
+                        fmt::format("the interleaved schedule needs micro-batches per step ({}) >= pp ({}) "
+                                    "(Megatron schedules.py)",
+                                    l.micro_batches, l.pp)));
+  }
+  const int64_t layers = static_cast<int64_t>(r.model.layers.size());
+  if (ChunkCount(l) > layers) {
+    out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
+                        fmt::format("{} pipeline chunks for {} layers; every chunk needs at least one layer",
+                                    ChunkCount(l), layers)));
+  }
+}
+
+void CheckPinned(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
+  const auto& b = r.parallel.stage_boundaries;
+  if (b.empty()) return;
+  const int64_t layers = static_cast<int64_t>(r.model.layers.size());
+  const int64_t want = ChunkCount(l) - 1;
+  const std::string key = "parallel.stage_boundaries";
+  if (static_cast<int64_t>(b.size()) != want) {
+    out->push_back(Make(r, Severity::kError, key, fmt::format("{} entries", b.size()),
+                        fmt::format("needs {} boundaries (one per chunk after the first: pp*vpp - 1)", want)));
+    return;
+  }
+  int64_t prev = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b[i] <= prev || b[i] >= layers) {
+      out->push_back(Make(r, Severity::kError, fmt::format("{}[{}]", key, i), std::to_string(b[i]),
+                          fmt::format("boundaries must increase strictly within (0, {}); the previous one is {}", layers,
+                                      prev)));
+      return;
+    }
+    prev = b[i];
+  }
+}
+
+void CheckHardware(const Recipe& r, std::vector<Diagnostic>* out) {
+  const GpuSpec& g = r.cluster.spec;
+  if (g.bf16_dense_tflops <= 0 || g.nvlink_gbps_per_dir <= 0 || g.ib_gbps_per_dir <= 0) {
+    out->push_back(Make(r, Severity::kError, "cluster.gpu", r.cluster.gpu,
+                        "the GPU preset has no peak FLOP rate or link bandwidths to price a step with"));
+  }
+}
+
+void AddLocalityWarnings(const Recipe& r, const Layout& l, const Mesh& mesh, bool moe, std::vector<Diagnostic>* out) {
+  struct Check {
+    Axis axis;
+    const char* key;
+    const char* why;
+  };
+  const Check checks[] = {
+      {Axis::kTp, "parallel.tp", "TP all-gathers/reduce-scatters every layer"},
+      {Axis::kCp, "parallel.cp", "CP exchanges K/V every attention layer"},
+      {Axis::kEp, "parallel.ep", "EP all-to-alls twice per MoE layer each way"},
+      {Axis::kExpertTp, "parallel.expert_tp", "expert TP gathers every MoE layer"},
+  };
+  for (const Check& c : checks) {
+    const AxisLocality& loc = mesh.locality[static_cast<size_t>(c.axis)];
+    if (loc.intra_node || loc.size <= 1) continue;
+    if (!moe && (c.axis == Axis::kEp || c.axis == Axis::kExpertTp)) continue;
+    out->push_back(Make(r, Severity::kWarning, c.key, std::to_string(loc.size),
+                        fmt::format("{} groups span up to {} nodes (InfiniBand); {}", Key(c.axis), loc.max_nodes_spanned,
+                                    c.why)));
+  }
+  if (moe && l.tp > 1 && !l.sp) {
+    out->push_back(Make(r, Severity::kWarning, "parallel.sp", "false",
+                        "MoE with tp > 1 needs sequence parallelism (Megatron moe_layer.py); priced with sp on"));
+  }
+}
+
+}  // namespace
+
+std::vector<Diagnostic> ValidateForPlan(const Recipe& r, const Layout& l) {
+  std::vector<Diagnostic> out;
+  CheckCpOnRecurrentMixers(r, l, &out);
+  CheckSchedule(r, l, &out);
+  CheckPinned(r, l, &out);
+  CheckHardware(r, &out);
+  return out;
+}
+
+PlanResult MakePlan(const Inventory& inv, const Layout& layout, const CostModel& cost) {
+  PlanResult result;
+  const Recipe& r = inv.recipe;
+  result.diagnostics = ValidateForPlan(r, layout);
+  if (HasErrors(result.diagnostics)) return result;
+  Plan plan;
+  plan.name = r.name;
+  plan.layout = layout;
+  plan.cost = cost;
+  plan.gpu = r.cluster.spec;
+  plan.mesh = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.tie_embeddings);
+  const PlanTables tables = BuildPlanTables(inv);
+  if (auto pinned = PinnedStagePlan(r)) {
+    plan.stages = *pinned;
+    plan.stages_pinned = true;
+  } else {
+    plan.stages = PartitionStages(WeighLayers(inv, tables, layout, cost), layout);
+  }
+  plan.comm = BuildStageComm(inv, tables, layout, plan.stages, plan.mesh.locality, cost);
+  plan.time = EstimateStepTime(inv, tables, layout, plan.stages, &plan.comm, cost);
+  plan.memory = EstimateMemory(inv, layout, plan.stages);
+  const bool moe = inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
+  AddLocalityWarnings(r, layout, plan.mesh, moe, &plan.warnings);
+  for (const Diagnostic& d : result.diagnostics) plan.warnings.push_back(d);
+  result.plan = std::move(plan);
+  return result;
+}
+
+}  // namespace preflight

@@ -1,0 +1,144 @@
+// Pipeline-stage partition (MATH.md 4.3, [OURS] partitioner): contiguous
+// chunks minimising the slowest one, by dynamic programming over prefix sums.
+#include <algorithm>
+#include <limits>
+
+#include "preflight/plan.h"
+
+namespace preflight {
+
+int64_t ChunkCount(const Layout& l) {
+  if (l.schedule == Schedule::kDualPipe) return l.pp;
+  if (l.schedule == Schedule::kDualPipeV) return 2 * l.pp;
+  return l.pp * l.vpp;
+}
+
+int64_t PipelineRankOfChunk(const Layout& l, int64_t chunk, int64_t chunks) {
+  // DualPipeV [DS3 DualPipe README]: the V shape puts chunk c and chunk
+  // 2p-1-c on device c.
+  if (l.schedule == Schedule::kDualPipeV) return chunk < chunks / 2 ? chunk : chunks - 1 - chunk;
+  return chunk % l.pp;
+}
+
+namespace {
+
+double PeakFlops(const Inventory& inv, const CostModel& cost) {
+  return inv.recipe.cluster.spec.bf16_dense_tflops * 1e12 * cost.compute_efficiency;
+}
+
+// Forward FLOPs of one layer of family `f` for the tokens one rank holds.
+double ForwardFlops(const FamilyCost& f, double tokens_per_rank, double seq) {
+  return tokens_per_rank * (f.matmul_flops + f.scan_flops + f.flops_per_token_per_seq * seq);
+}
+
+// FLOPs the recompute policy adds: selective recomputes the attention core
+// (Megatron core_attn), full recomputes the whole layer forward.
+double RecomputeFlops(const FamilyCost& f, double tokens_per_rank, double seq, Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return 0.0;
+    case Recompute::kSelective: return tokens_per_rank * f.flops_per_token_per_seq * seq;
+    case Recompute::kFull: return ForwardFlops(f, tokens_per_rank, seq);
+  }
+  return 0.0;
+}
+
+struct Best {
+  double time = std::numeric_limits<double>::infinity();
+  int64_t params = std::numeric_limits<int64_t>::max();
+  int64_t cut = -1;
+};
+
+// Lexicographic (time, params) with a relative tolerance on time, so float
+// noise does not hide a parameter tiebreak.
+bool Better(double t1, int64_t p1, const Best& b) {
+  const double tol = 1e-12 * std::max(t1, b.time == std::numeric_limits<double>::infinity() ? t1 : b.time);
+  if (t1 < b.time - tol) return true;
+  if (t1 > b.time + tol) return false;
+  return p1 < b.params;
+}
+
+}  // namespace
+
+LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                         const CostModel& cost) {
+  LayerWeights w;
+  const double seq = static_cast<double>(inv.recipe.training.seq_len);
+  const double tokens = seq * static_cast<double>(layout.micro_batch) / static_cast<double>(layout.cp * layout.tp);
+  const double peak = PeakFlops(inv, cost);
+  w.layer_s.reserve(static_cast<size_t>(tables.layers));
+  w.layer_params.reserve(static_cast<size_t>(tables.layers));
+  for (int64_t l = 0; l < tables.layers; ++l) {
+    const FamilyCost& f = tables.family[static_cast<size_t>(FamilyIndex(tables.kinds[static_cast<size_t>(l)]))];
+    const double fwd = ForwardFlops(f, tokens, seq);
+    w.layer_s.push_back((3.0 * fwd + RecomputeFlops(f, tokens, seq, layout.recompute)) / peak);
+    w.layer_params.push_back(tables.params_prefix[static_cast<size_t>(l + 1)].total() -
+                             tables.params_prefix[static_cast<size_t>(l)].total());
+  }
+  w.head_s = 3.0 * tokens * tables.head_flops / peak;
+  w.embedding_s = 0.0;  // a lookup; its cost is memory (the parameter tiebreak)
+  w.embedding_params = tables.embedding_params;
+  w.head_params = tables.head_params + tables.final_norm_params;
+  return w;
+}
+
+StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
+  const int64_t n = static_cast<int64_t>(w.layer_s.size());
+  const int64_t k_chunks = ChunkCount(layout);
+  StagePlan plan;
+  if (k_chunks <= 0 || k_chunks > n) return plan;  // ValidateForPlan reports this
+  std::vector<double> t_prefix(static_cast<size_t>(n + 1), 0.0);
+  std::vector<int64_t> p_prefix(static_cast<size_t>(n + 1), 0);
+  for (int64_t l = 0; l < n; ++l) {
+    t_prefix[static_cast<size_t>(l + 1)] = t_prefix[static_cast<size_t>(l)] + w.layer_s[static_cast<size_t>(l)];
+    p_prefix[static_cast<size_t>(l + 1)] = p_prefix[static_cast<size_t>(l)] + w.layer_params[static_cast<size_t>(l)];
+  }
+  auto chunk_time = [&](int64_t a, int64_t b) {
+    return t_prefix[static_cast<size_t>(b)] - t_prefix[static_cast<size_t>(a)] + (a == 0 ? w.embedding_s : 0.0) +
+           (b == n ? w.head_s : 0.0);
+  };
+  auto chunk_params = [&](int64_t a, int64_t b) {
+    return p_prefix[static_cast<size_t>(b)] - p_prefix[static_cast<size_t>(a)] + (a == 0 ? w.embedding_params : 0) +
+           (b == n ? w.head_params : 0);
+  };
+  // best[k][j]: first k chunks cover layers [0, j).
+  const size_t width = static_cast<size_t>(n + 1);
+  std::vector<Best> best(static_cast<size_t>(k_chunks + 1) * width);
+  auto at = [&](int64_t k, int64_t j) -> Best& { return best[static_cast<size_t>(k) * width + static_cast<size_t>(j)]; };
+  at(0, 0) = Best{0.0, 0, 0};
+  for (int64_t k = 1; k <= k_chunks; ++k) {
+    // Leave at least one layer for each of the remaining chunks.
+    for (int64_t j = k; j <= n - (k_chunks - k); ++j) {
+      Best& cell = at(k, j);
+      for (int64_t i = k - 1; i < j; ++i) {
+        const Best& prev = at(k - 1, i);
+        if (prev.cut < 0) continue;
+        const double t = std::max(prev.time, chunk_time(i, j));
+        const int64_t p = std::max(prev.params, chunk_params(i, j));
+        if (Better(t, p, cell)) cell = Best{t, p, i};
+      }
+    }
+  }
+  std::vector<int64_t> starts(static_cast<size_t>(k_chunks));
+  for (int64_t k = k_chunks, j = n; k >= 1; --k) {
+    j = at(k, j).cut;
+    starts[static_cast<size_t>(k - 1)] = j;
+  }
+  for (int64_t c = 0; c < k_chunks; ++c) {
+    StageChunk chunk;
+    chunk.pipeline_rank = PipelineRankOfChunk(layout, c, k_chunks);
+    chunk.virtual_index = layout.schedule == Schedule::kDualPipeV ? (c < layout.pp ? 0 : 1) : c / layout.pp;
+    chunk.first_layer = starts[static_cast<size_t>(c)];
+    chunk.end_layer = c + 1 < k_chunks ? starts[static_cast<size_t>(c + 1)] : n;
+    chunk.owns_embedding = c == 0;
+    chunk.owns_head = c == k_chunks - 1;
+    plan.chunks.push_back(chunk);
+  }
+  return plan;
+}
+
+StagePlan PartitionStages(const Inventory& inv, const Layout& layout) {
+  const PlanTables tables = BuildPlanTables(inv);
+  return PartitionStages(WeighLayers(inv, tables, layout), layout);
+}
+
+}  // namespace preflight

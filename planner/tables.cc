@@ -1,0 +1,117 @@
+// Per-layer tables built once per inventory, so that pricing a layout is
+// arithmetic on prefix sums (plan.h speed contract).
+#include <algorithm>
+
+#include "preflight/plan.h"
+
+namespace preflight {
+namespace {
+
+// Newton-Schulz FLOPs of one m x n matrix: 5 steps of 4*m^2*n + 2*m^3 with m
+// the smaller dimension (MATH.md 9.2, step 3).
+double NewtonSchulzFlops(int64_t rows, int64_t cols) {
+  const double m = static_cast<double>(std::min(rows, cols));
+  const double n = static_cast<double>(std::max(rows, cols));
+  return 5.0 * (4.0 * m * m * n + 2.0 * m * m * m);
+}
+
+// Muon treats a >2-D tensor as (out, rest) (MATH.md 9.2, step 2); routed
+// experts [E, a, b] are E separate a x b matrices (MATH.md 9.4).
+void AddMuonFlops(const ParamTensor& t, double* dense, double* expert) {
+  if (t.optimizer != OptimizerKind::kMuon || t.shape.size() < 2) return;
+  if (t.split == Split::kExpert && t.shape.size() == 3) {
+    *expert += static_cast<double>(t.shape[0]) * NewtonSchulzFlops(t.shape[1], t.shape[2]);
+    return;
+  }
+  int64_t rest = 1;
+  for (size_t k = 1; k < t.shape.size(); ++k) rest = CheckedMul(rest, t.shape[k]);
+  *dense += NewtonSchulzFlops(t.shape[0], rest);
+}
+
+FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sample) {
+  FamilyCost f;
+  f.matmul_flops = 2.0 * static_cast<double>(sample.active_elements);
+  switch (kind) {
+    case BlockKind::kAttention:
+      f.tp_regions = 1;
+      if (m.mla) {
+        const MlaConfig& a = *m.mla;
+        const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+        // Causal: each query sees s/2 keys on average; QK^T 2*qk and PV 2*v per key.
+        f.flops_per_token_per_seq = static_cast<double>(a.heads * (qk + a.v_head_dim));
+        f.cp_kv_width = a.heads * (qk + a.v_head_dim);
+        f.cp_a2a_width = a.heads * (2 * qk + 2 * a.v_head_dim);
+      } else {
+        const AttentionConfig& a = m.attention;
+        f.flops_per_token_per_seq = 2.0 * static_cast<double>(a.heads * a.head_dim);
+        f.cp_kv_width = 2 * a.kv_heads * a.head_dim;
+        f.cp_a2a_width = (2 * a.heads + 2 * a.kv_heads) * a.head_dim;
+      }
+      break;
+    case BlockKind::kMamba: {
+      const MambaConfig& mc = m.mamba;
+      const int64_t d_inner = mc.expand * m.hidden;
+      const int64_t heads = d_inner / mc.head_dim;
+      const double q = static_cast<double>(mc.chunk);
+      // SSD chunked scan [OURS]: intra-chunk C*B^T (causal half: Q*G*N), its
+      // product with x (Q*H*P), chunk states B^T x and state output C h (2*H*P*N each).
+      f.scan_flops = q * static_cast<double>(mc.groups * mc.d_state) + q * static_cast<double>(heads * mc.head_dim) +
+                     4.0 * static_cast<double>(heads * mc.head_dim * mc.d_state);
+      f.tp_regions = 1;
+      // zxBCdt to heads + y back (MATH.md 7.2 Mamba all-to-all CP, r_g = 1).
+      f.cp_a2a_width = 3 * d_inner + 2 * mc.groups * mc.d_state + heads;
+      break;
+    }
+    case BlockKind::kMoe:
+      f.is_moe = true;
+      f.tp_regions = m.moe.SharedWidth() > 0 ? 1 : 0;
+      break;
+    case BlockKind::kRecurrent:
+      f.tp_regions = 1;
+      f.cp_a2a_width = 3 * m.recurrent.width;  // [OURS] 2*d_r in, d_r out (MATH.md 7.2)
+      break;
+    case BlockKind::kDenseMlp:
+      f.tp_regions = 1;
+      break;
+  }
+  return f;
+}
+
+}  // namespace
+
+PlanTables BuildPlanTables(const Inventory& inv) {
+  PlanTables t;
+  const ModelConfig& m = inv.recipe.model;
+  t.layers = static_cast<int64_t>(inv.layers.size());
+  t.kinds.reserve(inv.layers.size());
+  std::array<bool, 5> seen{};
+  t.family_count_prefix.assign(1, {});
+  t.params_prefix.assign(1, ParamTotals{});
+  t.muon_ns_dense_flops_prefix.assign(1, 0.0);
+  t.muon_ns_expert_flops_prefix.assign(1, 0.0);
+  for (const Layer& layer : inv.layers) {
+    const int f = FamilyIndex(layer.kind);
+    t.kinds.push_back(layer.kind);
+    if (!seen[static_cast<size_t>(f)]) {
+      t.family[static_cast<size_t>(f)] = CostOfFamily(m, layer.kind, layer);
+      seen[static_cast<size_t>(f)] = true;
+    }
+    auto counts = t.family_count_prefix.back();
+    ++counts[static_cast<size_t>(f)];
+    t.family_count_prefix.push_back(counts);
+    ParamTotals totals = t.params_prefix.back();
+    totals += layer.totals;
+    t.params_prefix.push_back(totals);
+    double dense = 0, expert = 0;
+    for (const ParamTensor& p : layer.params) AddMuonFlops(p, &dense, &expert);
+    t.muon_ns_dense_flops_prefix.push_back(t.muon_ns_dense_flops_prefix.back() + dense);
+    t.muon_ns_expert_flops_prefix.push_back(t.muon_ns_expert_flops_prefix.back() + expert);
+  }
+  t.embedding_params = inv.embedding.elements();
+  for (const ParamTensor& h : inv.head) t.head_params = CheckedAdd(t.head_params, h.elements());
+  t.final_norm_params = inv.final_norm.elements();
+  t.head_flops = 2.0 * static_cast<double>(m.vocab) * static_cast<double>(m.hidden);
+  return t;
+}
+
+}  // namespace preflight

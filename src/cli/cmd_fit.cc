@@ -1,0 +1,65 @@
+// preflight fit R: the memory geometry of every pipeline stage, the worst
+// rank and the verdict. Exit 0 fits, 1 does not, 2 bad recipe.
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "common.h"
+#include "preflight/diagnostic.h"
+#include "preflight/estimate.h"
+#include "preflight/inventory.h"
+#include "preflight/plan.h"
+#include "preflight/report.h"
+#include "verbs.h"
+
+namespace preflight::cli {
+namespace {
+
+struct FitArgs {
+  RecipeArgs recipe;
+  OutputFormat format = OutputFormat::kTable;
+  bool explain = false;
+  std::string svg_path;
+};
+
+int RunFit(const FitArgs& args) {
+  auto recipe = LoadRecipeOrReport(args.recipe);
+  if (!recipe) return static_cast<int>(ExitCode::kBadInput);
+  const Inventory inventory = BuildInventory(*recipe);
+  FitReport report;
+  report.file = args.recipe.path;
+  report.inventory = &inventory;
+  report.layout = LayoutOf(*recipe);
+  report.stages = StagesFor(inventory, report.layout);
+  report.estimate = EstimateMemory(inventory, report.layout, report.stages);
+  if (args.explain) {
+    report.explanations = ExplainRank(inventory, report.layout, report.stages, report.estimate.worst_stage);
+  }
+  if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report))) {
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  if (args.format == OutputFormat::kJson) {
+    std::printf("%s\n", FitJson(report).dump(2).c_str());
+  } else {
+    std::fputs(RenderFitTable(report).c_str(), stdout);
+  }
+  if (report.estimate.verdict.fits && !report.estimate.verdict.headroom_ok) {
+    std::fprintf(stderr, "warning: headroom %.2f GiB is below the floor cluster.min_headroom_gib = %.2f GiB\n",
+                 report.estimate.verdict.headroom.gib(), recipe->cluster.min_headroom_gib);
+  }
+  return static_cast<int>(report.estimate.verdict.fits ? ExitCode::kOk : ExitCode::kVerdictFail);
+}
+
+}  // namespace
+
+void SetupFit(CLI::App& command, int& exit_code) {
+  auto args = std::make_shared<FitArgs>();
+  AddRecipeArgs(command, args->recipe);
+  AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson});
+  command.add_flag("--explain", args->explain, "Print every figure of the worst rank with its formula and inputs");
+  command.add_option("--svg", args->svg_path, "Write the memory geometry per stage as an SVG chart");
+  command.callback([args, &exit_code] { exit_code = RunFit(*args); });
+}
+
+}  // namespace preflight::cli

@@ -1,0 +1,71 @@
+#include "common.h"
+
+#include <cstdio>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "preflight/diagnostic.h"
+#include "preflight/plan.h"
+
+namespace preflight::cli {
+
+void AddRecipeArgs(CLI::App& command, RecipeArgs& args) {
+  command.add_option("recipe", args.path, "Recipe YAML file")->required();
+  command.add_option("--set", args.sets, "Override a recipe key, e.g. --set parallel.tp=8 (repeatable)")
+      ->type_name("KEY=VALUE");
+}
+
+std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
+  std::vector<Override> overrides;
+  for (const auto& text : args.sets) {
+    auto o = ParseOverride(text);
+    if (!o) {
+      std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE, e.g. --set parallel.tp=8\n", text.c_str());
+      return std::nullopt;
+    }
+    overrides.push_back(*o);
+  }
+  LoadResult result = LoadRecipeFile(args.path, overrides);
+  for (const auto& d : result.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
+  return std::move(result.recipe);
+}
+
+StagePlan StagesFor(const Inventory& inventory, const Layout& layout) {
+  const Recipe& r = inventory.recipe;
+  if (layout.pp == r.parallel.pp && layout.vpp == r.parallel.vpp) {
+    if (auto pinned = PinnedStagePlan(r)) return *pinned;
+  }
+  return PartitionStages(inventory, layout);
+}
+
+bool WriteTextFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    std::fprintf(stderr, "%s: cannot open for writing\n", path.c_str());
+    return false;
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  return std::fclose(f) == 0 && ok;
+}
+
+const char* Name(OutputFormat f) {
+  switch (f) {
+    case OutputFormat::kTable: return "table";
+    case OutputFormat::kJson: return "json";
+    case OutputFormat::kCsv: return "csv";
+    case OutputFormat::kMd: return "md";
+  }
+  return "table";
+}
+
+void AddFormatOption(CLI::App& command, OutputFormat& format, const std::vector<OutputFormat>& allowed) {
+  std::map<std::string, OutputFormat> names;
+  for (OutputFormat f : allowed) names[Name(f)] = f;
+  format = allowed.front();
+  command.add_option("--format", format, "Output format")
+      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case))
+      ->default_str(Name(allowed.front()));
+}
+
+}  // namespace preflight::cli

@@ -1,0 +1,41 @@
+// Options and helpers shared by verbs: the recipe argument with --set
+// overrides, --format, and loading with diagnostics printed to stderr.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "preflight/inventory.h"
+#include "preflight/layout.h"
+#include "preflight/recipe.h"
+
+namespace preflight::cli {
+
+struct RecipeArgs {
+  std::string path;
+  std::vector<std::string> sets;  // "key.path=value"
+};
+
+/// Adds the positional RECIPE and repeatable --set KEY=VALUE.
+void AddRecipeArgs(CLI::App& command, RecipeArgs& args);
+
+/// Loads the recipe; prints every diagnostic to stderr (errors and warnings).
+/// nullopt means bad input: the caller exits with ExitCode::kBadInput.
+std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args);
+
+/// The stage plan a command prices: the recipe's pinned boundaries when it
+/// has them (and pp/vpp are the recipe's), else the planner's partition.
+StagePlan StagesFor(const Inventory& inventory, const Layout& layout);
+
+/// Writes `text` to `path`; prints an error naming the path and returns false on failure.
+bool WriteTextFile(const std::string& path, const std::string& text);
+
+enum class OutputFormat { kTable, kJson, kCsv, kMd };
+/// Adds --format with the given choices (the first is the default).
+void AddFormatOption(CLI::App& command, OutputFormat& format, const std::vector<OutputFormat>& allowed);
+const char* Name(OutputFormat f);
+
+}  // namespace preflight::cli

@@ -1,0 +1,179 @@
+// Renderers of `preflight fit`: the table and the JSON document.
+#include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "preflight/format.h"
+#include "preflight/report.h"
+
+namespace preflight {
+namespace {
+
+constexpr Category kAllCategories[] = {
+    Category::kReplicatedParams, Category::kTpShardedParams, Category::kEpShardedParams,
+    Category::kGradients,        Category::kOptimizerMuon,   Category::kOptimizerAdamW,
+    Category::kActivations,      Category::kRoutingScratch,  Category::kServingState,
+    Category::kRuntimeReserve,   Category::kAllocatorOverhead,
+};
+
+std::string FamilyCounts(const Inventory& inv) {
+  std::string out;
+  for (BlockKind k : kAllBlockKinds) {
+    const int64_t n = inv.family_layers[static_cast<size_t>(FamilyIndex(k))];
+    if (n > 0) out += fmt::format("{}{}×{}", out.empty() ? "" : " ", Letter(k), n);
+  }
+  return out;
+}
+
+std::string ChunkRanges(const StagePlan& plan, int64_t pipeline_rank) {
+  std::string out;
+  for (const StageChunk& c : ChunksOfRank(plan, pipeline_rank)) {
+    if (!out.empty()) out += ",";
+    out += fmt::format("{}-{}", c.first_layer, c.end_layer - 1);
+  }
+  return out;
+}
+
+/// A row of the memory table: label, then one GiB cell per stage.
+std::string Row(const std::string& label, const std::vector<std::string>& cells) {
+  std::string out = fmt::format("  {:<30}", label);
+  for (const auto& c : cells) out += fmt::format("{:>12}", c);
+  return out + "\n";
+}
+
+std::string Gib(Bytes b) { return fmt::format("{:.2f}", b.gib()); }
+
+}  // namespace
+
+std::string RenderFitTable(const FitReport& r) {
+  const Inventory& inv = *r.inventory;
+  const Recipe& recipe = inv.recipe;
+  const MemoryEstimate& est = r.estimate;
+  std::string out;
+  out += fmt::format("preflight fit: {} ({})\n", recipe.name, r.file);
+  out += fmt::format("model     {} layers ({}), {} params total, {} active per token\n", inv.layers.size(),
+                     FamilyCounts(inv), FormatCount(inv.total_params), FormatCount(inv.active_params));
+  out += fmt::format("layout    {} | zero {} | {} m={} | recompute {}\n", LayoutSummary(r.layout), r.layout.zero,
+                     Name(r.layout.schedule), r.layout.micro_batches, Name(r.layout.recompute));
+  out += fmt::format("device    {} {} MiB ({:.2f} GiB), {} GPUs = {} nodes × {}\n", recipe.cluster.spec.name,
+                     recipe.cluster.spec.capacity_mib,
+                     est.stages.empty() ? 0.0 : est.stages.front().capacity.gib(), recipe.world(),
+                     recipe.cluster.nodes, recipe.cluster.gpus_per_node);
+  out += "\n";
+
+  const size_t n = est.stages.size();
+  std::vector<std::string> header, layers, inflight;
+  for (size_t s = 0; s < n; ++s) {
+    header.push_back(fmt::format("stage {}", s));
+    layers.push_back(ChunkRanges(r.stages, static_cast<int64_t>(s)));
+    inflight.push_back(fmt::format("{}", est.stages[s].in_flight_microbatches));
+  }
+  out += Row("memory per rank (GiB)", header);
+  out += Row("layers", layers);
+  out += Row("micro-batches in flight", inflight);
+  for (Category c : kAllCategories) {
+    std::vector<std::string> cells;
+    for (const auto& st : est.stages) cells.push_back(Gib(st.of(c)));
+    out += Row(Label(c), cells);
+    if (c == Category::kActivations) {
+      for (BlockKind k : kAllBlockKinds) {
+        const auto f = static_cast<size_t>(FamilyIndex(k));
+        if (inv.family_layers[f] == 0) continue;
+        std::vector<std::string> fam;
+        for (const auto& st : est.stages) fam.push_back(Gib(st.activations_by_family[f]));
+        out += Row(fmt::format("  of which {}", Letter(k)), fam);
+      }
+      std::vector<std::string> ends;
+      for (const auto& st : est.stages) ends.push_back(Gib(st.activations_ends));
+      out += Row("  of which embedding/head", ends);
+    }
+  }
+  std::vector<std::string> total, cap, head;
+  for (const auto& st : est.stages) {
+    total.push_back(Gib(st.total()));
+    cap.push_back(Gib(st.capacity));
+    head.push_back(Gib(st.headroom()));
+  }
+  out += Row("total", total);
+  out += Row("capacity", cap);
+  out += Row("headroom", head);
+  out += "\n";
+  if (!r.explanations.empty()) {
+    out += fmt::format("explain (stage {}, the worst rank)\n", est.worst_stage);
+    for (const auto& e : r.explanations) {
+      out += fmt::format("  {:<20} {:<40} {:>12}\n", Key(e.category), e.item, FormatBytesHuman(e.bytes));
+      out += fmt::format("      = {}\n", e.formula);
+      if (!e.inputs.empty()) out += fmt::format("        with {}\n", e.inputs);
+    }
+    out += "\n";
+  }
+  const auto& v = est.verdict;
+  const char* word = !v.fits ? "DOES NOT FIT" : (v.headroom_ok ? "fits" : "fits, below the headroom floor");
+  out += fmt::format("verdict   {}: {}\n", word, v.reason);
+  return out;
+}
+
+nlohmann::json FitJson(const FitReport& r) {
+  const Inventory& inv = *r.inventory;
+  const Recipe& recipe = inv.recipe;
+  nlohmann::json families = nlohmann::json::object();
+  for (BlockKind k : kAllBlockKinds) {
+    const auto f = static_cast<size_t>(FamilyIndex(k));
+    families[std::string(1, Letter(k))] = {{"layers", inv.family_layers[f]}, {"params", inv.family_params[f]}};
+  }
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < r.estimate.stages.size(); ++s) {
+    const RankMemory& m = r.estimate.stages[s];
+    nlohmann::json memory = nlohmann::json::object();
+    for (Category c : kAllCategories) memory[Key(c)] = m.of(c).count();
+    nlohmann::json acts = nlohmann::json::object();
+    for (BlockKind k : kAllBlockKinds) {
+      acts[std::string(1, Letter(k))] = m.activations_by_family[static_cast<size_t>(FamilyIndex(k))].count();
+    }
+    acts["embedding_head"] = m.activations_ends.count();
+    nlohmann::json chunks = nlohmann::json::array();
+    for (const StageChunk& c : ChunksOfRank(r.stages, static_cast<int64_t>(s))) {
+      chunks.push_back({{"first_layer", c.first_layer}, {"end_layer", c.end_layer}});
+    }
+    stages.push_back({{"pipeline_rank", s},
+                      {"chunks", chunks},
+                      {"in_flight_microbatches", m.in_flight_microbatches},
+                      {"memory_bytes", memory},
+                      {"activations_by_family_bytes", acts},
+                      {"total_bytes", m.total().count()},
+                      {"capacity_bytes", m.capacity.count()},
+                      {"headroom_bytes", m.headroom().count()}});
+  }
+  nlohmann::json explain = nlohmann::json::array();
+  for (const auto& e : r.explanations) {
+    explain.push_back({{"category", Key(e.category)},
+                       {"item", e.item},
+                       {"formula", e.formula},
+                       {"inputs", e.inputs},
+                       {"bytes", e.bytes.count()}});
+  }
+  const auto& v = r.estimate.verdict;
+  nlohmann::json out = {
+      {"recipe", {{"name", recipe.name}, {"file", r.file}}},
+      {"params", {{"total", inv.total_params}, {"active", inv.active_params}, {"by_family", families}}},
+      {"layout", LayoutJson(r.layout)},
+      {"device",
+       {{"gpu", recipe.cluster.spec.name},
+        {"capacity_bytes", r.estimate.stages.empty() ? 0 : r.estimate.stages.front().capacity.count()},
+        {"nodes", recipe.cluster.nodes},
+        {"gpus_per_node", recipe.cluster.gpus_per_node}}},
+      {"stages", stages},
+      {"worst_stage", r.estimate.worst_stage},
+      {"verdict",
+       {{"fits", v.fits},
+        {"headroom_ok", v.headroom_ok},
+        {"headroom_bytes", v.headroom.count()},
+        {"min_headroom_bytes", GiB(recipe.cluster.min_headroom_gib).count()},
+        {"reason", v.reason}}},
+  };
+  if (!explain.empty()) out["explain"] = explain;
+  return out;
+}
+
+}  // namespace preflight

@@ -1,0 +1,36 @@
+#include <string>
+
+#include <fmt/format.h>
+
+#include "preflight/report.h"
+
+namespace preflight {
+
+nlohmann::json LayoutJson(const Layout& l) {
+  return nlohmann::json{
+      {"tp", l.tp},
+      {"sp", l.sequence_parallel()},
+      {"cp", l.cp},
+      {"pp", l.pp},
+      {"vpp", l.vpp},
+      {"dp", l.dp},
+      {"ep", l.ep},
+      {"expert_tp", l.expert_tp},
+      {"expert_dp", l.expert_dp()},
+      {"zero", l.zero},
+      {"micro_batch", l.micro_batch},
+      {"micro_batches", l.micro_batches},
+      {"recompute", Name(l.recompute)},
+      {"schedule", Name(l.schedule)},
+      {"world", l.world()},
+  };
+}
+
+std::string LayoutSummary(const Layout& l) {
+  std::string out = fmt::format("tp {}{} · cp {} · pp {}", l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, l.pp);
+  if (l.vpp > 1) out += fmt::format(" (vpp {})", l.vpp);
+  out += fmt::format(" · dp {} · ep {} · etp {} · edp {}", l.dp, l.ep, l.expert_tp, l.expert_dp());
+  return out;
+}
+
+}  // namespace preflight

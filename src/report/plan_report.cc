@@ -1,0 +1,329 @@
+#include "preflight/plan_report.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "preflight/format.h"
+
+namespace preflight {
+namespace {
+
+using nlohmann::ordered_json;
+
+const char* OrderKey(AxisOrder o) { return o == AxisOrder::kTpCpPpDp ? "tp-cp-pp-dp" : "tp-cp-dp-pp"; }
+const char* CpCommKey(CpComm c) {
+  switch (c) {
+    case CpComm::kP2p: return "p2p";
+    case CpComm::kAllGather: return "all_gather";
+    case CpComm::kA2a: return "a2a";
+  }
+  return "?";
+}
+
+std::string Pattern(const Recipe& r, const StageChunk& c) {
+  std::string out;
+  for (int64_t l = c.first_layer; l < c.end_layer && l < static_cast<int64_t>(r.model.layers.size()); ++l) {
+    out += Letter(r.model.layers[static_cast<size_t>(l)]);
+  }
+  return out;
+}
+
+// "0-3" for a contiguous set, "0,2,5" otherwise.
+std::string RangeText(const std::set<int64_t>& values) {
+  if (values.empty()) return "-";
+  const int64_t lo = *values.begin(), hi = *values.rbegin();
+  if (static_cast<int64_t>(values.size()) == hi - lo + 1) return lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
+  std::string out;
+  for (int64_t v : values) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(v);
+  }
+  return out;
+}
+
+struct NodeRow {
+  int64_t node = 0, first_rank = 0, last_rank = 0;
+  std::set<int64_t> tp, cp, dp, pp;
+};
+
+std::vector<NodeRow> NodeRows(const Mesh& m) {
+  std::vector<NodeRow> rows(static_cast<size_t>(m.nodes));
+  for (size_t n = 0; n < rows.size(); ++n) {
+    rows[n].node = static_cast<int64_t>(n);
+    rows[n].first_rank = static_cast<int64_t>(n) * m.gpus_per_node;
+    rows[n].last_rank = std::min(m.world, static_cast<int64_t>(n + 1) * m.gpus_per_node) - 1;
+  }
+  for (const RankCoord& c : m.ranks) {
+    NodeRow& row = rows[static_cast<size_t>(c.node)];
+    row.tp.insert(c.tp);
+    row.cp.insert(c.cp);
+    row.dp.insert(c.dp);
+    row.pp.insert(c.pp);
+  }
+  return rows;
+}
+
+std::string Ms(double s) { return fmt::format("{:.2f}", s * 1e3); }
+
+bool HasMoe(const Recipe& r) {
+  for (BlockKind k : r.model.layers) {
+    if (k == BlockKind::kMoe) return true;
+  }
+  return false;
+}
+
+// The expert axes only mean something when the model has MoE layers.
+bool Shown(const Recipe& r, Axis a) {
+  return HasMoe(r) || (a != Axis::kEp && a != Axis::kExpertTp && a != Axis::kExpertDp);
+}
+
+std::string LayoutLine(const Recipe& r, const Plan& p) {
+  const Layout& l = p.layout;
+  const std::string experts =
+      HasMoe(r) ? fmt::format(" · ep {} · expert_tp {} · expert_dp {}", l.ep, l.expert_tp, l.expert_dp()) : "";
+  return fmt::format("tp {}{} · cp {} ({}) · pp {} · vpp {} · dp {}{} · zero {} · {} · order {} · {} micro-batches of {} "
+                     "· recompute {}",
+                     l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, CpCommKey(l.cp_comm), l.pp, l.vpp, l.dp,
+                     experts, l.zero, Name(l.schedule), OrderKey(l.order), l.micro_batches, l.micro_batch,
+                     Name(l.recompute));
+}
+
+}  // namespace
+
+std::string RenderPlanTable(const Recipe& r, const Plan& p) {
+  std::string out;
+  const Mesh& m = p.mesh;
+  out += fmt::format("plan: {} on {} GPUs ({} nodes x {} {})\n", p.name, m.world, m.nodes, m.gpus_per_node, p.gpu.name);
+  out += "layout: " + LayoutLine(r, p) + "\n";
+
+  out += "\nrank map (per node: the coordinates its GPUs hold)\n";
+  out += fmt::format("  {:<8} {:<13} {:<9} {:<9} {:<11} {:<9}\n", "node", "ranks", "tp", "cp", "dp", "pp");
+  const std::vector<NodeRow> rows = NodeRows(m);
+  const size_t shown = rows.size() <= 16 ? rows.size() : 8;
+  for (size_t n = 0; n < rows.size(); ++n) {
+    if (n == shown && n + 1 < rows.size()) {
+      out += fmt::format("  ... {} more nodes ...\n", rows.size() - shown - 1);
+      n = rows.size() - 1;
+    }
+    const NodeRow& row = rows[n];
+    out += fmt::format("  {:<8} {:<13} {:<9} {:<9} {:<11} {:<9}\n", row.node,
+                       fmt::format("{}-{}", row.first_rank, row.last_rank), RangeText(row.tp), RangeText(row.cp),
+                       RangeText(row.dp), RangeText(row.pp));
+  }
+
+  out += "\ngroups per axis\n";
+  out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", "axis", "size", "groups", "link", "max nodes",
+                     "min per node");
+  for (const AxisLocality& a : m.locality) {
+    if (a.groups == 0 || a.size <= 1 || !Shown(r, a.axis)) continue;
+    out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", Key(a.axis), a.size, a.groups,
+                       a.intra_node ? "NVLink" : "InfiniBand", a.max_nodes_spanned, a.min_members_per_node);
+  }
+
+  out += fmt::format("\nstages ({}; times per micro-batch)\n", p.stages_pinned ? "pinned in the recipe" : "partitioned");
+  out += fmt::format("  {:<6} {:<28} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n", "stage", "chunks [first,end)",
+                     "layers", "memory", "headroom", "fwd ms", "bwd ms", "recomp", "comm ms");
+  for (const StageTime& s : p.time.stages) {
+    std::string chunks;
+    int64_t layers = 0;
+    for (const StageChunk& c : p.stages.chunks) {
+      if (c.pipeline_rank != s.pipeline_rank) continue;
+      chunks += fmt::format("{}[{},{}){}{}", chunks.empty() ? "" : " ", c.first_layer, c.end_layer,
+                            c.owns_embedding ? "+emb" : "", c.owns_head ? "+head" : "");
+      layers += c.end_layer - c.first_layer;
+    }
+    // DualPipe: the rank also runs stage p-1-r in the reverse direction.
+    if (p.layout.schedule == Schedule::kDualPipe) chunks += fmt::format(" +stage {}", p.layout.pp - 1 - s.pipeline_rank);
+    std::string mem = "-", head = "-";
+    if (p.memory && s.pipeline_rank < static_cast<int64_t>(p.memory->stages.size())) {
+      const RankMemory& rm = p.memory->stages[static_cast<size_t>(s.pipeline_rank)];
+      mem = FormatGiB(rm.total());
+      head = FormatGiB(rm.headroom());
+    }
+    out += fmt::format("  {:<6} {:<28} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}{}\n", s.pipeline_rank, chunks,
+                       layers, mem, head, Ms(s.forward_s), Ms(s.backward_s), Ms(s.recompute_s),
+                       Ms(s.exposed_comm_s), s.pipeline_rank == p.time.slowest_stage ? "  <- slowest" : "");
+  }
+  if (p.memory) {
+    const Verdict& v = p.memory->verdict;
+    out += v.reason.empty() ? fmt::format("  memory: {} (worst stage {}, headroom {})\n", v.fits ? "fits" : "does not fit",
+                                          p.memory->worst_stage, FormatGiB(v.headroom))
+                            : fmt::format("  memory: {}\n", v.reason);
+  }
+  for (const StageChunk& c : p.stages.chunks) {
+    out += fmt::format("  chunk {} (stage {}, virtual {}): {}\n", &c - p.stages.chunks.data(), c.pipeline_rank,
+                       c.virtual_index, Pattern(r, c));
+  }
+
+  const StageComm& sc = p.comm[static_cast<size_t>(p.time.slowest_stage)];
+  out += fmt::format("\ncommunication per step, stage {} (one rank)\n", sc.pipeline_rank);
+  out += fmt::format("  {:<10} {:<15} {:<4} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", "axis", "collective",
+                     "pass", "what", "group", "calls", "payload", "sent", "time ms", "exposed ms");
+  for (const CommItem& i : sc.items) {
+    out += fmt::format("  {:<10} {:<15} {:<4} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", Key(i.axis),
+                       Key(i.kind), Key(i.pass), i.what, i.group_size, i.calls, FormatBytesHuman(i.payload),
+                       FormatBytesHuman(i.send), Ms(i.seconds), Ms(i.exposed_seconds));
+  }
+  out += "  sent per axis:";
+  for (int a = 0; a < kNumAxes; ++a) {
+    const Bytes b = sc.send_on(static_cast<Axis>(a));
+    if (b.count() > 0) out += fmt::format(" {} {}", Key(static_cast<Axis>(a)), FormatBytesHuman(b));
+  }
+  out += "\n";
+
+  const StepTime& t = p.time;
+  out += "\nstep time\n";
+  out += fmt::format("  steady (m x slowest stage)   {:>10} ms\n", Ms(t.steady_s));
+  out += fmt::format("  pipeline bubble              {:>10} ms  ({:.1f}% of the step)\n", Ms(t.bubble_s),
+                     100.0 * t.bubble_fraction);
+  out += fmt::format("  data-parallel exposed        {:>10} ms\n", Ms(t.dp_exposed_s));
+  out += fmt::format("  optimizer                    {:>10} ms\n", Ms(t.optimizer_s));
+  out += fmt::format("  step                         {:>10} ms\n", Ms(t.step_s));
+  out += "  exposed communication by axis:";
+  for (int a = 0; a < kNumAxes; ++a) {
+    const double s = t.exposed_by_axis[static_cast<size_t>(a)];
+    if (s > 0) out += fmt::format(" {} {} ms", Key(static_cast<Axis>(a)), Ms(s));
+  }
+  out += "\n";
+  out += fmt::format("  tokens/s {:.0f} · MFU {:.1f}% (compute efficiency {:.2f} of {:.0f} TFLOPS bf16 dense)\n",
+                     t.tokens_per_s, 100.0 * t.mfu, p.cost.compute_efficiency, p.gpu.bf16_dense_tflops);
+  return out;
+}
+
+std::string RenderPlanJson(const Recipe& r, const Plan& p) {
+  const Layout& l = p.layout;
+  const Mesh& m = p.mesh;
+  ordered_json j;
+  j["name"] = p.name;
+  j["world"] = m.world;
+  j["nodes"] = m.nodes;
+  j["gpus_per_node"] = m.gpus_per_node;
+  j["gpu"] = p.gpu.name;
+  j["layout"] = {{"tp", l.tp},
+                 {"sp", l.sequence_parallel()},
+                 {"cp", l.cp},
+                 {"cp_comm", CpCommKey(l.cp_comm)},
+                 {"pp", l.pp},
+                 {"vpp", l.vpp},
+                 {"dp", l.dp},
+                 {"ep", l.ep},
+                 {"expert_tp", l.expert_tp},
+                 {"expert_dp", l.expert_dp()},
+                 {"zero", l.zero},
+                 {"schedule", Name(l.schedule)},
+                 {"order", OrderKey(l.order)},
+                 {"micro_batch", l.micro_batch},
+                 {"micro_batches", l.micro_batches},
+                 {"recompute", Name(l.recompute)}};
+  ordered_json nodes = ordered_json::array();
+  for (const NodeRow& row : NodeRows(m)) {
+    nodes.push_back({{"node", row.node},
+                     {"first_rank", row.first_rank},
+                     {"last_rank", row.last_rank},
+                     {"tp", row.tp},
+                     {"cp", row.cp},
+                     {"dp", row.dp},
+                     {"pp", row.pp}});
+  }
+  j["rank_map"] = nodes;
+  ordered_json groups = ordered_json::array();
+  for (const AxisLocality& a : m.locality) {
+    if (a.groups == 0) continue;
+    groups.push_back({{"axis", Key(a.axis)},
+                      {"size", a.size},
+                      {"groups", a.groups},
+                      {"intra_node", a.intra_node},
+                      {"max_nodes_spanned", a.max_nodes_spanned},
+                      {"min_members_per_node", a.min_members_per_node},
+                      {"first_group", m.groups[static_cast<size_t>(a.axis)].front()}});
+  }
+  j["groups"] = groups;
+  j["stages_pinned"] = p.stages_pinned;
+  ordered_json stages = ordered_json::array();
+  for (const StageTime& s : p.time.stages) {
+    ordered_json chunks = ordered_json::array();
+    for (const StageChunk& c : p.stages.chunks) {
+      if (c.pipeline_rank != s.pipeline_rank) continue;
+      chunks.push_back({{"virtual_index", c.virtual_index},
+                        {"first_layer", c.first_layer},
+                        {"end_layer", c.end_layer},
+                        {"pattern", Pattern(r, c)},
+                        {"owns_embedding", c.owns_embedding},
+                        {"owns_head", c.owns_head}});
+    }
+    ordered_json stage = {{"pipeline_rank", s.pipeline_rank},
+                          {"chunks", chunks},
+                          {"forward_s", s.forward_s},
+                          {"backward_s", s.backward_s},
+                          {"recompute_s", s.recompute_s},
+                          {"exposed_comm_s", s.exposed_comm_s}};
+    if (p.memory && s.pipeline_rank < static_cast<int64_t>(p.memory->stages.size())) {
+      const RankMemory& rm = p.memory->stages[static_cast<size_t>(s.pipeline_rank)];
+      stage["memory"] = {{"total_bytes", rm.total().count()},
+                         {"in_flight_microbatches", rm.in_flight_microbatches},
+                         {"capacity_bytes", rm.capacity.count()},
+                         {"headroom_bytes", rm.headroom().count()}};
+    }
+    stages.push_back(stage);
+  }
+  j["stages"] = stages;
+  ordered_json comm = ordered_json::array();
+  for (const StageComm& sc : p.comm) {
+    ordered_json items = ordered_json::array();
+    for (const CommItem& i : sc.items) {
+      items.push_back({{"axis", Key(i.axis)},
+                       {"collective", Key(i.kind)},
+                       {"pass", Key(i.pass)},
+                       {"what", std::string(i.what)},
+                       {"group_size", i.group_size},
+                       {"payload_bytes", i.payload.count()},
+                       {"calls", i.calls},
+                       {"send_bytes", i.send.count()},
+                       {"recv_bytes", i.recv.count()},
+                       {"seconds", i.seconds},
+                       {"exposed_seconds", i.exposed_seconds}});
+    }
+    ordered_json by_axis = ordered_json::object();
+    for (int a = 0; a < kNumAxes; ++a) by_axis[Key(static_cast<Axis>(a))] = sc.send_on(static_cast<Axis>(a)).count();
+    comm.push_back({{"pipeline_rank", sc.pipeline_rank}, {"send_bytes_by_axis", by_axis}, {"items", items}});
+  }
+  j["communication"] = comm;
+  if (p.memory) {
+    j["memory_verdict"] = {{"fits", p.memory->verdict.fits},
+                           {"headroom_ok", p.memory->verdict.headroom_ok},
+                           {"worst_stage", p.memory->worst_stage},
+                           {"headroom_bytes", p.memory->verdict.headroom.count()},
+                           {"reason", p.memory->verdict.reason}};
+  }
+  const StepTime& t = p.time;
+  ordered_json exposed = ordered_json::object();
+  for (int a = 0; a < kNumAxes; ++a) exposed[Key(static_cast<Axis>(a))] = t.exposed_by_axis[static_cast<size_t>(a)];
+  j["step"] = {{"step_s", t.step_s},
+               {"steady_s", t.steady_s},
+               {"bubble_s", t.bubble_s},
+               {"bubble_fraction", t.bubble_fraction},
+               {"dp_exposed_s", t.dp_exposed_s},
+               {"optimizer_s", t.optimizer_s},
+               {"slowest_stage", t.slowest_stage},
+               {"exposed_by_axis_s", exposed},
+               {"model_flops", t.model_flops},
+               {"tokens_per_s", t.tokens_per_s},
+               {"mfu", t.mfu}};
+  j["cost_model"] = {{"compute_efficiency", p.cost.compute_efficiency},
+                     {"nvlink_efficiency", p.cost.nvlink_efficiency},
+                     {"ib_efficiency", p.cost.ib_efficiency},
+                     {"latency_s", p.cost.latency_s},
+                     {"dp_bucket_elements", p.cost.dp_bucket_elements},
+                     {"bf16_dense_tflops", p.gpu.bf16_dense_tflops},
+                     {"nvlink_gbps_per_dir", p.gpu.nvlink_gbps_per_dir},
+                     {"ib_gbps_per_dir", p.gpu.ib_gbps_per_dir}};
+  ordered_json warnings = ordered_json::array();
+  for (const Diagnostic& d : p.warnings) warnings.push_back(Format(d));
+  j["warnings"] = warnings;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace preflight

@@ -1,0 +1,182 @@
+// Communication volumes per step against hand counts and the Megatron
+// papers. The tiny model's sizes are in planner_tiny_model.h; every product
+// is written out beside the expected value.
+#include <gtest/gtest.h>
+
+#include "planner_tiny_model.h"
+
+namespace preflight {
+namespace {
+
+using testing::Price;
+using testing::Received;
+using testing::Sent;
+using testing::TinyInventory;
+using testing::TinyLayout;
+
+// X = (s/c)*b*h*beta_a = 1024*2*64*2 = 262144 bytes.
+constexpr int64_t kX = 262144;
+
+// Megatron-LM (Shoeybi et al. 2019, Fig. 4; Narayanan et al. 2021 sec. 3.3):
+// without SP a transformer layer (attention + MLP) does 4 all-reduces of X
+// per micro-batch, 2 forward and 2 backward. Ring AR over t = 4 sends
+// 2*3/4*X = 393216 each. Two A+D layers, 3 micro-batches:
+// 2 layers * 3 mb * 4 AR * 393216 = 9437184.
+TEST(PlannerComm, TensorParallelWithoutSpIsFourAllReducesPerLayer) {
+  const auto inv = TinyInventory("ADAD");
+  const auto p = Price(inv, TinyLayout(4, 1, 1, 1, 3));
+  const auto& sc = p.comm[0];
+  int64_t layer_ar = 0;
+  for (const char* what : {"attention", "mlp"}) {
+    for (Pass pass : {Pass::kForward, Pass::kBackward}) layer_ar += Sent(sc, Axis::kTp, Collective::kAllReduce, pass, what);
+  }
+  EXPECT_EQ(layer_ar, 2 * 3 * 4 * 393216);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "attention"), 2 * 3 * 393216);
+  // Embedding: fwd AR; head: bwd AR (one per micro-batch each).
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "embedding"), 3 * 393216);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kBackward, "head"), 3 * 393216);
+  // Vocab-parallel CE: 3 AR of s*b*4 = 8192 bytes: 2*3/4*8192 = 12288 each.
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "loss"), 3 * 3 * 12288);
+}
+
+// With SP each region is fwd AG + RS and bwd AG + RS + AG (re-gather of the
+// saved input, MATH.md 7.2): 5 * 3/4 * X = 5 * 196608 = 983040 per region
+// per micro-batch, against Korthikanti's 4 (the same volume as 2 AR).
+TEST(PlannerComm, TensorParallelWithSpIsFiveGathersPerRegion) {
+  const auto inv = TinyInventory("ADAD");
+  auto l = TinyLayout(4, 1, 1, 1, 3);
+  l.sp = true;
+  const auto p = Price(inv, l);
+  const auto& sc = p.comm[0];
+  int64_t attention = 0;
+  for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+    attention += Sent(sc, Axis::kTp, Collective::kAllGather, pass, "attention") +
+                 Sent(sc, Axis::kTp, Collective::kReduceScatter, pass, "attention");
+  }
+  EXPECT_EQ(attention, 2 * 3 * 983040);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllGather, Pass::kBackward, "attention"), 2 * 3 * 2 * 196608);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "attention"), 0);
+  // SP all-reduce of replicated grads, once per step: norms 4*64 + final norm 64
+  // = 320 fp32 = 1280 bytes; 2*3/4*1280 = 1920.
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 1920);
+}
+
+// EP (MATH.md 7.2): per MoE layer per micro-batch 2 A2A forward (dispatch,
+// combine) and 2 backward of k*T*h*beta_a with T = s*b/(c*t) = 2048:
+// 2*2048*64*2 = 524288 bytes, of which (e-1)/e = 3/4 leaves: 393216.
+TEST(PlannerComm, ExpertParallelAllToAll) {
+  const auto inv = TinyInventory("AE");
+  auto l = TinyLayout(1, 1, 4, 1, 2);
+  l.ep = 4;
+  const auto p = Price(inv, l);
+  const auto& sc = p.comm[0];
+  for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, pass, "moe_dispatch"), 2 * 393216);
+    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, pass, "moe_combine"), 2 * 393216);
+  }
+  // Expert grads: experts 24576 / e = 6144 elements on the rank, d_e = 1: no DP traffic.
+  EXPECT_EQ(sc.send_on(Axis::kExpertDp).count(), 0);
+}
+
+// Expert TP 2 with EP 2 over 4 ranks: the received k*T tokens are gathered
+// over ETP: gathered size 2*524288, each rank sends 1/2 of it = 524288 per
+// AG and per RS, fwd and bwd.
+TEST(PlannerComm, ExpertTensorParallelGathers) {
+  const auto inv = TinyInventory("AE");
+  auto l = TinyLayout(1, 1, 4, 1, 1);
+  l.ep = 2;
+  l.expert_tp = 2;
+  const auto p = Price(inv, l);
+  const auto& sc = p.comm[0];
+  EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kAllGather, Pass::kForward, "moe_experts"), 524288);
+  EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, "moe_experts"), 524288);
+  EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, Pass::kForward, "moe_dispatch"), 262144);  // 1/2 * 524288
+}
+
+// PP (MATH.md 7.2): one activation message X/t_sp per micro-batch per
+// boundary forward and one gradient backward. pp 2, m 4, t 1: rank 0 sends
+// 4 * 262144 forward and receives 4 gradients; rank 1 the mirror.
+TEST(PlannerComm, PipelineP2pOneFOneB) {
+  const auto inv = TinyInventory("DDDD");
+  const auto p = Price(inv, TinyLayout(1, 1, 1, 2, 4));
+  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 4 * kX);
+  EXPECT_EQ(Received(p.comm[0], Axis::kPp, Pass::kForward, "activations"), 0);
+  EXPECT_EQ(Received(p.comm[0], Axis::kPp, Pass::kBackward, "activation_grads"), 4 * kX);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kBackward, "activation_grads"), 4 * kX);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 0);
+}
+
+// Interleaved, pp 2, vpp 2, m 4: rank 0 holds chunks 0 and 2, rank 1 chunks
+// 1 and 3 (Megatron). Forward sends: rank 0 from chunks 0 and 2 (8), rank 1
+// from chunk 1 only (4; chunk 3 is last). Backward sends: rank 0 from chunk
+// 2 (4), rank 1 from chunks 1 and 3 (8). With SP on at t 2 the message is X/2.
+TEST(PlannerComm, PipelineP2pInterleaved) {
+  const auto inv = TinyInventory("DDDD");
+  auto l = TinyLayout(2, 1, 1, 2, 4);
+  l.vpp = 2;
+  l.schedule = Schedule::kInterleaved;
+  l.sp = true;
+  const auto p = Price(inv, l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 8 * kX / 2);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 4 * kX / 2);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kBackward, "activation_grads"), 4 * kX / 2);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kBackward, "activation_grads"), 8 * kX / 2);
+}
+
+// CP p2p ring (MATH.md 7.2): K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a
+// = 2*512*2*4*8*2 = 131072. Forward c-1 = 1 send per A layer per
+// micro-batch; backward 2(c-1) = 2. m = 3, one A layer.
+TEST(PlannerComm, ContextParallelP2p) {
+  const auto inv = TinyInventory("AD");
+  const auto p = Price(inv, TinyLayout(1, 2, 1, 1, 3));
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kForward, "attention_kv"), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kBackward, "attention_kv"), 3 * 2 * 131072);
+}
+
+// Mamba all-to-all CP (MATH.md 7.2): (c-1)/c * (s/c)*b*(3d_i + 2GN*r_g + H)*beta_a/t.
+// d_i 128, G 2, N 16, H 8, c 2, t 1 (groups/t = 2 = c, so r_g = 1):
+// width 384 + 64 + 8 = 456; payload 512*2*456*2 = 933888; sent 1/2 = 466944.
+TEST(PlannerComm, ContextParallelMambaAllToAll) {
+  const auto inv = TinyInventory("MD");
+  const auto p = Price(inv, TinyLayout(1, 2, 1, 1, 1));
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba"), 466944);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba"), 466944);
+}
+
+// ZeRO-1 DP over d = 2 (MATH.md 7.2 "DP"), one stage holding everything:
+// dense elements = norms 64+64 + final norm 64 + TP 12288+24576
+// + embedding 1024*64 (vocab 1000 padded to 128) + head 1024*64 = 168128.
+// RS of fp32 grads: 1/2 * 168128*4 = 336256; AG of bf16 params 1/2 * 168128*2 = 168128.
+// Muon gather (Moonshot): Muon matrices 36864 in fp32 momentum: 1/2 * 147456 = 73728.
+TEST(PlannerComm, DataParallelZeroOneAndMuon) {
+  const auto inv = TinyInventory("AD");
+  const auto p = Price(inv, TinyLayout(1, 1, 2, 1, 1));
+  const auto& sc = p.comm[0];
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 336256);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 168128);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather"), 73728);
+}
+
+// DDP (zero 0): ring all-reduce of the grads, 2*1/2 * 168128*4 = 672512, no param gather.
+TEST(PlannerComm, DataParallelDdp) {
+  const auto inv = TinyInventory("AD");
+  auto l = TinyLayout(1, 1, 2, 1, 1);
+  l.zero = 0;
+  const auto p = Price(inv, l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, "grads"), 672512);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 0);
+}
+
+// Tied embedding with pp 2: first and last stage all-reduce the V/t*h
+// gradient over their 2-rank group: 2*1/2 * 1024*64*4 = 262144 on each.
+TEST(PlannerComm, TiedEmbeddingAllReduce) {
+  auto inv = TinyInventory("DDDD");
+  inv.recipe.model.tie_embeddings = true;
+  inv.head.clear();
+  const auto p = Price(inv, TinyLayout(1, 1, 1, 2, 2));
+  EXPECT_EQ(p.comm[0].send_on(Axis::kEmbedding).count(), 262144);
+  EXPECT_EQ(p.comm[1].send_on(Axis::kEmbedding).count(), 262144);
+}
+
+}  // namespace
+}  // namespace preflight

@@ -1,0 +1,117 @@
+// Stage partition and step time against hand-worked figures.
+#include <gtest/gtest.h>
+
+#include "planner_tiny_model.h"
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using testing::Price;
+using testing::RelativelyClose;
+using testing::TinyInventory;
+using testing::TinyLayout;
+
+// Slowest chunk time of a plan under the partitioner's own weights.
+double SlowestChunk(const LayerWeights& w, const StagePlan& plan) {
+  double worst = 0;
+  for (const StageChunk& c : plan.chunks) {
+    double t = c.owns_embedding ? w.embedding_s : 0.0;
+    if (c.owns_head) t += w.head_s;
+    for (int64_t l = c.first_layer; l < c.end_layer; ++l) t += w.layer_s[static_cast<size_t>(l)];
+    worst = std::max(worst, t);
+  }
+  return worst;
+}
+
+// Eight equal D layers and a big-vocab head: D matmul FLOPs per token
+// 2*24640 = 49280; with vocab 770 the head is 2*770*64 = 98560 = 2 layers.
+// Equal split over pp 4: [2,2,2,2] -> last chunk 2 + 2 = 4 layer units.
+// Best: the last chunk takes one layer (1 + 2 = 3) and the rest 7 layers in
+// three chunks of at most 3: max 3 units. 3/4 of the equal split's slowest chunk.
+TEST(PlannerStages, PartitionBeatsEqualSplitWithHeavyHead) {
+  const auto inv = TinyInventory("DDDDDDDD", 770);
+  const auto layout = TinyLayout(1, 1, 1, 4, 8);
+  const PlanTables tables = BuildPlanTables(inv);
+  const LayerWeights w = WeighLayers(inv, tables, layout);
+  ASSERT_TRUE(RelativelyClose(w.head_s, 2.0 * w.layer_s[0], 1e-12));
+  const StagePlan best = PartitionStages(w, layout);
+  const StagePlan equal = EqualStagePlan(8, 4, 1);
+  ASSERT_EQ(best.chunks.size(), 4u);
+  EXPECT_TRUE(RelativelyClose(SlowestChunk(w, best), 3.0 * w.layer_s[0], 1e-9));
+  EXPECT_TRUE(RelativelyClose(SlowestChunk(w, equal), 4.0 * w.layer_s[0], 1e-9));
+  EXPECT_EQ(best.chunks.back().end_layer - best.chunks.back().first_layer, 1);
+  EXPECT_TRUE(best.chunks.front().owns_embedding);
+  EXPECT_TRUE(best.chunks.back().owns_head);
+  // Priced end to end, the partition's step is shorter too.
+  const auto priced_best = Price(inv, layout, &best);
+  const auto priced_equal = Price(inv, layout, &equal);
+  EXPECT_LT(priced_best.time.step_s, priced_equal.time.step_s);
+}
+
+// Attention costs grow with s, Mamba's do not (MATH.md 4.3): at s = 1024 an
+// A layer is 2*12352 + 2*8*8*1024 = 155776 FLOPs a token; Mamba is
+// 2*20064 + scan (64*2*16 + 64*8*16 + 4*8*16*16 = 18432) = 58560. With
+// selective recompute (the attention core once more) an A layer weighs
+// 3*155776 + 131072 = 598400 and an M layer 3*58560 = 175680. "AAMM" over 2
+// contiguous stages: [A][AMM] = max(598400, 949760) beats [AA][MM] = 1196800
+// and [AAM][M] = 1374080.
+TEST(PlannerStages, AttentionWeighsBySequenceLength) {
+  const auto inv = TinyInventory("AAMM", 0);
+  const auto layout = TinyLayout(1, 1, 1, 2, 4);
+  const PlanTables tables = BuildPlanTables(inv);
+  const LayerWeights w = WeighLayers(inv, tables, layout);
+  EXPECT_TRUE(RelativelyClose(w.layer_s[0] / w.layer_s[2], (3.0 * 155776 + 131072) / (3.0 * 58560), 1e-12));
+  const StagePlan plan = PartitionStages(w, layout);
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[0].end_layer, 1);
+}
+
+// Pinned boundaries are priced as given: [0,3) [3,6) [6,7) [7,8) is one of
+// the optimal partitions above (3, 3, 1, 1+2 layer units).
+TEST(PlannerStages, PinnedBoundariesPriced) {
+  auto inv = TinyInventory("DDDDDDDD", 770);
+  inv.recipe.parallel.pp = 4;
+  inv.recipe.parallel.stage_boundaries = {3, 6, 7};
+  const auto pinned = PinnedStagePlan(inv.recipe);
+  ASSERT_TRUE(pinned.has_value());
+  const auto layout = TinyLayout(1, 1, 1, 4, 8);
+  const auto p = Price(inv, layout, &*pinned);
+  ASSERT_EQ(p.time.stages.size(), 4u);
+  // Per micro-batch forward of stage 2 (one layer) is 1/3 of stage 0's (three).
+  EXPECT_TRUE(RelativelyClose(p.time.stages[2].forward_s * 3.0, p.time.stages[0].forward_s, 1e-12));
+  // Stage 3 (one layer + head = 3 units) ties stage 0.
+  EXPECT_TRUE(RelativelyClose(p.time.stages[3].forward_s, p.time.stages[0].forward_s, 1e-12));
+  const StagePlan equal = EqualStagePlan(8, 4, 1);
+  EXPECT_LT(p.time.step_s, Price(inv, layout, &equal).time.step_s);
+}
+
+// No communication at all (one GPU): the step is pure compute, so MFU equals
+// the compute efficiency, and the step is 3 * tokens * FLOPs-per-token / (0.5 * 989e12).
+// "DD" with vocab 770: per token 2*(2*24640) + 2*770*64 = 197120; tokens 1024*2.
+TEST(PlannerStepTime, SingleGpuIsPureCompute) {
+  const auto inv = TinyInventory("DD", 770);
+  const auto p = Price(inv, TinyLayout(1, 1, 1, 1, 1));
+  const double expected = 3.0 * 2048.0 * 197120.0 / (0.5 * 989e12);
+  EXPECT_TRUE(RelativelyClose(p.time.step_s, expected, 1e-12)) << p.time.step_s << " vs " << expected;
+  EXPECT_TRUE(RelativelyClose(p.time.mfu, 0.5, 1e-12)) << p.time.mfu;
+  EXPECT_TRUE(RelativelyClose(p.time.tokens_per_s, 2048.0 / expected, 1e-12));
+}
+
+// 1F1B with equal stages (no head: vocab 0): bubble = (p-1) * per-micro-batch
+// time + the fill/drain p2p, 2*(p-1) sends of X = 262144 B inside one node:
+// 8e-6 + 262144/(0.8*450e9) each. p = 4, m = 8.
+TEST(PlannerStepTime, OneFOneBBubble) {
+  const auto inv = TinyInventory("DDDD", 0);
+  const auto p = Price(inv, TinyLayout(1, 1, 1, 4, 8));
+  const double per_mb = p.time.steady_s / 8.0;
+  const double p2p = 8e-6 + 262144.0 / 360e9;
+  EXPECT_TRUE(RelativelyClose(p.time.bubble_s, 3.0 * per_mb + 6.0 * p2p, 1e-12));
+  // Without the p2p term this is the MATH.md 4.2 share (p-1)/(m+p-1) = 3/11.
+  EXPECT_TRUE(RelativelyClose((p.time.bubble_s - 6.0 * p2p) / (p.time.steady_s + p.time.bubble_s - 6.0 * p2p),
+                              BubbleFraction(Schedule::k1F1B, 4, 1, 8), 1e-12));
+  EXPECT_EQ(p.time.slowest_stage, 0);
+}
+
+}  // namespace
+}  // namespace preflight
