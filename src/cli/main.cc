@@ -21,6 +21,10 @@ const std::vector<Verb> kVerbs = {
     {"fit", "Memory geometry of every stage and the worst rank (exit 0 fits, 1 does not, 2 bad recipe)",
      preflight::cli::SetupFit},
     {"plan", "Mesh placement, stage partition, communication per axis and step time (exit 0 / 2)", preflight::cli::SetupPlan},
+    {"simulate",
+     "Run a scaled copy on simulated ranks; numerics vs unsharded, bytes vs plan, memory vs fit "
+     "(exit 0 agree, 1 disagree, 2 bad input)",
+     preflight::cli::SetupSimulate},
 };
 
 }  // namespace
