@@ -43,6 +43,7 @@ Recipe Tiny(const std::string& pattern, int64_t tp, bool sp) {
   r.parallel.sp = sp;
   r.parallel.pp = 1;
   r.parallel.cp = 1;
+  r.parallel.zero = 0;  // DDP grad all-reduce: the executor has no distributed optimizer yet (part 2)
   r.cluster.nodes = 1;
   r.cluster.gpus_per_node = tp;
   return r;
@@ -172,6 +173,15 @@ TEST_P(MoeLayouts, DroplessMatchesReference) {
     }
   }
   EXPECT_EQ(sent, received);
+  // The planner agrees on every bucket it claims exactly (TP, replicated and
+  // expert grads); dropless EP/ETP bytes depend on the routing (informational).
+  for (int64_t rank = 0; rank < rep.ranks; ++rank) {
+    const SimComparison cmp = CompareWithModels(r, rep, SimPrecision::kFp64, rank);
+    EXPECT_TRUE(cmp.comm_ok()) << "rank " << rank;
+    for (const CommAgreement& a : cmp.comm) {
+      EXPECT_EQ(a.exact, !(a.axis == "ep" || a.axis == "etp")) << a.axis << " " << a.what;
+    }
+  }
   if (c.ep > 1) {
     // Forward: counts (int64, (ep-1) * E/ep * 8 B per rank) + dispatch + combine;
     // backward: the same two row exchanges without counts.
