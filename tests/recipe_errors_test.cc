@@ -60,6 +60,7 @@ const Case kCases[] = {
      "stage_boundaries"},
     {"KeyInWrongSection", "model:\n  global_batch: 8\n", 2, 3, "model.global_batch",
      "unknown key in model; 'global_batch' belongs in training (valid keys here: pattern, repeat, layers"},
+    {"MergeKey", "parallel:\n  <<: {tp: 2}\n", 2, 3, "parallel.<<", "YAML merge keys ('<<') are not supported"},
     {"UnknownTopLevelKey", "modle:\n  hidden: 8\n", 1, 1, "modle", "unknown key; did you mean 'model'?"},
     // Enums.
     {"BadEnum", "training: {recompute: partial}\n", 1, 23, "training.recompute", "must be one of: none, selective, full"},
@@ -85,6 +86,9 @@ const Case kCases[] = {
     {"CommentsOnly", "# nothing here\n", 0, 0, "", "the recipe is empty"},
     {"NotYamlUnclosedFlow", "model: [1, 2\nparallel: 3\n", 2, 9, "", "not valid YAML: end of sequence flow not found"},
     {"NotYamlMapValue", "a: b: c\n", 1, 5, "", "not valid YAML: illegal map value"},
+    // yaml-cpp 0.7's LoadAll loops forever on a leading ',' (jbeder/yaml-cpp#1040); we must not.
+    {"LeadingComma", "# comment\n,\nname: a\n", 2, 1, "", "not a recipe: the document reads as null (malformed YAML?)"},
+    {"NullDocument", "~\n", 1, 1, "", "the document reads as null"},
     {"TopLevelScalar", "just some text\n", 1, 1, "", "the top level must be a map with keys name, model"},
     {"TopLevelList", "- a\n- b\n", 1, 1, "", "got a list"},
     {"TwoDocuments", "name: a\n---\nname: b\n", 3, 1, "", "a recipe is one document"},
@@ -117,6 +121,10 @@ const Case kCases[] = {
     {"DenseFfnTp", "model: {pattern: AD, mlp: {ffn_hidden: 1002}}\nparallel: {tp: 8}\n", 2, 16, "parallel.tp",
      "must divide model.mlp.ffn_hidden (1002) of the dense D layers; try 6 or 167"},
     {"EpNotDividingExperts", "parallel: {ep: 6}\n", 1, 16, "parallel.ep", "must divide model.moe.experts (64); try 4 or 8"},
+    // No MoE layers, but the expert mesh must still fold: 64 ranks / (ep 1 x expert_tp 3).
+    {"ExpertMeshWithoutMoe", "model: {pattern: AD}\nparallel: {expert_tp: 3}\n", 2, 23, "parallel.expert_tp",
+     "ep x expert_tp = 1 x 3 must divide tp x cp x dp = 64 (the ranks of one pipeline stage, Megatron's MoE "
+     "folding); try 2 or 4"},
     {"ExpertTpNotDividingFfn", "parallel: {expert_tp: 3}\n", 1, 23, "parallel.expert_tp",
      "must divide model.moe.ffn_hidden (2048); try 2 or 4"},
     {"TopKAboveExperts", "model:\n  moe: {experts: 4, top_k: 8}\n", 2, 28, "model.moe.top_k",
@@ -255,6 +263,13 @@ TEST(Diagnostics, CollectsAllErrorsInFileOrder) {
   EXPECT_EQ(keys, (std::vector<std::string>{"parallel.tp", "model.hidden", "model.foo", "training.recompute"}));
 }
 
+TEST(Diagnostics, NoSemanticNoiseFromAnUnreadableKey) {
+  // heads is unreadable, so "kv_heads must divide heads (32, the default)" would mislead.
+  const auto r = Load("model:\n  attention: {heads: many, kv_heads: 6}\n");
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].key_path, "model.attention.heads");
+}
+
 TEST(Diagnostics, TabIsPrintedAsOneColumn) {
   const auto r = Load("model:\n\thidden: 3\n");
   ASSERT_EQ(r.diagnostics.size(), 1u);
@@ -268,6 +283,25 @@ TEST(Diagnostics, OversizedFileIsRefused) {
   EXPECT_FALSE(r.ok());
   ASSERT_EQ(r.diagnostics.size(), 1u);
   EXPECT_NE(r.diagnostics[0].message.find("limited to 4194304 bytes (4 MiB)"), std::string::npos);
+}
+
+TEST(Diagnostics, HugeFlowListIsRefusedBeforeParsing) {
+  // 500,000 list items in well under 4 MiB: refused without building the tree.
+  std::string yaml = "parallel: {stage_boundaries: [1";
+  for (int i = 0; i < 500'000; ++i) yaml += ",1";
+  yaml += "]}\n";
+  const auto r = Load(yaml);
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_NE(r.diagnostics[0].message.find("recipes are limited to 400000"), std::string::npos);
+}
+
+TEST(Diagnostics, LongestExplicitLayerListLoads) {
+  // 100,000 layers in block style ("- A" lines) stay under the separator bound.
+  std::string yaml = "model:\n  layers:\n";
+  for (int i = 0; i < 100'000; ++i) yaml += "  - M\n";
+  const auto r = Load(yaml);
+  ASSERT_TRUE(r.ok()) << FirstError(r);
+  EXPECT_EQ(r.recipe->model.layers.size(), 100'000u);
 }
 
 TEST(Diagnostics, DeepNestingIsASyntaxErrorNotACrash) {
@@ -288,6 +322,20 @@ TEST(Diagnostics, AliasBombIsBounded) {
   const auto r = Load(yaml);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(HasErrors(r.diagnostics));
+}
+
+TEST(Diagnostics, HugeDegreesOverflowCleanly) {
+  // tp x cp x pp = (2^24 - 1)^3 leaves int64: a located error, no wrap, no hang.
+  const auto r = Load("parallel: {tp: 16777215, cp: 16777215, pp: 16777215}\n");
+  EXPECT_FALSE(r.ok());
+  bool found = false;
+  for (const Diagnostic& d : r.diagnostics) {
+    if (d.key_path == "parallel.tp" && d.message.find("must divide the world size 64") != std::string::npos) {
+      found = true;
+      EXPECT_NE(d.message.find("try 64"), std::string::npos) << d.message;
+    }
+  }
+  EXPECT_TRUE(found) << FirstError(r);
 }
 
 TEST(Diagnostics, HugeButValidRecipeValidates) {

@@ -72,6 +72,31 @@ TEST(DefaultRecipe, LoadsWithTheDocumentedValues) {
   EXPECT_EQ(recipe.source.Find("parallel.tp").column, 16);
 }
 
+TEST(Files, MissingFileAndDirectory) {
+  const LoadResult missing = LoadRecipeFile(testing::SourcePath("recipes/no-such-recipe.yaml"));
+  ASSERT_FALSE(missing.ok());
+  ASSERT_EQ(missing.diagnostics.size(), 1u);
+  EXPECT_EQ(missing.diagnostics[0].message, "cannot open the recipe: no such file");
+  const LoadResult directory = LoadRecipeFile(testing::SourcePath("recipes"));
+  ASSERT_FALSE(directory.ok());
+  EXPECT_EQ(directory.diagnostics[0].message, "cannot read the recipe: not a regular file");
+}
+
+TEST(Files, CrLfLineEndings) {
+  const LoadResult r = LoadRecipeFromString("name: x\r\nparallel:\r\n  tp: zz\r\n", "crlf.yaml");
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(Format(r.diagnostics[0]),
+            "crlf.yaml:3:7: parallel.tp = zz: must be an integer in [1, 16777216]\n"
+            "      tp: zz\n"
+            "          ^");
+}
+
+TEST(Files, AnchorsAndAliasesAreFine) {
+  const Recipe r = MustLoad("parallel: {tp: &degree 2, pp: *degree}\n");
+  EXPECT_EQ(r.parallel.tp, 2);
+  EXPECT_EQ(r.parallel.pp, 2);
+}
+
 TEST(Presets, H200AndH100) {
   const auto h200 = GpuPreset("h200");
   ASSERT_TRUE(h200.has_value());
@@ -109,6 +134,13 @@ TEST(Defaults, MinimalRecipeTakesHeaderDefaults) {
   EXPECT_EQ(r.dp(), 64);
   EXPECT_EQ(r.micro_batches(), 8);  // 512 / 64
   EXPECT_EQ(r.training.precision.master, DType::kFp32);
+}
+
+TEST(Defaults, SectionWithoutValueMeansDefaults) {
+  const Recipe r = MustLoad("serving:\nmodel:\n");
+  ASSERT_TRUE(r.serving.has_value());
+  EXPECT_EQ(r.serving->context, 32768);
+  EXPECT_EQ(r.model.layers.size(), 48u);
 }
 
 TEST(Enums, AllSpellings) {
@@ -321,6 +353,16 @@ TEST(Overrides, InvalidYamlValue) {
       << AllDiagnostics(r);
 }
 
+TEST(Overrides, ConflictNamesTheOverride) {
+  const LoadResult r = LoadRecipeFromString("model:\n  layers: [A, M]\n", "r.yaml", {{"model.pattern", "AM"}});
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].message,
+            "mutually exclusive with model.pattern (--set model.pattern=AM); give either an explicit layer list or "
+            "pattern and repeat");
+  EXPECT_EQ(r.diagnostics[0].mark.line, 2);
+}
+
 TEST(Overrides, DiagnosticsInCommandLineOrderAfterTheFile) {
   const LoadResult r = LoadRecipeFromString("model: {hidden: -1}\n", "r.yaml",
                                             {{"parallel.zz", "1"}, {"training.aa", "1"}});
@@ -337,6 +379,43 @@ TEST(SourceMapAt, LocatesLaterDiagnostics) {
             "      tp: 2\n"
             "          ^");
   EXPECT_EQ(Format(r.source.At("parallel.pp", "2", "too deep")), "--set parallel.pp=2: parallel.pp = 2: too deep");
+}
+
+// ---- ValidateRecipe: re-checking a recipe changed in code (sweeps) ----------
+
+TEST(ValidateRecipe, UnchangedRecipeIsClean) {
+  const Recipe r = MustLoad("parallel:\n  tp: 4\n");
+  EXPECT_TRUE(ValidateRecipe(r).empty());
+}
+
+TEST(ValidateRecipe, ChangedDegreeIsLocatedInTheFile) {
+  Recipe r = MustLoad("cluster: {nodes: 6}\ntraining: {seq_len: 8196, global_batch: 480}\nparallel:\n  tp: 4\n");
+  r.parallel.tp = 6;  // 48 GPUs, 8196 = 6 x 1366: only the head rules break
+  const std::vector<Diagnostic> ds = ValidateRecipe(r);
+  ASSERT_TRUE(HasErrors(ds));
+  EXPECT_EQ(Format(ds[0]),
+            "test.yaml:4:7: parallel.tp = 6: must divide model.attention.heads (32) and kv_heads (8); try 4 or 8\n"
+            "      tp: 4\n"
+            "          ^");
+}
+
+TEST(ValidateRecipe, ZeroDegreeIsARangeErrorNotADivisionByZero) {
+  Recipe r = MustLoad("name: x\n");
+  r.parallel.pp = 0;
+  r.cluster.nodes = int64_t{1} << 40;
+  const std::vector<Diagnostic> ds = ValidateRecipe(r);
+  ASSERT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds[0].key_path, "parallel.pp");
+  EXPECT_EQ(ds[0].message, "out of range; valid range is [1, 16777216]");
+  EXPECT_EQ(ds[1].key_path, "cluster.nodes");
+}
+
+TEST(ValidateRecipe, EmptyLayerList) {
+  Recipe r = MustLoad("name: x\n");
+  r.model.layers.clear();
+  const std::vector<Diagnostic> ds = ValidateRecipe(r);
+  ASSERT_TRUE(HasErrors(ds));
+  EXPECT_EQ(ds[0].key_path, "model.layers");
 }
 
 TEST(SourceMapFind, FallsBackToParent) {

@@ -263,7 +263,14 @@ LoadResult LoadRecipeFromString(const std::string& yaml, const std::string& file
                                 const std::vector<Override>& overrides = {});
 /// Reads `path` and calls LoadRecipeFromString.
 LoadResult LoadRecipeFile(const std::string& path, const std::vector<Override>& overrides = {});
-/// Parses "a.b.c=value"; nullopt when there is no '=' or the path is empty.
+/// Re-checks a typed recipe, e.g. one a sweep built by changing degrees: the
+/// integer ranges of the schema, then every semantic check LoadRecipeFromString
+/// runs (divisibility, mesh, batch, schedule, stage boundaries). Returns the
+/// errors and warnings, located through recipe.source; the recipe is valid
+/// when !HasErrors(result). Does not re-expand model.layers from the pattern.
+std::vector<Diagnostic> ValidateRecipe(const Recipe& recipe);
+/// Parses "a.b.c=value"; nullopt when there is no '=' or the path is empty
+/// (or has an empty component, "a..b").
 std::optional<Override> ParseOverride(const std::string& text);
 
 /// The preset for `name` ("h200", "h100"); nullopt when unknown.

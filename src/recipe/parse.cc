@@ -17,6 +17,7 @@
 #include "schema.h"
 #include "suggest.h"
 #include "validate.h"
+#include "yaml_load.h"
 
 namespace preflight {
 
@@ -34,9 +35,9 @@ const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {{"muon",
 void ParseAttention(MapReader& model, AttentionConfig* a) {
   auto r = model.Section("attention");
   if (!r || !r->ok()) return;
-  r->Int("heads", &a->heads, 1, kMaxHeads);
-  r->Int("kv_heads", &a->kv_heads, 1, kMaxHeads);
-  r->Int("head_dim", &a->head_dim, 1, kMaxHeadDim);
+  r->Int("heads", &a->heads);
+  r->Int("kv_heads", &a->kv_heads);
+  r->Int("head_dim", &a->head_dim);
   r->Bool("qk_norm", &a->qk_norm);
 }
 
@@ -45,12 +46,12 @@ void ParseMla(MapReader& model, std::optional<MlaConfig>* out) {
   if (!r) return;
   MlaConfig m;
   if (r->ok()) {
-    r->Int("heads", &m.heads, 1, kMaxHeads);
-    r->Int("q_lora_rank", &m.q_lora_rank, 0, kMaxWidth);
-    r->Int("kv_lora_rank", &m.kv_lora_rank, 1, kMaxWidth);
-    r->Int("qk_rope_head_dim", &m.qk_rope_head_dim, 1, kMaxHeadDim);
-    r->Int("qk_nope_head_dim", &m.qk_nope_head_dim, 1, kMaxHeadDim);
-    r->Int("v_head_dim", &m.v_head_dim, 1, kMaxHeadDim);
+    r->Int("heads", &m.heads);
+    r->Int("q_lora_rank", &m.q_lora_rank);
+    r->Int("kv_lora_rank", &m.kv_lora_rank);
+    r->Int("qk_rope_head_dim", &m.qk_rope_head_dim);
+    r->Int("qk_nope_head_dim", &m.qk_nope_head_dim);
+    r->Int("v_head_dim", &m.v_head_dim);
   }
   *out = m;
 }
@@ -58,7 +59,7 @@ void ParseMla(MapReader& model, std::optional<MlaConfig>* out) {
 void ParseMlp(MapReader& model, MlpConfig* m) {
   auto r = model.Section("mlp");
   if (!r || !r->ok()) return;
-  r->Int("ffn_hidden", &m->ffn_hidden, 1, kMaxWidth);
+  r->Int("ffn_hidden", &m->ffn_hidden);
   r->Enum<FfnActivation>("activation", &m->activation,
                          {{"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu}});
 }
@@ -66,11 +67,11 @@ void ParseMlp(MapReader& model, MlpConfig* m) {
 void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
   auto r = model.Section("moe");
   if (!r || !r->ok()) return;
-  r->Int("experts", &m->experts, 1, kMaxHeads);
-  r->Int("top_k", &m->top_k, 1, kMaxHeads);
-  r->Int("ffn_hidden", &m->ffn_hidden, 1, kMaxWidth);
-  r->Int("shared_experts", &m->shared_experts, 0, 1024);
-  r->Int("shared_ffn_hidden", &m->shared_ffn_hidden, 0, kMaxWidth);
+  r->Int("experts", &m->experts);
+  r->Int("top_k", &m->top_k);
+  r->Int("ffn_hidden", &m->ffn_hidden);
+  r->Int("shared_experts", &m->shared_experts);
+  r->Int("shared_ffn_hidden", &m->shared_ffn_hidden);
   r->Double("capacity_factor", &m->capacity_factor, 0.01, 1024.0);
   r->Bool("dropless", &m->dropless);
   r->Bool("pad_to_capacity", &m->pad_to_capacity);
@@ -78,9 +79,9 @@ void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
   r->Enum<RouterScore>("router", &m->router, {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}});
   r->Bool("router_bias", &m->router_bias);
   r->Bool("shared_gate", &m->shared_gate);
-  r->Int("first_k_dense", &m->first_k_dense, 0, kMaxLayers);
-  const bool freq_ok = r->Int("layer_freq", &m->layer_freq, 1, kMaxLayers);
-  if (r->Int("layer_offset", &m->layer_offset, 0, kMaxLayers) && freq_ok && m->layer_offset >= m->layer_freq) {
+  r->Int("first_k_dense", &m->first_k_dense);
+  const bool freq_ok = r->Int("layer_freq", &m->layer_freq);
+  if (r->Int("layer_offset", &m->layer_offset) && freq_ok && m->layer_offset >= m->layer_freq) {
     ctx.MarkBad("model.moe.layer_offset");
     ctx.Error("model.moe.layer_offset", r->ValueMark("layer_offset"), std::to_string(m->layer_offset),
               fmt::format("must be less than model.moe.layer_freq ({}); valid range is [0, {}]", m->layer_freq,
@@ -91,21 +92,27 @@ void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
 void ParseMamba(MapReader& model, MambaConfig* m) {
   auto r = model.Section("mamba");
   if (!r || !r->ok()) return;
-  r->Int("d_state", &m->d_state, 1, kMaxHeadDim);
-  r->Int("d_conv", &m->d_conv, 1, kMaxConv);
-  r->Int("expand", &m->expand, 1, 1024);
-  r->Int("head_dim", &m->head_dim, 1, kMaxHeadDim);
-  r->Int("groups", &m->groups, 1, kMaxHeads);
-  r->Int("chunk", &m->chunk, 1, kMaxWidth);
+  r->Int("d_state", &m->d_state);
+  r->Int("d_conv", &m->d_conv);
+  r->Int("expand", &m->expand);
+  r->Int("head_dim", &m->head_dim);
+  r->Int("groups", &m->groups);
+  r->Int("chunk", &m->chunk);
   r->Bool("fused_norm_out_proj", &m->fused_norm_out_proj);
 }
 
 void ParseRecurrent(MapReader& model, RecurrentConfig* rc) {
   auto r = model.Section("recurrent");
   if (!r || !r->ok()) return;
-  r->Int("width", &rc->width, 1, kMaxWidth);
-  r->Int("heads", &rc->heads, 1, kMaxHeads);
-  r->Int("d_conv", &rc->d_conv, 1, kMaxConv);
+  r->Int("width", &rc->width);
+  r->Int("heads", &rc->heads);
+  r->Int("d_conv", &rc->d_conv);
+}
+
+/// "line 7", or the override that set the key ("--set model.pattern=AEM").
+std::string WhereIs(const Context& ctx, const MapReader& map, const std::string& key) {
+  if (const std::string* text = ctx.source().OverrideFor(map.PathOf(key))) return *text;
+  return fmt::format("line {}", map.KeyMark(key).line);
 }
 
 bool IsLayerLetter(char c) {
@@ -150,9 +157,9 @@ bool ReadExplicitLayers(MapReader& model, Context& ctx, std::vector<BlockKind>* 
   if (model.Has("pattern") || model.Has("repeat")) {
     const std::string other = model.Has("pattern") ? "pattern" : "repeat";
     ctx.Error(path, model.KeyMark("layers"), "",
-              fmt::format("mutually exclusive with model.{} (line {}); give either an explicit layer list or "
+              fmt::format("mutually exclusive with model.{} ({}); give either an explicit layer list or "
                           "pattern and repeat",
-                          other, model.KeyMark(other).line));
+                          other, WhereIs(ctx, model, other)));
     return false;
   }
   if (node.IsScalar()) {
@@ -196,7 +203,7 @@ bool ReadExplicitLayers(MapReader& model, Context& ctx, std::vector<BlockKind>* 
 
 /// model.pattern times model.repeat.
 bool ReadPatternLayers(MapReader& model, Context& ctx, ModelConfig* m) {
-  bool ok = model.Int("repeat", &m->repeat, 1, kMaxLayers);
+  bool ok = model.Int("repeat", &m->repeat);
   if (model.Has("pattern")) {
     const YAML::Node& node = model.Value("pattern");
     const std::string path = model.PathOf("pattern");
@@ -254,9 +261,9 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
     return true;
   }
   if (!r->ok()) return false;
-  r->Int("hidden", &m->hidden, 1, kMaxWidth);
-  r->Int("vocab", &m->vocab, 1, kMaxVocab);
-  r->Int("vocab_pad_multiple", &m->vocab_pad_multiple, 1, kMaxWidth);
+  r->Int("hidden", &m->hidden);
+  r->Int("vocab", &m->vocab);
+  r->Int("vocab_pad_multiple", &m->vocab_pad_multiple);
   r->Bool("tie_embeddings", &m->tie_embeddings);
   r->Enum<NormKind>("norm", &m->norm, {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", NormKind::kLayerNorm}});
   if (r->Has("attention") && r->Has("mla")) {
@@ -264,8 +271,8 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
     const std::string later = mla_later ? "mla" : "attention";
     const std::string earlier = mla_later ? "attention" : "mla";
     ctx.Error(r->PathOf(later), r->KeyMark(later), "",
-              fmt::format("mutually exclusive with model.{} (line {}): with mla, A layers are MLA; keep one",
-                          earlier, r->KeyMark(earlier).line));
+              fmt::format("mutually exclusive with model.{} ({}): with mla, A layers are MLA; keep one", earlier,
+                          WhereIs(ctx, *r, earlier)));
   }
   ParseAttention(*r, &m->attention);
   ParseMla(*r, &m->mla);
@@ -295,9 +302,9 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
 void ParseTraining(MapReader& top, TrainingConfig* t) {
   auto r = top.Section("training");
   if (!r || !r->ok()) return;
-  r->Int("seq_len", &t->seq_len, 1, kMaxSeqLen);
-  r->Int("micro_batch", &t->micro_batch, 1, kMaxBatch);
-  r->Int("global_batch", &t->global_batch, 1, kMaxBatch);
+  r->Int("seq_len", &t->seq_len);
+  r->Int("micro_batch", &t->micro_batch);
+  r->Int("global_batch", &t->global_batch);
   r->Enum<Recompute>("recompute", &t->recompute,
                      {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
   r->Bool("flash_attention", &t->flash_attention);
@@ -353,14 +360,14 @@ void ReadStageBoundaries(MapReader& r, Context& ctx, std::vector<int64_t>* out) 
 void ParseParallel(MapReader& top, Context& ctx, ParallelConfig* p) {
   auto r = top.Section("parallel");
   if (!r || !r->ok()) return;
-  r->Int("tp", &p->tp, 1, kMaxDegree);
+  r->Int("tp", &p->tp);
   r->Bool("sp", &p->sp);
-  r->Int("cp", &p->cp, 1, kMaxDegree);
-  r->Int("pp", &p->pp, 1, kMaxDegree);
-  r->Int("vpp", &p->vpp, 1, kMaxLayers);
-  r->Int("ep", &p->ep, 1, kMaxDegree);
-  r->Int("expert_tp", &p->expert_tp, 1, kMaxDegree);
-  r->Int("zero", &p->zero, 0, 3);
+  r->Int("cp", &p->cp);
+  r->Int("pp", &p->pp);
+  r->Int("vpp", &p->vpp);
+  r->Int("ep", &p->ep);
+  r->Int("expert_tp", &p->expert_tp);
+  r->Int("zero", &p->zero);
   r->Enum<Schedule>("schedule", &p->schedule,
                     {{"1f1b", Schedule::k1F1B}, {"interleaved", Schedule::kInterleaved},
                      {"dualpipe", Schedule::kDualPipe}, {"dualpipev", Schedule::kDualPipeV}});
@@ -374,12 +381,12 @@ void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
   auto r = top.Section("cluster");
   const bool read = r && r->ok();
   if (read) {
-    r->Int("nodes", &c->nodes, 1, kMaxNodes);
-    r->Int("gpus_per_node", &c->gpus_per_node, 1, kMaxGpusPerNode);
+    r->Int("nodes", &c->nodes);
+    r->Int("gpus_per_node", &c->gpus_per_node);
     r->Double("reserve_gib", &c->reserve_gib, 0.0, 1e6);
     r->Double("min_headroom_gib", &c->min_headroom_gib, 0.0, 1e6);
     r->Double("allocator_overhead", &c->allocator_overhead, 0.0, 1.0, /*max_exclusive=*/true);
-    r->Int("capacity_mib", &c->capacity_mib, 0, int64_t{1} << 40);
+    r->Int("capacity_mib", &c->capacity_mib);
     if (!r->String("gpu", &c->gpu, kMaxNameLength)) return;
   }
   const auto preset = GpuPreset(c->gpu);
@@ -399,8 +406,8 @@ void ParseServing(MapReader& top, std::optional<ServingConfig>* out) {
   if (!r) return;
   ServingConfig s;
   if (r->ok()) {
-    r->Int("batch", &s.batch, 1, kMaxBatch);
-    r->Int("context", &s.context, 1, kMaxSeqLen);
+    r->Int("batch", &s.batch);
+    r->Int("context", &s.context);
     r->Enum<DType>("kv_dtype", &s.kv_dtype, kDTypes);
     r->Enum<DType>("ssm_dtype", &s.ssm_dtype, kDTypes);
   }
@@ -469,27 +476,8 @@ void ParseRecipe(const YAML::Node& root, Context& ctx, Recipe* recipe) {
   ParseCluster(top, ctx, &recipe->cluster);
   ParseServing(top, &recipe->serving);
   recipe->source = ctx.source();
-  Validate(*recipe, layers_ok, ctx);
-}
-
-/// File order: whole-file problems first, then by line and column; problems
-/// from `--set` overrides after the file's, in command-line order.
-void SortDiagnostics(const SourceMap& source, std::vector<Diagnostic>* ds) {
-  // Position of a diagnostic's override on the command line; -1 for the file.
-  const auto override_index = [&source](const Diagnostic& d) -> int64_t {
-    if (d.file == source.file) return -1;
-    for (size_t i = 0; i < source.overrides.size(); ++i) {
-      if (source.overrides[i].second == d.file) return static_cast<int64_t>(i);
-    }
-    return static_cast<int64_t>(source.overrides.size());
-  };
-  std::stable_sort(ds->begin(), ds->end(), [&](const Diagnostic& a, const Diagnostic& b) {
-    const int64_t a_index = override_index(a);
-    const int64_t b_index = override_index(b);
-    if (a_index != b_index) return a_index < b_index;
-    if (a.mark.line != b.mark.line) return a.mark.line < b.mark.line;
-    return a.mark.column < b.mark.column;
-  });
+  Reporter reporter(ctx.source(), &ctx.diagnostics(), &ctx);
+  Validate(*recipe, layers_ok, reporter);
 }
 
 LoadResult Finish(Context& ctx, std::optional<Recipe> recipe) {
@@ -509,23 +497,40 @@ LoadResult Load(const std::string& yaml, const std::string& file, const std::vec
               fmt::format("the file is {} bytes; recipes are limited to {} bytes (4 MiB)", yaml.size(), kMaxFileBytes));
     return Finish(ctx, std::nullopt);
   }
-  std::vector<YAML::Node> documents;
+  const auto separators = std::count_if(yaml.begin(), yaml.end(), [](char c) {
+    return c == ',' || c == ':' || c == '-' || c == '[' || c == '{' || c == '\n';
+  });
+  if (separators > kMaxSeparators) {
+    ctx.Error("", {}, "",
+              fmt::format("the file has {} YAML separators (',', ':', '-', '[', '{{', newlines); recipes are limited "
+                          "to {}",
+                          separators, kMaxSeparators));
+    return Finish(ctx, std::nullopt);
+  }
+  YAML::Node root;
+  std::optional<YAML::Mark> second_document;
   try {
-    documents = YAML::LoadAll(yaml);
+    root = YAML::Load(yaml);  // the first document only
+    second_document = SecondDocument(yaml);
   } catch (const YAML::ParserException& e) {
     ctx.Error("", Context::ToMark(e.mark), "", fmt::format("not valid YAML: {}", e.msg));
     return Finish(ctx, std::nullopt);
   }
-  if (documents.empty() || documents[0].IsNull()) {
-    ctx.Error("", {}, "", "the recipe is empty; expected a map with keys " + KeyList());
+  if (root.IsNull()) {
+    if (const auto content = FirstContent(yaml)) {
+      // yaml-cpp reads some malformed text (a leading ',') as an empty document.
+      ctx.Error("", Context::ToMark(*content), "",
+                "not a recipe: the document reads as null (malformed YAML?); expected a map with keys " + KeyList());
+    } else {
+      ctx.Error("", {}, "", "the recipe is empty; expected a map with keys " + KeyList());
+    }
     return Finish(ctx, std::nullopt);
   }
-  if (documents.size() > 1) {
-    ctx.Error("", Context::ToMark(documents[1].Mark()), "",
+  if (second_document) {
+    ctx.Error("", Context::ToMark(*second_document), "",
               "a second YAML document; a recipe is one document (remove the '---' separator)");
     return Finish(ctx, std::nullopt);
   }
-  YAML::Node root = documents[0];
   if (!root.IsMap()) {
     ctx.Error("", Context::ToMark(root.Mark()), root.IsScalar() ? root.Scalar().substr(0, 40) : "",
               fmt::format("the top level must be a map with keys {}, got a {}", KeyList(), KindName(root)));

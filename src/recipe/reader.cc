@@ -53,14 +53,20 @@ bool Context::Visit() {
   return visited_ <= kMaxVisitedNodes;
 }
 
+namespace {
+
+/// True when `path` lies strictly under `prefix` ("a.b.c" under "a.b").
+bool IsUnder(const std::string& path, const std::string& prefix) {
+  return path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
+         (path[prefix.size()] == '.' || path[prefix.size()] == '[');
+}
+
+}  // namespace
+
 bool Context::IsBad(const std::string& key_path) const {
-  for (const std::string& bad : bad_keys_) {
-    if (key_path == bad) return true;
-    if (key_path.size() > bad.size() && key_path.compare(0, bad.size(), bad) == 0 && key_path[bad.size()] == '.') {
-      return true;
-    }
-  }
-  return false;
+  return std::any_of(bad_keys_.begin(), bad_keys_.end(), [&key_path](const std::string& bad) {
+    return key_path == bad || IsUnder(key_path, bad) || IsUnder(bad, key_path);
+  });
 }
 
 std::string Context::SourceLine(int line) const {
@@ -156,7 +162,10 @@ MapReader::MapReader(Context& ctx, const YAML::Node& node, std::string path) : c
       continue;
     }
     if (std::find(keys.begin(), keys.end(), name) == keys.end()) {
-      if (const auto close = ClosestName(name, keys)) {
+      if (name == "<<") {
+        ctx_.Error(full, key_mark, "",
+                   "YAML merge keys ('<<') are not supported by the recipe reader; write the keys out");
+      } else if (const auto close = ClosestName(name, keys)) {
         ctx_.Error(full, key_mark, "", fmt::format("unknown key; did you mean '{}'?", *close));
       } else if (const auto home = MapHoldingKey(name, path_)) {
         ctx_.Error(full, key_mark, "",
@@ -201,8 +210,9 @@ std::optional<std::string> MapReader::PlainScalar(const std::string& key, const 
   return node.Scalar();
 }
 
-bool MapReader::Int(const std::string& key, int64_t* out, int64_t min, int64_t max) {
+bool MapReader::Int(const std::string& key, int64_t* out) {
   if (!Has(key)) return true;
+  const auto [min, max] = IntRangeOf(PathOf(key));
   const std::string expected = "an integer in " + RangeText(min, max);
   const auto text = PlainScalar(key, expected);
   if (!text) return false;

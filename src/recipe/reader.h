@@ -50,7 +50,8 @@ class Context {
 
   /// Marks `key_path` as unreadable, so checks that need it are skipped.
   void MarkBad(const std::string& key_path) { bad_keys_.insert(key_path); }
-  /// True when `key_path` or one of its parents could not be read.
+  /// True when `key_path`, one of its parents or anything under it could
+  /// not be read ("model.moe" is bad when "model.moe.top_k" is).
   bool IsBad(const std::string& key_path) const;
 
   /// The line `line` (1-based) of the file, or "".
@@ -58,6 +59,7 @@ class Context {
 
   const std::string& file() const { return source_.file; }
   SourceMap& source() { return source_; }
+  const SourceMap& source() const { return source_; }
   std::vector<Diagnostic>& diagnostics() { return diagnostics_; }
   bool has_errors() const { return HasErrors(diagnostics_); }
 
@@ -94,8 +96,9 @@ class MapReader {
   /// Mark of the value of `key`, or of its key when the value is null.
   SourceMark ValueMark(const std::string& key) const;
 
-  /// Integer in [min, max]. Returns false (and reports) when present but bad.
-  bool Int(const std::string& key, int64_t* out, int64_t min, int64_t max);
+  /// Integer in the schema's range for this key (IntRangeOf). Returns false
+  /// (and reports) when present but bad.
+  bool Int(const std::string& key, int64_t* out);
   /// Finite number in [min, max]; `max_exclusive` makes the upper bound open.
   bool Double(const std::string& key, double* out, double min, double max, bool max_exclusive = false);
   bool Bool(const std::string& key, bool* out);

@@ -9,6 +9,10 @@ namespace preflight::recipe_internal {
 
 inline constexpr int64_t kMaxFileBytes = int64_t{4} << 20;   // 4 MiB of YAML
 inline constexpr int64_t kMaxLayers = 100'000;               // expanded layer list
+/// Separators (',', ':', '-', '[', '{', newlines) allowed before handing text
+/// to yaml-cpp: it needs ~7 s and ~1 GB for a 4 MiB flow list of 2 M items, so
+/// such text is refused up front. A 100,000-layer list needs ~200,000.
+inline constexpr int64_t kMaxSeparators = 400'000;
 inline constexpr int64_t kMaxWidth = int64_t{1} << 24;       // hidden, FFN, recurrent widths, ranks
 inline constexpr int64_t kMaxHeads = int64_t{1} << 20;       // heads, groups, experts
 inline constexpr int64_t kMaxHeadDim = int64_t{1} << 16;     // head_dim, d_state

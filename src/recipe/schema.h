@@ -2,8 +2,10 @@
 // of recipe.h). Every map is read against its set, so typos fail loudly.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace preflight::recipe_internal {
@@ -15,5 +17,14 @@ const std::vector<std::string>& KeysOf(const std::string& path);
 /// The other map of the schema that has a key named exactly `key`, if any
 /// ("hidden" -> "model"), for "belongs in" hints on unknown keys.
 std::optional<std::string> MapHoldingKey(const std::string& key, const std::string& except_path);
+
+/// Valid range of an integer key, both ends inclusive.
+struct IntRange {
+  int64_t min = 0;
+  int64_t max = 0;
+};
+/// The range of the integer key at `path` ("parallel.tp"); the one table both
+/// the parser and ValidateRecipe use. {0, -1} (empty) for unknown paths.
+IntRange IntRangeOf(std::string_view path);
 
 }  // namespace preflight::recipe_internal

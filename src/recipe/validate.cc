@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "recipe_bounds.h"
+#include "schema.h"
 #include "suggest.h"
 
 namespace preflight::recipe_internal {
@@ -21,7 +23,7 @@ std::string Str(int64_t v) { return std::to_string(v); }
 
 class Validator {
  public:
-  Validator(const Recipe& r, Context& ctx) : r_(r), ctx_(ctx), p_(r.parallel) {}
+  Validator(const Recipe& r, Reporter& ctx) : r_(r), ctx_(ctx), p_(r.parallel) {}
 
   void Run(bool layers_ok) {
     if (layers_ok) {
@@ -38,11 +40,15 @@ class Validator {
     }
     CheckSequence();
     if (CheckWorld()) {
-      if (layers_ok && Has(r_.model.layers, BlockKind::kMoe)) CheckExpertMesh();
+      // Always: Megatron builds the expert mesh even without MoE layers and
+      // raises unless world % (expert_tp * ep * pp) == 0 [MG parallel_state.py
+      // initialize_model_parallel]; Recipe::expert_dp() must stay a positive
+      // integer for every caller.
+      CheckExpertMesh();
       if (CheckGlobalBatch()) CheckSchedule(layers_ok);
     }
     if (layers_ok) CheckStageBoundaries();
-    if (!Bad({"parallel.sp", "parallel.tp"}) && ctx_.source().marks.count("parallel.sp") && p_.sp && p_.tp == 1) {
+    if (!Bad({"parallel.sp", "parallel.tp"}) && ctx_.IsWritten("parallel.sp") && p_.sp && p_.tp == 1) {
       ctx_.WarningAt("parallel.sp", "true", "has no effect with parallel.tp = 1 (sequence parallelism splits over TP)");
     }
   }
@@ -231,12 +237,15 @@ class Validator {
     const int64_t dense_ranks = p_.tp * p_.cp * r_.dp();  // = world / pp
     const auto expert = Mul(p_.ep, p_.expert_tp);
     if (expert && dense_ranks % *expert == 0) return;
-    const int64_t etp = p_.expert_tp;
-    ctx_.ErrorAt("parallel.ep", Str(p_.ep),
+    // Blame ep unless only expert_tp was changed from 1.
+    const bool blame_ep = p_.ep > 1 || p_.expert_tp == 1;
+    const int64_t other = blame_ep ? p_.expert_tp : p_.ep;
+    const int64_t value = blame_ep ? p_.ep : p_.expert_tp;
+    ctx_.ErrorAt(blame_ep ? "parallel.ep" : "parallel.expert_tp", Str(value),
                  fmt::format("ep x expert_tp = {} x {} must divide tp x cp x dp = {} (the ranks of one pipeline "
                              "stage, Megatron's MoE folding){}",
-                             p_.ep, etp, dense_ranks,
-                             dense_ranks % etp == 0 ? TryDivisorsOf(dense_ranks / etp, p_.ep) : ""));
+                             p_.ep, p_.expert_tp, dense_ranks,
+                             dense_ranks % other == 0 ? TryDivisorsOf(dense_ranks / other, value) : ""));
   }
 
   bool CheckGlobalBatch() {
@@ -346,12 +355,128 @@ class Validator {
   }
 
   const Recipe& r_;
-  Context& ctx_;
+  Reporter& ctx_;
   const ParallelConfig& p_;
 };
 
 }  // namespace
 
-void Validate(const Recipe& recipe, bool layers_ok, Context& ctx) { Validator(recipe, ctx).Run(layers_ok); }
+void Validate(const Recipe& recipe, bool layers_ok, Reporter& out) { Validator(recipe, out).Run(layers_ok); }
+
+void SortDiagnostics(const SourceMap& source, std::vector<Diagnostic>* ds) {
+  // Position of a diagnostic's override on the command line; -1 for the file.
+  const auto override_index = [&source](const Diagnostic& d) -> int64_t {
+    if (d.file == source.file) return -1;
+    for (size_t i = 0; i < source.overrides.size(); ++i) {
+      if (source.overrides[i].second == d.file) return static_cast<int64_t>(i);
+    }
+    return static_cast<int64_t>(source.overrides.size());
+  };
+  std::stable_sort(ds->begin(), ds->end(), [&](const Diagnostic& a, const Diagnostic& b) {
+    const int64_t a_index = override_index(a);
+    const int64_t b_index = override_index(b);
+    if (a_index != b_index) return a_index < b_index;
+    if (a.mark.line != b.mark.line) return a.mark.line < b.mark.line;
+    return a.mark.column < b.mark.column;
+  });
+}
+
+namespace {
+
+/// The integer fields of a typed recipe with their key paths, for range
+/// checks of recipes built or modified in code.
+std::vector<std::pair<const char*, int64_t>> IntFields(const Recipe& r) {
+  const ModelConfig& m = r.model;
+  std::vector<std::pair<const char*, int64_t>> f = {
+      {"model.hidden", m.hidden},
+      {"model.vocab", m.vocab},
+      {"model.vocab_pad_multiple", m.vocab_pad_multiple},
+      {"model.attention.heads", m.attention.heads},
+      {"model.attention.kv_heads", m.attention.kv_heads},
+      {"model.attention.head_dim", m.attention.head_dim},
+      {"model.mlp.ffn_hidden", m.mlp.ffn_hidden},
+      {"model.moe.experts", m.moe.experts},
+      {"model.moe.top_k", m.moe.top_k},
+      {"model.moe.ffn_hidden", m.moe.ffn_hidden},
+      {"model.moe.shared_experts", m.moe.shared_experts},
+      {"model.moe.shared_ffn_hidden", m.moe.shared_ffn_hidden},
+      {"model.moe.first_k_dense", m.moe.first_k_dense},
+      {"model.moe.layer_freq", m.moe.layer_freq},
+      {"model.moe.layer_offset", m.moe.layer_offset},
+      {"model.mamba.d_state", m.mamba.d_state},
+      {"model.mamba.d_conv", m.mamba.d_conv},
+      {"model.mamba.expand", m.mamba.expand},
+      {"model.mamba.head_dim", m.mamba.head_dim},
+      {"model.mamba.groups", m.mamba.groups},
+      {"model.mamba.chunk", m.mamba.chunk},
+      {"model.recurrent.width", m.recurrent.width},
+      {"model.recurrent.heads", m.recurrent.heads},
+      {"model.recurrent.d_conv", m.recurrent.d_conv},
+      {"training.seq_len", r.training.seq_len},
+      {"training.micro_batch", r.training.micro_batch},
+      {"training.global_batch", r.training.global_batch},
+      {"parallel.tp", r.parallel.tp},
+      {"parallel.cp", r.parallel.cp},
+      {"parallel.pp", r.parallel.pp},
+      {"parallel.vpp", r.parallel.vpp},
+      {"parallel.ep", r.parallel.ep},
+      {"parallel.expert_tp", r.parallel.expert_tp},
+      {"parallel.zero", r.parallel.zero},
+      {"cluster.nodes", r.cluster.nodes},
+      {"cluster.gpus_per_node", r.cluster.gpus_per_node},
+      {"cluster.capacity_mib", r.cluster.capacity_mib},
+  };
+  if (m.mla) {
+    f.insert(f.end(), {{"model.mla.heads", m.mla->heads},
+                       {"model.mla.q_lora_rank", m.mla->q_lora_rank},
+                       {"model.mla.kv_lora_rank", m.mla->kv_lora_rank},
+                       {"model.mla.qk_rope_head_dim", m.mla->qk_rope_head_dim},
+                       {"model.mla.qk_nope_head_dim", m.mla->qk_nope_head_dim},
+                       {"model.mla.v_head_dim", m.mla->v_head_dim}});
+  }
+  if (r.serving) {
+    f.insert(f.end(), {{"serving.batch", r.serving->batch}, {"serving.context", r.serving->context}});
+  }
+  return f;
+}
+
+/// Range checks; true when every integer is inside its schema range.
+bool CheckRanges(const Recipe& r, Reporter& out) {
+  bool ok = true;
+  for (const auto& [path, value] : IntFields(r)) {
+    const IntRange range = IntRangeOf(path);
+    if (value >= range.min && value <= range.max) continue;
+    ok = false;
+    out.ErrorAt(path, std::to_string(value), fmt::format("out of range; valid range is [{}, {}]", range.min, range.max));
+  }
+  if (ok && r.model.moe.layer_offset >= r.model.moe.layer_freq) {
+    ok = false;
+    out.ErrorAt("model.moe.layer_offset", std::to_string(r.model.moe.layer_offset),
+                fmt::format("must be less than model.moe.layer_freq ({})", r.model.moe.layer_freq));
+  }
+  return ok;
+}
+
+}  // namespace
 
 }  // namespace preflight::recipe_internal
+
+namespace preflight {
+
+std::vector<Diagnostic> ValidateRecipe(const Recipe& recipe) {
+  std::vector<Diagnostic> out;
+  recipe_internal::Reporter reporter(recipe.source, &out, nullptr);
+  if (recipe_internal::CheckRanges(recipe, reporter)) {
+    const auto& layers = recipe.model.layers;
+    const bool layers_ok = !layers.empty() && static_cast<int64_t>(layers.size()) <= recipe_internal::kMaxLayers;
+    if (!layers_ok) {
+      reporter.ErrorAt("model.layers", std::to_string(layers.size()),
+                       fmt::format("the layer list must have 1 to {} layers", recipe_internal::kMaxLayers));
+    }
+    recipe_internal::Validate(recipe, layers_ok, reporter);
+  }
+  recipe_internal::SortDiagnostics(recipe.source, &out);
+  return out;
+}
+
+}  // namespace preflight
