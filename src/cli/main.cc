@@ -27,6 +27,10 @@ const std::vector<Verb> kVerbs = {
      preflight::cli::SetupDiff},
     {"import", "Write a recipe from a model's published config: import hf CONFIG.json (exit 0 / 2)",
      preflight::cli::SetupImport},
+    {"simulate",
+     "Run a scaled copy on simulated ranks; numerics vs unsharded, bytes vs plan, memory vs fit "
+     "(exit 0 agree, 1 disagree, 2 bad input)",
+     preflight::cli::SetupSimulate},
 };
 
 }  // namespace

@@ -1,0 +1,181 @@
+// The reference executor (DESIGN.md "simulator/"): runs a scaled copy of a
+// recipe's blocks on simulated ranks inside one process and reports what it
+// measured. Plain structs only; Eigen stays inside preflight_simulator.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "preflight/recipe.h"
+
+namespace preflight {
+
+/// Which part of a training step issued a collective.
+enum class SimPass { kForward = 0, kBackward = 1, kOptimizer = 2 };
+const char* Name(SimPass p);
+
+/// Collective kinds of the simulated runtime (NCCL's set).
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSend, kRecv };
+const char* Name(CollectiveKind k);
+
+/// Bytes one rank moved for one (axis, kind, pass) bucket, counted from the
+/// copies the simulated ring/direct algorithms made, in the modeled dtype.
+struct CommCount {
+  std::string axis;  // "tp", "ep", "etp", "edp", "pp", ...
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  SimPass pass = SimPass::kForward;
+  /// What issued it, in the planner's vocabulary: "attention", "mlp",
+  /// "moe_shared_expert", "moe_dispatch", "moe_combine", "moe_counts",
+  /// "moe_experts", "embedding", "head", "loss", "replicated_grads", "expert_grads".
+  std::string what;
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+};
+
+/// Memory categories the executor tags every buffer with. Bytes are counted
+/// in the modeled dtype (bf16 = 2 B/element) although the math runs in fp64.
+enum class SimCategory : int {
+  kReplicatedParams = 0,
+  kTpShardedParams,
+  kEpShardedParams,
+  kGradients,
+  kOptimizer,
+  kActivations,     // saved for backward
+  kRoutingScratch,  // MoE routing/dispatch/combine buffers
+  kTemporaries,     // other named buffers a block materialises (gathered inputs, projections,
+                    // partial outputs); Eigen's expression temporaries are not counted
+};
+inline constexpr int kNumSimCategories = 8;
+const char* Key(SimCategory c);
+
+struct RankMeasurement {
+  int rank = 0;
+  std::vector<CommCount> comm;                         // sorted by (axis, kind, pass, what)
+  std::array<int64_t, kNumSimCategories> peak_bytes{};  // per category
+  std::array<int64_t, kNumSimCategories> final_bytes{};  // live at the end of the step
+  int64_t peak_total_bytes = 0;                         // peak of the sum over categories
+  /// Activation bytes by owner ("A", "D", "E", "ends") at the activation peak.
+  std::map<std::string, int64_t> activations_at_peak;
+};
+
+/// Numerics scalar for the run.
+enum class SimPrecision { kFp64, kFp32 };
+
+struct SimOptions {
+  SimPrecision precision = SimPrecision::kFp64;
+  uint64_t seed = 1234;
+  /// Scale for initial weights (std of the uniform init) and inputs.
+  double init_scale = 0.5;
+};
+
+/// Error of one compared quantity: max |a-b| and max |a-b| / max(|a|,|b|) over
+/// elements (relative to the largest magnitude of the reference tensor).
+struct ErrorStat {
+  std::string name;
+  int64_t elements = 0;
+  double max_abs = 0.0;
+  double max_rel = 0.0;  // max_abs / max(max |reference|, tiny)
+};
+
+struct SimulationReport {
+  std::string recipe_name;
+  int64_t ranks = 0;
+  double loss_sharded = 0.0;
+  double loss_reference = 0.0;
+  ErrorStat loss;
+  ErrorStat output;                    // the final hidden state (after the last block)
+  std::vector<ErrorStat> gradients;    // every parameter, gathered from the shards
+  ErrorStat worst_gradient;
+  std::vector<RankMeasurement> per_rank;
+  int64_t dropped_pairs = 0;           // token-expert pairs dropped by capacity, all E layers, all ranks
+  int64_t dropped_pairs_reference = 0; // the same count in the unsharded reference
+  double flops = 0.0;                  // multiply-adds x2 of the sharded run's matmuls, all ranks
+};
+
+/// Numerics tolerance of MATH.md 8: max relative error 1e-10 in fp64, 1e-5 in
+/// fp32, for the loss, the output and every gradient (relative to the largest
+/// magnitude of the reference tensor).
+struct NumericsTolerance {
+  double values = 1e-10;
+  double gradients = 1e-10;
+};
+NumericsTolerance ToleranceFor(SimPrecision p);
+/// True when loss, output and every gradient are within `tol`.
+bool NumericsAgree(const SimulationReport& report, const NumericsTolerance& tol);
+
+/// One bucket of counted bytes beside the model's figure (GUIDE.md 6).
+struct CommAgreement {
+  std::string axis, kind, pass, what;
+  int64_t calls = 0;          // measured, on the rank
+  int64_t measured_sent = 0;  // bytes the simulated rank put on the wire
+  int64_t modeled_sent = 0;   // the planner's figure for the same rank
+  bool in_model = true;       // the planner has this bucket
+  bool in_run = true;         // the simulator issued this bucket
+  bool exact = true;          // the model claims this exactly (else: routing-dependent, informational)
+  bool agrees = true;
+};
+
+/// One memory category: measured peak beside the estimator's figure.
+struct MemoryAgreement {
+  std::string category;
+  int64_t measured = 0;   // peak bytes, worst simulated rank
+  int64_t modeled = 0;    // estimator, modeled bytes
+  double tolerance = 0;   // allowed |measured - modeled| / modeled
+  bool agrees = true;
+  std::string note;
+};
+
+struct SimComparison {
+  bool numerics_ok = false;
+  NumericsTolerance tolerance;
+  int64_t compared_rank = 0;
+  std::vector<CommAgreement> comm;      // empty when no model to compare with
+  std::vector<MemoryAgreement> memory;  // empty when no model to compare with
+  std::vector<std::string> notes;       // what was not compared, and why
+  bool comm_ok() const;
+  bool memory_ok() const;
+  bool agrees() const { return numerics_ok && comm_ok() && memory_ok(); }
+};
+
+/// Compares `report` (a run of `scaled`) on simulated rank `rank` with the
+/// planner's per-collective breakdown and the estimator's memory figures for
+/// the same scaled recipe. Exactness and tolerances: see simulator/compare.cc.
+SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision,
+                                int64_t rank);
+
+/// Thrown for input the executor cannot run (a block family it does not
+/// implement yet, a layout with pp/cp/dp > 1, ...). The message says why.
+class SimUnsupported : public std::runtime_error {
+ public:
+  explicit SimUnsupported(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// Runs one forward + backward of `recipe` (already scaled) on
+/// tp (= world) simulated ranks and on one unsharded rank and compares them.
+/// Throws SimUnsupported for layouts outside part 1 (pp = cp = dp = 1; blocks A, D, E).
+SimulationReport Simulate(const Recipe& recipe, const SimOptions& options = {});
+
+/// How to shrink a recipe for simulation.
+struct ScaleOptions {
+  int64_t hidden = 32;
+  int64_t head_dim = 8;
+  int64_t ffn_hidden = 32;     // dense MLP
+  int64_t moe_ffn_hidden = 16; // per routed expert (and per shared expert)
+  int64_t vocab = 64;
+  int64_t seq_len = 16;
+  int64_t repeat = 1;          // pattern repeats
+};
+
+/// A scaled copy of `recipe`: same pattern (repeated `repeat` times), same
+/// heads, kv_heads, experts, top_k, capacity factor and TP/SP/EP/expert-TP
+/// degrees; hidden, head_dim, ffn, vocab, seq_len shrunk; one node of
+/// tp GPUs (pp = cp = dp = 1), micro_batch 1, recompute none.
+Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& scale);
+
+}  // namespace preflight

@@ -1,0 +1,187 @@
+// Blocks of the reference executor, forward and hand-written backward
+// (MATH.md 8), sharded as the inventory says (MATH.md 8.3). One object per
+// rank and layer; it keeps exactly the tensors its backward reads, tagged as
+// activations, and frees them in backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor.h"
+#include "world.h"
+
+namespace preflight::sim {
+
+/// Model sizes of the (scaled) recipe.
+struct Dims {
+  int64_t hidden = 0;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t ffn = 0;                      // dense MLP
+  int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
+  double capacity_factor = 1.0;
+  bool dropless = true;
+  bool pad_to_capacity = false;
+  int64_t vocab = 0;                    // padded
+  int64_t seq = 0, batch = 1;           // tokens = seq * batch, row = pos * batch + b
+  double norm_eps = 1e-5;
+  double rope_base = 10000.0;
+  int64_t tokens() const { return seq * batch; }
+};
+
+/// Modeled bytes per element (MATH.md 0): activations, parameters, gradients.
+struct ModeledBytes {
+  int64_t activation = 2;
+  int64_t param = 2;
+  int64_t grad = 4;
+};
+
+/// What one rank knows about its place in the layout and its groups. Groups
+/// of size 1 issue no collective.
+struct Ctx {
+  Rank* rank = nullptr;
+  const Group* tp = nullptr;
+  const Group* ep = nullptr;
+  const Group* etp = nullptr;
+  const Group* edp = nullptr;
+  int tp_rank = 0, tp_size = 1;
+  int ep_rank = 0, ep_size = 1;
+  int etp_rank = 0, etp_size = 1;
+  bool sp = false;           // sequence parallel in effect (tp > 1)
+  int64_t router_groups = 1; // capacity groups among this rank's local tokens (MATH.md 8.3 (3))
+  ModeledBytes bytes;
+  int64_t dropped_pairs = 0;
+  MemoryTracker* mem() const { return &rank->memory(); }
+};
+
+/// How a parameter is split (global shape rows x cols).
+enum class ShardKind {
+  kReplicated,     // REP
+  kColumns,        // TP column-parallel: cols / tp
+  kRows,           // TP row-parallel or vocab rows: rows / tp
+  kExpertColumns,  // routed expert, cols / expert_tp
+  kExpertRows,     // routed expert, rows / expert_tp
+};
+
+template <class T>
+struct Param {
+  std::string name;
+  int64_t rows = 0, cols = 0;  // global shape
+  ShardKind shard = ShardKind::kReplicated;
+  int64_t expert = -1;         // global expert id for routed experts
+  Tensor<T> value;
+  Tensor<T> grad;
+};
+
+enum class Init { kMatrix, kNormWeight };
+
+/// Deterministic global value of a parameter: the same on every rank, so a
+/// shard is a slice of the tensor the unsharded reference holds.
+Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Init init, uint64_t seed,
+                        double scale);
+
+/// Creates this rank's shard of a parameter and its zeroed gradient.
+template <class T>
+std::unique_ptr<Param<T>> MakeParam(const Ctx& ctx, const std::string& name, int64_t rows, int64_t cols,
+                                    ShardKind shard, Init init, uint64_t seed, double scale, int64_t expert = -1);
+
+/// 2 x m x n x k FLOPs of a matrix product, charged to the rank.
+template <class T>
+Mat<T> MatMul(Ctx& ctx, const Mat<T>& a, const Mat<T>& b);
+template <class T>
+Mat<T> MatMulTransB(Ctx& ctx, const Mat<T>& a, const Mat<T>& b);  // a * b^T
+template <class T>
+Mat<T> MatMulTransA(Ctx& ctx, const Mat<T>& a, const Mat<T>& b);  // a^T * b
+
+// The conjugate TP operators (MATH.md 8.3). `local` has this rank's rows under
+// SP; `full` has every token.
+template <class T>
+Mat<T> CopyToTpForward(Ctx& ctx, const Mat<T>& local);      // f: identity, or AG with SP
+template <class T>
+Mat<T> CopyToTpBackward(Ctx& ctx, const Mat<T>& dfull);     // f': AR, or RS with SP
+template <class T>
+Mat<T> ReduceFromTpForward(Ctx& ctx, const Mat<T>& partial); // g: AR, or RS with SP
+template <class T>
+Mat<T> ReduceFromTpBackward(Ctx& ctx, const Mat<T>& dlocal); // g': identity, or AG with SP
+
+/// RMSNorm y = x * rstd * w, rstd = (mean x^2 + eps)^-1/2 per row.
+template <class T>
+Mat<T> RmsNormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* rstd);
+/// Returns dx; adds into dw.
+template <class T>
+Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, const Mat<T>& w, Mat<T>* dw);
+
+/// SwiGLU z = silu(a) * u and its backward (MATH.md 8.1).
+template <class T>
+Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u);
+template <class T>
+void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du);
+
+/// A layer of the stack: x <- x + F(RMSNorm(x)) on this rank's rows.
+template <class T>
+class Block {
+ public:
+  virtual ~Block() = default;
+  virtual Mat<T> Forward(Ctx& ctx, const Mat<T>& x) = 0;
+  virtual Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) = 0;
+  std::vector<Param<T>*> params() {
+    std::vector<Param<T>*> out;
+    for (auto& p : params_) out.push_back(p.get());
+    return out;
+  }
+
+ protected:
+  Param<T>& Add(std::unique_ptr<Param<T>> p) {
+    params_.push_back(std::move(p));
+    return *params_.back();
+  }
+  std::vector<std::unique_ptr<Param<T>>> params_;
+};
+
+/// Creates the block for pattern letter `letter` ('A', 'D', 'E') of layer `layer`.
+template <class T>
+std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
+                                    double scale);
+
+template <class T>
+std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
+                                         double scale);
+template <class T>
+std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
+
+/// Vocab-parallel embedding (MATH.md 8.3): lookup of own rows, then g.
+template <class T>
+class Embedding {
+ public:
+  Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale);
+  Mat<T> Forward(Ctx& ctx, const std::vector<int64_t>& ids);
+  void Backward(Ctx& ctx, const Mat<T>& dx);
+  Param<T>& weight() { return *weight_; }
+
+ private:
+  Dims d_;
+  std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
+  IndexTensor ids_;
+};
+
+/// Final RMSNorm, column-parallel head over the vocabulary, vocab-parallel
+/// cross-entropy (mean over tokens).
+template <class T>
+class Head {
+ public:
+  Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale);
+  /// Returns the mean loss over all tokens (the same on every TP rank).
+  double Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets);
+  Mat<T> Backward(Ctx& ctx);
+  std::vector<Param<T>*> params() { return {norm_.get(), weight_.get()}; }
+
+ private:
+  Dims d_;
+  std::unique_ptr<Param<T>> norm_;    // [1, hidden] REP
+  std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
+  Tensor<T> x_, n_, rstd_, softmax_;
+  std::vector<int64_t> targets_;
+};
+
+}  // namespace preflight::sim

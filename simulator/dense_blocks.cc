@@ -1,0 +1,309 @@
+// A (GQA attention with RoPE and a causal mask) and D (SwiGLU MLP), forward and
+// backward, tensor- and sequence-parallel as Megatron (MATH.md 8.1-8.3).
+#include <cmath>
+#include <limits>
+
+#include "blocks.h"
+
+namespace preflight::sim {
+namespace {
+
+template <class T>
+T Sigmoid(T a) {
+  return T(1) / (T(1) + std::exp(-a));
+}
+
+/// Rotates each head of `m` (rows = tokens, head_dim columns per head) by
+/// +angle (sign = 1) or -angle (sign = -1): rotate-half RoPE, MATH.md 8.1.
+template <class T>
+void Rope(Mat<T>* m, int64_t heads, const Dims& d, int sign) {
+  const int64_t half = d.head_dim / 2;
+  for (int64_t row = 0; row < m->rows(); ++row) {
+    const double pos = static_cast<double>(row / d.batch);
+    for (int64_t i = 0; i < half; ++i) {
+      const double theta = std::pow(d.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(d.head_dim));
+      const T c = T(std::cos(pos * theta));
+      const T s = T(sign * std::sin(pos * theta));
+      for (int64_t h = 0; h < heads; ++h) {
+        T& a = (*m)(row, h * d.head_dim + i);
+        T& b = (*m)(row, h * d.head_dim + i + half);
+        const T a0 = a, b0 = b;
+        a = a0 * c - b0 * s;
+        b = b0 * c + a0 * s;
+      }
+    }
+  }
+}
+
+template <class T>
+class AttentionBlock final : public Block<T> {
+ public:
+  AttentionBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : d_(d) {
+    const std::string p = "layers." + std::to_string(layer) + ".";
+    const int64_t h = d.hidden;
+    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    // QKV columns are interleaved per KV group, [q heads of the group | k | v],
+    // so a column split hands each rank whole groups (MATH.md 1.2).
+    qkv_ = &this->Add(MakeParam<T>(ctx, p + "attention.qkv.weight", h, (d.heads + 2 * d.kv_heads) * d.head_dim,
+                                   ShardKind::kColumns, Init::kMatrix, seed, scale / std::sqrt(double(h))));
+    out_ = &this->Add(MakeParam<T>(ctx, p + "attention.out.weight", d.heads * d.head_dim, h, ShardKind::kRows,
+                                   Init::kMatrix, seed, scale / std::sqrt(double(d.heads * d.head_dim))));
+    kv_local_ = d.kv_heads / ctx.tp_size;
+    q_local_ = d.heads / ctx.tp_size;
+  }
+
+  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+    ctx.rank->set_what("attention");
+    const SimCategory act = SimCategory::kActivations;
+    const int64_t ab = ctx.bytes.activation;
+    x_ = Tensor<T>(ctx.mem(), act, ab, x);
+    Mat<T> rstd;
+    n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
+    rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    Tensor<T> qkv(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, n_full.m, qkv_->value.m));
+    n_full.Release();
+    Mat<T> q, k, v;
+    Split(qkv.m, &q, &k, &v);
+    qkv.Release();
+    Rope(&q, q_local_, d_, 1);
+    Rope(&k, kv_local_, d_, 1);
+    Mat<T> o(q.rows(), q.cols()), lse(q.rows(), q_local_);
+    CoreForward(ctx, q, k, v, &o, &lse);
+    q_ = Tensor<T>(ctx.mem(), act, ab, std::move(q));
+    k_ = Tensor<T>(ctx.mem(), act, ab, std::move(k));
+    v_ = Tensor<T>(ctx.mem(), act, ab, std::move(v));
+    o_ = Tensor<T>(ctx.mem(), act, ab, std::move(o));
+    lse_ = Tensor<T>(ctx.mem(), act, 4, std::move(lse));
+    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, o_.m, out_->value.m));
+    return x + ReduceFromTpForward(ctx, partial.m);
+  }
+
+  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+    ctx.rank->set_what("attention");
+    const int64_t ab = ctx.bytes.activation;
+    Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
+    out_->grad.m += MatMulTransA(ctx, o_.m, dy_full.m);
+    Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
+    dy_full.Release();
+    Mat<T> dq, dk, dv;
+    CoreBackward(ctx, dout, &dq, &dk, &dv);
+    Rope(&dq, q_local_, d_, -1);
+    Rope(&dk, kv_local_, d_, -1);
+    Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
+    // With SP the saved norm output is this rank's rows; re-gather it for the
+    // weight gradient (Megatron's saved-sharded-input path, MATH.md 7.2).
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    qkv_->grad.m += MatMulTransA(ctx, n_full.m, dqkv.m);
+    n_full.Release();
+    const Mat<T> dn = CopyToTpBackward(ctx, MatMulTransB(ctx, dqkv.m, qkv_->value.m));
+    dqkv.Release();
+    Mat<T> dx = dy + RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
+    for (Tensor<T>* t : {&x_, &n_, &rstd_, &q_, &k_, &v_, &o_, &lse_}) t->Release();
+    return dx;
+  }
+
+ private:
+  int64_t Rep() const { return d_.heads / d_.kv_heads; }
+
+  void Split(const Mat<T>& qkv, Mat<T>* q, Mat<T>* k, Mat<T>* v) const {
+    const int64_t dh = d_.head_dim, rep = Rep(), group = (rep + 2) * dh;
+    q->resize(qkv.rows(), q_local_ * dh);
+    k->resize(qkv.rows(), kv_local_ * dh);
+    v->resize(qkv.rows(), kv_local_ * dh);
+    for (int64_t g = 0; g < kv_local_; ++g) {
+      q->middleCols(g * rep * dh, rep * dh) = qkv.middleCols(g * group, rep * dh);
+      k->middleCols(g * dh, dh) = qkv.middleCols(g * group + rep * dh, dh);
+      v->middleCols(g * dh, dh) = qkv.middleCols(g * group + (rep + 1) * dh, dh);
+    }
+  }
+
+  Mat<T> Join(const Mat<T>& q, const Mat<T>& k, const Mat<T>& v) const {
+    const int64_t dh = d_.head_dim, rep = Rep(), group = (rep + 2) * dh;
+    Mat<T> qkv(q.rows(), kv_local_ * group);
+    for (int64_t g = 0; g < kv_local_; ++g) {
+      qkv.middleCols(g * group, rep * dh) = q.middleCols(g * rep * dh, rep * dh);
+      qkv.middleCols(g * group + rep * dh, dh) = k.middleCols(g * dh, dh);
+      qkv.middleCols(g * group + (rep + 1) * dh, dh) = v.middleCols(g * dh, dh);
+    }
+    return qkv;
+  }
+
+  /// Rows of batch element `b` of head `h` (columns h*dh..).
+  Mat<T> Take(const Mat<T>& m, int64_t b, int64_t h) const {
+    Mat<T> out(d_.seq, d_.head_dim);
+    for (int64_t s = 0; s < d_.seq; ++s) out.row(s) = m.row(s * d_.batch + b).segment(h * d_.head_dim, d_.head_dim);
+    return out;
+  }
+  void Put(Mat<T>* m, int64_t b, int64_t h, const Mat<T>& part, bool add) const {
+    for (int64_t s = 0; s < d_.seq; ++s) {
+      auto dst = m->row(s * d_.batch + b).segment(h * d_.head_dim, d_.head_dim);
+      if (add) {
+        dst += part.row(s);
+      } else {
+        dst = part.row(s);
+      }
+    }
+  }
+
+  /// Causal softmax probabilities of one head; lse per query row.
+  Mat<T> Probs(Ctx& ctx, const Mat<T>& qh, const Mat<T>& kh, Mat<T>* lse) const {
+    const T inv = T(1) / std::sqrt(T(d_.head_dim));
+    Mat<T> s = MatMulTransB(ctx, qh, kh) * inv;
+    lse->resize(s.rows(), 1);
+    for (int64_t a = 0; a < s.rows(); ++a) {
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t b = 0; b <= a; ++b) mx = std::max(mx, s(a, b));
+      T sum = 0;
+      for (int64_t b = 0; b <= a; ++b) sum += std::exp(s(a, b) - mx);
+      (*lse)(a, 0) = mx + std::log(sum);
+      for (int64_t b = 0; b < s.cols(); ++b) s(a, b) = b <= a ? std::exp(s(a, b) - (*lse)(a, 0)) : T(0);
+    }
+    return s;
+  }
+
+  void CoreForward(Ctx& ctx, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, Mat<T>* o, Mat<T>* lse) const {
+    for (int64_t b = 0; b < d_.batch; ++b) {
+      for (int64_t h = 0; h < q_local_; ++h) {
+        const int64_t g = h / Rep();
+        Mat<T> l;
+        const Mat<T> p = Probs(ctx, Take(q, b, h), Take(k, b, g), &l);
+        Put(o, b, h, MatMul(ctx, p, Take(v, b, g)), false);
+        for (int64_t s = 0; s < d_.seq; ++s) (*lse)(s * d_.batch + b, h) = l(s, 0);
+      }
+    }
+  }
+
+  /// Flash-style backward: P is recomputed from the saved q, k (MATH.md 8.1).
+  void CoreBackward(Ctx& ctx, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) const {
+    const T inv = T(1) / std::sqrt(T(d_.head_dim));
+    *dq = Mat<T>::Zero(q_.m.rows(), q_.m.cols());
+    *dk = Mat<T>::Zero(k_.m.rows(), k_.m.cols());
+    *dv = Mat<T>::Zero(v_.m.rows(), v_.m.cols());
+    for (int64_t b = 0; b < d_.batch; ++b) {
+      for (int64_t h = 0; h < q_local_; ++h) {
+        const int64_t g = h / Rep();
+        const Mat<T> qh = Take(q_.m, b, h), kh = Take(k_.m, b, g), vh = Take(v_.m, b, g);
+        const Mat<T> oh = Take(o_.m, b, h), doh = Take(dout, b, h);
+        Mat<T> l;
+        const Mat<T> p = Probs(ctx, qh, kh, &l);
+        const Mat<T> dp = MatMulTransB(ctx, doh, vh);
+        Mat<T> ds(p.rows(), p.cols());
+        for (int64_t a = 0; a < p.rows(); ++a) {
+          const T delta = doh.row(a).dot(oh.row(a));
+          ds.row(a) = p.row(a).cwiseProduct((dp.row(a).array() - delta).matrix());
+        }
+        Put(dq, b, h, MatMul(ctx, ds, kh) * inv, true);
+        Put(dk, b, g, MatMulTransA(ctx, ds, qh) * inv, true);  // summed over the group's query heads
+        Put(dv, b, g, MatMulTransA(ctx, p, doh), true);
+      }
+    }
+  }
+
+  Dims d_;
+  int64_t q_local_ = 0, kv_local_ = 0;
+  Param<T>* norm_ = nullptr;
+  Param<T>* qkv_ = nullptr;
+  Param<T>* out_ = nullptr;
+  Tensor<T> x_, n_, rstd_, q_, k_, v_, o_, lse_;
+};
+
+template <class T>
+class MlpBlock final : public Block<T> {
+ public:
+  MlpBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) {
+    const std::string p = "layers." + std::to_string(layer) + ".";
+    const int64_t h = d.hidden;
+    eps_ = d.norm_eps;
+    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    gate_ = &this->Add(MakeParam<T>(ctx, p + "mlp.gate.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix, seed,
+                                    scale / std::sqrt(double(h))));
+    up_ = &this->Add(MakeParam<T>(ctx, p + "mlp.up.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix, seed,
+                                  scale / std::sqrt(double(h))));
+    down_ = &this->Add(MakeParam<T>(ctx, p + "mlp.down.weight", d.ffn, h, ShardKind::kRows, Init::kMatrix, seed,
+                                    scale / std::sqrt(double(d.ffn))));
+  }
+
+  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+    ctx.rank->set_what("mlp");
+    const int64_t ab = ctx.bytes.activation;
+    const SimCategory act = SimCategory::kActivations;
+    x_ = Tensor<T>(ctx.mem(), act, ab, x);
+    Mat<T> rstd;
+    n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, eps_, &rstd));
+    rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    a_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
+    u_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    n_full.Release();
+    z_ = Tensor<T>(ctx.mem(), act, ab, SwiGlu(a_.m, u_.m));
+    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, z_.m, down_->value.m));
+    return x + ReduceFromTpForward(ctx, partial.m);
+  }
+
+  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+    ctx.rank->set_what("mlp");
+    const int64_t ab = ctx.bytes.activation;
+    Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
+    down_->grad.m += MatMulTransA(ctx, z_.m, dy_full.m);
+    const Mat<T> dz = MatMulTransB(ctx, dy_full.m, down_->value.m);
+    dy_full.Release();
+    Mat<T> da, du;
+    SwiGluBackward(dz, a_.m, u_.m, &da, &du);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
+    up_->grad.m += MatMulTransA(ctx, n_full.m, du);
+    n_full.Release();
+    const Mat<T> dn = CopyToTpBackward(ctx, Mat<T>(MatMulTransB(ctx, da, gate_->value.m) + MatMulTransB(ctx, du, up_->value.m)));
+    Mat<T> dx = dy + RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
+    for (Tensor<T>* t : {&x_, &n_, &rstd_, &a_, &u_, &z_}) t->Release();
+    return dx;
+  }
+
+ private:
+  double eps_ = 1e-5;
+  Param<T>* norm_ = nullptr;
+  Param<T>* gate_ = nullptr;
+  Param<T>* up_ = nullptr;
+  Param<T>* down_ = nullptr;
+  Tensor<T> x_, n_, rstd_, a_, u_, z_;
+};
+
+}  // namespace
+
+template <class T>
+Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u) {
+  Mat<T> z(a.rows(), a.cols());
+  for (int64_t i = 0; i < a.size(); ++i) z.data()[i] = a.data()[i] * Sigmoid(a.data()[i]) * u.data()[i];
+  return z;
+}
+
+template <class T>
+void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du) {
+  // silu'(a) = s(a)(1 + a(1 - s(a))) (MATH.md 8.1).
+  da->resize(a.rows(), a.cols());
+  du->resize(a.rows(), a.cols());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const T x = a.data()[i], s = Sigmoid(x);
+    du->data()[i] = dz.data()[i] * x * s;
+    da->data()[i] = dz.data()[i] * u.data()[i] * s * (T(1) + x * (T(1) - s));
+  }
+}
+
+template <class T>
+std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
+                                         double scale) {
+  if (letter == 'A') return std::make_unique<AttentionBlock<T>>(ctx, d, layer, seed, scale);
+  return std::make_unique<MlpBlock<T>>(ctx, d, layer, seed, scale);
+}
+
+template Mat<double> SwiGlu<double>(const Mat<double>&, const Mat<double>&);
+template Mat<float> SwiGlu<float>(const Mat<float>&, const Mat<float>&);
+template void SwiGluBackward<double>(const Mat<double>&, const Mat<double>&, const Mat<double>&, Mat<double>*,
+                                     Mat<double>*);
+template void SwiGluBackward<float>(const Mat<float>&, const Mat<float>&, const Mat<float>&, Mat<float>*,
+                                    Mat<float>*);
+template std::unique_ptr<Block<double>> MakeDenseBlock<double>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
+template std::unique_ptr<Block<float>> MakeDenseBlock<float>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
+
+}  // namespace preflight::sim

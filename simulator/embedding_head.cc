@@ -1,0 +1,126 @@
+// Vocab-parallel embedding, and the final norm + column-parallel head +
+// vocab-parallel cross-entropy (MATH.md 8.3, Megatron cross_entropy.py).
+#include <cmath>
+#include <limits>
+
+#include "blocks.h"
+
+namespace preflight::sim {
+
+template <class T>
+Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : d_(d) {
+  weight_ = MakeParam<T>(ctx, "embedding.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed, scale);
+}
+
+template <class T>
+Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
+  // Token ids stay alive for the backward (int64, MATH.md 3.4).
+  ctx.rank->set_what("embedding");
+  ids_ = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
+  const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
+  Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation,
+                    Mat<T>::Zero(static_cast<int64_t>(ids.size()), d_.hidden));
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const int64_t local = ids[t] - first;
+    if (local >= 0 && local < rows) partial.m.row(static_cast<int64_t>(t)) = weight_->value.m.row(local);
+  }
+  return ReduceFromTpForward(ctx, partial.m);
+}
+
+template <class T>
+void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
+  ctx.rank->set_what("embedding");
+  const Mat<T> dfull = ReduceFromTpBackward(ctx, dx);
+  const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
+  for (size_t t = 0; t < ids_.v.size(); ++t) {
+    const int64_t local = ids_.v[t] - first;
+    if (local >= 0 && local < rows) weight_->grad.m.row(local) += dfull.row(static_cast<int64_t>(t));
+  }
+  ids_ = IndexTensor();
+}
+
+template <class T>
+Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : d_(d) {
+  norm_ = MakeParam<T>(ctx, "final_norm.weight", 1, d.hidden, ShardKind::kReplicated, Init::kNormWeight, seed, scale);
+  weight_ = MakeParam<T>(ctx, "head.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed,
+                         scale / std::sqrt(double(d.hidden)));
+}
+
+template <class T>
+double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets) {
+  const SimCategory act = SimCategory::kActivations;
+  const int64_t ab = ctx.bytes.activation;
+  ctx.rank->set_what("head");
+  targets_ = targets;
+  x_ = Tensor<T>(ctx.mem(), act, ab, x);
+  Mat<T> rstd;
+  n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
+  rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
+  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+  Tensor<T> logits(ctx.mem(), SimCategory::kTemporaries, ab, MatMulTransB(ctx, n_full.m, weight_->value.m));
+  n_full.Release();
+  const int64_t tokens = logits.m.rows(), cols = logits.m.cols(), first = ctx.tp_rank * cols;
+  // Three fp32 all-reduces over TP: max, sum of exp, target logit (0 off-shard).
+  std::vector<T> mx(static_cast<size_t>(tokens)), sum(static_cast<size_t>(tokens)), target(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) mx[static_cast<size_t>(t)] = logits.m.row(t).maxCoeff();
+  ctx.rank->set_what("loss");
+  if (ctx.tp_size > 1) ctx.rank->AllReduce(*ctx.tp, mx.data(), tokens, 4, ReduceOp::kMax);
+  Mat<T> e(tokens, cols);
+  for (int64_t t = 0; t < tokens; ++t) {
+    e.row(t) = (logits.m.row(t).array() - mx[static_cast<size_t>(t)]).exp().matrix();
+    sum[static_cast<size_t>(t)] = e.row(t).sum();
+    const int64_t local = targets[static_cast<size_t>(t)] - first;
+    target[static_cast<size_t>(t)] = local >= 0 && local < cols ? logits.m(t, local) : T(0);
+  }
+  if (ctx.tp_size > 1) {
+    ctx.rank->AllReduce(*ctx.tp, sum.data(), tokens, 4);
+    ctx.rank->AllReduce(*ctx.tp, target.data(), tokens, 4);
+  }
+  double loss = 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const size_t i = static_cast<size_t>(t);
+    e.row(t) /= sum[i];
+    loss += static_cast<double>(std::log(sum[i]) + mx[i] - target[i]);
+  }
+  softmax_ = Tensor<T>(ctx.mem(), act, 4, std::move(e));  // fp32 softmax kept for the backward
+  return loss / static_cast<double>(tokens);
+}
+
+template <class T>
+Mat<T> Head<T>::Backward(Ctx& ctx) {
+  ctx.rank->set_what("head");
+  const int64_t ab = ctx.bytes.activation;
+  const int64_t tokens = softmax_.m.rows(), cols = softmax_.m.cols(), first = ctx.tp_rank * cols;
+  Tensor<T> dlogits(ctx.mem(), SimCategory::kTemporaries, ab, softmax_.m / T(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t local = targets_[static_cast<size_t>(t)] - first;
+    if (local >= 0 && local < cols) dlogits.m(t, local) -= T(1) / T(tokens);
+  }
+  softmax_.Release();
+  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+  weight_->grad.m += MatMulTransA(ctx, dlogits.m, n_full.m);
+  n_full.Release();
+  const Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));
+  dlogits.Release();
+  Mat<T> dx = RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
+  x_.Release();
+  n_.Release();
+  rstd_.Release();
+  return dx;
+}
+
+template <class T>
+std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
+                                    double scale) {
+  if (letter == 'E') return MakeMoeBlock<T>(ctx, d, layer, seed, scale);
+  return MakeDenseBlock<T>(letter, ctx, d, layer, seed, scale);
+}
+
+template class Embedding<double>;
+template class Embedding<float>;
+template class Head<double>;
+template class Head<float>;
+template std::unique_ptr<Block<double>> MakeBlock<double>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
+template std::unique_ptr<Block<float>> MakeBlock<float>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
+
+}  // namespace preflight::sim

@@ -1,0 +1,445 @@
+// E: MoE FFN with a softmax top-k router, capacity with token dropping (or
+// dropless, or padded to capacity), SwiGLU experts placed over EP and split
+// over expert-TP, and a shared expert over TP (MATH.md 5, 8.2, 8.3).
+//
+// Data flow on a rank (forward): route the local tokens; order the kept
+// token-expert pairs by (destination EP rank, local expert, token) = (expert,
+// token); exchange counts (all-to-all over EP, int64) unless padded; dispatch
+// (all-to-all over EP); with expert_tp > 1 all-gather the received rows over
+// ETP; run each local expert on its rows; reduce-scatter over ETP; combine
+// (the inverse all-to-all); at the source sum p * y in ascending expert order.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "blocks.h"
+
+namespace preflight::sim {
+namespace {
+
+/// Where the rows of a routed buffer come from: counts[source][local expert].
+struct RowLayout {
+  std::vector<std::vector<int64_t>> counts;
+  int64_t rows() const {
+    int64_t n = 0;
+    for (const auto& c : counts) n += std::accumulate(c.begin(), c.end(), int64_t{0});
+    return n;
+  }
+  int64_t rows_of(size_t source) const { return std::accumulate(counts[source].begin(), counts[source].end(), int64_t{0}); }
+  /// Local expert of each row, in buffer order.
+  std::vector<int64_t> ExpertOfRows() const {
+    std::vector<int64_t> out;
+    for (const auto& c : counts) {
+      for (size_t le = 0; le < c.size(); ++le) out.insert(out.end(), static_cast<size_t>(c[le]), static_cast<int64_t>(le));
+    }
+    return out;
+  }
+};
+
+std::vector<int64_t> Scaled(const std::vector<int64_t>& rows, int64_t width) {
+  std::vector<int64_t> out;
+  for (int64_t r : rows) out.push_back(r * width);
+  return out;
+}
+
+template <class T>
+class MoeBlock final : public Block<T> {
+ public:
+  MoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : d_(d) {
+    const std::string p = "layers." + std::to_string(layer) + ".";
+    const int64_t h = d.hidden;
+    local_experts_ = d.experts / ctx.ep_size;
+    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    router_ = &this->Add(MakeParam<T>(ctx, p + "moe.router.weight", h, d.experts, ShardKind::kReplicated, Init::kMatrix,
+                                      seed, 4.0 * scale / std::sqrt(double(h))));
+    for (int64_t le = 0; le < local_experts_; ++le) {
+      const int64_t e = ctx.ep_rank * local_experts_ + le;
+      const std::string q = p + "moe.experts." + std::to_string(e) + ".";
+      const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.expert_ffn));
+      gate_.push_back(&this->Add(MakeParam<T>(ctx, q + "gate.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
+                                              Init::kMatrix, seed, s_in, e)));
+      up_.push_back(&this->Add(MakeParam<T>(ctx, q + "up.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
+                                            Init::kMatrix, seed, s_in, e)));
+      down_.push_back(&this->Add(MakeParam<T>(ctx, q + "down.weight", d.expert_ffn, h, ShardKind::kExpertRows,
+                                              Init::kMatrix, seed, s_out, e)));
+    }
+    if (d.shared_ffn > 0) {
+      const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.shared_ffn));
+      sh_gate_ = &this->Add(MakeParam<T>(ctx, p + "moe.shared.gate.weight", h, d.shared_ffn, ShardKind::kColumns,
+                                         Init::kMatrix, seed, s_in));
+      sh_up_ = &this->Add(MakeParam<T>(ctx, p + "moe.shared.up.weight", h, d.shared_ffn, ShardKind::kColumns,
+                                       Init::kMatrix, seed, s_in));
+      sh_down_ = &this->Add(MakeParam<T>(ctx, p + "moe.shared.down.weight", d.shared_ffn, h, ShardKind::kRows,
+                                         Init::kMatrix, seed, s_out));
+    }
+  }
+
+  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+    const int64_t ab = ctx.bytes.activation, h = d_.hidden;
+    const SimCategory act = SimCategory::kActivations, scratch = SimCategory::kRoutingScratch;
+    x_ = Tensor<T>(ctx.mem(), act, ab, x);
+    Mat<T> rstd;
+    n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
+    rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
+    Route(ctx);
+
+    // Dispatch: send buffer in (expert, token) order, padded slots are zero rows.
+    Tensor<T> send(ctx.mem(), scratch, ab, Mat<T>::Zero(static_cast<int64_t>(send_token_.size()), h));
+    for (size_t r = 0; r < send_token_.size(); ++r) {
+      if (send_token_[r] >= 0) send.m.row(static_cast<int64_t>(r)) = n_.m.row(send_token_[r]);
+    }
+    ExchangeCounts(ctx);
+    ctx.rank->set_what("moe_dispatch");
+    Tensor<T> recv = Dispatch(ctx, std::move(send));
+    ctx.rank->set_what("moe_experts");
+    gathered_ = GatherOverEtp(ctx, std::move(recv), act);
+    expert_of_row_ = gathered_layout_.ExpertOfRows();
+
+    // Experts, each on its rows of the gathered buffer.
+    const int64_t f = gate_.empty() ? 0 : gate_[0]->value.m.cols();
+    a_ = Tensor<T>(ctx.mem(), act, ab, Mat<T>(gathered_.m.rows(), f));
+    u_ = Tensor<T>(ctx.mem(), act, ab, Mat<T>(gathered_.m.rows(), f));
+    z_ = Tensor<T>(ctx.mem(), act, ab, Mat<T>(gathered_.m.rows(), f));
+    Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(gathered_.m.rows(), h));
+    for (int64_t le = 0; le < local_experts_; ++le) {
+      const std::vector<int64_t> rows = RowsOf(le);
+      const Mat<T> in = Take(gathered_.m, rows);
+      const Mat<T> a = MatMul(ctx, in, gate_[static_cast<size_t>(le)]->value.m);
+      const Mat<T> u = MatMul(ctx, in, up_[static_cast<size_t>(le)]->value.m);
+      const Mat<T> z = SwiGlu(a, u);
+      Put(&a_.m, rows, a);
+      Put(&u_.m, rows, u);
+      Put(&z_.m, rows, z);
+      Put(&y.m, rows, MatMul(ctx, z, down_[static_cast<size_t>(le)]->value.m));
+    }
+    Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
+    ctx.rank->set_what("moe_combine");
+    y_back_ = Combine(ctx, std::move(y_own), act);
+
+    Tensor<T> out(ctx.mem(), scratch, ab, Mat<T>::Zero(x.rows(), h));
+    for (size_t r = 0; r < send_token_.size(); ++r) {
+      if (send_token_[r] >= 0) out.m.row(send_token_[r]) += send_prob_.m(static_cast<int64_t>(r), 0) * y_back_.m.row(static_cast<int64_t>(r));
+    }
+    Mat<T> result = x + out.m;
+    ctx.rank->set_what("moe_shared_expert");
+    if (sh_gate_ != nullptr) result += SharedForward(ctx);
+    return result;
+  }
+
+  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+    const int64_t ab = ctx.bytes.activation, h = d_.hidden;
+    const SimCategory scratch = SimCategory::kRoutingScratch;
+    Mat<T> dn = Mat<T>::Zero(dy.rows(), h);
+    ctx.rank->set_what("moe_shared_expert");
+    if (sh_gate_ != nullptr) dn += SharedBackward(ctx, dy);
+
+    // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
+    const int64_t pairs = static_cast<int64_t>(send_token_.size());
+    Tensor<T> dsend(ctx.mem(), scratch, ab, Mat<T>::Zero(pairs, h));
+    std::vector<T> dprob(static_cast<size_t>(pairs), T(0));
+    for (int64_t r = 0; r < pairs; ++r) {
+      const int64_t t = send_token_[static_cast<size_t>(r)];
+      if (t < 0) continue;
+      dsend.m.row(r) = send_prob_.m(r, 0) * dy.row(t);
+      dprob[static_cast<size_t>(r)] = dy.row(t).dot(y_back_.m.row(r));
+    }
+    ctx.rank->set_what("moe_combine");
+    Tensor<T> drecv = Dispatch(ctx, std::move(dsend));  // the backward of combine moves like a dispatch
+    ctx.rank->set_what("moe_experts");
+    Tensor<T> dy_g = GatherOverEtp(ctx, std::move(drecv), scratch);
+    Tensor<T> dxg(ctx.mem(), scratch, ab, Mat<T>(dy_g.m.rows(), h));
+    for (int64_t le = 0; le < local_experts_; ++le) {
+      const std::vector<int64_t> rows = RowsOf(le);
+      const Mat<T> dyl = Take(dy_g.m, rows), in = Take(gathered_.m, rows);
+      const Mat<T> a = Take(a_.m, rows), u = Take(u_.m, rows), z = Take(z_.m, rows);
+      Param<T>& gw = *gate_[static_cast<size_t>(le)];
+      Param<T>& uw = *up_[static_cast<size_t>(le)];
+      Param<T>& dw = *down_[static_cast<size_t>(le)];
+      dw.grad.m += MatMulTransA(ctx, z, dyl);
+      const Mat<T> dz = MatMulTransB(ctx, dyl, dw.value.m);
+      Mat<T> da, du;
+      SwiGluBackward(dz, a, u, &da, &du);
+      gw.grad.m += MatMulTransA(ctx, in, da);
+      uw.grad.m += MatMulTransA(ctx, in, du);
+      Put(&dxg.m, rows, Mat<T>(MatMulTransB(ctx, da, gw.value.m) + MatMulTransB(ctx, du, uw.value.m)));
+    }
+    dy_g.Release();
+    // The backward of dispatch moves like a combine.
+    Tensor<T> dx_own = ScatterOverEtp(ctx, std::move(dxg));
+    ctx.rank->set_what("moe_dispatch");
+    Tensor<T> dback = Combine(ctx, std::move(dx_own), scratch);
+    for (int64_t r = 0; r < pairs; ++r) {
+      const int64_t t = send_token_[static_cast<size_t>(r)];
+      if (t >= 0) dn.row(t) += dback.m.row(r);
+    }
+    dback.Release();
+
+    // Router: p = softmax over the k selected logits; dropped pairs carry dp = 0.
+    Mat<T> dlogits = Mat<T>::Zero(dy.rows(), d_.experts);
+    const int64_t k = d_.top_k;
+    for (int64_t t = 0; t < dy.rows(); ++t) {
+      std::vector<T> g(static_cast<size_t>(k), T(0)), p(static_cast<size_t>(k));
+      T dot = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = topk_.v[static_cast<size_t>(t * k + j)];
+        p[static_cast<size_t>(j)] = probs_.m(t, e);
+        const int64_t r = pair_row_.v[static_cast<size_t>(t * k + j)];
+        if (r >= 0) g[static_cast<size_t>(j)] = dprob[static_cast<size_t>(r)];
+        dot += p[static_cast<size_t>(j)] * g[static_cast<size_t>(j)];
+      }
+      for (int64_t j = 0; j < k; ++j) {
+        dlogits(t, topk_.v[static_cast<size_t>(t * k + j)]) = p[static_cast<size_t>(j)] * (g[static_cast<size_t>(j)] - dot);
+      }
+    }
+    router_->grad.m += MatMulTransA(ctx, n_.m, dlogits);
+    dn += MatMulTransB(ctx, dlogits, router_->value.m);
+    Mat<T> dx = dy + RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
+    for (Tensor<T>* t : {&x_, &n_, &rstd_, &logits_, &probs_, &map_, &gathered_, &a_, &u_, &z_, &y_back_, &send_prob_,
+                         &sh_a_, &sh_u_, &sh_z_}) {
+      t->Release();
+    }
+    topk_ = IndexTensor();
+    pair_row_ = IndexTensor();
+    return dx;
+  }
+
+ private:
+  /// Top-k selection, softmax over the selected logits, capacity per router
+  /// group (earliest tokens kept, MATH.md 5), and the send order.
+  void Route(Ctx& ctx) {
+    const SimCategory act = SimCategory::kActivations;
+    const int64_t tokens = n_.m.rows(), k = d_.top_k, experts = d_.experts;
+    logits_ = Tensor<T>(ctx.mem(), act, 4, MatMul(ctx, n_.m, router_->value.m));
+    std::vector<int64_t> topk(static_cast<size_t>(tokens * k));
+    Mat<T> probs = Mat<T>::Zero(tokens, experts);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int64_t> order(static_cast<size_t>(experts));
+      std::iota(order.begin(), order.end(), 0);
+      // Ties go to the lower expert id (MATH.md 8.2).
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return logits_.m(t, a) > logits_.m(t, b); });
+      T mx = logits_.m(t, order[0]), sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += std::exp(logits_.m(t, order[static_cast<size_t>(j)]) - mx);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = order[static_cast<size_t>(j)];
+        topk[static_cast<size_t>(t * k + j)] = e;
+        probs(t, e) = std::exp(logits_.m(t, e) - mx) / sum;
+      }
+    }
+    // Capacity per router-call group: C = ceil(T_g k / E * cf) (MATH.md 5, Megatron get_capacity).
+    const int64_t groups = ctx.router_groups, per_group = tokens / groups;
+    const int64_t capacity =
+        d_.dropless ? tokens * k
+                    : static_cast<int64_t>(std::ceil(static_cast<double>(per_group * k) / static_cast<double>(experts) *
+                                                     d_.capacity_factor));
+    Mat<T> map = Mat<T>::Zero(tokens, experts);
+    std::vector<std::vector<int64_t>> kept_tokens(static_cast<size_t>(experts));  // ascending token
+    std::vector<int64_t> used(static_cast<size_t>(experts * groups), 0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = topk[static_cast<size_t>(t * k + j)];
+        int64_t& u = used[static_cast<size_t>((t / per_group) * experts + e)];
+        if (u < capacity) {
+          ++u;
+          map(t, e) = 1;
+          kept_tokens[static_cast<size_t>(e)].push_back(t);
+        } else {
+          ++ctx.dropped_pairs;
+        }
+      }
+    }
+    // Send order (expert, token); padded mode fills every expert to groups * C rows.
+    send_token_.clear();
+    std::vector<int64_t> pair_row(static_cast<size_t>(tokens * k), -1);
+    std::vector<T> send_prob;
+    send_layout_.counts.assign(static_cast<size_t>(ctx.ep_size), std::vector<int64_t>(static_cast<size_t>(local_experts_), 0));
+    for (int64_t e = 0; e < experts; ++e) {
+      const auto& kept = kept_tokens[static_cast<size_t>(e)];
+      const int64_t slots = d_.pad_to_capacity && !d_.dropless ? groups * capacity : static_cast<int64_t>(kept.size());
+      for (int64_t i = 0; i < slots; ++i) {
+        const int64_t t = i < static_cast<int64_t>(kept.size()) ? kept[static_cast<size_t>(i)] : -1;
+        if (t >= 0) {
+          for (int64_t j = 0; j < k; ++j) {
+            if (topk[static_cast<size_t>(t * k + j)] == e) pair_row[static_cast<size_t>(t * k + j)] = static_cast<int64_t>(send_token_.size());
+          }
+        }
+        send_prob.push_back(t >= 0 ? probs(t, e) : T(0));
+        send_token_.push_back(t);
+      }
+      send_layout_.counts[static_cast<size_t>(e / local_experts_)][static_cast<size_t>(e % local_experts_)] = slots;
+    }
+    probs_ = Tensor<T>(ctx.mem(), act, 4, std::move(probs));
+    map_ = Tensor<T>(ctx.mem(), act, 1, std::move(map));
+    topk_ = IndexTensor(ctx.mem(), act, std::move(topk));
+    pair_row_ = IndexTensor(ctx.mem(), act, std::move(pair_row));
+    Mat<T> sp(static_cast<int64_t>(send_prob.size()), 1);
+    for (size_t r = 0; r < send_prob.size(); ++r) sp(static_cast<int64_t>(r), 0) = send_prob[r];
+    send_prob_ = Tensor<T>(ctx.mem(), act, 4, std::move(sp));
+  }
+
+  /// Receive layout: from each EP source, rows per local expert. Padded mode
+  /// knows it statically; otherwise the counts travel in an int64 all-to-all.
+  void ExchangeCounts(Ctx& ctx) {
+    ctx.rank->set_what("moe_counts");
+    const size_t n = static_cast<size_t>(ctx.ep_size), le = static_cast<size_t>(local_experts_);
+    recv_layout_.counts.assign(n, std::vector<int64_t>(le, 0));
+    if (ctx.ep_size == 1) {
+      recv_layout_ = send_layout_;
+    } else if (d_.pad_to_capacity && !d_.dropless) {
+      // Every source fills each of my experts to exactly its capacity (same T on every rank).
+      for (size_t s = 0; s < n; ++s) recv_layout_.counts[s] = send_layout_.counts[static_cast<size_t>(ctx.ep_rank)];
+    } else {
+      std::vector<int64_t> out, in(n * le);
+      for (const auto& c : send_layout_.counts) out.insert(out.end(), c.begin(), c.end());
+      IndexTensor keep(ctx.mem(), SimCategory::kRoutingScratch, out);
+      ctx.rank->AllToAll(*ctx.ep, out.data(), std::vector<int64_t>(n, static_cast<int64_t>(le)), in.data(),
+                         std::vector<int64_t>(n, static_cast<int64_t>(le)), 8);
+      for (size_t s = 0; s < n; ++s) {
+        for (size_t l = 0; l < le; ++l) recv_layout_.counts[s][l] = in[s * le + l];
+      }
+    }
+    gathered_layout_ = recv_layout_;
+    if (ctx.etp_size > 1) {
+      // Rows of every ETP partner, partner-major: [partner][source][local expert].
+      std::vector<int64_t> mine, all(n * le * static_cast<size_t>(ctx.etp_size));
+      for (const auto& c : recv_layout_.counts) mine.insert(mine.end(), c.begin(), c.end());
+      if (d_.pad_to_capacity && !d_.dropless) {
+        for (int p = 0; p < ctx.etp_size; ++p) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<int64_t>(static_cast<size_t>(p) * mine.size()));
+      } else {
+        ctx.rank->AllGather(*ctx.etp, mine.data(), all.data(),
+                            std::vector<int64_t>(static_cast<size_t>(ctx.etp_size), static_cast<int64_t>(mine.size())), 8);
+      }
+      gathered_layout_.counts.clear();
+      partner_rows_.clear();
+      for (int p = 0; p < ctx.etp_size; ++p) {
+        int64_t rows = 0;
+        for (size_t s = 0; s < n; ++s) {
+          std::vector<int64_t> c(all.begin() + static_cast<int64_t>((static_cast<size_t>(p) * n + s) * le),
+                                 all.begin() + static_cast<int64_t>((static_cast<size_t>(p) * n + s + 1) * le));
+          rows += std::accumulate(c.begin(), c.end(), int64_t{0});
+          gathered_layout_.counts.push_back(std::move(c));
+        }
+        partner_rows_.push_back(rows);
+      }
+    }
+  }
+
+  /// All-to-all over EP from send order to receive order.
+  Tensor<T> Dispatch(Ctx& ctx, Tensor<T> send_t) {
+    if (ctx.ep_size == 1) return send_t;
+    const Mat<T>& send = send_t.m;
+    Tensor<T> recv(ctx.mem(), SimCategory::kRoutingScratch, ctx.bytes.activation, Mat<T>(recv_layout_.rows(), d_.hidden));
+    std::vector<int64_t> sc, rc;
+    for (size_t s = 0; s < send_layout_.counts.size(); ++s) {
+      sc.push_back(send_layout_.rows_of(s) * d_.hidden);
+      rc.push_back(recv_layout_.rows_of(s) * d_.hidden);
+    }
+    ctx.rank->AllToAll(*ctx.ep, send.data(), sc, recv.m.data(), rc, ctx.bytes.activation);
+    return recv;
+  }
+
+  /// The inverse all-to-all: receive order back to send order.
+  Tensor<T> Combine(Ctx& ctx, Tensor<T> recv_t, SimCategory category) {
+    if (ctx.ep_size == 1) return Retag(ctx, std::move(recv_t), category);
+    const Mat<T>& recv = recv_t.m;
+    Tensor<T> back(ctx.mem(), category, ctx.bytes.activation, Mat<T>(static_cast<int64_t>(send_token_.size()), d_.hidden));
+    std::vector<int64_t> sc, rc;
+    for (size_t s = 0; s < send_layout_.counts.size(); ++s) {
+      sc.push_back(recv_layout_.rows_of(s) * d_.hidden);
+      rc.push_back(send_layout_.rows_of(s) * d_.hidden);
+    }
+    ctx.rank->AllToAll(*ctx.ep, recv.data(), sc, back.m.data(), rc, ctx.bytes.activation);
+    return back;
+  }
+
+  // Buffers move in by value: with a group of 1 the received buffer *is* the
+  // result (no copy in the modeled program), so it is re-tagged, not duplicated.
+  Tensor<T> GatherOverEtp(Ctx& ctx, Tensor<T> recv, SimCategory category) {
+    if (ctx.etp_size == 1) return Retag(ctx, std::move(recv), category);
+    Tensor<T> all(ctx.mem(), category, ctx.bytes.activation, Mat<T>(gathered_layout_.rows(), d_.hidden));
+    ctx.rank->AllGather(*ctx.etp, recv.m.data(), all.m.data(), Scaled(partner_rows_, d_.hidden), ctx.bytes.activation);
+    return all;
+  }
+
+  Tensor<T> ScatterOverEtp(Ctx& ctx, Tensor<T> partial) {
+    if (ctx.etp_size == 1) return partial;
+    Tensor<T> own(ctx.mem(), SimCategory::kRoutingScratch, ctx.bytes.activation, Mat<T>(recv_layout_.rows(), d_.hidden));
+    ctx.rank->ReduceScatter(*ctx.etp, partial.m.data(), own.m.data(), Scaled(partner_rows_, d_.hidden), ctx.bytes.activation);
+    return own;
+  }
+
+  static Tensor<T> Retag(Ctx& ctx, Tensor<T> t, SimCategory category) {
+    Mat<T> m = std::move(t.m);
+    t.Release();
+    return Tensor<T>(ctx.mem(), category, ctx.bytes.activation, std::move(m));
+  }
+
+  Mat<T> SharedForward(Ctx& ctx) {
+    const int64_t ab = ctx.bytes.activation;
+    const SimCategory act = SimCategory::kActivations;
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    sh_a_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
+    sh_u_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    n_full.Release();
+    sh_z_ = Tensor<T>(ctx.mem(), act, ab, SwiGlu(sh_a_.m, sh_u_.m));
+    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, sh_z_.m, sh_down_->value.m));
+    return ReduceFromTpForward(ctx, partial.m);
+  }
+
+  Mat<T> SharedBackward(Ctx& ctx, const Mat<T>& dy) {
+    const int64_t ab = ctx.bytes.activation;
+    Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
+    sh_down_->grad.m += MatMulTransA(ctx, sh_z_.m, dy_full.m);
+    const Mat<T> dz = MatMulTransB(ctx, dy_full.m, sh_down_->value.m);
+    dy_full.Release();
+    Mat<T> da, du;
+    SwiGluBackward(dz, sh_a_.m, sh_u_.m, &da, &du);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    sh_gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
+    sh_up_->grad.m += MatMulTransA(ctx, n_full.m, du);
+    n_full.Release();
+    return CopyToTpBackward(ctx, Mat<T>(MatMulTransB(ctx, da, sh_gate_->value.m) + MatMulTransB(ctx, du, sh_up_->value.m)));
+  }
+
+  std::vector<int64_t> RowsOf(int64_t le) const {
+    std::vector<int64_t> rows;
+    for (size_t r = 0; r < expert_of_row_.size(); ++r) {
+      if (expert_of_row_[r] == le) rows.push_back(static_cast<int64_t>(r));
+    }
+    return rows;
+  }
+  static Mat<T> Take(const Mat<T>& m, const std::vector<int64_t>& rows) {
+    Mat<T> out(static_cast<int64_t>(rows.size()), m.cols());
+    for (size_t i = 0; i < rows.size(); ++i) out.row(static_cast<int64_t>(i)) = m.row(rows[i]);
+    return out;
+  }
+  static void Put(Mat<T>* m, const std::vector<int64_t>& rows, const Mat<T>& part) {
+    for (size_t i = 0; i < rows.size(); ++i) m->row(rows[i]) = part.row(static_cast<int64_t>(i));
+  }
+
+  Dims d_;
+  int64_t local_experts_ = 0;
+  Param<T>* norm_ = nullptr;
+  Param<T>* router_ = nullptr;
+  std::vector<Param<T>*> gate_, up_, down_;
+  Param<T>* sh_gate_ = nullptr;
+  Param<T>* sh_up_ = nullptr;
+  Param<T>* sh_down_ = nullptr;
+  // Saved for backward (activations).
+  Tensor<T> x_, n_, rstd_, logits_, probs_, map_, gathered_, a_, u_, z_, y_back_, send_prob_, sh_a_, sh_u_, sh_z_;
+  IndexTensor topk_, pair_row_;
+  // Routing bookkeeping of the current step (small; not charged).
+  std::vector<int64_t> send_token_, expert_of_row_, partner_rows_;
+  RowLayout send_layout_, recv_layout_, gathered_layout_;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) {
+  return std::make_unique<MoeBlock<T>>(ctx, d, layer, seed, scale);
+}
+template std::unique_ptr<Block<double>> MakeMoeBlock<double>(Ctx&, const Dims&, int64_t, uint64_t, double);
+template std::unique_ptr<Block<float>> MakeMoeBlock<float>(Ctx&, const Dims&, int64_t, uint64_t, double);
+
+}  // namespace preflight::sim

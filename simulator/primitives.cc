@@ -1,0 +1,194 @@
+// Parameters, matrix products with FLOP counts, the TP conjugate operators and
+// RMSNorm (MATH.md 8.1, 8.3).
+#include <cmath>
+
+#include "blocks.h"
+
+namespace preflight::sim {
+
+namespace {
+// FNV-1a: a stable hash, so initial values do not depend on the standard library.
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+SimCategory ParamCategory(ShardKind k) {
+  switch (k) {
+    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
+    case ShardKind::kColumns:
+    case ShardKind::kRows: return SimCategory::kTpShardedParams;
+    case ShardKind::kExpertColumns:
+    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
+  }
+  return SimCategory::kReplicatedParams;
+}
+
+std::vector<int64_t> RowCounts(int n, int64_t rows_each, int64_t cols) {
+  return std::vector<int64_t>(static_cast<size_t>(n), rows_each * cols);
+}
+}  // namespace
+
+namespace {
+// Element `index` of a tensor as a pure function of (name, seed, index)
+// (splitmix64 finaliser), so a rank computes only its own shard.
+double Element(uint64_t key, int64_t index, Init init, double scale) {
+  uint64_t z = key + static_cast<uint64_t>(index + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const double u = 2.0 * (static_cast<double>(z >> 11) * 0x1.0p-53) - 1.0;  // [-1, 1)
+  return init == Init::kNormWeight ? 1.0 + 0.2 * u : scale * u;
+}
+uint64_t KeyOf(const std::string& name, uint64_t seed) { return Fnv1a(name) ^ (seed * 0xd1b54a32d192ed03ull); }
+
+/// Rows [r0, r0 + nr) and columns [c0, c0 + nc) of the global tensor.
+Mat<double> SliceOf(const std::string& name, int64_t cols, Init init, uint64_t seed, double scale, int64_t r0,
+                  int64_t nr, int64_t c0, int64_t nc) {
+  const uint64_t key = KeyOf(name, seed);
+  Mat<double> m(nr, nc);
+  for (int64_t i = 0; i < nr; ++i) {
+    for (int64_t j = 0; j < nc; ++j) m(i, j) = Element(key, (r0 + i) * cols + c0 + j, init, scale);
+  }
+  return m;
+}
+}  // namespace
+
+Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Init init, uint64_t seed,
+                        double scale) {
+  return SliceOf(name, cols, init, seed, scale, 0, rows, 0, cols);
+}
+
+template <class T>
+std::unique_ptr<Param<T>> MakeParam(const Ctx& ctx, const std::string& name, int64_t rows, int64_t cols,
+                                    ShardKind shard, Init init, uint64_t seed, double scale, int64_t expert) {
+  // This rank's slice of the global tensor.
+  int64_t r0 = 0, nr = rows, c0 = 0, nc = cols;
+  switch (shard) {
+    case ShardKind::kReplicated: break;
+    case ShardKind::kColumns: nc = cols / ctx.tp_size, c0 = ctx.tp_rank * nc; break;
+    case ShardKind::kRows: nr = rows / ctx.tp_size, r0 = ctx.tp_rank * nr; break;
+    case ShardKind::kExpertColumns: nc = cols / ctx.etp_size, c0 = ctx.etp_rank * nc; break;
+    case ShardKind::kExpertRows: nr = rows / ctx.etp_size, r0 = ctx.etp_rank * nr; break;
+  }
+  const Mat<double> local = SliceOf(name, cols, init, seed, scale, r0, nr, c0, nc);
+  auto p = std::make_unique<Param<T>>();
+  p->name = name;
+  p->rows = rows;
+  p->cols = cols;
+  p->shard = shard;
+  p->expert = expert;
+  p->value = Tensor<T>(ctx.mem(), ParamCategory(shard), ctx.bytes.param, local.template cast<T>());
+  p->grad = Tensor<T>(ctx.mem(), SimCategory::kGradients, ctx.bytes.grad, Mat<T>::Zero(local.rows(), local.cols()));
+  return p;
+}
+
+template <class T>
+Mat<T> MatMul(Ctx& ctx, const Mat<T>& a, const Mat<T>& b) {
+  ctx.rank->AddFlops(2.0 * static_cast<double>(a.rows()) * static_cast<double>(a.cols()) * static_cast<double>(b.cols()));
+  return a * b;
+}
+template <class T>
+Mat<T> MatMulTransB(Ctx& ctx, const Mat<T>& a, const Mat<T>& b) {
+  ctx.rank->AddFlops(2.0 * static_cast<double>(a.rows()) * static_cast<double>(a.cols()) * static_cast<double>(b.rows()));
+  return a * b.transpose();
+}
+template <class T>
+Mat<T> MatMulTransA(Ctx& ctx, const Mat<T>& a, const Mat<T>& b) {
+  ctx.rank->AddFlops(2.0 * static_cast<double>(a.rows()) * static_cast<double>(a.cols()) * static_cast<double>(b.cols()));
+  return a.transpose() * b;
+}
+
+namespace {
+template <class T>
+Mat<T> GatherRows(Ctx& ctx, const Mat<T>& local) {
+  Mat<T> full(local.rows() * ctx.tp_size, local.cols());
+  ctx.rank->AllGather(*ctx.tp, local.data(), full.data(), RowCounts(ctx.tp_size, local.rows(), local.cols()),
+                      ctx.bytes.activation);
+  return full;
+}
+template <class T>
+Mat<T> ScatterRows(Ctx& ctx, const Mat<T>& full) {
+  const int64_t rows = full.rows() / ctx.tp_size;
+  Mat<T> local(rows, full.cols());
+  ctx.rank->ReduceScatter(*ctx.tp, full.data(), local.data(), RowCounts(ctx.tp_size, rows, full.cols()),
+                          ctx.bytes.activation);
+  return local;
+}
+template <class T>
+Mat<T> AllReduceTp(Ctx& ctx, const Mat<T>& full) {
+  Mat<T> out = full;
+  ctx.rank->AllReduce(*ctx.tp, out.data(), static_cast<int64_t>(out.size()), ctx.bytes.activation);
+  return out;
+}
+}  // namespace
+
+template <class T>
+Mat<T> CopyToTpForward(Ctx& ctx, const Mat<T>& local) {
+  return ctx.sp ? GatherRows(ctx, local) : local;
+}
+template <class T>
+Mat<T> CopyToTpBackward(Ctx& ctx, const Mat<T>& dfull) {
+  if (ctx.tp_size == 1) return dfull;
+  return ctx.sp ? ScatterRows(ctx, dfull) : AllReduceTp(ctx, dfull);
+}
+template <class T>
+Mat<T> ReduceFromTpForward(Ctx& ctx, const Mat<T>& partial) {
+  if (ctx.tp_size == 1) return partial;
+  return ctx.sp ? ScatterRows(ctx, partial) : AllReduceTp(ctx, partial);
+}
+template <class T>
+Mat<T> ReduceFromTpBackward(Ctx& ctx, const Mat<T>& dlocal) {
+  return ctx.sp ? GatherRows(ctx, dlocal) : dlocal;
+}
+
+template <class T>
+Mat<T> RmsNormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* rstd) {
+  const int64_t h = x.cols();
+  rstd->resize(x.rows(), 1);
+  Mat<T> y(x.rows(), h);
+  for (int64_t i = 0; i < x.rows(); ++i) {
+    const T r = T(1) / std::sqrt(x.row(i).squaredNorm() / T(h) + T(eps));
+    (*rstd)(i, 0) = r;
+    y.row(i) = (x.row(i) * r).cwiseProduct(w.row(0));
+  }
+  return y;
+}
+
+template <class T>
+Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, const Mat<T>& w, Mat<T>* dw) {
+  // MATH.md 8.1: dx = r (g.w - xhat mean(g.w.xhat)), dw = sum_tokens g.xhat.
+  const int64_t h = x.cols();
+  Mat<T> dx(x.rows(), h);
+  for (int64_t i = 0; i < x.rows(); ++i) {
+    const T r = rstd(i, 0);
+    const auto xhat = (x.row(i) * r).eval();
+    const auto gw = dy.row(i).cwiseProduct(w.row(0)).eval();
+    const T mean = gw.cwiseProduct(xhat).sum() / T(h);
+    dx.row(i) = r * (gw - xhat * mean);
+    dw->row(0) += dy.row(i).cwiseProduct(xhat);
+  }
+  return dx;
+}
+
+#define PREFLIGHT_INSTANTIATE(T)                                                                                \
+  template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, \
+                                                  Init, uint64_t, double, int64_t);                            \
+  template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
+  template Mat<T> MatMulTransB<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                         \
+  template Mat<T> MatMulTransA<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                         \
+  template Mat<T> CopyToTpForward<T>(Ctx&, const Mat<T>&);                                                     \
+  template Mat<T> CopyToTpBackward<T>(Ctx&, const Mat<T>&);                                                    \
+  template Mat<T> ReduceFromTpForward<T>(Ctx&, const Mat<T>&);                                                 \
+  template Mat<T> ReduceFromTpBackward<T>(Ctx&, const Mat<T>&);                                                \
+  template Mat<T> RmsNormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                            \
+  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);
+PREFLIGHT_INSTANTIATE(double)
+PREFLIGHT_INSTANTIATE(float)
+#undef PREFLIGHT_INSTANTIATE
+
+}  // namespace preflight::sim

@@ -1,0 +1,290 @@
+#include "world.h"
+
+#include <algorithm>
+#include <exception>
+#include <sstream>
+#include <thread>
+
+namespace preflight {
+
+const char* Name(SimPass p) {
+  switch (p) {
+    case SimPass::kForward: return "forward";
+    case SimPass::kBackward: return "backward";
+    case SimPass::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+const char* Name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kSend: return "send";
+    case CollectiveKind::kRecv: return "recv";
+  }
+  return "?";
+}
+
+const char* Key(SimCategory c) {
+  switch (c) {
+    case SimCategory::kReplicatedParams: return "replicated_params";
+    case SimCategory::kTpShardedParams: return "tp_sharded_params";
+    case SimCategory::kEpShardedParams: return "ep_sharded_params";
+    case SimCategory::kGradients: return "gradients";
+    case SimCategory::kOptimizer: return "optimizer";
+    case SimCategory::kActivations: return "activations";
+    case SimCategory::kRoutingScratch: return "routing_scratch";
+    case SimCategory::kTemporaries: return "temporaries";
+  }
+  return "?";
+}
+
+namespace sim {
+
+int Group::IndexOf(int rank) const {
+  for (int i = 0; i < size(); ++i) {
+    if (members[static_cast<size_t>(i)] == rank) return i;
+  }
+  return -1;
+}
+
+void MemoryTracker::Add(SimCategory c, int64_t bytes, const std::string& owner) {
+  const int i = static_cast<int>(c);
+  live_[i] += bytes;
+  live_total_ += bytes;
+  if (c == SimCategory::kActivations) {
+    activations_live_[owner] += bytes;
+    if (live_[i] > peak_[i]) activations_at_peak_ = activations_live_;
+  }
+  peak_[i] = std::max(peak_[i], live_[i]);
+  peak_total_ = std::max(peak_total_, live_total_);
+}
+
+void MemoryTracker::Remove(SimCategory c, int64_t bytes, const std::string& owner) {
+  live_[static_cast<int>(c)] -= bytes;
+  live_total_ -= bytes;
+  if (c == SimCategory::kActivations) activations_live_[owner] -= bytes;
+}
+
+Allocation::Allocation(MemoryTracker* tracker, SimCategory c, int64_t bytes)
+    : tracker_(tracker), category_(c), bytes_(bytes), owner_(tracker != nullptr ? tracker->owner() : "") {
+  if (tracker_ != nullptr) tracker_->Add(category_, bytes_, owner_);
+}
+Allocation::Allocation(Allocation&& o) noexcept
+    : tracker_(o.tracker_), category_(o.category_), bytes_(o.bytes_), owner_(std::move(o.owner_)) {
+  o.tracker_ = nullptr;
+  o.bytes_ = 0;
+}
+Allocation& Allocation::operator=(Allocation&& o) noexcept {
+  if (this != &o) {
+    Release();
+    tracker_ = o.tracker_;
+    category_ = o.category_;
+    bytes_ = o.bytes_;
+    owner_ = std::move(o.owner_);
+    o.tracker_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+Allocation::~Allocation() { Release(); }
+void Allocation::Release() {
+  if (tracker_ != nullptr) tracker_->Remove(category_, bytes_, owner_);
+  tracker_ = nullptr;
+  bytes_ = 0;
+}
+
+void Rank::CountCall(const std::string& axis, CollectiveKind k) {
+  CommCount& c = counts_[{axis, k, pass_, what_}];
+  c.axis = axis;
+  c.kind = k;
+  c.pass = pass_;
+  c.what = what_;
+  ++c.calls;
+}
+void Rank::CountSent(const std::string& axis, CollectiveKind k, int64_t bytes) {
+  counts_[{axis, k, pass_, what_}].bytes_sent += bytes;
+}
+void Rank::CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes) {
+  counts_[{axis, k, pass_, what_}].bytes_received += bytes;
+}
+std::vector<CommCount> Rank::Counts() const {
+  std::vector<CommCount> out;
+  for (const auto& [key, c] : counts_) out.push_back(c);
+  return out;
+}
+
+std::string Post::Describe(const std::string& where) const {
+  std::ostringstream os;
+  os << Name(kind) << " on " << where;
+  if (kind == CollectiveKind::kAllGather || kind == CollectiveKind::kReduceScatter ||
+      kind == CollectiveKind::kAllToAll) {
+    os << " (counts";
+    for (int64_t c : counts) os << ' ' << c;
+    if (kind == CollectiveKind::kAllToAll) {
+      os << " / recv";
+      for (int64_t c : recv_counts) os << ' ' << c;
+    }
+    os << ')';
+  } else {
+    os << " (" << count << " elements)";
+  }
+  return os.str();
+}
+
+World::World(int size) : size_(size), pending_(static_cast<size_t>(size)) {
+  for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<Rank>(this, r));
+}
+
+const Group& World::NewGroup(const std::string& axis, const std::vector<int>& members) {
+  auto g = std::make_unique<Group>();
+  g->id = static_cast<int>(groups_.size());
+  g->axis = axis;
+  g->members = members;
+  groups_.push_back(std::move(g));
+  Channel& ch = group_channels_[groups_.back()->id];
+  ch.next_seq.assign(members.size(), 0);
+  return *groups_.back();
+}
+
+void World::FailLocked(const std::string& message) {
+  if (error_.empty()) error_ = message;
+  cv_.notify_all();
+}
+
+void World::CheckDeadlockLocked() {
+  if (!error_.empty() || blocked_ == 0 || blocked_ + finished_ != size_) return;
+  std::ostringstream os;
+  os << "deadlock: no pending operation can complete;";
+  for (int r = 0; r < size_; ++r) {
+    const std::string& p = pending_[static_cast<size_t>(r)];
+    os << " rank " << r << (p.empty() ? " finished" : " waits in " + p) << ';';
+  }
+  FailLocked(os.str());
+}
+
+namespace {
+std::string GroupName(const std::string& axis, const std::vector<int>& members) {
+  std::ostringstream os;
+  os << axis << " group [";
+  for (size_t i = 0; i < members.size(); ++i) os << (i ? "," : "") << members[i];
+  os << ']';
+  return os.str();
+}
+}  // namespace
+
+void World::Rendezvous(Channel& ch, const std::vector<int>& members, int index, Post post, const std::string& where,
+                       const Executor& exec) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!error_.empty()) throw SimError(error_);
+  const int n = static_cast<int>(members.size());
+  const int64_t seq = ch.next_seq[static_cast<size_t>(index)]++;
+  std::shared_ptr<Slot>& slot_ref = ch.slots[seq];
+  if (!slot_ref) {
+    slot_ref = std::make_shared<Slot>();
+    slot_ref->posts.resize(static_cast<size_t>(n));
+    slot_ref->arrived.assign(static_cast<size_t>(n), false);
+  }
+  std::shared_ptr<Slot> slot = slot_ref;
+  const std::string description = post.Describe(where) + " #" + std::to_string(seq);
+  slot->posts[static_cast<size_t>(index)] = std::move(post);
+  slot->arrived[static_cast<size_t>(index)] = true;
+  ++slot->arrived_count;
+  const auto leave = [&] {
+    if (++slot->left == n) ch.slots.erase(seq);
+  };
+  if (slot->arrived_count == n) {
+    std::vector<Post*> posts;
+    std::vector<Rank*> ranks;
+    for (int i = 0; i < n; ++i) {
+      posts.push_back(&slot->posts[static_cast<size_t>(i)]);
+      ranks.push_back(ranks_[static_cast<size_t>(members[static_cast<size_t>(i)])].get());
+    }
+    std::string problem;
+    for (int i = 1; i < n && problem.empty(); ++i) {
+      const Post& a = *posts[0];
+      const Post& b = *posts[static_cast<size_t>(i)];
+      const bool p2p_pair = a.kind == CollectiveKind::kSend && b.kind == CollectiveKind::kRecv;
+      if ((a.kind != b.kind && !p2p_pair) || a.type != b.type || a.elem_bytes != b.elem_bytes) {
+        problem = "mismatch on " + where + " #" + std::to_string(seq) + ": rank " + std::to_string(a.rank) +
+                  " posted " + a.Describe(where) + " but rank " + std::to_string(b.rank) + " posted " +
+                  b.Describe(where) + (a.type != b.type ? " (different element types)" : "") +
+                  (a.elem_bytes != b.elem_bytes ? " (different modeled element sizes)" : "");
+      }
+    }
+    if (problem.empty()) {
+      problem = exec(posts, ranks);
+      if (!problem.empty()) problem = "mismatch on " + where + " #" + std::to_string(seq) + ": " + problem;
+    }
+    if (!problem.empty()) {
+      FailLocked(problem);
+      throw SimError(error_);
+    }
+    // The waiting members are no longer blocked; un-count them here, before any
+    // of them wakes, so the deadlock check never sees a stale blocked count.
+    for (int i = 0; i < n; ++i) {
+      const int r = members[static_cast<size_t>(i)];
+      if (i != index) {
+        --blocked_;
+        pending_[static_cast<size_t>(r)].clear();
+      }
+    }
+    slot->done = true;
+    leave();
+    cv_.notify_all();
+    return;
+  }
+  const int me = members[static_cast<size_t>(index)];
+  pending_[static_cast<size_t>(me)] = description;
+  ++blocked_;
+  CheckDeadlockLocked();
+  cv_.wait(lock, [&] { return slot->done || !error_.empty(); });
+  if (!slot->done) throw SimError(error_);
+  leave();
+}
+
+void World::Collective(const Group& g, Post post, const Executor& exec) {
+  const int index = g.IndexOf(post.rank);
+  if (index < 0) throw SimError("rank " + std::to_string(post.rank) + " is not in " + GroupName(g.axis, g.members));
+  Rendezvous(group_channels_.at(g.id), g.members, index, std::move(post), GroupName(g.axis, g.members), exec);
+}
+
+void World::PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec) {
+  Channel* ch = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ch = &p2p_channels_[{src, dst}];
+    if (ch->next_seq.empty()) ch->next_seq.assign(2, 0);
+  }
+  const int index = post.rank == src ? 0 : 1;
+  const std::string where = axis + " channel " + std::to_string(src) + "->" + std::to_string(dst);
+  Rendezvous(*ch, {src, dst}, index, std::move(post), where, exec);
+}
+
+void World::Run(const std::function<void(Rank&)>& program) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size_; ++r) {
+    threads.emplace_back([this, r, &program] {
+      try {
+        program(*ranks_[static_cast<size_t>(r)]);
+      } catch (const SimError&) {
+        // Already recorded in error_.
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu_);
+        FailLocked("rank " + std::to_string(r) + " failed: " + e.what());
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      ++finished_;
+      CheckDeadlockLocked();
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!error_.empty()) throw SimError(error_);
+}
+
+}  // namespace sim
+}  // namespace preflight

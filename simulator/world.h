@@ -1,0 +1,232 @@
+// Simulated ranks and NCCL-like blocking collectives (the executor's runtime).
+//
+// A World runs N rank programs, one std::thread each (SPMD). Collectives
+// rendezvous in a central matcher: the k-th operation a rank issues on a
+// group matches the k-th operation of every other member. The last member to
+// arrive checks that all posts agree (kind, dtype, sizes, root), then runs the
+// algorithm for everyone while the others sleep, so results never depend on
+// thread timing. When every rank that is not finished is blocked, nothing can
+// progress: the matcher raises a deadlock error naming each blocked rank and
+// its pending operation, instead of hanging.
+//
+// Byte counting: the algorithms move data chunk by chunk exactly as a ring
+// (all-reduce = ring reduce-scatter + ring all-gather; all-gather and
+// reduce-scatter = n-1 ring steps; broadcast = a chain from the root;
+// all-to-all and send/recv = direct copies), and every chunk copy adds its
+// size to the sender's bytes_sent and the receiver's bytes_received. Bytes are
+// elements x the *modeled* element size the caller gives (bf16 = 2), not
+// sizeof(double). No formula of the planner is used here (GUIDE.md 6).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <typeinfo>
+#include <vector>
+
+#include "preflight/sim.h"
+
+namespace preflight::sim {
+
+/// A collective error: mismatch, deadlock, or a rank that failed. The message
+/// names the ranks and their pending operations.
+class SimError : public std::runtime_error {
+ public:
+  explicit SimError(const std::string& what) : std::runtime_error(what) {}
+};
+
+enum class ReduceOp { kSum, kMax };
+
+/// A process group: global ranks in group order and the axis it belongs to.
+struct Group {
+  int id = 0;
+  std::string axis;
+  std::vector<int> members;
+  int size() const { return static_cast<int>(members.size()); }
+  /// Position of global rank `rank` in the group, or -1.
+  int IndexOf(int rank) const;
+};
+
+/// Per-rank memory accounting by category, in modeled bytes.
+class MemoryTracker {
+ public:
+  void Add(SimCategory c, int64_t bytes, const std::string& owner = "");
+  void Remove(SimCategory c, int64_t bytes, const std::string& owner = "");
+  /// Who allocates next (a block family letter, "ends"): activations are also
+  /// kept per owner, and the split at the activation peak is recorded.
+  void set_owner(const std::string& owner) { owner_ = owner; }
+  const std::string& owner() const { return owner_; }
+  const std::map<std::string, int64_t>& activations_at_peak() const { return activations_at_peak_; }
+  int64_t live(SimCategory c) const { return live_[static_cast<int>(c)]; }
+  int64_t peak(SimCategory c) const { return peak_[static_cast<int>(c)]; }
+  int64_t peak_total() const { return peak_total_; }
+  int64_t live_total() const { return live_total_; }
+
+ private:
+  std::array<int64_t, kNumSimCategories> live_{};
+  std::array<int64_t, kNumSimCategories> peak_{};
+  int64_t live_total_ = 0;
+  int64_t peak_total_ = 0;
+  std::string owner_;
+  std::map<std::string, int64_t> activations_live_, activations_at_peak_;
+};
+
+/// RAII: `bytes` of category `c` live on a rank for the lifetime of the object.
+class Allocation {
+ public:
+  Allocation() = default;
+  Allocation(MemoryTracker* tracker, SimCategory c, int64_t bytes);
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+  Allocation(Allocation&& o) noexcept;
+  Allocation& operator=(Allocation&& o) noexcept;
+  ~Allocation();
+  void Release();
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  MemoryTracker* tracker_ = nullptr;
+  SimCategory category_ = SimCategory::kTemporaries;
+  int64_t bytes_ = 0;
+  std::string owner_;
+};
+
+class World;
+
+/// The view one rank program has of the world: its id, its pass, its
+/// counters and memory. All collectives block until matched.
+class Rank {
+ public:
+  Rank(World* world, int rank) : world_(world), rank_(rank) {}
+  int id() const { return rank_; }
+  World& world() { return *world_; }
+  void set_pass(SimPass p) { pass_ = p; }
+  SimPass pass() const { return pass_; }
+  /// Labels the collectives that follow (CommCount::what).
+  void set_what(const std::string& what) { what_ = what; }
+  MemoryTracker& memory() { return memory_; }
+  const MemoryTracker& memory() const { return memory_; }
+
+  /// In-place all-reduce of `count` elements.
+  template <class T>
+  void AllReduce(const Group& g, T* data, int64_t count, int64_t elem_bytes, ReduceOp op = ReduceOp::kSum);
+  /// `out` receives the members' inputs concatenated in group order; member i
+  /// contributes counts[i] elements (uneven gathers allowed, as torch's list form).
+  template <class T>
+  void AllGather(const Group& g, const T* in, T* out, const std::vector<int64_t>& counts, int64_t elem_bytes);
+  /// `in` holds sum(counts) elements; member i receives the reduced block i
+  /// (counts[i] elements) in `out`.
+  template <class T>
+  void ReduceScatter(const Group& g, const T* in, T* out, const std::vector<int64_t>& counts, int64_t elem_bytes);
+  /// send_counts[j] elements go to member j (in order in `in`); recv_counts[j]
+  /// elements arrive from member j (in order in `out`).
+  template <class T>
+  void AllToAll(const Group& g, const T* in, const std::vector<int64_t>& send_counts, T* out,
+                const std::vector<int64_t>& recv_counts, int64_t elem_bytes);
+  /// `data` of member `root` is copied to every member.
+  template <class T>
+  void Broadcast(const Group& g, T* data, int64_t count, int root, int64_t elem_bytes);
+  /// Blocking point-to-point: returns when the matching Recv has taken the data.
+  template <class T>
+  void Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes);
+  template <class T>
+  void Recv(const std::string& axis, int src, T* data, int64_t count, int64_t elem_bytes);
+
+  /// Adds bytes to this rank's counters (called by the algorithms).
+  void CountSent(const std::string& axis, CollectiveKind k, int64_t bytes);
+  void CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes);
+  /// Marks one call in the (axis, kind, pass) bucket.
+  void CountCall(const std::string& axis, CollectiveKind k);
+  std::vector<CommCount> Counts() const;
+
+  /// FLOP counter for the benchmark (2 x multiply-adds).
+  void AddFlops(double f) { flops_ += f; }
+  double flops() const { return flops_; }
+
+ private:
+  World* world_;
+  int rank_;
+  SimPass pass_ = SimPass::kForward;
+  MemoryTracker memory_;
+  std::string what_;
+  std::map<std::tuple<std::string, CollectiveKind, SimPass, std::string>, CommCount> counts_;
+  double flops_ = 0.0;
+};
+
+/// One rank's part of an operation, as posted to the matcher.
+struct Post {
+  int rank = 0;
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  const std::type_info* type = nullptr;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int64_t elem_bytes = 0;
+  int64_t count = 0;                 // AR / broadcast / p2p element count
+  std::vector<int64_t> counts;       // AG/RS per-member counts; A2A send counts
+  std::vector<int64_t> recv_counts;  // A2A
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::string Describe(const std::string& where) const;
+};
+
+/// Checks the matched posts (members in group order) and, when they agree,
+/// runs the operation for all of them. Returns an error message, or "" on success.
+using Executor = std::function<std::string(const std::vector<Post*>& posts, const std::vector<Rank*>& ranks)>;
+
+class World {
+ public:
+  explicit World(int size);
+  int size() const { return size_; }
+  /// Creates a group; call before Run (groups are fixed for the run).
+  const Group& NewGroup(const std::string& axis, const std::vector<int>& members);
+  /// Runs `program` on every rank, one thread each; rethrows the first error
+  /// (mismatch, deadlock, or an exception a rank program threw) as SimError.
+  void Run(const std::function<void(Rank&)>& program);
+  Rank& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
+  const Rank& rank(int r) const { return *ranks_[static_cast<size_t>(r)]; }
+
+  /// Posts `post` for rank `post.rank` on group `g` and blocks until the
+  /// operation ran; the last member to arrive calls `exec` for everyone.
+  void Collective(const Group& g, Post post, const Executor& exec);
+  /// Point-to-point rendezvous on the channel src -> dst.
+  void PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec);
+
+ private:
+  struct Slot {
+    std::vector<Post> posts;
+    std::vector<bool> arrived;
+    int arrived_count = 0;
+    int left = 0;  // members that returned after completion
+    bool done = false;
+  };
+  struct Channel {
+    std::map<int64_t, std::shared_ptr<Slot>> slots;
+    std::vector<int64_t> next_seq;  // per member
+  };
+  void Rendezvous(Channel& ch, const std::vector<int>& members, int index, Post post, const std::string& where,
+                  const Executor& exec);
+  void FailLocked(const std::string& message);
+  void CheckDeadlockLocked();
+
+  int size_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::map<int, Channel> group_channels_;
+  std::map<std::pair<int, int>, Channel> p2p_channels_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> pending_;  // per rank: description while blocked, else empty
+  int blocked_ = 0;
+  int finished_ = 0;
+  std::string error_;
+};
+
+}  // namespace preflight::sim
+
+#include "world_inl.h"

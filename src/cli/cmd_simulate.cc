@@ -1,0 +1,130 @@
+// preflight simulate R: run a scaled copy of the recipe on simulated ranks and
+// compare numerics with an unsharded run, counted bytes with the planner and
+// measured memory with the estimator. Exit 0 agree, 1 disagree, 2 bad input.
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common.h"
+#include "preflight/diagnostic.h"
+#include "preflight/sim.h"
+#include "preflight/sim_report.h"
+#include "verbs.h"
+
+namespace preflight::cli {
+namespace {
+
+struct SimulateArgs {
+  RecipeArgs recipe;
+  std::vector<std::string> scale;  // "hidden=32"
+  std::string ranks = "0";
+  std::string precision = "fp64";
+  OutputFormat format = OutputFormat::kTable;
+};
+
+/// Applies "--scale key=value" items; false (with a message) on a bad one.
+bool ApplyScale(const std::vector<std::string>& items, ScaleOptions* s) {
+  const std::map<std::string, int64_t*> keys = {
+      {"hidden", &s->hidden},         {"head_dim", &s->head_dim}, {"ffn", &s->ffn_hidden},
+      {"moe_ffn", &s->moe_ffn_hidden}, {"vocab", &s->vocab},       {"seq", &s->seq_len},
+      {"repeat", &s->repeat}};
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const auto it = keys.find(key);
+    if (eq == std::string::npos || it == keys.end()) {
+      std::fprintf(stderr,
+                   "--scale %s: expected KEY=VALUE with KEY one of hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat\n",
+                   item.c_str());
+      return false;
+    }
+    const std::string value = item.substr(eq + 1);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    // Sizes stay small: the executor runs dense fp64 math on one machine.
+    if (used != value.size() || v < 1 || v > 1024) {
+      std::fprintf(stderr, "--scale %s = %s: must be an integer in 1..1024\n", key.c_str(), value.c_str());
+      return false;
+    }
+    *it->second = v;
+  }
+  if (s->head_dim % 2 != 0) {
+    std::fprintf(stderr, "--scale head_dim = %lld: must be even (RoPE rotates half-dimensions)\n",
+                 static_cast<long long>(s->head_dim));
+    return false;
+  }
+  return true;
+}
+
+int RunSimulate(const SimulateArgs& args) {
+  auto recipe = LoadRecipeOrReport(args.recipe);
+  if (!recipe) return static_cast<int>(ExitCode::kBadInput);
+  ScaleOptions scale;
+  if (!ApplyScale(args.scale, &scale)) return static_cast<int>(ExitCode::kBadInput);
+  const Recipe scaled = ScaleRecipe(*recipe, scale);
+  SimOptions options;
+  options.precision = args.precision == "fp32" ? SimPrecision::kFp32 : SimPrecision::kFp64;
+  SimulationReport report;
+  try {
+    report = Simulate(scaled, options);
+  } catch (const SimUnsupported& e) {
+    std::fprintf(stderr, "%s: cannot simulate: %s\n", args.recipe.path.c_str(), e.what());
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  int64_t shown = 0;
+  if (args.ranks != "all") {
+    size_t used = 0;
+    try {
+      shown = std::stoll(args.ranks, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != args.ranks.size() || shown < 0 || shown >= report.ranks) {
+      std::fprintf(stderr, "--ranks %s: must be a rank in 0..%lld or 'all'\n", args.ranks.c_str(),
+                   static_cast<long long>(report.ranks - 1));
+      return static_cast<int>(ExitCode::kBadInput);
+    }
+  }
+  std::vector<SimComparison> comparisons;
+  for (int64_t r = 0; r < report.ranks; ++r) comparisons.push_back(CompareWithModels(scaled, report, options.precision, r));
+  bool agree = true;
+  for (const SimComparison& c : comparisons) agree = agree && c.agrees();
+  std::vector<SimComparison> selected;
+  for (int64_t r = 0; r < report.ranks; ++r) {
+    if (args.ranks == "all" || r == shown) selected.push_back(comparisons[static_cast<size_t>(r)]);
+  }
+  const std::string text = args.format == OutputFormat::kJson ? RenderSimulationJson(report, selected, agree)
+                                                              : RenderSimulationTable(report, selected, agree);
+  std::fputs(text.c_str(), stdout);
+  if (!agree) std::fprintf(stderr, "simulate: the sharded run disagrees with the reference or the models (see DISAGREE)\n");
+  return static_cast<int>(agree ? ExitCode::kOk : ExitCode::kVerdictFail);
+}
+
+}  // namespace
+
+void SetupSimulate(CLI::App& command, int& exit_code) {
+  auto args = std::make_shared<SimulateArgs>();
+  AddRecipeArgs(command, args->recipe);
+  command.add_option("--scale", args->scale,
+                     "Scaled size, repeatable: hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat "
+                     "(defaults 32, 8, 32, 16, 64, 16, 1)")
+      ->type_name("KEY=VALUE");
+  command.add_option("--ranks", args->ranks, "Rank whose communication and comparison is shown, or 'all'")
+      ->default_str("0");
+  command.add_option("--precision", args->precision, "Numerics of the run")
+      ->check(CLI::IsMember({"fp64", "fp32"}))
+      ->default_str("fp64");
+  AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson});
+  command.callback([args, &exit_code] { exit_code = RunSimulate(*args); });
+}
+
+}  // namespace preflight::cli

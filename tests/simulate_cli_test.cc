@@ -1,0 +1,53 @@
+// `preflight simulate`: exit codes and output formats.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using testing::RunPreflight;
+
+TEST(SimulateCli, AgreesOnTheDefaultRecipesDensePart) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
+                               "parallel.pp=1", "--scale", "hidden=16", "--scale", "seq=8"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("verdict: agree"), std::string::npos) << r.out;
+}
+
+TEST(SimulateCli, JsonCarriesEveryRankAndTheVerdict) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AE", "--set",
+                               "parallel.ep=2", "--scale", "hidden=16", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["verdict"], "agree");
+  EXPECT_EQ(j["ranks"], 4);
+  EXPECT_EQ(j["per_rank"].size(), 4u);
+  EXPECT_FALSE(j["numerics"]["gradients"].empty());
+}
+
+TEST(SimulateCli, BlocksNotInTheExecutorAreBadInput) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("block 'M' is not in the executor yet"), std::string::npos) << r.err;
+}
+
+TEST(SimulateCli, BadScaleIsBadInput) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--scale", "hidden=0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--scale hidden = 0: must be an integer in 1..1024"), std::string::npos) << r.err;
+  const auto k = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--scale", "width=8"});
+  EXPECT_EQ(k.exit_code, 2);
+  EXPECT_NE(k.err.find("KEY one of hidden"), std::string::npos) << k.err;
+}
+
+TEST(SimulateCli, BadRankIsBadInput) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--ranks", "9"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--ranks 9: must be a rank in 0..3"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace preflight
