@@ -21,6 +21,8 @@ const std::vector<Verb> kVerbs = {
     {"fit", "Memory geometry of every stage and the worst rank (exit 0 fits, 1 does not, 2 bad recipe)",
      preflight::cli::SetupFit},
     {"plan", "Mesh placement, stage partition, communication per axis and step time (exit 0 / 2)", preflight::cli::SetupPlan},
+    {"sweep", "Every valid layout for N GPUs: best by tokens/s and the memory/time Pareto front (exit 0 / 2)",
+     preflight::cli::SetupSweep},
 };
 
 }  // namespace

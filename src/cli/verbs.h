@@ -19,5 +19,6 @@ void SetupPlan(CLI::App& command, int& exit_code);
 
 void SetupValidate(CLI::App& command, int& exit_code);
 void SetupFit(CLI::App& command, int& exit_code);
+void SetupSweep(CLI::App& command, int& exit_code);
 
 }  // namespace preflight::cli
