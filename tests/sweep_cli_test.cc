@@ -82,15 +82,30 @@ TEST(CliSweep, ThreadCountDoesNotChangeOutput) {
 }
 
 TEST(CliSweep, BadRangesAreExit2) {
-  auto r = RunPreflight(Small({"--tp", "3..x"}));
+  const std::vector<std::string> base = {"sweep", kLlama, "--gpus", "8"};
+  auto with = [&base](const std::string& option, const std::string& value) {
+    std::vector<std::string> args = base;
+    args.push_back(option);
+    args.push_back(value);
+    return RunPreflight(args);
+  };
+  auto r = with("--tp", "3..x");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--tp '3..x': 'x' is not an integer"));
-  r = RunPreflight(Small({"--zero", "2..4"}));
+  r = with("--pp", "4..2");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("above the largest valid value 3"));
-  r = RunPreflight(Small({"--recompute", "some"}));
+  EXPECT_THAT(r.err, HasSubstr("--pp '4..2': range 4..2 is empty"));
+  r = with("--zero", "2..4");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--zero '2..4': 4 is above the largest valid value 3"));
+  r = with("--cp", "0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("below the smallest valid value 1"));
+  r = with("--recompute", "some");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("valid: none, selective, full"));
+  r = with("--format", "svg");
+  EXPECT_EQ(r.exit_code, 2);
   r = RunPreflight({"sweep", kLlama, "--gpus", "12"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("multiple of cluster.gpus_per_node"));
@@ -98,6 +113,15 @@ TEST(CliSweep, BadRangesAreExit2) {
   EXPECT_EQ(r.exit_code, 2);
   r = RunPreflight({"sweep", "recipes/missing.yaml", "--gpus", "8"});
   EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(CliSweep, NothingFitsIsStillExit0) {
+  // Llama 3 8B on one GPU: 8B params of weights, grads and optimizer state
+  // (~115 GiB) plus activations exceed 140 GiB at tp 1 without recompute.
+  const auto r = RunPreflight({"sweep", kLlama, "--gpus", "1", "--recompute", "none", "--zero", "0",
+                               "--micro-batch", "8"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("no layout fits"));
 }
 
 TEST(CliSweep, OutWritesTheFile) {

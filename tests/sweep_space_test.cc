@@ -113,7 +113,9 @@ TEST(SweepRun, HandCountedValidLayouts) {
     const Layout l = result.LayoutOf(row);
     const bool expect_invalid = l.tp == 3 || l.micro_batch == 3;
     EXPECT_EQ(row.status == SweepStatus::kInvalid, expect_invalid) << l.tp << " " << l.micro_batch;
-    if (l.tp == 3) EXPECT_EQ(result.ReasonOf(row).rfind("parallel.tp = 3", 0), 0u) << result.ReasonOf(row);
+    if (l.tp == 3) {
+      EXPECT_EQ(result.ReasonOf(row).rfind("parallel.tp = 3", 0), 0u) << result.ReasonOf(row);
+    }
     if (l.tp != 3 && l.micro_batch == 3) {
       EXPECT_EQ(result.ReasonOf(row).rfind("training.global_batch = 512", 0), 0u) << result.ReasonOf(row);
     }
