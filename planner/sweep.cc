@@ -15,10 +15,14 @@
 #include <fmt/format.h>
 
 #include "preflight/estimate.h"
-#include "preflight/format.h"
+#include <mutex>
 
 namespace preflight {
 namespace {
+
+// "3.00 GiB", as the estimator's verdict and FormatGiB write it (the report
+// library sits above the planner).
+std::string GiBText(Bytes b) { return fmt::format("{:.2f} GiB", b.gib()); }
 
 std::vector<int64_t> PowersOfTwoUpTo(int64_t limit) {
   std::vector<int64_t> out;
@@ -71,15 +75,35 @@ struct ItemSpace {
     for (const auto* a : axes) count *= static_cast<int64_t>(a->size());
   }
   // Digit i of item (the last axis varies fastest).
-  std::array<int64_t, 7> Values(int64_t item) const {
-    std::array<int64_t, 7> v{};
+  std::array<int64_t, 7> Digits(int64_t item) const {
+    std::array<int64_t, 7> d{};
     for (int i = 6; i >= 0; --i) {
       const int64_t n = static_cast<int64_t>(axes[static_cast<size_t>(i)]->size());
-      v[static_cast<size_t>(i)] = (*axes[static_cast<size_t>(i)])[static_cast<size_t>(item % n)];
+      d[static_cast<size_t>(i)] = item % n;
       item /= n;
     }
+    return d;
+  }
+  std::array<int64_t, 7> Values(const std::array<int64_t, 7>& digits) const {
+    std::array<int64_t, 7> v{};
+    for (size_t i = 0; i < 7; ++i) v[i] = (*axes[i])[static_cast<size_t>(digits[i])];
     return v;
   }
+  // Mesh locality depends on (tp, cp, pp, ep, expert_tp) only (dp follows
+  // from them; vpp and micro_batch place nothing): its cache slot.
+  int64_t LocalitySlots() const { return count / static_cast<int64_t>(space->vpp.size() * space->micro_batch.size()); }
+  int64_t LocalitySlot(const std::array<int64_t, 7>& d) const {
+    const auto n = [this](size_t i) { return static_cast<int64_t>(axes[i]->size()); };
+    return (((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(4) + d[4]) * n(5) + d[5];
+  }
+};
+
+// PlaceRanks is O(world) with a vector per rank and group; computed once per
+// slot, on first use, by whichever worker gets there first.
+struct LocalityCache {
+  explicit LocalityCache(int64_t slots) : once(static_cast<size_t>(slots)), locality(static_cast<size_t>(slots)) {}
+  std::vector<std::once_flag> once;
+  std::vector<MeshLocality> locality;
 };
 
 // Per-thread state: a private recipe copy mutated in place (no copy per
@@ -95,8 +119,9 @@ Schedule ScheduleFor(Schedule recipe_schedule, int64_t vpp) {
 }
 
 void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpace& space, const ItemSpace& items,
-                  const SweepOptions& options, int64_t item, Worker& w, SweepResult& out) {
-  const auto v = items.Values(item);
+                  const SweepOptions& options, int64_t item, LocalityCache& cache, Worker& w, SweepResult& out) {
+  const auto digits = items.Digits(item);
+  const auto v = items.Values(digits);
   Recipe& r = w.recipe;
   ParallelConfig& p = r.parallel;
   p.tp = v[0];
@@ -152,7 +177,11 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     mark_rows(SweepStatus::kInvalid);
     return;
   }
-  const MeshLocality locality = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.tie_embeddings).locality;
+  const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
+  std::call_once(cache.once[slot], [&] {
+    cache.locality[slot] = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.tie_embeddings).locality;
+  });
+  const MeshLocality& locality = cache.locality[slot];
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;
@@ -325,13 +354,13 @@ std::string SweepResult::ReasonOf(const SweepRow& row) const {
   if (row.status == SweepStatus::kInvalid) return item_errors[static_cast<size_t>(row.item)];
   const Bytes headroom = HeadroomOf(row);
   if (row.status == SweepStatus::kOverCapacity) {
-    return fmt::format("stage {} over capacity by {}", row.worst_stage, FormatGiB(Bytes(0) - headroom));
+    return fmt::format("stage {} over capacity by {}", row.worst_stage, GiBText(Bytes(0) - headroom));
   }
   if (row.status == SweepStatus::kTight) {
-    return fmt::format("stage {} leaves {} headroom, below the {} floor", row.worst_stage, FormatGiB(headroom),
-                       FormatGiB(min_headroom));
+    return fmt::format("stage {} leaves {} headroom, below the {} floor", row.worst_stage, GiBText(headroom),
+                       GiBText(min_headroom));
   }
-  return fmt::format("stage {} leaves {} headroom", row.worst_stage, FormatGiB(headroom));
+  return fmt::format("stage {} leaves {} headroom", row.worst_stage, GiBText(headroom));
 }
 
 std::vector<int64_t> RankByThroughput(const std::vector<SweepRow>& rows, int64_t top) {
@@ -395,6 +424,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.item_errors.resize(static_cast<size_t>(items.count));
   out.rows.resize(static_cast<size_t>(SweepSize(space)));
   const PlanTables tables = BuildPlanTables(inventory);
+  LocalityCache cache(items.LocalitySlots());
 
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
@@ -405,7 +435,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;
       try {
-        EvaluateItem(inventory, tables, space, items, options, item, w, out);
+        EvaluateItem(inventory, tables, space, items, options, item, cache, w, out);
       } catch (const ArithmeticOverflow& e) {
         // Degrees so large that a byte count overflows: invalid, not a crash.
         out.item_errors[static_cast<size_t>(item)] = fmt::format("sizes exceed 64-bit byte arithmetic ({})", e.what());
