@@ -10,7 +10,10 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -111,7 +114,32 @@ struct LocalityCache {
 struct Worker {
   Recipe recipe;
   std::vector<StageComm> comm;
+  /// Stage partitions by PartitionKey (see StagesFor).
+  std::map<std::tuple<int, int64_t, int64_t, int, double>, StagePlan> partitions;
 };
+
+// The partition of a layout, cached exactly. WeighLayers depends on the
+// layout only through recompute and tokens = seq * micro_batch / (cp * tp),
+// and every weight is tokens times a layout-free factor (planner/stages.cc:
+// ForwardFlops, RecomputeFlops, head_s). Scaling every input of the
+// partitioner's sums and comparisons by a power of two is exact in IEEE
+// arithmetic, so layouts whose tokens differ by a power of two get the same
+// partition: the key holds the mantissa of tokens, not tokens. PartitionStages
+// reads the layout only for pp, vpp and the schedule (chunk placement).
+const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout, const CostModel& cost,
+                           Worker& w) {
+  const double tokens = static_cast<double>(inv.recipe.training.seq_len) * static_cast<double>(layout.micro_batch) /
+                        static_cast<double>(layout.cp * layout.tp);
+  int exponent = 0;
+  const double mantissa = std::frexp(tokens, &exponent);
+  const auto key = std::make_tuple(static_cast<int>(layout.recompute), layout.pp, layout.vpp,
+                                   static_cast<int>(layout.schedule), mantissa);
+  auto it = w.partitions.find(key);
+  if (it == w.partitions.end()) {
+    it = w.partitions.emplace(key, PartitionStages(WeighLayers(inv, tables, layout, cost), layout)).first;
+  }
+  return it->second;
+}
 
 Schedule ScheduleFor(Schedule recipe_schedule, int64_t vpp) {
   if (recipe_schedule == Schedule::kDualPipe || recipe_schedule == Schedule::kDualPipeV) return recipe_schedule;
@@ -185,7 +213,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;
-    const StagePlan stages = PartitionStages(WeighLayers(inv, tables, layout, options.cost), layout);
+    const StagePlan& stages = StagesFor(inv, tables, layout, options.cost, w);
     for (int64_t z : space.zero) {
       layout.zero = z;
       SweepRow& row = out.rows[k++];
@@ -430,7 +458,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}};
+    Worker w{r, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

@@ -205,6 +205,20 @@ TEST(SweepRun, OutputIsIdenticalForOneAndFourThreads) {
   EXPECT_GT(a.CountOf(SweepStatus::kFits), 0);
   EXPECT_GT(a.CountOf(SweepStatus::kInvalid), 0);
   EXPECT_EQ(SweepCsv(a), SweepCsv(b));
+  // Every 37th valid row re-priced through MakePlan (its own, uncached
+  // partition): the sweep's cached partitions and localities change nothing.
+  int checked = 0;
+  for (size_t i = 0; i < a.rows.size(); i += 37) {
+    const SweepRow& row = a.rows[i];
+    if (row.status == SweepStatus::kInvalid) continue;
+    const PlanResult plan = MakePlan(inv, a.LayoutOf(row));
+    ASSERT_TRUE(plan.plan);
+    EXPECT_EQ(row.peak.count(),
+              plan.plan->memory->stages[static_cast<size_t>(plan.plan->memory->worst_stage)].total().count());
+    EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
   EXPECT_EQ(SweepJson(a, "x.yaml"), SweepJson(b, "x.yaml"));
   EXPECT_EQ(RenderSweepTable(a, "x.yaml"), RenderSweepTable(b, "x.yaml"));
 }
