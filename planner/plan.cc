@@ -146,6 +146,44 @@ void AddLocalityWarnings(const Recipe& r, const Layout& l, const Mesh& mesh, boo
   }
 }
 
+struct Candidate {
+  const char* name;
+  StagePlan stages;
+};
+
+struct Priced {
+  std::vector<StageComm> comm;
+  StepTime time;
+  MemoryEstimate memory;
+};
+
+Priced PriceStages(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+                   const MeshLocality& locality, const CostModel& cost) {
+  Priced p;
+  p.comm = BuildStageComm(inv, tables, layout, stages, locality, cost);
+  p.time = EstimateStepTime(inv, tables, layout, stages, &p.comm, cost);
+  p.memory = EstimateMemory(inv, layout, stages);
+  return p;
+}
+
+// Memory as the partition's constraint (MATH.md 4.3, "minimise max_j cost_j
+// subject to memory_j <= budget"): the time-balanced cut comes first; the
+// parameter-balanced cut (fewer layers beside the embedding and head) and the
+// equal-layer cut are the fallbacks the estimator judges.
+std::vector<Candidate> Candidates(const LayerWeights& w, const Layout& layout, int64_t layers) {
+  std::vector<Candidate> out;
+  out.push_back({"time", PartitionStages(w, layout)});
+  LayerWeights by_params = w;
+  for (size_t l = 0; l < w.layer_s.size(); ++l) by_params.layer_s[l] = static_cast<double>(w.layer_params[l]);
+  by_params.embedding_s = static_cast<double>(w.embedding_params);
+  by_params.head_s = static_cast<double>(w.head_params);
+  out.push_back({"parameters", PartitionStages(by_params, layout)});
+  if (layout.schedule != Schedule::kDualPipeV) {
+    out.push_back({"equal_layers", EqualStagePlan(layers, layout.pp, ChunkCount(layout) / layout.pp)});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<Diagnostic> ValidateForPlan(const Recipe& r, const Layout& l) {
@@ -172,12 +210,43 @@ PlanResult MakePlan(const Inventory& inv, const Layout& layout, const CostModel&
   if (auto pinned = PinnedStagePlan(r)) {
     plan.stages = *pinned;
     plan.stages_pinned = true;
+    plan.partition = "pinned";
+    Priced priced = PriceStages(inv, tables, layout, plan.stages, plan.mesh.locality, cost);
+    plan.comm = std::move(priced.comm);
+    plan.time = priced.time;
+    plan.memory = std::move(priced.memory);
   } else {
-    plan.stages = PartitionStages(WeighLayers(inv, tables, layout, cost), layout);
+    const LayerWeights w = WeighLayers(inv, tables, layout, cost);
+    std::vector<Candidate> candidates = Candidates(w, layout, tables.layers);
+    // The fastest candidate that fits; the time-balanced cut when none does.
+    size_t chosen = 0;
+    std::optional<Priced> best;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      Priced priced = PriceStages(inv, tables, layout, candidates[i].stages, plan.mesh.locality, cost);
+      if (i == 0) {
+        best = std::move(priced);
+        if (best->memory.verdict.fits) break;
+        continue;
+      }
+      const bool first_fit = !best->memory.verdict.fits;
+      if (priced.memory.verdict.fits && (first_fit || priced.time.step_s < best->time.step_s)) {
+        best = std::move(priced);
+        chosen = i;
+      }
+    }
+    if (chosen != 0) {
+      plan.warnings.push_back(Make(
+          r, Severity::kWarning, "parallel.pp", std::to_string(layout.pp),
+          fmt::format("the time-balanced stage partition does not fit in memory; using the {} partition, which "
+                      "does",
+                      candidates[chosen].name)));
+    }
+    plan.partition = candidates[chosen].name;
+    plan.stages = std::move(candidates[chosen].stages);
+    plan.comm = std::move(best->comm);
+    plan.time = best->time;
+    plan.memory = std::move(best->memory);
   }
-  plan.comm = BuildStageComm(inv, tables, layout, plan.stages, plan.mesh.locality, cost);
-  plan.time = EstimateStepTime(inv, tables, layout, plan.stages, &plan.comm, cost);
-  plan.memory = EstimateMemory(inv, layout, plan.stages);
   const bool moe = inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
   AddLocalityWarnings(r, layout, plan.mesh, moe, &plan.warnings);
   for (const Diagnostic& d : result.diagnostics) plan.warnings.push_back(d);

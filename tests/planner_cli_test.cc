@@ -13,7 +13,7 @@ using testing::RunPreflight;
 TEST(PlannerCli, DefaultRecipeTable) {
   const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* section : {"rank map", "groups per axis", "stages (partitioned", "communication per step",
+  for (const char* section : {"rank map", "groups per axis", "stages (partitioned by time", "communication per step",
                               "step time", "MFU"}) {
     EXPECT_NE(r.out.find(section), std::string::npos) << section << "\n" << r.out;
   }
@@ -41,6 +41,41 @@ TEST(PlannerCli, JsonKeys) {
       EXPECT_EQ(g["first_group"], nlohmann::json::parse("[0, 16, 32, 48]"));
     }
   }
+}
+
+// The cost knobs reach the model: at a quarter of peak the compute takes
+// longer, so the step does and tokens/s drop.
+TEST(PlannerCli, ComputeEfficiencyKnob) {
+  const auto base = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json"});
+  const auto slow =
+      RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--compute-efficiency", "0.25"});
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  const auto b = nlohmann::json::parse(base.out);
+  const auto s = nlohmann::json::parse(slow.out);
+  EXPECT_EQ(s["cost_model"]["compute_efficiency"], 0.25);
+  EXPECT_GT(s["step"]["step_s"].get<double>(), b["step"]["step_s"].get<double>());
+  EXPECT_LT(s["step"]["tokens_per_s"].get<double>(), b["step"]["tokens_per_s"].get<double>());
+  EXPECT_EQ(RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--compute-efficiency", "2"}).exit_code, 2);
+}
+
+// Memory as the partition's constraint (docs/plan.md): the default recipe's
+// time-balanced cut puts 14 layers and the embedding on stage 0 (the
+// estimator puts it at ~26.8 GiB); on a device of 26000 MiB (25.4 GiB) that
+// overflows, and the parameter-balanced cut (10 layers beside the embedding,
+// ~21.8 GiB) fits. With the real 143771 MiB the time cut stays.
+TEST(PlannerCli, MemoryConstrainsThePartition) {
+  const auto roomy = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json"});
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_EQ(nlohmann::json::parse(roomy.out)["partition"], "time");
+  const auto tight =
+      RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--set", "cluster.capacity_mib=26000"});
+  ASSERT_EQ(tight.exit_code, 0) << tight.err;
+  const auto j = nlohmann::json::parse(tight.out);
+  EXPECT_EQ(j["partition"], "parameters");
+  EXPECT_TRUE(j["memory_verdict"]["fits"].get<bool>());
+  EXPECT_LT(j["stages"][0]["chunks"][0]["end_layer"].get<int>(), 14);
+  EXPECT_NE(tight.err.find("does not fit in memory"), std::string::npos) << tight.err;
 }
 
 TEST(PlannerCli, BadInputExitsTwo) {

@@ -113,5 +113,22 @@ TEST(PlannerStepTime, OneFOneBBubble) {
   EXPECT_EQ(p.time.slowest_stage, 0);
 }
 
+// Interleaved (MATH.md 4.2): the bubble shrinks to (p-1)/v micro-batch
+// times; the fill/drain crosses p*v - 1 chunk boundaries each way. Eight
+// equal layers, pp 2, vpp 2 (four chunks of two), m 4:
+// bubble = (1/2) * steady/4 + 2*3 sends of 262144 B on NVLink.
+TEST(PlannerStepTime, InterleavedBubble) {
+  const auto inv = TinyInventory("DDDDDDDD", 0);
+  auto l = TinyLayout(1, 1, 1, 2, 4);
+  l.vpp = 2;
+  l.schedule = Schedule::kInterleaved;
+  const auto p = Price(inv, l);
+  ASSERT_EQ(p.stages.chunks.size(), 4u);
+  const double p2p = 8e-6 + 262144.0 / 360e9;
+  EXPECT_TRUE(RelativelyClose(p.time.bubble_s, 0.5 * p.time.steady_s / 4.0 + 6.0 * p2p, 1e-12));
+  EXPECT_TRUE(RelativelyClose((p.time.bubble_s - 6.0 * p2p) / (p.time.steady_s + p.time.bubble_s - 6.0 * p2p),
+                              BubbleFraction(Schedule::kInterleaved, 2, 2, 4), 1e-12));
+}
+
 }  // namespace
 }  // namespace preflight

@@ -287,6 +287,9 @@ struct Plan {
   Mesh mesh;
   StagePlan stages;
   bool stages_pinned = false;
+  /// Which cut MakePlan took: "pinned", "time" (the partitioner's), or, when
+  /// that one does not fit in memory, "parameters" or "equal_layers".
+  std::string partition = "time";
   std::vector<StageComm> comm;    // one per pipeline rank
   StepTime time;
   CostModel cost;
@@ -311,7 +314,10 @@ StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, 
 /// recipe.source.
 std::vector<Diagnostic> ValidateForPlan(const Recipe& recipe, const Layout& layout);
 
-/// Places, partitions (or takes the recipe's pinned stages), prices. Returns
+/// Places, partitions (or takes the recipe's pinned stages), prices. Memory
+/// is the partition's constraint: when the time-balanced cut overflows a
+/// device (estimator verdict), the parameter-balanced and equal-layer cuts are
+/// priced and the fastest that fits is taken, with a warning. Returns
 /// diagnostics (errors) instead when the layout cannot be planned.
 struct PlanResult {
   std::optional<Plan> plan;

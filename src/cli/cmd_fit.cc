@@ -32,8 +32,10 @@ int RunFit(const FitArgs& args) {
   report.file = args.recipe.path;
   report.inventory = &inventory;
   report.layout = LayoutOf(*recipe);
-  report.stages = StagesFor(inventory, report.layout);
-  report.estimate = EstimateMemory(inventory, report.layout, report.stages);
+  auto plan = PlanOrReport(inventory, report.layout);
+  if (!plan) return static_cast<int>(ExitCode::kBadInput);
+  report.stages = plan->stages;
+  report.estimate = plan->memory ? *plan->memory : EstimateMemory(inventory, report.layout, report.stages);
   if (args.explain) {
     report.explanations = ExplainRank(inventory, report.layout, report.stages, report.estimate.worst_stage);
   }

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common.h"
 #include "preflight/diagnostic.h"
 #include "preflight/inventory.h"
 #include "preflight/plan.h"
@@ -18,9 +19,8 @@ namespace preflight::cli {
 namespace {
 
 struct PlanOptions {
-  std::string recipe;
-  std::vector<std::string> sets;
-  std::string format = "table";
+  RecipeArgs recipe;
+  OutputFormat format = OutputFormat::kTable;
   CostModel cost;
   double latency_us = 8.0;
 };
@@ -30,33 +30,19 @@ void PrintDiagnostics(const std::vector<Diagnostic>& ds) {
 }
 
 int RunPlan(PlanOptions& o) {
-  std::vector<Override> overrides;
-  for (const std::string& s : o.sets) {
-    const auto parsed = ParseOverride(s);
-    if (!parsed) {
-      std::fprintf(stderr, "preflight plan: --set %s: expected key.path=value\n", s.c_str());
-      return static_cast<int>(ExitCode::kBadInput);
-    }
-    overrides.push_back(*parsed);
-  }
-  const LoadResult loaded = LoadRecipeFile(o.recipe, overrides);
-  PrintDiagnostics(loaded.diagnostics);
-  if (!loaded.ok()) return static_cast<int>(ExitCode::kBadInput);
-  const Recipe& recipe = *loaded.recipe;
-  const Inventory inventory = BuildInventory(recipe);
+  const std::optional<Recipe> recipe = LoadRecipeOrReport(o.recipe);
+  if (!recipe) return static_cast<int>(ExitCode::kBadInput);
+  const Inventory inventory = BuildInventory(*recipe);
   o.cost.latency_s = o.latency_us * 1e-6;
-  PlanResult result = MakePlan(inventory, LayoutOf(recipe), o.cost);
+  const PlanResult result = MakePlan(inventory, LayoutOf(*recipe), o.cost);
   if (!result.plan) {
     PrintDiagnostics(result.diagnostics);
     return static_cast<int>(ExitCode::kBadInput);
   }
   const Plan& plan = *result.plan;
-  if (o.format == "json") {
-    std::fputs(RenderPlanJson(recipe, plan).c_str(), stdout);
-  } else {
-    PrintDiagnostics(plan.warnings);
-    std::fputs(RenderPlanTable(recipe, plan).c_str(), stdout);
-  }
+  PrintDiagnostics(plan.warnings);
+  const std::string out = o.format == OutputFormat::kJson ? RenderPlanJson(*recipe, plan) : RenderPlanTable(*recipe, plan);
+  std::fputs(out.c_str(), stdout);
   return static_cast<int>(ExitCode::kOk);
 }
 
@@ -64,9 +50,8 @@ int RunPlan(PlanOptions& o) {
 
 void SetupPlan(CLI::App& command, int& exit_code) {
   auto o = std::make_shared<PlanOptions>();
-  command.add_option("recipe", o->recipe, "recipe YAML file")->required();
-  command.add_option("--set", o->sets, "override a recipe key: key.path=value (repeatable)");
-  command.add_option("--format", o->format, "output format")->check(CLI::IsMember({"table", "json"}));
+  AddRecipeArgs(command, o->recipe);
+  AddFormatOption(command, o->format, {OutputFormat::kTable, OutputFormat::kJson});
   command.add_option("--compute-efficiency", o->cost.compute_efficiency,
                      "achieved fraction of the bf16 dense peak (default 0.5)")
       ->check(CLI::Range(0.01, 1.0));

@@ -32,11 +32,18 @@ std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
 }
 
 StagePlan StagesFor(const Inventory& inventory, const Layout& layout) {
-  const Recipe& r = inventory.recipe;
-  if (layout.pp == r.parallel.pp && layout.vpp == r.parallel.vpp) {
-    if (auto pinned = PinnedStagePlan(r)) return *pinned;
-  }
+  PlanResult planned = MakePlan(inventory, layout);
+  if (planned.plan) return planned.plan->stages;
   return PartitionStages(inventory, layout);
+}
+
+std::optional<Plan> PlanOrReport(const Inventory& inventory, const Layout& layout) {
+  PlanResult planned = MakePlan(inventory, layout);
+  for (const auto& d : planned.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
+  if (planned.plan) {
+    for (const auto& d : planned.plan->warnings) std::fprintf(stderr, "%s\n", Format(d).c_str());
+  }
+  return std::move(planned.plan);
 }
 
 bool WriteTextFile(const std::string& path, const std::string& text) {

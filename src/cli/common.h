@@ -10,6 +10,7 @@
 
 #include "preflight/inventory.h"
 #include "preflight/layout.h"
+#include "preflight/plan.h"
 #include "preflight/recipe.h"
 
 namespace preflight::cli {
@@ -26,9 +27,14 @@ void AddRecipeArgs(CLI::App& command, RecipeArgs& args);
 /// nullopt means bad input: the caller exits with ExitCode::kBadInput.
 std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args);
 
-/// The stage plan a command prices: the recipe's pinned boundaries when it
-/// has them (and pp/vpp are the recipe's), else the planner's partition.
+/// The stage plan a command prices: the one `plan` takes (MakePlan: the
+/// recipe's pinned boundaries, or the time-balanced partition with memory as
+/// a constraint), so fit, check and plan always price the same stages.
 StagePlan StagesFor(const Inventory& inventory, const Layout& layout);
+
+/// Plans the layout with MakePlan and prints the planner's errors and
+/// warnings to stderr; nullopt means bad input (ExitCode::kBadInput).
+std::optional<Plan> PlanOrReport(const Inventory& inventory, const Layout& layout);
 
 /// Writes `text` to `path`; prints an error naming the path and returns false on failure.
 bool WriteTextFile(const std::string& path, const std::string& text);

@@ -123,7 +123,8 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
                        a.intra_node ? "NVLink" : "InfiniBand", a.max_nodes_spanned, a.min_members_per_node);
   }
 
-  out += fmt::format("\nstages ({}; times per micro-batch)\n", p.stages_pinned ? "pinned in the recipe" : "partitioned");
+  out += fmt::format("\nstages ({}; times per micro-batch)\n",
+                     p.stages_pinned ? "pinned in the recipe" : "partitioned by " + p.partition);
   out += fmt::format("  {:<6} {:<28} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n", "stage", "chunks [first,end)",
                      "layers", "memory", "headroom", "fwd ms", "bwd ms", "recomp", "comm ms");
   for (const StageTime& s : p.time.stages) {
@@ -242,6 +243,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
   }
   j["groups"] = groups;
   j["stages_pinned"] = p.stages_pinned;
+  j["partition"] = p.partition;
   ordered_json stages = ordered_json::array();
   for (const StageTime& s : p.time.stages) {
     ordered_json chunks = ordered_json::array();
