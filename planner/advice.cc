@@ -14,14 +14,6 @@ bool HasMoe(const Recipe& r) {
   return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
 }
 
-// Stages as `fit` prices them: the recipe's pinned boundaries when it has
-// them, else the planner's partition.
-StagePlan StagesOf(const Inventory& inv, const Recipe& r, const Layout& l, const CostModel& cost,
-                   const PlanTables& tables) {
-  if (auto pinned = PinnedStagePlan(r)) return *pinned;
-  return PartitionStages(WeighLayers(inv, tables, l, cost), l);
-}
-
 double StepSeconds(const Inventory& inv, const PlanTables& tables, const Recipe& r, const Layout& l,
                    const StagePlan& stages, const CostModel& cost) {
   if (HasErrors(ValidateForPlan(r, l))) return 0;
@@ -36,14 +28,17 @@ struct Candidate {
   int second_move = 0;
 };
 
-// Prices `r` (already changed); nullopt when invalid or still over capacity.
-std::optional<Suggestion> Price(const Inventory& inv, const PlanTables& tables, const Recipe& r,
-                                const MemoryEstimate& before, double step_before, const CostModel& cost) {
+// Prices `r` (already changed) exactly as `fit` does: its own inventory (the
+// recipe it carries has the new degrees and pinned stages) and MakePlan's
+// stage choice. nullopt when invalid or still over capacity.
+std::optional<Suggestion> Price(const Recipe& r, const MemoryEstimate& before, double step_before,
+                                const CostModel& cost) {
   if (HasErrors(ValidateRecipe(r))) return std::nullopt;
+  const Inventory inv = BuildInventory(r);
   const Layout l = LayoutOf(r);
-  if (HasErrors(ValidateForPlan(r, l))) return std::nullopt;
-  const StagePlan stages = StagesOf(inv, r, l, cost, tables);
-  const MemoryEstimate est = EstimateMemory(inv, l, stages);
+  const PlanResult planned = MakePlan(inv, l, cost);
+  if (!planned.plan || !planned.plan->memory) return std::nullopt;
+  const MemoryEstimate& est = *planned.plan->memory;
   if (!est.verdict.fits) return std::nullopt;
   Suggestion s;
   s.layout = l;
@@ -51,7 +46,7 @@ std::optional<Suggestion> Price(const Inventory& inv, const PlanTables& tables, 
   s.headroom = est.verdict.headroom;
   s.headroom_gain = est.verdict.headroom - before.verdict.headroom;
   s.headroom_ok = est.verdict.headroom_ok;
-  s.step_s = StepSeconds(inv, tables, r, l, stages, cost);
+  s.step_s = planned.plan->time.step_s;
   s.step_change = step_before > 0 && s.step_s > 0 ? s.step_s / step_before - 1.0 : 0.0;
   return s;
 }
@@ -168,7 +163,7 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
     AdviceChange change;
     auto r = ApplyMove(recipe, static_cast<AdviceMove>(m), &change);
     if (!r) continue;
-    if (auto s = Price(inv, tables, *r, before, advice.step_s, options.cost)) {
+    if (auto s = Price(*r, before, advice.step_s, options.cost)) {
       s->changes = {change};
       found.push_back({*s, m, -1});
     }
@@ -181,7 +176,7 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
         AdviceChange second;
         auto r2 = ApplyMove(r1, static_cast<AdviceMove>(m2), &second);
         if (!r2) continue;
-        if (auto s = Price(inv, tables, *r2, before, advice.step_s, options.cost)) {
+        if (auto s = Price(*r2, before, advice.step_s, options.cost)) {
           s->changes = {first, second};
           found.push_back({*s, m1, m2});
         }

@@ -146,6 +146,36 @@ Schedule ScheduleFor(Schedule recipe_schedule, int64_t vpp) {
   return vpp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
 }
 
+struct Priced {
+  Bytes peak;
+  Bytes capacity;
+  int64_t worst = 0;
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+};
+
+// Memory of the worst pipeline rank (as EstimateMemory picks it, without its
+// per-call vectors and verdict text) and the step time of one stage plan.
+Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+             const MeshLocality& locality, const CostModel& cost, Worker& w) {
+  Priced p;
+  for (int64_t rank = 0; rank < layout.pp; ++rank) {
+    const RankMemory m = EstimateRank(inv, layout, stages, rank);
+    if (rank == 0 || m.total() > p.peak) {
+      p.peak = m.total();
+      p.capacity = m.capacity;
+      p.worst = rank;
+    }
+  }
+  w.comm = BuildStageComm(inv, tables, layout, stages, locality, cost);
+  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, cost);
+  p.step_s = time.step_s;
+  p.tokens_per_s = time.tokens_per_s;
+  p.mfu = time.mfu;
+  return p;
+}
+
 void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpace& space, const ItemSpace& items,
                   const SweepOptions& options, int64_t item, LocalityCache& cache, Worker& w, SweepResult& out) {
   const auto digits = items.Digits(item);
@@ -221,30 +251,30 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       row.item = static_cast<int32_t>(item);
       row.recompute = rc;
       row.zero = static_cast<int8_t>(z);
-      // The worst pipeline rank, as EstimateMemory picks it, without its
-      // per-call vectors and verdict text.
-      Bytes peak;
-      Bytes capacity;
-      int64_t worst = 0;
-      for (int64_t rank = 0; rank < layout.pp; ++rank) {
-        const RankMemory m = EstimateRank(inv, layout, stages, rank);
-        if (rank == 0 || m.total() > peak) {
-          peak = m.total();
-          capacity = m.capacity;
-          worst = rank;
+      Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
+      if (best.capacity < best.peak) {
+        // As MakePlan: when the time-balanced cut overflows a device, the
+        // fastest of the other cuts that fits (PartitionCandidates).
+        const std::vector<StagePlan> cuts =
+            PartitionCandidates(WeighLayers(inv, tables, layout, options.cost), layout, tables.layers);
+        bool found = false;
+        for (size_t c = 1; c < cuts.size(); ++c) {
+          const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, w);
+          if (priced.peak <= priced.capacity && (!found || priced.step_s < best.step_s)) {
+            best = priced;
+            found = true;
+          }
         }
       }
-      row.peak = peak;
-      row.worst_stage = static_cast<int16_t>(worst);
-      const Bytes headroom = capacity - peak;
+      row.peak = best.peak;
+      row.worst_stage = static_cast<int16_t>(best.worst);
+      const Bytes headroom = best.capacity - best.peak;
       row.status = headroom < Bytes(0)            ? SweepStatus::kOverCapacity
                    : headroom < out.min_headroom ? SweepStatus::kTight
                                                  : SweepStatus::kFits;
-      w.comm = BuildStageComm(inv, tables, layout, stages, locality, options.cost);
-      const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, options.cost);
-      row.step_s = time.step_s;
-      row.tokens_per_s = time.tokens_per_s;
-      row.mfu = time.mfu;
+      row.step_s = best.step_s;
+      row.tokens_per_s = best.tokens_per_s;
+      row.mfu = best.mfu;
     }
   }
 }
