@@ -236,8 +236,7 @@ TEST(SweepRun, OutputIsIdenticalForOneAndFourThreads) {
     EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
     fallbacks += plan.plan->partition != "time" ? 1 : 0;
   }
-  // This space has one such row (nam56r at pp 4 whose time-balanced cut puts
-  // too many layers beside the embedding); keep the path exercised.
+  // This space has one such row (found by running it); keep the path exercised.
   EXPECT_GE(fallbacks, 1);
   EXPECT_EQ(SweepJson(a, "x.yaml"), SweepJson(b, "x.yaml"));
   EXPECT_EQ(RenderSweepTable(a, "x.yaml"), RenderSweepTable(b, "x.yaml"));

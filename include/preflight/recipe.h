@@ -43,7 +43,9 @@ const char* Name(DType d);
 
 enum class Recompute { kNone, kSelective, kFull };
 const char* Name(Recompute r);
-enum class FfnActivation { kSwiglu, kGelu };
+/// Dense-MLP activation: SwiGLU is gated (three matrices); GeLU and squared
+/// ReLU (Nemotron-H's relu2) are not (two matrices: up, down).
+enum class FfnActivation { kSwiglu, kGelu, kRelu2 };
 enum class NormKind { kRmsNorm, kLayerNorm };
 enum class OptimizerKind { kAdamW, kMuon };
 const char* Name(OptimizerKind o);

@@ -23,6 +23,8 @@ const std::vector<Verb> kVerbs = {
     {"plan", "Mesh placement, stage partition, communication per axis and step time (exit 0 / 2)", preflight::cli::SetupPlan},
     {"sweep", "Every valid layout for N GPUs: best by tokens/s and the memory/time Pareto front (exit 0 / 2)",
      preflight::cli::SetupSweep},
+    {"import", "Write a recipe from a model's published config: import hf CONFIG.json (exit 0 / 2)",
+     preflight::cli::SetupImport},
 };
 
 }  // namespace

@@ -20,5 +20,7 @@ void SetupPlan(CLI::App& command, int& exit_code);
 void SetupValidate(CLI::App& command, int& exit_code);
 void SetupFit(CLI::App& command, int& exit_code);
 void SetupSweep(CLI::App& command, int& exit_code);
+/// `preflight import hf CONFIG.json [--layout KEY=VALUE ...] [-o FILE]` (cmd_import.cc).
+void SetupImport(CLI::App& command, int& exit_code);
 
 }  // namespace preflight::cli

@@ -61,7 +61,8 @@ void ParseMlp(MapReader& model, MlpConfig* m) {
   if (!r || !r->ok()) return;
   r->Int("ffn_hidden", &m->ffn_hidden);
   r->Enum<FfnActivation>("activation", &m->activation,
-                         {{"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu}});
+                         {{"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu},
+                          {"relu2", FfnActivation::kRelu2}});
 }
 
 void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {

@@ -1,0 +1,259 @@
+// `preflight import hf CONFIG.json [--layout KEY=VALUE ...] [-o FILE]`:
+// writes a recipe for a Hugging Face model (issue 8). The model section comes
+// from the config (ImportHfConfig); the layout from --layout, and every key
+// not given there from the default H200 rule (DefaultH200Layout). The written
+// recipe is parsed and validated before it is written; if it does not
+// validate, nothing is written and the exit code is 2.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "preflight/default_layout.h"
+#include "preflight/diagnostic.h"
+#include "preflight/estimate.h"
+#include "preflight/import.h"
+#include "preflight/inventory.h"
+#include "preflight/layout.h"
+#include "preflight/recipe.h"
+#include "common.h"
+#include "verbs.h"
+
+namespace preflight::cli {
+namespace {
+
+struct ImportHfOptions {
+  std::string config;
+  std::vector<std::string> layout;
+  std::string output;
+};
+
+constexpr int kBadInput = static_cast<int>(ExitCode::kBadInput);
+
+void Print(const std::vector<Diagnostic>& ds) {
+  for (const Diagnostic& d : ds) std::fprintf(stderr, "%s\n", Format(d).c_str());
+}
+
+/// The layout entries of the default rule (keys the user did not set keep these).
+std::vector<YamlEntry> DefaultEntries(const DefaultLayout& l) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  return {
+      {"training.seq_len", n(l.seq_len), "tokens per sequence"},
+      {"training.micro_batch", "1", ""},
+      {"training.global_batch", n(l.global_batch), "sequences per step"},
+      {"training.recompute", "selective", ""},
+      {"training.precision.params", "bf16", ""},
+      {"training.precision.grads", "fp32", ""},
+      {"training.precision.master", "fp32", ""},
+      {"training.optimizer.matrices", "adamw", "how the public checkpoints were trained"},
+      {"training.optimizer.other", "adamw", ""},
+      {"parallel.tp", n(l.tp), "inside a node (NVLink)"},
+      {"parallel.sp", l.tp > 1 ? "true" : "false", ""},
+      {"parallel.cp", "1", ""},
+      {"parallel.pp", n(l.pp), ""},
+      {"parallel.vpp", "1", ""},
+      {"parallel.ep", n(l.ep), ""},
+      {"parallel.expert_tp", "1", ""},
+      {"parallel.zero", "1", "distributed optimizer"},
+      {"parallel.schedule", "1f1b", ""},
+      {"cluster.gpu", "h200", ""},
+      {"cluster.nodes", n(l.nodes), fmt::format("dp = {}", l.dp)},
+      {"cluster.gpus_per_node", "8", ""},
+  };
+}
+
+/// Candidates the memory estimate checks before giving up (in the rule's order).
+constexpr size_t kMaxCandidatesChecked = 64;
+
+struct Choice {
+  size_t index = 0;   // into the candidates
+  bool fits = false;  // per EstimateMemory, with the recipe's headroom floor
+  std::string note;   // for the recipe's header comment
+};
+
+/// The first candidate whose written recipe fits every pipeline stage with
+/// the headroom floor, per the estimator on the stages `fit` prices; the first
+/// candidate when none of the first kMaxCandidatesChecked does. The rule
+/// itself prices only model state; this adds activations, transients,
+/// the runtime reserve and the allocator overhead.
+Choice FirstThatFits(const HfImport& imported, const std::vector<DefaultLayout>& candidates,
+                     const std::vector<Override>& overrides, const std::string& config, const std::string& file) {
+  const size_t n = std::min(candidates.size(), kMaxCandidatesChecked);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<Diagnostic> ignored;
+    const std::string yaml =
+        EmitRecipeYaml(imported, MergeLayout(DefaultEntries(candidates[i]), overrides, &ignored), config, "");
+    const LoadResult loaded = LoadRecipeFromString(yaml, file);
+    if (!loaded.ok()) continue;
+    const Inventory inventory = BuildInventory(*loaded.recipe);
+    const Layout layout = LayoutOf(*loaded.recipe);
+    const MemoryEstimate estimate = EstimateMemory(inventory, layout, StagesFor(inventory, layout));
+    if (!estimate.verdict.fits || !estimate.verdict.headroom_ok) continue;
+    const RankMemory& worst = estimate.stages[static_cast<size_t>(estimate.worst_stage)];
+    return {i, true,
+            fmt::format("checked with the memory estimate of `preflight fit`: worst stage {:.1f} of {:.1f} GiB, "
+                        "{:.1f} GiB headroom;\n{} layout(s) earlier in that order do not fit.",
+                        worst.total().gib(), worst.capacity.gib(), worst.headroom().gib(), i)};
+  }
+  return {0, false, "the memory estimate finds none of the first layouts of that order fits; check this one."};
+}
+
+/// The degrees fixed on the command line, so the default rule fills in the rest
+/// around them. Values that are not positive integers are left to the parser's
+/// validation of the written recipe.
+LayoutPins PinsOf(const std::vector<Override>& overrides) {
+  LayoutPins pins;
+  for (const Override& o : overrides) {
+    int64_t v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoll(o.value, &used);
+      if (used != o.value.size() || v <= 0) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (o.key_path == "cluster.nodes") pins.nodes = v;
+    if (o.key_path == "parallel.tp") pins.tp = v;
+    if (o.key_path == "parallel.pp") pins.pp = v;
+    if (o.key_path == "parallel.ep") pins.ep = v;
+  }
+  return pins;
+}
+
+/// The degrees the user pinned, 1 for the others: the layout written when the
+/// pins leave no candidate of the default rule.
+DefaultLayout AsGiven(const LayoutPins& pins) {
+  DefaultLayout l;
+  l.nodes = pins.nodes.value_or(1);
+  l.tp = pins.tp.value_or(1);
+  l.pp = pins.pp.value_or(1);
+  l.ep = pins.ep.value_or(1);
+  const int64_t world = 8 * l.nodes;
+  l.dp = world % (l.tp * l.pp) == 0 ? std::max<int64_t>(1, world / (l.tp * l.pp)) : 1;
+  l.global_batch = RoundUp(512, l.dp);
+  return l;
+}
+
+int RunImportHf(const ImportHfOptions& o) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.config, ec)) {
+    std::fprintf(stderr, "%s: is a directory; give the model's config.json\n", o.config.c_str());
+    return kBadInput;
+  }
+  std::ifstream in(o.config, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "%s: cannot read the file\n", o.config.c_str());
+    return kBadInput;
+  }
+  // Configs are a few KiB; anything past 16 MiB is not one (and is not read whole).
+  constexpr std::streamoff kMaxConfigBytes = std::streamoff{16} << 20;
+  in.seekg(0, std::ios::end);
+  if (in.tellg() > kMaxConfigBytes) {
+    std::fprintf(stderr, "%s: larger than 16 MiB; not a model config.json\n", o.config.c_str());
+    return kBadInput;
+  }
+  in.seekg(0, std::ios::beg);
+  std::stringstream text;
+  text << in.rdbuf();
+  const HfImport imported = ImportHfConfig(text.str(), o.config);
+  Print(imported.diagnostics);
+  if (!imported.ok()) return kBadInput;
+
+  std::vector<Override> overrides;
+  for (const std::string& kv : o.layout) {
+    const std::optional<Override> parsed = ParseOverride(kv);
+    if (!parsed) {
+      std::fprintf(stderr, "--layout %s: expected KEY=VALUE, e.g. parallel.tp=8\n", kv.c_str());
+      return kBadInput;
+    }
+    overrides.push_back(*parsed);
+  }
+  std::vector<Diagnostic> layout_errors;
+  const std::vector<YamlEntry> user_layout = MergeLayout({}, overrides, &layout_errors);
+  Print(layout_errors);
+  if (HasErrors(layout_errors)) return kBadInput;
+
+  const std::string recipe_file = o.output.empty() ? "<stdout>" : o.output;
+  // The model with only the user's keys (the schema defaults elsewhere: one
+  // rank of every kind) gives the inventory the default rule sizes.
+  const LoadResult provisional = LoadRecipeFromString(EmitRecipeYaml(imported, user_layout, o.config, ""),
+                                                      recipe_file);
+  if (!provisional.ok()) {
+    Print(provisional.diagnostics);
+    return kBadInput;
+  }
+  std::vector<DefaultLayout> candidates =
+      H200LayoutCandidates(BuildInventory(*provisional.recipe), PinsOf(overrides));
+  std::string note;
+  if (candidates.empty() && overrides.empty()) {
+    std::fprintf(stderr, "%s: no H200 layout of up to 128 nodes holds the model state in half of each GPU; "
+                         "give the layout with --layout\n", o.config.c_str());
+    return kBadInput;
+  }
+  size_t chosen = 0;
+  if (candidates.empty()) {
+    // The user fixed degrees with which the model state does not fit the
+    // rule's budget: write what they asked for; `fit` gives the verdict.
+    std::fprintf(stderr, "%s: warning: with the --layout degrees the model state exceeds half of each H200; "
+                         "written as given (check it with the memory estimate)\n", o.config.c_str());
+    candidates.push_back(AsGiven(PinsOf(overrides)));
+    note = "layout as given on the command line; the model state exceeds the default rule's budget "
+           "(half of each GPU).";
+  } else {
+    const Choice choice = FirstThatFits(imported, candidates, overrides, o.config, recipe_file);
+    if (!choice.fits) {
+      std::fprintf(stderr, "%s: warning: none of the first %zu default layouts fits per the memory estimate; "
+                           "writing the smallest by model state (check it with the estimator, or pass --layout)\n",
+                   o.config.c_str(), std::min(candidates.size(), kMaxCandidatesChecked));
+    }
+    chosen = choice.index;
+    note = candidates[chosen].why + "\n" + choice.note;
+  }
+  std::vector<YamlEntry> layout = MergeLayout(DefaultEntries(candidates[chosen]), overrides, &layout_errors);
+  if (!overrides.empty()) note += std::string(note.empty() ? "" : "\n") + "keys marked 'set by --layout' were given "
+                                  "on the command line.";
+  const std::string yaml = EmitRecipeYaml(imported, layout, o.config, note);
+
+  // The written recipe must validate with the parser, or nothing is written.
+  const LoadResult final_check = LoadRecipeFromString(yaml, recipe_file);
+  Print(final_check.diagnostics);
+  if (!final_check.ok()) return kBadInput;
+
+  if (o.output.empty()) {
+    std::fwrite(yaml.data(), 1, yaml.size(), stdout);
+    return 0;
+  }
+  std::ofstream out(o.output, std::ios::binary);
+  out << yaml;
+  if (!out) {
+    std::fprintf(stderr, "%s: cannot write the file\n", o.output.c_str());
+    return kBadInput;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void SetupImport(CLI::App& command, int& exit_code) {
+  command.require_subcommand(1);
+  CLI::App* hf = command.add_subcommand("hf", "write a recipe from a Hugging Face config.json");
+  auto options = std::make_shared<ImportHfOptions>();
+  hf->add_option("CONFIG", options->config, "the model's config.json")->required();
+  hf->add_option("--layout", options->layout,
+                 "KEY=VALUE for a training.*, parallel.* or cluster.* key (repeatable); keys not given follow "
+                 "the default H200 rule");
+  hf->add_option("-o,--output", options->output, "write the recipe to this file (default: stdout)");
+  hf->callback([options, &exit_code] { exit_code = RunImportHf(*options); });
+}
+
+}  // namespace preflight::cli

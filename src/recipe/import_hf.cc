@@ -1,0 +1,818 @@
+// Hugging Face config.json -> recipe model section (issue 8).
+//
+// Each architecture maps its config keys onto the recipe schema (recipe.h;
+// YAML keys == field names). Layer letters follow the block convention of
+// MATH.md section 0: one letter per pre-norm residual sublayer, so a Llama
+// decoder layer is "AD", a Mixtral layer "AE", and Nemotron-H's
+// hybrid_override_pattern maps letter for letter (M->M, *->A, -->D, E->E).
+// Keys the recipe cannot represent are reported as warnings with the key,
+// its value and what the recipe does instead.
+#include "preflight/import.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "recipe_bounds.h"
+
+namespace preflight {
+namespace {
+
+using Json = nlohmann::json;
+
+// Keys that describe tokenization, initialization, numerics of inference or
+// bookkeeping; none changes a parameter shape, a tensor saved for backward or
+// a collective, so they are read and dropped without a warning.
+const std::set<std::string> kIrrelevantKeys = {
+    "_name_or_path", "architectures", "model_type", "auto_map", "bos_token_id", "eos_token_id",
+    "pad_token_id", "eod_token_id", "tokenizer_class", "initializer_range", "rms_norm_eps",
+    "layer_norm_epsilon", "layer_norm_eps", "torch_dtype", "dtype", "transformers_version", "use_cache",
+    "max_position_embeddings", "rope_theta", "attention_dropout", "hidden_dropout", "output_router_logits",
+    "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "num_logits_to_keep", "use_mamba_kernels",
+    "rescale_prenorm_residual", "residual_in_fp32", "pretraining_tp", "is_decoder", "max_window_layers",
+    "mamba_dt_min", "mamba_dt_max", "mamba_dt_init_floor", "time_step_min", "time_step_max",
+    "time_step_floor", "time_step_init_scheme", "time_step_scale", "time_step_limit", "mamba_dt_limit",
+    "initial_context_length", "norm_topk_prob", "mamba_hidden_act", "ep_size", "tie_word_embeddings",
+};
+
+/// Line and column (1-based) of the first `"key"` in `text`; {0,0} when absent.
+SourceMark KeyMark(const std::string& text, const std::string& key) {
+  const std::string quoted = "\"" + key + "\"";
+  const size_t at = text.find(quoted);
+  if (at == std::string::npos) return {};
+  SourceMark mark{1, 1};
+  for (size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++mark.line;
+      mark.column = 1;
+    } else {
+      ++mark.column;
+    }
+  }
+  return mark;
+}
+
+/// Python's json module writes the non-standard tokens Infinity, -Infinity and
+/// NaN (Nemotron-H's time_step_limit is [0.0, Infinity]); they become null so
+/// that a strict JSON parser reads the file. Strings are left untouched.
+std::string NeutralizePythonFloats(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      out += c;
+      continue;
+    }
+    bool replaced = false;
+    for (const std::string token : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.compare(i, token.size(), token) == 0) {
+        out += "null";
+        i += token.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+/// Deepest nesting of [ and { outside strings, with the byte offset where it
+/// first passes `limit` (npos when it does not). Configs nest a few levels;
+/// a JSON value nested thousands deep would exhaust the stack of the
+/// recursive JSON library routines, so it is refused before parsing.
+size_t FirstTooDeep(const std::string& text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
+
+/// Line and column (1-based) of byte `offset` in `text`.
+SourceMark MarkOfOffset(const std::string& text, size_t offset) {
+  SourceMark mark{1, 1};
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++mark.line;
+      mark.column = 1;
+    } else {
+      ++mark.column;
+    }
+  }
+  return mark;
+}
+
+/// Reads fields of one config object, recording which keys were used and
+/// collecting diagnostics.
+class ConfigReader {
+ public:
+  ConfigReader(const Json& config, std::string file, const std::string& text, std::string architecture,
+               std::vector<Diagnostic>* diagnostics)
+      : config_(config), file_(std::move(file)), text_(text), architecture_(std::move(architecture)),
+        diagnostics_(diagnostics) {}
+
+  bool Has(const std::string& key) const { return config_.contains(key) && !config_.at(key).is_null(); }
+  const Json& At(const std::string& key) const { return config_.at(key); }
+
+  /// A positive integer that must be present.
+  int64_t RequireInt(const std::string& key) {
+    used_.insert(key);
+    if (!Has(key)) {
+      Error(key, "", fmt::format("missing required field for {} (a positive integer)", architecture_));
+      return 1;
+    }
+    return CheckedPositive(key);
+  }
+  /// The first present key of `keys`, which must be a positive integer; else an error naming all.
+  int64_t RequireIntOf(const std::vector<std::string>& keys) {
+    for (const auto& k : keys) used_.insert(k);
+    for (const auto& k : keys) {
+      if (Has(k)) return CheckedPositive(k);
+    }
+    std::string names;
+    for (const auto& k : keys) names += (names.empty() ? "" : " or ") + k;
+    Error(keys.front(), "", fmt::format("missing required field for {} ({}; a positive integer)", architecture_, names));
+    return 1;
+  }
+  /// A positive integer, or `fallback` when absent or null.
+  int64_t OptInt(const std::string& key, int64_t fallback) {
+    used_.insert(key);
+    return Has(key) ? CheckedPositive(key) : fallback;
+  }
+  /// A non-negative integer, or `fallback` when absent or null.
+  int64_t OptCount(const std::string& key, int64_t fallback) {
+    used_.insert(key);
+    if (!Has(key)) return fallback;
+    const Json& v = config_.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      Error(key, v.dump(), "must be a non-negative integer");
+      return fallback;
+    }
+    return v.get<int64_t>();
+  }
+  bool OptBool(const std::string& key, bool fallback) {
+    used_.insert(key);
+    if (!Has(key)) return fallback;
+    const Json& v = config_.at(key);
+    if (!v.is_boolean()) {
+      Error(key, v.dump(), "must be true or false");
+      return fallback;
+    }
+    return v.get<bool>();
+  }
+  std::string OptString(const std::string& key, const std::string& fallback) {
+    used_.insert(key);
+    if (!Has(key)) return fallback;
+    const Json& v = config_.at(key);
+    if (!v.is_string()) {
+      Error(key, v.dump(), "must be a string");
+      return fallback;
+    }
+    return v.get<std::string>();
+  }
+  /// Marks `key` as handled without reading it.
+  void Use(const std::string& key) { used_.insert(key); }
+
+  /// A warning: `key` (with its value) is not represented; `what` says what the recipe does instead.
+  void Unrepresented(const std::string& key, const std::string& what) {
+    used_.insert(key);
+    Diagnostic d;
+    d.severity = Severity::kWarning;
+    d.file = file_;
+    d.mark = KeyMark(text_, key);
+    d.key_path = key;
+    if (config_.contains(key)) d.value = Abbreviated(config_.at(key).dump());
+    d.message = "not represented in the recipe: " + what;
+    diagnostics_->push_back(std::move(d));
+  }
+  /// Warns about `key` only when it is present, not null and not equal to `neutral`.
+  void UnrepresentedUnless(const std::string& key, const Json& neutral, const std::string& what) {
+    used_.insert(key);
+    if (Has(key) && config_.at(key) != neutral) Unrepresented(key, what);
+  }
+
+  void Error(const std::string& key, const std::string& value, const std::string& message) {
+    // A key read twice (Jamba's intermediate_size feeds the MLP and the experts) is reported once.
+    if (!reported_.insert(key + "\n" + message).second) return;
+    Diagnostic d;
+    d.severity = Severity::kError;
+    d.file = file_;
+    d.mark = KeyMark(text_, key);
+    d.key_path = key;
+    d.value = value;
+    d.message = message;
+    diagnostics_->push_back(std::move(d));
+  }
+
+  /// One warning naming every key that no mapping read and that is not known
+  /// to be irrelevant, so nothing is dropped silently.
+  void WarnUnread() {
+    std::vector<std::string> unread;
+    for (const auto& [key, value] : config_.items()) {
+      if (used_.count(key) == 0 && kIrrelevantKeys.count(key) == 0 && !value.is_null()) unread.push_back(key);
+    }
+    if (unread.empty()) return;
+    constexpr size_t kListed = 30;  // the rest are counted, so a huge config gives a readable message
+    std::string names;
+    for (size_t i = 0; i < unread.size() && i < kListed; ++i) names += (names.empty() ? "" : ", ") + unread[i];
+    if (unread.size() > kListed) names += fmt::format(" and {} more", unread.size() - kListed);
+    Diagnostic d;
+    d.severity = Severity::kWarning;
+    d.file = file_;
+    d.message = fmt::format("keys not imported (no counterpart in the recipe for {}): {}", architecture_, names);
+    diagnostics_->push_back(std::move(d));
+  }
+
+ private:
+  int64_t CheckedPositive(const std::string& key) {
+    const Json& v = config_.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+      Error(key, v.dump(), "must be a positive integer");
+      return 1;
+    }
+    return v.get<int64_t>();
+  }
+  static std::string Abbreviated(const std::string& s) { return s.size() <= 80 ? s : s.substr(0, 77) + "..."; }
+
+  const Json& config_;
+  std::string file_;
+  const std::string& text_;
+  std::string architecture_;
+  std::vector<Diagnostic>* diagnostics_;
+  std::set<std::string> used_;
+  std::set<std::string> reported_;
+};
+
+/// Appends model entries in schema order.
+class ModelWriter {
+ public:
+  void Add(const std::string& key_path, const std::string& value, const std::string& comment = "") {
+    entries_.push_back({"model." + key_path, value, comment});
+  }
+  void Add(const std::string& key_path, int64_t value, const std::string& comment = "") {
+    Add(key_path, std::to_string(value), comment);
+  }
+  void AddBool(const std::string& key_path, bool value, const std::string& comment = "") {
+    Add(key_path, std::string(value ? "true" : "false"), comment);
+  }
+  std::vector<YamlEntry> Take() { return std::move(entries_); }
+
+ private:
+  std::vector<YamlEntry> entries_;
+};
+
+/// A per-layer letter string written as pattern x repeat: the shortest prefix
+/// whose repetition gives the whole string.
+struct PatternRepeat {
+  std::string pattern;
+  int64_t repeat = 1;
+};
+PatternRepeat Compress(const std::string& letters) {
+  const size_t n = letters.size();
+  for (size_t p = 1; p <= n; ++p) {
+    if (n % p != 0) continue;
+    bool periodic = true;
+    for (size_t i = p; i < n && periodic; ++i) periodic = letters[i] == letters[i - p];
+    if (periodic) return {letters.substr(0, p), static_cast<int64_t>(n / p)};
+  }
+  return {letters, 1};
+}
+
+void WriteLayers(const std::string& letters, const std::string& comment, ModelWriter* w) {
+  const PatternRepeat pr = Compress(letters);
+  w->Add("pattern", "\"" + pr.pattern + "\"", comment);
+  w->Add("repeat", pr.repeat, fmt::format("{} sublayers", letters.size()));
+}
+
+/// num_hidden_layers, bounded like the recipe's expanded layer list.
+int64_t LayerCount(ConfigReader& r) {
+  const int64_t layers = r.RequireInt("num_hidden_layers");
+  if (layers > recipe_internal::kMaxLayers) {
+    r.Error("num_hidden_layers", std::to_string(layers),
+            fmt::format("at most {} layers are supported", recipe_internal::kMaxLayers));
+    return 1;
+  }
+  return layers;
+}
+
+/// Common head of every decoder: hidden size, vocabulary, tied embeddings.
+int64_t ReadTrunk(ConfigReader& r, bool tie_default, ModelWriter* w) {
+  const int64_t hidden = r.RequireInt("hidden_size");
+  w->Add("hidden", hidden);
+  w->Add("vocab", r.RequireInt("vocab_size"));
+  w->AddBool("tie_embeddings", r.OptBool("tie_word_embeddings", tie_default));
+  return hidden;
+}
+
+/// Attention with separate Q, K, V heads (GQA/MQA/MHA).
+void ReadAttention(ConfigReader& r, int64_t hidden, ModelWriter* w, bool qk_norm = false) {
+  const int64_t heads = r.RequireInt("num_attention_heads");
+  const int64_t kv_heads = r.OptInt("num_key_value_heads", heads);
+  r.Use("head_dim");
+  r.Use("attention_head_dim");
+  int64_t head_dim = hidden / heads;
+  if (r.Has("head_dim")) head_dim = r.OptInt("head_dim", head_dim);
+  else if (r.Has("attention_head_dim")) head_dim = r.OptInt("attention_head_dim", head_dim);
+  w->Add("attention.heads", heads);
+  w->Add("attention.kv_heads", kv_heads);
+  w->Add("attention.head_dim", head_dim);
+  if (qk_norm) w->AddBool("attention.qk_norm", true, "per-head RMSNorm on q and k");
+}
+
+/// Checks that the gated MLP activation is SiLU (SwiGLU); warns otherwise.
+void ExpectSilu(ConfigReader& r, const std::string& key) {
+  const std::string act = r.OptString(key, "silu");
+  if (act != "silu" && act != "swish") {
+    r.Unrepresented(key, "gated MLP activation other than SiLU; imported as swiglu (same parameter shapes)");
+  }
+}
+
+void WarnRopeScaling(ConfigReader& r) {
+  r.UnrepresentedUnless("rope_scaling", Json(), "RoPE has no parameters and no saved tensors of its own; "
+                                                "the scaling only changes positions, so it is dropped");
+}
+
+void WarnBiases(ConfigReader& r) {
+  r.UnrepresentedUnless("attention_bias", Json(false), "bias vectors on the attention projections are not counted "
+                                                       "(recipe linears are bias-free, MATH.md 1)");
+  r.UnrepresentedUnless("mlp_bias", Json(false), "bias vectors on the MLP projections are not counted");
+}
+
+void WarnSlidingWindow(ConfigReader& r, bool enabled) {
+  if (enabled) {
+    r.UnrepresentedUnless("sliding_window", Json(), "sliding-window attention; the recipe models full causal "
+                                                    "attention (activations of flash attention do not depend on "
+                                                    "the window)");
+  }
+}
+
+// ---- Architectures ---------------------------------------------------------
+
+void ImportLlama(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) letters += "AD";
+  WriteLayers(letters, "Llama decoder layer = attention sublayer + dense SwiGLU MLP sublayer", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  ReadAttention(r, hidden, w);
+  w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
+  w->Add("mlp.activation", "swiglu");
+  ExpectSilu(r, "hidden_act");
+  WarnRopeScaling(r);
+  WarnBiases(r);
+}
+
+/// MoE block shared by Mixtral-like routers: softmax router, dropless.
+void WriteSoftmaxMoe(int64_t experts, int64_t top_k, int64_t ffn_hidden, ModelWriter* w) {
+  w->Add("moe.experts", experts);
+  w->Add("moe.top_k", top_k);
+  w->Add("moe.ffn_hidden", ffn_hidden, "per routed expert");
+  w->Add("moe.shared_experts", 0);
+  w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+  w->Add("moe.router", "softmax");
+}
+
+void ImportMixtral(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) letters += "AE";
+  WriteLayers(letters, "Mixtral decoder layer = attention + MoE FFN", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  ReadAttention(r, hidden, w);
+  WriteSoftmaxMoe(r.RequireInt("num_local_experts"), r.RequireInt("num_experts_per_tok"),
+                  r.RequireInt("intermediate_size"), w);
+  ExpectSilu(r, "hidden_act");
+  WarnRopeScaling(r);
+  WarnSlidingWindow(r, true);
+  r.Use("router_jitter_noise");
+  if (r.Has("router_jitter_noise") && r.At("router_jitter_noise") != Json(0) &&
+      r.At("router_jitter_noise") != Json(0.0)) {
+    r.Unrepresented("router_jitter_noise", "router input noise has no parameters; dropped");
+  }
+}
+
+void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const int64_t experts = r.OptCount("num_experts", 0);
+  const int64_t sparse_step = r.OptInt("decoder_sparse_step", 1);
+  std::set<int64_t> mlp_only;
+  r.Use("mlp_only_layers");
+  if (r.Has("mlp_only_layers")) {
+    const Json& v = r.At("mlp_only_layers");
+    if (!v.is_array()) {
+      r.Error("mlp_only_layers", v.dump(), "must be a list of layer indices");
+    } else {
+      for (const Json& i : v) {
+        if (!i.is_number_integer()) r.Error("mlp_only_layers", v.dump(), "must be a list of layer indices");
+        else mlp_only.insert(i.get<int64_t>());
+      }
+    }
+  }
+  // Qwen3MoeDecoderLayer: sparse iff not in mlp_only_layers, num_experts > 0
+  // and (layer_idx + 1) % decoder_sparse_step == 0.
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) {
+    const bool sparse = mlp_only.count(i) == 0 && experts > 0 && (i + 1) % sparse_step == 0;
+    letters += sparse ? "AE" : "AD";
+  }
+  WriteLayers(letters, "Qwen3-MoE decoder layer = attention (q/k norm) + MoE FFN", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  ReadAttention(r, hidden, w, /*qk_norm=*/true);
+  if (letters.find('D') != std::string::npos) {
+    w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"), "dense layers (mlp_only_layers / sparse step)");
+    w->Add("mlp.activation", "swiglu");
+  } else {
+    r.Use("intermediate_size");
+  }
+  if (experts > 0) {
+    WriteSoftmaxMoe(experts, r.RequireInt("num_experts_per_tok"), r.RequireInt("moe_intermediate_size"), w);
+  }
+  ExpectSilu(r, "hidden_act");
+  WarnRopeScaling(r);
+  WarnSlidingWindow(r, r.OptBool("use_sliding_window", false));
+  WarnBiases(r);
+}
+
+void ImportDeepseekV3(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const int64_t first_dense = r.OptCount("first_k_dense_replace", 0);
+  const int64_t freq = r.OptInt("moe_layer_freq", 1);
+  const int64_t routed = r.OptCount("n_routed_experts", 0);
+  // DeepseekV3DecoderLayer: MoE iff n_routed_experts and layer_idx >=
+  // first_k_dense_replace and layer_idx % moe_layer_freq == 0.
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) letters += (routed > 0 && i >= first_dense && i % freq == 0) ? "AE" : "AD";
+  if (freq == 1 && routed > 0 && first_dense < layers) {
+    // The recipe's own dense prefix: pattern "AE" with the first k E slots dense.
+    w->Add("pattern", "\"AE\"", "MLA attention + MoE FFN; the first k FFN slots are dense (moe.first_k_dense)");
+    w->Add("repeat", layers, fmt::format("{} sublayers", 2 * layers));
+  } else {
+    WriteLayers(letters, "MLA attention + MoE or dense FFN per moe_layer_freq", w);
+  }
+  ReadTrunk(r, false, w);
+  const int64_t heads = r.RequireInt("num_attention_heads");
+  r.Use("num_key_value_heads");
+  w->Add("mla.heads", heads);
+  w->Add("mla.q_lora_rank", r.OptCount("q_lora_rank", 0), "0 = no query compression");
+  w->Add("mla.kv_lora_rank", r.RequireInt("kv_lora_rank"));
+  w->Add("mla.qk_rope_head_dim", r.RequireInt("qk_rope_head_dim"));
+  w->Add("mla.qk_nope_head_dim", r.RequireInt("qk_nope_head_dim"));
+  w->Add("mla.v_head_dim", r.RequireInt("v_head_dim"));
+  if (letters.find('D') != std::string::npos) {
+    w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"), "dense FFN layers");
+    w->Add("mlp.activation", "swiglu");
+  } else {
+    r.Use("intermediate_size");
+  }
+  if (routed > 0) {
+    const std::string scoring = r.OptString("scoring_func", "softmax");
+    const std::string topk_method = r.OptString("topk_method", "greedy");
+    w->Add("moe.experts", routed);
+    w->Add("moe.top_k", r.RequireInt("num_experts_per_tok"));
+    w->Add("moe.ffn_hidden", r.RequireInt("moe_intermediate_size"), "per routed expert");
+    w->Add("moe.shared_experts", r.OptCount("n_shared_experts", 0), "each as wide as a routed expert");
+    w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+    w->Add("moe.router", scoring == "sigmoid" ? "sigmoid" : "softmax");
+    w->AddBool("moe.router_bias", topk_method == "noaux_tc",
+               "e_score_correction_bias: aux-loss-free balancing bias per expert");
+    if (freq == 1) w->Add("moe.first_k_dense", first_dense, "first_k_dense_replace");
+    if (scoring != "sigmoid" && scoring != "softmax") {
+      r.Unrepresented("scoring_func", "router scoring other than softmax or sigmoid; imported as softmax");
+    }
+  }
+  r.UnrepresentedUnless("n_group", Json(1), "group-limited routing (experts in n_group groups) only restricts "
+                                            "which experts a token may pick; no parameters, dropped");
+  r.UnrepresentedUnless("topk_group", Json(1), "group-limited routing: groups a token may pick from; dropped");
+  r.UnrepresentedUnless("routed_scaling_factor", Json(1.0), "scale on routed-expert outputs; no parameters, dropped");
+  r.UnrepresentedUnless("num_nextn_predict_layers", Json(0),
+                        "multi-token-prediction (MTP) modules are not part of the recipe; their parameters "
+                        "(one extra decoder layer, embedding-sized projections) are not counted");
+  r.UnrepresentedUnless("quantization_config", Json(), "checkpoint quantization; the recipe's storage dtypes come "
+                                                       "from training.precision");
+  ExpectSilu(r, "hidden_act");
+  WarnRopeScaling(r);
+  WarnBiases(r);
+}
+
+void ImportJamba(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const int64_t attn_period = r.OptInt("attn_layer_period", 8);
+  const int64_t attn_offset = r.OptCount("attn_layer_offset", 4);
+  const int64_t expert_period = r.OptInt("expert_layer_period", 2);
+  const int64_t expert_offset = r.OptCount("expert_layer_offset", 1);
+  const int64_t experts = r.OptInt("num_experts", 16);
+  // JambaModel: layer i mixes with attention iff i % attn_layer_period ==
+  // attn_layer_offset (else Mamba), and its FFN is MoE iff num_experts > 1
+  // and i % expert_layer_period == expert_layer_offset (else dense MLP).
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) {
+    letters += (i % attn_period == attn_offset) ? 'A' : 'M';
+    letters += (experts > 1 && i % expert_period == expert_offset) ? 'E' : 'D';
+  }
+  WriteLayers(letters, "Jamba layer = attention or Mamba mixer + dense or MoE FFN (attn/expert periods)", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  ReadAttention(r, hidden, w);
+  w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
+  w->Add("mlp.activation", "swiglu");
+  if (experts > 1) {
+    WriteSoftmaxMoe(experts, r.RequireInt("num_experts_per_tok"), r.RequireInt("intermediate_size"), w);
+  }
+  const int64_t expand = r.OptInt("mamba_expand", 2);
+  const int64_t d_state = r.OptInt("mamba_d_state", 16);
+  w->Add("mamba.d_state", d_state);
+  w->Add("mamba.d_conv", r.OptInt("mamba_d_conv", 4));
+  w->Add("mamba.expand", expand);
+  // Mamba-1 has no heads; 64-channel heads and one B/C group is the Mamba-2
+  // layout with the same in/out projection widths (d_inner = expand * hidden).
+  w->Add("mamba.head_dim", 64, "Mamba-1 has no heads: Mamba-2 stand-in, see the warning on mamba_dt_rank");
+  w->Add("mamba.groups", 1, "Mamba-1 shares B and C across all channels");
+  r.Use("mamba_dt_rank");
+  r.Unrepresented("mamba_dt_rank",
+                  fmt::format("Jamba's mixer is Mamba-1 (x_proj to dt_rank + 2*d_state, dt_proj, A_log of "
+                              "[d_inner, {}], dt/B/C RMSNorms); it is imported as a Mamba-2 mixer with "
+                              "head_dim 64 and 1 group (same d_inner = {}), which counts about 4% fewer "
+                              "Mamba parameters",
+                              d_state, expand * hidden));
+  r.UnrepresentedUnless("mamba_proj_bias", Json(false), "biases on the Mamba in/out projections are not counted");
+  r.UnrepresentedUnless("mamba_conv_bias", Json(true), "the recipe always counts the conv1d bias");
+  ExpectSilu(r, "hidden_act");
+  WarnSlidingWindow(r, true);
+  WarnBiases(r);
+}
+
+void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const std::string hybrid = r.OptString("hybrid_override_pattern", "");
+  if (hybrid.empty()) {
+    r.Error("hybrid_override_pattern", "", "missing required field for NemotronHForCausalLM (letters M, *, -, E)");
+    return;
+  }
+  std::string letters;
+  for (char c : hybrid) {
+    switch (c) {
+      case 'M': letters += 'M'; break;
+      case '*': letters += 'A'; break;
+      case '-': letters += 'D'; break;
+      case 'E': letters += 'E'; break;
+      default:
+        r.Error("hybrid_override_pattern", "\"" + hybrid + "\"",
+                fmt::format("letter '{}' is not one of M (Mamba-2), * (attention), - (MLP), E (MoE)", c));
+        return;
+    }
+  }
+  if (static_cast<int64_t>(letters.size()) != layers) {
+    r.Error("hybrid_override_pattern", "\"" + hybrid + "\"",
+            fmt::format("has {} letters but num_hidden_layers is {}", letters.size(), layers));
+    return;
+  }
+  WriteLayers(letters, "hybrid_override_pattern with M->M, *->A, -->D, E->E", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  if (letters.find('A') != std::string::npos) ReadAttention(r, hidden, w);
+  const std::string act = r.OptString("mlp_hidden_act", "relu2");
+  if (letters.find('D') != std::string::npos) {
+    w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
+    if (act == "relu2") {
+      w->Add("mlp.activation", "relu2", "squared ReLU: non-gated, two matrices (up, down)");
+    } else {
+      // Nemotron-H's MLP is never gated: the two-matrix gelu MLP has its shapes.
+      w->Add("mlp.activation", "gelu", "stands in for " + act + ": non-gated, two matrices");
+      r.Unrepresented("mlp_hidden_act", "the recipe has relu2, gelu and swiglu; this non-gated MLP is imported "
+                                        "as gelu (same parameter shapes)");
+    }
+  }
+  if (letters.find('E') != std::string::npos) {
+    w->Add("moe.experts", r.RequireInt("n_routed_experts"));
+    w->Add("moe.top_k", r.RequireInt("num_experts_per_tok"));
+    w->Add("moe.ffn_hidden", r.RequireInt("moe_intermediate_size"), "per routed expert");
+    const int64_t shared = r.OptCount("n_shared_experts", 0);
+    w->Add("moe.shared_experts", shared);
+    if (shared > 0) w->Add("moe.shared_ffn_hidden", r.RequireInt("moe_shared_expert_intermediate_size"));
+    w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+    w->Add("moe.router", "sigmoid");
+    w->AddBool("moe.router_bias", true, "e_score_correction_bias");
+    r.Unrepresented("n_routed_experts", "Nemotron-H experts are non-gated squared-ReLU MLPs (two matrices); the "
+                                        "recipe's experts are SwiGLU (three), so expert parameters are over-counted "
+                                        "by half");
+  }
+  if (letters.find('M') != std::string::npos) {
+    const int64_t mheads = r.RequireInt("mamba_num_heads");
+    const int64_t mhead_dim = r.RequireInt("mamba_head_dim");
+    const int64_t inner = mheads * mhead_dim;
+    if (inner % hidden != 0) {
+      r.Error("mamba_num_heads", std::to_string(mheads),
+              fmt::format("mamba_num_heads * mamba_head_dim = {} must be a multiple of hidden_size ({}) to be "
+                          "written as model.mamba.expand",
+                          inner, hidden));
+    }
+    r.Use("expand");
+    r.Use("mamba_expand");
+    w->Add("mamba.d_state", r.RequireIntOf({"ssm_state_size", "mamba_d_state"}));
+    w->Add("mamba.d_conv", r.Has("conv_kernel") ? r.OptInt("conv_kernel", 4) : r.OptInt("mamba_d_conv", 4));
+    w->Add("mamba.expand", inner / hidden, fmt::format("mamba_num_heads {} x mamba_head_dim {} / hidden", mheads,
+                                                       mhead_dim));
+    w->Add("mamba.head_dim", mhead_dim);
+    w->Add("mamba.groups", r.RequireIntOf({"n_groups", "mamba_n_groups"}));
+    w->Add("mamba.chunk", r.Has("chunk_size") ? r.OptInt("chunk_size", 256) : r.OptInt("mamba_chunk_size", 256));
+    r.Use("conv_kernel");
+    r.Use("mamba_d_conv");
+  }
+  r.UnrepresentedUnless("use_bias", Json(false), "biases on the Mamba in/out projections are not counted");
+  r.UnrepresentedUnless("use_conv_bias", Json(true), "the recipe always counts the conv1d bias");
+  r.UnrepresentedUnless("mamba_proj_bias", Json(false), "biases on the Mamba in/out projections are not counted");
+  r.Use("time_step_rank");  // a Mamba-1 width; Mamba-2 has one dt per head
+  WarnRopeScaling(r);
+  WarnSlidingWindow(r, true);
+  WarnBiases(r);
+}
+
+void ImportMamba2(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  WriteLayers(std::string(static_cast<size_t>(layers), 'M'), "Mamba-2 only: one mixer sublayer per layer", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  const int64_t heads = r.RequireInt("num_heads");
+  const int64_t head_dim = r.RequireInt("head_dim");
+  const int64_t expand = r.OptInt("expand", 2);
+  if (heads * head_dim != expand * hidden) {
+    r.Error("num_heads", std::to_string(heads),
+            fmt::format("num_heads * head_dim = {} must equal expand * hidden_size = {}", heads * head_dim,
+                        expand * hidden));
+  }
+  w->Add("mamba.d_state", r.RequireInt("state_size"));
+  w->Add("mamba.d_conv", r.OptInt("conv_kernel", 4));
+  w->Add("mamba.expand", expand);
+  w->Add("mamba.head_dim", head_dim);
+  w->Add("mamba.groups", r.OptInt("n_groups", 1));
+  w->Add("mamba.chunk", r.OptInt("chunk_size", 256));
+  r.UnrepresentedUnless("use_bias", Json(false), "biases on in_proj/out_proj are not counted");
+  r.UnrepresentedUnless("use_conv_bias", Json(true), "the recipe always counts the conv1d bias");
+  r.UnrepresentedUnless("rms_norm", Json(true), "the gated norm is always RMSNorm in the recipe");
+  r.UnrepresentedUnless("norm_before_gate", Json(false), "the recipe's gated norm is RMSNorm(y * SiLU(z)) "
+                                                         "(norm after the gate, as in Mamba-2)");
+  r.Use("time_step_rank");  // a Mamba-1 width; Mamba-2 has one dt per head
+  r.UnrepresentedUnless("hidden_act", Json("silu"), "the Mamba-2 gate is always SiLU in the recipe");
+}
+
+void ImportGptOss(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) letters += "AE";
+  WriteLayers(letters, "gpt-oss decoder layer = attention + MoE FFN", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  ReadAttention(r, hidden, w);
+  const int64_t top_k =
+      r.Has("num_experts_per_tok") ? r.RequireInt("num_experts_per_tok") : r.RequireInt("experts_per_token");
+  r.Use("experts_per_token");
+  WriteSoftmaxMoe(r.RequireInt("num_local_experts"), top_k, r.RequireInt("intermediate_size"), w);
+  r.Unrepresented("sinks", "gpt-oss attention sinks (one learned logit per head per layer) and the router "
+                            "bias (one per expert) are not counted");
+  r.Unrepresented("attention_bias", "q/k/v/o projection biases are not counted");
+  r.Unrepresented("num_local_experts", "per-expert biases of gate_up_proj and down_proj (3 * hidden per expert) "
+                                       "are not counted");
+  r.UnrepresentedUnless("swiglu_limit", Json(), "gpt-oss clamps the SwiGLU inputs (and uses alpha 1.702); the "
+                                                "recipe's swiglu has the same shapes");
+  r.UnrepresentedUnless("layer_types", Json(), "alternating sliding-window / full attention; the recipe models "
+                                               "full causal attention everywhere");
+  r.UnrepresentedUnless("quantization_config", Json(), "MXFP4 expert weights in the checkpoint; storage dtypes "
+                                                       "come from training.precision");
+  WarnSlidingWindow(r, true);
+  WarnRopeScaling(r);
+  r.Use("hidden_act");
+}
+
+using ImportFn = void (*)(ConfigReader&, ModelWriter*);
+const std::map<std::string, ImportFn>& Importers() {
+  static const std::map<std::string, ImportFn> kImporters = {
+      {"LlamaForCausalLM", ImportLlama},         {"MixtralForCausalLM", ImportMixtral},
+      {"Qwen3MoeForCausalLM", ImportQwen3Moe},   {"DeepseekV3ForCausalLM", ImportDeepseekV3},
+      {"JambaForCausalLM", ImportJamba},         {"NemotronHForCausalLM", ImportNemotronH},
+      {"Mamba2ForCausalLM", ImportMamba2},       {"GptOssForCausalLM", ImportGptOss},
+  };
+  return kImporters;
+}
+
+/// "meta-llama/Llama-3.1-8B" -> "llama-3.1-8b-h200"; falls back to the model type.
+std::string RecipeName(const Json& config, const std::string& architecture) {
+  std::string base;
+  if (config.contains("_name_or_path") && config.at("_name_or_path").is_string()) {
+    base = config.at("_name_or_path").get<std::string>();
+    const size_t slash = base.find_last_of('/');
+    if (slash != std::string::npos) base = base.substr(slash + 1);
+  }
+  if (base.empty() && config.contains("model_type") && config.at("model_type").is_string()) {
+    base = config.at("model_type").get<std::string>();
+  }
+  if (base.empty()) base = architecture;
+  std::string out;
+  for (char c : base) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    out += std::isalnum(u) || c == '.' || c == '-' || c == '_' ? static_cast<char>(std::tolower(u)) : '-';
+  }
+  return out + "-h200";
+}
+
+std::string JoinSupported() {
+  std::string out;
+  for (const auto& a : SupportedHfArchitectures()) out += (out.empty() ? "" : ", ") + a;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> SupportedHfArchitectures() {
+  std::vector<std::string> out;
+  for (const auto& [name, fn] : Importers()) out.push_back(name);
+  return out;
+}
+
+HfImport ImportHfConfig(const std::string& json_text, const std::string& file) {
+  HfImport result;
+  const std::string text = NeutralizePythonFloats(json_text);
+  constexpr int kMaxNesting = 64;
+  if (const size_t deep = FirstTooDeep(text, kMaxNesting); deep != std::string::npos) {
+    result.diagnostics.push_back({Severity::kError, file, MarkOfOffset(text, deep), "", "",
+                                  fmt::format("JSON nested deeper than {} levels; not a model config", kMaxNesting),
+                                  ""});
+    return result;
+  }
+  Json config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded()) {
+    // Re-parse with exceptions to learn where it failed.
+    Diagnostic d;
+    d.file = file;
+    try {
+      const Json reparsed = Json::parse(text);
+      (void)reparsed;
+    } catch (const Json::parse_error& e) {
+      d.message = std::string("malformed JSON: ") + e.what();
+      d.mark = MarkOfOffset(text, e.byte > 0 ? e.byte - 1 : 0);
+    }
+    if (d.message.empty()) d.message = "malformed JSON";
+    result.diagnostics.push_back(std::move(d));
+    return result;
+  }
+  if (!config.is_object()) {
+    result.diagnostics.push_back({Severity::kError, file, {1, 1}, "", "", "the config must be a JSON object", ""});
+    return result;
+  }
+  const std::string supported = JoinSupported();
+  if (!config.contains("architectures") || !config.at("architectures").is_array() ||
+      config.at("architectures").empty() || !config.at("architectures").at(0).is_string()) {
+    result.diagnostics.push_back({Severity::kError, file, KeyMark(text, "architectures"), "architectures",
+                                  config.contains("architectures") ? config.at("architectures").dump() : "",
+                                  "missing required field (a list naming the model class); supported: " + supported,
+                                  ""});
+    return result;
+  }
+  result.architecture = config.at("architectures").at(0).get<std::string>();
+  const auto it = Importers().find(result.architecture);
+  if (it == Importers().end()) {
+    result.diagnostics.push_back({Severity::kError, file, KeyMark(text, "architectures"), "architectures",
+                                  "\"" + result.architecture + "\"",
+                                  "unsupported architecture; supported: " + supported, ""});
+    return result;
+  }
+  ConfigReader reader(config, file, text, result.architecture, &result.diagnostics);
+  ModelWriter writer;
+  it->second(reader, &writer);
+  reader.WarnUnread();
+  result.model = writer.Take();
+  result.name = RecipeName(config, result.architecture);
+  // Errors first is not file order; keep diagnostics in file order (line 0 last).
+  std::stable_sort(result.diagnostics.begin(), result.diagnostics.end(), [](const Diagnostic& a, const Diagnostic& b) {
+    const int la = a.mark.line == 0 ? 1 << 30 : a.mark.line;
+    const int lb = b.mark.line == 0 ? 1 << 30 : b.mark.line;
+    return la < lb;
+  });
+  return result;
+}
+
+}  // namespace preflight

@@ -1,0 +1,468 @@
+// `preflight import hf`, library level: the mapping of Hugging Face configs to
+// recipe model entries, the warnings for fields the recipe cannot represent,
+// and the errors for bad input. Expected letters are worked out by hand from
+// each model's published decoder-layer rule (quoted beside each case).
+#include "preflight/import.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ReadFile;
+using testing::SourcePath;
+
+HfImport ImportFixture(const std::string& name) {
+  const std::string path = "tests/data/hf/" + name;
+  return ImportHfConfig(ReadFile(SourcePath(path)), path);
+}
+
+std::map<std::string, std::string> Entries(const HfImport& r) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : r.model) out[e.key_path] = e.value;
+  return out;
+}
+
+std::set<std::string> WarnedKeys(const HfImport& r) {
+  std::set<std::string> out;
+  for (const auto& d : r.diagnostics) {
+    if (d.severity == Severity::kWarning) out.insert(d.key_path);
+  }
+  return out;
+}
+
+std::string AllMessages(const HfImport& r) {
+  std::string out;
+  for (const auto& d : r.diagnostics) out += Format(d) + "\n";
+  return out;
+}
+
+// ---- Layer patterns -------------------------------------------------------
+
+struct PatternCase {
+  const char* name;
+  const char* fixture;
+  std::string pattern;  // with the quotes the YAML needs
+  std::string repeat;
+};
+
+const PatternCase kPatternCases[] = {
+    // LlamaDecoderLayer: self_attn then mlp -> "AD", 32 layers.
+    {"Llama31_8B", "llama-3.1-8b.json", "\"AD\"", "32"},
+    // MixtralDecoderLayer: self_attn then block_sparse_moe -> "AE", 32 layers.
+    {"Mixtral8x7B", "mixtral-8x7b.json", "\"AE\"", "32"},
+    // Qwen3MoeDecoderLayer: sparse when (i+1) % decoder_sparse_step(1) == 0 and mlp_only_layers is [] -> all "AE".
+    {"Qwen3_30B_A3B", "qwen3-30b-a3b.json", "\"AE\"", "48"},
+    // DeepseekV3: "AE" x 61 with the first 3 FFN slots dense via moe.first_k_dense (checked below).
+    {"DeepSeekV3", "deepseek-v3.json", "\"AE\"", "61"},
+    // Jamba: layer i is attention iff i % 8 == 4, MoE iff i % 2 == 1; one period of 8 layers =
+    // M D, M E, M D, M E, A D, M E, M D, M E -> 16 letters, 32 layers = 4 periods.
+    {"JambaV01", "jamba-v0.1.json", "\"MDMEMDMEADMEMDME\"", "4"},
+    // Mamba-2 only: 64 mixer layers.
+    {"Mamba2_2_7B", "mamba2-2.7b.json", "\"M\"", "64"},
+    // gpt-oss: attention + MoE per layer, 36 layers (120b) and 24 (20b).
+    {"GptOss120B", "gpt-oss-120b.json", "\"AE\"", "36"},
+    {"GptOss20B", "gpt-oss-20b.json", "\"AE\"", "24"},
+    // Nemotron-H-8B: "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-" letter for letter
+    // (M->M, *->A, -->D); not periodic, so written whole with repeat 1.
+    {"NemotronH8B", "nemotron-h-8b.json",
+     "\"MDMDMDMADMDMDMDMDMADMDMDMDMDMADMDMDMDMDMADMDMDMDMDMD\"", "1"},
+};
+
+class ImportPattern : public ::testing::TestWithParam<PatternCase> {};
+
+TEST_P(ImportPattern, MapsDecoderLayersToLetters) {
+  const PatternCase& c = GetParam();
+  const HfImport r = ImportFixture(c.fixture);
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.pattern"), c.pattern);
+  EXPECT_EQ(e.at("model.repeat"), c.repeat);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ImportPattern, ::testing::ValuesIn(kPatternCases),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(ImportHf, DeepSeekV3MapsMlaSharedExpertsAndSigmoidRouter) {
+  const HfImport r = ImportFixture("deepseek-v3.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  // Values from deepseek-ai/DeepSeek-V3 config.json.
+  EXPECT_EQ(e.at("model.mla.heads"), "128");
+  EXPECT_EQ(e.at("model.mla.q_lora_rank"), "1536");
+  EXPECT_EQ(e.at("model.mla.kv_lora_rank"), "512");
+  EXPECT_EQ(e.at("model.mla.qk_rope_head_dim"), "64");
+  EXPECT_EQ(e.at("model.mla.qk_nope_head_dim"), "128");
+  EXPECT_EQ(e.at("model.mla.v_head_dim"), "128");
+  EXPECT_EQ(e.at("model.moe.experts"), "256");
+  EXPECT_EQ(e.at("model.moe.top_k"), "8");
+  EXPECT_EQ(e.at("model.moe.ffn_hidden"), "2048");
+  EXPECT_EQ(e.at("model.moe.shared_experts"), "1");
+  EXPECT_EQ(e.at("model.moe.first_k_dense"), "3");
+  EXPECT_EQ(e.at("model.moe.router"), "sigmoid");      // scoring_func: sigmoid
+  EXPECT_EQ(e.at("model.moe.router_bias"), "true");    // topk_method: noaux_tc
+  EXPECT_EQ(e.at("model.mlp.ffn_hidden"), "18432");    // the 3 dense layers
+  EXPECT_EQ(e.count("model.attention.heads"), 0u);     // MLA replaces GQA
+}
+
+TEST(ImportHf, DeepSeekWithLayerFrequencyIsWrittenLetterByLetter) {
+  // moe_layer_freq 2, first_k_dense_replace 1, 5 layers: MoE iff i >= 1 and i % 2 == 0 -> layers 2, 4.
+  const std::string json = R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 5, "num_attention_heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8, "v_head_dim": 8, "intermediate_size": 128, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_layer_freq": 2, "first_k_dense_replace": 1})";
+  const HfImport r = ImportHfConfig(json, "small.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.pattern"), "\"ADADAEADAE\"");
+  EXPECT_EQ(e.at("model.repeat"), "1");
+  EXPECT_EQ(e.count("model.moe.first_k_dense"), 0u);
+  EXPECT_EQ(e.at("model.mla.q_lora_rank"), "0");  // absent q_lora_rank = no query compression
+}
+
+TEST(ImportHf, Qwen3MlpOnlyLayersBecomeDense) {
+  // mlp_only_layers [0, 2], 4 layers, step 1 -> AD AE AD AE = "ADAE" x 2.
+  const std::string json = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "mlp_only_layers": [0, 2], "decoder_sparse_step": 1})";
+  const HfImport r = ImportHfConfig(json, "small.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.pattern"), "\"ADAE\"");
+  EXPECT_EQ(e.at("model.repeat"), "2");
+  EXPECT_EQ(e.at("model.mlp.ffn_hidden"), "128");
+  EXPECT_EQ(e.at("model.attention.qk_norm"), "true");
+}
+
+TEST(ImportHf, NemotronHMapsMambaAndRelu2) {
+  const HfImport r = ImportFixture("nemotron-h-8b.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  // nvidia/Nemotron-H-8B-Base-8K: 128 Mamba heads x 64 = 8192 = 2 x 4096.
+  EXPECT_EQ(e.at("model.mamba.expand"), "2");
+  EXPECT_EQ(e.at("model.mamba.head_dim"), "64");
+  EXPECT_EQ(e.at("model.mamba.groups"), "8");
+  EXPECT_EQ(e.at("model.mamba.d_state"), "128");
+  EXPECT_EQ(e.at("model.mlp.ffn_hidden"), "21504");
+  EXPECT_EQ(e.at("model.mlp.activation"), "relu2");  // mlp_hidden_act: squared ReLU
+  EXPECT_EQ(e.at("model.attention.head_dim"), "128");  // attention_head_dim
+}
+
+TEST(ImportHf, NemotronHMoeLettersMapToE) {
+  const std::string json = R"({"architectures": ["NemotronHForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 4, "hybrid_override_pattern": "ME*E", "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16,
+    "n_groups": 2})";
+  const HfImport r = ImportHfConfig(json, "small.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.pattern"), "\"MEAE\"");
+  EXPECT_EQ(e.at("model.moe.experts"), "8");
+  // Non-gated relu2 experts cannot be written as SwiGLU experts without over-counting: warned.
+  EXPECT_TRUE(WarnedKeys(r).count("n_routed_experts")) << AllMessages(r);
+}
+
+// ---- Warnings for what the recipe cannot represent -----------------------
+
+struct WarningCase {
+  const char* name;
+  const char* fixture;
+  std::vector<std::string> keys;  // every key that must be named in a warning
+};
+
+const WarningCase kWarningCases[] = {
+    {"Llama31_8B", "llama-3.1-8b.json", {"rope_scaling"}},
+    {"DeepSeekV3", "deepseek-v3.json",
+     {"n_group", "topk_group", "num_nextn_predict_layers", "routed_scaling_factor", "rope_scaling",
+      "quantization_config"}},
+    {"JambaV01", "jamba-v0.1.json", {"mamba_dt_rank"}},
+    {"GptOss120B", "gpt-oss-120b.json",
+     {"attention_bias", "sinks", "num_local_experts", "swiglu_limit", "layer_types", "sliding_window", "rope_scaling",
+      "quantization_config"}},
+};
+
+class ImportWarnings : public ::testing::TestWithParam<WarningCase> {};
+
+TEST_P(ImportWarnings, NameEveryUnrepresentedField) {
+  const WarningCase& c = GetParam();
+  const HfImport r = ImportFixture(c.fixture);
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const std::set<std::string> warned = WarnedKeys(r);
+  for (const auto& k : c.keys) EXPECT_TRUE(warned.count(k)) << k << " not warned:\n" << AllMessages(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ImportWarnings, ::testing::ValuesIn(kWarningCases),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(ImportHf, CleanConfigsImportWithoutWarnings) {
+  // Mixtral 8x7B v0.1, Nemotron-H-8B, Mamba-2 2.7B and Qwen3-30B-A3B have nothing the recipe cannot hold.
+  for (const char* f : {"mixtral-8x7b.json", "nemotron-h-8b.json", "mamba2-2.7b.json", "qwen3-30b-a3b.json"}) {
+    const HfImport r = ImportFixture(f);
+    EXPECT_TRUE(r.diagnostics.empty()) << f << ":\n" << AllMessages(r);
+  }
+}
+
+TEST(ImportHf, WarningNamesFileLineKeyAndValue) {
+  const HfImport r = ImportFixture("llama-3.1-8b.json");
+  ASSERT_EQ(r.diagnostics.size(), 1u) << AllMessages(r);
+  const std::string msg = Format(r.diagnostics[0]);
+  // "rope_scaling" is on line 22 of the fixture, indented 2 spaces.
+  EXPECT_THAT(msg, HasSubstr("tests/data/hf/llama-3.1-8b.json:22:3: warning: rope_scaling = {\"factor\":8.0"));
+  EXPECT_THAT(msg, HasSubstr("not represented in the recipe"));
+}
+
+TEST(ImportHf, UnknownNonNullKeysAreListedNotDropped) {
+  const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "fancy_new_thing": 3,
+    "another_knob": true, "unset_knob": null})";
+  const HfImport r = ImportHfConfig(json, "small.json");
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u) << AllMessages(r);
+  EXPECT_THAT(r.diagnostics[0].message, HasSubstr("another_knob, fancy_new_thing"));
+  EXPECT_THAT(r.diagnostics[0].message, ::testing::Not(HasSubstr("unset_knob")));
+}
+
+TEST(ImportHf, ManyUnknownKeysAreCountedPastThirty) {
+  std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128)";
+  for (int i = 10; i < 50; ++i) json += ", \"knob" + std::to_string(i) + "\": 1";
+  const HfImport r = ImportHfConfig(json + "}", "many.json");
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  // 40 unknown keys, sorted: knob10 ... knob39 listed, knob40 ... knob49 counted.
+  EXPECT_THAT(r.diagnostics[0].message, HasSubstr("knob38, knob39 and 10 more"));
+}
+
+TEST(ImportHf, LlamaBiasesAndNonSiluAreWarned) {
+  const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "attention_bias": true,
+    "mlp_bias": true, "hidden_act": "gelu"})";
+  const HfImport r = ImportHfConfig(json, "small.json");
+  ASSERT_TRUE(r.ok());
+  const auto warned = WarnedKeys(r);
+  EXPECT_TRUE(warned.count("attention_bias") && warned.count("mlp_bias") && warned.count("hidden_act"))
+      << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.attention.kv_heads"), "4");   // absent num_key_value_heads = MHA
+  EXPECT_EQ(e.at("model.attention.head_dim"), "16");  // hidden / heads
+}
+
+TEST(ImportHf, PythonInfinityIsAccepted) {
+  // Python's json writes Infinity (Nemotron-H and Mamba-2 time_step_limit); the fixture has it.
+  EXPECT_THAT(ReadFile(SourcePath("tests/data/hf/mamba2-2.7b.json")), HasSubstr("Infinity"));
+  EXPECT_TRUE(ImportFixture("mamba2-2.7b.json").ok());
+  // ...but not inside strings, which stay as written.
+  const HfImport r = ImportHfConfig(R"({"architectures": ["Infinity"]})", "x.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.diagnostics[0].value, "\"Infinity\"");
+}
+
+// ---- Errors ---------------------------------------------------------------
+
+TEST(ImportHf, UnsupportedArchitectureListsTheSupportedOnes) {
+  const HfImport r = ImportHfConfig("{\n  \"architectures\": [\"BertForMaskedLM\"]\n}\n", "bert.json");
+  ASSERT_FALSE(r.ok());
+  const std::string msg = Format(r.diagnostics[0]);
+  EXPECT_THAT(msg, HasSubstr("bert.json:2:3: architectures = \"BertForMaskedLM\": unsupported architecture; "
+                             "supported: DeepseekV3ForCausalLM, GptOssForCausalLM, JambaForCausalLM, "
+                             "LlamaForCausalLM, Mamba2ForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
+                             "Qwen3MoeForCausalLM"));
+}
+
+TEST(ImportHf, MalformedJsonNamesLineAndColumn) {
+  const HfImport r = ImportHfConfig("{\n  \"hidden_size\": 4096,\n  \"vocab_size\": ,\n}\n", "bad.json");
+  ASSERT_FALSE(r.ok());
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].mark.line, 3);
+  EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("bad.json:3:"));
+  EXPECT_THAT(r.diagnostics[0].message, HasSubstr("malformed JSON"));
+}
+
+TEST(ImportHf, MissingRequiredFieldIsNamed) {
+  const std::string json = R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128, "num_experts_per_tok": 2})";
+  const HfImport r = ImportHfConfig(json, "m.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(AllMessages(r), HasSubstr("m.json: num_local_experts: missing required field for MixtralForCausalLM"));
+}
+
+TEST(ImportHf, IllTypedFieldIsNamedWithValue) {
+  const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": "4096", "vocab_size": 100,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": -1})";
+  const HfImport r = ImportHfConfig(json, "l.json");
+  ASSERT_FALSE(r.ok());
+  const std::string all = AllMessages(r);
+  EXPECT_THAT(all, HasSubstr("hidden_size = \"4096\": must be a positive integer"));
+  EXPECT_THAT(all, HasSubstr("intermediate_size = -1: must be a positive integer"));
+}
+
+TEST(ImportHf, OddJsonShapesAreErrorsNotCrashes) {
+  // Each is bad input: an error diagnostic, never an exception or a recipe.
+  for (const char* json : {"[]", "null", "42", "\"text\"", "", "{\"architectures\": []}",
+                           "{\"architectures\": [7]}", "{\"architectures\": \"LlamaForCausalLM\"}"}) {
+    const HfImport r = ImportHfConfig(json, "odd.json");
+    EXPECT_FALSE(r.ok()) << json;
+    EXPECT_TRUE(r.model.empty()) << json;
+  }
+  // Floats, huge and negative values where positive integers belong.
+  const std::string json = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096.0, "vocab_size": 1e30,
+    "num_hidden_layers": 18446744073709551615, "num_attention_heads": 32, "intermediate_size": 0})";
+  const HfImport r = ImportHfConfig(json, "l.json");
+  ASSERT_FALSE(r.ok());
+  const std::string all = AllMessages(r);
+  EXPECT_THAT(all, HasSubstr("hidden_size = 4096.0: must be a positive integer"));
+  EXPECT_THAT(all, HasSubstr("vocab_size = 1e+30: must be a positive integer"));
+  EXPECT_THAT(all, HasSubstr("num_hidden_layers = 18446744073709551615: must be a positive integer"));
+  EXPECT_THAT(all, HasSubstr("intermediate_size = 0: must be a positive integer"));
+  // A billion layers is an error, not a billion-letter pattern (the recipe's bound is 100000).
+  const HfImport deep = ImportHfConfig(R"({"architectures": ["Mamba2ForCausalLM"], "hidden_size": 64,
+    "vocab_size": 100, "num_hidden_layers": 1000000000, "num_heads": 2, "head_dim": 64, "state_size": 16})",
+                                       "deep.json");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_THAT(AllMessages(deep), HasSubstr("num_hidden_layers = 1000000000: at most 100000 layers are supported"));
+}
+
+TEST(ImportHf, DeeplyNestedJsonIsRefusedNotACrash) {
+  // 100000 nested lists under one key: refused before the (recursive) JSON routines see it.
+  const std::string json = "{\"architectures\": [\"LlamaForCausalLM\"],\n \"rope_scaling\": " +
+                           std::string(100000, '[') + std::string(100000, ']') + "}";
+  const HfImport r = ImportHfConfig(json, "deep.json");
+  ASSERT_FALSE(r.ok());
+  // Line 2 is ` "rope_scaling": [[[...`: the first '[' is column 18, the object's '{' is level 1, so
+  // level 65 is the 64th '[', column 18 + 63 = 81.
+  EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("deep.json:2:81: JSON nested deeper than 64 levels"));
+  // Brackets inside strings do not count.
+  const HfImport s = ImportHfConfig("{\"architectures\": [\"" + std::string(200, '[') + "\"]}", "s.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.diagnostics[0].message, HasSubstr("unsupported architecture"));
+}
+
+TEST(ImportHf, AFieldReadTwiceIsReportedOnce) {
+  // Jamba's intermediate_size is both the dense MLP width and the expert width.
+  const std::string json = R"({"architectures": ["JambaForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 8, "num_attention_heads": 4, "num_experts_per_tok": 2})";
+  const HfImport r = ImportHfConfig(json, "j.json");
+  ASSERT_FALSE(r.ok());
+  int count = 0;
+  for (const auto& d : r.diagnostics) count += d.key_path == "intermediate_size" ? 1 : 0;
+  EXPECT_EQ(count, 1) << AllMessages(r);
+}
+
+TEST(ImportHf, MissingArchitecturesIsAnError) {
+  const HfImport r = ImportHfConfig(R"({"hidden_size": 64})", "x.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(AllMessages(r), HasSubstr("architectures: missing required field"));
+}
+
+TEST(ImportHf, NemotronPatternMustMatchLayerCountAndAlphabet) {
+  const std::string base = R"({"architectures": ["NemotronHForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_attention_heads": 4, "mamba_num_heads": 8, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2,
+    "intermediate_size": 128, )";
+  const HfImport wrong_length = ImportHfConfig(base + R"("num_hidden_layers": 3, "hybrid_override_pattern": "M-"})",
+                                               "n.json");
+  ASSERT_FALSE(wrong_length.ok());
+  EXPECT_THAT(AllMessages(wrong_length), HasSubstr("has 2 letters but num_hidden_layers is 3"));
+  const HfImport bad_letter = ImportHfConfig(base + R"("num_hidden_layers": 2, "hybrid_override_pattern": "MX"})",
+                                             "n.json");
+  ASSERT_FALSE(bad_letter.ok());
+  EXPECT_THAT(AllMessages(bad_letter), HasSubstr("letter 'X' is not one of M (Mamba-2), * (attention)"));
+}
+
+TEST(ImportHf, MambaWidthNotAMultipleOfHiddenIsAnError) {
+  // Nemotron-H-4B style: 112 heads x 64 = 7168 is not a multiple of 3072.
+  const std::string json = R"({"architectures": ["NemotronHForCausalLM"], "hidden_size": 3072, "vocab_size": 100,
+    "num_hidden_layers": 1, "hybrid_override_pattern": "M", "mamba_num_heads": 112, "mamba_head_dim": 64,
+    "ssm_state_size": 128, "n_groups": 8})";
+  const HfImport r = ImportHfConfig(json, "n4.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(AllMessages(r), HasSubstr("mamba_num_heads * mamba_head_dim = 7168 must be a multiple of hidden_size"));
+}
+
+// ---- Round trip through the recipe parser ---------------------------------
+
+class ImportRoundTrip : public ::testing::TestWithParam<PatternCase> {};
+
+TEST_P(ImportRoundTrip, WrittenRecipeValidatesAndKeepsTheModel) {
+  const PatternCase& c = GetParam();
+  const HfImport r = ImportFixture(c.fixture);
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  // A realistic layout as --layout would give it, plus the schema defaults for the rest.
+  const std::string yaml = EmitRecipeYaml(r, {{"parallel.tp", "1", ""}, {"cluster.nodes", "2", ""}}, c.fixture, "");
+  const LoadResult loaded = LoadRecipeFromString(yaml, "imported.yaml");
+  ASSERT_TRUE(loaded.ok()) << yaml;
+  EXPECT_TRUE(loaded.diagnostics.empty()) << yaml;
+  const Recipe& recipe = *loaded.recipe;
+  EXPECT_EQ("\"" + recipe.model.pattern + "\"", c.pattern);
+  EXPECT_EQ(std::to_string(recipe.model.repeat), c.repeat);
+  EXPECT_EQ(recipe.name, r.name);
+  EXPECT_EQ(std::to_string(recipe.model.hidden), Entries(r).at("model.hidden"));
+  EXPECT_EQ(std::to_string(recipe.model.vocab), Entries(r).at("model.vocab"));
+  EXPECT_EQ(recipe.cluster.nodes, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ImportRoundTrip, ::testing::ValuesIn(kPatternCases),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// ---- Layout merge and emission -------------------------------------------
+
+TEST(ImportLayout, OverridesReplaceDefaultsInSchemaOrder) {
+  std::vector<Diagnostic> ds;
+  const auto merged = MergeLayout({{"parallel.tp", "1", ""}, {"cluster.nodes", "1", ""}},
+                                  {{"cluster.nodes", "4"}, {"parallel.pp", "2"}}, &ds);
+  ASSERT_TRUE(ds.empty());
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[0].key_path, "parallel.tp");
+  EXPECT_EQ(merged[1].key_path, "parallel.pp");
+  EXPECT_EQ(merged[1].value, "2");
+  EXPECT_EQ(merged[2].key_path, "cluster.nodes");
+  EXPECT_EQ(merged[2].value, "4");
+}
+
+TEST(ImportLayout, UnknownLayoutKeyIsAnErrorListingValidKeys) {
+  std::vector<Diagnostic> ds;
+  (void)MergeLayout({}, {{"model.hidden", "8"}}, &ds);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].severity, Severity::kError);
+  EXPECT_THAT(Format(ds[0]), HasSubstr("model.hidden = 8: not a layout key; valid: training.seq_len"));
+}
+
+TEST(ImportLayout, EmitsNestedBlockYaml) {
+  HfImport imported;
+  imported.architecture = "LlamaForCausalLM";
+  imported.name = "tiny-h200";
+  imported.model = {{"model.pattern", "\"AD\"", "two sublayers"}, {"model.attention.heads", "4", ""},
+                    {"model.attention.kv_heads", "2", ""}, {"model.mlp.ffn_hidden", "128", ""}};
+  const std::string yaml = EmitRecipeYaml(imported, {{"training.precision.params", "bf16", ""},
+                                                     {"parallel.tp", "2", "set by --layout"}},
+                                          "c.json", "why this layout");
+  EXPECT_EQ(yaml,
+            "# Imported by `preflight import hf` from c.json (LlamaForCausalLM).\n"
+            "# why this layout\n"
+            "name: tiny-h200\n"
+            "model:\n"
+            "  pattern: \"AD\"  # two sublayers\n"
+            "  attention:\n"
+            "    heads: 4\n"
+            "    kv_heads: 2\n"
+            "  mlp:\n"
+            "    ffn_hidden: 128\n"
+            "training:\n"
+            "  precision:\n"
+            "    params: bf16\n"
+            "parallel:\n"
+            "  tp: 2  # set by --layout\n");
+}
+
+}  // namespace
+}  // namespace preflight
