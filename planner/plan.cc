@@ -186,6 +186,12 @@ std::vector<Candidate> Candidates(const LayerWeights& w, const Layout& layout, i
 
 }  // namespace
 
+std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout, int64_t layers) {
+  std::vector<StagePlan> out;
+  for (Candidate& c : Candidates(weights, layout, layers)) out.push_back(std::move(c.stages));
+  return out;
+}
+
 std::vector<Diagnostic> ValidateForPlan(const Recipe& r, const Layout& l) {
   std::vector<Diagnostic> out;
   CheckCpOnRecurrentMixers(r, l, &out);

@@ -314,6 +314,12 @@ StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, 
 /// recipe.source.
 std::vector<Diagnostic> ValidateForPlan(const Recipe& recipe, const Layout& layout);
 
+/// The stage cuts MakePlan chooses among, in its order: the time-balanced
+/// cut (PartitionStages), the parameter-balanced cut and (except DualPipeV)
+/// the equal-layer cut. MakePlan takes the first when it fits in memory, else
+/// the fastest that fits. For sweeps that price the same choice cheaply.
+std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout, int64_t layers);
+
 /// Places, partitions (or takes the recipe's pinned stages), prices. Memory
 /// is the partition's constraint: when the time-balanced cut overflows a
 /// device (estimator verdict), the parameter-balanced and equal-layer cuts are

@@ -3,11 +3,13 @@
 // paths) so golden files pin them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "preflight/advice.h"
 #include "preflight/estimate.h"
 #include "preflight/inventory.h"
 #include "preflight/layout.h"
@@ -22,6 +24,9 @@ struct FitReport {
   StagePlan stages;
   MemoryEstimate estimate;
   std::vector<Explanation> explanations;  // worst stage, when --explain
+  /// Changes that would make it fit, or the dominant category when it fits
+  /// (AdviseFit); rendered after the verdict and as JSON key `advice`.
+  std::optional<FitAdvice> advice;
 };
 
 /// The readable table (default output of `fit`).

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common.h"
+#include "preflight/advice.h"
 #include "preflight/diagnostic.h"
 #include "preflight/estimate.h"
 #include "preflight/inventory.h"
@@ -38,6 +39,7 @@ int RunFit(const FitArgs& args) {
   if (args.explain) {
     report.explanations = ExplainRank(inventory, report.layout, report.stages, report.estimate.worst_stage);
   }
+  report.advice = AdviseFit(inventory, report.layout, report.stages);
   if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report))) {
     return static_cast<int>(ExitCode::kBadInput);
   }

@@ -25,6 +25,8 @@ const std::vector<Verb> kVerbs = {
      preflight::cli::SetupCheck},
     {"diff", "Which memory categories and communication axes moved between two recipes, and why (exit 0 / 2)",
      preflight::cli::SetupDiff},
+    {"sweep", "Every valid layout for N GPUs: best by tokens/s and the memory/time Pareto front (exit 0 / 2)",
+     preflight::cli::SetupSweep},
     {"import", "Write a recipe from a model's published config: import hf CONFIG.json (exit 0 / 2)",
      preflight::cli::SetupImport},
     {"simulate",

@@ -21,6 +21,7 @@ void SetupValidate(CLI::App& command, int& exit_code);
 void SetupFit(CLI::App& command, int& exit_code);
 void SetupCheck(CLI::App& command, int& exit_code);
 void SetupDiff(CLI::App& command, int& exit_code);
+void SetupSweep(CLI::App& command, int& exit_code);
 /// `preflight import hf CONFIG.json [--layout KEY=VALUE ...] [-o FILE]` (cmd_import.cc).
 void SetupImport(CLI::App& command, int& exit_code);
 void SetupSimulate(CLI::App& command, int& exit_code);

@@ -44,6 +44,57 @@ std::string Row(const std::string& label, const std::vector<std::string>& cells)
 
 std::string Gib(Bytes b) { return fmt::format("{:.2f}", b.gib()); }
 
+std::string SignedPercent(double fraction) { return fmt::format("{:+.1f}%", 100.0 * fraction); }
+
+std::string RenderAdvice(const FitAdvice& a) {
+  if (a.fits) {
+    return fmt::format("dominant  {} is {:.0f}% of the worst rank (stage {}): {} GiB\n", Label(a.dominant),
+                       100.0 * a.dominant_share, a.worst_stage, Gib(a.dominant_bytes));
+  }
+  if (a.suggestions.empty()) {
+    return "advice    no single change or pair of changes (more TP, SP, more EP, more PP, ZeRO up, more recompute, "
+           "smaller micro-batch) makes it fit\n";
+  }
+  std::string out = "advice    changes that make it fit, cheapest first:\n";
+  for (size_t i = 0; i < a.suggestions.size(); ++i) {
+    const Suggestion& s = a.suggestions[i];
+    out += fmt::format("  {}. {}\n     headroom {} GiB ({:+.2f} GiB){}, step time {} ({})\n", i + 1, s.Summary(),
+                       Gib(s.headroom), s.headroom_gain.gib(), s.headroom_ok ? "" : ", below the floor",
+                       a.step_s > 0 ? fmt::format("{:.3f} s", s.step_s) : std::string("n/a"),
+                       a.step_s > 0 ? SignedPercent(s.step_change) : std::string("not priced"));
+  }
+  return out;
+}
+
+nlohmann::json AdviceJson(const FitAdvice& a) {
+  nlohmann::json out = {{"fits", a.fits}, {"step_s", a.step_s}};
+  if (a.fits) {
+    out["dominant"] = {{"category", Key(a.dominant)},
+                       {"bytes", a.dominant_bytes.count()},
+                       {"share", a.dominant_share},
+                       {"stage", a.worst_stage}};
+    return out;
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const Suggestion& s : a.suggestions) {
+    nlohmann::json changes = nlohmann::json::array();
+    for (const AdviceChange& c : s.changes) {
+      changes.push_back({{"move", Key(c.move)}, {"key", c.key}, {"from", c.from}, {"to", c.to}});
+    }
+    list.push_back({{"changes", changes},
+                    {"summary", s.Summary()},
+                    {"layout", LayoutJson(s.layout)},
+                    {"peak_bytes", s.peak.count()},
+                    {"headroom_bytes", s.headroom.count()},
+                    {"headroom_gain_bytes", s.headroom_gain.count()},
+                    {"headroom_ok", s.headroom_ok},
+                    {"step_s", s.step_s},
+                    {"step_change", s.step_change}});
+  }
+  out["suggestions"] = list;
+  return out;
+}
+
 }  // namespace
 
 std::string RenderFitTable(const FitReport& r) {
@@ -111,6 +162,7 @@ std::string RenderFitTable(const FitReport& r) {
   const auto& v = est.verdict;
   const char* word = !v.fits ? "DOES NOT FIT" : (v.headroom_ok ? "fits" : "fits, below the headroom floor");
   out += fmt::format("verdict   {}: {}\n", word, v.reason);
+  if (r.advice) out += RenderAdvice(*r.advice);
   return out;
 }
 
@@ -173,6 +225,7 @@ nlohmann::json FitJson(const FitReport& r) {
         {"reason", v.reason}}},
   };
   if (!explain.empty()) out["explain"] = explain;
+  if (r.advice) out["advice"] = AdviceJson(*r.advice);
   return out;
 }
 

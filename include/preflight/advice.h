@@ -1,0 +1,87 @@
+// Fit advice (`preflight fit`): when a recipe does not fit, the few cheapest
+// changes in its neighbourhood that make it fit, each with the headroom it
+// gives and its estimated step-time cost; when it fits, the category that
+// dominates the worst rank. Candidates are checked with the recipe
+// validator's and the planner's rules (ValidateRecipe, ValidateForPlan),
+// priced with EstimateMemory and the planner's step time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "preflight/estimate.h"
+#include "preflight/inventory.h"
+#include "preflight/layout.h"
+#include "preflight/plan.h"
+#include "preflight/units.h"
+
+namespace preflight {
+
+/// The moves searched, in this order (also the tiebreak order).
+enum class AdviceMove : int {
+  kMoreTp = 0,          // parallel.tp x2 (dp halves), within one node
+  kSequenceParallel,    // parallel.sp false -> true (tp > 1)
+  kMoreEp,              // parallel.ep x2 (MoE only)
+  kMorePp,              // parallel.pp x2 (dp halves; stages re-partitioned)
+  kZeroUp,              // parallel.zero + 1 (<= 3)
+  kMoreRecompute,       // training.recompute none -> selective -> full
+  kSmallerMicroBatch,   // training.micro_batch / 2 (more micro-batches)
+};
+inline constexpr int kNumAdviceMoves = 7;
+/// Stable key ("more_tp", "sequence_parallel", "more_ep", "more_pp", "zero_up",
+/// "more_recompute", "smaller_micro_batch").
+const char* Key(AdviceMove m);
+
+/// One recipe key changed by a suggestion.
+struct AdviceChange {
+  AdviceMove move = AdviceMove::kMoreTp;
+  std::string key;   // "parallel.tp"
+  std::string from;  // "2"
+  std::string to;    // "4"
+};
+
+struct Suggestion {
+  std::vector<AdviceChange> changes;  // one, or two when no single change fits
+  Layout layout;                      // the layout after the changes
+  Bytes peak;                         // worst rank after
+  Bytes headroom;                     // after (capacity - peak)
+  Bytes headroom_gain;                // headroom after - headroom before
+  bool headroom_ok = false;           // after >= cluster.min_headroom_gib
+  double step_s = 0;                  // estimated step time after
+  double step_change = 0;             // step_s / step time before - 1 (0.05 = 5% slower)
+  /// "parallel.tp 2 -> 4, training.recompute selective -> full"
+  std::string Summary() const;
+};
+
+struct FitAdvice {
+  bool fits = false;
+  double step_s = 0;  // the recipe's own estimated step time (0 when it cannot be planned)
+  /// When it does not fit: the cheapest changes that fit, best first
+  /// (headroom floor met first, then the smallest step-time cost, then the
+  /// most headroom, then move order); at most AdviceOptions::max_suggestions.
+  std::vector<Suggestion> suggestions;
+  /// When it fits: the largest category of the worst rank and its share of the total.
+  Category dominant = Category::kActivations;
+  Bytes dominant_bytes;
+  double dominant_share = 0;
+  int64_t worst_stage = 0;
+};
+
+struct AdviceOptions {
+  int64_t max_suggestions = 3;
+  CostModel cost;
+};
+
+/// Searches single moves from the recipe's layout, and pairs of moves (a move
+/// may repeat: tp x4) when no single move fits. `inventory.recipe` is the
+/// recipe; `layout` and `stages` what `fit` priced.
+FitAdvice AdviseFit(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                    const AdviceOptions& options = {});
+
+/// The recipe with one move applied (nullopt when the move does not apply,
+/// e.g. zero already 3); pinned stage boundaries are dropped when pp changes.
+/// Exposed so tests can re-estimate a suggestion through the ordinary path.
+std::optional<Recipe> ApplyMove(const Recipe& recipe, AdviceMove move, AdviceChange* change);
+
+}  // namespace preflight

@@ -1,0 +1,124 @@
+// The layout sweep (`preflight sweep`, DESIGN.md): every combination of
+// parallel degrees, micro-batch, recompute and ZeRO stage for a GPU count,
+// checked with the recipe validator's own rules (ValidateRecipe on a
+// per-thread recipe copy, then the planner's ValidateForPlan), priced with the
+// estimator (memory) and the planner (step time). The inventory and plan
+// tables are built once; results are deterministic whatever the thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "preflight/inventory.h"
+#include "preflight/layout.h"
+#include "preflight/plan.h"
+#include "preflight/recipe.h"
+#include "preflight/units.h"
+
+namespace preflight {
+
+/// The values each axis takes; an empty list means the axis's default
+/// (DefaultSweepSpace).
+struct SweepSpace {
+  int64_t gpus = 0;
+  std::vector<int64_t> tp, cp, pp, vpp, ep, expert_tp, micro_batch, zero;
+  std::vector<Recompute> recompute;
+};
+
+/// Parses an axis list: "1,2,4", "1..16" (every integer from a to b; the
+/// validator rejects the degrees that do not divide), or a mix "1,3..8";
+/// sorted ascending, duplicates dropped. Values must be positive (`min_value` lets --zero take 0).
+/// nullopt with `error` set ("'3..x': 'x' is not an integer") when malformed.
+std::optional<std::vector<int64_t>> ParseAxisList(const std::string& text, int64_t min_value, std::string* error);
+/// Parses "none,selective,full" (any subset, comma-separated).
+std::optional<std::vector<Recompute>> ParseRecomputeList(const std::string& text, std::string* error);
+
+/// Fills the empty axes of `space` with powers of two within what the model
+/// and cluster allow: tp <= gpus_per_node, cp <= 8, pp <= layers, vpp <= 8
+/// (1 for DualPipe schedules), ep <= experts and expert_tp <= gpus_per_node
+/// (1 without MoE layers), micro_batch <= 8, every recompute mode, ZeRO 0..3.
+SweepSpace DefaultSweepSpace(const Recipe& recipe, SweepSpace space);
+
+/// The recipe a sweep prices: `recipe` on `gpus` GPUs (nodes = gpus /
+/// gpus_per_node; fewer GPUs than a node make one node of that many) with the
+/// pinned stage boundaries dropped (the planner partitions each layout).
+/// nullopt with `error` when gpus is not a multiple of gpus_per_node.
+std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::string* error);
+
+/// "fits": under capacity with at least cluster.min_headroom_gib left;
+/// "tight": under capacity but below that floor; "over_capacity"; "invalid".
+enum class SweepStatus : uint8_t { kFits, kTight, kOverCapacity, kInvalid };
+/// Stable key ("fits", "tight", "over_capacity", "invalid").
+const char* Key(SweepStatus s);
+
+/// One evaluated layout, compact (a 1024-GPU sweep holds millions): the
+/// degrees and micro-batch live in SweepResult::items[item]; recompute and
+/// zero vary within an item. Time fields are 0 for invalid layouts.
+struct SweepRow {
+  int32_t item = 0;
+  Recompute recompute = Recompute::kSelective;
+  int8_t zero = 1;
+  SweepStatus status = SweepStatus::kInvalid;
+  int16_t worst_stage = 0;
+  Bytes peak;              // total of the worst pipeline rank (0 when invalid)
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+};
+
+struct SweepResult {
+  int64_t gpus = 0;
+  int64_t nodes = 0;
+  int64_t gpus_per_node = 0;
+  Bytes capacity;
+  Bytes min_headroom;
+  /// One layout per (tp, cp, pp, vpp, ep, expert_tp, micro_batch), in the
+  /// canonical order, with the validator's first error ("parallel.tp = 3:
+  /// must divide ...") beside it, or "" when valid.
+  std::vector<Layout> items;
+  std::vector<std::string> item_errors;
+  /// Every evaluated layout in the canonical order (tp, cp, pp, vpp, ep,
+  /// expert_tp, micro_batch, recompute, zero), each axis ascending.
+  std::vector<SweepRow> rows;
+  /// Indices into rows: the best fitting layouts by tokens/s (ties: lower
+  /// peak, then canonical order), at most `top`.
+  std::vector<int64_t> top;
+  /// Indices into rows: the fitting layouts no other fitting layout beats on
+  /// both peak memory and step time, by ascending peak.
+  std::vector<int64_t> pareto;
+
+  int64_t CountOf(SweepStatus s) const;
+  /// The full layout of a row.
+  Layout LayoutOf(const SweepRow& row) const;
+  Bytes HeadroomOf(const SweepRow& row) const { return capacity - row.peak; }
+  /// Why a row has its status: the validator's error, or the memory verdict
+  /// ("peak 120.50 GiB leaves 19.12 GiB headroom").
+  std::string ReasonOf(const SweepRow& row) const;
+};
+
+struct SweepOptions {
+  int64_t threads = 1;  // >= 1
+  int64_t top = 10;
+  CostModel cost;
+  /// Called from the calling thread about every 100 ms with (done, total)
+  /// layouts; may be empty.
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+/// Number of layouts the space enumerates (product of the axis sizes).
+int64_t SweepSize(const SweepSpace& space);
+
+/// Evaluates every layout of `space` (its axes already filled) against
+/// `inventory`, built from SweepRecipe's result.
+SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const SweepOptions& options);
+
+/// Indices of the fitting rows ranked by tokens/s (see SweepResult::top).
+std::vector<int64_t> RankByThroughput(const std::vector<SweepRow>& rows, int64_t top);
+/// Pareto front of the fitting rows over (peak, step_s), both minimised; equal
+/// points are all kept. By ascending peak, then canonical order.
+std::vector<int64_t> ParetoFront(const std::vector<SweepRow>& rows);
+
+}  // namespace preflight

@@ -1,0 +1,532 @@
+// The layout sweep (include/preflight/sweep.h). Work is split by item, one
+// (tp, cp, pp, vpp, ep, expert_tp, micro_batch) each: the item is validated
+// once (recompute and zero change no validity rule but ZeRO's 0..3 range,
+// which the axis parser enforces), placed once (mesh locality), partitioned
+// once per recompute mode and priced per ZeRO stage. Every item writes its
+// rows at fixed positions, so the output does not depend on the threads.
+#include "preflight/sweep.h"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <thread>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "preflight/estimate.h"
+#include <mutex>
+
+namespace preflight {
+namespace {
+
+// "3.00 GiB", as the estimator's verdict and FormatGiB write it (the report
+// library sits above the planner).
+std::string GiBText(Bytes b) { return fmt::format("{:.2f} GiB", b.gib()); }
+
+std::vector<int64_t> PowersOfTwoUpTo(int64_t limit) {
+  std::vector<int64_t> out;
+  for (int64_t v = 1; v <= limit; v *= 2) out.push_back(v);
+  return out;
+}
+
+bool ParseInt(std::string_view text, int64_t* value) {
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *value);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+std::vector<std::string_view> SplitCommas(std::string_view text) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    parts.push_back(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    if (comma == std::string_view::npos) return parts;
+    start = comma + 1;
+  }
+}
+
+// Largest range a..b we expand (a typo like 1..100000000 must not eat memory).
+constexpr int64_t kMaxAxisValues = 4096;
+
+bool HasMoe(const Recipe& r) {
+  return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
+}
+
+// The first error, as one line: "parallel.tp = 3: must divide ...".
+std::string FirstError(const std::vector<Diagnostic>& ds) {
+  for (const Diagnostic& d : ds) {
+    if (d.severity != Severity::kError) continue;
+    return d.value.empty() ? fmt::format("{}: {}", d.key_path, d.message)
+                           : fmt::format("{} = {}: {}", d.key_path, d.value, d.message);
+  }
+  return "";
+}
+
+// Indices of the axes in item order; the item's mixed-radix number.
+struct ItemSpace {
+  const SweepSpace* space;
+  int64_t count = 1;
+  std::array<const std::vector<int64_t>*, 7> axes{};
+
+  explicit ItemSpace(const SweepSpace& s) : space(&s) {
+    axes = {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.micro_batch};
+    for (const auto* a : axes) count *= static_cast<int64_t>(a->size());
+  }
+  // Digit i of item (the last axis varies fastest).
+  std::array<int64_t, 7> Digits(int64_t item) const {
+    std::array<int64_t, 7> d{};
+    for (int i = 6; i >= 0; --i) {
+      const int64_t n = static_cast<int64_t>(axes[static_cast<size_t>(i)]->size());
+      d[static_cast<size_t>(i)] = item % n;
+      item /= n;
+    }
+    return d;
+  }
+  std::array<int64_t, 7> Values(const std::array<int64_t, 7>& digits) const {
+    std::array<int64_t, 7> v{};
+    for (size_t i = 0; i < 7; ++i) v[i] = (*axes[i])[static_cast<size_t>(digits[i])];
+    return v;
+  }
+  // Mesh locality depends on (tp, cp, pp, ep, expert_tp) only (dp follows
+  // from them; vpp and micro_batch place nothing): its cache slot.
+  int64_t LocalitySlots() const { return count / static_cast<int64_t>(space->vpp.size() * space->micro_batch.size()); }
+  int64_t LocalitySlot(const std::array<int64_t, 7>& d) const {
+    const auto n = [this](size_t i) { return static_cast<int64_t>(axes[i]->size()); };
+    return (((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(4) + d[4]) * n(5) + d[5];
+  }
+};
+
+// PlaceRanks is O(world) with a vector per rank and group; computed once per
+// slot, on first use, by whichever worker gets there first.
+struct LocalityCache {
+  explicit LocalityCache(int64_t slots) : once(static_cast<size_t>(slots)), locality(static_cast<size_t>(slots)) {}
+  std::vector<std::once_flag> once;
+  std::vector<MeshLocality> locality;
+};
+
+// Per-thread state: a private recipe copy mutated in place (no copy per
+// layout) and the plan buffers reused across items.
+struct Worker {
+  Recipe recipe;
+  std::vector<StageComm> comm;
+  /// Stage partitions by PartitionKey (see StagesFor).
+  std::map<std::tuple<int, int64_t, int64_t, int, double>, StagePlan> partitions;
+};
+
+// The partition of a layout, cached exactly. WeighLayers depends on the
+// layout only through recompute and tokens = seq * micro_batch / (cp * tp),
+// and every weight is tokens times a layout-free factor (planner/stages.cc:
+// ForwardFlops, RecomputeFlops, head_s). Scaling every input of the
+// partitioner's sums and comparisons by a power of two is exact in IEEE
+// arithmetic, so layouts whose tokens differ by a power of two get the same
+// partition: the key holds the mantissa of tokens, not tokens. PartitionStages
+// reads the layout only for pp, vpp and the schedule (chunk placement).
+const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout, const CostModel& cost,
+                           Worker& w) {
+  const double tokens = static_cast<double>(inv.recipe.training.seq_len) * static_cast<double>(layout.micro_batch) /
+                        static_cast<double>(layout.cp * layout.tp);
+  int exponent = 0;
+  const double mantissa = std::frexp(tokens, &exponent);
+  const auto key = std::make_tuple(static_cast<int>(layout.recompute), layout.pp, layout.vpp,
+                                   static_cast<int>(layout.schedule), mantissa);
+  auto it = w.partitions.find(key);
+  if (it == w.partitions.end()) {
+    it = w.partitions.emplace(key, PartitionStages(WeighLayers(inv, tables, layout, cost), layout)).first;
+  }
+  return it->second;
+}
+
+Schedule ScheduleFor(Schedule recipe_schedule, int64_t vpp) {
+  if (recipe_schedule == Schedule::kDualPipe || recipe_schedule == Schedule::kDualPipeV) return recipe_schedule;
+  return vpp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+}
+
+struct Priced {
+  Bytes peak;
+  Bytes capacity;
+  int64_t worst = 0;
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+};
+
+// Memory of the worst pipeline rank (as EstimateMemory picks it, without its
+// per-call vectors and verdict text) and the step time of one stage plan.
+Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+             const MeshLocality& locality, const CostModel& cost, Worker& w) {
+  Priced p;
+  for (int64_t rank = 0; rank < layout.pp; ++rank) {
+    const RankMemory m = EstimateRank(inv, layout, stages, rank);
+    if (rank == 0 || m.total() > p.peak) {
+      p.peak = m.total();
+      p.capacity = m.capacity;
+      p.worst = rank;
+    }
+  }
+  w.comm = BuildStageComm(inv, tables, layout, stages, locality, cost);
+  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, cost);
+  p.step_s = time.step_s;
+  p.tokens_per_s = time.tokens_per_s;
+  p.mfu = time.mfu;
+  return p;
+}
+
+void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpace& space, const ItemSpace& items,
+                  const SweepOptions& options, int64_t item, LocalityCache& cache, Worker& w, SweepResult& out) {
+  const auto digits = items.Digits(item);
+  const auto v = items.Values(digits);
+  Recipe& r = w.recipe;
+  ParallelConfig& p = r.parallel;
+  p.tp = v[0];
+  p.cp = v[1];
+  p.pp = v[2];
+  p.vpp = v[3];
+  p.ep = v[4];
+  p.expert_tp = v[5];
+  r.training.micro_batch = v[6];
+  p.schedule = ScheduleFor(inv.recipe.parallel.schedule, p.vpp);
+
+  const size_t per_item = space.recompute.size() * space.zero.size();
+  const size_t first_row = static_cast<size_t>(item) * per_item;
+  auto mark_rows = [&](SweepStatus status) {
+    size_t k = first_row;
+    for (Recompute rc : space.recompute) {
+      for (int64_t z : space.zero) {
+        SweepRow& row = out.rows[k++];
+        row = SweepRow{};
+        row.item = static_cast<int32_t>(item);
+        row.recompute = rc;
+        row.zero = static_cast<int8_t>(z);
+        row.status = status;
+      }
+    }
+  };
+
+  Layout layout;
+  std::string error = FirstError(ValidateRecipe(r));
+  if (error.empty()) {
+    layout = LayoutOf(r);
+    error = FirstError(ValidateForPlan(r, layout));
+  } else {
+    layout.tp = p.tp;
+    layout.sp = p.sp;
+    layout.cp = p.cp;
+    layout.pp = p.pp;
+    layout.vpp = p.vpp;
+    layout.ep = p.ep;
+    layout.expert_tp = p.expert_tp;
+    layout.micro_batch = r.training.micro_batch;
+    layout.schedule = p.schedule;
+    layout.order = p.order;
+    layout.cp_comm = p.cp_comm;
+    const int64_t tcp = p.tp * p.cp * p.pp;
+    layout.dp = tcp > 0 && r.world() % tcp == 0 ? r.world() / tcp : 0;
+    const int64_t per_step = layout.micro_batch * layout.dp;
+    layout.micro_batches = per_step > 0 && r.training.global_batch % per_step == 0 ? r.training.global_batch / per_step : 0;
+  }
+  out.items[static_cast<size_t>(item)] = layout;
+  if (!error.empty()) {
+    out.item_errors[static_cast<size_t>(item)] = std::move(error);
+    mark_rows(SweepStatus::kInvalid);
+    return;
+  }
+  const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
+  std::call_once(cache.once[slot], [&] {
+    cache.locality[slot] = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.tie_embeddings).locality;
+  });
+  const MeshLocality& locality = cache.locality[slot];
+  size_t k = first_row;
+  for (Recompute rc : space.recompute) {
+    layout.recompute = rc;
+    const StagePlan& stages = StagesFor(inv, tables, layout, options.cost, w);
+    for (int64_t z : space.zero) {
+      layout.zero = z;
+      SweepRow& row = out.rows[k++];
+      row = SweepRow{};
+      row.item = static_cast<int32_t>(item);
+      row.recompute = rc;
+      row.zero = static_cast<int8_t>(z);
+      Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
+      if (best.capacity < best.peak) {
+        // As MakePlan: when the time-balanced cut overflows a device, the
+        // fastest of the other cuts that fits (PartitionCandidates).
+        const std::vector<StagePlan> cuts =
+            PartitionCandidates(WeighLayers(inv, tables, layout, options.cost), layout, tables.layers);
+        bool found = false;
+        for (size_t c = 1; c < cuts.size(); ++c) {
+          const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, w);
+          if (priced.peak <= priced.capacity && (!found || priced.step_s < best.step_s)) {
+            best = priced;
+            found = true;
+          }
+        }
+      }
+      row.peak = best.peak;
+      row.worst_stage = static_cast<int16_t>(best.worst);
+      const Bytes headroom = best.capacity - best.peak;
+      row.status = headroom < Bytes(0)            ? SweepStatus::kOverCapacity
+                   : headroom < out.min_headroom ? SweepStatus::kTight
+                                                 : SweepStatus::kFits;
+      row.step_s = best.step_s;
+      row.tokens_per_s = best.tokens_per_s;
+      row.mfu = best.mfu;
+    }
+  }
+}
+
+}  // namespace
+
+const char* Key(SweepStatus s) {
+  switch (s) {
+    case SweepStatus::kFits: return "fits";
+    case SweepStatus::kTight: return "tight";
+    case SweepStatus::kOverCapacity: return "over_capacity";
+    case SweepStatus::kInvalid: return "invalid";
+  }
+  return "invalid";
+}
+
+std::optional<std::vector<int64_t>> ParseAxisList(const std::string& text, int64_t min_value, std::string* error) {
+  std::vector<int64_t> values;
+  for (std::string_view part : SplitCommas(text)) {
+    const size_t dots = part.find("..");
+    int64_t low = 0;
+    int64_t high = 0;
+    if (dots == std::string_view::npos) {
+      if (!ParseInt(part, &low)) {
+        *error = fmt::format("'{}': '{}' is not an integer; write a list like 1,2,4 or a range like 1..16", text, part);
+        return std::nullopt;
+      }
+      high = low;
+    } else {
+      const std::string_view a = part.substr(0, dots);
+      const std::string_view b = part.substr(dots + 2);
+      if (!ParseInt(a, &low) || !ParseInt(b, &high)) {
+        *error = fmt::format("'{}': '{}' is not an integer; write a range like 1..16",
+                             text, ParseInt(a, &low) ? b : a);
+        return std::nullopt;
+      }
+      if (high < low) {
+        *error = fmt::format("'{}': range {}..{} is empty; write the smaller bound first", text, low, high);
+        return std::nullopt;
+      }
+    }
+    if (low < min_value) {
+      *error = fmt::format("'{}': {} is below the smallest valid value {}", text, low, min_value);
+      return std::nullopt;
+    }
+    if (high - low >= kMaxAxisValues) {
+      *error = fmt::format("'{}': {}..{} has more than {} values", text, low, high, kMaxAxisValues);
+      return std::nullopt;
+    }
+    for (int64_t x = low; x <= high; ++x) values.push_back(x);
+  }
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+std::optional<std::vector<Recompute>> ParseRecomputeList(const std::string& text, std::string* error) {
+  std::vector<Recompute> values;
+  for (std::string_view part : SplitCommas(text)) {
+    if (part == "none") {
+      values.push_back(Recompute::kNone);
+    } else if (part == "selective") {
+      values.push_back(Recompute::kSelective);
+    } else if (part == "full") {
+      values.push_back(Recompute::kFull);
+    } else {
+      *error = fmt::format("'{}': '{}' is not a recompute mode; valid: none, selective, full", text, part);
+      return std::nullopt;
+    }
+  }
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+SweepSpace DefaultSweepSpace(const Recipe& r, SweepSpace s) {
+  const int64_t gpn = std::min(r.cluster.gpus_per_node, std::max<int64_t>(s.gpus, 1));
+  const int64_t layers = static_cast<int64_t>(r.model.layers.size());
+  const bool moe = HasMoe(r);
+  const bool dualpipe = r.parallel.schedule == Schedule::kDualPipe || r.parallel.schedule == Schedule::kDualPipeV;
+  if (s.tp.empty()) s.tp = PowersOfTwoUpTo(gpn);
+  if (s.cp.empty()) s.cp = PowersOfTwoUpTo(std::min<int64_t>(8, std::max<int64_t>(s.gpus, 1)));
+  if (s.pp.empty()) s.pp = PowersOfTwoUpTo(std::min(layers, std::max<int64_t>(s.gpus, 1)));
+  if (s.vpp.empty()) s.vpp = dualpipe ? std::vector<int64_t>{1} : PowersOfTwoUpTo(std::min<int64_t>(8, layers));
+  if (s.ep.empty()) s.ep = moe ? PowersOfTwoUpTo(std::min(r.model.moe.experts, std::max<int64_t>(s.gpus, 1)))
+                               : std::vector<int64_t>{1};
+  if (s.expert_tp.empty()) s.expert_tp = moe ? PowersOfTwoUpTo(gpn) : std::vector<int64_t>{1};
+  if (s.micro_batch.empty()) s.micro_batch = PowersOfTwoUpTo(std::min<int64_t>(8, r.training.global_batch));
+  if (s.recompute.empty()) s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  if (s.zero.empty()) s.zero = {0, 1, 2, 3};
+  return s;
+}
+
+std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::string* error) {
+  Recipe r = recipe;
+  const int64_t gpn = r.cluster.gpus_per_node;
+  if (gpus <= 0) {
+    *error = fmt::format("--gpus {}: must be positive", gpus);
+    return std::nullopt;
+  }
+  if (gpus < gpn) {
+    r.cluster.gpus_per_node = gpus;
+    r.cluster.nodes = 1;
+  } else if (gpus % gpn != 0) {
+    *error = fmt::format("--gpus {}: must be a multiple of cluster.gpus_per_node ({}); try {} or {}", gpus, gpn,
+                         gpus / gpn * gpn, (gpus / gpn + 1) * gpn);
+    return std::nullopt;
+  } else {
+    r.cluster.nodes = gpus / gpn;
+  }
+  r.parallel.stage_boundaries.clear();
+  return r;
+}
+
+int64_t SweepSize(const SweepSpace& s) {
+  int64_t n = 1;
+  for (const auto* a : {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.micro_batch, &s.zero}) {
+    n *= static_cast<int64_t>(a->size());
+  }
+  return n * static_cast<int64_t>(s.recompute.size());
+}
+
+int64_t SweepResult::CountOf(SweepStatus s) const {
+  return std::count_if(rows.begin(), rows.end(), [s](const SweepRow& r) { return r.status == s; });
+}
+
+Layout SweepResult::LayoutOf(const SweepRow& row) const {
+  Layout l = items[static_cast<size_t>(row.item)];
+  l.recompute = row.recompute;
+  l.zero = row.zero;
+  return l;
+}
+
+std::string SweepResult::ReasonOf(const SweepRow& row) const {
+  if (row.status == SweepStatus::kInvalid) return item_errors[static_cast<size_t>(row.item)];
+  const Bytes headroom = HeadroomOf(row);
+  if (row.status == SweepStatus::kOverCapacity) {
+    return fmt::format("stage {} over capacity by {}", row.worst_stage, GiBText(Bytes(0) - headroom));
+  }
+  if (row.status == SweepStatus::kTight) {
+    return fmt::format("stage {} leaves {} headroom, below the {} floor", row.worst_stage, GiBText(headroom),
+                       GiBText(min_headroom));
+  }
+  return fmt::format("stage {} leaves {} headroom", row.worst_stage, GiBText(headroom));
+}
+
+std::vector<int64_t> RankByThroughput(const std::vector<SweepRow>& rows, int64_t top) {
+  std::vector<int64_t> idx;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].status == SweepStatus::kFits) idx.push_back(static_cast<int64_t>(i));
+  }
+  // Total order: tokens/s descending, then peak ascending, then canonical index.
+  auto better = [&rows](int64_t a, int64_t b) {
+    const SweepRow& x = rows[static_cast<size_t>(a)];
+    const SweepRow& y = rows[static_cast<size_t>(b)];
+    if (x.tokens_per_s != y.tokens_per_s) return x.tokens_per_s > y.tokens_per_s;
+    if (x.peak != y.peak) return x.peak < y.peak;
+    return a < b;
+  };
+  const size_t keep = std::min(idx.size(), static_cast<size_t>(std::max<int64_t>(top, 0)));
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(keep), idx.end(), better);
+  idx.resize(keep);
+  return idx;
+}
+
+std::vector<int64_t> ParetoFront(const std::vector<SweepRow>& rows) {
+  std::vector<int64_t> idx;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].status == SweepStatus::kFits) idx.push_back(static_cast<int64_t>(i));
+  }
+  std::sort(idx.begin(), idx.end(), [&rows](int64_t a, int64_t b) {
+    const SweepRow& x = rows[static_cast<size_t>(a)];
+    const SweepRow& y = rows[static_cast<size_t>(b)];
+    if (x.peak != y.peak) return x.peak < y.peak;
+    if (x.step_s != y.step_s) return x.step_s < y.step_s;
+    return a < b;
+  });
+  // Walking by ascending peak, a point is on the front when it is faster than
+  // every point before it, or equal to the last kept point on both axes.
+  std::vector<int64_t> front;
+  for (int64_t i : idx) {
+    const SweepRow& x = rows[static_cast<size_t>(i)];
+    if (front.empty()) {
+      front.push_back(i);
+      continue;
+    }
+    const SweepRow& last = rows[static_cast<size_t>(front.back())];
+    if (x.step_s < last.step_s || (x.step_s == last.step_s && x.peak == last.peak)) front.push_back(i);
+  }
+  return front;
+}
+
+SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const SweepOptions& options) {
+  const Recipe& r = inventory.recipe;
+  SweepResult out;
+  out.gpus = r.world();
+  out.nodes = r.cluster.nodes;
+  out.gpus_per_node = r.cluster.gpus_per_node;
+  // Capacity as the estimator sees it (any layout: it is a cluster property).
+  out.capacity = EstimateRank(inventory, Layout{}, EqualStagePlan(static_cast<int64_t>(r.model.layers.size()), 1, 1), 0)
+                     .capacity;
+  out.min_headroom = GiB(r.cluster.min_headroom_gib);  // EstimateMemory's floor
+  const ItemSpace items(space);
+  out.items.resize(static_cast<size_t>(items.count));
+  out.item_errors.resize(static_cast<size_t>(items.count));
+  out.rows.resize(static_cast<size_t>(SweepSize(space)));
+  const PlanTables tables = BuildPlanTables(inventory);
+  LocalityCache cache(items.LocalitySlots());
+
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
+  auto work = [&] {
+    Worker w{r, {}, {}};
+    while (true) {
+      const int64_t item = next.fetch_add(1);
+      if (item >= items.count) return;
+      try {
+        EvaluateItem(inventory, tables, space, items, options, item, cache, w, out);
+      } catch (const ArithmeticOverflow& e) {
+        // Degrees so large that a byte count overflows: invalid, not a crash.
+        out.item_errors[static_cast<size_t>(item)] = fmt::format("sizes exceed 64-bit byte arithmetic ({})", e.what());
+        for (int64_t k = 0; k < per_item; ++k) {
+          SweepRow& row = out.rows[static_cast<size_t>(item * per_item + k)];
+          row = SweepRow{};
+          row.item = static_cast<int32_t>(item);
+          row.recompute = space.recompute[static_cast<size_t>(k) / space.zero.size()];
+          row.zero = static_cast<int8_t>(space.zero[static_cast<size_t>(k) % space.zero.size()]);
+        }
+      }
+      done.fetch_add(per_item, std::memory_order_relaxed);
+    }
+  };
+  const int64_t threads = std::clamp<int64_t>(options.threads, 1, std::max<int64_t>(items.count, 1));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  if (options.progress) {
+    // The calling thread reports; the workers do the work.
+    pool.emplace_back(work);
+    const int64_t total = static_cast<int64_t>(out.rows.size());
+    while (done.load() < total) {
+      options.progress(done.load(), total);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    options.progress(total, total);
+  } else {
+    work();
+  }
+  for (std::thread& t : pool) t.join();
+  out.top = RankByThroughput(out.rows, options.top);
+  out.pareto = ParetoFront(out.rows);
+  return out;
+}
+
+}  // namespace preflight

@@ -1,0 +1,127 @@
+// Sweep renderers (include/preflight/sweep_report.h).
+#include "preflight/sweep_report.h"
+
+#include <iterator>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "preflight/format.h"
+
+namespace preflight {
+namespace {
+
+std::string CsvQuote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonString(const std::string& s) { return nlohmann::json(s).dump(); }
+
+void AppendTableRows(const SweepResult& r, const std::vector<int64_t>& indices, std::string* out) {
+  fmt::format_to(std::back_inserter(*out), "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>4} {:>3} {:>10} {:>5} "
+                 "{:>10} {:>10} {:>9} {:>12} {:>6}\n",
+                 "#", "tp", "sp", "cp", "pp", "vpp", "dp", "ep", "etp", "mb", "recompute", "zero", "peak GiB",
+                 "free GiB", "step s", "tokens/s", "MFU");
+  int rank = 0;
+  for (int64_t i : indices) {
+    const SweepRow& row = r.rows[static_cast<size_t>(i)];
+    const Layout l = r.LayoutOf(row);
+    fmt::format_to(std::back_inserter(*out),
+                   "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>4} {:>3} {:>10} {:>5} {:>10.2f} {:>10.2f} "
+                   "{:>9.3f} {:>12.0f} {:>5.1f}%\n",
+                   ++rank, l.tp, l.sequence_parallel() ? "on" : "-", l.cp, l.pp, l.vpp, l.dp, l.ep, l.expert_tp,
+                   l.micro_batch, Name(l.recompute), l.zero, row.peak.gib(), r.HeadroomOf(row).gib(), row.step_s,
+                   row.tokens_per_s, 100.0 * row.mfu);
+  }
+}
+
+std::string RowJson(const SweepResult& r, const SweepRow& row) {
+  const Layout l = r.LayoutOf(row);
+  std::string out = fmt::format(
+      "{{\"tp\": {}, \"sp\": {}, \"cp\": {}, \"pp\": {}, \"vpp\": {}, \"dp\": {}, \"ep\": {}, \"expert_tp\": {}, "
+      "\"micro_batch\": {}, \"micro_batches\": {}, \"recompute\": \"{}\", \"zero\": {}, \"schedule\": \"{}\", "
+      "\"status\": \"{}\"",
+      l.tp, l.sequence_parallel() ? "true" : "false", l.cp, l.pp, l.vpp, l.dp, l.ep, l.expert_tp, l.micro_batch,
+      l.micro_batches, Name(l.recompute), l.zero, Name(l.schedule), Key(row.status));
+  if (row.status == SweepStatus::kInvalid) {
+    out += ", \"peak_bytes\": null, \"headroom_bytes\": null, \"worst_stage\": null, \"step_s\": null, "
+           "\"tokens_per_s\": null, \"mfu\": null";
+  } else {
+    out += fmt::format(", \"peak_bytes\": {}, \"headroom_bytes\": {}, \"worst_stage\": {}, \"step_s\": {:.6f}, "
+                       "\"tokens_per_s\": {:.1f}, \"mfu\": {:.4f}",
+                       row.peak.count(), r.HeadroomOf(row).count(), row.worst_stage, row.step_s, row.tokens_per_s,
+                       row.mfu);
+  }
+  return out + ", \"reason\": " + JsonString(r.ReasonOf(row)) + "}";
+}
+
+std::string IndexList(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", v[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::string RenderSweepTable(const SweepResult& r, const std::string& file) {
+  std::string out = fmt::format(
+      "sweep of {} on {} GPUs ({} nodes x {}), capacity {}, headroom floor {}\n"
+      "{} layouts: {} fit, {} tight (under the floor), {} over capacity, {} invalid\n",
+      file, r.gpus, r.nodes, r.gpus_per_node, FormatGiB(r.capacity), FormatGiB(r.min_headroom), r.rows.size(),
+      r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
+      r.CountOf(SweepStatus::kInvalid));
+  if (r.top.empty()) {
+    out += "\nno layout fits; widen the ranges (--tp, --pp, --zero, --recompute) or add GPUs\n";
+    return out;
+  }
+  out += fmt::format("\nbest {} by estimated tokens/s:\n", r.top.size());
+  AppendTableRows(r, r.top, &out);
+  out += fmt::format("\nPareto front of peak memory vs step time ({} layouts, by peak):\n", r.pareto.size());
+  AppendTableRows(r, r.pareto, &out);
+  return out;
+}
+
+std::string SweepCsv(const SweepResult& r) {
+  std::string out =
+      "tp,sp,cp,pp,vpp,dp,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,peak_bytes,"
+      "headroom_bytes,worst_stage,step_s,tokens_per_s,mfu,reason\n";
+  for (const SweepRow& row : r.rows) {
+    const Layout l = r.LayoutOf(row);
+    auto it = std::back_inserter(out);
+    fmt::format_to(it, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},", l.tp, l.sequence_parallel() ? 1 : 0, l.cp, l.pp,
+                   l.vpp, l.dp, l.ep, l.expert_tp, l.micro_batch, l.micro_batches, Name(l.recompute), l.zero,
+                   Name(l.schedule), Key(row.status));
+    if (row.status == SweepStatus::kInvalid) {
+      out += ",,,,,,";
+    } else {
+      fmt::format_to(it, "{},{},{},{:.6f},{:.1f},{:.4f},", row.peak.count(), r.HeadroomOf(row).count(),
+                     row.worst_stage, row.step_s, row.tokens_per_s, row.mfu);
+    }
+    out += CsvQuote(r.ReasonOf(row));
+    out += '\n';
+  }
+  return out;
+}
+
+std::string SweepJson(const SweepResult& r, const std::string& file) {
+  std::string out = fmt::format(
+      "{{\n  \"recipe\": {},\n  \"gpus\": {},\n  \"nodes\": {},\n  \"gpus_per_node\": {},\n  \"capacity_bytes\": {},\n"
+      "  \"min_headroom_bytes\": {},\n  \"evaluated\": {},\n  \"counts\": {{\"fits\": {}, \"tight\": {}, "
+      "\"over_capacity\": {}, \"invalid\": {}}},\n  \"top\": {},\n  \"pareto\": {},\n  \"layouts\": [",
+      JsonString(file), r.gpus, r.nodes, r.gpus_per_node, r.capacity.count(), r.min_headroom.count(), r.rows.size(),
+      r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
+      r.CountOf(SweepStatus::kInvalid), IndexList(r.top), IndexList(r.pareto));
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    out += i ? ",\n    " : "\n    ";
+    out += RowJson(r, r.rows[i]);
+  }
+  out += r.rows.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  return out;
+}
+
+}  // namespace preflight

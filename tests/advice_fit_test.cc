@@ -1,0 +1,210 @@
+// Fit advice: suggestions that actually fit when applied through the
+// ordinary recipe path (`preflight fit --set ...`), pairs only when no single
+// change fits, cheapest first, and the dominant category when it fits.
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "preflight/advice.h"
+#include "preflight/estimate.h"
+#include "preflight/inventory.h"
+#include "preflight/plan.h"
+#include "preflight/recipe.h"
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunPreflight;
+using testing::SourcePath;
+
+constexpr const char* kLlama = "recipes/llama3-8b-h200.yaml";
+
+// Llama 3 8B on 32 GPUs, tp 1, no recompute, plain DDP (zero 0): with
+// micro_batch 2 the worst rank is ~60 GiB over a 140 GiB H200: activations of
+// 2 x 8192 tokens x 32 layers without recompute, plus unsharded bf16 weights,
+// fp32 grads, fp32 master and optimizer state (Muon momentum 4 B/param for the
+// 7B of hidden matrices, AdamW moments 8 B/param for the 1B of embedding and
+// head): 14-18 B/param, ~115 GiB.
+std::vector<std::string> Overrides(int micro_batch) {
+  return {"training.recompute=none", "training.micro_batch=" + std::to_string(micro_batch), "parallel.zero=0"};
+}
+
+Inventory LoadInventory(int micro_batch) {
+  std::vector<Override> overrides;
+  for (const std::string& o : Overrides(micro_batch)) overrides.push_back(*ParseOverride(o));
+  LoadResult r = LoadRecipeFile(SourcePath(kLlama), overrides);
+  EXPECT_TRUE(r.ok());
+  return BuildInventory(*r.recipe);
+}
+
+FitAdvice Advise(const Inventory& inv) {
+  const Layout layout = LayoutOf(inv.recipe);
+  return AdviseFit(inv, layout, PartitionStages(inv, layout));
+}
+
+// `preflight fit` with the overrides and the suggestion's changes: exit 0 = fits.
+int FitExitWith(int micro_batch, const Suggestion& s) {
+  std::vector<std::string> args = {"fit", kLlama};
+  for (const std::string& o : Overrides(micro_batch)) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  for (const AdviceChange& c : s.changes) {
+    args.push_back("--set");
+    args.push_back(c.key + "=" + c.to);
+  }
+  return RunPreflight(args).exit_code;
+}
+
+TEST(AdviceFit, FirstSuggestionFitsWhenApplied) {
+  const Inventory inv = LoadInventory(2);
+  const FitAdvice a = Advise(inv);
+  ASSERT_FALSE(a.fits);
+  ASSERT_FALSE(a.suggestions.empty());
+  // A single change suffices here (ZeRO 1 alone shards master and optimizer
+  // state over dp 32: (7.0e9 x 8 B + 1.05e9 x 12 B) x 31/32 = ~62 GiB > ~60 GiB),
+  // so no pair is offered.
+  for (const Suggestion& s : a.suggestions) EXPECT_EQ(s.changes.size(), 1u) << s.Summary();
+  EXPECT_EQ(FitExitWith(2, a.suggestions.front()), 0) << a.suggestions.front().Summary();
+  for (const Suggestion& s : a.suggestions) {
+    EXPECT_EQ(FitExitWith(2, s), 0) << s.Summary();
+    EXPECT_GT(s.headroom_gain, Bytes(0));
+  }
+  // Re-estimated by hand through the library's ordinary path as well.
+  Recipe changed = inv.recipe;
+  const AdviceChange& c = a.suggestions.front().changes.front();
+  ASSERT_EQ(c.key, "parallel.zero");
+  changed.parallel.zero = std::stoll(c.to);
+  ASSERT_FALSE(HasErrors(ValidateRecipe(changed)));
+  const Inventory inv2 = BuildInventory(changed);
+  const Layout l2 = LayoutOf(changed);
+  const MemoryEstimate est = EstimateMemory(inv2, l2, PartitionStages(inv2, l2));
+  EXPECT_TRUE(est.verdict.fits);
+  EXPECT_EQ(est.verdict.headroom.count(), a.suggestions.front().headroom.count());
+}
+
+TEST(AdviceFit, CheapestFirstAmongThoseAboveTheFloor) {
+  const FitAdvice a = Advise(LoadInventory(2));
+  ASSERT_GE(a.suggestions.size(), 2u);
+  for (size_t i = 1; i < a.suggestions.size(); ++i) {
+    const Suggestion& p = a.suggestions[i - 1];
+    const Suggestion& q = a.suggestions[i];
+    if (p.headroom_ok == q.headroom_ok) {
+      EXPECT_LE(p.step_s, q.step_s);
+    } else {
+      EXPECT_TRUE(p.headroom_ok);  // those meeting the headroom floor come first
+    }
+    EXPECT_NEAR(q.step_change, q.step_s / a.step_s - 1.0, 1e-12);
+  }
+}
+
+TEST(AdviceFit, PairsOnlyWhenNoSingleChangeFits) {
+  // micro_batch 4 doubles the activations: ~145 GiB over; no single move
+  // frees that much, so every suggestion is a pair.
+  const Inventory inv = LoadInventory(4);
+  const FitAdvice a = Advise(inv);
+  ASSERT_FALSE(a.fits);
+  ASSERT_FALSE(a.suggestions.empty());
+  for (const Suggestion& s : a.suggestions) EXPECT_EQ(s.changes.size(), 2u) << s.Summary();
+  EXPECT_EQ(FitExitWith(4, a.suggestions.front()), 0) << a.suggestions.front().Summary();
+  // And indeed no single change fits through the ordinary path.
+  const char* singles[] = {"parallel.tp=2", "parallel.pp=2", "parallel.zero=1", "training.recompute=selective",
+                           "training.micro_batch=2"};
+  for (const char* change : singles) {
+    std::vector<std::string> args = {"fit", kLlama};
+    for (const std::string& o : Overrides(4)) {
+      args.push_back("--set");
+      args.push_back(o);
+    }
+    args.push_back("--set");
+    args.push_back(change);
+    EXPECT_EQ(RunPreflight(args).exit_code, 1) << change;
+  }
+}
+
+TEST(AdviceFit, NothingNearbyFitsSaysSo) {
+  const FitAdvice a = Advise(LoadInventory(16));  // ~650 GiB over
+  EXPECT_FALSE(a.fits);
+  EXPECT_TRUE(a.suggestions.empty());
+  std::vector<std::string> args = {"fit", kLlama};
+  for (const std::string& o : Overrides(16)) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  const auto r = RunPreflight(args);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("no single change or pair of changes"));
+}
+
+TEST(AdviceFit, FittingRecipeNamesTheDominantCategory) {
+  const LoadResult r = LoadRecipeFile(SourcePath("recipes/nam56r-h200.yaml"));
+  ASSERT_TRUE(r.ok());
+  const Inventory inv = BuildInventory(*r.recipe);
+  const Layout layout = LayoutOf(inv.recipe);
+  const StagePlan stages = PartitionStages(inv, layout);
+  const FitAdvice a = AdviseFit(inv, layout, stages);
+  ASSERT_TRUE(a.fits);
+  EXPECT_TRUE(a.suggestions.empty());
+  const MemoryEstimate est = EstimateMemory(inv, layout, stages);
+  const RankMemory& worst = est.stages[static_cast<size_t>(est.worst_stage)];
+  EXPECT_EQ(a.worst_stage, est.worst_stage);
+  EXPECT_EQ(a.dominant_bytes.count(), worst.of(a.dominant).count());
+  for (int c = 0; c < kNumCategories; ++c) EXPECT_GE(a.dominant_bytes, worst.bytes[static_cast<size_t>(c)]);
+  EXPECT_NEAR(a.dominant_share, a.dominant_bytes.gib() / worst.total().gib(), 1e-12);
+}
+
+TEST(AdviceFit, MovesThatCannotApply) {
+  const LoadResult r = LoadRecipeFile(SourcePath(kLlama));
+  ASSERT_TRUE(r.ok());
+  Recipe recipe = *r.recipe;
+  AdviceChange c;
+  recipe.parallel.zero = 3;
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kZeroUp, &c));
+  recipe.parallel.tp = 8;  // a full node
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kMoreTp, &c));
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kMoreEp, &c));  // no MoE layers
+  recipe.training.micro_batch = 1;
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kSmallerMicroBatch, &c));
+  recipe.training.recompute = Recompute::kFull;
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kMoreRecompute, &c));
+  recipe.parallel.stage_boundaries = {16};
+  recipe.parallel.pp = 2;
+  auto more_pp = ApplyMove(recipe, AdviceMove::kMorePp, &c);
+  ASSERT_TRUE(more_pp);
+  EXPECT_EQ(more_pp->parallel.pp, 4);
+  EXPECT_TRUE(more_pp->parallel.stage_boundaries.empty());
+  EXPECT_EQ(c.key, "parallel.pp");
+  EXPECT_EQ(c.from, "2");
+  EXPECT_EQ(c.to, "4");
+}
+
+TEST(AdviceFit, JsonKeyAdvice) {
+  std::vector<std::string> args = {"fit", kLlama, "--format", "json"};
+  for (const std::string& o : Overrides(2)) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  const auto r = RunPreflight(args);
+  EXPECT_EQ(r.exit_code, 1);
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("advice"));
+  EXPECT_EQ(j["advice"]["fits"], false);
+  const auto& first = j["advice"]["suggestions"][0];
+  EXPECT_EQ(first["changes"][0]["key"], "parallel.zero");
+  EXPECT_EQ(first["changes"][0]["move"], "zero_up");
+  for (const char* key : {"summary", "layout", "peak_bytes", "headroom_bytes", "headroom_gain_bytes", "headroom_ok",
+                          "step_s", "step_change"}) {
+    EXPECT_TRUE(first.contains(key)) << key;
+  }
+  const auto fits = nlohmann::json::parse(RunPreflight({"fit", "recipes/nam56r-h200.yaml", "--format", "json"}).out);
+  EXPECT_EQ(fits["advice"]["fits"], true);
+  EXPECT_TRUE(fits["advice"]["dominant"].contains("category"));
+}
+
+}  // namespace
+}  // namespace preflight

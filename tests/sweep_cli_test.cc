@@ -1,0 +1,136 @@
+// `preflight sweep` through the built binary: exit codes, CSV/JSON with
+// invalid layouts and reasons, golden table and JSON on a small space.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ExpectMatchesGolden;
+using testing::RunPreflight;
+
+constexpr const char* kLlama = "recipes/llama3-8b-h200.yaml";
+
+// The hand-counted space of sweep_space_test.cc: 128 rows, 48 valid.
+std::vector<std::string> Small(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"sweep", kLlama, "--gpus", "8", "--tp", "1..4", "--cp", "1", "--pp", "1,2",
+                                   "--vpp", "1", "--micro-batch", "1,3", "--recompute", "none,full", "--zero", "0..3"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(CliSweep, TableGolden) {
+  const auto r = RunPreflight(Small({"--top", "5"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // not a terminal: no progress
+  ExpectMatchesGolden(r.out, "sweep_llama3_8b_table.txt");
+}
+
+TEST(CliSweep, JsonGoldenHasEveryLayoutWithReasons) {
+  const auto r = RunPreflight(Small({"--format", "json", "--top", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectMatchesGolden(r.out, "sweep_llama3_8b.json");
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["evaluated"], 128);
+  EXPECT_EQ(j["layouts"].size(), 128u);
+  EXPECT_EQ(j["counts"]["invalid"], 80);
+  int invalid_with_reason = 0;
+  for (const auto& row : j["layouts"]) {
+    if (row["status"] == "invalid") {
+      EXPECT_TRUE(row["step_s"].is_null());
+      invalid_with_reason += row["reason"].get<std::string>().empty() ? 0 : 1;
+    }
+  }
+  EXPECT_EQ(invalid_with_reason, 80);
+}
+
+TEST(CliSweep, CsvHasEveryLayoutAndStableHeader) {
+  const auto r = RunPreflight(Small({"--format", "csv", "--threads", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line,
+            "tp,sp,cp,pp,vpp,dp,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,peak_bytes,"
+            "headroom_bytes,worst_stage,step_s,tokens_per_s,mfu,reason");
+  int rows = 0;
+  int invalid = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    if (line.find(",invalid,") != std::string::npos) {
+      ++invalid;
+      EXPECT_THAT(line, ::testing::AnyOf(HasSubstr("parallel.tp = 3"), HasSubstr("training.global_batch = 512")));
+    }
+  }
+  EXPECT_EQ(rows, 128);
+  EXPECT_EQ(invalid, 80);
+}
+
+TEST(CliSweep, ThreadCountDoesNotChangeOutput) {
+  const auto one = RunPreflight(Small({"--format", "csv", "--threads", "1"}));
+  const auto four = RunPreflight(Small({"--format", "csv", "--threads", "4"}));
+  ASSERT_EQ(one.exit_code, 0);
+  EXPECT_EQ(one.out, four.out);
+}
+
+TEST(CliSweep, BadRangesAreExit2) {
+  const std::vector<std::string> base = {"sweep", kLlama, "--gpus", "8"};
+  auto with = [&base](const std::string& option, const std::string& value) {
+    std::vector<std::string> args = base;
+    args.push_back(option);
+    args.push_back(value);
+    return RunPreflight(args);
+  };
+  auto r = with("--tp", "3..x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--tp '3..x': 'x' is not an integer"));
+  r = with("--pp", "4..2");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--pp '4..2': range 4..2 is empty"));
+  r = with("--zero", "2..4");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--zero '2..4': 4 is above the largest valid value 3"));
+  r = with("--cp", "0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("below the smallest valid value 1"));
+  r = with("--recompute", "some");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("valid: none, selective, full"));
+  r = with("--format", "svg");
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunPreflight({"sweep", kLlama, "--gpus", "12"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("multiple of cluster.gpus_per_node"));
+  r = RunPreflight({"sweep", kLlama});  // --gpus is required
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunPreflight({"sweep", "recipes/missing.yaml", "--gpus", "8"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(CliSweep, NothingFitsIsStillExit0) {
+  // Llama 3 8B on one GPU: 8B params of weights, grads and optimizer state
+  // (~115 GiB) plus activations exceed 140 GiB at tp 1 without recompute.
+  const auto r = RunPreflight({"sweep", kLlama, "--gpus", "1", "--recompute", "none", "--zero", "0",
+                               "--micro-batch", "8"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("no layout fits"));
+}
+
+TEST(CliSweep, OutWritesTheFile) {
+  const std::string path = ::testing::TempDir() + "/sweep_out.csv";
+  const auto r = RunPreflight(Small({"--format", "csv", "--out", path}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(testing::ReadFile(path), HasSubstr("tp,sp,cp,pp"));
+}
+
+}  // namespace
+}  // namespace preflight

@@ -1,0 +1,246 @@
+// The sweep library: axis parsing, hand-counted valid layouts, the Pareto
+// front and ranking of hand-made rows, determinism across thread counts.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "preflight/estimate.h"
+#include "preflight/inventory.h"
+#include "preflight/plan.h"
+#include "preflight/recipe.h"
+#include "preflight/sweep.h"
+#include "preflight/sweep_report.h"
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using testing::SourcePath;
+
+Recipe Load(const std::string& relative) {
+  LoadResult r = LoadRecipeFile(SourcePath(relative));
+  EXPECT_TRUE(r.ok());
+  return *r.recipe;
+}
+
+TEST(SweepAxis, ListsAndRanges) {
+  std::string error;
+  EXPECT_EQ(ParseAxisList("1,2,4", 1, &error), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(ParseAxisList("1..4", 1, &error), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(ParseAxisList("8,1..2,2", 1, &error), (std::vector<int64_t>{1, 2, 8}));  // sorted, deduplicated
+  EXPECT_EQ(ParseAxisList("0..3", 0, &error), (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
+TEST(SweepAxis, MalformedListsNameTheBadPart) {
+  std::string error;
+  EXPECT_FALSE(ParseAxisList("3..x", 1, &error));
+  EXPECT_NE(error.find("'x' is not an integer"), std::string::npos) << error;
+  EXPECT_FALSE(ParseAxisList("4..2", 1, &error));
+  EXPECT_NE(error.find("empty"), std::string::npos) << error;
+  EXPECT_FALSE(ParseAxisList("0,1", 1, &error));
+  EXPECT_FALSE(ParseAxisList("", 1, &error));
+  EXPECT_FALSE(ParseAxisList("1,,2", 1, &error));
+  EXPECT_FALSE(ParseAxisList("1..100000", 1, &error));  // more than 4096 values
+  EXPECT_FALSE(ParseRecomputeList("selective,partial", &error));
+  EXPECT_NE(error.find("'partial'"), std::string::npos) << error;
+}
+
+TEST(SweepRecipe, GpusMustFillNodes) {
+  const Recipe base = Load("recipes/llama3-8b-h200.yaml");  // 8 GPUs per node
+  std::string error;
+  EXPECT_FALSE(SweepRecipe(base, 12, &error));
+  EXPECT_NE(error.find("try 8 or 16"), std::string::npos) << error;
+  auto four = SweepRecipe(base, 4, &error);  // under one node: one node of 4
+  ASSERT_TRUE(four);
+  EXPECT_EQ(four->cluster.nodes, 1);
+  EXPECT_EQ(four->cluster.gpus_per_node, 4);
+  auto many = SweepRecipe(base, 1024, &error);
+  ASSERT_TRUE(many);
+  EXPECT_EQ(many->cluster.nodes, 128);
+}
+
+// Llama 3 8B (32 query / 8 KV heads, sp off, global batch 512) on 8 GPUs.
+// tp {1,2,3,4} x pp {1,2} x micro_batch {1,3} x recompute {none,full} x
+// zero {0,1,2,3} = 4*2*2*2*4 = 128 rows. By hand:
+//  - tp 3 divides neither 8 KV heads nor the 8 GPUs: invalid for every pp/mb.
+//  - micro_batch 3: global batch 512 is no multiple of 3*dp for any dp: invalid.
+//  - tp {1,2,4} x pp {1,2} with micro_batch 1: tp*pp <= 8 divides 8, dp =
+//    8/(tp*pp) divides 512: 3*2 = 6 valid items, x 2 recompute x 4 zero = 48.
+// So 48 valid rows and 80 invalid.
+SweepSpace SmallSpace() {
+  SweepSpace s;
+  s.gpus = 8;
+  s.tp = {1, 2, 3, 4};
+  s.cp = {1};
+  s.pp = {1, 2};
+  s.vpp = {1};
+  s.ep = {1};
+  s.expert_tp = {1};
+  s.micro_batch = {1, 3};
+  s.recompute = {Recompute::kNone, Recompute::kFull};
+  s.zero = {0, 1, 2, 3};
+  return s;
+}
+
+TEST(SweepRun, HandCountedValidLayouts) {
+  std::string error;
+  const Recipe r = *SweepRecipe(Load("recipes/llama3-8b-h200.yaml"), 8, &error);
+  const Inventory inv = BuildInventory(r);
+  const SweepSpace space = DefaultSweepSpace(r, SmallSpace());
+  EXPECT_EQ(SweepSize(space), 128);
+  SweepOptions options;
+  const SweepResult result = RunSweep(inv, space, options);
+  ASSERT_EQ(result.rows.size(), 128u);
+  EXPECT_EQ(result.CountOf(SweepStatus::kInvalid), 80);
+  EXPECT_EQ(result.CountOf(SweepStatus::kFits) + result.CountOf(SweepStatus::kTight) +
+                result.CountOf(SweepStatus::kOverCapacity),
+            48);
+  // Canonical order: the first row is tp 1, pp 1, mb 1, recompute none, zero 0;
+  // the last is tp 4, pp 2, mb 3, full, zero 3.
+  const Layout first = result.LayoutOf(result.rows.front());
+  EXPECT_EQ(first.tp, 1);
+  EXPECT_EQ(first.pp, 1);
+  EXPECT_EQ(first.micro_batch, 1);
+  EXPECT_EQ(first.recompute, Recompute::kNone);
+  EXPECT_EQ(first.zero, 0);
+  const Layout last = result.LayoutOf(result.rows.back());
+  EXPECT_EQ(last.tp, 4);
+  EXPECT_EQ(last.pp, 2);
+  EXPECT_EQ(last.micro_batch, 3);
+  EXPECT_EQ(last.recompute, Recompute::kFull);
+  EXPECT_EQ(last.zero, 3);
+  // Invalid rows carry the validator's message naming the key.
+  for (const SweepRow& row : result.rows) {
+    const Layout l = result.LayoutOf(row);
+    const bool expect_invalid = l.tp == 3 || l.micro_batch == 3;
+    EXPECT_EQ(row.status == SweepStatus::kInvalid, expect_invalid) << l.tp << " " << l.micro_batch;
+    if (l.tp == 3) {
+      EXPECT_EQ(result.ReasonOf(row).rfind("parallel.tp = 3", 0), 0u) << result.ReasonOf(row);
+    }
+    if (l.tp != 3 && l.micro_batch == 3) {
+      EXPECT_EQ(result.ReasonOf(row).rfind("training.global_batch = 512", 0), 0u) << result.ReasonOf(row);
+    }
+  }
+}
+
+TEST(SweepRun, ValidRowsMatchTheEstimatorAndPlanner) {
+  // One valid row re-priced through the ordinary single-layout path.
+  std::string error;
+  const Recipe r = *SweepRecipe(Load("recipes/llama3-8b-h200.yaml"), 8, &error);
+  const Inventory inv = BuildInventory(r);
+  const SweepResult result = RunSweep(inv, DefaultSweepSpace(r, SmallSpace()), SweepOptions{});
+  for (const SweepRow& row : result.rows) {
+    if (row.status == SweepStatus::kInvalid) continue;
+    const Layout l = result.LayoutOf(row);
+    const PlanResult plan = MakePlan(inv, l);
+    ASSERT_TRUE(plan.plan);
+    EXPECT_EQ(row.peak.count(), plan.plan->memory->stages[static_cast<size_t>(plan.plan->memory->worst_stage)].total().count());
+    EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
+    EXPECT_EQ(row.status == SweepStatus::kOverCapacity, !plan.plan->memory->verdict.fits);
+  }
+}
+
+SweepRow Row(double peak_gib, double step_s, SweepStatus status = SweepStatus::kFits) {
+  SweepRow r;
+  r.peak = GiB(peak_gib);
+  r.step_s = step_s;
+  r.tokens_per_s = 1.0 / step_s;
+  r.status = status;
+  return r;
+}
+
+TEST(SweepPareto, HandMadeFront) {
+  // index: (peak GiB, step s)
+  const std::vector<SweepRow> rows = {
+      Row(10, 5),                               // 0: on the front
+      Row(20, 3),                               // 1: on the front
+      Row(15, 6),                               // 2: dominated by 0 (more memory, slower)
+      Row(30, 3),                               // 3: dominated by 1 (same time, more memory)
+      Row(5, 9),                                // 4: on the front (least memory)
+      Row(20, 3),                               // 5: equal to 1: kept too
+      Row(1, 1, SweepStatus::kInvalid),         // 6: not a candidate
+      Row(2, 2, SweepStatus::kOverCapacity),    // 7: not a candidate
+      Row(3, 2, SweepStatus::kTight),           // 8: below the headroom floor: not a candidate
+      Row(12, 5),                               // 9: dominated by 0 (same time, more memory)
+  };
+  EXPECT_EQ(ParetoFront(rows), (std::vector<int64_t>{4, 0, 1, 5}));
+}
+
+TEST(SweepRank, ThroughputThenPeakThenIndex) {
+  const std::vector<SweepRow> rows = {
+      Row(10, 5),                        // 0: 0.2 tokens/s
+      Row(20, 2),                        // 1: 0.5
+      Row(15, 2),                        // 2: 0.5, less memory than 1
+      Row(5, 1, SweepStatus::kInvalid),  // 3: excluded
+      Row(15, 2),                        // 4: tie with 2: canonical index breaks it
+      Row(1, 4),                         // 5: 0.25
+  };
+  EXPECT_EQ(RankByThroughput(rows, 10), (std::vector<int64_t>{2, 4, 1, 5, 0}));
+  EXPECT_EQ(RankByThroughput(rows, 2), (std::vector<int64_t>{2, 4}));
+}
+
+TEST(SweepRun, OutputIsIdenticalForOneAndFourThreads) {
+  // The default hybrid recipe (MoE, Mamba, pinned stages dropped) on 64 GPUs,
+  // a space with valid, over-capacity and invalid rows.
+  std::string error;
+  const Recipe r = *SweepRecipe(Load("recipes/nam56r-h200.yaml"), 64, &error);
+  const Inventory inv = BuildInventory(r);
+  SweepSpace s;
+  s.gpus = 64;
+  s.tp = {1, 2, 4, 8};
+  s.cp = {1, 2};
+  s.pp = {1, 2, 4};
+  s.vpp = {1, 2};
+  s.ep = {4, 8};
+  s.expert_tp = {1};
+  s.micro_batch = {1, 2};
+  s.recompute = {Recompute::kSelective, Recompute::kFull};
+  s.zero = {1, 3};
+  s = DefaultSweepSpace(r, s);
+  SweepOptions one;
+  one.threads = 1;
+  SweepOptions four;
+  four.threads = 4;
+  const SweepResult a = RunSweep(inv, s, one);
+  const SweepResult b = RunSweep(inv, s, four);
+  EXPECT_GT(a.CountOf(SweepStatus::kFits), 0);
+  EXPECT_GT(a.CountOf(SweepStatus::kInvalid), 0);
+  EXPECT_EQ(SweepCsv(a), SweepCsv(b));
+  // Every 37th valid row re-priced through MakePlan (its own, uncached
+  // partition): the sweep's cached partitions and localities change nothing.
+  int checked = 0;
+  for (size_t i = 0; i < a.rows.size(); i += 37) {
+    const SweepRow& row = a.rows[i];
+    if (row.status == SweepStatus::kInvalid) continue;
+    const PlanResult plan = MakePlan(inv, a.LayoutOf(row));
+    ASSERT_TRUE(plan.plan);
+    EXPECT_EQ(row.peak.count(),
+              plan.plan->memory->stages[static_cast<size_t>(plan.plan->memory->worst_stage)].total().count());
+    EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+  // Rows whose time-balanced cut overflows: MakePlan falls back to another cut
+  // (parameters, equal layers) when one fits; the sweep must agree with it.
+  int fallbacks = 0;
+  for (const SweepRow& row : a.rows) {
+    if (row.status == SweepStatus::kInvalid) continue;
+    const Layout l = a.LayoutOf(row);
+    if (EstimateMemory(inv, l, PartitionStages(inv, l)).verdict.fits) continue;
+    const PlanResult plan = MakePlan(inv, l);
+    ASSERT_TRUE(plan.plan);
+    EXPECT_EQ(row.peak.count(),
+              plan.plan->memory->stages[static_cast<size_t>(plan.plan->memory->worst_stage)].total().count())
+        << plan.plan->partition;
+    EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
+    fallbacks += plan.plan->partition != "time" ? 1 : 0;
+  }
+  // This space has one such row (found by running it); keep the path exercised.
+  EXPECT_GE(fallbacks, 1);
+  EXPECT_EQ(SweepJson(a, "x.yaml"), SweepJson(b, "x.yaml"));
+  EXPECT_EQ(RenderSweepTable(a, "x.yaml"), RenderSweepTable(b, "x.yaml"));
+}
+
+}  // namespace
+}  // namespace preflight
