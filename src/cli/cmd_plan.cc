@@ -9,10 +9,12 @@
 
 #include "common.h"
 #include "preflight/diagnostic.h"
+#include "preflight/estimate.h"
 #include "preflight/inventory.h"
 #include "preflight/plan.h"
 #include "preflight/plan_report.h"
 #include "preflight/recipe.h"
+#include "preflight/report.h"
 #include "verbs.h"
 
 namespace preflight::cli {
@@ -23,6 +25,7 @@ struct PlanOptions {
   OutputFormat format = OutputFormat::kTable;
   CostModel cost;
   double latency_us = 8.0;
+  std::string svg_path;
 };
 
 void PrintDiagnostics(const std::vector<Diagnostic>& ds) {
@@ -41,6 +44,15 @@ int RunPlan(PlanOptions& o) {
   }
   const Plan& plan = *result.plan;
   PrintDiagnostics(plan.warnings);
+  if (!o.svg_path.empty()) {
+    FitReport chart;
+    chart.file = o.recipe.path;
+    chart.inventory = &inventory;
+    chart.layout = plan.layout;
+    chart.stages = plan.stages;
+    chart.estimate = plan.memory ? *plan.memory : EstimateMemory(inventory, plan.layout, plan.stages);
+    if (!WriteTextFile(o.svg_path, RenderMemorySvg(chart))) return static_cast<int>(ExitCode::kBadInput);
+  }
   const std::string out = o.format == OutputFormat::kJson ? RenderPlanJson(*recipe, plan) : RenderPlanTable(*recipe, plan);
   std::fputs(out.c_str(), stdout);
   return static_cast<int>(ExitCode::kOk);
@@ -61,6 +73,7 @@ void SetupPlan(CLI::App& command, int& exit_code) {
       ->check(CLI::Range(0.01, 1.0));
   command.add_option("--latency-us", o->latency_us, "latency per ring step in microseconds (8)")
       ->check(CLI::Range(0.0, 1000.0));
+  command.add_option("--svg", o->svg_path, "Write the memory geometry per stage as an SVG chart");
   command.callback([o, &exit_code] { exit_code = RunPlan(*o); });
 }
 
