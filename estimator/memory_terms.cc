@@ -234,13 +234,19 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   const TokenBytes per_token = SavedBytesPerToken(r, BlockKind::kMoe, recompute, l.tp, l.cp);
   int64_t out = SpreadTokens(per_token, CpTokens(r, l), l);
   if (recompute == Recompute::kFull) return Bytes(out);
-  // Routed experts on R received tokens: fc1 input, fc1 out (gate, up), SwiGLU
-  // out, the expert output kept for d(probs), and the fp32 permuted probs.
+  // Routed experts on the R rows they process: fc1 input, fc1 out (gate, up)
+  // and SwiGLU out. The expert output kept for d(probs) and the fp32 permuted
+  // probs live at the source: Megatron multiplies the probs in unpermute, after
+  // the combine all-to-all (and the expert-TP reduce-scatter), so they take the
+  // N_send rows this rank dispatched, not the t_e-times-gathered R rows
+  // (MATH.md 8.3; the simulator measures it there).
   const MoeRouting routing = RouteMoe(r.model, r.training.precision.activations, ResidualTokens(r, l), l.ep, l.expert_tp);
   const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
-  const int64_t per_routed = Add(Mul(Add(Mul(2, r.model.hidden), Mul(3, f_local)), beta), 4);
-  out = Add(out, Mul(routing.expert_tokens, per_routed));
+  const int64_t per_expert_row = Mul(Add(r.model.hidden, Mul(3, f_local)), beta);
+  const int64_t per_source_row = Add(Mul(r.model.hidden, beta), 4);
+  out = Add(out, Mul(routing.expert_tokens, per_expert_row));
+  out = Add(out, Mul(routing.send_tokens, per_source_row));
   return Bytes(out);
 }
 

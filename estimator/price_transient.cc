@@ -27,7 +27,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
       const TokenBytes tb = SavedBytesPerToken(rc, kind, l.recompute, l.tp, l.cp);
       std::string formula = "[ceil(s*b/c * rep / (SP ? t : 1)) + ceil(s*b/c * sharded / t)";
       if (kind == BlockKind::kMoe && l.recompute != Recompute::kFull) {
-        formula += " + R*((2h + 3f_e/t_e)*beta + 4)";
+        formula += " + R*(h + 3f_e/t_e)*beta + N_send*(h*beta + 4)";
       }
       formula += "] * layer-micro-batches";
       auto in = Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp},
@@ -37,7 +37,8 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
       if (kind == BlockKind::kMoe && l.recompute != Recompute::kFull) {
         const MoeRouting mr = RouteMoe(rc.model, rc.training.precision.activations, ResidualTokens(rc, l), l.ep,
                                        l.expert_tp);
-        in.append(" ").append(Inputs({{"R", mr.expert_tokens}, {"h", rc.model.hidden}, {"f_e", rc.model.moe.ffn_hidden},
+        in.append(" ").append(Inputs({{"R", mr.expert_tokens}, {"N_send", mr.send_tokens}, {"h", rc.model.hidden},
+                                      {"f_e", rc.model.moe.ffn_hidden},
                             {"t_e", l.expert_tp}}));
       }
       in.append(Cat({" recompute=", RecomputeText(l.recompute), " schedule=", ScheduleText(l.schedule)}));

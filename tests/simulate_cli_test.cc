@@ -51,3 +51,32 @@ TEST(SimulateCli, BadRankIsBadInput) {
 
 }  // namespace
 }  // namespace preflight
+
+namespace preflight {
+namespace {
+
+// Expert-TP 2: the executor applies the routing probs at the source after the
+// combine (MATH.md 8.3, Megatron's unpermute), so the expert output kept for
+// d(probs) is held once per dispatched row, not per expert-TP-gathered row.
+// The estimator's MoE activations must equal what the executor measures,
+// byte for byte, for every block family on every rank.
+TEST(SimulateCli, ExpertTpActivationsMatchTheEstimatorExactly) {
+  const auto r = testing::RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AEDE", "--set",
+                                        "parallel.ep=2", "--set", "parallel.expert_tp=2", "--set",
+                                        "model.moe.pad_to_capacity=true", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["verdict"], "agree");
+  int families = 0;
+  for (const auto& row : j["comparison"]["memory"]) {
+    const std::string category = row["category"];
+    if (category == "activations A" || category == "activations E" || category == "activations D") {
+      EXPECT_EQ(row["measured"].get<int64_t>(), row["modeled"].get<int64_t>()) << category;
+      ++families;
+    }
+  }
+  EXPECT_EQ(families, 3);
+}
+
+}  // namespace
+}  // namespace preflight

@@ -194,7 +194,7 @@ TEST(SweepRun, OutputIsIdenticalForOneAndFourThreads) {
   s.vpp = {1, 2};
   s.ep = {4, 8};
   s.expert_tp = {1};
-  s.micro_batch = {1, 2};
+  s.micro_batch = {1, 2, 4};
   s.recompute = {Recompute::kSelective, Recompute::kFull};
   s.zero = {1, 3};
   s = DefaultSweepSpace(r, s);
