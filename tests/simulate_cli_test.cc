@@ -1,4 +1,7 @@
 // `preflight simulate`: exit codes and output formats.
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -76,6 +79,27 @@ TEST(SimulateCli, ExpertTpActivationsMatchTheEstimatorExactly) {
     }
   }
   EXPECT_EQ(families, 3);
+}
+
+}  // namespace
+}  // namespace preflight
+
+namespace preflight {
+namespace {
+
+// One thread per simulated rank: whatever order the threads reach the
+// collectives in, the central matcher reduces in rank order, so the report
+// (errors to the last bit, counted bytes, peaks) is the same run after run.
+TEST(SimulateCli, OutputIsIdenticalRunAfterRun) {
+  const std::vector<std::string> args = {"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AEDE",
+                                         "--set", "parallel.ep=4", "--ranks", "all", "--format", "json"};
+  const auto first = testing::RunPreflight(args);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  for (int run = 0; run < 3; ++run) {
+    const auto again = testing::RunPreflight(args);
+    EXPECT_EQ(again.exit_code, first.exit_code);
+    EXPECT_EQ(again.out, first.out);
+  }
 }
 
 }  // namespace
