@@ -29,29 +29,7 @@ std::string Decimal(double x) {
   return buf;
 }
 
-const char* FamilyName(int f) {
-  static const char* const kNames[] = {"A", "M", "E", "R", "D"};
-  return kNames[f];
-}
-
-const char* RecomputeText(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
-const char* ScheduleText(Schedule s) {
-  switch (s) {
-    case Schedule::k1F1B: return "1f1b";
-    case Schedule::kInterleaved: return "interleaved";
-    case Schedule::kDualPipe: return "dualpipe";
-    case Schedule::kDualPipeV: return "dualpipev";
-  }
-  return "?";
-}
+std::string FamilyName(int f) { return std::string(1, Letter(kAllBlockKinds[f])); }
 
 void Note(Sink* sink, Category c, std::string item, std::string formula, std::string inputs, Bytes bytes) {
   sink->push_back(Explanation{c, std::move(item), std::move(formula), std::move(inputs), bytes});

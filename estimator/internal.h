@@ -35,9 +35,8 @@ std::string Cat(std::initializer_list<std::string_view> parts);
 std::string Inputs(std::initializer_list<std::pair<const char*, int64_t>> kv);
 /// A recipe double with 4 significant digits.
 std::string Decimal(double x);
-const char* FamilyName(int f);
-const char* RecomputeText(Recompute r);
-const char* ScheduleText(Schedule s);
+/// The family letter ("A") of FamilyIndex f.
+std::string FamilyName(int f);
 void Note(Sink* sink, Category c, std::string item, std::string formula, std::string inputs, Bytes bytes);
 
 // ---- the per-rank tallies ----

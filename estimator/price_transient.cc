@@ -41,7 +41,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
                                       {"f_e", rc.model.moe.ffn_hidden},
                             {"t_e", l.expert_tp}}));
       }
-      in.append(Cat({" recompute=", RecomputeText(l.recompute), " schedule=", ScheduleText(l.schedule)}));
+      in.append(Cat({" recompute=", Name(l.recompute), " schedule=", Name(l.schedule)}));
       Note(sink, Category::kActivations,
            Cat({"activations ", FamilyName(f), " (x", std::to_string(w.layer_count[f]), " layers)"}),
            formula, in, out.activations_by_family[static_cast<size_t>(f)]);
