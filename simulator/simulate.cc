@@ -87,8 +87,11 @@ Topology CheckSupported(const Recipe& r, const std::vector<char>& letters) {
     Require(m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts, "moe.top_k must be in 1..experts");
     t.ep = static_cast<int>(p.ep);
     t.etp = static_cast<int>(p.expert_tp);
-    t.edp = t.tp / (t.ep * t.etp);
   }
+  // The expert groups fold inside TP (dp = 1): without MoE layers ep = etp = 1
+  // and every rank is its own expert-data-parallel peer, so the groups still
+  // cover every rank (they carry no traffic then).
+  t.edp = t.tp / (t.ep * t.etp);
   if (t.sp) Require(r.training.seq_len * r.training.micro_batch % p.tp == 0, "seq_len must be divisible by parallel.tp with SP");
   return t;
 }
