@@ -5,9 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "preflight/recipe.h"
 
 #include "tensor.h"
 #include "world.h"
@@ -37,6 +41,52 @@ struct ModeledBytes {
   int64_t grad = 4;
 };
 
+/// The sequence positions a context-parallel rank holds (MATH.md 3.4). The
+/// sequence is cut into equal chunks: 2c with causal load balancing, where
+/// rank r holds chunks r and 2c-1-r, else c, where rank r holds chunk r.
+/// A rank's rows are its chunks in ascending position order, each position
+/// `batch` rows (row = local_position * batch + b). cp = 1 is one chunk.
+struct SeqLayout {
+  int64_t seq = 0;        // global sequence length
+  int64_t chunk_len = 0;  // positions per chunk
+  int cp_size = 1, cp_rank = 0;
+  bool load_balanced = false;
+  std::vector<int64_t> chunks;  // chunk ids this rank holds, ascending
+
+  static SeqLayout Make(int64_t seq, int cp_size, int cp_rank, bool load_balanced);
+  int64_t num_chunks() const { return load_balanced ? 2 * cp_size : cp_size; }
+  /// Positions this rank holds.
+  int64_t local_len() const { return chunk_len * static_cast<int64_t>(chunks.size()); }
+  /// Global position of local position `p` (the identity when unset: cp = 1).
+  int64_t Position(int64_t p) const {
+    if (chunks.empty()) return p;
+    return chunks[static_cast<size_t>(p / chunk_len)] * chunk_len + p % chunk_len;
+  }
+  /// The CP rank holding chunk `c`.
+  int OwnerOf(int64_t c) const;
+};
+
+/// Tensors a block keeps for its backward, one set per micro-batch in flight
+/// (a pipeline schedule runs several forwards before their backwards).
+template <class S>
+class SavedPerMicrobatch {
+ public:
+  S& Open(int64_t microbatch) {
+    auto [it, fresh] = live_.try_emplace(microbatch);
+    if (!fresh) throw std::logic_error("forward of micro-batch " + std::to_string(microbatch) + " ran twice");
+    return it->second;
+  }
+  S Close(int64_t microbatch) {
+    auto node = live_.extract(microbatch);
+    if (node.empty()) throw std::logic_error("backward of micro-batch " + std::to_string(microbatch) + " before its forward");
+    return std::move(node.mapped());
+  }
+  size_t live() const { return live_.size(); }
+
+ private:
+  std::map<int64_t, S> live_;
+};
+
 /// What one rank knows about its place in the layout and its groups. Groups
 /// of size 1 issue no collective.
 struct Ctx {
@@ -49,6 +99,15 @@ struct Ctx {
   int ep_rank = 0, ep_size = 1;
   int etp_rank = 0, etp_size = 1;
   bool sp = false;           // sequence parallel in effect (tp > 1)
+  // Context parallel: this rank's CP group and positions, and how A blocks
+  // (cp_comm) and M/R blocks (cp_recurrent) exchange across it.
+  const Group* cp = nullptr;
+  int cp_rank = 0, cp_size = 1;
+  CpComm cp_comm = CpComm::kP2p;
+  CpRecurrent cp_recurrent = CpRecurrent::kAllToAll;
+  SeqLayout seq;
+  /// The micro-batch being run: blocks keep saved tensors per micro-batch.
+  int64_t microbatch = 0;
   int64_t router_groups = 1; // capacity groups among this rank's local tokens (MATH.md 8.3 (3))
   ModeledBytes bytes;
   int64_t dropped_pairs = 0;
@@ -162,7 +221,7 @@ class Embedding {
  private:
   Dims d_;
   std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
-  IndexTensor ids_;
+  SavedPerMicrobatch<IndexTensor> ids_;
 };
 
 /// Final RMSNorm, column-parallel head over the vocabulary, vocab-parallel
@@ -180,8 +239,12 @@ class Head {
   Dims d_;
   std::unique_ptr<Param<T>> norm_;    // [1, hidden] REP
   std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
-  Tensor<T> x_, n_, rstd_, softmax_;
-  std::vector<int64_t> targets_;
+  struct Saved {
+    Tensor<T> x, n, rstd, softmax;
+    std::vector<int64_t> targets;
+    int64_t tokens = 0;  // tokens the loss is averaged over (all CP ranks')
+  };
+  SavedPerMicrobatch<Saved> saved_;
 };
 
 }  // namespace preflight::sim

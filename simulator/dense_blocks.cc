@@ -14,12 +14,13 @@ T Sigmoid(T a) {
 }
 
 /// Rotates each head of `m` (rows = tokens, head_dim columns per head) by
-/// +angle (sign = 1) or -angle (sign = -1): rotate-half RoPE, MATH.md 8.1.
+/// +angle (sign = 1) or -angle (sign = -1): rotate-half RoPE at the global
+/// position of each row (MATH.md 8.1; with CP, `seq` maps rows to positions).
 template <class T>
-void Rope(Mat<T>* m, int64_t heads, const Dims& d, int sign) {
+void Rope(Mat<T>* m, int64_t heads, const Dims& d, const SeqLayout& seq, int sign) {
   const int64_t half = d.head_dim / 2;
   for (int64_t row = 0; row < m->rows(); ++row) {
-    const double pos = static_cast<double>(row / d.batch);
+    const double pos = static_cast<double>(seq.Position(row / d.batch));
     for (int64_t i = 0; i < half; ++i) {
       const double theta = std::pow(d.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(d.head_dim));
       const T c = T(std::cos(pos * theta));
@@ -56,54 +57,59 @@ class AttentionBlock final : public Block<T> {
     ctx.rank->set_what("attention");
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
-    x_ = Tensor<T>(ctx.mem(), act, ab, x);
+    Saved& s = saved_.Open(ctx.microbatch);
+    s.x = Tensor<T>(ctx.mem(), act, ab, x);
     Mat<T> rstd;
-    n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-    rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
+    s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
     Tensor<T> qkv(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, n_full.m, qkv_->value.m));
     n_full.Release();
     Mat<T> q, k, v;
     Split(qkv.m, &q, &k, &v);
     qkv.Release();
-    Rope(&q, q_local_, d_, 1);
-    Rope(&k, kv_local_, d_, 1);
+    Rope(&q, q_local_, d_, ctx.seq, 1);
+    Rope(&k, kv_local_, d_, ctx.seq, 1);
     Mat<T> o(q.rows(), q.cols()), lse(q.rows(), q_local_);
     CoreForward(ctx, q, k, v, &o, &lse);
-    q_ = Tensor<T>(ctx.mem(), act, ab, std::move(q));
-    k_ = Tensor<T>(ctx.mem(), act, ab, std::move(k));
-    v_ = Tensor<T>(ctx.mem(), act, ab, std::move(v));
-    o_ = Tensor<T>(ctx.mem(), act, ab, std::move(o));
-    lse_ = Tensor<T>(ctx.mem(), act, 4, std::move(lse));
-    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, o_.m, out_->value.m));
+    s.q = Tensor<T>(ctx.mem(), act, ab, std::move(q));
+    s.k = Tensor<T>(ctx.mem(), act, ab, std::move(k));
+    s.v = Tensor<T>(ctx.mem(), act, ab, std::move(v));
+    s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
+    s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(lse));
+    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
     return x + ReduceFromTpForward(ctx, partial.m);
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what("attention");
     const int64_t ab = ctx.bytes.activation;
+    Saved s = saved_.Close(ctx.microbatch);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
-    out_->grad.m += MatMulTransA(ctx, o_.m, dy_full.m);
+    out_->grad.m += MatMulTransA(ctx, s.o.m, dy_full.m);
     Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
     dy_full.Release();
     Mat<T> dq, dk, dv;
-    CoreBackward(ctx, dout, &dq, &dk, &dv);
-    Rope(&dq, q_local_, d_, -1);
-    Rope(&dk, kv_local_, d_, -1);
+    CoreBackward(ctx, s, dout, &dq, &dk, &dv);
+    Rope(&dq, q_local_, d_, ctx.seq, -1);
+    Rope(&dk, kv_local_, d_, ctx.seq, -1);
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
     // With SP the saved norm output is this rank's rows; re-gather it for the
     // weight gradient (Megatron's saved-sharded-input path, MATH.md 7.2).
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
     qkv_->grad.m += MatMulTransA(ctx, n_full.m, dqkv.m);
     n_full.Release();
     const Mat<T> dn = CopyToTpBackward(ctx, MatMulTransB(ctx, dqkv.m, qkv_->value.m));
     dqkv.Release();
-    Mat<T> dx = dy + RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
-    for (Tensor<T>* t : {&x_, &n_, &rstd_, &q_, &k_, &v_, &o_, &lse_}) t->Release();
-    return dx;
+    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
+  /// What flash attention keeps for the backward (MATH.md 3.2).
+  struct Saved {
+    Tensor<T> x, n, rstd, q, k, v, o, lse;
+  };
+
   int64_t Rep() const { return d_.heads / d_.kv_heads; }
 
   void Split(const Mat<T>& qkv, Mat<T>* q, Mat<T>* k, Mat<T>* v) const {
@@ -131,12 +137,13 @@ class AttentionBlock final : public Block<T> {
 
   /// Rows of batch element `b` of head `h` (columns h*dh..).
   Mat<T> Take(const Mat<T>& m, int64_t b, int64_t h) const {
-    Mat<T> out(d_.seq, d_.head_dim);
-    for (int64_t s = 0; s < d_.seq; ++s) out.row(s) = m.row(s * d_.batch + b).segment(h * d_.head_dim, d_.head_dim);
+    const int64_t len = m.rows() / d_.batch;
+    Mat<T> out(len, d_.head_dim);
+    for (int64_t s = 0; s < len; ++s) out.row(s) = m.row(s * d_.batch + b).segment(h * d_.head_dim, d_.head_dim);
     return out;
   }
   void Put(Mat<T>* m, int64_t b, int64_t h, const Mat<T>& part, bool add) const {
-    for (int64_t s = 0; s < d_.seq; ++s) {
+    for (int64_t s = 0; s < part.rows(); ++s) {
       auto dst = m->row(s * d_.batch + b).segment(h * d_.head_dim, d_.head_dim);
       if (add) {
         dst += part.row(s);
@@ -169,22 +176,22 @@ class AttentionBlock final : public Block<T> {
         Mat<T> l;
         const Mat<T> p = Probs(ctx, Take(q, b, h), Take(k, b, g), &l);
         Put(o, b, h, MatMul(ctx, p, Take(v, b, g)), false);
-        for (int64_t s = 0; s < d_.seq; ++s) (*lse)(s * d_.batch + b, h) = l(s, 0);
+        for (int64_t s = 0; s < l.rows(); ++s) (*lse)(s * d_.batch + b, h) = l(s, 0);
       }
     }
   }
 
   /// Flash-style backward: P is recomputed from the saved q, k (MATH.md 8.1).
-  void CoreBackward(Ctx& ctx, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) const {
+  void CoreBackward(Ctx& ctx, const Saved& saved, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) const {
     const T inv = T(1) / std::sqrt(T(d_.head_dim));
-    *dq = Mat<T>::Zero(q_.m.rows(), q_.m.cols());
-    *dk = Mat<T>::Zero(k_.m.rows(), k_.m.cols());
-    *dv = Mat<T>::Zero(v_.m.rows(), v_.m.cols());
+    *dq = Mat<T>::Zero(saved.q.m.rows(), saved.q.m.cols());
+    *dk = Mat<T>::Zero(saved.k.m.rows(), saved.k.m.cols());
+    *dv = Mat<T>::Zero(saved.v.m.rows(), saved.v.m.cols());
     for (int64_t b = 0; b < d_.batch; ++b) {
       for (int64_t h = 0; h < q_local_; ++h) {
         const int64_t g = h / Rep();
-        const Mat<T> qh = Take(q_.m, b, h), kh = Take(k_.m, b, g), vh = Take(v_.m, b, g);
-        const Mat<T> oh = Take(o_.m, b, h), doh = Take(dout, b, h);
+        const Mat<T> qh = Take(saved.q.m, b, h), kh = Take(saved.k.m, b, g), vh = Take(saved.v.m, b, g);
+        const Mat<T> oh = Take(saved.o.m, b, h), doh = Take(dout, b, h);
         Mat<T> l;
         const Mat<T> p = Probs(ctx, qh, kh, &l);
         const Mat<T> dp = MatMulTransB(ctx, doh, vh);
@@ -205,7 +212,7 @@ class AttentionBlock final : public Block<T> {
   Param<T>* norm_ = nullptr;
   Param<T>* qkv_ = nullptr;
   Param<T>* out_ = nullptr;
-  Tensor<T> x_, n_, rstd_, q_, k_, v_, o_, lse_;
+  SavedPerMicrobatch<Saved> saved_;
 };
 
 template <class T>
@@ -228,45 +235,48 @@ class MlpBlock final : public Block<T> {
     ctx.rank->set_what("mlp");
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
-    x_ = Tensor<T>(ctx.mem(), act, ab, x);
+    Saved& s = saved_.Open(ctx.microbatch);
+    s.x = Tensor<T>(ctx.mem(), act, ab, x);
     Mat<T> rstd;
-    n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, eps_, &rstd));
-    rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
-    a_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
-    u_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, eps_, &rstd));
+    s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
+    s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
+    s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
     n_full.Release();
-    z_ = Tensor<T>(ctx.mem(), act, ab, SwiGlu(a_.m, u_.m));
-    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, z_.m, down_->value.m));
+    s.z = Tensor<T>(ctx.mem(), act, ab, SwiGlu(s.a.m, s.u.m));
+    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.z.m, down_->value.m));
     return x + ReduceFromTpForward(ctx, partial.m);
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what("mlp");
     const int64_t ab = ctx.bytes.activation;
+    Saved s = saved_.Close(ctx.microbatch);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
-    down_->grad.m += MatMulTransA(ctx, z_.m, dy_full.m);
+    down_->grad.m += MatMulTransA(ctx, s.z.m, dy_full.m);
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, down_->value.m);
     dy_full.Release();
     Mat<T> da, du;
-    SwiGluBackward(dz, a_.m, u_.m, &da, &du);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    SwiGluBackward(dz, s.a.m, s.u.m, &da, &du);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
     gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
     up_->grad.m += MatMulTransA(ctx, n_full.m, du);
     n_full.Release();
     const Mat<T> dn = CopyToTpBackward(ctx, Mat<T>(MatMulTransB(ctx, da, gate_->value.m) + MatMulTransB(ctx, du, up_->value.m)));
-    Mat<T> dx = dy + RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
-    for (Tensor<T>* t : {&x_, &n_, &rstd_, &a_, &u_, &z_}) t->Release();
-    return dx;
+    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
+  struct Saved {
+    Tensor<T> x, n, rstd, a, u, z;
+  };
   double eps_ = 1e-5;
   Param<T>* norm_ = nullptr;
   Param<T>* gate_ = nullptr;
   Param<T>* up_ = nullptr;
   Param<T>* down_ = nullptr;
-  Tensor<T> x_, n_, rstd_, a_, u_, z_;
+  SavedPerMicrobatch<Saved> saved_;
 };
 
 }  // namespace

@@ -16,7 +16,7 @@ template <class T>
 Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
   // Token ids stay alive for the backward (int64, MATH.md 3.4).
   ctx.rank->set_what("embedding");
-  ids_ = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
+  ids_.Open(ctx.microbatch) = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation,
                     Mat<T>::Zero(static_cast<int64_t>(ids.size()), d_.hidden));
@@ -30,13 +30,13 @@ Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
 template <class T>
 void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
   ctx.rank->set_what("embedding");
+  const IndexTensor ids = ids_.Close(ctx.microbatch);
   const Mat<T> dfull = ReduceFromTpBackward(ctx, dx);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
-  for (size_t t = 0; t < ids_.v.size(); ++t) {
-    const int64_t local = ids_.v[t] - first;
+  for (size_t t = 0; t < ids.v.size(); ++t) {
+    const int64_t local = ids.v[t] - first;
     if (local >= 0 && local < rows) weight_->grad.m.row(local) += dfull.row(static_cast<int64_t>(t));
   }
-  ids_ = IndexTensor();
 }
 
 template <class T>
@@ -51,12 +51,13 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
   const SimCategory act = SimCategory::kActivations;
   const int64_t ab = ctx.bytes.activation;
   ctx.rank->set_what("head");
-  targets_ = targets;
-  x_ = Tensor<T>(ctx.mem(), act, ab, x);
+  Saved& s = saved_.Open(ctx.microbatch);
+  s.targets = targets;
+  s.x = Tensor<T>(ctx.mem(), act, ab, x);
   Mat<T> rstd;
-  n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-  rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
-  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+  s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
+  s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
+  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
   Tensor<T> logits(ctx.mem(), SimCategory::kTemporaries, ab, MatMulTransB(ctx, n_full.m, weight_->value.m));
   n_full.Release();
   const int64_t tokens = logits.m.rows(), cols = logits.m.cols(), first = ctx.tp_rank * cols;
@@ -82,7 +83,8 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
     e.row(t) /= sum[i];
     loss += static_cast<double>(std::log(sum[i]) + mx[i] - target[i]);
   }
-  softmax_ = Tensor<T>(ctx.mem(), act, 4, std::move(e));  // fp32 softmax kept for the backward
+  s.softmax = Tensor<T>(ctx.mem(), act, 4, std::move(e));  // fp32 softmax kept for the backward
+  s.tokens = tokens;
   return loss / static_cast<double>(tokens);
 }
 
@@ -90,23 +92,21 @@ template <class T>
 Mat<T> Head<T>::Backward(Ctx& ctx) {
   ctx.rank->set_what("head");
   const int64_t ab = ctx.bytes.activation;
-  const int64_t tokens = softmax_.m.rows(), cols = softmax_.m.cols(), first = ctx.tp_rank * cols;
-  Tensor<T> dlogits(ctx.mem(), SimCategory::kTemporaries, ab, softmax_.m / T(tokens));
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t local = targets_[static_cast<size_t>(t)] - first;
-    if (local >= 0 && local < cols) dlogits.m(t, local) -= T(1) / T(tokens);
+  Saved s = saved_.Close(ctx.microbatch);
+  const int64_t rows = s.softmax.m.rows(), cols = s.softmax.m.cols(), first = ctx.tp_rank * cols;
+  const T scale = T(1) / T(s.tokens);
+  Tensor<T> dlogits(ctx.mem(), SimCategory::kTemporaries, ab, s.softmax.m * scale);
+  for (int64_t t = 0; t < rows; ++t) {
+    const int64_t local = s.targets[static_cast<size_t>(t)] - first;
+    if (local >= 0 && local < cols) dlogits.m(t, local) -= scale;
   }
-  softmax_.Release();
-  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+  s.softmax.Release();
+  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
   weight_->grad.m += MatMulTransA(ctx, dlogits.m, n_full.m);
   n_full.Release();
   const Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));
   dlogits.Release();
-  Mat<T> dx = RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
-  x_.Release();
-  n_.Release();
-  rstd_.Release();
-  return dx;
+  return RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
 }
 
 template <class T>

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "blocks.h"
 
@@ -77,71 +78,73 @@ class MoeBlock final : public Block<T> {
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
     const SimCategory act = SimCategory::kActivations, scratch = SimCategory::kRoutingScratch;
-    x_ = Tensor<T>(ctx.mem(), act, ab, x);
+    s_.x = Tensor<T>(ctx.mem(), act, ab, x);
     Mat<T> rstd;
-    n_ = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-    rstd_ = Tensor<T>(ctx.mem(), act, 4, rstd);
+    s_.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
+    s_.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
     Route(ctx);
 
     // Dispatch: send buffer in (expert, token) order, padded slots are zero rows.
-    Tensor<T> send(ctx.mem(), scratch, ab, Mat<T>::Zero(static_cast<int64_t>(send_token_.size()), h));
-    for (size_t r = 0; r < send_token_.size(); ++r) {
-      if (send_token_[r] >= 0) send.m.row(static_cast<int64_t>(r)) = n_.m.row(send_token_[r]);
+    Tensor<T> send(ctx.mem(), scratch, ab, Mat<T>::Zero(static_cast<int64_t>(s_.send_token.size()), h));
+    for (size_t r = 0; r < s_.send_token.size(); ++r) {
+      if (s_.send_token[r] >= 0) send.m.row(static_cast<int64_t>(r)) = s_.n.m.row(s_.send_token[r]);
     }
     ExchangeCounts(ctx);
     ctx.rank->set_what("moe_dispatch");
     Tensor<T> recv = Dispatch(ctx, std::move(send));
     ctx.rank->set_what("moe_experts");
-    gathered_ = GatherOverEtp(ctx, std::move(recv), act);
-    expert_of_row_ = gathered_layout_.ExpertOfRows();
+    s_.gathered = GatherOverEtp(ctx, std::move(recv), act);
+    s_.expert_of_row = s_.gathered_layout.ExpertOfRows();
 
     // Experts, each on its rows of the gathered buffer.
     const int64_t f = gate_.empty() ? 0 : gate_[0]->value.m.cols();
-    a_ = Tensor<T>(ctx.mem(), act, ab, Mat<T>(gathered_.m.rows(), f));
-    u_ = Tensor<T>(ctx.mem(), act, ab, Mat<T>(gathered_.m.rows(), f));
-    z_ = Tensor<T>(ctx.mem(), act, ab, Mat<T>(gathered_.m.rows(), f));
-    Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(gathered_.m.rows(), h));
+    s_.a = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    s_.z = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
-      const Mat<T> in = Take(gathered_.m, rows);
+      const Mat<T> in = Take(s_.gathered.m, rows);
       const Mat<T> a = MatMul(ctx, in, gate_[static_cast<size_t>(le)]->value.m);
       const Mat<T> u = MatMul(ctx, in, up_[static_cast<size_t>(le)]->value.m);
       const Mat<T> z = SwiGlu(a, u);
-      Put(&a_.m, rows, a);
-      Put(&u_.m, rows, u);
-      Put(&z_.m, rows, z);
+      Put(&s_.a.m, rows, a);
+      Put(&s_.u.m, rows, u);
+      Put(&s_.z.m, rows, z);
       Put(&y.m, rows, MatMul(ctx, z, down_[static_cast<size_t>(le)]->value.m));
     }
     Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
     ctx.rank->set_what("moe_combine");
-    y_back_ = Combine(ctx, std::move(y_own), act);
+    s_.y_back = Combine(ctx, std::move(y_own), act);
 
     Tensor<T> out(ctx.mem(), scratch, ab, Mat<T>::Zero(x.rows(), h));
-    for (size_t r = 0; r < send_token_.size(); ++r) {
-      if (send_token_[r] >= 0) out.m.row(send_token_[r]) += send_prob_.m(static_cast<int64_t>(r), 0) * y_back_.m.row(static_cast<int64_t>(r));
+    for (size_t r = 0; r < s_.send_token.size(); ++r) {
+      if (s_.send_token[r] >= 0) out.m.row(s_.send_token[r]) += s_.send_prob.m(static_cast<int64_t>(r), 0) * s_.y_back.m.row(static_cast<int64_t>(r));
     }
     Mat<T> result = x + out.m;
     ctx.rank->set_what("moe_shared_expert");
     if (sh_gate_ != nullptr) result += SharedForward(ctx);
+    saved_.Open(ctx.microbatch) = std::exchange(s_, State());
     return result;
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
     const SimCategory scratch = SimCategory::kRoutingScratch;
+    s_ = saved_.Close(ctx.microbatch);
     Mat<T> dn = Mat<T>::Zero(dy.rows(), h);
     ctx.rank->set_what("moe_shared_expert");
     if (sh_gate_ != nullptr) dn += SharedBackward(ctx, dy);
 
     // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
-    const int64_t pairs = static_cast<int64_t>(send_token_.size());
+    const int64_t pairs = static_cast<int64_t>(s_.send_token.size());
     Tensor<T> dsend(ctx.mem(), scratch, ab, Mat<T>::Zero(pairs, h));
     std::vector<T> dprob(static_cast<size_t>(pairs), T(0));
     for (int64_t r = 0; r < pairs; ++r) {
-      const int64_t t = send_token_[static_cast<size_t>(r)];
+      const int64_t t = s_.send_token[static_cast<size_t>(r)];
       if (t < 0) continue;
-      dsend.m.row(r) = send_prob_.m(r, 0) * dy.row(t);
-      dprob[static_cast<size_t>(r)] = dy.row(t).dot(y_back_.m.row(r));
+      dsend.m.row(r) = s_.send_prob.m(r, 0) * dy.row(t);
+      dprob[static_cast<size_t>(r)] = dy.row(t).dot(s_.y_back.m.row(r));
     }
     ctx.rank->set_what("moe_combine");
     Tensor<T> drecv = Dispatch(ctx, std::move(dsend));  // the backward of combine moves like a dispatch
@@ -150,8 +153,8 @@ class MoeBlock final : public Block<T> {
     Tensor<T> dxg(ctx.mem(), scratch, ab, Mat<T>(dy_g.m.rows(), h));
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
-      const Mat<T> dyl = Take(dy_g.m, rows), in = Take(gathered_.m, rows);
-      const Mat<T> a = Take(a_.m, rows), u = Take(u_.m, rows), z = Take(z_.m, rows);
+      const Mat<T> dyl = Take(dy_g.m, rows), in = Take(s_.gathered.m, rows);
+      const Mat<T> a = Take(s_.a.m, rows), u = Take(s_.u.m, rows), z = Take(s_.z.m, rows);
       Param<T>& gw = *gate_[static_cast<size_t>(le)];
       Param<T>& uw = *up_[static_cast<size_t>(le)];
       Param<T>& dw = *down_[static_cast<size_t>(le)];
@@ -169,7 +172,7 @@ class MoeBlock final : public Block<T> {
     ctx.rank->set_what("moe_dispatch");
     Tensor<T> dback = Combine(ctx, std::move(dx_own), scratch);
     for (int64_t r = 0; r < pairs; ++r) {
-      const int64_t t = send_token_[static_cast<size_t>(r)];
+      const int64_t t = s_.send_token[static_cast<size_t>(r)];
       if (t >= 0) dn.row(t) += dback.m.row(r);
     }
     dback.Release();
@@ -181,25 +184,20 @@ class MoeBlock final : public Block<T> {
       std::vector<T> g(static_cast<size_t>(k), T(0)), p(static_cast<size_t>(k));
       T dot = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const int64_t e = topk_.v[static_cast<size_t>(t * k + j)];
-        p[static_cast<size_t>(j)] = probs_.m(t, e);
-        const int64_t r = pair_row_.v[static_cast<size_t>(t * k + j)];
+        const int64_t e = s_.topk.v[static_cast<size_t>(t * k + j)];
+        p[static_cast<size_t>(j)] = s_.probs.m(t, e);
+        const int64_t r = s_.pair_row.v[static_cast<size_t>(t * k + j)];
         if (r >= 0) g[static_cast<size_t>(j)] = dprob[static_cast<size_t>(r)];
         dot += p[static_cast<size_t>(j)] * g[static_cast<size_t>(j)];
       }
       for (int64_t j = 0; j < k; ++j) {
-        dlogits(t, topk_.v[static_cast<size_t>(t * k + j)]) = p[static_cast<size_t>(j)] * (g[static_cast<size_t>(j)] - dot);
+        dlogits(t, s_.topk.v[static_cast<size_t>(t * k + j)]) = p[static_cast<size_t>(j)] * (g[static_cast<size_t>(j)] - dot);
       }
     }
-    router_->grad.m += MatMulTransA(ctx, n_.m, dlogits);
+    router_->grad.m += MatMulTransA(ctx, s_.n.m, dlogits);
     dn += MatMulTransB(ctx, dlogits, router_->value.m);
-    Mat<T> dx = dy + RmsNormBackward(dn, x_.m, rstd_.m, norm_->value.m, &norm_->grad.m);
-    for (Tensor<T>* t : {&x_, &n_, &rstd_, &logits_, &probs_, &map_, &gathered_, &a_, &u_, &z_, &y_back_, &send_prob_,
-                         &sh_a_, &sh_u_, &sh_z_}) {
-      t->Release();
-    }
-    topk_ = IndexTensor();
-    pair_row_ = IndexTensor();
+    Mat<T> dx = dy + RmsNormBackward(dn, s_.x.m, s_.rstd.m, norm_->value.m, &norm_->grad.m);
+    s_ = State();  // frees what the backward read
     return dx;
   }
 
@@ -208,8 +206,8 @@ class MoeBlock final : public Block<T> {
   /// group (earliest tokens kept, MATH.md 5), and the send order.
   void Route(Ctx& ctx) {
     const SimCategory act = SimCategory::kActivations;
-    const int64_t tokens = n_.m.rows(), k = d_.top_k, experts = d_.experts;
-    logits_ = Tensor<T>(ctx.mem(), act, 4, MatMul(ctx, n_.m, router_->value.m));
+    const int64_t tokens = s_.n.m.rows(), k = d_.top_k, experts = d_.experts;
+    s_.logits = Tensor<T>(ctx.mem(), act, 4, MatMul(ctx, s_.n.m, router_->value.m));
     std::vector<int64_t> topk(static_cast<size_t>(tokens * k));
     Mat<T> probs = Mat<T>::Zero(tokens, experts);
     for (int64_t t = 0; t < tokens; ++t) {
@@ -217,13 +215,13 @@ class MoeBlock final : public Block<T> {
       std::iota(order.begin(), order.end(), 0);
       // Ties go to the lower expert id (MATH.md 8.2).
       std::stable_sort(order.begin(), order.end(),
-                       [&](int64_t a, int64_t b) { return logits_.m(t, a) > logits_.m(t, b); });
-      T mx = logits_.m(t, order[0]), sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += std::exp(logits_.m(t, order[static_cast<size_t>(j)]) - mx);
+                       [&](int64_t a, int64_t b) { return s_.logits.m(t, a) > s_.logits.m(t, b); });
+      T mx = s_.logits.m(t, order[0]), sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += std::exp(s_.logits.m(t, order[static_cast<size_t>(j)]) - mx);
       for (int64_t j = 0; j < k; ++j) {
         const int64_t e = order[static_cast<size_t>(j)];
         topk[static_cast<size_t>(t * k + j)] = e;
-        probs(t, e) = std::exp(logits_.m(t, e) - mx) / sum;
+        probs(t, e) = std::exp(s_.logits.m(t, e) - mx) / sum;
       }
     }
     // Capacity per router-call group: C = ceil(T_g k / E * cf) (MATH.md 5, Megatron get_capacity).
@@ -249,10 +247,10 @@ class MoeBlock final : public Block<T> {
       }
     }
     // Send order (expert, token); padded mode fills every expert to groups * C rows.
-    send_token_.clear();
+    s_.send_token.clear();
     std::vector<int64_t> pair_row(static_cast<size_t>(tokens * k), -1);
     std::vector<T> send_prob;
-    send_layout_.counts.assign(static_cast<size_t>(ctx.ep_size), std::vector<int64_t>(static_cast<size_t>(local_experts_), 0));
+    s_.send_layout.counts.assign(static_cast<size_t>(ctx.ep_size), std::vector<int64_t>(static_cast<size_t>(local_experts_), 0));
     for (int64_t e = 0; e < experts; ++e) {
       const auto& kept = kept_tokens[static_cast<size_t>(e)];
       const int64_t slots = d_.pad_to_capacity && !d_.dropless ? groups * capacity : static_cast<int64_t>(kept.size());
@@ -260,21 +258,21 @@ class MoeBlock final : public Block<T> {
         const int64_t t = i < static_cast<int64_t>(kept.size()) ? kept[static_cast<size_t>(i)] : -1;
         if (t >= 0) {
           for (int64_t j = 0; j < k; ++j) {
-            if (topk[static_cast<size_t>(t * k + j)] == e) pair_row[static_cast<size_t>(t * k + j)] = static_cast<int64_t>(send_token_.size());
+            if (topk[static_cast<size_t>(t * k + j)] == e) pair_row[static_cast<size_t>(t * k + j)] = static_cast<int64_t>(s_.send_token.size());
           }
         }
         send_prob.push_back(t >= 0 ? probs(t, e) : T(0));
-        send_token_.push_back(t);
+        s_.send_token.push_back(t);
       }
-      send_layout_.counts[static_cast<size_t>(e / local_experts_)][static_cast<size_t>(e % local_experts_)] = slots;
+      s_.send_layout.counts[static_cast<size_t>(e / local_experts_)][static_cast<size_t>(e % local_experts_)] = slots;
     }
-    probs_ = Tensor<T>(ctx.mem(), act, 4, std::move(probs));
-    map_ = Tensor<T>(ctx.mem(), act, 1, std::move(map));
-    topk_ = IndexTensor(ctx.mem(), act, std::move(topk));
-    pair_row_ = IndexTensor(ctx.mem(), act, std::move(pair_row));
+    s_.probs = Tensor<T>(ctx.mem(), act, 4, std::move(probs));
+    s_.map = Tensor<T>(ctx.mem(), act, 1, std::move(map));
+    s_.topk = IndexTensor(ctx.mem(), act, std::move(topk));
+    s_.pair_row = IndexTensor(ctx.mem(), act, std::move(pair_row));
     Mat<T> sp(static_cast<int64_t>(send_prob.size()), 1);
     for (size_t r = 0; r < send_prob.size(); ++r) sp(static_cast<int64_t>(r), 0) = send_prob[r];
-    send_prob_ = Tensor<T>(ctx.mem(), act, 4, std::move(sp));
+    s_.send_prob = Tensor<T>(ctx.mem(), act, 4, std::move(sp));
   }
 
   /// Receive layout: from each EP source, rows per local expert. Padded mode
@@ -282,44 +280,44 @@ class MoeBlock final : public Block<T> {
   void ExchangeCounts(Ctx& ctx) {
     ctx.rank->set_what("moe_counts");
     const size_t n = static_cast<size_t>(ctx.ep_size), le = static_cast<size_t>(local_experts_);
-    recv_layout_.counts.assign(n, std::vector<int64_t>(le, 0));
+    s_.recv_layout.counts.assign(n, std::vector<int64_t>(le, 0));
     if (ctx.ep_size == 1) {
-      recv_layout_ = send_layout_;
+      s_.recv_layout = s_.send_layout;
     } else if (d_.pad_to_capacity && !d_.dropless) {
       // Every source fills each of my experts to exactly its capacity (same T on every rank).
-      for (size_t s = 0; s < n; ++s) recv_layout_.counts[s] = send_layout_.counts[static_cast<size_t>(ctx.ep_rank)];
+      for (size_t s = 0; s < n; ++s) s_.recv_layout.counts[s] = s_.send_layout.counts[static_cast<size_t>(ctx.ep_rank)];
     } else {
       std::vector<int64_t> out, in(n * le);
-      for (const auto& c : send_layout_.counts) out.insert(out.end(), c.begin(), c.end());
+      for (const auto& c : s_.send_layout.counts) out.insert(out.end(), c.begin(), c.end());
       IndexTensor keep(ctx.mem(), SimCategory::kRoutingScratch, out);
       ctx.rank->AllToAll(*ctx.ep, out.data(), std::vector<int64_t>(n, static_cast<int64_t>(le)), in.data(),
                          std::vector<int64_t>(n, static_cast<int64_t>(le)), 8);
       for (size_t s = 0; s < n; ++s) {
-        for (size_t l = 0; l < le; ++l) recv_layout_.counts[s][l] = in[s * le + l];
+        for (size_t l = 0; l < le; ++l) s_.recv_layout.counts[s][l] = in[s * le + l];
       }
     }
-    gathered_layout_ = recv_layout_;
+    s_.gathered_layout = s_.recv_layout;
     if (ctx.etp_size > 1) {
       // Rows of every ETP partner, partner-major: [partner][source][local expert].
       std::vector<int64_t> mine, all(n * le * static_cast<size_t>(ctx.etp_size));
-      for (const auto& c : recv_layout_.counts) mine.insert(mine.end(), c.begin(), c.end());
+      for (const auto& c : s_.recv_layout.counts) mine.insert(mine.end(), c.begin(), c.end());
       if (d_.pad_to_capacity && !d_.dropless) {
         for (int p = 0; p < ctx.etp_size; ++p) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<int64_t>(static_cast<size_t>(p) * mine.size()));
       } else {
         ctx.rank->AllGather(*ctx.etp, mine.data(), all.data(),
                             std::vector<int64_t>(static_cast<size_t>(ctx.etp_size), static_cast<int64_t>(mine.size())), 8);
       }
-      gathered_layout_.counts.clear();
-      partner_rows_.clear();
+      s_.gathered_layout.counts.clear();
+      s_.partner_rows.clear();
       for (int p = 0; p < ctx.etp_size; ++p) {
         int64_t rows = 0;
         for (size_t s = 0; s < n; ++s) {
           std::vector<int64_t> c(all.begin() + static_cast<int64_t>((static_cast<size_t>(p) * n + s) * le),
                                  all.begin() + static_cast<int64_t>((static_cast<size_t>(p) * n + s + 1) * le));
           rows += std::accumulate(c.begin(), c.end(), int64_t{0});
-          gathered_layout_.counts.push_back(std::move(c));
+          s_.gathered_layout.counts.push_back(std::move(c));
         }
-        partner_rows_.push_back(rows);
+        s_.partner_rows.push_back(rows);
       }
     }
   }
@@ -328,11 +326,11 @@ class MoeBlock final : public Block<T> {
   Tensor<T> Dispatch(Ctx& ctx, Tensor<T> send_t) {
     if (ctx.ep_size == 1) return send_t;
     const Mat<T>& send = send_t.m;
-    Tensor<T> recv(ctx.mem(), SimCategory::kRoutingScratch, ctx.bytes.activation, Mat<T>(recv_layout_.rows(), d_.hidden));
+    Tensor<T> recv(ctx.mem(), SimCategory::kRoutingScratch, ctx.bytes.activation, Mat<T>(s_.recv_layout.rows(), d_.hidden));
     std::vector<int64_t> sc, rc;
-    for (size_t s = 0; s < send_layout_.counts.size(); ++s) {
-      sc.push_back(send_layout_.rows_of(s) * d_.hidden);
-      rc.push_back(recv_layout_.rows_of(s) * d_.hidden);
+    for (size_t s = 0; s < s_.send_layout.counts.size(); ++s) {
+      sc.push_back(s_.send_layout.rows_of(s) * d_.hidden);
+      rc.push_back(s_.recv_layout.rows_of(s) * d_.hidden);
     }
     ctx.rank->AllToAll(*ctx.ep, send.data(), sc, recv.m.data(), rc, ctx.bytes.activation);
     return recv;
@@ -342,11 +340,11 @@ class MoeBlock final : public Block<T> {
   Tensor<T> Combine(Ctx& ctx, Tensor<T> recv_t, SimCategory category) {
     if (ctx.ep_size == 1) return Retag(ctx, std::move(recv_t), category);
     const Mat<T>& recv = recv_t.m;
-    Tensor<T> back(ctx.mem(), category, ctx.bytes.activation, Mat<T>(static_cast<int64_t>(send_token_.size()), d_.hidden));
+    Tensor<T> back(ctx.mem(), category, ctx.bytes.activation, Mat<T>(static_cast<int64_t>(s_.send_token.size()), d_.hidden));
     std::vector<int64_t> sc, rc;
-    for (size_t s = 0; s < send_layout_.counts.size(); ++s) {
-      sc.push_back(recv_layout_.rows_of(s) * d_.hidden);
-      rc.push_back(send_layout_.rows_of(s) * d_.hidden);
+    for (size_t s = 0; s < s_.send_layout.counts.size(); ++s) {
+      sc.push_back(s_.recv_layout.rows_of(s) * d_.hidden);
+      rc.push_back(s_.send_layout.rows_of(s) * d_.hidden);
     }
     ctx.rank->AllToAll(*ctx.ep, recv.data(), sc, back.m.data(), rc, ctx.bytes.activation);
     return back;
@@ -356,15 +354,15 @@ class MoeBlock final : public Block<T> {
   // result (no copy in the modeled program), so it is re-tagged, not duplicated.
   Tensor<T> GatherOverEtp(Ctx& ctx, Tensor<T> recv, SimCategory category) {
     if (ctx.etp_size == 1) return Retag(ctx, std::move(recv), category);
-    Tensor<T> all(ctx.mem(), category, ctx.bytes.activation, Mat<T>(gathered_layout_.rows(), d_.hidden));
-    ctx.rank->AllGather(*ctx.etp, recv.m.data(), all.m.data(), Scaled(partner_rows_, d_.hidden), ctx.bytes.activation);
+    Tensor<T> all(ctx.mem(), category, ctx.bytes.activation, Mat<T>(s_.gathered_layout.rows(), d_.hidden));
+    ctx.rank->AllGather(*ctx.etp, recv.m.data(), all.m.data(), Scaled(s_.partner_rows, d_.hidden), ctx.bytes.activation);
     return all;
   }
 
   Tensor<T> ScatterOverEtp(Ctx& ctx, Tensor<T> partial) {
     if (ctx.etp_size == 1) return partial;
-    Tensor<T> own(ctx.mem(), SimCategory::kRoutingScratch, ctx.bytes.activation, Mat<T>(recv_layout_.rows(), d_.hidden));
-    ctx.rank->ReduceScatter(*ctx.etp, partial.m.data(), own.m.data(), Scaled(partner_rows_, d_.hidden), ctx.bytes.activation);
+    Tensor<T> own(ctx.mem(), SimCategory::kRoutingScratch, ctx.bytes.activation, Mat<T>(s_.recv_layout.rows(), d_.hidden));
+    ctx.rank->ReduceScatter(*ctx.etp, partial.m.data(), own.m.data(), Scaled(s_.partner_rows, d_.hidden), ctx.bytes.activation);
     return own;
   }
 
@@ -377,24 +375,24 @@ class MoeBlock final : public Block<T> {
   Mat<T> SharedForward(Ctx& ctx) {
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
-    sh_a_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
-    sh_u_ = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s_.n.m));
+    s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
+    s_.sh_u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
     n_full.Release();
-    sh_z_ = Tensor<T>(ctx.mem(), act, ab, SwiGlu(sh_a_.m, sh_u_.m));
-    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, sh_z_.m, sh_down_->value.m));
+    s_.sh_z = Tensor<T>(ctx.mem(), act, ab, SwiGlu(s_.sh_a.m, s_.sh_u.m));
+    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s_.sh_z.m, sh_down_->value.m));
     return ReduceFromTpForward(ctx, partial.m);
   }
 
   Mat<T> SharedBackward(Ctx& ctx, const Mat<T>& dy) {
     const int64_t ab = ctx.bytes.activation;
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
-    sh_down_->grad.m += MatMulTransA(ctx, sh_z_.m, dy_full.m);
+    sh_down_->grad.m += MatMulTransA(ctx, s_.sh_z.m, dy_full.m);
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, sh_down_->value.m);
     dy_full.Release();
     Mat<T> da, du;
-    SwiGluBackward(dz, sh_a_.m, sh_u_.m, &da, &du);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, n_.m));
+    SwiGluBackward(dz, s_.sh_a.m, s_.sh_u.m, &da, &du);
+    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s_.n.m));
     sh_gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
     sh_up_->grad.m += MatMulTransA(ctx, n_full.m, du);
     n_full.Release();
@@ -403,8 +401,8 @@ class MoeBlock final : public Block<T> {
 
   std::vector<int64_t> RowsOf(int64_t le) const {
     std::vector<int64_t> rows;
-    for (size_t r = 0; r < expert_of_row_.size(); ++r) {
-      if (expert_of_row_[r] == le) rows.push_back(static_cast<int64_t>(r));
+    for (size_t r = 0; r < s_.expert_of_row.size(); ++r) {
+      if (s_.expert_of_row[r] == le) rows.push_back(static_cast<int64_t>(r));
     }
     return rows;
   }
@@ -425,12 +423,18 @@ class MoeBlock final : public Block<T> {
   Param<T>* sh_gate_ = nullptr;
   Param<T>* sh_up_ = nullptr;
   Param<T>* sh_down_ = nullptr;
-  // Saved for backward (activations).
-  Tensor<T> x_, n_, rstd_, logits_, probs_, map_, gathered_, a_, u_, z_, y_back_, send_prob_, sh_a_, sh_u_, sh_z_;
-  IndexTensor topk_, pair_row_;
-  // Routing bookkeeping of the current step (small; not charged).
-  std::vector<int64_t> send_token_, expert_of_row_, partner_rows_;
-  RowLayout send_layout_, recv_layout_, gathered_layout_;
+  // The working set of the micro-batch being run; between its forward and
+  // backward it waits in saved_ (tensors keep their memory tags when moved).
+  struct State {
+    // Saved for backward (activations).
+    Tensor<T> x, n, rstd, logits, probs, map, gathered, a, u, z, y_back, send_prob, sh_a, sh_u, sh_z;
+    IndexTensor topk, pair_row;
+    // Routing bookkeeping (small; not charged).
+    std::vector<int64_t> send_token, expert_of_row, partner_rows;
+    RowLayout send_layout, recv_layout, gathered_layout;
+  };
+  State s_;
+  SavedPerMicrobatch<State> saved_;
 };
 
 }  // namespace

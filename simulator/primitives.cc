@@ -58,6 +58,23 @@ Mat<double> SliceOf(const std::string& name, int64_t cols, Init init, uint64_t s
 }
 }  // namespace
 
+SeqLayout SeqLayout::Make(int64_t seq, int cp_size, int cp_rank, bool load_balanced) {
+  SeqLayout l;
+  l.seq = seq;
+  l.cp_size = cp_size;
+  l.cp_rank = cp_rank;
+  l.load_balanced = load_balanced && cp_size > 1;
+  l.chunk_len = seq / l.num_chunks();
+  l.chunks.push_back(cp_rank);
+  if (l.load_balanced) l.chunks.push_back(2 * cp_size - 1 - cp_rank);
+  return l;
+}
+
+int SeqLayout::OwnerOf(int64_t c) const {
+  if (!load_balanced) return static_cast<int>(c);
+  return static_cast<int>(c < cp_size ? c : 2 * cp_size - 1 - c);
+}
+
 Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Init init, uint64_t seed,
                         double scale) {
   return SliceOf(name, cols, init, seed, scale, 0, rows, 0, cols);

@@ -112,6 +112,15 @@ void Rank::CountSent(const std::string& axis, CollectiveKind k, int64_t bytes) {
 void Rank::CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes) {
   counts_[{axis, k, pass_, what_}].bytes_received += bytes;
 }
+void Rank::CountSendAs(const std::string& axis, SimPass pass, const std::string& what, int64_t bytes) {
+  CommCount& c = counts_[{axis, CollectiveKind::kSend, pass, what}];
+  c.axis = axis;
+  c.kind = CollectiveKind::kSend;
+  c.pass = pass;
+  c.what = what;
+  ++c.calls;
+  c.bytes_sent += bytes;
+}
 std::vector<CommCount> Rank::Counts() const {
   std::vector<CommCount> out;
   for (const auto& [key, c] : counts_) out.push_back(c);
@@ -178,7 +187,7 @@ std::string GroupName(const std::string& axis, const std::vector<int>& members) 
 }  // namespace
 
 void World::Rendezvous(Channel& ch, const std::vector<int>& members, int index, Post post, const std::string& where,
-                       const Executor& exec) {
+                       const Executor& exec, bool eager) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!error_.empty()) throw SimError(error_);
   const int n = static_cast<int>(members.size());
@@ -188,6 +197,7 @@ void World::Rendezvous(Channel& ch, const std::vector<int>& members, int index, 
     slot_ref = std::make_shared<Slot>();
     slot_ref->posts.resize(static_cast<size_t>(n));
     slot_ref->arrived.assign(static_cast<size_t>(n), false);
+    slot_ref->waiting.assign(static_cast<size_t>(n), false);
   }
   std::shared_ptr<Slot> slot = slot_ref;
   const std::string description = post.Describe(where) + " #" + std::to_string(seq);
@@ -228,7 +238,7 @@ void World::Rendezvous(Channel& ch, const std::vector<int>& members, int index, 
     // of them wakes, so the deadlock check never sees a stale blocked count.
     for (int i = 0; i < n; ++i) {
       const int r = members[static_cast<size_t>(i)];
-      if (i != index) {
+      if (i != index && slot->waiting[static_cast<size_t>(i)]) {
         --blocked_;
         pending_[static_cast<size_t>(r)].clear();
       }
@@ -238,6 +248,11 @@ void World::Rendezvous(Channel& ch, const std::vector<int>& members, int index, 
     cv_.notify_all();
     return;
   }
+  if (eager) {  // the post owns its data; the last member to arrive runs the operation
+    leave();
+    return;
+  }
+  slot->waiting[static_cast<size_t>(index)] = true;
   const int me = members[static_cast<size_t>(index)];
   pending_[static_cast<size_t>(me)] = description;
   ++blocked_;
@@ -253,7 +268,7 @@ void World::Collective(const Group& g, Post post, const Executor& exec) {
   Rendezvous(group_channels_.at(g.id), g.members, index, std::move(post), GroupName(g.axis, g.members), exec);
 }
 
-void World::PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec) {
+void World::PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec, bool eager) {
   Channel* ch = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -262,7 +277,7 @@ void World::PointToPoint(const std::string& axis, int src, int dst, Post post, c
   }
   const int index = post.rank == src ? 0 : 1;
   const std::string where = axis + " channel " + std::to_string(src) + "->" + std::to_string(dst);
-  Rendezvous(*ch, {src, dst}, index, std::move(post), where, exec);
+  Rendezvous(*ch, {src, dst}, index, std::move(post), where, exec, eager);
 }
 
 void World::Run(const std::function<void(Rank&)>& program) {

@@ -132,7 +132,12 @@ class Rank {
   /// `data` of member `root` is copied to every member.
   template <class T>
   void Broadcast(const Group& g, T* data, int64_t count, int root, int64_t elem_bytes);
-  /// Blocking point-to-point: returns when the matching Recv has taken the data.
+  /// Eager point-to-point (as NCCL's isend into a buffer, or Megatron's
+  /// batched isend/irecv): the data is copied out and the call returns at
+  /// once; the matching Recv takes it later. Pipeline schedules need this:
+  /// with a blocking send, 1F1B's forward send and backward send would wait on
+  /// each other. Bytes are counted when the Recv matches, under the sender's
+  /// pass and label at the time of the Send.
   template <class T>
   void Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes);
   template <class T>
@@ -143,6 +148,9 @@ class Rank {
   void CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes);
   /// Marks one call in the (axis, kind, pass) bucket.
   void CountCall(const std::string& axis, CollectiveKind k);
+  /// As CountCall + CountSent under an explicit pass and label (an eager send
+  /// is counted after its rank moved on).
+  void CountSendAs(const std::string& axis, SimPass pass, const std::string& what, int64_t bytes);
   std::vector<CommCount> Counts() const;
 
   /// FLOP counter for the benchmark (2 x multiply-adds).
@@ -172,6 +180,11 @@ struct Post {
   std::vector<int64_t> recv_counts;  // A2A
   const void* in = nullptr;
   void* out = nullptr;
+  /// Eager sends: the copied data (`in` points into it) and the sender's
+  /// pass and label when it posted.
+  std::shared_ptr<const void> owned;
+  SimPass pass = SimPass::kForward;
+  std::string what;
   std::string Describe(const std::string& where) const;
 };
 
@@ -194,13 +207,15 @@ class World {
   /// Posts `post` for rank `post.rank` on group `g` and blocks until the
   /// operation ran; the last member to arrive calls `exec` for everyone.
   void Collective(const Group& g, Post post, const Executor& exec);
-  /// Point-to-point rendezvous on the channel src -> dst.
-  void PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec);
+  /// Point-to-point rendezvous on the channel src -> dst. With `eager`, a
+  /// member that arrives first does not wait (its post must own its data).
+  void PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec, bool eager = false);
 
  private:
   struct Slot {
     std::vector<Post> posts;
     std::vector<bool> arrived;
+    std::vector<bool> waiting;  // members blocked in Rendezvous (not eager posters)
     int arrived_count = 0;
     int left = 0;  // members that returned after completion
     bool done = false;
@@ -210,7 +225,7 @@ class World {
     std::vector<int64_t> next_seq;  // per member
   };
   void Rendezvous(Channel& ch, const std::vector<int>& members, int index, Post post, const std::string& where,
-                  const Executor& exec);
+                  const Executor& exec, bool eager = false);
   void FailLocked(const std::string& message);
   void CheckDeadlockLocked();
 

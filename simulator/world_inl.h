@@ -255,26 +255,45 @@ void Rank::Broadcast(const Group& g, T* data, int64_t count, int root, int64_t e
   });
 }
 
+namespace detail {
+/// Runs a matched send/recv pair: copies the eager sender's buffer into the
+/// receiver's and counts it, the send under the sender's labels at posting.
+template <class T>
+std::string MatchSendRecv(const std::string& axis, const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
+  const Post& send = *posts[0];
+  const Post& recv = *posts[1];
+  if (send.kind != CollectiveKind::kSend || recv.kind != CollectiveKind::kRecv) return std::string("send matched with a send");
+  if (send.count != recv.count) {
+    return "send of " + std::to_string(send.count) + " elements matched a recv of " + std::to_string(recv.count);
+  }
+  const T* from = static_cast<const T*>(send.in);
+  std::copy(from, from + send.count, static_cast<T*>(recv.out));
+  ranks[0]->CountSendAs(axis, send.pass, send.what, send.count * send.elem_bytes);
+  ranks[1]->CountCall(axis, CollectiveKind::kRecv);
+  ranks[1]->CountReceived(axis, CollectiveKind::kRecv, send.count * send.elem_bytes);
+  return std::string();
+}
+}  // namespace detail
+
 template <class T>
 void Rank::Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes) {
+  auto copy = std::make_shared<std::vector<T>>(data, data + count);
   Post p;
   p.rank = rank_;
   p.kind = CollectiveKind::kSend;
   p.type = &typeid(T);
   p.elem_bytes = elem_bytes;
   p.count = count;
-  p.in = data;
-  world_->PointToPoint(axis, rank_, dest, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
-    if (posts[0]->kind != CollectiveKind::kSend || posts[1]->kind != CollectiveKind::kRecv) return std::string("send matched with a send");
-    if (posts[0]->count != posts[1]->count) return "send of " + std::to_string(posts[0]->count) + " elements matched a recv of " + std::to_string(posts[1]->count);
-    ranks[0]->CountCall(axis, CollectiveKind::kSend);
-    ranks[1]->CountCall(axis, CollectiveKind::kRecv);
-    const T* from = static_cast<const T*>(posts[0]->in);
-    std::copy(from, from + posts[0]->count, static_cast<T*>(posts[1]->out));
-    ranks[0]->CountSent(axis, CollectiveKind::kSend, posts[0]->count * posts[0]->elem_bytes);
-    ranks[1]->CountReceived(axis, CollectiveKind::kRecv, posts[0]->count * posts[0]->elem_bytes);
-    return std::string();
-  });
+  p.in = copy->data();
+  p.owned = copy;
+  p.pass = pass_;
+  p.what = what_;
+  world_->PointToPoint(
+      axis, rank_, dest, std::move(p),
+      [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
+        return detail::MatchSendRecv<T>(axis, posts, ranks);
+      },
+      /*eager=*/true);
 }
 
 template <class T>
@@ -287,15 +306,7 @@ void Rank::Recv(const std::string& axis, int src, T* data, int64_t count, int64_
   p.count = count;
   p.out = data;
   world_->PointToPoint(axis, src, rank_, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
-    if (posts[0]->kind != CollectiveKind::kSend || posts[1]->kind != CollectiveKind::kRecv) return std::string("recv matched with a recv");
-    if (posts[0]->count != posts[1]->count) return "send of " + std::to_string(posts[0]->count) + " elements matched a recv of " + std::to_string(posts[1]->count);
-    ranks[0]->CountCall(axis, CollectiveKind::kSend);
-    ranks[1]->CountCall(axis, CollectiveKind::kRecv);
-    const T* from = static_cast<const T*>(posts[0]->in);
-    std::copy(from, from + posts[0]->count, static_cast<T*>(posts[1]->out));
-    ranks[0]->CountSent(axis, CollectiveKind::kSend, posts[0]->count * posts[0]->elem_bytes);
-    ranks[1]->CountReceived(axis, CollectiveKind::kRecv, posts[0]->count * posts[0]->elem_bytes);
-    return std::string();
+    return detail::MatchSendRecv<T>(axis, posts, ranks);
   });
 }
 

@@ -79,7 +79,10 @@ void CheckBlock(char letter, const Dims& d, int64_t router_groups = 1) {
     auto block = MakeBlock<double>(letter, ctx, d, 0, 7, 0.8);
     Mat<double> x = Random(d.tokens(), d.hidden, 11);
     const Mat<double> r = Random(d.tokens(), d.hidden, 12);
-    const auto loss = [&] { return block->Forward(ctx, x).cwiseProduct(r).sum(); };
+    const auto loss = [&] {  // each evaluation is its own micro-batch: FD runs forwards only
+      ++ctx.microbatch;
+      return block->Forward(ctx, x).cwiseProduct(r).sum();
+    };
     loss();
     const Mat<double> dx = block->Backward(ctx, r);
     EXPECT_LT(RelError(dx, Numeric(&x, loss)), kTolerance) << letter << " dx";
@@ -137,7 +140,10 @@ TEST(SimulatorBlocks, EmbeddingMatchesFiniteDifferences) {
     std::vector<int64_t> ids;
     for (int64_t t = 0; t < d.tokens(); ++t) ids.push_back((t * 5 + 3) % d.vocab);
     const Mat<double> r = Random(d.tokens(), d.hidden, 12);
-    const auto loss = [&] { return emb.Forward(ctx, ids).cwiseProduct(r).sum(); };
+    const auto loss = [&] {  // each evaluation is its own micro-batch: FD runs forwards only
+      ++ctx.microbatch;
+      return emb.Forward(ctx, ids).cwiseProduct(r).sum();
+    };
     loss();
     emb.Backward(ctx, r);
     EXPECT_LT(RelError(emb.weight().grad.m, Numeric(&emb.weight().value.m, loss)), kTolerance);
@@ -151,7 +157,10 @@ TEST(SimulatorBlocks, HeadAndCrossEntropyMatchFiniteDifferences) {
     Mat<double> x = Random(d.tokens(), d.hidden, 11);
     std::vector<int64_t> targets;
     for (int64_t t = 0; t < d.tokens(); ++t) targets.push_back((t * 7 + 1) % d.vocab);
-    const auto loss = [&] { return head.Forward(ctx, x, targets); };
+    const auto loss = [&] {  // each evaluation is its own micro-batch: FD runs forwards only
+      ++ctx.microbatch;
+      return head.Forward(ctx, x, targets);
+    };
     const double l = loss();
     // A near-uniform softmax over 16 classes gives a loss near log 16 = 2.77.
     EXPECT_GT(l, 1.5);

@@ -54,6 +54,10 @@ const char* Name(Schedule s);
 /// Rank order, innermost axis first (MATH.md 7.3).
 enum class AxisOrder { kTpCpDpPp, kTpCpPpDp };
 enum class CpComm { kP2p, kAllGather, kA2a };
+/// How M and R blocks run under context parallelism: Megatron's all-to-all
+/// (sequence-split -> head-split around the mixer, MATH.md 7.2) or a state
+/// hand-off along the CP chain (conv tail + recurrent state, [OURS]).
+enum class CpRecurrent { kAllToAll, kHandoff };
 enum class RouterScore { kSoftmax, kSigmoid };
 
 struct AttentionConfig {  // GQA (kv_heads < heads), MQA (kv_heads 1), MHA (kv_heads == heads)
@@ -172,6 +176,9 @@ struct ParallelConfig {
   Schedule schedule = Schedule::k1F1B;
   AxisOrder order = AxisOrder::kTpCpDpPp;
   CpComm cp_comm = CpComm::kP2p;
+  CpRecurrent cp_recurrent = CpRecurrent::kAllToAll;
+  /// Causal load balancing: 2c chunks, rank r holds r and 2c-1-r (TE/Megatron).
+  bool cp_load_balance = true;
   /// Optional pinned stage boundaries: layer index where each stage after the first starts.
   std::vector<int64_t> stage_boundaries;
 };
