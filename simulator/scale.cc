@@ -39,6 +39,10 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   m.moe.ffn_hidden = s.moe_ffn_hidden;
   m.moe.shared_ffn_hidden = shared_count * s.moe_ffn_hidden;
   m.vocab = s.vocab;
+  m.mamba.head_dim = s.mamba_head_dim;
+  m.mamba.d_state = s.mamba_d_state;
+  m.mamba.chunk = s.mamba_chunk;
+  m.recurrent.width = s.recurrent_width;
   m.vocab_pad_multiple = 8;  // Megatron's 128 would dwarf a 64-token vocabulary
   m.repeat = s.repeat;
   m.layers = ExpandLayers(m);

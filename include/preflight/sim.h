@@ -170,6 +170,12 @@ struct ScaleOptions {
   int64_t vocab = 64;
   int64_t seq_len = 16;
   int64_t repeat = 1;          // pattern repeats
+  // Mamba-2 (M): d_i = expand * hidden stays; heads = d_i / head_dim.
+  int64_t mamba_head_dim = 4;
+  int64_t mamba_d_state = 4;
+  int64_t mamba_chunk = 4;     // SSD chunk length (the chunked form is checked against the scan)
+  // RG-LRU (R): width d_r; the recipe's gate blocks (heads) are kept.
+  int64_t recurrent_width = 64;
 };
 
 /// A scaled copy of `recipe`: same pattern (repeated `repeat` times), same
