@@ -7,8 +7,10 @@
 // gives bitwise the values the whole buffer would get. NewtonSchulz5 is not:
 // it must see the FULL, DP-averaged matrix in its global shape, so the caller
 // gathers the momentum-updated shards first (Moonshot "Distributed Muon",
-// Megatron TP "duplicated"; MATH.md 9.3). Running it on a ZeRO slice is the
-// bug of DeepSpeed issue #7807.
+// Megatron TP "duplicated"; MATH.md 9.3). NS of a block is not the block of
+// NS, and NS of a partly reduced matrix is not NS of the average: DeepSpeed
+// issue #7807 (ZeRO-1/2 with reduce_scatter ran NS on a matrix whose slices
+// outside the rank's partition were its own unreduced gradients).
 //
 // Orientation. Our Linear stores W as (in x out), Y = X*W (MATH.md 8.1);
 // PyTorch stores the same weight as (out, in), so W_torch = W^T. Newton-Schulz
@@ -19,7 +21,12 @@
 // Precision. KJ muon.py runs NS in bf16 on the GPU; here everything runs in T
 // (fp64 or fp32), so a sharded run can equal the unsharded one to 1e-10
 // (fp64) / 1e-5 (fp32) (MATH.md 8). The modelled bytes are the caller's
-// business.
+// business. NS is ill-conditioned along small singular values: its slope at 0
+// is a = 3.4445 per step, so an input perturbation there grows by up to
+// a^5 ~ 485. Gradients of the scaled-down models are low-rank (rank <= tokens),
+// so an fp32 run whose gradients differ from the reference by 1e-7 (reduction
+// order) can differ after NS by ~5e-5: compare Muon updates in fp64, or widen
+// the fp32 tolerance by a^steps.
 #pragma once
 
 #include <cstdint>
@@ -92,7 +99,8 @@ template <class T>
 Mat<T> NewtonSchulz5(const Mat<T>& u, int steps, double* flops = nullptr);
 
 /// Scale of the orthogonalised update of a parameter stored in OUR
-/// orientation, rows_in x cols_out (Param::rows, Param::cols: global shape).
+/// orientation, rows_in x cols_out (Param::rows, Param::cols: global shape,
+/// never a shard's), both >= 1.
 /// The rule is applied to the PyTorch shape (out, in) = (cols_out, rows_in).
 double MuonScale(const MuonConfig& c, int64_t rows_in, int64_t cols_out);
 

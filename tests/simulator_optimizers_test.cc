@@ -200,6 +200,19 @@ TEST(NewtonSchulz5, SingularValuesLandNearOne) {
   EXPECT_LE(off, 1e-13);
 }
 
+TEST(NewtonSchulz5, AmplifiesTinySingularValues) {
+  // Why fp32 Muon needs care (optimizers.h): a direction with singular value
+  // d (after normalisation) comes out as Quintic^5(d) ~ 3.4445^5 d ~ 485 d
+  // (hand: 3.4445^5 = 484.8763; the cubic terms are 1e-18 relative).
+  // x = diag(1, d) padded to 2 x 3, so ||x|| + 1e-7 = 1 + 1e-7.
+  const double d = 1e-9;
+  Mat<double> x = Mat<double>::Zero(2, 3);
+  x(0, 0) = 1.0;
+  x(1, 1) = d;
+  const Mat<double> o = NewtonSchulz5(x, 5);
+  ExpectClose(o(1, 1), 484.876287 * d, 1e-6);
+}
+
 TEST(NewtonSchulz5, CommutesWithTranspose) {
   // Mathematically NS(X^T) = NS(X)^T (X X^T X = (X^T X X^T)^T); both calls run
   // on the same wide orientation, so only summation order differs.
@@ -336,8 +349,7 @@ TEST(Sharding, NewtonSchulzNeedsTheFullMatrix) {
   // A 4 x 6 matrix split in two row blocks (TP row-parallel, or a ZeRO flat
   // split at element 12 of the row-major buffer) or two column blocks
   // (column-parallel). NS of a block is not the block of NS: the sharded
-  // optimizer must gather first (DeepSpeed #7807 ran NS on a matrix whose
-  // other partitions were unreduced).
+  // optimizer must gather first.
   const Mat<double> x = Random(4, 6, 30);
   const Mat<double> full = NewtonSchulz5(x, 5);
   const Mat<double> top = x.topRows(2), left = x.leftCols(3);
@@ -348,6 +360,15 @@ TEST(Sharding, NewtonSchulzNeedsTheFullMatrix) {
   Mat<double> gathered(4, 6);
   gathered << top, x.bottomRows(2);
   EXPECT_EQ(NewtonSchulz5(gathered, 5), full);
+
+  // DeepSpeed #7807: after a reduce-scatter over two DP ranks, rank 0 holds
+  // the averaged top rows but its own unreduced bottom rows; NS of that
+  // matrix is not NS of the average.
+  const Mat<double> g0 = Random(4, 6, 31), g1 = Random(4, 6, 32);
+  const Mat<double> average = 0.5 * (g0 + g1);
+  Mat<double> partly_reduced(4, 6);
+  partly_reduced << average.topRows(2), g0.bottomRows(2);
+  EXPECT_GT(MaxRelError(NewtonSchulz5(partly_reduced, 5), NewtonSchulz5(average, 5)), 0.05);
 
   // The scale also needs the global shape: ours 4 x 6 is PyTorch (6, 4),
   // KJ scale sqrt(1.5); a 2 x 6 row block alone would give sqrt(3).
