@@ -123,11 +123,28 @@ enum class ShardKind {
   kExpertRows,     // routed expert, rows / expert_tp
 };
 
+/// Which dimension a shard kind splits: true = columns.
+bool SplitsColumns(ShardKind k);
+
+/// Ranges [offset, offset + length) of the split dimension that shard `index`
+/// of `parts` holds, in local order. A packed tensor (Mamba in_proj =
+/// [z, x, B, C, dt], conv channels = [x, B, C]) lists its `segments` (global
+/// extents, summing to `extent`): each segment is split on its own (MATH.md
+/// 1.4), so a shard is not a contiguous slice. Empty `segments` = one segment.
+std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::vector<int64_t>& segments, int parts,
+                                                     int index);
+
+/// The global tensor assembled from the shards of `parts` ranks, shard i
+/// holding ShardRanges(..., i) of the split dimension.
+Mat<double> AssembleShards(ShardKind kind, int64_t rows, int64_t cols, const std::vector<int64_t>& segments,
+                           const std::vector<const Mat<double>*>& shards);
+
 template <class T>
 struct Param {
   std::string name;
   int64_t rows = 0, cols = 0;  // global shape
   ShardKind shard = ShardKind::kReplicated;
+  std::vector<int64_t> segments;  // packed segments of the split dimension (ShardRanges)
   int64_t expert = -1;         // global expert id for routed experts
   Tensor<T> value;
   Tensor<T> grad;
@@ -143,7 +160,8 @@ Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Ini
 /// Creates this rank's shard of a parameter and its zeroed gradient.
 template <class T>
 std::unique_ptr<Param<T>> MakeParam(const Ctx& ctx, const std::string& name, int64_t rows, int64_t cols,
-                                    ShardKind shard, Init init, uint64_t seed, double scale, int64_t expert = -1);
+                                    ShardKind shard, Init init, uint64_t seed, double scale, int64_t expert = -1,
+                                    std::vector<int64_t> segments = {});
 
 /// 2 x m x n x k FLOPs of a matrix product, charged to the rank.
 template <class T>

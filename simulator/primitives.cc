@@ -80,24 +80,75 @@ Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Ini
   return SliceOf(name, cols, init, seed, scale, 0, rows, 0, cols);
 }
 
+bool SplitsColumns(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kExpertColumns; }
+
+std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::vector<int64_t>& segments, int parts,
+                                                     int index) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const std::vector<int64_t> whole = {extent};
+  int64_t offset = 0;
+  for (int64_t seg : segments.empty() ? whole : segments) {
+    const int64_t len = seg / parts;
+    out.push_back({offset + index * len, len});
+    offset += seg;
+  }
+  return out;
+}
+
+Mat<double> AssembleShards(ShardKind kind, int64_t rows, int64_t cols, const std::vector<int64_t>& segments,
+                           const std::vector<const Mat<double>*>& shards) {
+  if (kind == ShardKind::kReplicated || shards.size() == 1) return *shards.at(0);
+  const bool by_cols = SplitsColumns(kind);
+  const int parts = static_cast<int>(shards.size());
+  Mat<double> m(rows, cols);
+  for (int i = 0; i < parts; ++i) {
+    int64_t at = 0;  // position in the shard
+    for (const auto& [offset, len] : ShardRanges(by_cols ? cols : rows, segments, parts, i)) {
+      const Mat<double>& s = *shards[static_cast<size_t>(i)];
+      if (by_cols) {
+        m.middleCols(offset, len) = s.middleCols(at, len);
+      } else {
+        m.middleRows(offset, len) = s.middleRows(at, len);
+      }
+      at += len;
+    }
+  }
+  return m;
+}
+
 template <class T>
 std::unique_ptr<Param<T>> MakeParam(const Ctx& ctx, const std::string& name, int64_t rows, int64_t cols,
-                                    ShardKind shard, Init init, uint64_t seed, double scale, int64_t expert) {
-  // This rank's slice of the global tensor.
-  int64_t r0 = 0, nr = rows, c0 = 0, nc = cols;
-  switch (shard) {
-    case ShardKind::kReplicated: break;
-    case ShardKind::kColumns: nc = cols / ctx.tp_size, c0 = ctx.tp_rank * nc; break;
-    case ShardKind::kRows: nr = rows / ctx.tp_size, r0 = ctx.tp_rank * nr; break;
-    case ShardKind::kExpertColumns: nc = cols / ctx.etp_size, c0 = ctx.etp_rank * nc; break;
-    case ShardKind::kExpertRows: nr = rows / ctx.etp_size, r0 = ctx.etp_rank * nr; break;
+                                    ShardKind shard, Init init, uint64_t seed, double scale, int64_t expert,
+                                    std::vector<int64_t> segments) {
+  // This rank's shard of the global tensor: whole, or its ranges of the split dimension.
+  Mat<double> local;
+  if (shard == ShardKind::kReplicated) {
+    local = SliceOf(name, cols, init, seed, scale, 0, rows, 0, cols);
+  } else {
+    const bool expert_split = shard == ShardKind::kExpertColumns || shard == ShardKind::kExpertRows;
+    const int parts = expert_split ? ctx.etp_size : ctx.tp_size;
+    const int index = expert_split ? ctx.etp_rank : ctx.tp_rank;
+    const bool by_cols = SplitsColumns(shard);
+    const auto ranges = ShardRanges(by_cols ? cols : rows, segments, parts, index);
+    int64_t extent = 0;
+    for (const auto& r : ranges) extent += r.second;
+    local.resize(by_cols ? rows : extent, by_cols ? extent : cols);
+    int64_t at = 0;
+    for (const auto& [offset, len] : ranges) {
+      if (by_cols) {
+        local.middleCols(at, len) = SliceOf(name, cols, init, seed, scale, 0, rows, offset, len);
+      } else {
+        local.middleRows(at, len) = SliceOf(name, cols, init, seed, scale, offset, len, 0, cols);
+      }
+      at += len;
+    }
   }
-  const Mat<double> local = SliceOf(name, cols, init, seed, scale, r0, nr, c0, nc);
   auto p = std::make_unique<Param<T>>();
   p->name = name;
   p->rows = rows;
   p->cols = cols;
   p->shard = shard;
+  p->segments = std::move(segments);
   p->expert = expert;
   p->value = Tensor<T>(ctx.mem(), ParamCategory(shard), ctx.bytes.param, local.template cast<T>());
   p->grad = Tensor<T>(ctx.mem(), SimCategory::kGradients, ctx.bytes.grad, Mat<T>::Zero(local.rows(), local.cols()));
@@ -194,7 +245,7 @@ Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, co
 
 #define PREFLIGHT_INSTANTIATE(T)                                                                                \
   template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, \
-                                                  Init, uint64_t, double, int64_t);                            \
+                                                  Init, uint64_t, double, int64_t, std::vector<int64_t>);      \
   template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
   template Mat<T> MatMulTransB<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                         \
   template Mat<T> MatMulTransA<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                         \
