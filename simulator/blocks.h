@@ -87,6 +87,15 @@ class SavedPerMicrobatch {
   std::map<int64_t, S> live_;
 };
 
+/// What a parameter is, for the optimizer that owns it (MATH.md 9.4; the
+/// recipe's training.optimizer knobs map roles to Muon or AdamW).
+enum class ParamRole {
+  kMatrix,       // 2-D hidden matrix: training.optimizer.matrices
+  kMambaInProj,  // Mamba in_proj: optimizer.mamba_in_proj (Megatron: AdamW)
+  kRouter,       // MoE router: optimizer.router
+  kVector,       // embeddings, head, norms, biases, conv, SSM/RG-LRU vectors, R gate blocks: AdamW
+};
+
 /// What one rank knows about its place in the layout and its groups. Groups
 /// of size 1 issue no collective.
 struct Ctx {
@@ -110,6 +119,7 @@ struct Ctx {
   int64_t microbatch = 0;
   int64_t router_groups = 1; // capacity groups among this rank's local tokens (MATH.md 8.3 (3))
   ModeledBytes bytes;
+  OptimizerConfig optimizer;  // which optimizer each ParamRole gets
   int64_t dropped_pairs = 0;
   MemoryTracker* mem() const { return &rank->memory(); }
 };
@@ -146,6 +156,8 @@ struct Param {
   ShardKind shard = ShardKind::kReplicated;
   std::vector<int64_t> segments;  // packed segments of the split dimension (ShardRanges)
   int64_t expert = -1;         // global expert id for routed experts
+  ParamRole role = ParamRole::kVector;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   Tensor<T> value;
   Tensor<T> grad;
 };
@@ -156,6 +168,18 @@ enum class Init { kMatrix, kNormWeight };
 /// shard is a slice of the tensor the unsharded reference holds.
 Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Init init, uint64_t seed,
                         double scale);
+
+/// The optimizer that owns a parameter of `role` under `config` (MATH.md 9.4:
+/// with matrices = adamw there is no Muon anywhere).
+OptimizerKind OptimizerFor(ParamRole role, const OptimizerConfig& config);
+
+/// Sets a parameter's role (and so its optimizer); returns it for chaining.
+template <class T>
+Param<T>& WithRole(const Ctx& ctx, Param<T>& p, ParamRole role) {
+  p.role = role;
+  p.optimizer = OptimizerFor(role, ctx.optimizer);
+  return p;
+}
 
 /// Creates this rank's shard of a parameter and its zeroed gradient.
 template <class T>

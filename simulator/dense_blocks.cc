@@ -45,10 +45,10 @@ class AttentionBlock final : public Block<T> {
     norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
     // QKV columns are interleaved per KV group, [q heads of the group | k | v],
     // so a column split hands each rank whole groups (MATH.md 1.2).
-    qkv_ = &this->Add(MakeParam<T>(ctx, p + "attention.qkv.weight", h, (d.heads + 2 * d.kv_heads) * d.head_dim,
-                                   ShardKind::kColumns, Init::kMatrix, seed, scale / std::sqrt(double(h))));
-    out_ = &this->Add(MakeParam<T>(ctx, p + "attention.out.weight", d.heads * d.head_dim, h, ShardKind::kRows,
-                                   Init::kMatrix, seed, scale / std::sqrt(double(d.heads * d.head_dim))));
+    qkv_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.qkv.weight", h, (d.heads + 2 * d.kv_heads) * d.head_dim,
+                                   ShardKind::kColumns, Init::kMatrix, seed, scale / std::sqrt(double(h)))), ParamRole::kMatrix);
+    out_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.out.weight", d.heads * d.head_dim, h, ShardKind::kRows,
+                                   Init::kMatrix, seed, scale / std::sqrt(double(d.heads * d.head_dim)))), ParamRole::kMatrix);
     kv_local_ = d.kv_heads / ctx.tp_size;
     q_local_ = d.heads / ctx.tp_size;
   }
@@ -223,12 +223,15 @@ class MlpBlock final : public Block<T> {
     const int64_t h = d.hidden;
     eps_ = d.norm_eps;
     norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
-    gate_ = &this->Add(MakeParam<T>(ctx, p + "mlp.gate.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix, seed,
-                                    scale / std::sqrt(double(h))));
-    up_ = &this->Add(MakeParam<T>(ctx, p + "mlp.up.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix, seed,
-                                  scale / std::sqrt(double(h))));
-    down_ = &this->Add(MakeParam<T>(ctx, p + "mlp.down.weight", d.ffn, h, ShardKind::kRows, Init::kMatrix, seed,
-                                    scale / std::sqrt(double(d.ffn))));
+    gate_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.gate.weight", h, d.ffn, ShardKind::kColumns,
+                                                  Init::kMatrix, seed, scale / std::sqrt(double(h)))),
+                      ParamRole::kMatrix);
+    up_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.up.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix,
+                                                seed, scale / std::sqrt(double(h)))),
+                    ParamRole::kMatrix);
+    down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.down.weight", d.ffn, h, ShardKind::kRows,
+                                                  Init::kMatrix, seed, scale / std::sqrt(double(d.ffn)))),
+                      ParamRole::kMatrix);
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {

@@ -51,27 +51,28 @@ class MoeBlock final : public Block<T> {
     const int64_t h = d.hidden;
     local_experts_ = d.experts / ctx.ep_size;
     norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
-    router_ = &this->Add(MakeParam<T>(ctx, p + "moe.router.weight", h, d.experts, ShardKind::kReplicated, Init::kMatrix,
-                                      seed, 4.0 * scale / std::sqrt(double(h))));
+    router_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.router.weight", h, d.experts, ShardKind::kReplicated,
+                                                    Init::kMatrix, seed, 4.0 * scale / std::sqrt(double(h)))),
+                        ParamRole::kRouter);
     for (int64_t le = 0; le < local_experts_; ++le) {
       const int64_t e = ctx.ep_rank * local_experts_ + le;
       const std::string q = p + "moe.experts." + std::to_string(e) + ".";
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.expert_ffn));
-      gate_.push_back(&this->Add(MakeParam<T>(ctx, q + "gate.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
-                                              Init::kMatrix, seed, s_in, e)));
-      up_.push_back(&this->Add(MakeParam<T>(ctx, q + "up.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
-                                            Init::kMatrix, seed, s_in, e)));
-      down_.push_back(&this->Add(MakeParam<T>(ctx, q + "down.weight", d.expert_ffn, h, ShardKind::kExpertRows,
-                                              Init::kMatrix, seed, s_out, e)));
+      gate_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "gate.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
+                                              Init::kMatrix, seed, s_in, e)), ParamRole::kMatrix));
+      up_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "up.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
+                                            Init::kMatrix, seed, s_in, e)), ParamRole::kMatrix));
+      down_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "down.weight", d.expert_ffn, h, ShardKind::kExpertRows,
+                                              Init::kMatrix, seed, s_out, e)), ParamRole::kMatrix));
     }
     if (d.shared_ffn > 0) {
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.shared_ffn));
-      sh_gate_ = &this->Add(MakeParam<T>(ctx, p + "moe.shared.gate.weight", h, d.shared_ffn, ShardKind::kColumns,
-                                         Init::kMatrix, seed, s_in));
-      sh_up_ = &this->Add(MakeParam<T>(ctx, p + "moe.shared.up.weight", h, d.shared_ffn, ShardKind::kColumns,
-                                       Init::kMatrix, seed, s_in));
-      sh_down_ = &this->Add(MakeParam<T>(ctx, p + "moe.shared.down.weight", d.shared_ffn, h, ShardKind::kRows,
-                                         Init::kMatrix, seed, s_out));
+      sh_gate_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.gate.weight", h, d.shared_ffn, ShardKind::kColumns,
+                                         Init::kMatrix, seed, s_in)), ParamRole::kMatrix);
+      sh_up_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.up.weight", h, d.shared_ffn, ShardKind::kColumns,
+                                       Init::kMatrix, seed, s_in)), ParamRole::kMatrix);
+      sh_down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.down.weight", d.shared_ffn, h, ShardKind::kRows,
+                                         Init::kMatrix, seed, s_out)), ParamRole::kMatrix);
     }
   }
 

@@ -80,6 +80,17 @@ Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Ini
   return SliceOf(name, cols, init, seed, scale, 0, rows, 0, cols);
 }
 
+OptimizerKind OptimizerFor(ParamRole role, const OptimizerConfig& config) {
+  if (config.matrices != OptimizerKind::kMuon) return OptimizerKind::kAdamW;
+  switch (role) {
+    case ParamRole::kMatrix: return OptimizerKind::kMuon;
+    case ParamRole::kMambaInProj: return config.mamba_in_proj;
+    case ParamRole::kRouter: return config.router;
+    case ParamRole::kVector: return OptimizerKind::kAdamW;
+  }
+  return OptimizerKind::kAdamW;
+}
+
 bool SplitsColumns(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kExpertColumns; }
 
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::vector<int64_t>& segments, int parts,

@@ -187,6 +187,7 @@ RankResult RunRank(Rank& rank, const Recipe& r, const std::vector<char>& letters
   ctx.sp = topo.sp;
   ctx.router_groups = router_groups;
   ctx.bytes = BytesOf(r);
+  ctx.optimizer = r.training.optimizer;
   ctx.seq = SeqLayout::Make(r.training.seq_len, 1, 0, false);
   const Dims d = DimsOf(r, topo.vocab_tp);
 
