@@ -28,6 +28,12 @@ struct Dims {
   bool dropless = true;
   bool pad_to_capacity = false;
   int64_t vocab = 0;                    // padded
+  // Mamba-2 (M, MATH.md 1.4): heads H = d_inner / head_dim.
+  int64_t mamba_inner = 0, mamba_heads = 0, mamba_head_dim = 0, mamba_groups = 0, mamba_d_state = 0;
+  int64_t mamba_d_conv = 4, mamba_chunk = 0;
+  bool mamba_fused_norm_out_proj = false;
+  // RG-LRU (R, MATH.md 1.6): width d_r, gate blocks n_b, conv width K_r.
+  int64_t recurrent_width = 0, recurrent_heads = 0, recurrent_d_conv = 4;
   int64_t seq = 0, batch = 1;           // tokens = seq * batch, row = pos * batch + b
   double norm_eps = 1e-5;
   double rope_base = 10000.0;

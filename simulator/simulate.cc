@@ -113,6 +113,18 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.pad_to_capacity = m.moe.pad_to_capacity;
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (MATH.md 0).
   d.vocab = RoundUp(m.vocab, m.vocab_pad_multiple * tp);
+  const MambaConfig& mc = m.mamba;
+  d.mamba_inner = mc.expand * m.hidden;
+  d.mamba_head_dim = mc.head_dim;
+  d.mamba_heads = mc.head_dim > 0 ? d.mamba_inner / mc.head_dim : 0;
+  d.mamba_groups = mc.groups;
+  d.mamba_d_state = mc.d_state;
+  d.mamba_d_conv = mc.d_conv;
+  d.mamba_chunk = mc.chunk;
+  d.mamba_fused_norm_out_proj = mc.fused_norm_out_proj;
+  d.recurrent_width = m.recurrent.width;
+  d.recurrent_heads = m.recurrent.heads;
+  d.recurrent_d_conv = m.recurrent.d_conv;
   d.seq = r.training.seq_len;
   d.batch = r.training.micro_batch;
   return d;

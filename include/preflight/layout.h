@@ -26,6 +26,8 @@ struct Layout {
   Schedule schedule = Schedule::k1F1B;
   AxisOrder order = AxisOrder::kTpCpDpPp;
   CpComm cp_comm = CpComm::kP2p;
+  CpRecurrent cp_recurrent = CpRecurrent::kAllToAll;
+  bool cp_load_balance = true;
 
   int64_t world() const { return tp * cp * pp * dp; }
   /// Expert-data-parallel degree d_e = tp*cp*dp / (ep*expert_tp) (MATH.md 0).

@@ -21,6 +21,8 @@ Layout LayoutOf(const Recipe& r) {
   l.schedule = r.parallel.schedule;
   l.order = r.parallel.order;
   l.cp_comm = r.parallel.cp_comm;
+  l.cp_recurrent = r.parallel.cp_recurrent;
+  l.cp_load_balance = r.parallel.cp_load_balance;
   return l;
 }
 
