@@ -96,5 +96,43 @@ TEST(PlannerCli, ContextParallelOnRecurrentRejected) {
   EXPECT_NE(r.err.find("gate blocks"), std::string::npos) << r.err;
 }
 
+// --emit prints the launch configuration instead of the report: Megatron
+// arguments (a shell block) or torchtitan TOML on stdout, what the framework
+// cannot express as warnings on stderr (nam56r's R block, MATH.md 0: Megatron's
+// layer symbols are M * - E).
+TEST(PlannerCli, EmitMegatron) {
+  const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("# Megatron-LM arguments for nam56r-h200", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("--tensor-model-parallel-size 4 \\\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rank map"), std::string::npos) << "no plan report with --emit";
+  EXPECT_NE(r.err.find("warning: model.pattern = AEMEAEMEAEMR: --emit megatron: R (recurrent)"), std::string::npos)
+      << r.err;
+}
+
+TEST(PlannerCli, EmitTorchtitan) {
+  const auto r = RunPreflight({"plan", "recipes/llama3-405b-h200.yaml", "--emit", "torchtitan"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[parallelism]\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensor_parallel_degree = 8\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("parallel.order"), std::string::npos) << r.err;
+}
+
+// A bad --emit value is a usage error: exit 2 naming the valid values.
+TEST(PlannerCli, EmitBadValue) {
+  const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--emit", "foo"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("foo"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("megatron"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("torchtitan"), std::string::npos) << r.err;
+  // --emit replaces the report, so it does not combine with --format.
+  EXPECT_EQ(RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron", "--format", "json"}).exit_code, 2);
+  // A bad recipe still exits 2 before anything is emitted.
+  const auto bad = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron", "--set", "parallel.tp=3"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+}
+
 }  // namespace
 }  // namespace preflight

@@ -1,7 +1,9 @@
 // `preflight plan R`: mesh placement, stage partition with per-stage memory,
-// communication per axis and the step-time estimate (docs/plan.md).
+// communication per axis and the step-time estimate (docs/plan.md); with
+// --emit, the Megatron-LM arguments or torchtitan TOML of the planned layout.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 
 #include "common.h"
 #include "preflight/diagnostic.h"
+#include "preflight/emit.h"
 #include "preflight/estimate.h"
 #include "preflight/inventory.h"
 #include "preflight/plan.h"
@@ -26,6 +29,7 @@ struct PlanOptions {
   CostModel cost;
   double latency_us = 8.0;
   std::string svg_path;
+  std::string emit;  // "" (the plan report), "megatron" or "torchtitan"
 };
 
 void PrintDiagnostics(const std::vector<Diagnostic>& ds) {
@@ -53,6 +57,12 @@ int RunPlan(PlanOptions& o) {
     chart.estimate = plan.memory ? *plan.memory : EstimateMemory(inventory, plan.layout, plan.stages);
     if (!WriteTextFile(o.svg_path, RenderMemorySvg(chart))) return static_cast<int>(ExitCode::kBadInput);
   }
+  if (const std::optional<EmitTarget> target = ParseEmitTarget(o.emit)) {
+    const Emission emission = Emit(*target, *recipe, plan);
+    PrintDiagnostics(emission.warnings);
+    std::fputs(emission.text.c_str(), stdout);
+    return static_cast<int>(ExitCode::kOk);
+  }
   const std::string out = o.format == OutputFormat::kJson ? RenderPlanJson(*recipe, plan) : RenderPlanTable(*recipe, plan);
   std::fputs(out.c_str(), stdout);
   return static_cast<int>(ExitCode::kOk);
@@ -64,6 +74,12 @@ void SetupPlan(CLI::App& command, int& exit_code) {
   auto o = std::make_shared<PlanOptions>();
   AddRecipeArgs(command, o->recipe);
   AddFormatOption(command, o->format, {OutputFormat::kTable, OutputFormat::kJson});
+  // CLI11 rejects any other value with a usage error naming the valid ones (exit 2 in main).
+  command
+      .add_option("--emit", o->emit,
+                  "Print the planned layout as Megatron-LM arguments or torchtitan TOML instead of the report")
+      ->check(CLI::IsMember(std::vector<std::string>{Name(EmitTarget::kMegatron), Name(EmitTarget::kTorchtitan)}))
+      ->excludes("--format");
   command.add_option("--compute-efficiency", o->cost.compute_efficiency,
                      "achieved fraction of the bf16 dense peak (default 0.5)")
       ->check(CLI::Range(0.01, 1.0));

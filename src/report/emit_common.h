@@ -1,0 +1,66 @@
+// Pieces shared by the launch-configuration renderers (emit_megatron.cc,
+// emit_torchtitan.cc): how the frameworks see the model's layers and the
+// plan's stage cuts, and a buffer for comment lines and warnings.
+// Internal to preflight_report.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "preflight/diagnostic.h"
+#include "preflight/plan.h"
+#include "preflight/recipe.h"
+
+namespace preflight::emit {
+
+bool Has(const Recipe& r, BlockKind kind);
+
+/// True when the layers are transformer layers as Megatron's GPT model and
+/// torchtitan's decoders build them: (attention, dense FFN or MoE) pairs.
+/// Each pair is one framework layer; every other stack is a hybrid.
+bool IsTransformerStack(const std::vector<BlockKind>& layers);
+
+/// The plan's chunk starts after the first, in model order, in preflight
+/// sublayers (one pattern letter each).
+std::vector<int64_t> ChunkCuts(const StagePlan& stages);
+
+/// Chunk sizes in transformer layers (pairs of sublayers). A cut between an
+/// attention sublayer and its FFN cannot be expressed by either framework:
+/// it moves to the nearest layer boundary, ties toward the earlier layer
+/// (cut c -> layer c / 2, rounded down), and is listed in `moved`.
+struct TransformerCuts {
+  std::vector<int64_t> sizes;  // layers per chunk, model order
+  std::vector<int64_t> moved;  // the sublayer cuts that were rounded
+  bool empty_chunk = false;    // rounding left a chunk without layers
+};
+TransformerCuts ToTransformerLayers(const StagePlan& stages, int64_t sublayers);
+
+/// "[0,14) [14,27) ..." for the header comment.
+std::string ChunkRanges(const StagePlan& stages);
+
+/// `{:g}` of a double ("0", "0.1", "1.25").
+std::string Number(double x);
+
+/// Collects the header comment lines and the warnings of one emission.
+class Notes {
+ public:
+  explicit Notes(const Recipe& recipe, std::string target) : recipe_(recipe), target_(std::move(target)) {}
+  /// A `#` line (without the "# ").
+  void Note(std::string line) { lines_.push_back(std::move(line)); }
+  /// Something the target cannot express: a "cannot express" note and a
+  /// warning located at `key` in the recipe.
+  void Cannot(const std::string& key, const std::string& value, const std::string& what);
+  /// The comment block, each line prefixed with `prefix` ("# ").
+  std::string Render(const std::string& prefix) const;
+  std::vector<Diagnostic> TakeWarnings() { return std::move(warnings_); }
+
+ private:
+  const Recipe& recipe_;
+  std::string target_;
+  std::vector<std::string> lines_;
+  std::vector<Diagnostic> warnings_;
+};
+
+}  // namespace preflight::emit

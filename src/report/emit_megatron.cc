@@ -1,0 +1,503 @@
+// Megatron-LM arguments for a planned layout (`preflight plan R --emit
+// megatron`). Flag names, choices and defaults: NVIDIA/Megatron-LM
+// megatron/training/arguments.py (stored copy @ 000c4ac). The hybrid layer
+// pattern, its symbols and its '|' stage separators: examples/mamba/README.md
+// (@ 256f606), which deprecates --hybrid-override-pattern for
+// --hybrid-layer-pattern. The pipeline layout grammar (E, t, L, |, (..)*n):
+// megatron/core/transformer/pipeline_parallel_layer_layout.py.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "emit_common.h"
+#include "preflight/emit.h"
+#include "preflight/inventory.h"
+#include "preflight/report.h"
+
+namespace preflight {
+namespace {
+
+using emit::Has;
+using emit::Notes;
+using emit::Number;
+
+// The argument lines in order, rendered as a shell continuation.
+class Args {
+ public:
+  void Flag(std::string_view name) { lines_.emplace_back(name); }
+  template <class T>
+  void Flag(std::string_view name, const T& value) {
+    lines_.push_back(fmt::format("{} {}", name, value));
+  }
+  // Double quotes keep '*', '|', '(' and '[' away from the shell.
+  void Quoted(std::string_view name, std::string_view value) { lines_.push_back(fmt::format("{} \"{}\"", name, value)); }
+  std::string Render() const {
+    std::string out;
+    for (size_t i = 0; i < lines_.size(); ++i) out += lines_[i] + (i + 1 < lines_.size() ? " \\\n" : "\n");
+    return out;
+  }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+struct Context {
+  const Recipe& r;
+  const Plan& p;
+  bool transformer;  // GPT model of (attention, FFN) pairs; otherwise a hybrid layer pattern
+  Notes& notes;
+  Args& args;
+};
+
+const char* CpCommType(CpComm c) {
+  switch (c) {
+    case CpComm::kP2p: return "p2p";
+    case CpComm::kAllGather: return "allgather";
+    case CpComm::kA2a: return "a2a";
+  }
+  return "p2p";
+}
+
+const char* ActivationName(FfnActivation a) {
+  switch (a) {
+    case FfnActivation::kSwiglu: return "swiglu";
+    case FfnActivation::kGelu: return "gelu";
+    case FfnActivation::kRelu2: return "relu2";
+  }
+  return "?";
+}
+
+// Megatron's hybrid layer symbols (examples/mamba/README.md); R has none.
+char HybridSymbol(BlockKind k) {
+  switch (k) {
+    case BlockKind::kAttention: return '*';
+    case BlockKind::kMamba: return 'M';
+    case BlockKind::kDenseMlp: return '-';
+    case BlockKind::kMoe: return 'E';
+    case BlockKind::kRecurrent: return 'R';  // not a Megatron symbol: only ever shown in a comment
+  }
+  return '?';
+}
+
+void Header(const Context& c) {
+  const Layout& l = c.p.layout;
+  c.notes.Note(fmt::format("Megatron-LM arguments for {}: {} GPUs ({} nodes x {} {}), from `preflight plan`", c.r.name,
+                           c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, c.p.gpu.name));
+  c.notes.Note(c.transformer ? "entry point: pretrain_gpt.py; each attention + FFN pair of the pattern is one Megatron layer"
+                             : "entry point: pretrain_hybrid.py (HybridModel); one pattern letter is one Megatron layer");
+  c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l), l.zero,
+                           Name(l.schedule), l.micro_batches, l.micro_batch, Name(l.recompute)));
+  c.notes.Note(fmt::format("stages ({}), preflight sublayers [first,end): {}",
+                           c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
+                           emit::ChunkRanges(c.p.stages)));
+  c.notes.Note("flag names: NVIDIA/Megatron-LM megatron/training/arguments.py; layer pattern: examples/mamba/README.md");
+  c.notes.Note(fmt::format(
+      "not emitted: data, tokenizer, learning rate, checkpointing. Megatron takes the vocabulary from the tokenizer and "
+      "pads it to a multiple of --make-vocab-size-divisible-by x tp: the recipe's {} pads to {}",
+      c.r.model.vocab, PaddedVocab(c.r.model, l.tp)));
+}
+
+void ParallelFlags(const Context& c) {
+  const Layout& l = c.p.layout;
+  const bool moe = Has(c.r, BlockKind::kMoe);
+  c.args.Flag("--tensor-model-parallel-size", l.tp);
+  // Megatron rejects MoE with tp > 1 and SP off (MATH.md 0); the plan priced SP on.
+  const bool sp = l.sequence_parallel() || (moe && l.tp > 1);
+  if (sp) c.args.Flag("--sequence-parallel");
+  if (sp && !l.sequence_parallel()) {
+    c.notes.Note("--sequence-parallel although parallel.sp is false: Megatron needs it for MoE with tp > 1, and the "
+                 "plan priced it on");
+  }
+  c.args.Flag("--pipeline-model-parallel-size", l.pp);
+  c.args.Flag("--context-parallel-size", l.cp);
+  if (l.cp > 1) c.args.Flag("--cp-comm-type", CpCommType(l.cp_comm));
+  if (moe) {
+    c.args.Flag("--expert-model-parallel-size", l.ep);
+    // Given always: Megatron's expert TP defaults to the dense TP, not to 1.
+    c.args.Flag("--expert-tensor-parallel-size", l.expert_tp);
+  }
+  if (l.order == AxisOrder::kTpCpPpDp) {
+    c.args.Flag("--use-tp-pp-dp-mapping");
+    c.notes.Note("--use-tp-pp-dp-mapping: rank order tp-cp-ep-pp-dp, the recipe's tp-cp-pp-dp (DP outermost)");
+  }
+}
+
+// "E" (embedding) opens the first stage, "L" (loss) closes the last, "t*n"
+// is n layers; runs of three or more equal middle stages are written
+// "(t*n|)*k", which Megatron unrolls before parsing.
+std::string PipelineLayout(const std::vector<int64_t>& sizes) {
+  auto body = [](int64_t n) { return n == 1 ? std::string("t") : fmt::format("t*{}", n); };
+  std::string out = fmt::format("E{}|", body(sizes.front()));
+  const size_t last = sizes.size() - 1;
+  for (size_t i = 1; i < last;) {
+    size_t run = 1;
+    while (i + run < last && sizes[i + run] == sizes[i]) ++run;
+    if (run >= 3) {
+      out += fmt::format("({}|)*{}", body(sizes[i]), run);
+    } else {
+      for (size_t k = 0; k < run; ++k) out += fmt::format("{}|", body(sizes[i]));
+    }
+    i += run;
+  }
+  return fmt::format("{}{}L", out, body(sizes.back()));
+}
+
+bool EvenSplit(const std::vector<int64_t>& sizes) {
+  for (int64_t n : sizes) {
+    if (n != sizes.front()) return false;
+  }
+  return true;
+}
+
+// The key a stage-cut warning points at: the pinned boundaries, or pp.
+std::string StageKey(const Plan& p) { return p.stages_pinned ? "parallel.stage_boundaries" : "parallel.pp"; }
+
+std::string JoinInts(const std::vector<int64_t>& v) {
+  return fmt::format("{}", fmt::join(v, ", "));
+}
+
+// Transformer stacks: Megatron's even split, or --pipeline-model-parallel-layout.
+// Hybrid stacks carry their cuts in the layer pattern (HybridPatternFlag).
+void PipelineFlags(const Context& c) {
+  const Layout& l = c.p.layout;
+  if (l.schedule == Schedule::kDualPipe) {
+    c.notes.Cannot("parallel.schedule", "dualpipe",
+                   "Megatron-LM has no DualPipe schedule; the pp stages below run its 1F1B "
+                   "(--overlap-moe-expert-parallel-comm overlaps the EP all-to-alls inside 1F1B; not emitted)");
+  }
+  if (l.schedule == Schedule::kDualPipeV) {
+    c.notes.Cannot("parallel.schedule", "dualpipev",
+                   "Megatron-LM has no DualPipeV: it puts chunk c on pipeline rank c mod pp, not in a V; no stage "
+                   "layout emitted");
+    return;
+  }
+  if (c.p.stages.chunks.size() <= 1 || !c.transformer) return;
+  const emit::TransformerCuts cuts =
+      emit::ToTransformerLayers(c.p.stages, static_cast<int64_t>(c.r.model.layers.size()));
+  if (!cuts.moved.empty()) {
+    c.notes.Cannot(StageKey(c.p), "",
+                   fmt::format("the plan cuts between an attention sublayer and its FFN (sublayer {}); Megatron cuts "
+                               "between layers only, so those cuts move one sublayer earlier",
+                               JoinInts(cuts.moved)));
+  }
+  if (cuts.empty_chunk) {
+    c.notes.Cannot(StageKey(c.p), "",
+                   "at layer boundaries a stage would hold no layer; no stage layout emitted");
+    return;
+  }
+  if (EvenSplit(cuts.sizes)) {
+    if (l.vpp > 1) c.args.Flag("--num-virtual-stages-per-pipeline-rank", l.vpp);
+    c.notes.Note(fmt::format("stages: Megatron's even split, {} layers a chunk{}", cuts.sizes.front(),
+                             l.vpp > 1 ? " (older Megatron: --num-layers-per-virtual-pipeline-stage)" : ""));
+    return;
+  }
+  c.args.Quoted("--pipeline-model-parallel-layout", PipelineLayout(cuts.sizes));
+  c.notes.Note(fmt::format(
+      "--pipeline-model-parallel-layout pins the plan's stages (E embedding, t layer, L loss, | between chunks; chunk "
+      "c runs on pipeline rank c mod pp){}",
+      l.vpp > 1 ? fmt::format("; its {} chunks give {} virtual stages a rank, so no "
+                              "--num-virtual-stages-per-pipeline-rank (arguments.py accepts only one of the two)",
+                              cuts.sizes.size(), l.vpp)
+                : ""));
+}
+
+void BatchFlags(const Context& c) {
+  c.args.Flag("--micro-batch-size", c.p.layout.micro_batch);
+  c.args.Flag("--global-batch-size", c.r.training.global_batch);
+  c.args.Flag("--seq-length", c.r.training.seq_len);
+  c.args.Flag("--max-position-embeddings", c.r.training.seq_len);
+}
+
+void MlaFlags(const Context& c, const MlaConfig& a) {
+  c.args.Flag("--multi-latent-attention");
+  c.args.Flag("--num-attention-heads", a.heads);
+  if (a.q_lora_rank > 0) {
+    c.args.Flag("--q-lora-rank", a.q_lora_rank);
+  } else {
+    c.notes.Note("no --q-lora-rank: queries are not compressed (Megatron's default)");
+  }
+  c.args.Flag("--kv-lora-rank", a.kv_lora_rank);
+  c.args.Flag("--qk-head-dim", a.qk_nope_head_dim);
+  c.args.Flag("--qk-pos-emb-head-dim", a.qk_rope_head_dim);
+  c.args.Flag("--v-head-dim", a.v_head_dim);
+}
+
+void AttentionFlags(const Context& c) {
+  const ModelConfig& m = c.r.model;
+  const bool attention = Has(c.r, BlockKind::kAttention);
+  if (attention && m.mla) {
+    MlaFlags(c, *m.mla);
+  } else {
+    c.args.Flag("--num-attention-heads", m.attention.heads);
+    if (!attention) c.notes.Note("--num-attention-heads: required by arguments.py; the model has no attention layer");
+  }
+  if (attention && !m.mla) {
+    if (m.attention.kv_heads < m.attention.heads) {
+      c.args.Flag("--group-query-attention");
+      c.args.Flag("--num-query-groups", m.attention.kv_heads);
+    }
+    c.args.Flag("--kv-channels", m.attention.head_dim);
+    if (m.attention.qk_norm) c.args.Flag("--qk-layernorm");
+  }
+  if (c.transformer) {
+    c.args.Flag("--position-embedding-type", "rope");
+    c.notes.Note("--position-embedding-type rope: preflight's attention applies RoPE (MATH.md 8.1); the recipe has no "
+                 "key for its base or scaling (--rotary-base, --use-rope-scaling)");
+  } else {
+    c.args.Flag("--position-embedding-type", "none");
+    c.notes.Note("--position-embedding-type none: as Megatron's hybrid examples (examples/mamba/train.sh) and "
+                 "Nemotron-H's config; the recipe has no key for it");
+  }
+  if (attention) c.args.Flag("--attention-backend", c.r.training.flash_attention ? "flash" : "unfused");
+}
+
+// Routed experts are SwiGLU (MATH.md 1.5) and Megatron has one activation
+// for dense and expert FFNs (--swiglu / --squared-relu; GeLU is its default).
+void ActivationFlags(const Context& c) {
+  const bool moe = Has(c.r, BlockKind::kMoe);
+  const bool dense = Has(c.r, BlockKind::kDenseMlp);
+  const FfnActivation act = c.r.model.mlp.activation;
+  if (moe && dense && act != FfnActivation::kSwiglu) {
+    c.notes.Cannot("model.mlp.activation", ActivationName(act),
+                   fmt::format("Megatron uses one activation for dense and expert FFNs; the experts are SwiGLU, the "
+                               "dense MLP {}: --swiglu emitted",
+                               ActivationName(act)));
+  }
+  if (moe || (dense && act == FfnActivation::kSwiglu)) {
+    c.args.Flag("--swiglu");
+  } else if (dense && act == FfnActivation::kRelu2) {
+    c.args.Flag("--squared-relu");
+  }
+}
+
+void ModelFlags(const Context& c) {
+  const ModelConfig& m = c.r.model;
+  if (c.transformer) c.args.Flag("--num-layers", m.layers.size() / 2);
+  c.args.Flag("--hidden-size", m.hidden);
+  if (Has(c.r, BlockKind::kDenseMlp)) c.args.Flag("--ffn-hidden-size", m.mlp.ffn_hidden);
+  AttentionFlags(c);
+  ActivationFlags(c);
+  c.args.Flag("--normalization", m.norm == NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm");
+  // Every linear is bias-free (MATH.md 1); Megatron adds biases by default.
+  c.args.Flag("--disable-bias-linear");
+  // Megatron's dropouts default to 0.1; the recipe's is training.dropout.
+  c.args.Flag("--attention-dropout", Number(c.r.training.dropout));
+  c.args.Flag("--hidden-dropout", Number(c.r.training.dropout));
+  if (!m.tie_embeddings) c.args.Flag("--untie-embeddings-and-output-weights");
+  c.args.Flag("--make-vocab-size-divisible-by", m.vocab_pad_multiple);
+}
+
+// "([0]*3+[1]*58)": 1 for a MoE layer, 0 for a dense one, per transformer
+// layer (arguments.py moe_freq_type); empty when every layer is MoE.
+std::string MoeLayerFreq(const std::vector<BlockKind>& layers) {
+  std::vector<int> is_moe;
+  for (size_t i = 1; i < layers.size(); i += 2) is_moe.push_back(layers[i] == BlockKind::kMoe ? 1 : 0);
+  std::string out;
+  for (size_t i = 0; i < is_moe.size();) {
+    size_t run = 1;
+    while (i + run < is_moe.size() && is_moe[i + run] == is_moe[i]) ++run;
+    if (i == 0 && run == is_moe.size() && is_moe[0] == 1) return "";
+    out += fmt::format("{}[{}]*{}", out.empty() ? "" : "+", is_moe[i], run);
+    i += run;
+  }
+  return fmt::format("({})", out);
+}
+
+void MoeFlags(const Context& c) {
+  if (!Has(c.r, BlockKind::kMoe)) return;
+  const MoeConfig& e = c.r.model.moe;
+  c.args.Flag("--num-experts", e.experts);
+  c.args.Flag("--moe-router-topk", e.top_k);
+  c.args.Flag("--moe-ffn-hidden-size", e.ffn_hidden);
+  if (e.SharedWidth() > 0) c.args.Flag("--moe-shared-expert-intermediate-size", e.SharedWidth());
+  if (e.shared_gate) c.notes.Cannot("model.moe.shared_gate", "true", "arguments.py has no flag for a gated shared expert");
+  c.args.Flag("--moe-router-score-function", e.router == RouterScore::kSigmoid ? "sigmoid" : "softmax");
+  if (e.router_bias) c.args.Flag("--moe-router-enable-expert-bias");
+  // The plan prices the EP dispatch as all-to-all; arguments.py recommends it with EP.
+  c.args.Flag("--moe-token-dispatcher-type", "alltoall");
+  if (e.dropless) {
+    c.notes.Note("dropless MoE: no --moe-expert-capacity-factor (None drops no token)");
+  } else {
+    c.args.Flag("--moe-expert-capacity-factor", Number(e.capacity_factor));
+    if (e.pad_to_capacity) c.args.Flag("--moe-pad-expert-input-to-capacity");
+  }
+  if (c.transformer) {
+    const std::string freq = MoeLayerFreq(c.r.model.layers);
+    if (!freq.empty()) c.args.Quoted("--moe-layer-freq", freq);
+  }
+}
+
+void MambaFlags(const Context& c) {
+  if (!Has(c.r, BlockKind::kMamba)) return;
+  const MambaConfig& mb = c.r.model.mamba;
+  c.args.Flag("--mamba-state-dim", mb.d_state);
+  c.args.Flag("--mamba-head-dim", mb.head_dim);
+  c.args.Flag("--mamba-num-groups", mb.groups);
+  c.args.Flag("--mamba-num-heads", mb.expand * c.r.model.hidden / mb.head_dim);
+  // arguments.py has neither flag; MambaMixer's defaults are K = 4, chunk 128 (MATH.md 0).
+  if (mb.d_conv != 4) {
+    c.notes.Cannot("model.mamba.d_conv", std::to_string(mb.d_conv),
+                   "arguments.py has no flag for the Mamba conv width (Megatron uses 4)");
+  }
+  if (mb.chunk != 128) {
+    c.notes.Cannot("model.mamba.chunk", std::to_string(mb.chunk),
+                   "arguments.py has no flag for the SSD chunk size (Megatron uses 128)");
+  }
+}
+
+// One symbol a layer; '|' at every chunk cut gives Megatron the plan's
+// stages (README: segments must be a multiple of pp).
+std::string HybridPattern(const Context& c) {
+  std::vector<bool> cut_before(c.r.model.layers.size(), false);
+  if (c.p.layout.schedule != Schedule::kDualPipeV) {
+    for (int64_t cut : emit::ChunkCuts(c.p.stages)) cut_before[static_cast<size_t>(cut)] = true;
+  }
+  std::string out;
+  for (size_t i = 0; i < c.r.model.layers.size(); ++i) {
+    if (cut_before[i]) out += '|';
+    out += HybridSymbol(c.r.model.layers[i]);
+  }
+  return out;
+}
+
+void HybridPatternFlag(const Context& c) {
+  if (c.transformer) return;
+  if (Has(c.r, BlockKind::kRecurrent)) {
+    c.notes.Cannot("model.pattern", c.r.model.pattern,
+                   "R (recurrent) blocks have no Megatron-LM layer (layer symbols M * - E); no "
+                   "--hybrid-layer-pattern emitted, so these arguments do not build the model");
+    c.notes.Note(fmt::format("the layers and stage cuts the plan needs, R left as R: {}", HybridPattern(c)));
+    return;
+  }
+  c.args.Quoted("--hybrid-layer-pattern", HybridPattern(c));
+  c.notes.Note(
+      "--hybrid-layer-pattern: A -> *, M -> M, D -> -, E -> E, one symbol a layer, '|' at each stage cut; it sets the "
+      "layer count (no --num-layers). Older Megatron: --hybrid-override-pattern with --num-layers and no '|'");
+}
+
+void PrecisionFlags(const Context& c) {
+  const PrecisionConfig& pr = c.r.training.precision;
+  switch (pr.params) {
+    case DType::kBf16: c.args.Flag("--bf16"); break;
+    case DType::kFp16: c.args.Flag("--fp16"); break;
+    case DType::kFp8:
+      c.args.Flag("--bf16");
+      c.args.Flag("--fp8-format", "hybrid");
+      c.args.Flag("--fp8-param-gather");
+      c.notes.Note("fp8 params: --fp8-format hybrid and --fp8-param-gather keep the weights in fp8; the recipe does not "
+                   "choose the fp8 format or scaling (--fp8-recipe)");
+      break;
+    case DType::kFp32: c.notes.Note("fp32 params: neither --bf16 nor --fp16"); break;
+  }
+  if (pr.grads == DType::kBf16) {
+    c.args.Flag("--grad-reduce-in-bf16");
+  } else if (pr.grads != DType::kFp32) {
+    c.notes.Cannot("training.precision.grads", Name(pr.grads),
+                   "Megatron keeps gradients in fp32 or, with --grad-reduce-in-bf16, bf16");
+  }
+  if (!pr.master && pr.params != DType::kFp32) {
+    c.notes.Cannot("training.precision.master", "none",
+                   "Megatron keeps fp32 main parameters beside low-precision weights; no flag drops them");
+  }
+}
+
+void ZeroFlags(const Context& c, bool muon) {
+  switch (c.p.layout.zero) {
+    case 0: c.notes.Note("zero 0: plain data parallel, no --use-distributed-optimizer"); break;
+    case 1:
+      c.args.Flag("--use-distributed-optimizer");
+      if (muon) {
+        c.notes.Note("--optimizer muon --use-distributed-optimizer is Megatron's layer-wise distributed optimizer "
+                     "(layer_wise_optimizer.py): whole matrices spread over the DP ranks, not the plan's ZeRO-1 "
+                     "shards with a momentum all-gather. arguments.py @ 000c4ac rejects it and spells it "
+                     "--optimizer dist_muon");
+      }
+      break;
+    default:
+      c.args.Flag("--use-megatron-fsdp");
+      c.args.Flag("--data-parallel-sharding-strategy", c.p.layout.zero == 2 ? "optim_grads" : "optim_grads_params");
+      c.args.Flag("--ckpt-format", "fsdp_dtensor");
+      c.notes.Note(fmt::format("zero {}: Megatron-FSDP (the distributed optimizer shards optimizer state only); "
+                               "arguments.py requires --ckpt-format fsdp_dtensor with it",
+                               c.p.layout.zero));
+      if (muon) {
+        c.notes.Cannot("parallel.zero", std::to_string(c.p.layout.zero),
+                       "arguments.py @ 000c4ac rejects Muon with Megatron-FSDP");
+      }
+      break;
+  }
+}
+
+void OptimizerFlags(const Context& c) {
+  const OptimizerConfig& o = c.r.training.optimizer;
+  const Layout& l = c.p.layout;
+  const bool muon = o.matrices == OptimizerKind::kMuon;
+  const bool moe = Has(c.r, BlockKind::kMoe);
+  c.args.Flag("--optimizer", muon ? "muon" : "adam");
+  if (!muon) c.notes.Note("AdamW: --optimizer adam (Megatron's Adam applies decoupled weight decay)");
+  if (muon) {
+    c.notes.Note("Muon: Megatron gives every 2-D weight except embedding and output to Muon and the rest to Adam "
+                 "(emerging_optimizers.py), as the recipe's optimizer.other = adamw");
+    if (l.tp > 1 || (moe && l.expert_tp > 1)) {
+      c.args.Flag("--muon-tp-mode", "duplicated");
+      c.notes.Note("--muon-tp-mode duplicated: a TP-sharded matrix is gathered and orthogonalised whole, as the plan "
+                   "prices it (arguments.py's default is blockwise)");
+    }
+    if (moe && o.router == OptimizerKind::kAdamW) {
+      c.notes.Cannot("training.optimizer.router", "adamw",
+                     "Megatron's Muon also takes the 2-D router weight; no flag gives it to Adam (MATH.md 9.4)");
+    }
+    if (Has(c.r, BlockKind::kMamba) && o.mamba_in_proj == OptimizerKind::kMuon) {
+      c.notes.Cannot("training.optimizer.mamba_in_proj", "muon",
+                     "Megatron keeps the Mamba in_proj on Adam (MATH.md 9.4); no flag gives it to Muon");
+    }
+    if (o.muon_momentum != DType::kFp32) {
+      c.notes.Cannot("training.optimizer.muon_momentum", Name(o.muon_momentum),
+                     "arguments.py has no flag for the Muon momentum dtype (fp32)");
+    }
+  }
+  ZeroFlags(c, muon);
+}
+
+void RecomputeFlags(const Context& c) {
+  switch (c.p.layout.recompute) {
+    case Recompute::kNone: break;
+    case Recompute::kSelective:
+      c.args.Flag("--recompute-granularity", "selective");
+      c.args.Flag("--recompute-modules", "core_attn");
+      break;
+    case Recompute::kFull:
+      c.args.Flag("--recompute-granularity", "full");
+      c.args.Flag("--recompute-method", "uniform");
+      c.args.Flag("--recompute-num-layers", 1);
+      break;
+  }
+}
+
+}  // namespace
+
+Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
+  Notes notes(recipe, "megatron");
+  Args args;
+  const Context c{recipe, plan, emit::IsTransformerStack(recipe.model.layers), notes, args};
+  Header(c);
+  ParallelFlags(c);
+  PipelineFlags(c);
+  BatchFlags(c);
+  ModelFlags(c);
+  MoeFlags(c);
+  MambaFlags(c);
+  HybridPatternFlag(c);
+  PrecisionFlags(c);
+  OptimizerFlags(c);
+  RecomputeFlags(c);
+  Emission out;
+  out.text = notes.Render("# ") + args.Render();
+  out.warnings = notes.TakeWarnings();
+  return out;
+}
+
+}  // namespace preflight

@@ -1,0 +1,488 @@
+// `preflight plan --emit`: the Megatron-LM arguments and torchtitan TOML of
+// the planned layout for the example recipes. Expected values come from the
+// recipes (and the papers and configs their comments cite), from the
+// upstream flag semantics named beside each case, or from hand derivations
+// written next to them; never from the renderer's own output.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "preflight/emit.h"
+#include "preflight/inventory.h"
+#include "preflight/plan.h"
+#include "preflight/recipe.h"
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using testing::SourcePath;
+
+Emission EmitFor(EmitTarget target, const std::string& recipe, const std::vector<std::string>& sets = {}) {
+  std::vector<Override> overrides;
+  for (const std::string& s : sets) overrides.push_back(*ParseOverride(s));
+  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/" + recipe + ".yaml"), overrides);
+  for (const Diagnostic& d : loaded.diagnostics) {
+    if (d.severity == Severity::kError) ADD_FAILURE() << Format(d);
+  }
+  if (!loaded.ok()) return {};
+  const Inventory inventory = BuildInventory(*loaded.recipe);
+  const PlanResult planned = MakePlan(inventory, LayoutOf(*loaded.recipe));
+  for (const Diagnostic& d : planned.diagnostics) ADD_FAILURE() << Format(d);
+  if (!planned.plan) return {};
+  return Emit(target, *loaded.recipe, *planned.plan);
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Megatron flag -> value ("" for a bare flag), from "--flag value \" lines.
+std::map<std::string, std::string> MegatronFlags(const std::string& text) {
+  std::map<std::string, std::string> out;
+  for (std::string line : Lines(text)) {
+    if (line.rfind("--", 0) != 0) continue;
+    if (line.size() >= 2 && line.compare(line.size() - 2, 2, " \\") == 0) line.resize(line.size() - 2);
+    const size_t space = line.find(' ');
+    std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    out[line.substr(0, space)] = value;
+  }
+  return out;
+}
+
+// TOML "section.key" -> value as written (strings keep their quotes).
+std::map<std::string, std::string> TomlKeys(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::string section;
+  for (const std::string& line : Lines(text)) {
+    if (line.empty() || line[0] == '#' || line[0] == ' ' || line[0] == ']') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) out[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+bool HasWarning(const Emission& e, const std::string& key, const std::string& text) {
+  for (const Diagnostic& d : e.warnings) {
+    if (d.severity == Severity::kWarning && d.key_path == key && d.message.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Megatron's own reading of a layout string
+// (pipeline_parallel_layer_layout.py parse_str_to_list): drop commas, unroll
+// "(..)*n" then "x*n", split at '|'. Returns the decoder-layer count of each
+// stage, with the E/L markers checked separately.
+std::vector<int> UnrollLayout(std::string s, std::string* flat) {
+  s = std::regex_replace(s, std::regex(","), "");
+  const std::regex group(R"(\(([^)]+)\)\*(\d+))"), single(R"((.)\*(\d+))");
+  for (const std::regex* re : {&group, &single}) {
+    std::smatch m;
+    while (std::regex_search(s, m, *re)) {
+      std::string rep;
+      for (int i = 0; i < std::stoi(m[2]); ++i) rep += m[1];
+      s = m.prefix().str() + rep + m.suffix().str();
+    }
+  }
+  *flat = s;
+  std::vector<int> layers{0};
+  for (char ch : s) {
+    if (ch == '|') layers.push_back(0);
+    if (ch == 't') ++layers.back();
+  }
+  return layers;
+}
+
+// ---------------------------------------------------------------------------
+// Megatron-LM: one flag of one recipe per case.
+
+constexpr const char* kAbsent = "<absent>";
+
+struct FlagCase {
+  const char* name;
+  const char* recipe;
+  std::vector<std::string> sets;
+  const char* flag;
+  const char* value;  // "" a bare flag, kAbsent not emitted
+};
+
+const FlagCase kFlagCases[] = {
+    // Llama 3 405B: paper Table 3 (126 layers, 16384 hidden, FFN 53248, 128/8
+    // heads of 128) and Table 4 (TP 8, PP 16, 16 sequences per DP rank x DP 128).
+    {"Llama405B_Tp", "llama3-405b-h200", {}, "--tensor-model-parallel-size", "8"},
+    {"Llama405B_Sp", "llama3-405b-h200", {}, "--sequence-parallel", ""},
+    {"Llama405B_Pp", "llama3-405b-h200", {}, "--pipeline-model-parallel-size", "16"},
+    {"Llama405B_Cp", "llama3-405b-h200", {}, "--context-parallel-size", "1"},
+    // The recipe's DP-outermost order is Megatron's tp-cp-ep-pp-dp (arguments.py).
+    {"Llama405B_Order", "llama3-405b-h200", {}, "--use-tp-pp-dp-mapping", ""},
+    // vpp 2 comes with the layout; arguments.py allows only one of the two.
+    {"Llama405B_NoVppFlag", "llama3-405b-h200", {}, "--num-virtual-stages-per-pipeline-rank", kAbsent},
+    {"Llama405B_MicroBatch", "llama3-405b-h200", {}, "--micro-batch-size", "1"},
+    {"Llama405B_GlobalBatch", "llama3-405b-h200", {}, "--global-batch-size", "2048"},
+    {"Llama405B_Layers", "llama3-405b-h200", {}, "--num-layers", "126"},
+    {"Llama405B_Hidden", "llama3-405b-h200", {}, "--hidden-size", "16384"},
+    {"Llama405B_Ffn", "llama3-405b-h200", {}, "--ffn-hidden-size", "53248"},
+    {"Llama405B_Heads", "llama3-405b-h200", {}, "--num-attention-heads", "128"},
+    {"Llama405B_Gqa", "llama3-405b-h200", {}, "--group-query-attention", ""},
+    {"Llama405B_KvGroups", "llama3-405b-h200", {}, "--num-query-groups", "8"},
+    {"Llama405B_HeadDim", "llama3-405b-h200", {}, "--kv-channels", "128"},
+    {"Llama405B_SeqLen", "llama3-405b-h200", {}, "--seq-length", "8192"},
+    {"Llama405B_Swiglu", "llama3-405b-h200", {}, "--swiglu", ""},
+    {"Llama405B_Untied", "llama3-405b-h200", {}, "--untie-embeddings-and-output-weights", ""},
+    {"Llama405B_Adam", "llama3-405b-h200", {}, "--optimizer", "adam"},
+    {"Llama405B_Zero1", "llama3-405b-h200", {}, "--use-distributed-optimizer", ""},
+    {"Llama405B_Selective", "llama3-405b-h200", {}, "--recompute-granularity", "selective"},
+    {"Llama405B_CoreAttn", "llama3-405b-h200", {}, "--recompute-modules", "core_attn"},
+    {"Llama405B_Bf16", "llama3-405b-h200", {}, "--bf16", ""},
+    // Llama 3 8B: tp 1 leaves SP off (Megatron drops it at tp 1 anyway).
+    {"Llama8B_Tp", "llama3-8b-h200", {}, "--tensor-model-parallel-size", "1"},
+    {"Llama8B_NoSp", "llama3-8b-h200", {}, "--sequence-parallel", kAbsent},
+    {"Llama8B_Layers", "llama3-8b-h200", {}, "--num-layers", "32"},
+    {"Llama8B_GlobalBatch", "llama3-8b-h200", {}, "--global-batch-size", "512"},
+    {"Llama8B_NoLayout", "llama3-8b-h200", {}, "--pipeline-model-parallel-layout", kAbsent},
+    // Recipe: optimizer.matrices muon; at tp 1 no TP mode is needed.
+    {"Llama8B_Muon", "llama3-8b-h200", {}, "--optimizer", "muon"},
+    {"Llama8B_NoMuonTpMode", "llama3-8b-h200", {}, "--muon-tp-mode", kAbsent},
+    // Mixtral 8x7B (HF config): 8 experts of 14336, top-2, every layer MoE, no dense FFN.
+    {"Mixtral_Ep", "mixtral-8x7b-h200", {}, "--expert-model-parallel-size", "8"},
+    {"Mixtral_Etp", "mixtral-8x7b-h200", {}, "--expert-tensor-parallel-size", "1"},
+    {"Mixtral_Experts", "mixtral-8x7b-h200", {}, "--num-experts", "8"},
+    {"Mixtral_TopK", "mixtral-8x7b-h200", {}, "--moe-router-topk", "2"},
+    {"Mixtral_ExpertFfn", "mixtral-8x7b-h200", {}, "--moe-ffn-hidden-size", "14336"},
+    {"Mixtral_Layers", "mixtral-8x7b-h200", {}, "--num-layers", "32"},
+    {"Mixtral_AllMoe", "mixtral-8x7b-h200", {}, "--moe-layer-freq", kAbsent},
+    {"Mixtral_NoDenseFfn", "mixtral-8x7b-h200", {}, "--ffn-hidden-size", kAbsent},
+    {"Mixtral_Dropless", "mixtral-8x7b-h200", {}, "--moe-expert-capacity-factor", kAbsent},
+    {"Mixtral_Softmax", "mixtral-8x7b-h200", {}, "--moe-router-score-function", "softmax"},
+    {"Mixtral_A2a", "mixtral-8x7b-h200", {}, "--moe-token-dispatcher-type", "alltoall"},
+    // DeepSeek-V3 (HF config, report section 3.2): MLA ranks, 256 experts top-8
+    // sigmoid with bias, 1 shared expert of 2048, the first 3 of 61 layers dense.
+    {"DeepSeek_Mla", "deepseek-v3-h200", {}, "--multi-latent-attention", ""},
+    {"DeepSeek_QLora", "deepseek-v3-h200", {}, "--q-lora-rank", "1536"},
+    {"DeepSeek_KvLora", "deepseek-v3-h200", {}, "--kv-lora-rank", "512"},
+    {"DeepSeek_Nope", "deepseek-v3-h200", {}, "--qk-head-dim", "128"},
+    {"DeepSeek_Rope", "deepseek-v3-h200", {}, "--qk-pos-emb-head-dim", "64"},
+    {"DeepSeek_V", "deepseek-v3-h200", {}, "--v-head-dim", "128"},
+    {"DeepSeek_MlaHeads", "deepseek-v3-h200", {}, "--num-attention-heads", "128"},
+    {"DeepSeek_NoGqa", "deepseek-v3-h200", {}, "--num-query-groups", kAbsent},
+    {"DeepSeek_Experts", "deepseek-v3-h200", {}, "--num-experts", "256"},
+    {"DeepSeek_TopK", "deepseek-v3-h200", {}, "--moe-router-topk", "8"},
+    {"DeepSeek_Shared", "deepseek-v3-h200", {}, "--moe-shared-expert-intermediate-size", "2048"},
+    {"DeepSeek_Sigmoid", "deepseek-v3-h200", {}, "--moe-router-score-function", "sigmoid"},
+    {"DeepSeek_Bias", "deepseek-v3-h200", {}, "--moe-router-enable-expert-bias", ""},
+    // moe_freq_type list: 0 for the 3 dense layers, 1 for the other 58.
+    {"DeepSeek_LayerFreq", "deepseek-v3-h200", {}, "--moe-layer-freq", "([0]*3+[1]*58)"},
+    {"DeepSeek_DenseFfn", "deepseek-v3-h200", {}, "--ffn-hidden-size", "18432"},
+    {"DeepSeek_Layers", "deepseek-v3-h200", {}, "--num-layers", "61"},
+    {"DeepSeek_Ep", "deepseek-v3-h200", {}, "--expert-model-parallel-size", "64"},
+    {"DeepSeek_Pp", "deepseek-v3-h200", {}, "--pipeline-model-parallel-size", "16"},
+    {"DeepSeek_GlobalBatch", "deepseek-v3-h200", {}, "--global-batch-size", "15360"},
+    {"DeepSeek_Full", "deepseek-v3-h200", {}, "--recompute-granularity", "full"},
+    {"DeepSeek_Uniform", "deepseek-v3-h200", {}, "--recompute-method", "uniform"},
+    {"DeepSeek_OneLayer", "deepseek-v3-h200", {}, "--recompute-num-layers", "1"},
+    // Nemotron-H 8B: the HF config's hybrid_override_pattern letter for letter
+    // (tests/data/hf/nemotron-h-8b.json, quoted in the recipe), pp 1 so no '|'.
+    {"NemotronH_Pattern", "nemotron-h-8b-h200", {}, "--hybrid-layer-pattern",
+     "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"},
+    // The pattern sets the layer count (examples/mamba/README.md).
+    {"NemotronH_NoNumLayers", "nemotron-h-8b-h200", {}, "--num-layers", kAbsent},
+    // 26 | 26: the first 26 letters of that pattern, then the other 26.
+    {"NemotronH_PinnedPp2", "nemotron-h-8b-h200", {"parallel.pp=2", "parallel.stage_boundaries=[26]"},
+     "--hybrid-layer-pattern", "M-M-M-M*-M-M-M-M-M*-M-M-M-|M-M*-M-M-M-M-M*-M-M-M-M-M-"},
+    {"NemotronH_Relu2", "nemotron-h-8b-h200", {}, "--squared-relu", ""},
+    {"NemotronH_NoSwiglu", "nemotron-h-8b-h200", {}, "--swiglu", kAbsent},
+    {"NemotronH_Ffn", "nemotron-h-8b-h200", {}, "--ffn-hidden-size", "21504"},
+    // 128 Mamba heads of 64 = expand 2 x hidden 4096 / 64; 8 groups, d_state 128.
+    {"NemotronH_MambaHeads", "nemotron-h-8b-h200", {}, "--mamba-num-heads", "128"},
+    {"NemotronH_MambaHeadDim", "nemotron-h-8b-h200", {}, "--mamba-head-dim", "64"},
+    {"NemotronH_MambaGroups", "nemotron-h-8b-h200", {}, "--mamba-num-groups", "8"},
+    {"NemotronH_MambaState", "nemotron-h-8b-h200", {}, "--mamba-state-dim", "128"},
+    {"NemotronH_NoRope", "nemotron-h-8b-h200", {}, "--position-embedding-type", "none"},
+    // nam56r: tp 4 with SP, pp 4, ep 8 over the stage's 16 ranks, expert TP 1
+    // (given although Megatron's default would be tp), 1 shared expert of 2048.
+    {"Nam56r_Tp", "nam56r-h200", {}, "--tensor-model-parallel-size", "4"},
+    {"Nam56r_Sp", "nam56r-h200", {}, "--sequence-parallel", ""},
+    {"Nam56r_Pp", "nam56r-h200", {}, "--pipeline-model-parallel-size", "4"},
+    {"Nam56r_Ep", "nam56r-h200", {}, "--expert-model-parallel-size", "8"},
+    {"Nam56r_Etp", "nam56r-h200", {}, "--expert-tensor-parallel-size", "1"},
+    {"Nam56r_Capacity", "nam56r-h200", {}, "--moe-expert-capacity-factor", "1.25"},
+    {"Nam56r_Shared", "nam56r-h200", {}, "--moe-shared-expert-intermediate-size", "2048"},
+    {"Nam56r_Muon", "nam56r-h200", {}, "--optimizer", "muon"},
+    // The plan prices Megatron's duplicated TP Muon (docs/plan.md, muon_tp_gather).
+    {"Nam56r_MuonTp", "nam56r-h200", {}, "--muon-tp-mode", "duplicated"},
+    // R has no Megatron symbol: no pattern at all rather than an invented one.
+    {"Nam56r_NoPattern", "nam56r-h200", {}, "--hybrid-layer-pattern", kAbsent},
+    // Llama 3 8B with pinned stages: cuts at sublayers 14, 32, 50 are layers
+    // 7, 16, 25 -> 7, 9, 9, 7 layers; embedding first, loss last.
+    {"Llama8B_PinnedLayout", "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[14, 32, 50]"},
+     "--pipeline-model-parallel-layout", "Et*7|t*9|t*9|t*7L"},
+    // Odd cuts (between attention and MLP) move one sublayer earlier:
+    // 15 -> 14 (layer 7), 49 -> 48 (layer 24): 7, 9, 8, 8.
+    {"Llama8B_OddCuts", "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[15, 32, 49]"},
+     "--pipeline-model-parallel-layout", "Et*7|t*9|t*8|t*8L"},
+    // 16 | 16 | 16 | 16 sublayers = 8 layers a stage: Megatron's even split.
+    {"Llama8B_EvenSplit", "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[16, 32, 48]"},
+     "--pipeline-model-parallel-layout", kAbsent},
+    {"Llama8B_EvenVpp", "llama3-8b-h200",
+     {"parallel.pp=2", "parallel.vpp=2", "parallel.schedule=interleaved", "parallel.stage_boundaries=[16, 32, 48]"},
+     "--num-virtual-stages-per-pipeline-rank", "2"},
+    // ZeRO 0: DDP; 2 and 3: Megatron-FSDP, which needs the fsdp_dtensor format (arguments.py).
+    {"Zero0_NoDistOpt", "llama3-8b-h200", {"parallel.zero=0"}, "--use-distributed-optimizer", kAbsent},
+    {"Zero2_Fsdp", "llama3-8b-h200", {"parallel.zero=2"}, "--use-megatron-fsdp", ""},
+    {"Zero2_Strategy", "llama3-8b-h200", {"parallel.zero=2"}, "--data-parallel-sharding-strategy", "optim_grads"},
+    {"Zero3_Strategy", "llama3-8b-h200", {"parallel.zero=3"}, "--data-parallel-sharding-strategy",
+     "optim_grads_params"},
+    {"Zero3_CkptFormat", "llama3-8b-h200", {"parallel.zero=3"}, "--ckpt-format", "fsdp_dtensor"},
+    // CP 2 with the all-gather exchange: arguments.py's --cp-comm-type spells it allgather.
+    {"Cp_AllGather", "llama3-8b-h200", {"parallel.cp=2", "parallel.cp_comm=all_gather"}, "--cp-comm-type", "allgather"},
+};
+
+class MegatronFlag : public ::testing::TestWithParam<FlagCase> {};
+
+TEST_P(MegatronFlag, MatchesRecipe) {
+  const FlagCase& c = GetParam();
+  const Emission e = EmitFor(EmitTarget::kMegatron, c.recipe, c.sets);
+  const std::map<std::string, std::string> flags = MegatronFlags(e.text);
+  const auto it = flags.find(c.flag);
+  if (std::string(c.value) == kAbsent) {
+    EXPECT_EQ(it, flags.end()) << c.flag << "\n" << e.text;
+  } else {
+    ASSERT_NE(it, flags.end()) << c.flag << "\n" << e.text;
+    EXPECT_EQ(it->second, c.value) << e.text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MegatronFlag, ::testing::ValuesIn(kFlagCases),
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
+
+// Shell-ready: comment lines first (a '#' inside a continued command would end
+// it), then one flag a line, each but the last continued with " \".
+TEST(EmitMegatron, ShellReadyBlock) {
+  for (const char* recipe : {"nam56r-h200", "llama3-405b-h200", "deepseek-v3-h200", "nemotron-h-8b-h200"}) {
+    const std::vector<std::string> lines = Lines(EmitFor(EmitTarget::kMegatron, recipe).text);
+    size_t first_flag = 0;
+    while (first_flag < lines.size() && lines[first_flag].rfind("# ", 0) == 0) ++first_flag;
+    ASSERT_LT(first_flag, lines.size()) << recipe;
+    for (size_t i = first_flag; i < lines.size(); ++i) {
+      EXPECT_EQ(lines[i].rfind("--", 0), 0u) << recipe << ": " << lines[i];
+      const bool continued = lines[i].size() > 2 && lines[i].compare(lines[i].size() - 2, 2, " \\") == 0;
+      EXPECT_EQ(continued, i + 1 < lines.size()) << recipe << ": " << lines[i];
+    }
+  }
+}
+
+// Llama 3 405B as planned: the layout holds pp 16 x vpp 2 = 32 chunks of the
+// 126 layers, the embedding on the first and the loss on the last, read with
+// Megatron's own unrolling rules.
+TEST(EmitMegatron, Llama405BLayoutHoldsThePlan) {
+  const Emission e = EmitFor(EmitTarget::kMegatron, "llama3-405b-h200");
+  const std::string layout = MegatronFlags(e.text)["--pipeline-model-parallel-layout"];
+  ASSERT_FALSE(layout.empty()) << e.text;
+  std::string flat;
+  const std::vector<int> stages = UnrollLayout(layout, &flat);
+  EXPECT_EQ(stages.size(), 32u) << layout;
+  int total = 0;
+  for (int n : stages) {
+    EXPECT_GE(n, 1) << layout;
+    total += n;
+  }
+  EXPECT_EQ(total, 126) << layout;
+  EXPECT_EQ(flat.front(), 'E') << flat;
+  EXPECT_EQ(flat.back(), 'L') << flat;
+}
+
+// Whatever the partition, a hybrid pattern is the recipe's letters mapped
+// A -> *, M -> M, E -> E, with one '|' per stage cut: nam56r without its R
+// block is "*EME" x 3 a period, 4 periods, in pp 4 segments.
+TEST(EmitMegatron, HybridPatternMapsEveryLetter) {
+  const Emission e = EmitFor(EmitTarget::kMegatron, "nam56r-h200", {"model.pattern=AEMEAEMEAEME"});
+  std::string pattern = MegatronFlags(e.text)["--hybrid-layer-pattern"];
+  ASSERT_FALSE(pattern.empty()) << e.text;
+  const size_t segments = 1 + static_cast<size_t>(std::count(pattern.begin(), pattern.end(), '|'));
+  EXPECT_EQ(segments, 4u) << pattern;
+  pattern.erase(std::remove(pattern.begin(), pattern.end(), '|'), pattern.end());
+  std::string expected;
+  for (int i = 0; i < 12; ++i) expected += "*EME";
+  EXPECT_EQ(pattern, expected);
+}
+
+struct WarningCase {
+  const char* name;
+  EmitTarget target;
+  const char* recipe;
+  std::vector<std::string> sets;
+  const char* key;
+  const char* text;  // part of the message
+};
+
+const WarningCase kWarningCases[] = {
+    // Megatron's layer symbols are M * - E (examples/mamba/README.md): no R.
+    {"Megatron_Recurrent", EmitTarget::kMegatron, "nam56r-h200", {}, "model.pattern", "R (recurrent)"},
+    // Recipe chunk 256; Megatron's MambaMixer uses 128 and has no flag (MATH.md 0).
+    {"Megatron_MambaChunk", EmitTarget::kMegatron, "nam56r-h200", {}, "model.mamba.chunk", "SSD chunk"},
+    // MATH.md 9.4: Megatron's Muon takes the router; the recipe gives it to AdamW.
+    {"Megatron_MuonRouter", EmitTarget::kMegatron, "mixtral-8x7b-h200", {}, "training.optimizer.router", "router"},
+    {"Megatron_DualPipe", EmitTarget::kMegatron, "deepseek-v3-h200", {}, "parallel.schedule", "DualPipe"},
+    {"Megatron_DualPipeV", EmitTarget::kMegatron, "deepseek-v3-h200", {"parallel.schedule=dualpipev"},
+     "parallel.schedule", "DualPipeV"},
+    {"Megatron_OddCut", EmitTarget::kMegatron, "llama3-8b-h200",
+     {"parallel.pp=4", "parallel.stage_boundaries=[15, 32, 49]"}, "parallel.stage_boundaries", "sublayer 15, 49"},
+    // arguments.py @ 000c4ac: "Muon optimizer does not support Megatron-FSDP".
+    {"Megatron_MuonFsdp", EmitTarget::kMegatron, "llama3-8b-h200", {"parallel.zero=3"}, "parallel.zero", "Muon"},
+    {"Torchtitan_Hybrid", EmitTarget::kTorchtitan, "nemotron-h-8b-h200", {}, "model.pattern", "Mamba-2"},
+    {"Torchtitan_Zero1", EmitTarget::kTorchtitan, "llama3-8b-h200", {}, "parallel.zero", "ZeRO-1"},
+    {"Torchtitan_Order", EmitTarget::kTorchtitan, "llama3-405b-h200", {}, "parallel.order", "[pp, dp_replicate"},
+    {"Torchtitan_DualPipe", EmitTarget::kTorchtitan, "deepseek-v3-h200", {}, "parallel.schedule", "DualPipe"},
+    {"Torchtitan_Muon", EmitTarget::kTorchtitan, "mixtral-8x7b-h200", {}, "training.optimizer.matrices", "Muon"},
+    {"Torchtitan_Ulysses", EmitTarget::kTorchtitan, "llama3-8b-h200", {"parallel.cp=2", "parallel.cp_comm=a2a"},
+     "parallel.cp_comm", "all-to-all"},
+    // job_config.py: with etp 1, EP needs ep % (cp x tp) == 0 and ep | dp_shard x cp x tp;
+    // DDP (zero 0) leaves dp_shard 1, so 8 experts ranks cannot be found.
+    {"Torchtitan_EpNeedsShard", EmitTarget::kTorchtitan, "mixtral-8x7b-h200", {"parallel.zero=0"}, "parallel.ep",
+     "divides 1"},
+};
+
+class EmitWarning : public ::testing::TestWithParam<WarningCase> {};
+
+TEST_P(EmitWarning, NamesTheKey) {
+  const WarningCase& c = GetParam();
+  const Emission e = EmitFor(c.target, c.recipe, c.sets);
+  EXPECT_TRUE(HasWarning(e, c.key, c.text)) << c.key << " / " << c.text << "\n" << e.text;
+  // Every warning is also said in the emitted comments.
+  EXPECT_NE(e.text.find("# cannot express: "), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EmitWarning, ::testing::ValuesIn(kWarningCases),
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
+
+TEST(EmitWarning, NoneForAPlainTransformer) {
+  // Llama 3 8B at tp 1, pp 1 with AdamW and ZeRO-0: Megatron expresses all of it.
+  const Emission e =
+      EmitFor(EmitTarget::kMegatron, "llama3-8b-h200", {"training.optimizer.matrices=adamw", "parallel.zero=0"});
+  EXPECT_TRUE(e.warnings.empty()) << Format(e.warnings.front());
+  EXPECT_EQ(e.text.find("cannot express"), std::string::npos) << e.text;
+}
+
+// ---------------------------------------------------------------------------
+// torchtitan: one key of one recipe per case.
+
+struct KeyCase {
+  const char* name;
+  const char* recipe;
+  std::vector<std::string> sets;
+  const char* key;    // "section.key"
+  const char* value;  // as written in TOML, kAbsent not emitted
+};
+
+const KeyCase kKeyCases[] = {
+    // Llama 3 405B (paper Table 4): TP 8, PP 16, DP 128, interleaved 1F1B.
+    {"Llama405B_Tp", "llama3-405b-h200", {}, "parallelism.tensor_parallel_degree", "8"},
+    {"Llama405B_Pp", "llama3-405b-h200", {}, "parallelism.pipeline_parallel_degree", "16"},
+    {"Llama405B_Schedule", "llama3-405b-h200", {}, "parallelism.pipeline_parallel_schedule", "\"Interleaved1F1B\""},
+    {"Llama405B_MicroBatch", "llama3-405b-h200", {}, "parallelism.pipeline_parallel_microbatch_size", "1"},
+    // ZeRO-1 maps to FSDP2 over the 128 DP ranks (no replicate group).
+    {"Llama405B_Shard", "llama3-405b-h200", {}, "parallelism.data_parallel_shard_degree", "128"},
+    {"Llama405B_Replicate", "llama3-405b-h200", {}, "parallelism.data_parallel_replicate_degree", "1"},
+    {"Llama405B_Cp", "llama3-405b-h200", {}, "parallelism.context_parallel_degree", "1"},
+    // A DP rank's batch: 16 sequences (paper), cut into micro-batches of 1.
+    {"Llama405B_Local", "llama3-405b-h200", {}, "training.local_batch_size", "16"},
+    {"Llama405B_Global", "llama3-405b-h200", {}, "training.global_batch_size", "2048"},
+    {"Llama405B_SeqLen", "llama3-405b-h200", {}, "training.seq_len", "8192"},
+    {"Llama405B_Param", "llama3-405b-h200", {}, "training.mixed_precision_param", "\"bfloat16\""},
+    {"Llama405B_Reduce", "llama3-405b-h200", {}, "training.mixed_precision_reduce", "\"float32\""},
+    {"Llama405B_Ac", "llama3-405b-h200", {}, "activation_checkpoint.mode", "\"selective\""},
+    {"Llama405B_AdamW", "llama3-405b-h200", {}, "optimizer.name", "\"AdamW\""},
+    // Llama 3 8B: pp 1, so local batch = micro-batch and torchtitan accumulates
+    // 512 / (1 x 32) = 16 of them, the recipe's 16 micro-batches.
+    {"Llama8B_Local", "llama3-8b-h200", {}, "training.local_batch_size", "1"},
+    {"Llama8B_NoSchedule", "llama3-8b-h200", {}, "parallelism.pipeline_parallel_schedule", kAbsent},
+    {"Llama8B_Zero0", "llama3-8b-h200", {"parallel.zero=0"}, "parallelism.data_parallel_replicate_degree", "32"},
+    {"Llama8B_Zero0Shard", "llama3-8b-h200", {"parallel.zero=0"}, "parallelism.data_parallel_shard_degree", "1"},
+    {"Llama8B_Zero3", "llama3-8b-h200", {"parallel.zero=3"}, "parallelism.fsdp_reshard_after_forward", "\"always\""},
+    {"Llama8B_Zero2", "llama3-8b-h200", {"parallel.zero=2"}, "parallelism.fsdp_reshard_after_forward", "\"never\""},
+    {"Llama8B_NoRecompute", "llama3-8b-h200", {"training.recompute=none"}, "activation_checkpoint.mode", "\"none\""},
+    {"Llama8B_CpRing", "llama3-8b-h200", {"parallel.cp=2"}, "parallelism.context_parallel_rotate_method",
+     "\"alltoall\""},
+    // Mixtral: EP 8, expert TP 1, dense DP 64.
+    {"Mixtral_Ep", "mixtral-8x7b-h200", {}, "parallelism.expert_parallel_degree", "8"},
+    {"Mixtral_Etp", "mixtral-8x7b-h200", {}, "parallelism.expert_tensor_parallel_degree", "1"},
+    {"Mixtral_Shard", "mixtral-8x7b-h200", {}, "parallelism.data_parallel_shard_degree", "64"},
+    {"Mixtral_Muon", "mixtral-8x7b-h200", {}, "optimizer.name", "\"Muon\""},
+    // DeepSeek-V3: 240 micro-batches of 1 per DP rank, EP 64, full recompute.
+    {"DeepSeek_Local", "deepseek-v3-h200", {}, "training.local_batch_size", "240"},
+    {"DeepSeek_Ep", "deepseek-v3-h200", {}, "parallelism.expert_parallel_degree", "64"},
+    {"DeepSeek_Ac", "deepseek-v3-h200", {}, "activation_checkpoint.mode", "\"full\""},
+    {"DeepSeek_DualPipeV", "deepseek-v3-h200", {"parallel.schedule=dualpipev"},
+     "parallelism.pipeline_parallel_schedule", "\"DualPipeV\""},
+    // Nemotron-H: tp 1, dp 8, AdamW, selective (per-op policy).
+    {"NemotronH_Shard", "nemotron-h-8b-h200", {}, "parallelism.data_parallel_shard_degree", "8"},
+    {"NemotronH_SacOp", "nemotron-h-8b-h200", {}, "activation_checkpoint.selective_ac_option", "\"op\""},
+    {"NemotronH_NoExperts", "nemotron-h-8b-h200", {}, "parallelism.expert_parallel_degree", kAbsent},
+    // nam56r: the default recipe's degrees.
+    {"Nam56r_Tp", "nam56r-h200", {}, "parallelism.tensor_parallel_degree", "4"},
+    {"Nam56r_Pp", "nam56r-h200", {}, "parallelism.pipeline_parallel_degree", "4"},
+    {"Nam56r_Ep", "nam56r-h200", {}, "parallelism.expert_parallel_degree", "8"},
+    {"Nam56r_Local", "nam56r-h200", {}, "training.local_batch_size", "128"},
+    // No torchtitan model for M/R: no module names to split by.
+    {"Nam56r_NoFqns", "nam56r-h200", {}, "parallelism.module_fqns_per_model_part", kAbsent},
+};
+
+class TorchtitanKey : public ::testing::TestWithParam<KeyCase> {};
+
+TEST_P(TorchtitanKey, MatchesRecipe) {
+  const KeyCase& c = GetParam();
+  const Emission e = EmitFor(EmitTarget::kTorchtitan, c.recipe, c.sets);
+  const std::map<std::string, std::string> keys = TomlKeys(e.text);
+  const auto it = keys.find(c.key);
+  if (std::string(c.value) == kAbsent) {
+    EXPECT_EQ(it, keys.end()) << c.key << "\n" << e.text;
+  } else {
+    ASSERT_NE(it, keys.end()) << c.key << "\n" << e.text;
+    EXPECT_EQ(it->second, c.value) << e.text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TorchtitanKey, ::testing::ValuesIn(kKeyCases),
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
+
+// Pinned Llama 3 8B stages, 7 | 9 | 9 | 7 layers (cuts 14, 32, 50 sublayers):
+// one module list a stage, torchtitan's names.
+TEST(EmitTorchtitan, PinnedStagesAsModuleNames) {
+  const Emission e =
+      EmitFor(EmitTarget::kTorchtitan, "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[14, 32, 50]"});
+  std::string expected = "module_fqns_per_model_part = [\n";
+  const int sizes[] = {7, 9, 9, 7};
+  int layer = 0;
+  for (int s = 0; s < 4; ++s) {
+    std::string row = s == 0 ? "\"tok_embeddings\"" : "";
+    for (int i = 0; i < sizes[s]; ++i) row += (row.empty() ? "" : ", ") + ("\"layers." + std::to_string(layer++) + "\"");
+    if (s == 3) row += ", \"norm\", \"output\"";
+    expected += "    [" + row + "],\n";
+  }
+  expected += "]\n";
+  EXPECT_NE(e.text.find(expected), std::string::npos) << expected << "\n---\n" << e.text;
+}
+
+TEST(EmitTarget, ParsesItsNames) {
+  EXPECT_EQ(ParseEmitTarget("megatron"), EmitTarget::kMegatron);
+  EXPECT_EQ(ParseEmitTarget("torchtitan"), EmitTarget::kTorchtitan);
+  EXPECT_FALSE(ParseEmitTarget("deepspeed").has_value());
+  EXPECT_STREQ(Name(EmitTarget::kTorchtitan), "torchtitan");
+}
+
+}  // namespace
+}  // namespace preflight
