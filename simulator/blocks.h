@@ -124,6 +124,13 @@ struct Ctx {
   /// The micro-batch being run: blocks keep saved tensors per micro-batch.
   int64_t microbatch = 0;
   int64_t router_groups = 1; // capacity groups among this rank's local tokens (MATH.md 8.3 (3))
+  /// When set, the capacity group of each local row (the unsharded reference
+  /// groups tokens as the sharded ranks do, which with CP load balancing is
+  /// not a contiguous split); else rows split into router_groups equal runs.
+  std::vector<int64_t> router_group_of_row;
+  int64_t RouterGroupOf(int64_t row, int64_t rows) const {
+    return router_group_of_row.empty() ? row / (rows / router_groups) : router_group_of_row[static_cast<size_t>(row)];
+  }
   ModeledBytes bytes;
   OptimizerConfig optimizer;  // which optimizer each ParamRole gets
   int64_t dropped_pairs = 0;

@@ -237,7 +237,7 @@ class MoeBlock final : public Block<T> {
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t j = 0; j < k; ++j) {
         const int64_t e = topk[static_cast<size_t>(t * k + j)];
-        int64_t& u = used[static_cast<size_t>((t / per_group) * experts + e)];
+        int64_t& u = used[static_cast<size_t>(ctx.RouterGroupOf(t, tokens) * experts + e)];
         if (u < capacity) {
           ++u;
           map(t, e) = 1;

@@ -1,19 +1,31 @@
-// The verifier: runs one forward + backward of a (scaled) recipe on the
-// layout's simulated ranks and on one unsharded rank, gathers the shards and
-// compares (MATH.md 8.3, "Equivalence tests").
+// The verifier: runs one training step of a (scaled) recipe on the layout's
+// simulated ranks -- pipeline schedule over the micro-batches of every
+// data-parallel replica, gradient synchronisation, one optimizer step -- and
+// the same step on one unsharded rank, then compares (MATH.md 8.3,
+// "Equivalence tests"): per micro-batch loss, final hidden states, every
+// parameter gradient (assembled from the shards before any reduction) and
+// every parameter update (assembled per data-parallel replica after the step).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <random>
-#include <sstream>
+#include <string>
 
 #include "blocks.h"
+#include "dist_optimizer.h"
+#include "preflight/inventory.h"
+#include "preflight/plan.h"
 #include "preflight/sim.h"
+#include "schedule.h"
+#include "topology.h"
 
 namespace preflight {
 namespace sim {
 namespace {
+
+/// Threads the executor starts at most (one per simulated rank).
+constexpr int kMaxRanks = 256;
 
 std::vector<char> LayerLetters(const Recipe& r) {
   std::vector<char> out;
@@ -26,42 +38,29 @@ std::vector<char> LayerLetters(const Recipe& r) {
   return out;
 }
 
-/// Layout of part 1: pp = cp = dp = 1, so the world is the TP group and the
-/// expert groups fold inside it (MATH.md 7.3: i_etp = i mod t_e,
-/// i_ep = (i / t_e) mod e, i_edp = i / (t_e e)).
-struct Topology {
-  int tp = 1, ep = 1, etp = 1, edp = 1;
-  bool sp = false;
-  int64_t vocab_tp = 1;  // the layout's TP degree, for vocabulary padding (same in the reference)
-  int EtpRank(int i) const { return i % etp; }
-  int EpRank(int i) const { return (i / etp) % ep; }
-  int EdpRank(int i) const { return i / (etp * ep); }
-  int RankOf(int etp_rank, int ep_rank, int edp_rank) const { return etp_rank + etp * (ep_rank + ep * edp_rank); }
-};
-
 void Require(bool ok, const std::string& why) {
   if (!ok) throw SimUnsupported(why);
 }
 
-Topology CheckSupported(const Recipe& r, const std::vector<char>& letters) {
+/// What the executor runs. Block-specific rules (Mamba heads, R blocks, CP
+/// modes) are checked by the blocks themselves when they are built.
+void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   const ParallelConfig& p = r.parallel;
-  Require(p.pp == 1, "the executor runs pp = 1 only (pipeline stages are part 2); got parallel.pp = " + std::to_string(p.pp));
-  Require(p.cp == 1, "the executor runs cp = 1 only (context parallel is part 2); got parallel.cp = " + std::to_string(p.cp));
-  Require(r.world() == p.tp * p.cp * p.pp,
-          "the executor runs dp = 1 only (data parallel is part 2): the world (cluster.nodes x gpus_per_node = " +
-              std::to_string(r.world()) + ") must equal parallel.tp = " + std::to_string(p.tp));
-  Require(!r.model.mla.has_value(), "MLA attention is not in the executor yet");
-  Require(!r.model.tie_embeddings, "tied embeddings are not in the executor yet (set model.tie_embeddings: false)");
-  Require(p.tp >= 1 && p.tp <= 64, "parallel.tp must be in 1..64 for the executor");
+  Require(r.world() <= kMaxRanks, "the executor runs at most " + std::to_string(kMaxRanks) +
+                                      " simulated ranks; the scaled layout has " + std::to_string(r.world()));
+  Require(p.schedule == Schedule::k1F1B || p.schedule == Schedule::kInterleaved,
+          std::string("the executor runs the 1f1b and interleaved schedules, not parallel.schedule = ") + Name(p.schedule));
+  Require(p.zero <= 1, "the executor runs ZeRO 0 and 1; parallel.zero = " + std::to_string(p.zero) + " is not in it yet");
+  Require(!r.model.mla.has_value(), "MLA attention is not in the executor");
+  Require(!r.model.tie_embeddings, "tied embeddings are not in the executor (set model.tie_embeddings: false)");
   Require(r.model.norm == NormKind::kRmsNorm, "only RMSNorm is in the executor (model.norm)");
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
   Require(r.training.flash_attention,
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
-  Require(!r.model.attention.qk_norm, "qk_norm is not in the executor yet");
+  Require(!r.model.attention.qk_norm, "qk_norm is not in the executor");
   bool has_moe = false;
   for (char c : letters) {
-    Require(c == 'A' || c == 'D' || c == 'E',
-            std::string("block '") + c + "' is not in the executor yet (part 1 runs A, D and E blocks)");
+    Require(c == 'A' || c == 'D' || c == 'E' || c == 'M' || c == 'R', std::string("block '") + c + "' is not in the executor");
     has_moe = has_moe || c == 'E';
   }
   const ModelConfig& m = r.model;
@@ -71,29 +70,20 @@ Topology CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(m.attention.head_dim % 2 == 0, "attention.head_dim must be even (RoPE rotates halves)");
   Require(m.mlp.ffn_hidden % p.tp == 0, "mlp.ffn_hidden must be divisible by parallel.tp");
   Require(m.mlp.activation == FfnActivation::kSwiglu, "only the SwiGLU MLP is in the executor (mlp.activation)");
-  Topology t;
-  t.tp = static_cast<int>(p.tp);
-  t.sp = p.sp && p.tp > 1;
-  t.vocab_tp = p.tp;
+  const bool sp = p.sp && p.tp > 1;
   if (has_moe) {
-    Require(m.moe.router == RouterScore::kSoftmax, "only the softmax router is in the executor yet");
-    Require(!m.moe.router_bias && !m.moe.shared_gate, "router bias and the shared-expert gate are not in the executor yet");
-    Require(p.tp == 1 || t.sp, "MoE with tp > 1 needs sequence parallel (Megatron requires it)");
+    Require(m.moe.router == RouterScore::kSoftmax, "only the softmax router is in the executor");
+    Require(!m.moe.router_bias && !m.moe.shared_gate, "router bias and the shared-expert gate are not in the executor");
+    Require(p.tp == 1 || sp, "MoE with tp > 1 needs sequence parallel (Megatron requires it)");
     Require(m.moe.experts % p.ep == 0, "moe.experts must be divisible by parallel.ep");
     Require(m.moe.ffn_hidden % p.expert_tp == 0, "moe.ffn_hidden must be divisible by parallel.expert_tp");
-    Require(p.tp % (p.ep * p.expert_tp) == 0,
-            "with dp = 1 the expert groups fold inside TP: parallel.ep x expert_tp must divide parallel.tp");
     Require(m.moe.SharedWidth() % p.tp == 0, "the shared expert width must be divisible by parallel.tp");
     Require(m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts, "moe.top_k must be in 1..experts");
-    t.ep = static_cast<int>(p.ep);
-    t.etp = static_cast<int>(p.expert_tp);
   }
-  // The expert groups fold inside TP (dp = 1): without MoE layers ep = etp = 1
-  // and every rank is its own expert-data-parallel peer, so the groups still
-  // cover every rank (they carry no traffic then).
-  t.edp = t.tp / (t.ep * t.etp);
-  if (t.sp) Require(r.training.seq_len * r.training.micro_batch % p.tp == 0, "seq_len must be divisible by parallel.tp with SP");
-  return t;
+  const int64_t chunks = p.cp_load_balance && p.cp > 1 ? 2 * p.cp : p.cp;
+  Require(r.training.seq_len % chunks == 0, "seq_len must divide into the context-parallel chunks");
+  if (sp) Require(r.training.seq_len / p.cp * r.training.micro_batch % p.tp == 0,
+                  "each CP rank's tokens must divide by parallel.tp with SP");
 }
 
 Dims DimsOf(const Recipe& r, int64_t tp) {
@@ -130,47 +120,6 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   return d;
 }
 
-/// One rank's results, in double whatever the run precision.
-struct RankResult {
-  double loss = 0;
-  Mat<double> output;  // final hidden state, this rank's rows
-  std::map<std::string, std::pair<ShardKind, Mat<double>>> grads;
-  int64_t dropped = 0;
-  double flops = 0;
-};
-
-template <class T>
-void Coalesced(Ctx& ctx, const Group& g, const std::vector<Param<T>*>& params, int64_t elem_bytes) {
-  // One flat buffer, as Megatron's coalesced grad all-reduce.
-  int64_t n = 0;
-  for (Param<T>* p : params) n += p->grad.m.size();
-  if (n == 0 || g.size() == 1) return;
-  std::vector<T> flat;
-  flat.reserve(static_cast<size_t>(n));
-  for (Param<T>* p : params) flat.insert(flat.end(), p->grad.m.data(), p->grad.m.data() + p->grad.m.size());
-  Allocation scratch(ctx.mem(), SimCategory::kTemporaries, n * elem_bytes);
-  ctx.rank->AllReduce(g, flat.data(), n, elem_bytes);
-  int64_t at = 0;
-  for (Param<T>* p : params) {
-    std::copy(flat.begin() + at, flat.begin() + at + p->grad.m.size(), p->grad.m.data());
-    at += p->grad.m.size();
-  }
-}
-
-struct Data {
-  std::vector<int64_t> ids, targets;
-};
-
-Data MakeData(const Recipe& r, uint64_t seed) {
-  std::mt19937_64 gen(seed ^ 0xda7aull);
-  std::uniform_int_distribution<int64_t> u(0, r.model.vocab - 1);
-  Data d;
-  const int64_t tokens = r.training.seq_len * r.training.micro_batch;
-  for (int64_t t = 0; t < tokens; ++t) d.ids.push_back(u(gen));
-  for (int64_t t = 0; t < tokens; ++t) d.targets.push_back(u(gen));
-  return d;
-}
-
 ModeledBytes BytesOf(const Recipe& r) {
   ModeledBytes b;
   b.activation = SizeOf(r.training.precision.activations);
@@ -179,80 +128,294 @@ ModeledBytes BytesOf(const Recipe& r) {
   return b;
 }
 
-/// The program every rank runs: build its shards, forward, backward, grad sync.
+/// Token ids and targets of every micro-batch of the step: entry i*m + j is
+/// micro-batch j of data-parallel replica i, global rows (position * batch + b).
+struct Data {
+  std::vector<std::vector<int64_t>> ids, targets;
+};
+
+Data MakeData(const Recipe& r, int64_t sequences_batches, uint64_t seed) {
+  std::mt19937_64 gen(seed ^ 0xda7aull);
+  std::uniform_int_distribution<int64_t> u(0, r.model.vocab - 1);
+  const int64_t tokens = r.training.seq_len * r.training.micro_batch;
+  Data d;
+  for (int64_t k = 0; k < sequences_batches; ++k) {
+    std::vector<int64_t> ids, targets;
+    for (int64_t t = 0; t < tokens; ++t) ids.push_back(u(gen));
+    for (int64_t t = 0; t < tokens; ++t) targets.push_back(u(gen));
+    d.ids.push_back(std::move(ids));
+    d.targets.push_back(std::move(targets));
+  }
+  return d;
+}
+
+/// What every rank program of one run reads.
+struct Spec {
+  const Recipe* recipe = nullptr;
+  Topology topo;
+  Dims dims;
+  std::vector<char> letters;
+  StagePlan stages;          // chunk c lives on pipeline rank c % pp, virtual index c / pp
+  int64_t vpp = 1;
+  int64_t microbatches = 1;  // per pipeline per step
+  bool sp = false;
+  bool load_balance = true;
+  const Data* data = nullptr;
+  SimOptions opt;
+  OptimizerSettings optim;
+  /// The unsharded reference routes each micro-batch's tokens in the groups
+  /// the sharded ranks route them in (MATH.md 8.3 (3)): the group of each row.
+  std::vector<int64_t> router_group_of_row;
+  int64_t router_groups = 1;
+};
+
+/// One parameter on one rank, as the verifier needs it.
+struct ParamRecord {
+  std::string name;
+  ShardKind shard = ShardKind::kReplicated;
+  std::vector<int64_t> segments;
+  int64_t rows = 0, cols = 0, expert = -1;
+  Mat<double> grad;    // summed over this rank's micro-batches, before any reduction
+  Mat<double> update;  // value after the step - value before
+};
+
+struct RankResult {
+  Topology::Coord coord;
+  std::map<int64_t, double> losses;          // data index -> mean loss over this rank's tokens (last stage)
+  std::map<int64_t, Mat<double>> outputs;    // data index -> final hidden state, this rank's rows (last stage)
+  std::vector<ParamRecord> params;
+  int64_t dropped = 0;
+  int64_t peak_in_flight = 0;
+  double flops = 0;
+};
+
+/// A model chunk a pipeline rank holds (MATH.md 4.3): its layers, and the
+/// embedding (first chunk) or the head (last chunk).
 template <class T>
-RankResult RunRank(Rank& rank, const Recipe& r, const std::vector<char>& letters, const Topology& topo,
-                   const Group& tp, const Group& ep, const Group& etp, const Group& edp, int64_t router_groups,
-                   const Data& data, const SimOptions& opt) {
-  Ctx ctx;
-  ctx.rank = &rank;
-  ctx.tp = &tp;
-  ctx.ep = &ep;
-  ctx.etp = &etp;
-  ctx.edp = &edp;
-  ctx.tp_size = topo.tp;
-  ctx.tp_rank = tp.IndexOf(rank.id());
-  ctx.ep_size = topo.ep;
-  ctx.ep_rank = topo.EpRank(rank.id());
-  ctx.etp_size = topo.etp;
-  ctx.etp_rank = topo.EtpRank(rank.id());
-  ctx.sp = topo.sp;
-  ctx.router_groups = router_groups;
-  ctx.bytes = BytesOf(r);
-  ctx.optimizer = r.training.optimizer;
-  ctx.seq = SeqLayout::Make(r.training.seq_len, 1, 0, false);
-  const Dims d = DimsOf(r, topo.vocab_tp);
-
-  Embedding<T> embedding(ctx, d, opt.seed, opt.init_scale);
+struct ModelChunk {
+  int64_t index = 0;
+  std::vector<char> letters;
   std::vector<std::unique_ptr<Block<T>>> blocks;
-  for (size_t i = 0; i < letters.size(); ++i) {
-    blocks.push_back(MakeBlock<T>(letters[i], ctx, d, static_cast<int64_t>(i), opt.seed, opt.init_scale));
-  }
-  Head<T> head(ctx, d, opt.seed, opt.init_scale);
+  std::unique_ptr<Embedding<T>> embedding;
+  std::unique_ptr<Head<T>> head;
+};
 
-  rank.set_pass(SimPass::kForward);
-  rank.memory().set_owner("ends");
-  Mat<T> x = embedding.Forward(ctx, data.ids);
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    rank.memory().set_owner(std::string(1, letters[i]));
-    x = blocks[i]->Forward(ctx, x);
+/// The rows a rank holds of a global per-token list: its CP positions, every
+/// batch row (the embedding and the loss work on all of them; SP slices the
+/// residual stream in between).
+std::vector<int64_t> LocalTokens(const std::vector<int64_t>& global, const SeqLayout& seq, int64_t batch) {
+  std::vector<int64_t> out;
+  for (int64_t p = 0; p < seq.local_len(); ++p) {
+    for (int64_t b = 0; b < batch; ++b) out.push_back(global[static_cast<size_t>(seq.Position(p) * batch + b)]);
   }
-  RankResult out;
-  out.output = x.template cast<double>();
-  rank.memory().set_owner("ends");
-  out.loss = head.Forward(ctx, x, data.targets);
-
-  rank.set_pass(SimPass::kBackward);
-  Mat<T> dx = head.Backward(ctx);
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) dx = (*it)->Backward(ctx, dx);
-  embedding.Backward(ctx, dx);
-
-  // Gradient sync before the optimizer: with SP, REP grads are partial sums
-  // over each rank's tokens (MATH.md 8.3 (4)); expert grads are partial over
-  // the expert-data-parallel ranks that route different tokens.
-  rank.set_pass(SimPass::kOptimizer);
-  std::vector<Param<T>*> all = {&embedding.weight()};
-  for (auto& b : blocks) {
-    for (Param<T>* p : b->params()) all.push_back(p);
-  }
-  for (Param<T>* p : head.params()) all.push_back(p);
-  std::vector<Param<T>*> rep, experts;
-  for (Param<T>* p : all) {
-    if (p->shard == ShardKind::kReplicated) rep.push_back(p);
-    if (p->expert >= 0) experts.push_back(p);
-  }
-  rank.set_what("replicated_grads");
-  if (topo.sp) Coalesced(ctx, tp, rep, ctx.bytes.grad);
-  rank.set_what("expert_grads");
-  Coalesced(ctx, edp, experts, ctx.bytes.grad);
-
-  for (Param<T>* p : all) {
-    out.grads[p->name] = {p->shard, p->grad.m.template cast<double>()};
-  }
-  out.dropped = ctx.dropped_pairs;
-  out.flops = rank.flops();
   return out;
 }
+
+/// p2p tag of the message entering chunk `chunk` for micro-batch `mb`:
+/// forward activations (dir 0) or backward gradients (dir 1).
+int64_t PipeTag(int64_t chunk, int64_t mb, int64_t m, int dir) { return ((chunk * m + mb) << 1) | dir; }
+
+template <class T>
+class RankProgram {
+ public:
+  RankProgram(Rank& rank, const Spec& spec, const RankGroups& groups) : spec_(spec), groups_(groups) {
+    const Topology& topo = spec.topo;
+    coord_ = topo.CoordOf(rank.id());
+    Ctx& c = ctx_;
+    c.rank = &rank;
+    c.tp = groups.tp;
+    c.cp = groups.cp;
+    c.ep = groups.ep;
+    c.etp = groups.etp;
+    c.edp = groups.edp;
+    c.tp_rank = coord_.tp;
+    c.tp_size = topo.tp;
+    c.cp_rank = coord_.cp;
+    c.cp_size = topo.cp;
+    c.ep_rank = coord_.ep;
+    c.ep_size = topo.ep;
+    c.etp_rank = coord_.etp;
+    c.etp_size = topo.etp;
+    c.sp = spec.sp;
+    c.cp_comm = spec.recipe->parallel.cp_comm;
+    c.cp_recurrent = spec.recipe->parallel.cp_recurrent;
+    c.seq = SeqLayout::Make(spec.dims.seq, topo.cp, coord_.cp, spec.load_balance);
+    c.router_groups = spec.router_groups;
+    c.router_group_of_row = spec.router_group_of_row;
+    c.bytes = BytesOf(*spec.recipe);
+    c.optimizer = spec.recipe->training.optimizer;
+    BuildChunks();
+  }
+
+  RankResult Run() {
+    RankResult out;
+    out.coord = coord_;
+    std::vector<std::vector<Param<T>*>> units = Units();
+    for (const auto& unit : units) {
+      for (Param<T>* p : unit) before_[p->name] = p->value.m.template cast<double>();
+    }
+    DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
+    DistOptimizer<T> optimizer(ctx_, dg, units, spec_.optim);
+
+    const std::vector<PipeOp> ops = PipelineSchedule(spec_.recipe->parallel.schedule, spec_.topo.pp, spec_.vpp,
+                                                     spec_.microbatches, coord_.pp);
+    int64_t live = 0;
+    for (const PipeOp& op : ops) {
+      ModelChunk<T>& chunk = chunks_[static_cast<size_t>(op.chunk)];
+      ctx_.microbatch = op.microbatch;
+      if (op.forward) {
+        Forward(chunk, op.microbatch, &out);
+        out.peak_in_flight = std::max(out.peak_in_flight, ++live);
+      } else {
+        Backward(chunk, op.microbatch);
+        --live;
+      }
+    }
+    for (const auto& unit : units) {
+      for (Param<T>* p : unit) Record(*p, &out);
+    }
+    optimizer.Step(ctx_);
+    for (ParamRecord& rec : out.params) {
+      rec.update = Find(units, rec.name)->value.m.template cast<double>() - before_.at(rec.name);
+    }
+    out.dropped = ctx_.dropped_pairs;
+    out.flops = ctx_.rank->flops();
+    return out;
+  }
+
+ private:
+  void BuildChunks() {
+    const Spec& s = spec_;
+    const int64_t n_chunks = static_cast<int64_t>(s.stages.chunks.size());
+    for (int64_t v = 0; v < s.vpp; ++v) {
+      ModelChunk<T> chunk;
+      chunk.index = v * s.topo.pp + coord_.pp;
+      const StageChunk& sc = s.stages.chunks.at(static_cast<size_t>(chunk.index));
+      if (chunk.index == 0) chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      for (int64_t l = sc.first_layer; l < sc.end_layer; ++l) {
+        const char letter = s.letters[static_cast<size_t>(l)];
+        chunk.letters.push_back(letter);
+        chunk.blocks.push_back(MakeBlock<T>(letter, ctx_, s.dims, l, s.opt.seed, s.opt.init_scale));
+      }
+      if (chunk.index == n_chunks - 1) chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      chunks_.push_back(std::move(chunk));
+    }
+  }
+
+  /// The optimizer's units in execution order: embedding, each layer, head.
+  std::vector<std::vector<Param<T>*>> Units() {
+    std::vector<std::vector<Param<T>*>> units;
+    for (ModelChunk<T>& c : chunks_) {
+      if (c.embedding) units.push_back({&c.embedding->weight()});
+      for (auto& b : c.blocks) units.push_back(b->params());
+      if (c.head) units.push_back(c.head->params());
+    }
+    return units;
+  }
+
+  static Param<T>* Find(const std::vector<std::vector<Param<T>*>>& units, const std::string& name) {
+    for (const auto& unit : units) {
+      for (Param<T>* p : unit) {
+        if (p->name == name) return p;
+      }
+    }
+    return nullptr;
+  }
+
+  void Record(const Param<T>& p, RankResult* out) const {
+    ParamRecord rec;
+    rec.name = p.name;
+    rec.shard = p.shard;
+    rec.segments = p.segments;
+    rec.rows = p.rows;
+    rec.cols = p.cols;
+    rec.expert = p.expert;
+    rec.grad = p.grad.m.template cast<double>();
+    out->params.push_back(std::move(rec));
+  }
+
+  /// Global rank holding chunk `chunk` in this rank's (tp, cp, dp) pipeline.
+  int RankOfChunk(int64_t chunk) const {
+    return spec_.topo.RankOf(coord_.tp, coord_.cp, coord_.dp, static_cast<int>(chunk % spec_.topo.pp));
+  }
+
+  int64_t DataIndex(int64_t mb) const { return coord_.dp * spec_.microbatches + mb; }
+
+  void Pass(int64_t chunk, int64_t mb, int dir, int peer, Mat<T>* x, bool send) {
+    const int64_t tag = PipeTag(chunk, mb, spec_.microbatches, dir);
+    Rank& r = *ctx_.rank;
+    if (peer == r.id()) {  // pp = 1 with virtual chunks: the neighbour chunk is on this rank
+      if (send) {
+        local_[tag] = *x;
+      } else {
+        *x = std::move(local_.at(tag));
+        local_.erase(tag);
+      }
+      return;
+    }
+    r.set_what(dir == 0 ? "activations" : "activation_grads");
+    if (send) {
+      r.Send("pp", peer, x->data(), x->size(), ctx_.bytes.activation, tag);
+    } else {
+      r.Recv("pp", peer, x->data(), x->size(), ctx_.bytes.activation, tag);
+    }
+  }
+
+  int64_t LocalRows() const {
+    const int64_t rows = ctx_.seq.local_len() * spec_.dims.batch;
+    return spec_.sp ? rows / spec_.topo.tp : rows;
+  }
+
+  void Forward(ModelChunk<T>& chunk, int64_t mb, RankResult* out) {
+    Rank& r = *ctx_.rank;
+    r.set_pass(SimPass::kForward);
+    const int64_t key = DataIndex(mb);
+    Mat<T> x(LocalRows(), spec_.dims.hidden);
+    if (chunk.embedding) {
+      r.memory().set_owner("ends");
+      x = chunk.embedding->Forward(ctx_, LocalTokens(spec_.data->ids[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
+    } else {
+      Pass(chunk.index, mb, 0, RankOfChunk(chunk.index - 1), &x, false);
+    }
+    for (size_t i = 0; i < chunk.blocks.size(); ++i) {
+      r.memory().set_owner(std::string(1, chunk.letters[i]));
+      x = chunk.blocks[i]->Forward(ctx_, x);
+    }
+    if (chunk.head) {
+      out->outputs[key] = x.template cast<double>();
+      r.memory().set_owner("ends");
+      out->losses[key] =
+          chunk.head->Forward(ctx_, x, LocalTokens(spec_.data->targets[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
+    } else {
+      Pass(chunk.index + 1, mb, 0, RankOfChunk(chunk.index + 1), &x, true);
+    }
+  }
+
+  void Backward(ModelChunk<T>& chunk, int64_t mb) {
+    Rank& r = *ctx_.rank;
+    r.set_pass(SimPass::kBackward);
+    Mat<T> dy(LocalRows(), spec_.dims.hidden);
+    if (chunk.head) {
+      dy = chunk.head->Backward(ctx_);
+    } else {
+      Pass(chunk.index, mb, 1, RankOfChunk(chunk.index + 1), &dy, false);
+    }
+    for (size_t i = chunk.blocks.size(); i-- > 0;) dy = chunk.blocks[i]->Backward(ctx_, dy);
+    if (chunk.embedding) {
+      chunk.embedding->Backward(ctx_, dy);
+    } else {
+      Pass(chunk.index - 1, mb, 1, RankOfChunk(chunk.index - 1), &dy, true);
+    }
+  }
+
+  const Spec& spec_;
+  const RankGroups& groups_;
+  Topology::Coord coord_;
+  Ctx ctx_;
+  std::vector<ModelChunk<T>> chunks_;
+  std::map<std::string, Mat<double>> before_;
+  std::map<int64_t, Mat<T>> local_;
+};
 
 struct RunOutput {
   std::vector<RankResult> ranks;
@@ -260,49 +423,23 @@ struct RunOutput {
 };
 
 template <class T>
-RunOutput RunWorld(const Recipe& r, const std::vector<char>& letters, const Topology& topo, int64_t router_groups,
-                   const Data& data, const SimOptions& opt) {
-  const int n = topo.tp;
+RunOutput RunWorld(const Spec& spec) {
+  const int n = spec.topo.world();
   World world(n);
-  std::vector<int> all(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
-  const Group& tp = world.NewGroup("tp", all);
-  std::vector<const Group*> ep(static_cast<size_t>(n)), etp(static_cast<size_t>(n)), edp(static_cast<size_t>(n));
-  // EP group: same (etp, edp), ep varies. ETP: same (ep, edp). EDP: same (etp, ep).
-  for (int a = 0; a < topo.etp; ++a) {
-    for (int c = 0; c < topo.edp; ++c) {
-      std::vector<int> m;
-      for (int b = 0; b < topo.ep; ++b) m.push_back(topo.RankOf(a, b, c));
-      const Group& g = world.NewGroup("ep", m);
-      for (int rk : m) ep[static_cast<size_t>(rk)] = &g;
-    }
-  }
-  for (int b = 0; b < topo.ep; ++b) {
-    for (int c = 0; c < topo.edp; ++c) {
-      std::vector<int> m;
-      for (int a = 0; a < topo.etp; ++a) m.push_back(topo.RankOf(a, b, c));
-      const Group& g = world.NewGroup("etp", m);
-      for (int rk : m) etp[static_cast<size_t>(rk)] = &g;
-    }
-  }
-  for (int a = 0; a < topo.etp; ++a) {
-    for (int b = 0; b < topo.ep; ++b) {
-      std::vector<int> m;
-      for (int c = 0; c < topo.edp; ++c) m.push_back(topo.RankOf(a, b, c));
-      const Group& g = world.NewGroup("edp", m);
-      for (int rk : m) edp[static_cast<size_t>(rk)] = &g;
-    }
-  }
+  const std::vector<RankGroups> groups = MakeGroups(world, spec.topo);
   RunOutput out;
   out.ranks.resize(static_cast<size_t>(n));
   world.Run([&](Rank& rank) {
     const size_t i = static_cast<size_t>(rank.id());
-    out.ranks[i] = RunRank<T>(rank, r, letters, topo, tp, *ep[i], *etp[i], *edp[i], router_groups, data, opt);
+    RankProgram<T> program(rank, spec, groups[i]);
+    out.ranks[i] = program.Run();
   });
   for (int i = 0; i < n; ++i) {
     const Rank& rank = world.rank(i);
     RankMeasurement m;
     m.rank = i;
+    m.pipeline_rank = out.ranks[static_cast<size_t>(i)].coord.pp;
+    m.peak_in_flight = out.ranks[static_cast<size_t>(i)].peak_in_flight;
     m.comm = rank.Counts();
     for (int c = 0; c < kNumSimCategories; ++c) {
       m.peak_bytes[static_cast<size_t>(c)] = rank.memory().peak(static_cast<SimCategory>(c));
@@ -330,87 +467,223 @@ ErrorStat Compare(const std::string& name, const Mat<double>& got, const Mat<dou
   return e;
 }
 
-/// The global gradient of `name` assembled from the ranks' shards.
-Mat<double> Gather(const std::string& name, const RunOutput& run, const Topology& topo) {
-  // Every rank holding a shard of `name`, in rank order.
-  std::vector<std::pair<int, const Mat<double>*>> shards;
-  ShardKind kind = ShardKind::kReplicated;
-  for (size_t i = 0; i < run.ranks.size(); ++i) {
-    const auto it = run.ranks[i].grads.find(name);
-    if (it == run.ranks[i].grads.end()) continue;
-    kind = it->second.first;
-    shards.push_back({static_cast<int>(i), &it->second.second});
-  }
-  if (shards.empty()) return Mat<double>();
-  switch (kind) {
-    case ShardKind::kReplicated: return *shards[0].second;
-    case ShardKind::kColumns: {
-      Mat<double> m(shards[0].second->rows(), shards[0].second->cols() * topo.tp);
-      for (const auto& [rk, g] : shards) m.middleCols(rk * g->cols(), g->cols()) = *g;
-      return m;
-    }
-    case ShardKind::kRows: {
-      Mat<double> m(shards[0].second->rows() * topo.tp, shards[0].second->cols());
-      for (const auto& [rk, g] : shards) m.middleRows(rk * g->rows(), g->rows()) = *g;
-      return m;
-    }
+/// Which shard of a parameter a rank holds, and over how many parts.
+std::pair<int, int> ShardOf(const ParamRecord& p, const Topology& topo, const Topology::Coord& c) {
+  switch (p.shard) {
+    case ShardKind::kReplicated: return {0, 1};
+    case ShardKind::kColumns:
+    case ShardKind::kRows: return {c.tp, topo.tp};
     case ShardKind::kExpertColumns:
-    case ShardKind::kExpertRows: {
-      const bool cols = kind == ShardKind::kExpertColumns;
-      const Mat<double>& g0 = *shards[0].second;
-      Mat<double> m(cols ? g0.rows() : g0.rows() * topo.etp, cols ? g0.cols() * topo.etp : g0.cols());
-      for (const auto& [rk, g] : shards) {
-        if (topo.EdpRank(rk) != 0) continue;  // replicas over EDP hold the same (all-reduced) grad
-        const int part = topo.EtpRank(rk);
-        if (cols) {
-          m.middleCols(part * g->cols(), g->cols()) = *g;
-        } else {
-          m.middleRows(part * g->rows(), g->rows()) = *g;
-        }
+    case ShardKind::kExpertRows: return {c.etp, topo.etp};
+  }
+  return {0, 1};
+}
+
+/// Assembles one global tensor per parameter from the ranks' records. The
+/// gradient: every rank's contribution to a shard is summed (replicas over
+/// data and context parallelism; with SP the replicated parameters' partial
+/// sums over TP too), then the shards are placed and the sum divided by
+/// `grad_divisor`. Updates: one tensor per replica, each compared.
+struct Assembled {
+  std::map<std::string, Mat<double>> grads;
+  std::map<std::string, std::vector<Mat<double>>> updates;  // one per replica
+};
+
+Assembled Assemble(const RunOutput& run, const Spec& spec, double grad_divisor) {
+  struct Parts {
+    const ParamRecord* any = nullptr;
+    std::map<int, Mat<double>> grad_shards;
+    std::map<std::vector<int>, std::map<int, const Mat<double>*>> update_replicas;
+  };
+  std::map<std::string, Parts> by_name;
+  for (const RankResult& r : run.ranks) {
+    for (const ParamRecord& p : r.params) {
+      Parts& parts = by_name[p.name];
+      parts.any = &p;
+      const auto [index, count] = ShardOf(p, spec.topo, r.coord);
+      (void)count;
+      const bool partial = p.shard != ShardKind::kReplicated || spec.sp || r.coord.tp == 0;
+      if (partial) {
+        auto [it, fresh] = parts.grad_shards.try_emplace(index, p.grad);
+        if (!fresh) it->second += p.grad;
       }
-      return m;
+      // A replica: every coordinate but the shard's own axis.
+      const std::vector<int> replica =
+          p.expert >= 0 ? std::vector<int>{r.coord.edp} : std::vector<int>{r.coord.cp, r.coord.dp,
+                                                                          p.shard == ShardKind::kReplicated ? r.coord.tp : 0};
+      parts.update_replicas[replica][index] = &p.update;
     }
   }
-  return Mat<double>();
+  Assembled out;
+  for (const auto& [name, parts] : by_name) {
+    const ParamRecord& p = *parts.any;
+    std::vector<const Mat<double>*> shards;
+    for (const auto& [i, m] : parts.grad_shards) shards.push_back(&m);
+    out.grads[name] = AssembleShards(p.shard, p.rows, p.cols, p.segments, shards) / grad_divisor;
+    for (const auto& [key, pieces] : parts.update_replicas) {
+      std::vector<const Mat<double>*> u;
+      for (const auto& [i, m] : pieces) u.push_back(m);
+      out.updates[name].push_back(AssembleShards(p.shard, p.rows, p.cols, p.segments, u));
+    }
+  }
+  return out;
+}
+
+/// The final hidden states and losses of every micro-batch, in data order,
+/// assembled from the last pipeline stage's ranks.
+struct StepOutputs {
+  std::vector<double> losses;
+  Mat<double> hidden;  // micro-batches stacked, global rows each
+};
+
+StepOutputs Outputs(const RunOutput& run, const Spec& spec, int64_t batches) {
+  const Topology& topo = spec.topo;
+  const int64_t rows = spec.dims.seq * spec.dims.batch;
+  StepOutputs out;
+  out.losses.assign(static_cast<size_t>(batches), 0.0);
+  out.hidden = Mat<double>::Zero(batches * rows, spec.dims.hidden);
+  for (const RankResult& r : run.ranks) {
+    if (r.outputs.empty()) continue;
+    const SeqLayout seq = SeqLayout::Make(spec.dims.seq, topo.cp, r.coord.cp, spec.load_balance);
+    const int64_t cp_rows = seq.local_len() * spec.dims.batch;
+    const int64_t per_rank = spec.sp ? cp_rows / topo.tp : cp_rows;
+    for (const auto& [key, h] : r.outputs) {
+      for (int64_t i = 0; i < h.rows(); ++i) {
+        const int64_t local = (spec.sp ? r.coord.tp * per_rank : 0) + i;
+        const int64_t global = seq.Position(local / spec.dims.batch) * spec.dims.batch + local % spec.dims.batch;
+        out.hidden.row(key * rows + global) = h.row(i);
+      }
+      // Each CP rank's loss is the mean over its (equal share of) tokens.
+      if (r.coord.tp == 0) out.losses[static_cast<size_t>(key)] += r.losses.at(key) / topo.cp;
+    }
+  }
+  return out;
+}
+
+/// Router group of each global row of a micro-batch: the (CP rank, SP slice)
+/// of the sharded rank that routes it.
+std::vector<int64_t> RouterGroupsOfRows(const Spec& sharded) {
+  const Topology& topo = sharded.topo;
+  const int64_t batch = sharded.dims.batch;
+  std::vector<int64_t> out(static_cast<size_t>(sharded.dims.seq * batch), 0);
+  for (int c = 0; c < topo.cp; ++c) {
+    const SeqLayout seq = SeqLayout::Make(sharded.dims.seq, topo.cp, c, sharded.load_balance);
+    const int64_t cp_rows = seq.local_len() * batch;
+    const int64_t slices = sharded.sp ? topo.tp : 1;
+    for (int64_t i = 0; i < cp_rows; ++i) {
+      const int64_t global = seq.Position(i / batch) * batch + i % batch;
+      out[static_cast<size_t>(global)] = c * slices + i / (cp_rows / slices);
+    }
+  }
+  return out;
+}
+
+OptimizerSettings SettingsOf(const Recipe& r, const SimOptions& opt, int zero, double grad_divisor) {
+  const PrecisionConfig& prec = r.training.precision;
+  OptimizerSettings s;
+  s.adamw.lr = opt.adamw_lr;
+  s.muon.lr = opt.muon_lr;
+  s.zero = zero;
+  // fp32 master copies exist only when the parameters are kept in lower precision (as the estimator).
+  s.master_bytes = prec.master && prec.params != DType::kFp32 ? SizeOf(*prec.master) : 0;
+  s.momentum_bytes = SizeOf(r.training.optimizer.muon_momentum);
+  s.dense_grad_scale = 1.0 / grad_divisor;
+  s.expert_grad_scale = 1.0 / grad_divisor;
+  return s;
+}
+
+/// The stage partition `fit` and `plan` price: the planner's (MakePlan); a
+/// single stage needs no planner (and no GPU preset).
+StagePlan StagesOf(const Recipe& recipe, const std::vector<char>& letters) {
+  const int64_t layers = static_cast<int64_t>(letters.size());
+  if (recipe.parallel.pp * recipe.parallel.vpp == 1) return EqualStagePlan(layers, 1, 1);
+  const PlanResult plan = MakePlan(BuildInventory(recipe), LayoutOf(recipe));
+  if (!plan.plan) throw SimUnsupported("the planner cannot place this layout: " + plan.diagnostics.at(0).message);
+  return plan.plan->stages;
 }
 
 template <class T>
 SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
   const std::vector<char> letters = LayerLetters(recipe);
-  const Topology topo = CheckSupported(recipe, letters);
-  const Data data = MakeData(recipe, opt.seed);
-  const RunOutput sharded = RunWorld<T>(recipe, letters, topo, 1, data, opt);
-  Topology one;  // the unsharded reference: one rank, every group of size 1
-  one.vocab_tp = topo.vocab_tp;
-  // Capacity per router-call group: the reference routes the tokens in the
-  // same groups the sharded ranks see (each rank's SP slice), MATH.md 8.3 (3).
-  const RunOutput reference = RunWorld<T>(recipe, letters, one, topo.sp ? topo.tp : 1, data, opt);
+  CheckSupported(recipe, letters);
+
+  Spec sharded;
+  sharded.recipe = &recipe;
+  sharded.topo = TopologyOf(recipe);
+  sharded.dims = DimsOf(recipe, recipe.parallel.tp);
+  sharded.letters = letters;
+  sharded.stages = StagesOf(recipe, letters);
+  sharded.vpp = recipe.parallel.vpp;
+  sharded.microbatches = recipe.micro_batches();
+  sharded.sp = recipe.parallel.sp && recipe.parallel.tp > 1;
+  sharded.load_balance = recipe.parallel.cp_load_balance;
+  sharded.opt = opt;
+  const Topology& topo = sharded.topo;
+  const int64_t batches = topo.dp * sharded.microbatches;
+  const Data data = MakeData(recipe, batches, opt.seed);
+  sharded.data = &data;
+  const double replicas = static_cast<double>(topo.dp) * topo.cp;
+  sharded.optim = SettingsOf(recipe, opt, static_cast<int>(recipe.parallel.zero),
+                             replicas * static_cast<double>(sharded.microbatches));
+  if (sharded.sp) sharded.router_groups = 1;  // each rank routes its own SP slice: one group
+
+  // The unsharded reference: one rank, every layer, all micro-batches of all replicas.
+  Spec reference = sharded;
+  reference.topo = Topology();
+  reference.stages = EqualStagePlan(static_cast<int64_t>(letters.size()), 1, 1);
+  reference.vpp = 1;
+  reference.microbatches = batches;
+  reference.sp = false;
+  reference.optim = SettingsOf(recipe, opt, 0, static_cast<double>(batches));
+  reference.router_group_of_row = RouterGroupsOfRows(sharded);
+  reference.router_groups = topo.cp * (sharded.sp ? topo.tp : 1);
+  Recipe one_rank = recipe;
+  one_rank.parallel.schedule = Schedule::k1F1B;
+  reference.recipe = &one_rank;
+
+  const RunOutput run = RunWorld<T>(sharded);
+  const RunOutput ref = RunWorld<T>(reference);
 
   SimulationReport rep;
   rep.recipe_name = recipe.name;
-  rep.ranks = topo.tp;
-  rep.loss_sharded = sharded.ranks[0].loss;
-  rep.loss_reference = reference.ranks[0].loss;
-  rep.loss = Compare("loss", Mat<double>::Constant(1, 1, rep.loss_sharded), Mat<double>::Constant(1, 1, rep.loss_reference));
-  Mat<double> out;
-  if (topo.sp) {
-    const int64_t rows = sharded.ranks[0].output.rows();
-    out.resize(rows * topo.tp, sharded.ranks[0].output.cols());
-    for (int i = 0; i < topo.tp; ++i) out.middleRows(i * rows, rows) = sharded.ranks[static_cast<size_t>(i)].output;
-  } else {
-    out = sharded.ranks[0].output;
+  rep.ranks = topo.world();
+  rep.microbatches = sharded.microbatches;
+  const StepOutputs got = Outputs(run, sharded, batches);
+  const StepOutputs want = Outputs(ref, reference, batches);
+  for (int64_t k = 0; k < batches; ++k) {
+    rep.loss_sharded += got.losses[static_cast<size_t>(k)] / static_cast<double>(batches);
+    rep.loss_reference += want.losses[static_cast<size_t>(k)] / static_cast<double>(batches);
   }
-  rep.output = Compare("output", out, reference.ranks[0].output);
-  for (const auto& [name, g] : reference.ranks[0].grads) {
-    rep.gradients.push_back(Compare(name, Gather(name, sharded, topo), g.second));
+  const auto as_mat = [](const std::vector<double>& v) {
+    return Mat<double>(Eigen::Map<const Mat<double>>(v.data(), 1, static_cast<int64_t>(v.size())));
+  };
+  rep.loss = Compare("loss", as_mat(got.losses), as_mat(want.losses));
+  rep.output = Compare("output", got.hidden, want.hidden);
+  const Assembled a = Assemble(run, sharded, replicas * static_cast<double>(sharded.microbatches));
+  const Assembled b = Assemble(ref, reference, static_cast<double>(batches));
+  for (const auto& [name, g] : b.grads) {
+    const auto it = a.grads.find(name);
+    rep.gradients.push_back(Compare(name, it == a.grads.end() ? Mat<double>() : it->second, g));
     if (rep.gradients.back().max_rel >= rep.worst_gradient.max_rel) rep.worst_gradient = rep.gradients.back();
+    const Mat<double>& want_update = b.updates.at(name).at(0);
+    ErrorStat worst = Compare(name, Mat<double>(), want_update);
+    const auto ut = a.updates.find(name);
+    if (ut != a.updates.end()) {
+      worst = ErrorStat{name, want_update.size(), 0.0, 0.0};
+      for (const Mat<double>& u : ut->second) {
+        const ErrorStat e = Compare(name, u, want_update);
+        if (e.max_rel >= worst.max_rel) worst = e;
+      }
+    }
+    rep.updates.push_back(worst);
+    if (worst.max_rel >= rep.worst_update.max_rel) rep.worst_update = worst;
   }
-  for (const RankResult& rr : sharded.ranks) {
+  for (const RankResult& rr : run.ranks) {
     rep.dropped_pairs += rr.dropped;
     rep.flops += rr.flops;
   }
-  rep.dropped_pairs_reference = reference.ranks[0].dropped;
-  rep.per_rank = sharded.measured;
+  rep.dropped_pairs_reference = ref.ranks[0].dropped;
+  rep.per_rank = run.measured;
   return rep;
 }
 

@@ -35,7 +35,8 @@ const char* Key(SimCategory c) {
     case SimCategory::kTpShardedParams: return "tp_sharded_params";
     case SimCategory::kEpShardedParams: return "ep_sharded_params";
     case SimCategory::kGradients: return "gradients";
-    case SimCategory::kOptimizer: return "optimizer";
+    case SimCategory::kOptimizerMuon: return "optimizer_muon";
+    case SimCategory::kOptimizerAdamW: return "optimizer_adamw";
     case SimCategory::kActivations: return "activations";
     case SimCategory::kRoutingScratch: return "routing_scratch";
     case SimCategory::kTemporaries: return "temporaries";
@@ -268,15 +269,17 @@ void World::Collective(const Group& g, Post post, const Executor& exec) {
   Rendezvous(group_channels_.at(g.id), g.members, index, std::move(post), GroupName(g.axis, g.members), exec);
 }
 
-void World::PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec, bool eager) {
+void World::PointToPoint(const std::string& axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
+                         bool eager) {
   Channel* ch = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ch = &p2p_channels_[{src, dst}];
+    ch = &p2p_channels_[{src, dst, tag}];
     if (ch->next_seq.empty()) ch->next_seq.assign(2, 0);
   }
   const int index = post.rank == src ? 0 : 1;
-  const std::string where = axis + " channel " + std::to_string(src) + "->" + std::to_string(dst);
+  const std::string where = axis + " channel " + std::to_string(src) + "->" + std::to_string(dst) +
+                            (tag != 0 ? " tag " + std::to_string(tag) : "");
   Rendezvous(*ch, {src, dst}, index, std::move(post), where, exec, eager);
 }
 

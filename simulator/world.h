@@ -138,10 +138,14 @@ class Rank {
   /// with a blocking send, 1F1B's forward send and backward send would wait on
   /// each other. Bytes are counted when the Recv matches, under the sender's
   /// pass and label at the time of the Send.
+  /// `tag` selects one of several FIFO channels between the same two ranks
+  /// (a pipeline rank sends activations and gradients of several chunks and
+  /// micro-batches to one neighbour; tags keep them apart, as NCCL's
+  /// per-operation matching does).
   template <class T>
-  void Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes);
+  void Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes, int64_t tag = 0);
   template <class T>
-  void Recv(const std::string& axis, int src, T* data, int64_t count, int64_t elem_bytes);
+  void Recv(const std::string& axis, int src, T* data, int64_t count, int64_t elem_bytes, int64_t tag = 0);
 
   /// Adds bytes to this rank's counters (called by the algorithms).
   void CountSent(const std::string& axis, CollectiveKind k, int64_t bytes);
@@ -209,7 +213,8 @@ class World {
   void Collective(const Group& g, Post post, const Executor& exec);
   /// Point-to-point rendezvous on the channel src -> dst. With `eager`, a
   /// member that arrives first does not wait (its post must own its data).
-  void PointToPoint(const std::string& axis, int src, int dst, Post post, const Executor& exec, bool eager = false);
+  void PointToPoint(const std::string& axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
+                    bool eager = false);
 
  private:
   struct Slot {
@@ -233,7 +238,7 @@ class World {
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::unique_ptr<Group>> groups_;
   std::map<int, Channel> group_channels_;
-  std::map<std::pair<int, int>, Channel> p2p_channels_;
+  std::map<std::tuple<int, int, int64_t>, Channel> p2p_channels_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> pending_;  // per rank: description while blocked, else empty

@@ -276,7 +276,7 @@ std::string MatchSendRecv(const std::string& axis, const std::vector<Post*>& pos
 }  // namespace detail
 
 template <class T>
-void Rank::Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes) {
+void Rank::Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes, int64_t tag) {
   auto copy = std::make_shared<std::vector<T>>(data, data + count);
   Post p;
   p.rank = rank_;
@@ -289,7 +289,7 @@ void Rank::Send(const std::string& axis, int dest, const T* data, int64_t count,
   p.pass = pass_;
   p.what = what_;
   world_->PointToPoint(
-      axis, rank_, dest, std::move(p),
+      axis, rank_, dest, tag, std::move(p),
       [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
         return detail::MatchSendRecv<T>(axis, posts, ranks);
       },
@@ -297,7 +297,7 @@ void Rank::Send(const std::string& axis, int dest, const T* data, int64_t count,
 }
 
 template <class T>
-void Rank::Recv(const std::string& axis, int src, T* data, int64_t count, int64_t elem_bytes) {
+void Rank::Recv(const std::string& axis, int src, T* data, int64_t count, int64_t elem_bytes, int64_t tag) {
   Post p;
   p.rank = rank_;
   p.kind = CollectiveKind::kRecv;
@@ -305,7 +305,7 @@ void Rank::Recv(const std::string& axis, int src, T* data, int64_t count, int64_
   p.elem_bytes = elem_bytes;
   p.count = count;
   p.out = data;
-  world_->PointToPoint(axis, src, rank_, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
+  world_->PointToPoint(axis, src, rank_, tag, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     return detail::MatchSendRecv<T>(axis, posts, ranks);
   });
 }

@@ -45,17 +45,22 @@ enum class SimCategory : int {
   kTpShardedParams,
   kEpShardedParams,
   kGradients,
-  kOptimizer,
+  kOptimizerMuon,   // Muon momentum + fp32 master copy
+  kOptimizerAdamW,  // AdamW m, v + fp32 master copy
   kActivations,     // saved for backward
   kRoutingScratch,  // MoE routing/dispatch/combine buffers
   kTemporaries,     // other named buffers a block materialises (gathered inputs, projections,
                     // partial outputs); Eigen's expression temporaries are not counted
 };
-inline constexpr int kNumSimCategories = 8;
+inline constexpr int kNumSimCategories = 9;
 const char* Key(SimCategory c);
 
 struct RankMeasurement {
   int rank = 0;
+  int pipeline_rank = 0;
+  /// Most (chunk, micro-batch) forwards whose backward had not run yet: the
+  /// micro-batches in flight under the pipeline schedule (MATH.md 4.1).
+  int64_t peak_in_flight = 0;
   std::vector<CommCount> comm;                         // sorted by (axis, kind, pass, what)
   std::array<int64_t, kNumSimCategories> peak_bytes{};  // per category
   std::array<int64_t, kNumSimCategories> final_bytes{};  // live at the end of the step
@@ -72,6 +77,10 @@ struct SimOptions {
   uint64_t seed = 1234;
   /// Scale for initial weights (std of the uniform init) and inputs.
   double init_scale = 0.5;
+  /// Learning rates of the one optimizer step (AdamW and Muon defaults of
+  /// simulator/optimizers.h: KJ muon.py / PyTorch conventions).
+  double adamw_lr = 1e-3;
+  double muon_lr = 0.02;
 };
 
 /// Error of one compared quantity: max |a-b| and max |a-b| / max(|a|,|b|) over
@@ -86,12 +95,17 @@ struct ErrorStat {
 struct SimulationReport {
   std::string recipe_name;
   int64_t ranks = 0;
-  double loss_sharded = 0.0;
+  int64_t microbatches = 0;            // per pipeline per step
+  double loss_sharded = 0.0;           // mean over the global batch
   double loss_reference = 0.0;
-  ErrorStat loss;
-  ErrorStat output;                    // the final hidden state (after the last block)
+  ErrorStat loss;                      // per micro-batch losses
+  ErrorStat output;                    // the final hidden states of every micro-batch
   std::vector<ErrorStat> gradients;    // every parameter, gathered from the shards
   ErrorStat worst_gradient;
+  /// The optimizer step: every parameter's update (new - old), gathered from
+  /// each data-parallel replica (all replicas must hold the same values).
+  std::vector<ErrorStat> updates;
+  ErrorStat worst_update;
   std::vector<RankMeasurement> per_rank;
   int64_t dropped_pairs = 0;           // token-expert pairs dropped by capacity, all E layers, all ranks
   int64_t dropped_pairs_reference = 0; // the same count in the unsharded reference
@@ -100,10 +114,13 @@ struct SimulationReport {
 
 /// Numerics tolerance of MATH.md 8: max relative error 1e-10 in fp64, 1e-5 in
 /// fp32, for the loss, the output and every gradient (relative to the largest
-/// magnitude of the reference tensor).
+/// magnitude of the reference tensor). Parameter updates in fp32 get more room:
+/// Newton-Schulz amplifies small input differences by up to a^5 ~ 485
+/// (simulator/optimizers.h), so a 1e-7 gradient difference can become ~5e-5.
 struct NumericsTolerance {
   double values = 1e-10;
   double gradients = 1e-10;
+  double updates = 1e-10;
 };
 NumericsTolerance ToleranceFor(SimPrecision p);
 /// True when loss, output and every gradient are within `tol`.

@@ -1,0 +1,354 @@
+#include "dist_optimizer.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace preflight::sim {
+
+template <class T>
+struct DistOptimizer<T>::Buffer {
+  std::vector<Param<T>*> params;
+  bool expert = false, muon = false;
+  const Group* group = nullptr;
+  int size = 1, index = 0;      // group size D and this rank's position
+  int64_t n = 0, n_pad = 0;     // real and padded elements
+  int64_t share = 0;            // n_pad / D
+  int64_t own_first = 0, own_real = 0;  // this rank's real elements [own_first, own_first + own_real)
+  std::vector<T> grad_share;    // reduced gradients of the share (ZeRO >= 1)
+  std::vector<T> master, m, v, momentum;  // optimizer state (full with ZeRO 0, the owned real elements otherwise)
+  Allocation state, share_grads;
+  std::vector<Allocation> released_grads;  // ZeRO 2: the full grads are not kept between units
+};
+
+namespace {
+
+template <class T>
+std::vector<T> Flatten(const std::vector<Param<T>*>& params, Tensor<T> Param<T>::*field, int64_t padded) {
+  std::vector<T> flat;
+  flat.reserve(static_cast<size_t>(padded));
+  for (Param<T>* p : params) {
+    const Mat<T>& m = (p->*field).m;
+    flat.insert(flat.end(), m.data(), m.data() + m.size());
+  }
+  flat.resize(static_cast<size_t>(padded), T(0));
+  return flat;
+}
+
+template <class T>
+void Unflatten(const std::vector<T>& flat, const std::vector<Param<T>*>& params, Tensor<T> Param<T>::*field) {
+  int64_t at = 0;
+  for (Param<T>* p : params) {
+    Mat<T>& m = (p->*field).m;
+    std::copy(flat.begin() + at, flat.begin() + at + m.size(), m.data());
+    at += m.size();
+  }
+}
+
+/// Which group and TP-like axis a shard kind gathers over for Muon (MATH.md 9.3, TP "duplicated").
+bool TpSharded(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kRows; }
+bool ExpertSharded(ShardKind k) { return k == ShardKind::kExpertColumns || k == ShardKind::kExpertRows; }
+
+/// Places a local shard (`index` of `parts`) into a global matrix.
+template <class T>
+void PutShard(const Param<T>& p, const Mat<T>& local, int parts, int index, Mat<T>* global) {
+  const bool by_cols = SplitsColumns(p.shard);
+  int64_t at = 0;
+  for (const auto& [offset, len] : ShardRanges(by_cols ? p.cols : p.rows, p.segments, parts, index)) {
+    if (by_cols) {
+      global->middleCols(offset, len) = local.middleCols(at, len);
+    } else {
+      global->middleRows(offset, len) = local.middleRows(at, len);
+    }
+    at += len;
+  }
+}
+
+template <class T>
+Mat<T> TakeShard(const Param<T>& p, const Mat<T>& global, int parts, int index) {
+  const bool by_cols = SplitsColumns(p.shard);
+  const auto ranges = ShardRanges(by_cols ? p.cols : p.rows, p.segments, parts, index);
+  int64_t extent = 0;
+  for (const auto& r : ranges) extent += r.second;
+  Mat<T> local(by_cols ? p.rows : extent, by_cols ? extent : p.cols);
+  int64_t at = 0;
+  for (const auto& [offset, len] : ranges) {
+    if (by_cols) {
+      local.middleCols(at, len) = global.middleCols(offset, len);
+    } else {
+      local.middleRows(at, len) = global.middleRows(offset, len);
+    }
+    at += len;
+  }
+  return local;
+}
+
+}  // namespace
+
+template <class T>
+DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<std::vector<Param<T>*>> units,
+                                const OptimizerSettings& settings)
+    : groups_(groups), settings_(settings) {
+  for (std::vector<Param<T>*>& unit : units) {
+    std::vector<Buffer> buffers;
+    for (const bool expert : {false, true}) {
+      for (const bool muon : {false, true}) {
+        Buffer b;
+        for (Param<T>* p : unit) {
+          if ((p->expert >= 0) == expert && (p->optimizer == OptimizerKind::kMuon) == muon) b.params.push_back(p);
+        }
+        if (b.params.empty()) continue;
+        b.expert = expert;
+        b.muon = muon;
+        b.group = expert ? groups.edp : groups.dp_cp;
+        b.size = b.group->size();
+        b.index = b.group->IndexOf(ctx.rank->id());
+        for (Param<T>* p : b.params) b.n += p->value.m.size();
+        b.n_pad = RoundUp(b.n, b.size);
+        b.share = b.n_pad / b.size;
+        b.own_first = static_cast<int64_t>(b.index) * b.share;
+        b.own_real = std::clamp<int64_t>(b.n - b.own_first, 0, b.share);
+        const bool sharded = settings.zero >= 1;
+        const int64_t state_elems = sharded ? b.own_real : b.n;
+        const std::vector<T> values = Flatten(b.params, &Param<T>::value, b.n);
+        const auto own = [&](const std::vector<T>& flat) {
+          return sharded ? std::vector<T>(flat.begin() + b.own_first, flat.begin() + b.own_first + b.own_real) : flat;
+        };
+        if (settings.master_bytes > 0) b.master = own(values);
+        const int64_t per_elem = settings.master_bytes + (muon ? settings.momentum_bytes : 8);
+        if (muon) {
+          b.momentum.assign(static_cast<size_t>(state_elems), T(0));
+        } else {
+          b.m.assign(static_cast<size_t>(state_elems), T(0));
+          b.v.assign(static_cast<size_t>(state_elems), T(0));
+        }
+        b.state = Allocation(ctx.mem(), muon ? SimCategory::kOptimizerMuon : SimCategory::kOptimizerAdamW,
+                             state_elems * per_elem);
+        if (settings.zero >= 2) {
+          // Only the owned share of the gradients lives between units (plus,
+          // while a unit's backward runs, that unit's full gradients).
+          for (Param<T>* p : b.params) p->grad.alloc.Release();
+          b.share_grads = Allocation(ctx.mem(), SimCategory::kGradients, b.own_real * ctx.bytes.grad);
+        }
+        if (sharded) b.grad_share.assign(static_cast<size_t>(b.share), T(0));
+        buffers.push_back(std::move(b));
+      }
+    }
+    units_.push_back(std::move(buffers));
+  }
+}
+
+template <class T>
+DistOptimizer<T>::~DistOptimizer() = default;
+
+template <class T>
+void DistOptimizer<T>::SyncGradients(Ctx& ctx, Buffer& b) {
+  ctx.rank->set_what(b.expert ? "expert_grads" : "grads");
+  const double scale = b.expert ? settings_.expert_grad_scale : settings_.dense_grad_scale;
+  std::vector<T> flat = Flatten(b.params, &Param<T>::grad, b.n_pad);
+  Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * ctx.bytes.grad);
+  if (settings_.zero == 0) {
+    if (b.size > 1) ctx.rank->AllReduce(*b.group, flat.data(), b.n_pad, ctx.bytes.grad);
+    for (T& x : flat) x *= T(scale);
+    Unflatten(flat, b.params, &Param<T>::grad);
+    return;
+  }
+  std::vector<T> share(static_cast<size_t>(b.share));
+  if (b.size > 1) {
+    ctx.rank->ReduceScatter(*b.group, flat.data(), share.data(), std::vector<int64_t>(static_cast<size_t>(b.size), b.share),
+                            ctx.bytes.grad);
+  } else {
+    share = flat;
+  }
+  for (int64_t i = 0; i < b.share; ++i) b.grad_share[static_cast<size_t>(i)] += T(scale) * share[static_cast<size_t>(i)];
+  for (Param<T>* p : b.params) p->grad.m.setZero();
+}
+
+template <class T>
+void DistOptimizer<T>::ReduceUnitGradients(Ctx& ctx, size_t unit) {
+  if (settings_.zero < 2) return;
+  for (Buffer& b : units_[unit]) SyncGradients(ctx, b);
+}
+
+template <class T>
+void DistOptimizer<T>::OwnedValues(Buffer& b) {
+  // Without a master copy (fp32 parameters) the owned share of the parameters
+  // is what the optimizer updates; `master` then only names that working copy.
+  if (settings_.master_bytes > 0) return;
+  const std::vector<T> all = Flatten(b.params, &Param<T>::value, b.n);
+  if (settings_.zero >= 1) {
+    b.master.assign(all.begin() + b.own_first, all.begin() + b.own_first + b.own_real);
+  } else {
+    b.master = all;
+  }
+}
+
+template <class T>
+void DistOptimizer<T>::StepAdamW(Ctx& ctx, Buffer& b) {
+  (void)ctx;
+  OwnedValues(b);
+  if (settings_.zero >= 1) {
+    AdamWStep(settings_.adamw, settings_.step, b.master.data(), b.grad_share.data(), b.m.data(), b.v.data(), b.own_real);
+    return;
+  }
+  const std::vector<T> grads = Flatten(b.params, &Param<T>::grad, b.n);
+  AdamWStep(settings_.adamw, settings_.step, b.master.data(), grads.data(), b.m.data(), b.v.data(), b.n);
+  Unflatten(b.master, b.params, &Param<T>::value);
+}
+
+template <class T>
+void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
+  const bool sharded = settings_.zero >= 1;
+  const int64_t mb = settings_.momentum_bytes;
+  // 1. Momentum on what this rank owns, then the full (rank-local) update input.
+  std::vector<T> update(static_cast<size_t>(b.n_pad), T(0));
+  if (!sharded) {
+    const std::vector<T> grads = Flatten(b.params, &Param<T>::grad, b.n);
+    MuonMomentum(settings_.muon, grads.data(), b.momentum.data(), update.data(), b.n);
+  } else {
+    std::vector<T> mine(static_cast<size_t>(b.share), T(0));
+    MuonMomentum(settings_.muon, b.grad_share.data(), b.momentum.data(), mine.data(), b.own_real);
+    ctx.rank->set_what(b.expert ? "muon_expert_gather" : "muon_gather");
+    Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * mb);
+    if (b.size > 1) {
+      ctx.rank->AllGather(*b.group, mine.data(), update.data(), std::vector<int64_t>(static_cast<size_t>(b.size), b.share),
+                          mb);
+    } else {
+      update = mine;
+    }
+  }
+  // 2. Each matrix's update in its global shape: TP-sharded matrices are
+  // gathered over TP (expert matrices over expert TP), coalesced per buffer.
+  std::vector<Mat<T>> local;
+  int64_t at = 0;
+  for (Param<T>* p : b.params) {
+    Mat<T> u(p->value.m.rows(), p->value.m.cols());
+    std::copy(update.begin() + at, update.begin() + at + u.size(), u.data());
+    at += u.size();
+    local.push_back(std::move(u));
+  }
+  const Group* tp_group = b.expert ? groups_.etp : groups_.tp;
+  const int parts = tp_group->size();
+  const int my_part = tp_group->IndexOf(ctx.rank->id());
+  const auto gathered_kind = [&](ShardKind k) { return b.expert ? ExpertSharded(k) : TpSharded(k); };
+  std::vector<std::vector<T>> gathered_parts(static_cast<size_t>(parts));
+  if (parts > 1) {
+    std::vector<T> mine;
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      if (gathered_kind(b.params[i]->shard)) mine.insert(mine.end(), local[i].data(), local[i].data() + local[i].size());
+    }
+    if (!mine.empty()) {
+      ctx.rank->set_what(b.expert ? "muon_expert_tp_gather" : "muon_tp_gather");
+      const int64_t count = static_cast<int64_t>(mine.size());
+      std::vector<T> all(static_cast<size_t>(count * parts));
+      Allocation temp(ctx.mem(), SimCategory::kTemporaries, count * parts * mb);
+      ctx.rank->AllGather(*tp_group, mine.data(), all.data(), std::vector<int64_t>(static_cast<size_t>(parts), count), mb);
+      for (int r = 0; r < parts; ++r) {
+        gathered_parts[static_cast<size_t>(r)].assign(all.begin() + r * count, all.begin() + (r + 1) * count);
+      }
+    }
+  }
+  // 3. Newton-Schulz on the global matrix, scaled; keep this rank's slice.
+  std::vector<T> ortho;
+  ortho.reserve(static_cast<size_t>(b.n));
+  int64_t part_at = 0;
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    const Param<T>& p = *b.params[i];
+    Mat<T> global;
+    const bool split = parts > 1 && gathered_kind(p.shard);
+    if (split) {
+      global.resize(p.rows, p.cols);
+      for (int r = 0; r < parts; ++r) {
+        Mat<T> piece(local[i].rows(), local[i].cols());
+        std::copy(gathered_parts[static_cast<size_t>(r)].begin() + part_at,
+                  gathered_parts[static_cast<size_t>(r)].begin() + part_at + piece.size(), piece.data());
+        PutShard(p, piece, parts, r, &global);
+      }
+      part_at += local[i].size();
+    } else {
+      global = local[i];
+    }
+    double flops = 0;
+    Mat<T> o = NewtonSchulz5(global, settings_.muon.ns_steps, &flops);
+    ctx.rank->AddFlops(flops);
+    o *= T(MuonScale(settings_.muon, p.rows, p.cols));
+    const Mat<T> mine = split ? TakeShard(p, o, parts, my_part) : o;
+    ortho.insert(ortho.end(), mine.data(), mine.data() + mine.size());
+  }
+  // 4. The update on the owned elements (scale 1: MuonScale is already in `ortho`).
+  OwnedValues(b);
+  if (sharded) {
+    MuonApply(settings_.muon, 1.0, b.master.data(), ortho.data() + b.own_first, b.own_real);
+  } else {
+    MuonApply(settings_.muon, 1.0, b.master.data(), ortho.data(), b.n);
+    Unflatten(b.master, b.params, &Param<T>::value);
+  }
+}
+
+template <class T>
+void DistOptimizer<T>::GatherParams(Ctx& ctx, Buffer& b) {
+  ctx.rank->set_what(b.expert ? "expert_params" : "params");
+  std::vector<T> mine(static_cast<size_t>(b.share), T(0));
+  std::copy(b.master.begin(), b.master.begin() + b.own_real, mine.begin());
+  std::vector<T> all(static_cast<size_t>(b.n_pad));
+  if (b.size > 1) {
+    Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * ctx.bytes.param);
+    ctx.rank->AllGather(*b.group, mine.data(), all.data(), std::vector<int64_t>(static_cast<size_t>(b.size), b.share),
+                        ctx.bytes.param);
+  } else {
+    all = mine;
+  }
+  Unflatten(all, b.params, &Param<T>::value);
+}
+
+template <class T>
+void DistOptimizer<T>::Step(Ctx& ctx) {
+  ctx.rank->set_pass(SimPass::kOptimizer);
+  // With SP each TP rank holds partial gradients of the replicated parameters
+  // (norms, router): one coalesced all-reduce over TP (Megatron
+  // _allreduce_layernorm_grads), padded to a multiple of tp like the DP buffers.
+  if (groups_.sp && groups_.tp->size() > 1) {
+    std::vector<Param<T>*> rep;
+    for (const auto& unit : units_) {
+      for (const Buffer& b : unit) {
+        for (Param<T>* p : b.params) {
+          if (p->shard == ShardKind::kReplicated) rep.push_back(p);
+        }
+      }
+    }
+    int64_t n = 0;
+    for (Param<T>* p : rep) n += p->grad.m.size();
+    if (n > 0) {
+      const int64_t padded = RoundUp(n, groups_.tp->size());
+      std::vector<T> flat = Flatten(rep, &Param<T>::grad, padded);
+      ctx.rank->set_what("replicated_grads");
+      Allocation temp(ctx.mem(), SimCategory::kTemporaries, padded * ctx.bytes.grad);
+      ctx.rank->AllReduce(*groups_.tp, flat.data(), padded, ctx.bytes.grad);
+      Unflatten(flat, rep, &Param<T>::grad);
+    }
+  }
+  for (auto& unit : units_) {
+    for (Buffer& b : unit) {
+      if (settings_.zero < 2) SyncGradients(ctx, b);
+    }
+  }
+  for (auto& unit : units_) {
+    for (Buffer& b : unit) {
+      if (b.muon) {
+        StepMuon(ctx, b);
+      } else {
+        StepAdamW(ctx, b);
+      }
+    }
+  }
+  if (settings_.zero >= 1) {
+    for (auto& unit : units_) {
+      for (Buffer& b : unit) GatherParams(ctx, b);
+    }
+  }
+}
+
+template class DistOptimizer<double>;
+template class DistOptimizer<float>;
+
+}  // namespace preflight::sim

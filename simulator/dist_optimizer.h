@@ -1,0 +1,85 @@
+// Gradient synchronisation and one optimizer step on a rank, sharded over the
+// data-parallel groups as the recipe's ZeRO stage says (MATH.md 2.2, 7.2 "DP",
+// 9.3). The executor moves and keeps what the step needs; the counters and
+// memory tags measure it for comparison with the planner and estimator.
+//
+// Buffers [OURS, after Megatron's DDP buckets]: each layer is a unit, and the
+// embedding and the head (with the final norm) are units of their own. A
+// unit's parameters form four flat buffers: dense AdamW, dense Muon (reduced
+// over the d*c group), expert AdamW, expert Muon (over the expert-data-parallel
+// group). Each buffer is padded with zeros to a multiple of its group size D
+// (Megatron pads its grad buffers so they split evenly), and rank k of the
+// group owns elements [k n_pad/D, (k+1) n_pad/D). Optimizer state is kept for
+// the real (unpadded) elements of a rank's share.
+//
+// ZeRO 0: all-reduce each buffer's grads. ZeRO 1: reduce-scatter the grads
+// once per step, update the owned share, all-gather the params. ZeRO 2: as 1,
+// but each unit's grads are reduce-scattered in every micro-batch's backward
+// (ReduceUnitGradients) so only one unit's unsharded grads live at a time
+// (DeepSpeed stage 2). Muon (Moonshot "Distributed Muon"): the momentum is
+// updated on the owned share, the momentum-updated shares are all-gathered over
+// the group, each TP-sharded matrix is gathered over TP ("duplicated"), and
+// Newton-Schulz runs on the full global matrix; each rank keeps its slice.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "blocks.h"
+#include "optimizers.h"
+
+namespace preflight::sim {
+
+struct OptimizerSettings {
+  AdamWConfig adamw;
+  MuonConfig muon;
+  int64_t step = 1;       // the step being taken (AdamW bias correction)
+  int zero = 0;
+  int64_t master_bytes = 4;    // fp32 master copy per element, 0 = none
+  int64_t momentum_bytes = 4;  // Muon momentum per element
+  /// Divides the summed gradients: the dense and the expert gradient of the
+  /// global-batch mean loss is the sum over the d*c replicas / (d*c).
+  double dense_grad_scale = 1.0;
+  double expert_grad_scale = 1.0;
+};
+
+/// The groups of one rank the step communicates over.
+struct DistGroups {
+  const Group* tp = nullptr;
+  const Group* dp_cp = nullptr;
+  const Group* etp = nullptr;
+  const Group* edp = nullptr;
+  bool sp = false;  // REP grads are partial over TP: all-reduce them first
+};
+
+/// A rank's optimizer: buffers and state of its units.
+template <class T>
+class DistOptimizer {
+ public:
+  DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<std::vector<Param<T>*>> units,
+                const OptimizerSettings& settings);
+  ~DistOptimizer();
+  DistOptimizer(const DistOptimizer&) = delete;
+  DistOptimizer& operator=(const DistOptimizer&) = delete;
+
+  /// ZeRO 2: reduce-scatter unit `u`'s gradients into the owned shares and
+  /// zero them (called after the unit's backward of every micro-batch).
+  void ReduceUnitGradients(Ctx& ctx, size_t unit);
+  /// After the last backward: the remaining gradient synchronisation, the
+  /// AdamW and Muon updates and the parameter all-gathers.
+  void Step(Ctx& ctx);
+
+ private:
+  struct Buffer;
+  void SyncGradients(Ctx& ctx, Buffer& b);
+  void OwnedValues(Buffer& b);
+  void StepAdamW(Ctx& ctx, Buffer& b);
+  void StepMuon(Ctx& ctx, Buffer& b);
+  void GatherParams(Ctx& ctx, Buffer& b);
+
+  DistGroups groups_;
+  OptimizerSettings settings_;
+  std::vector<std::vector<Buffer>> units_;  // per unit, its non-empty buffers
+};
+
+}  // namespace preflight::sim

@@ -1,0 +1,38 @@
+// Pipeline schedules of the reference executor: the order in which one
+// pipeline rank runs the forward and backward of its (chunk, micro-batch)
+// pairs, as Megatron's schedules.py orders them (MATH.md 4.1).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "preflight/recipe.h"
+
+namespace preflight::sim {
+
+/// One step of a pipeline rank: the forward or backward of micro-batch
+/// `microbatch` through the rank's model chunk `chunk` (0..v-1, the chunk's
+/// global index is chunk * p + rank).
+struct PipeOp {
+  bool forward = true;
+  int64_t chunk = 0;
+  int64_t microbatch = 0;
+  friend bool operator==(const PipeOp&, const PipeOp&) = default;
+};
+
+/// The order of pipeline rank `rank` (0..p-1) for `m` micro-batches:
+/// - 1F1B (v = 1): warmup min(p - rank - 1, m) forwards, then one forward and
+///   one backward per remaining micro-batch, then the cooldown backwards
+///   (p = 1 is Megatron's no-pipelining loop: F, B per micro-batch);
+/// - interleaved (v > 1): Megatron's schedule table (micro-batches in groups of
+///   g = p, chunk-major inside a group; backwards run the chunks in reverse),
+///   warmup 2(p - rank - 1) + (v - 1) g forwards (all of them when that
+///   reaches m v), then 1F1B over the table, then the cooldown.
+/// Throws SimUnsupported for other schedules (DualPipe, DualPipeV).
+std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank);
+
+/// Most (chunk, micro-batch) forwards whose backward has not yet run, at any
+/// point of `ops`: the micro-batches in flight whose activations a rank holds.
+int64_t PeakInFlight(const std::vector<PipeOp>& ops);
+
+}  // namespace preflight::sim
