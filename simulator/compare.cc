@@ -3,17 +3,19 @@
 // scaled recipe. The executor never calls these models while it runs; this
 // file only puts their figures beside its measurements.
 //
-// Communication: every (axis, kind, pass, what) bucket of the simulated rank
-// beside the planner's item for that rank's pipeline stage. Exact (bytes must
-// be equal) unless the bytes depend on the routing: the EP/ETP buckets of a
-// dropless or unpadded-capacity MoE, where the planner prices uniform routing
-// (k*T copies) and the executor moves what its router chose; those rows are
+// Stage by stage. Communication: every (axis, kind, pass, what) bucket, the
+// most bytes any rank of the stage sent in it, beside the planner's item for
+// the stage (which prices its busiest rank). Exact (bytes must be equal)
+// unless the bytes depend on the routing: the EP/ETP buckets of a dropless or
+// unpadded-capacity MoE, where the planner prices uniform routing (k*T
+// copies) and the executor moves what its router chose; those rows are
 // informational, as is the executor's int64 count exchange ("moe_counts"),
-// which the planner does not price. Optimizer-step traffic (parameter
-// gathers, Muon) is part 2 of the executor and listed as not compared.
+// which the planner does not price. Optimizer-step traffic (gradient
+// reductions, parameter gathers, Muon gathers) is exact.
 //
-// Memory: peak per category over the simulated ranks beside the estimator's
-// rank. Parameters and gradients are exact. Activations within
+// Memory: peak per category over the stage's ranks beside the estimator's
+// figure for the stage. Parameters, gradients, both optimizer states and the
+// number of micro-batches in flight are exact. Activations within
 // kActivationTolerance: the executor's saved set follows MATH.md 3.2 but
 // keeps rstd in MoE layers, charges logits as a temporary, and in a MoE with
 // routing-dependent shapes holds what its router chose, not the estimator's
@@ -61,42 +63,41 @@ bool RoutingDependent(const Recipe& r) {
 }
 
 
-/// Optimizer-pass buckets the executor runs in part 1: gradient reductions.
-
 bool IsRoutedBucket(const std::string& what) {
   return what == "moe_dispatch" || what == "moe_combine" || what == "moe_experts" || what == "moe_counts";
 }
 
-/// Optimizer-pass buckets the executor runs in part 1: gradient reductions.
-bool IsGradSync(const std::string& what) {
-  return what == "grads" || what == "expert_grads" || what == "replicated_grads";
-}
-
 using Key4 = std::tuple<std::string, std::string, std::string, std::string>;  // axis, kind, pass, what
 
-void CompareComm(const Recipe& scaled, const Inventory& inv, const Layout& layout, const StagePlan& stages,
-                 const RankMeasurement& measured, SimComparison* out) {
-  const PlanTables tables = BuildPlanTables(inv);
-  const Mesh mesh = PlaceRanks(layout, scaled.cluster.gpus_per_node, scaled.model.tie_embeddings);
-  const std::vector<StageComm> comm = BuildStageComm(inv, tables, layout, stages, mesh.locality, CostModel{});
-  std::map<Key4, int64_t> modeled;
-  std::set<std::string> skipped;
-  for (const CommItem& item : comm.at(0).items) {
-    if (item.send.count() == 0) continue;
-    const std::string pass = SimPassName(item.pass);
-    const std::string what(item.what);
-    if (item.pass == Pass::kOptimizer && !IsGradSync(what)) {
-      skipped.insert(what);
-      continue;
+/// The stage's ranks, worst per bucket: the planner prices the busiest rank
+/// of a stage (uneven CP hand-off chains, the first DP shard).
+std::map<Key4, std::pair<int64_t, int64_t>> MeasuredComm(const SimulationReport& report, int64_t stage) {
+  std::map<Key4, std::pair<int64_t, int64_t>> out;  // sent, calls
+  for (const RankMeasurement& m : report.per_rank) {
+    if (m.pipeline_rank != stage) continue;
+    std::map<Key4, std::pair<int64_t, int64_t>> mine;
+    for (const CommCount& c : m.comm) {
+      // The planner's point-to-point item is one send_recv per message.
+      const std::string kind = c.kind == CollectiveKind::kSend ? Key(Collective::kSendRecv) : Name(c.kind);
+      auto& slot = mine[{c.axis, kind, Name(c.pass), c.what}];
+      slot.first += c.bytes_sent;
+      slot.second += c.calls;
     }
-    modeled[{SimAxis(Key(item.axis)), Key(item.kind), pass, what}] += item.send.count();
+    for (const auto& [k, v] : mine) {
+      auto& slot = out[k];
+      if (v.first >= slot.first) slot = v;
+    }
   }
-  std::map<Key4, std::pair<int64_t, int64_t>> counted;  // sent, calls
-  for (const CommCount& c : measured.comm) {
-    auto& slot = counted[{c.axis, Name(c.kind), Name(c.pass), c.what}];
-    slot.first += c.bytes_sent;
-    slot.second += c.calls;
+  return out;
+}
+
+void CompareComm(const Recipe& scaled, const StageComm& comm, const SimulationReport& report, StageComparison* out) {
+  std::map<Key4, int64_t> modeled;
+  for (const CommItem& item : comm.items) {
+    if (item.send.count() == 0) continue;
+    modeled[{SimAxis(Key(item.axis)), Key(item.kind), SimPassName(item.pass), std::string(item.what)}] += item.send.count();
   }
+  const std::map<Key4, std::pair<int64_t, int64_t>> counted = MeasuredComm(report, out->pipeline_rank);
   std::set<Key4> keys;
   for (const auto& [k, v] : modeled) keys.insert(k);
   for (const auto& [k, v] : counted) keys.insert(k);
@@ -104,6 +105,8 @@ void CompareComm(const Recipe& scaled, const Inventory& inv, const Layout& layou
   for (const Key4& k : keys) {
     CommAgreement a;
     std::tie(a.axis, a.kind, a.pass, a.what) = k;
+    // The planner's send_recv is the simulator's send; receives mirror it.
+    if (a.kind == "recv") continue;
     const auto m = modeled.find(k);
     const auto c = counted.find(k);
     a.in_model = m != modeled.end();
@@ -116,98 +119,107 @@ void CompareComm(const Recipe& scaled, const Inventory& inv, const Layout& layou
     if (!a.in_run && a.modeled_sent == 0) continue;
     out->comm.push_back(a);
   }
-  for (const std::string& what : skipped) {
-    out->notes.push_back("planner bucket '" + what + "' (optimizer step) not compared: the executor's optimizers are part 2");
-  }
-  if (routed) {
-    out->notes.push_back(
-        "EP/ETP buckets are informational: the MoE routing is dropless or unpadded, so the bytes depend on the "
-        "router's choices (the planner prices uniform routing); set moe.pad_to_capacity for an exact check");
-  }
 }
 
-void CompareMemory(const Recipe& scaled, const Inventory& inv, const Layout& layout, const StagePlan& stages,
-                   const SimulationReport& report, SimComparison* out) {
-  const RankMemory est = EstimateRank(inv, layout, stages, 0);
-  const auto worst = [&](SimCategory c) {
-    int64_t m = 0;
-    for (const RankMeasurement& r : report.per_rank) m = std::max(m, r.peak_bytes[static_cast<size_t>(c)]);
-    return m;
-  };
-  struct Row {
+int64_t WorstOfStage(const SimulationReport& report, int64_t stage, SimCategory c) {
+  int64_t m = 0;
+  for (const RankMeasurement& r : report.per_rank) {
+    if (r.pipeline_rank == stage) m = std::max(m, r.peak_bytes[static_cast<size_t>(c)]);
+  }
+  return m;
+}
+
+MemoryAgreement Row(const std::string& category, int64_t measured, int64_t modeled, double tolerance,
+                    const std::string& note = "") {
+  MemoryAgreement m;
+  m.category = category;
+  m.measured = measured;
+  m.modeled = modeled;
+  m.tolerance = std::max(0.0, tolerance);
+  m.note = note;
+  if (!note.empty()) {
+    m.agrees = true;
+  } else if (modeled == 0) {
+    m.agrees = measured == 0;
+  } else {
+    const double rel = std::fabs(static_cast<double>(measured - modeled)) / static_cast<double>(modeled);
+    m.agrees = rel <= tolerance;
+  }
+  return m;
+}
+
+void CompareMemory(const Recipe& scaled, const RankMemory& est, const SimulationReport& report, StageComparison* out) {
+  const int64_t stage = out->pipeline_rank;
+  const auto worst = [&](SimCategory c) { return WorstOfStage(report, stage, c); };
+  struct Exact {
     SimCategory sim;
     Category model;
-    double tolerance;  // < 0: informational
-    const char* note;
   };
+  const Exact exact[] = {{SimCategory::kReplicatedParams, Category::kReplicatedParams},
+                         {SimCategory::kTpShardedParams, Category::kTpShardedParams},
+                         {SimCategory::kEpShardedParams, Category::kEpShardedParams},
+                         {SimCategory::kGradients, Category::kGradients},
+                         {SimCategory::kOptimizerMuon, Category::kOptimizerMuon},
+                         {SimCategory::kOptimizerAdamW, Category::kOptimizerAdamW}};
+  for (const Exact& e : exact) out->memory.push_back(Row(Key(e.sim), worst(e.sim), est.of(e.model).count(), 0.0));
+  // Saved activations: the estimator's figure less its one-layer transient
+  // (scan workspace, ring buffers), which the executor holds as temporaries.
   const double act_tol = RoutingDependent(scaled) ? kRoutedActivationTolerance : kActivationTolerance;
-  const Row rows[] = {
-      {SimCategory::kReplicatedParams, Category::kReplicatedParams, 0.0, ""},
-      {SimCategory::kTpShardedParams, Category::kTpShardedParams, 0.0, ""},
-      {SimCategory::kEpShardedParams, Category::kEpShardedParams, 0.0, ""},
-      {SimCategory::kGradients, Category::kGradients, 0.0, ""},
-      {SimCategory::kActivations, Category::kActivations, act_tol, ""},
-      {SimCategory::kRoutingScratch, Category::kRoutingScratch, -1.0, "(informational: transient buffers)"},
-  };
-  for (const Row& row : rows) {
-    MemoryAgreement m;
-    m.category = Key(row.sim);
-    m.measured = worst(row.sim);
-    m.modeled = est.of(row.model).count();
-    m.tolerance = std::max(0.0, row.tolerance);
-    m.note = row.note;
-    if (row.tolerance < 0) {
-      m.agrees = true;
-    } else if (m.modeled == 0) {
-      m.agrees = m.measured == 0;
-    } else {
-      const double rel = std::fabs(static_cast<double>(m.measured - m.modeled)) / static_cast<double>(m.modeled);
-      m.agrees = rel <= row.tolerance;
-    }
-    out->memory.push_back(m);
+  out->memory.push_back(Row(Key(SimCategory::kActivations), worst(SimCategory::kActivations),
+                            (est.of(Category::kActivations) - est.activations_transient).count(), act_tol));
+  int64_t in_flight = 0;
+  for (const RankMeasurement& r : report.per_rank) {
+    if (r.pipeline_rank == stage) in_flight = std::max(in_flight, r.peak_in_flight);
   }
+  out->memory.push_back(Row("in-flight micro-batches", in_flight, est.in_flight_microbatches, 0.0));
+  out->memory.push_back(Row(Key(SimCategory::kRoutingScratch), worst(SimCategory::kRoutingScratch),
+                            est.of(Category::kRoutingScratch).count(), 0.0, "(informational: transient buffers)"));
   // The activation peak split by block family, beside the estimator's split
   // (informational: it locates a disagreement of the total).
-  const RankMeasurement* peak_rank = &report.per_rank.front();
+  const RankMeasurement* peak_rank = nullptr;
   for (const RankMeasurement& r : report.per_rank) {
     const size_t a = static_cast<size_t>(SimCategory::kActivations);
-    if (r.peak_bytes[a] > peak_rank->peak_bytes[a]) peak_rank = &r;
+    if (r.pipeline_rank == stage && (peak_rank == nullptr || r.peak_bytes[a] > peak_rank->peak_bytes[a])) peak_rank = &r;
   }
+  if (peak_rank == nullptr) return;
+  const auto at_peak = [&](const std::string& owner) {
+    const auto it = peak_rank->activations_at_peak.find(owner);
+    return it == peak_rank->activations_at_peak.end() ? int64_t{0} : it->second;
+  };
   for (BlockKind k : kAllBlockKinds) {
     const std::string owner(1, Letter(k));
-    const auto it = peak_rank->activations_at_peak.find(owner);
     const int64_t modeled = est.activations_by_family[static_cast<size_t>(FamilyIndex(k))].count();
-    if (it == peak_rank->activations_at_peak.end() && modeled == 0) continue;
-    MemoryAgreement m;
-    m.category = "activations " + owner;
-    m.measured = it == peak_rank->activations_at_peak.end() ? 0 : it->second;
-    m.modeled = modeled;
-    m.note = "(by family, informational)";
-    out->memory.push_back(m);
+    if (at_peak(owner) == 0 && modeled == 0) continue;
+    out->memory.push_back(Row("activations " + owner, at_peak(owner), modeled, 0.0, "(by family, informational)"));
   }
-  const auto ends = peak_rank->activations_at_peak.find("ends");
-  MemoryAgreement m;
-  m.category = "activations ends";
-  m.measured = ends == peak_rank->activations_at_peak.end() ? 0 : ends->second;
-  m.modeled = est.activations_ends.count();
-  m.note = "(embedding ids, head and loss; informational)";
-  out->memory.push_back(m);
-  out->notes.push_back("optimizer state not compared: the executor's optimizers are part 2");
+  out->memory.push_back(Row("activations ends", at_peak("ends"), est.activations_ends.count(), 0.0,
+                            "(embedding ids, head and loss; informational)"));
 }
 
 }  // namespace
 
-SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision,
-                                int64_t rank) {
+SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision) {
   SimComparison out;
   out.tolerance = ToleranceFor(precision);
   out.numerics_ok = NumericsAgree(report, out.tolerance);
-  out.compared_rank = rank;
   const Inventory inv = BuildInventory(scaled);
   const Layout layout = LayoutOf(scaled);
-  const StagePlan stages = EqualStagePlan(static_cast<int64_t>(scaled.model.layers.size()), 1, 1);
-  CompareComm(scaled, inv, layout, stages, report.per_rank.at(static_cast<size_t>(rank)), &out);
-  CompareMemory(scaled, inv, layout, stages, report, &out);
+  const StagePlan stages = SimulatedStages(scaled);
+  const PlanTables tables = BuildPlanTables(inv);
+  const Mesh mesh = PlaceRanks(layout, scaled.cluster.gpus_per_node, scaled.model.tie_embeddings);
+  const std::vector<StageComm> comm = BuildStageComm(inv, tables, layout, stages, mesh.locality, CostModel{});
+  for (int64_t s = 0; s < layout.pp; ++s) {
+    StageComparison stage;
+    stage.pipeline_rank = s;
+    CompareComm(scaled, comm.at(static_cast<size_t>(s)), report, &stage);
+    CompareMemory(scaled, EstimateRank(inv, layout, stages, s), report, &stage);
+    out.stages.push_back(std::move(stage));
+  }
+  if (RoutingDependent(scaled)) {
+    out.notes.push_back(
+        "EP/ETP buckets are informational: the MoE routing is dropless or unpadded, so the bytes depend on the "
+        "router's choices (the planner prices uniform routing); set moe.pad_to_capacity for an exact check");
+  }
   return out;
 }
 

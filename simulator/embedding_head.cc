@@ -2,6 +2,9 @@
 // vocab-parallel cross-entropy (MATH.md 8.3, Megatron cross_entropy.py).
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "preflight/sim.h"
 
 #include "blocks.h"
 
@@ -113,7 +116,8 @@ template <class T>
 std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                     double scale) {
   if (letter == 'E') return MakeMoeBlock<T>(ctx, d, layer, seed, scale);
-  return MakeDenseBlock<T>(letter, ctx, d, layer, seed, scale);
+  if (letter == 'A' || letter == 'D') return MakeDenseBlock<T>(letter, ctx, d, layer, seed, scale);
+  throw SimUnsupported(std::string("block '") + letter + "' is not in the executor");
 }
 
 template class Embedding<double>;

@@ -1,6 +1,7 @@
-// A scaled copy of a recipe for the executor: the pattern and every
-// divisibility the layout needs stay; sizes shrink.
+// A scaled copy of a recipe for the executor: the pattern, the layout and
+// every divisibility the layout needs stay; sizes shrink.
 #include <algorithm>
+#include <numeric>
 
 #include "preflight/sim.h"
 
@@ -27,11 +28,31 @@ std::vector<BlockKind> ExpandLayers(const ModelConfig& m) {
   }
   return out;
 }
+
+/// The recipe's dp when the world fits in max_dp, else the largest divisor
+/// dp' of it (>= 2 where dp >= 2) for which the expert folding divides:
+/// (tp cp dp') % (ep expert_tp) == 0 (MATH.md 7.3).
+int64_t ScaledDp(const ParallelConfig& p, int64_t dp, int64_t max_dp) {
+  const int64_t floor = std::min<int64_t>(dp, 2);
+  for (int64_t d = std::min(dp, max_dp); d >= floor; --d) {
+    if ((p.tp * p.cp * d) % (p.ep * p.expert_tp) == 0 && dp % d == 0) return d;
+  }
+  return dp;  // nothing smaller fits: keep the recipe's (Simulate refuses an oversized world)
+}
+
+/// Sequence length: at least `wanted`, divisible into the CP chunks with each
+/// CP rank's positions divisible by tp (SP), each chunk at least `min_chunk`.
+int64_t ScaledSeq(const ParallelConfig& p, int64_t wanted, int64_t min_chunk) {
+  const int64_t chunks = p.cp > 1 && p.cp_load_balance ? 2 * p.cp : p.cp;
+  const int64_t unit = std::lcm(chunks, p.cp * p.tp);
+  return RoundUp(std::max(wanted, chunks * min_chunk), unit);
+}
 }  // namespace
 
 Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   Recipe r = recipe;
   ModelConfig& m = r.model;
+  ParallelConfig& p = r.parallel;
   m.hidden = s.hidden;
   m.attention.head_dim = s.head_dim;
   m.mlp.ffn_hidden = s.ffn_hidden;
@@ -39,34 +60,35 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   m.moe.ffn_hidden = s.moe_ffn_hidden;
   m.moe.shared_ffn_hidden = shared_count * s.moe_ffn_hidden;
   m.vocab = s.vocab;
+  m.vocab_pad_multiple = 8;  // Megatron's 128 would dwarf a 64-token vocabulary
   m.mamba.head_dim = s.mamba_head_dim;
   m.mamba.d_state = s.mamba_d_state;
   m.mamba.chunk = s.mamba_chunk;
   m.recurrent.width = s.recurrent_width;
-  m.vocab_pad_multiple = 8;  // Megatron's 128 would dwarf a 64-token vocabulary
-  m.repeat = s.repeat;
+  // Every pipeline chunk needs a layer.
+  const int64_t pattern = std::max<int64_t>(1, static_cast<int64_t>(m.pattern.size()));
+  m.repeat = std::max(s.repeat, (p.pp * p.vpp + pattern - 1) / pattern);
   m.layers = ExpandLayers(m);
-  r.training.seq_len = s.seq_len;
-  r.training.micro_batch = 1;
-  r.training.recompute = Recompute::kNone;  // the executor keeps every saved tensor
-  r.parallel.pp = 1;
-  r.parallel.vpp = 1;
-  r.parallel.cp = 1;
-  r.parallel.stage_boundaries.clear();
-  r.cluster.nodes = 1;
-  r.cluster.gpus_per_node = r.parallel.tp;  // dp = 1
-  r.training.global_batch = 1;
-  // Gradients are synchronised DDP-style (all-reduce) until the distributed
-  // optimizer is in the executor (part 2).
-  r.parallel.zero = 0;
-  // Expert degrees mean nothing without E layers (the parser warns); drop them
-  // so the one-node scaled layout stays valid.
   bool has_moe = false;
   for (BlockKind k : m.layers) has_moe = has_moe || k == BlockKind::kMoe;
-  if (!has_moe) {
-    r.parallel.ep = 1;
-    r.parallel.expert_tp = 1;
+  if (!has_moe) {  // expert degrees mean nothing without E layers (the parser warns)
+    p.ep = 1;
+    p.expert_tp = 1;
   }
+  p.stage_boundaries.clear();
+
+  const int64_t min_chunk = std::max({m.mamba.d_conv, m.recurrent.d_conv, int64_t{2}}) - 1;
+  r.training.seq_len = ScaledSeq(p, s.seq_len, min_chunk);
+  r.training.micro_batch = 1;
+  r.training.recompute = Recompute::kNone;  // the executor keeps every saved tensor
+
+  const int64_t model_ranks = p.tp * p.cp * p.pp;
+  const int64_t dp = ScaledDp(p, recipe.dp(), std::max<int64_t>(1, s.max_world / model_ranks));
+  const int64_t world = model_ranks * dp;
+  r.cluster.gpus_per_node = world % recipe.cluster.gpus_per_node == 0 ? recipe.cluster.gpus_per_node : world;
+  r.cluster.nodes = world / r.cluster.gpus_per_node;
+  const int64_t microbatches = s.microbatches > 0 ? s.microbatches : 2 * p.pp;
+  r.training.global_batch = microbatches * dp;
   r.serving.reset();
   return r;
 }

@@ -592,16 +592,6 @@ OptimizerSettings SettingsOf(const Recipe& r, const SimOptions& opt, int zero, d
   return s;
 }
 
-/// The stage partition `fit` and `plan` price: the planner's (MakePlan); a
-/// single stage needs no planner (and no GPU preset).
-StagePlan StagesOf(const Recipe& recipe, const std::vector<char>& letters) {
-  const int64_t layers = static_cast<int64_t>(letters.size());
-  if (recipe.parallel.pp * recipe.parallel.vpp == 1) return EqualStagePlan(layers, 1, 1);
-  const PlanResult plan = MakePlan(BuildInventory(recipe), LayoutOf(recipe));
-  if (!plan.plan) throw SimUnsupported("the planner cannot place this layout: " + plan.diagnostics.at(0).message);
-  return plan.plan->stages;
-}
-
 template <class T>
 SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
   const std::vector<char> letters = LayerLetters(recipe);
@@ -612,7 +602,7 @@ SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
   sharded.topo = TopologyOf(recipe);
   sharded.dims = DimsOf(recipe, recipe.parallel.tp);
   sharded.letters = letters;
-  sharded.stages = StagesOf(recipe, letters);
+  sharded.stages = SimulatedStages(recipe);
   sharded.vpp = recipe.parallel.vpp;
   sharded.microbatches = recipe.micro_batches();
   sharded.sp = recipe.parallel.sp && recipe.parallel.tp > 1;
@@ -689,6 +679,17 @@ SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
 
 }  // namespace
 }  // namespace sim
+
+StagePlan SimulatedStages(const Recipe& recipe) {
+  const int64_t layers = static_cast<int64_t>(sim::LayerLetters(recipe).size());
+  if (recipe.parallel.pp * recipe.parallel.vpp == 1) return EqualStagePlan(layers, 1, 1);
+  const PlanResult plan = MakePlan(BuildInventory(recipe), LayoutOf(recipe));
+  if (!plan.plan) {
+    throw SimUnsupported("the planner cannot place this layout: " +
+                         (plan.diagnostics.empty() ? std::string("no plan") : plan.diagnostics.front().message));
+  }
+  return plan.plan->stages;
+}
 
 SimulationReport Simulate(const Recipe& recipe, const SimOptions& options) {
   if (options.precision == SimPrecision::kFp32) return sim::SimulateAs<float>(recipe, options);

@@ -20,15 +20,19 @@ bool NumericsAgree(const SimulationReport& r, const NumericsTolerance& tol) {
 }
 
 bool SimComparison::comm_ok() const {
-  for (const CommAgreement& c : comm) {
-    if (!c.agrees) return false;
+  for (const StageComparison& s : stages) {
+    for (const CommAgreement& c : s.comm) {
+      if (!c.agrees) return false;
+    }
   }
   return true;
 }
 
 bool SimComparison::memory_ok() const {
-  for (const MemoryAgreement& m : memory) {
-    if (!m.agrees) return false;
+  for (const StageComparison& s : stages) {
+    for (const MemoryAgreement& m : s.memory) {
+      if (!m.agrees) return false;
+    }
   }
   return true;
 }

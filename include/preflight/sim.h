@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "preflight/layout.h"
 #include "preflight/recipe.h"
 
 namespace preflight {
@@ -129,9 +130,9 @@ bool NumericsAgree(const SimulationReport& report, const NumericsTolerance& tol)
 /// One bucket of counted bytes beside the model's figure (GUIDE.md 6).
 struct CommAgreement {
   std::string axis, kind, pass, what;
-  int64_t calls = 0;          // measured, on the rank
-  int64_t measured_sent = 0;  // bytes the simulated rank put on the wire
-  int64_t modeled_sent = 0;   // the planner's figure for the same rank
+  int64_t calls = 0;          // measured, on the busiest rank of the stage
+  int64_t measured_sent = 0;  // most bytes a simulated rank of the stage put on the wire in this bucket
+  int64_t modeled_sent = 0;   // the planner's figure for the stage (its busiest rank)
   bool in_model = true;       // the planner has this bucket
   bool in_run = true;         // the simulator issued this bucket
   bool exact = true;          // the model claims this exactly (else: routing-dependent, informational)
@@ -141,30 +142,40 @@ struct CommAgreement {
 /// One memory category: measured peak beside the estimator's figure.
 struct MemoryAgreement {
   std::string category;
-  int64_t measured = 0;   // peak bytes, worst simulated rank
+  int64_t measured = 0;   // peak bytes, worst simulated rank of the stage
   int64_t modeled = 0;    // estimator, modeled bytes
   double tolerance = 0;   // allowed |measured - modeled| / modeled
   bool agrees = true;
-  std::string note;
+  std::string note;       // non-empty: informational row
+};
+
+/// The comparison of one pipeline stage: every rank of the stage measured,
+/// the worst (busiest) one beside the planner's and estimator's figure for
+/// the stage, which model that rank.
+struct StageComparison {
+  int64_t pipeline_rank = 0;
+  std::vector<CommAgreement> comm;
+  std::vector<MemoryAgreement> memory;
 };
 
 struct SimComparison {
   bool numerics_ok = false;
   NumericsTolerance tolerance;
-  int64_t compared_rank = 0;
-  std::vector<CommAgreement> comm;      // empty when no model to compare with
-  std::vector<MemoryAgreement> memory;  // empty when no model to compare with
+  std::vector<StageComparison> stages;
   std::vector<std::string> notes;       // what was not compared, and why
   bool comm_ok() const;
   bool memory_ok() const;
   bool agrees() const { return numerics_ok && comm_ok() && memory_ok(); }
 };
 
-/// Compares `report` (a run of `scaled`) on simulated rank `rank` with the
-/// planner's per-collective breakdown and the estimator's memory figures for
-/// the same scaled recipe. Exactness and tolerances: see simulator/compare.cc.
-SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision,
-                                int64_t rank);
+/// The pipeline stages the executor runs for `scaled`: the planner's
+/// partition (MakePlan), as `fit` and `plan` price it; one stage without a planner.
+StagePlan SimulatedStages(const Recipe& scaled);
+
+/// Compares `report` (a run of `scaled`) stage by stage with the planner's
+/// per-collective breakdown and the estimator's memory figures for the same
+/// scaled recipe. Exactness and tolerances: see simulator/compare.cc.
+SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision);
 
 /// Thrown for input the executor cannot run (a block family it does not
 /// implement yet, a layout with pp/cp/dp > 1, ...). The message says why.
@@ -193,12 +204,23 @@ struct ScaleOptions {
   int64_t mamba_chunk = 4;     // SSD chunk length (the chunked form is checked against the scan)
   // RG-LRU (R): width d_r; the recipe's gate blocks (heads) are kept.
   int64_t recurrent_width = 64;
+  /// Most simulated ranks: a larger layout keeps tp, cp, pp, ep and expert_tp
+  /// and shrinks dp to the smallest degree the expert folding allows (>= 2
+  /// where the recipe has dp >= 2).
+  int64_t max_world = 64;
+  /// Micro-batches per pipeline per step: 0 = 2 x pp (the schedule reaches
+  /// its steady state; 2 at pp = 1 so gradients accumulate).
+  int64_t microbatches = 0;
 };
 
-/// A scaled copy of `recipe`: same pattern (repeated `repeat` times), same
-/// heads, kv_heads, experts, top_k, capacity factor and TP/SP/EP/expert-TP
-/// degrees; hidden, head_dim, ffn, vocab, seq_len shrunk; one node of
-/// tp GPUs (pp = cp = dp = 1), micro_batch 1, recompute none.
+/// A scaled copy of `recipe` on its layout: same pattern (repeated `repeat`
+/// times, more when the pipeline needs a layer per chunk), same heads,
+/// kv_heads, experts, top_k, capacity factor, Mamba groups, R gate blocks,
+/// every parallel degree and mode (tp, sp, cp and its modes, pp, vpp,
+/// schedule, ep, expert_tp, zero, order; dp as max_world allows); hidden,
+/// head_dim, ffn, vocab and seq_len shrunk (seq_len rounded up so every CP
+/// chunk and SP slice divides evenly), micro_batch 1, recompute none, pinned
+/// stage boundaries dropped (they name layers of the full model).
 Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& scale);
 
 }  // namespace preflight

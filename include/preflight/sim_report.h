@@ -2,19 +2,21 @@
 // only format them.
 #pragma once
 
+#include <optional>
 #include <string>
-#include <vector>
 
 #include "preflight/sim.h"
 
 namespace preflight {
 
-/// Readable table: numerics, communication per bucket of each rank in
-/// `shown` (one comparison per shown rank), memory per category, and the
-/// verdict `agree` (over every rank, shown or not).
-std::string RenderSimulationTable(const SimulationReport& report, const std::vector<SimComparison>& shown,
-                                  bool agree);
-/// One JSON document with the same content.
-std::string RenderSimulationJson(const SimulationReport& report, const std::vector<SimComparison>& shown, bool agree);
+/// Readable table: the layout run, numerics (loss, final hidden states,
+/// gradients, optimizer updates), then per pipeline stage (all, or only
+/// `stage`) its communication buckets and memory categories beside the
+/// models, and the verdict over everything.
+std::string RenderSimulationTable(const Recipe& scaled, const SimulationReport& report, const SimComparison& comparison,
+                                  std::optional<int64_t> stage = std::nullopt);
+/// One JSON document with the same content (every stage) and the raw
+/// per-rank counters.
+std::string RenderSimulationJson(const Recipe& scaled, const SimulationReport& report, const SimComparison& comparison);
 
 }  // namespace preflight

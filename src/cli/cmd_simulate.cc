@@ -3,6 +3,7 @@
 // measured memory with the estimator. Exit 0 agree, 1 disagree, 2 bad input.
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ namespace {
 struct SimulateArgs {
   RecipeArgs recipe;
   std::vector<std::string> scale;  // "hidden=32"
-  std::string ranks = "0";
+  std::string stage = "all";
   std::string precision = "fp64";
   OutputFormat format = OutputFormat::kTable;
 };
@@ -80,30 +81,26 @@ int RunSimulate(const SimulateArgs& args) {
     std::fprintf(stderr, "%s: cannot simulate: %s\n", args.recipe.path.c_str(), e.what());
     return static_cast<int>(ExitCode::kBadInput);
   }
-  int64_t shown = 0;
-  if (args.ranks != "all") {
+  std::optional<int64_t> shown;
+  if (args.stage != "all") {
     size_t used = 0;
+    int64_t v = -1;
     try {
-      shown = std::stoll(args.ranks, &used);
+      v = std::stoll(args.stage, &used);
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != args.ranks.size() || shown < 0 || shown >= report.ranks) {
-      std::fprintf(stderr, "--ranks %s: must be a rank in 0..%lld or 'all'\n", args.ranks.c_str(),
-                   static_cast<long long>(report.ranks - 1));
+    if (used != args.stage.size() || v < 0 || v >= scaled.parallel.pp) {
+      std::fprintf(stderr, "--stage %s: must be a pipeline stage in 0..%lld or 'all'\n", args.stage.c_str(),
+                   static_cast<long long>(scaled.parallel.pp - 1));
       return static_cast<int>(ExitCode::kBadInput);
     }
+    shown = v;
   }
-  std::vector<SimComparison> comparisons;
-  for (int64_t r = 0; r < report.ranks; ++r) comparisons.push_back(CompareWithModels(scaled, report, options.precision, r));
-  bool agree = true;
-  for (const SimComparison& c : comparisons) agree = agree && c.agrees();
-  std::vector<SimComparison> selected;
-  for (int64_t r = 0; r < report.ranks; ++r) {
-    if (args.ranks == "all" || r == shown) selected.push_back(comparisons[static_cast<size_t>(r)]);
-  }
-  const std::string text = args.format == OutputFormat::kJson ? RenderSimulationJson(report, selected, agree)
-                                                              : RenderSimulationTable(report, selected, agree);
+  const SimComparison comparison = CompareWithModels(scaled, report, options.precision);
+  const bool agree = comparison.agrees();
+  const std::string text = args.format == OutputFormat::kJson ? RenderSimulationJson(scaled, report, comparison)
+                                                              : RenderSimulationTable(scaled, report, comparison, shown);
   std::fputs(text.c_str(), stdout);
   if (!agree) std::fprintf(stderr, "simulate: the sharded run disagrees with the reference or the models (see DISAGREE)\n");
   return static_cast<int>(agree ? ExitCode::kOk : ExitCode::kVerdictFail);
@@ -118,8 +115,8 @@ void SetupSimulate(CLI::App& command, int& exit_code) {
                      "Scaled size, repeatable: hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat "
                      "(defaults 32, 8, 32, 16, 64, 16, 1)")
       ->type_name("KEY=VALUE");
-  command.add_option("--ranks", args->ranks, "Rank whose communication and comparison is shown, or 'all'")
-      ->default_str("0");
+  command.add_option("--stage", args->stage, "Pipeline stage whose comparison the table shows, or 'all'")
+      ->default_str("all");
   command.add_option("--precision", args->precision, "Numerics of the run")
       ->check(CLI::IsMember({"fp64", "fp32"}))
       ->default_str("fp64");
