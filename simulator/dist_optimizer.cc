@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 
 namespace preflight::sim {
 
@@ -10,6 +11,7 @@ template <class T>
 struct DistOptimizer<T>::Buffer {
   std::vector<Param<T>*> params;
   bool expert = false, muon = false;
+  int64_t param_bytes = 2;      // bytes of one parameter element (Megatron keeps a buffer per dtype)
   const Group* group = nullptr;
   int size = 1, index = 0;      // group size D and this rank's position
   int64_t n = 0, n_pad = 0;     // real and padded elements
@@ -43,6 +45,12 @@ void Unflatten(const std::vector<T>& flat, const std::vector<Param<T>*>& params,
     std::copy(flat.begin() + at, flat.begin() + at + m.size(), m.data());
     at += m.size();
   }
+}
+
+/// Bytes one element of a parameter's copy takes (its value tensor's tag).
+template <class T>
+int64_t ParamElementBytes(const Param<T>& p) {
+  return p.value.m.size() == 0 ? 0 : p.value.alloc.bytes() / p.value.m.size();
 }
 
 /// Which group and TP-like axis a shard kind gathers over for Muon (MATH.md 9.3, TP "duplicated").
@@ -91,15 +99,25 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
     : groups_(groups), settings_(settings) {
   for (std::vector<Param<T>*>& unit : units) {
     std::vector<Buffer> buffers;
-    for (const bool expert : {false, true}) {
-      for (const bool muon : {false, true}) {
+    // Buffers in a fixed order: dense before expert, AdamW before Muon, by
+    // parameter dtype (Mamba's A_log and D are fp32).
+    std::vector<std::tuple<bool, bool, int64_t>> keys;
+    for (Param<T>* p : unit) {
+      const auto key = std::make_tuple(p->expert >= 0, p->optimizer == OptimizerKind::kMuon, ParamElementBytes(*p));
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+    std::sort(keys.begin(), keys.end());
+    for (const auto& [expert, muon, param_bytes] : keys) {
         Buffer b;
         for (Param<T>* p : unit) {
-          if ((p->expert >= 0) == expert && (p->optimizer == OptimizerKind::kMuon) == muon) b.params.push_back(p);
+          if (std::make_tuple(p->expert >= 0, p->optimizer == OptimizerKind::kMuon, ParamElementBytes(*p)) ==
+              std::make_tuple(expert, muon, param_bytes)) {
+            b.params.push_back(p);
+          }
         }
-        if (b.params.empty()) continue;
         b.expert = expert;
         b.muon = muon;
+        b.param_bytes = param_bytes;
         b.group = expert ? groups.edp : groups.dp_cp;
         b.size = b.group->size();
         b.index = b.group->IndexOf(ctx.rank->id());
@@ -132,7 +150,6 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
         }
         if (sharded) b.grad_share.assign(static_cast<size_t>(b.share), T(0));
         buffers.push_back(std::move(b));
-      }
     }
     units_.push_back(std::move(buffers));
   }
@@ -292,9 +309,9 @@ void DistOptimizer<T>::GatherParams(Ctx& ctx, Buffer& b) {
   std::copy(b.master.begin(), b.master.begin() + b.own_real, mine.begin());
   std::vector<T> all(static_cast<size_t>(b.n_pad));
   if (b.size > 1) {
-    Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * ctx.bytes.param);
+    Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * b.param_bytes);
     ctx.rank->AllGather(*b.group, mine.data(), all.data(), std::vector<int64_t>(static_cast<size_t>(b.size), b.share),
-                        ctx.bytes.param);
+                        b.param_bytes);
   } else {
     all = mine;
   }

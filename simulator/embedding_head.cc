@@ -61,7 +61,8 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
   s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
   s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
   Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
-  Tensor<T> logits(ctx.mem(), SimCategory::kTemporaries, ab, MatMulTransB(ctx, n_full.m, weight_->value.m));
+  // The bf16 logits are transient but live at the stage's activation peak (MATH.md 3.4: 2V/t per token).
+  Tensor<T> logits(ctx.mem(), SimCategory::kActivations, ab, MatMulTransB(ctx, n_full.m, weight_->value.m));
   n_full.Release();
   const int64_t tokens = logits.m.rows(), cols = logits.m.cols(), first = ctx.tp_rank * cols;
   // Three fp32 all-reduces over TP: max, sum of exp, target logit (0 off-shard).
