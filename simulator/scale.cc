@@ -30,14 +30,17 @@ std::vector<BlockKind> ExpandLayers(const ModelConfig& m) {
 }
 
 /// The recipe's dp when the world fits in max_dp, else the largest divisor
-/// dp' of it (>= 2 where dp >= 2) for which the expert folding divides:
-/// (tp cp dp') % (ep expert_tp) == 0 (MATH.md 7.3).
+/// dp' <= max_dp of it for which the expert folding divides, (tp cp dp') %
+/// (ep expert_tp) == 0 (MATH.md 7.3); when none does, the smallest that does.
 int64_t ScaledDp(const ParallelConfig& p, int64_t dp, int64_t max_dp) {
-  const int64_t floor = std::min<int64_t>(dp, 2);
-  for (int64_t d = std::min(dp, max_dp); d >= floor; --d) {
-    if ((p.tp * p.cp * d) % (p.ep * p.expert_tp) == 0 && dp % d == 0) return d;
+  const auto valid = [&](int64_t d) { return dp % d == 0 && (p.tp * p.cp * d) % (p.ep * p.expert_tp) == 0; };
+  for (int64_t d = std::min(dp, max_dp); d >= 1; --d) {
+    if (valid(d)) return d;
   }
-  return dp;  // nothing smaller fits: keep the recipe's (Simulate refuses an oversized world)
+  for (int64_t d = max_dp + 1; d < dp; ++d) {
+    if (valid(d)) return d;
+  }
+  return dp;
 }
 
 /// Sequence length: at least `wanted`, divisible into the CP chunks with each

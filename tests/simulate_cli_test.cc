@@ -15,26 +15,32 @@ using testing::RunPreflight;
 
 TEST(SimulateCli, AgreesOnTheDefaultRecipesDensePart) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
-                               "parallel.pp=1", "--scale", "hidden=16", "--scale", "seq=8"});
+                               "parallel.pp=1", "--scale", "hidden=16", "--scale", "seq=8", "--scale", "max_world=8"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("verdict: agree"), std::string::npos) << r.out;
 }
 
-TEST(SimulateCli, JsonCarriesEveryRankAndTheVerdict) {
+TEST(SimulateCli, JsonCarriesEveryRankEveryStageAndTheVerdict) {
+  // pp 2 x tp 4 x dp 2 (ep 2 folds over tp x dp): 16 ranks, 2 stages.
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AE", "--set",
-                               "parallel.ep=2", "--scale", "hidden=16", "--format", "json"});
+                               "parallel.ep=2", "--set", "parallel.pp=2", "--scale", "hidden=16", "--scale",
+                               "max_world=16", "--format", "json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["verdict"], "agree");
-  EXPECT_EQ(j["ranks"], 4);
-  EXPECT_EQ(j["per_rank"].size(), 4u);
+  EXPECT_EQ(j["ranks"], 16);
+  EXPECT_EQ(j["per_rank"].size(), 16u);
+  EXPECT_EQ(j["comparison"]["stages"].size(), 2u);
+  EXPECT_EQ(j["layout"]["dp"], 2);
   EXPECT_FALSE(j["numerics"]["gradients"].empty());
+  EXPECT_EQ(j["numerics"]["updates"].size(), j["numerics"]["gradients"].size());
 }
 
-TEST(SimulateCli, BlocksNotInTheExecutorAreBadInput) {
-  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml"});
+TEST(SimulateCli, DualPipeIsBadInput) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
+                               "parallel.schedule=dualpipe"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("block 'M' is not in the executor yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the executor runs the 1f1b and interleaved schedules"), std::string::npos) << r.err;
 }
 
 TEST(SimulateCli, BadScaleIsBadInput) {
@@ -46,10 +52,10 @@ TEST(SimulateCli, BadScaleIsBadInput) {
   EXPECT_NE(k.err.find("KEY one of hidden"), std::string::npos) << k.err;
 }
 
-TEST(SimulateCli, BadRankIsBadInput) {
-  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--ranks", "9"});
+TEST(SimulateCli, BadStageIsBadInput) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--stage", "9"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--ranks 9: must be a rank in 0..3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--stage 9: must be a pipeline stage in 0..3"), std::string::npos) << r.err;
 }
 
 }  // namespace
@@ -65,13 +71,14 @@ namespace {
 // byte for byte, for every block family on every rank.
 TEST(SimulateCli, ExpertTpActivationsMatchTheEstimatorExactly) {
   const auto r = testing::RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AEDE", "--set",
-                                        "parallel.ep=2", "--set", "parallel.expert_tp=2", "--set",
-                                        "model.moe.pad_to_capacity=true", "--format", "json"});
+                                        "parallel.ep=2", "--set", "parallel.expert_tp=2", "--set", "parallel.pp=1",
+                                        "--set", "model.moe.pad_to_capacity=true", "--scale", "max_world=4", "--format",
+                                        "json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["verdict"], "agree");
   int families = 0;
-  for (const auto& row : j["comparison"]["memory"]) {
+  for (const auto& row : j["comparison"]["stages"][0]["memory"]) {
     const std::string category = row["category"];
     if (category == "activations A" || category == "activations E" || category == "activations D") {
       EXPECT_EQ(row["measured"].get<int64_t>(), row["modeled"].get<int64_t>()) << category;
@@ -92,7 +99,7 @@ namespace {
 // (errors to the last bit, counted bytes, peaks) is the same run after run.
 TEST(SimulateCli, OutputIsIdenticalRunAfterRun) {
   const std::vector<std::string> args = {"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AEDE",
-                                         "--set", "parallel.ep=4", "--ranks", "all", "--format", "json"};
+                                         "--set", "parallel.ep=4", "--scale", "max_world=16", "--format", "json"};
   const auto first = testing::RunPreflight(args);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   for (int run = 0; run < 3; ++run) {

@@ -32,14 +32,15 @@ bool ApplyScale(const std::vector<std::string>& items, ScaleOptions* s) {
   const std::map<std::string, int64_t*> keys = {
       {"hidden", &s->hidden},         {"head_dim", &s->head_dim}, {"ffn", &s->ffn_hidden},
       {"moe_ffn", &s->moe_ffn_hidden}, {"vocab", &s->vocab},       {"seq", &s->seq_len},
-      {"repeat", &s->repeat}};
+      {"repeat", &s->repeat},         {"max_world", &s->max_world}, {"micro_batches", &s->microbatches}};
   for (const std::string& item : items) {
     const size_t eq = item.find('=');
     const std::string key = item.substr(0, eq);
     const auto it = keys.find(key);
     if (eq == std::string::npos || it == keys.end()) {
       std::fprintf(stderr,
-                   "--scale %s: expected KEY=VALUE with KEY one of hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat\n",
+                   "--scale %s: expected KEY=VALUE with KEY one of hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat, "
+                   "max_world, micro_batches\n",
                    item.c_str());
       return false;
     }
@@ -112,8 +113,8 @@ void SetupSimulate(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<SimulateArgs>();
   AddRecipeArgs(command, args->recipe);
   command.add_option("--scale", args->scale,
-                     "Scaled size, repeatable: hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat "
-                     "(defaults 32, 8, 32, 16, 64, 16, 1)")
+                     "Scaled size, repeatable: hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat, max_world "
+                     "(ranks), micro_batches (defaults 32, 8, 32, 16, 64, 16, 1, 64, 2 x pp)")
       ->type_name("KEY=VALUE");
   command.add_option("--stage", args->stage, "Pipeline stage whose comparison the table shows, or 'all'")
       ->default_str("all");

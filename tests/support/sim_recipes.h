@@ -1,0 +1,74 @@
+// Scaled copies of the default recipe for simulator tests: the recipe through
+// the parser with `sets`, then ScaleRecipe at small sizes. Header-only.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "preflight/recipe.h"
+#include "preflight/sim.h"
+
+namespace preflight::testing_sim {
+
+/// h 16, head_dim 4, ffn 16, expert ffn 8, vocab 40 (padded to 8 x tp), seq 8
+/// (rounded up for CP chunks), at most `max_world` ranks.
+inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world = 64) {
+  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/nam56r-h200.yaml", sets);
+  EXPECT_TRUE(loaded.ok());
+  if (!loaded.ok()) {
+    for (const Diagnostic& d : loaded.diagnostics) ADD_FAILURE() << d.message;
+    return Recipe();
+  }
+  ScaleOptions s;
+  s.hidden = 16;
+  s.head_dim = 4;
+  s.ffn_hidden = 16;
+  s.moe_ffn_hidden = 8;
+  s.vocab = 40;
+  s.seq_len = 8;
+  s.max_world = max_world;
+  return ScaleRecipe(*loaded.recipe, s);
+}
+
+inline const StageComparison& Stage(const SimComparison& c, int64_t stage) { return c.stages.at(static_cast<size_t>(stage)); }
+
+inline const CommAgreement* FindComm(const StageComparison& s, const std::string& axis, const std::string& kind,
+                                     const std::string& pass, const std::string& what) {
+  for (const CommAgreement& a : s.comm) {
+    if (a.axis == axis && a.kind == kind && a.pass == pass && a.what == what) return &a;
+  }
+  return nullptr;
+}
+
+inline const MemoryAgreement& FindMemory(const StageComparison& s, const std::string& category) {
+  for (const MemoryAgreement& m : s.memory) {
+    if (m.category == category) return m;
+  }
+  ADD_FAILURE() << "no row " << category;
+  static const MemoryAgreement kNone;
+  return kNone;
+}
+
+/// Every disagreement of a comparison, one line each, for failure messages.
+inline std::string Disagreements(const SimComparison& c) {
+  std::string out;
+  for (const StageComparison& s : c.stages) {
+    for (const CommAgreement& a : s.comm) {
+      if (!a.agrees) {
+        out += "stage " + std::to_string(s.pipeline_rank) + " " + a.axis + " " + a.kind + " " + a.pass + " " + a.what +
+               ": measured " + std::to_string(a.measured_sent) + " modeled " + std::to_string(a.modeled_sent) + "\n";
+      }
+    }
+    for (const MemoryAgreement& m : s.memory) {
+      if (!m.agrees) {
+        out += "stage " + std::to_string(s.pipeline_rank) + " " + m.category + ": measured " + std::to_string(m.measured) +
+               " modeled " + std::to_string(m.modeled) + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace preflight::testing_sim
