@@ -1,6 +1,7 @@
 #include "dist_optimizer.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <string>
 #include <tuple>
@@ -18,9 +19,9 @@ struct DistOptimizer<T>::Buffer {
   int64_t share = 0;            // n_pad / D
   int64_t own_first = 0, own_real = 0;  // this rank's real elements [own_first, own_first + own_real)
   std::vector<T> grad_share;    // reduced gradients of the share (ZeRO >= 1)
+  std::vector<T> param_share;   // the owned parameter values (ZeRO >= 1)
   std::vector<T> master, m, v, momentum;  // optimizer state (full with ZeRO 0, the owned real elements otherwise)
-  Allocation state, share_grads;
-  std::vector<Allocation> released_grads;  // ZeRO 2: the full grads are not kept between units
+  std::vector<Allocation> held;  // state, and the owned grad / param shares under ZeRO 2 / 3
 };
 
 namespace {
@@ -53,7 +54,17 @@ int64_t ParamElementBytes(const Param<T>& p) {
   return p.value.m.size() == 0 ? 0 : p.value.alloc.bytes() / p.value.m.size();
 }
 
-/// Which group and TP-like axis a shard kind gathers over for Muon (MATH.md 9.3, TP "duplicated").
+SimCategory CategoryOf(ShardKind k) {
+  switch (k) {
+    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
+    case ShardKind::kColumns:
+    case ShardKind::kRows: return SimCategory::kTpShardedParams;
+    case ShardKind::kExpertColumns:
+    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
+  }
+  return SimCategory::kReplicatedParams;
+}
+
 bool TpSharded(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kRows; }
 bool ExpertSharded(ShardKind k) { return k == ShardKind::kExpertColumns || k == ShardKind::kExpertRows; }
 
@@ -96,67 +107,113 @@ Mat<T> TakeShard(const Param<T>& p, const Mat<T>& global, int parts, int index) 
 template <class T>
 DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<std::vector<Param<T>*>> units,
                                 const OptimizerSettings& settings)
-    : groups_(groups), settings_(settings) {
-  for (std::vector<Param<T>*>& unit : units) {
-    std::vector<Buffer> buffers;
+    : groups_(groups), settings_(settings), unit_params_(std::move(units)) {
+  const bool sharded = settings.zero >= 1;
+  for (const std::vector<Param<T>*>& unit : unit_params_) {
     // Buffers in a fixed order: dense before expert, AdamW before Muon, by
     // parameter dtype (Mamba's A_log and D are fp32).
-    std::vector<std::tuple<bool, bool, int64_t>> keys;
-    for (Param<T>* p : unit) {
-      const auto key = std::make_tuple(p->expert >= 0, p->optimizer == OptimizerKind::kMuon, ParamElementBytes(*p));
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    using Key = std::tuple<bool, bool, int64_t>;
+    const auto key_of = [](const Param<T>* p) {
+      return Key(p->expert >= 0, p->optimizer == OptimizerKind::kMuon, ParamElementBytes(*p));
+    };
+    std::vector<Key> keys;
+    for (const Param<T>* p : unit) {
+      if (std::find(keys.begin(), keys.end(), key_of(p)) == keys.end()) keys.push_back(key_of(p));
     }
     std::sort(keys.begin(), keys.end());
-    for (const auto& [expert, muon, param_bytes] : keys) {
-        Buffer b;
-        for (Param<T>* p : unit) {
-          if (std::make_tuple(p->expert >= 0, p->optimizer == OptimizerKind::kMuon, ParamElementBytes(*p)) ==
-              std::make_tuple(expert, muon, param_bytes)) {
-            b.params.push_back(p);
+    std::vector<Buffer> buffers;
+    for (const Key& key : keys) {
+      Buffer b;
+      for (Param<T>* p : unit) {
+        if (key_of(p) == key) b.params.push_back(p);
+      }
+      std::tie(b.expert, b.muon, b.param_bytes) = key;
+      b.group = b.expert ? groups.edp : groups.dp_cp;
+      b.size = b.group->size();
+      b.index = b.group->IndexOf(ctx.rank->id());
+      for (Param<T>* p : b.params) b.n += p->value.m.size();
+      b.n_pad = RoundUp(b.n, b.size);
+      b.share = b.n_pad / b.size;
+      b.own_first = static_cast<int64_t>(b.index) * b.share;
+      b.own_real = std::clamp<int64_t>(b.n - b.own_first, 0, b.share);
+      const std::vector<T> values = Flatten(b.params, &Param<T>::value, b.n);
+      const int64_t state_elems = sharded ? b.own_real : b.n;
+      if (sharded) {
+        b.param_share.assign(values.begin() + b.own_first, values.begin() + b.own_first + b.own_real);
+        b.grad_share.assign(static_cast<size_t>(b.share), T(0));
+      }
+      if (settings.master_bytes > 0) b.master = sharded ? b.param_share : values;
+      const int64_t per_elem = settings.master_bytes + (b.muon ? settings.momentum_bytes : 8);
+      if (b.muon) {
+        b.momentum.assign(static_cast<size_t>(state_elems), T(0));
+      } else {
+        b.m.assign(static_cast<size_t>(state_elems), T(0));
+        b.v.assign(static_cast<size_t>(state_elems), T(0));
+      }
+      b.held.emplace_back(ctx.mem(), b.muon ? SimCategory::kOptimizerMuon : SimCategory::kOptimizerAdamW,
+                          state_elems * per_elem);
+      if (settings.zero >= 2) {
+        // Only the owned share of the gradients lives between units (plus,
+        // while a unit's backward runs, that unit's unsharded gradients).
+        for (Param<T>* p : b.params) p->grad.alloc.Release();
+        b.held.emplace_back(ctx.mem(), SimCategory::kGradients, b.own_real * ctx.bytes.grad);
+      }
+      if (settings.zero >= 3) {
+        // The parameters live as owned shares, each element charged to its
+        // tensor's category; the full tensors only while gathered.
+        int64_t at = 0;
+        std::array<int64_t, kNumSimCategories> share_bytes{};
+        for (Param<T>* p : b.params) {
+          const int64_t first = std::max(at, b.own_first), end = std::min(at + p->value.m.size(), b.own_first + b.own_real);
+          if (end > first) share_bytes[static_cast<size_t>(CategoryOf(p->shard))] += (end - first) * b.param_bytes;
+          at += p->value.m.size();
+          p->value.alloc.Release();
+        }
+        for (int c = 0; c < kNumSimCategories; ++c) {
+          if (share_bytes[static_cast<size_t>(c)] > 0) {
+            b.held.emplace_back(ctx.mem(), static_cast<SimCategory>(c), share_bytes[static_cast<size_t>(c)]);
           }
         }
-        b.expert = expert;
-        b.muon = muon;
-        b.param_bytes = param_bytes;
-        b.group = expert ? groups.edp : groups.dp_cp;
-        b.size = b.group->size();
-        b.index = b.group->IndexOf(ctx.rank->id());
-        for (Param<T>* p : b.params) b.n += p->value.m.size();
-        b.n_pad = RoundUp(b.n, b.size);
-        b.share = b.n_pad / b.size;
-        b.own_first = static_cast<int64_t>(b.index) * b.share;
-        b.own_real = std::clamp<int64_t>(b.n - b.own_first, 0, b.share);
-        const bool sharded = settings.zero >= 1;
-        const int64_t state_elems = sharded ? b.own_real : b.n;
-        const std::vector<T> values = Flatten(b.params, &Param<T>::value, b.n);
-        const auto own = [&](const std::vector<T>& flat) {
-          return sharded ? std::vector<T>(flat.begin() + b.own_first, flat.begin() + b.own_first + b.own_real) : flat;
-        };
-        if (settings.master_bytes > 0) b.master = own(values);
-        const int64_t per_elem = settings.master_bytes + (muon ? settings.momentum_bytes : 8);
-        if (muon) {
-          b.momentum.assign(static_cast<size_t>(state_elems), T(0));
-        } else {
-          b.m.assign(static_cast<size_t>(state_elems), T(0));
-          b.v.assign(static_cast<size_t>(state_elems), T(0));
-        }
-        b.state = Allocation(ctx.mem(), muon ? SimCategory::kOptimizerMuon : SimCategory::kOptimizerAdamW,
-                             state_elems * per_elem);
-        if (settings.zero >= 2) {
-          // Only the owned share of the gradients lives between units (plus,
-          // while a unit's backward runs, that unit's full gradients).
-          for (Param<T>* p : b.params) p->grad.alloc.Release();
-          b.share_grads = Allocation(ctx.mem(), SimCategory::kGradients, b.own_real * ctx.bytes.grad);
-        }
-        if (sharded) b.grad_share.assign(static_cast<size_t>(b.share), T(0));
-        buffers.push_back(std::move(b));
+      }
+      buffers.push_back(std::move(b));
     }
     units_.push_back(std::move(buffers));
   }
+  gathered_.resize(units_.size());
+  unit_grads_.resize(units_.size());
 }
 
 template <class T>
 DistOptimizer<T>::~DistOptimizer() = default;
+
+template <class T>
+void DistOptimizer<T>::Observe(const std::vector<Param<T>*>& params) {
+  for (Param<T>* p : params) {
+    auto [it, fresh] = observed_.try_emplace(p->name, p->grad.m.template cast<double>());
+    if (!fresh) it->second += p->grad.m.template cast<double>();
+  }
+}
+
+template <class T>
+void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*>& params) {
+  // With SP each TP rank holds partial gradients of the replicated parameters
+  // (norms, router): one coalesced all-reduce over TP (Megatron
+  // _allreduce_layernorm_grads), padded to a multiple of tp like the DP buffers.
+  if (!groups_.sp || groups_.tp->size() == 1) return;
+  std::vector<Param<T>*> rep;
+  for (Param<T>* p : params) {
+    if (p->shard == ShardKind::kReplicated) rep.push_back(p);
+  }
+  int64_t n = 0;
+  for (Param<T>* p : rep) n += p->grad.m.size();
+  if (n == 0) return;
+  const int64_t padded = RoundUp(n, groups_.tp->size());
+  std::vector<T> flat = Flatten(rep, &Param<T>::grad, padded);
+  ctx.rank->set_what("replicated_grads");
+  Allocation temp(ctx.mem(), SimCategory::kTemporaries, padded * ctx.bytes.grad);
+  ctx.rank->AllReduce(*groups_.tp, flat.data(), padded, ctx.bytes.grad);
+  Unflatten(flat, rep, &Param<T>::grad);
+}
 
 template <class T>
 void DistOptimizer<T>::SyncGradients(Ctx& ctx, Buffer& b) {
@@ -182,22 +239,46 @@ void DistOptimizer<T>::SyncGradients(Ctx& ctx, Buffer& b) {
 }
 
 template <class T>
+void DistOptimizer<T>::GatherUnit(Ctx& ctx, size_t unit) {
+  if (settings_.zero < 3 || !gathered_[unit].empty()) return;
+  std::array<int64_t, kNumSimCategories> bytes{};
+  for (Buffer& b : units_[unit]) {
+    GatherParams(ctx, b, /*into_values=*/true);
+    for (Param<T>* p : b.params) bytes[static_cast<size_t>(CategoryOf(p->shard))] += p->value.m.size() * b.param_bytes;
+  }
+  for (int c = 0; c < kNumSimCategories; ++c) {
+    if (bytes[static_cast<size_t>(c)] > 0) gathered_[unit].emplace_back(ctx.mem(), static_cast<SimCategory>(c), bytes[static_cast<size_t>(c)]);
+  }
+}
+
+template <class T>
+void DistOptimizer<T>::ReleaseUnit(size_t unit) {
+  gathered_[unit].clear();
+}
+
+template <class T>
+void DistOptimizer<T>::BeginUnitBackward(Ctx& ctx, size_t unit) {
+  if (settings_.zero < 2) return;
+  int64_t elements = 0;
+  for (const Param<T>* p : unit_params_[unit]) elements += p->grad.m.size();
+  unit_grads_[unit] = Allocation(ctx.mem(), SimCategory::kGradients, elements * ctx.bytes.grad);
+}
+
+template <class T>
 void DistOptimizer<T>::ReduceUnitGradients(Ctx& ctx, size_t unit) {
   if (settings_.zero < 2) return;
+  Observe(unit_params_[unit]);
+  AllReduceReplicated(ctx, unit_params_[unit]);
   for (Buffer& b : units_[unit]) SyncGradients(ctx, b);
+  unit_grads_[unit].Release();
 }
 
 template <class T>
 void DistOptimizer<T>::OwnedValues(Buffer& b) {
-  // Without a master copy (fp32 parameters) the owned share of the parameters
-  // is what the optimizer updates; `master` then only names that working copy.
+  // Without a master copy (fp32 parameters) the owned parameter values are
+  // what the optimizer updates; `master` then only names that working copy.
   if (settings_.master_bytes > 0) return;
-  const std::vector<T> all = Flatten(b.params, &Param<T>::value, b.n);
-  if (settings_.zero >= 1) {
-    b.master.assign(all.begin() + b.own_first, all.begin() + b.own_first + b.own_real);
-  } else {
-    b.master = all;
-  }
+  b.master = settings_.zero >= 1 ? b.param_share : Flatten(b.params, &Param<T>::value, b.n);
 }
 
 template <class T>
@@ -206,6 +287,7 @@ void DistOptimizer<T>::StepAdamW(Ctx& ctx, Buffer& b) {
   OwnedValues(b);
   if (settings_.zero >= 1) {
     AdamWStep(settings_.adamw, settings_.step, b.master.data(), b.grad_share.data(), b.m.data(), b.v.data(), b.own_real);
+    b.param_share = b.master;
     return;
   }
   const std::vector<T> grads = Flatten(b.params, &Param<T>::grad, b.n);
@@ -239,7 +321,7 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
   std::vector<Mat<T>> local;
   int64_t at = 0;
   for (Param<T>* p : b.params) {
-    Mat<T> u(p->value.m.rows(), p->value.m.cols());
+    Mat<T> u(p->grad.m.rows(), p->grad.m.cols());
     std::copy(update.begin() + at, update.begin() + at + u.size(), u.data());
     at += u.size();
     local.push_back(std::move(u));
@@ -296,6 +378,7 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
   OwnedValues(b);
   if (sharded) {
     MuonApply(settings_.muon, 1.0, b.master.data(), ortho.data() + b.own_first, b.own_real);
+    b.param_share = b.master;
   } else {
     MuonApply(settings_.muon, 1.0, b.master.data(), ortho.data(), b.n);
     Unflatten(b.master, b.params, &Param<T>::value);
@@ -303,10 +386,10 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
 }
 
 template <class T>
-void DistOptimizer<T>::GatherParams(Ctx& ctx, Buffer& b) {
+void DistOptimizer<T>::GatherParams(Ctx& ctx, Buffer& b, bool into_values) {
   ctx.rank->set_what(b.expert ? "expert_params" : "params");
   std::vector<T> mine(static_cast<size_t>(b.share), T(0));
-  std::copy(b.master.begin(), b.master.begin() + b.own_real, mine.begin());
+  std::copy(b.param_share.begin(), b.param_share.end(), mine.begin());
   std::vector<T> all(static_cast<size_t>(b.n_pad));
   if (b.size > 1) {
     Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * b.param_bytes);
@@ -315,38 +398,19 @@ void DistOptimizer<T>::GatherParams(Ctx& ctx, Buffer& b) {
   } else {
     all = mine;
   }
-  Unflatten(all, b.params, &Param<T>::value);
+  if (into_values) Unflatten(all, b.params, &Param<T>::value);
 }
 
 template <class T>
 void DistOptimizer<T>::Step(Ctx& ctx) {
   ctx.rank->set_pass(SimPass::kOptimizer);
-  // With SP each TP rank holds partial gradients of the replicated parameters
-  // (norms, router): one coalesced all-reduce over TP (Megatron
-  // _allreduce_layernorm_grads), padded to a multiple of tp like the DP buffers.
-  if (groups_.sp && groups_.tp->size() > 1) {
-    std::vector<Param<T>*> rep;
-    for (const auto& unit : units_) {
-      for (const Buffer& b : unit) {
-        for (Param<T>* p : b.params) {
-          if (p->shard == ShardKind::kReplicated) rep.push_back(p);
-        }
-      }
-    }
-    int64_t n = 0;
-    for (Param<T>* p : rep) n += p->grad.m.size();
-    if (n > 0) {
-      const int64_t padded = RoundUp(n, groups_.tp->size());
-      std::vector<T> flat = Flatten(rep, &Param<T>::grad, padded);
-      ctx.rank->set_what("replicated_grads");
-      Allocation temp(ctx.mem(), SimCategory::kTemporaries, padded * ctx.bytes.grad);
-      ctx.rank->AllReduce(*groups_.tp, flat.data(), padded, ctx.bytes.grad);
-      Unflatten(flat, rep, &Param<T>::grad);
-    }
-  }
-  for (auto& unit : units_) {
-    for (Buffer& b : unit) {
-      if (settings_.zero < 2) SyncGradients(ctx, b);
+  if (settings_.zero < 2) {
+    std::vector<Param<T>*> all;
+    for (const auto& unit : unit_params_) all.insert(all.end(), unit.begin(), unit.end());
+    Observe(all);
+    AllReduceReplicated(ctx, all);
+    for (auto& unit : units_) {
+      for (Buffer& b : unit) SyncGradients(ctx, b);
     }
   }
   for (auto& unit : units_) {
@@ -358,11 +422,21 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
       }
     }
   }
-  if (settings_.zero >= 1) {
+  if (settings_.zero == 1 || settings_.zero == 2) {
     for (auto& unit : units_) {
-      for (Buffer& b : unit) GatherParams(ctx, b);
+      for (Buffer& b : unit) GatherParams(ctx, b, /*into_values=*/true);
     }
   }
+}
+
+template <class T>
+void DistOptimizer<T>::GatherForVerification(Ctx& ctx) {
+  if (settings_.zero < 3) return;
+  ctx.rank->set_counting(false);
+  for (auto& unit : units_) {
+    for (Buffer& b : unit) GatherParams(ctx, b, /*into_values=*/true);
+  }
+  ctx.rank->set_counting(true);
 }
 
 template class DistOptimizer<double>;

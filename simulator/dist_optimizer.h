@@ -15,14 +15,21 @@
 // ZeRO 0: all-reduce each buffer's grads. ZeRO 1: reduce-scatter the grads
 // once per step, update the owned share, all-gather the params. ZeRO 2: as 1,
 // but each unit's grads are reduce-scattered in every micro-batch's backward
-// (ReduceUnitGradients) so only one unit's unsharded grads live at a time
-// (DeepSpeed stage 2). Muon (Moonshot "Distributed Muon"): the momentum is
+// (ReduceUnitGradients) so only the owned shares and one unit's unsharded
+// grads live (DeepSpeed stage 2); with SP the unit's replicated grads are
+// all-reduced over TP first. ZeRO 3 (FSDP, reshard after forward): as 2, and
+// the parameters live as shares too: a unit is all-gathered before its
+// forward and again before its backward in every micro-batch, the next unit
+// prefetched (current + next gathered at once), and there is no gather
+// after the step. Muon (Moonshot "Distributed Muon"): the momentum is
 // updated on the owned share, the momentum-updated shares are all-gathered over
 // the group, each TP-sharded matrix is gathered over TP ("duplicated"), and
 // Newton-Schulz runs on the full global matrix; each rank keeps its slice.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "blocks.h"
@@ -62,24 +69,42 @@ class DistOptimizer {
   DistOptimizer(const DistOptimizer&) = delete;
   DistOptimizer& operator=(const DistOptimizer&) = delete;
 
-  /// ZeRO 2: reduce-scatter unit `u`'s gradients into the owned shares and
-  /// zero them (called after the unit's backward of every micro-batch).
+  /// ZeRO 3: all-gathers unit `u`'s parameters (no-op if gathered or below
+  /// ZeRO 3); they count as live parameters until ReleaseUnit.
+  void GatherUnit(Ctx& ctx, size_t unit);
+  void ReleaseUnit(size_t unit);
+  /// ZeRO 2/3: unit `u`'s unsharded gradients are live from its backward...
+  void BeginUnitBackward(Ctx& ctx, size_t unit);
+  /// ... until they are reduce-scattered into the owned shares and zeroed
+  /// (after the unit's backward of every micro-batch). No-op below ZeRO 2.
   void ReduceUnitGradients(Ctx& ctx, size_t unit);
   /// After the last backward: the remaining gradient synchronisation, the
-  /// AdamW and Muon updates and the parameter all-gathers.
+  /// AdamW and Muon updates and the parameter all-gathers (ZeRO 1/2).
   void Step(Ctx& ctx);
+  /// ZeRO 3: writes the updated shares into every rank's full parameters for
+  /// the verifier, with counting off (not part of the modeled step).
+  void GatherForVerification(Ctx& ctx);
+  /// Each parameter's gradient summed over this rank's micro-batches, before
+  /// any reduction (for the verifier).
+  const std::map<std::string, Mat<double>>& local_gradients() const { return observed_; }
 
  private:
   struct Buffer;
+  void Observe(const std::vector<Param<T>*>& params);
+  void AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*>& params);
   void SyncGradients(Ctx& ctx, Buffer& b);
   void OwnedValues(Buffer& b);
   void StepAdamW(Ctx& ctx, Buffer& b);
   void StepMuon(Ctx& ctx, Buffer& b);
-  void GatherParams(Ctx& ctx, Buffer& b);
+  void GatherParams(Ctx& ctx, Buffer& b, bool into_values);
 
   DistGroups groups_;
   OptimizerSettings settings_;
+  std::vector<std::vector<Param<T>*>> unit_params_;
   std::vector<std::vector<Buffer>> units_;  // per unit, its non-empty buffers
+  std::vector<std::vector<Allocation>> gathered_;  // ZeRO 3: per unit, live full parameters (one per category)
+  std::vector<Allocation> unit_grads_;             // ZeRO 2/3: per unit, live unsharded gradients
+  std::map<std::string, Mat<double>> observed_;
 };
 
 }  // namespace preflight::sim

@@ -50,7 +50,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
                                       " simulated ranks; the scaled layout has " + std::to_string(r.world()));
   Require(p.schedule == Schedule::k1F1B || p.schedule == Schedule::kInterleaved,
           std::string("the executor runs the 1f1b and interleaved schedules, not parallel.schedule = ") + Name(p.schedule));
-  Require(p.zero <= 1, "the executor runs ZeRO 0 and 1; parallel.zero = " + std::to_string(p.zero) + " is not in it yet");
   Require(!r.model.mla.has_value(), "MLA attention is not in the executor");
   Require(!r.model.tie_embeddings, "tied embeddings are not in the executor (set model.tie_embeddings: false)");
   Require(r.model.norm == NormKind::kRmsNorm, "only RMSNorm is in the executor (model.norm)");
@@ -194,6 +193,7 @@ struct RankResult {
 template <class T>
 struct ModelChunk {
   int64_t index = 0;
+  std::vector<size_t> units;  // the optimizer's unit of each part, in forward order
   std::vector<char> letters;
   std::vector<std::unique_ptr<Block<T>>> blocks;
   std::unique_ptr<Embedding<T>> embedding;
@@ -250,12 +250,12 @@ class RankProgram {
   RankResult Run() {
     RankResult out;
     out.coord = coord_;
-    std::vector<std::vector<Param<T>*>> units = Units();
+    const std::vector<std::vector<Param<T>*>> units = Units();
     for (const auto& unit : units) {
       for (Param<T>* p : unit) before_[p->name] = p->value.m.template cast<double>();
     }
     DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
-    DistOptimizer<T> optimizer(ctx_, dg, units, spec_.optim);
+    optimizer_ = std::make_unique<DistOptimizer<T>>(ctx_, dg, units, spec_.optim);
 
     const std::vector<PipeOp> ops = PipelineSchedule(spec_.recipe->parallel.schedule, spec_.topo.pp, spec_.vpp,
                                                      spec_.microbatches, coord_.pp);
@@ -271,12 +271,10 @@ class RankProgram {
         --live;
       }
     }
+    optimizer_->Step(ctx_);
+    optimizer_->GatherForVerification(ctx_);
     for (const auto& unit : units) {
       for (Param<T>* p : unit) Record(*p, &out);
-    }
-    optimizer.Step(ctx_);
-    for (ParamRecord& rec : out.params) {
-      rec.update = Find(units, rec.name)->value.m.template cast<double>() - before_.at(rec.name);
     }
     out.dropped = ctx_.dropped_pairs;
     out.flops = ctx_.rank->flops();
@@ -291,6 +289,9 @@ class RankProgram {
       ModelChunk<T> chunk;
       chunk.index = v * s.topo.pp + coord_.pp;
       const StageChunk& sc = s.stages.chunks.at(static_cast<size_t>(chunk.index));
+      const size_t parts = static_cast<size_t>(sc.end_layer - sc.first_layer) + (chunk.index == 0 ? 1 : 0) +
+                           (chunk.index == n_chunks - 1 ? 1 : 0);
+      for (size_t i = 0; i < parts; ++i) chunk.units.push_back(next_unit_++);
       if (chunk.index == 0) chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
       for (int64_t l = sc.first_layer; l < sc.end_layer; ++l) {
         const char letter = s.letters[static_cast<size_t>(l)];
@@ -330,8 +331,33 @@ class RankProgram {
     rec.rows = p.rows;
     rec.cols = p.cols;
     rec.expert = p.expert;
-    rec.grad = p.grad.m.template cast<double>();
+    const auto& observed = optimizer_->local_gradients();
+    const auto it = observed.find(p.name);
+    rec.grad = it == observed.end() ? Mat<double>::Zero(p.grad.m.rows(), p.grad.m.cols()) : it->second;
+    rec.update = p.value.m.template cast<double>() - before_.at(p.name);
     out->params.push_back(std::move(rec));
+  }
+
+  /// Runs `part` (index i of the chunk's units, forward order) with its
+  /// parameters gathered under ZeRO 3 and the next unit prefetched.
+  template <class F>
+  void ForwardUnit(const ModelChunk<T>& chunk, size_t i, F&& part) {
+    optimizer_->GatherUnit(ctx_, chunk.units[i]);
+    if (i + 1 < chunk.units.size()) optimizer_->GatherUnit(ctx_, chunk.units[i + 1]);
+    part();
+    optimizer_->ReleaseUnit(chunk.units[i]);
+  }
+
+  /// The backward of unit i: gathered (and the one before prefetched), its
+  /// unsharded gradients live until they are reduce-scattered (ZeRO 2/3).
+  template <class F>
+  void BackwardUnit(const ModelChunk<T>& chunk, size_t i, F&& part) {
+    optimizer_->GatherUnit(ctx_, chunk.units[i]);
+    if (i > 0) optimizer_->GatherUnit(ctx_, chunk.units[i - 1]);
+    optimizer_->BeginUnitBackward(ctx_, chunk.units[i]);
+    part();
+    optimizer_->ReduceUnitGradients(ctx_, chunk.units[i]);
+    optimizer_->ReleaseUnit(chunk.units[i]);
   }
 
   /// Global rank holding chunk `chunk` in this rank's (tp, cp, dp) pipeline.
@@ -371,21 +397,28 @@ class RankProgram {
     r.set_pass(SimPass::kForward);
     const int64_t key = DataIndex(mb);
     Mat<T> x(LocalRows(), spec_.dims.hidden);
+    size_t unit = 0;
     if (chunk.embedding) {
-      r.memory().set_owner("ends");
-      x = chunk.embedding->Forward(ctx_, LocalTokens(spec_.data->ids[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
+      ForwardUnit(chunk, unit++, [&] {
+        r.memory().set_owner("ends");
+        x = chunk.embedding->Forward(ctx_, LocalTokens(spec_.data->ids[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
+      });
     } else {
       Pass(chunk.index, mb, 0, RankOfChunk(chunk.index - 1), &x, false);
     }
     for (size_t i = 0; i < chunk.blocks.size(); ++i) {
-      r.memory().set_owner(std::string(1, chunk.letters[i]));
-      x = chunk.blocks[i]->Forward(ctx_, x);
+      ForwardUnit(chunk, unit++, [&] {
+        r.memory().set_owner(std::string(1, chunk.letters[i]));
+        x = chunk.blocks[i]->Forward(ctx_, x);
+      });
     }
     if (chunk.head) {
       out->outputs[key] = x.template cast<double>();
-      r.memory().set_owner("ends");
-      out->losses[key] =
-          chunk.head->Forward(ctx_, x, LocalTokens(spec_.data->targets[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
+      ForwardUnit(chunk, unit++, [&] {
+        r.memory().set_owner("ends");
+        out->losses[key] = chunk.head->Forward(
+            ctx_, x, LocalTokens(spec_.data->targets[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
+      });
     } else {
       Pass(chunk.index + 1, mb, 0, RankOfChunk(chunk.index + 1), &x, true);
     }
@@ -395,14 +428,17 @@ class RankProgram {
     Rank& r = *ctx_.rank;
     r.set_pass(SimPass::kBackward);
     Mat<T> dy(LocalRows(), spec_.dims.hidden);
+    size_t unit = chunk.units.size();
     if (chunk.head) {
-      dy = chunk.head->Backward(ctx_);
+      BackwardUnit(chunk, --unit, [&] { dy = chunk.head->Backward(ctx_); });
     } else {
       Pass(chunk.index, mb, 1, RankOfChunk(chunk.index + 1), &dy, false);
     }
-    for (size_t i = chunk.blocks.size(); i-- > 0;) dy = chunk.blocks[i]->Backward(ctx_, dy);
+    for (size_t i = chunk.blocks.size(); i-- > 0;) {
+      BackwardUnit(chunk, --unit, [&] { dy = chunk.blocks[i]->Backward(ctx_, dy); });
+    }
     if (chunk.embedding) {
-      chunk.embedding->Backward(ctx_, dy);
+      BackwardUnit(chunk, --unit, [&] { chunk.embedding->Backward(ctx_, dy); });
     } else {
       Pass(chunk.index - 1, mb, 1, RankOfChunk(chunk.index - 1), &dy, true);
     }
@@ -413,6 +449,8 @@ class RankProgram {
   Topology::Coord coord_;
   Ctx ctx_;
   std::vector<ModelChunk<T>> chunks_;
+  size_t next_unit_ = 0;
+  std::unique_ptr<DistOptimizer<T>> optimizer_;
   std::map<std::string, Mat<double>> before_;
   std::map<int64_t, Mat<T>> local_;
 };

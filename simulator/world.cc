@@ -100,6 +100,7 @@ void Allocation::Release() {
 }
 
 void Rank::CountCall(const std::string& axis, CollectiveKind k) {
+  if (!counting_) return;
   CommCount& c = counts_[{axis, k, pass_, what_}];
   c.axis = axis;
   c.kind = k;
@@ -108,9 +109,11 @@ void Rank::CountCall(const std::string& axis, CollectiveKind k) {
   ++c.calls;
 }
 void Rank::CountSent(const std::string& axis, CollectiveKind k, int64_t bytes) {
+  if (!counting_) return;
   counts_[{axis, k, pass_, what_}].bytes_sent += bytes;
 }
 void Rank::CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes) {
+  if (!counting_) return;
   counts_[{axis, k, pass_, what_}].bytes_received += bytes;
 }
 void Rank::CountSendAs(const std::string& axis, SimPass pass, const std::string& what, int64_t bytes) {

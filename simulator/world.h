@@ -157,6 +157,10 @@ class Rank {
   void CountSendAs(const std::string& axis, SimPass pass, const std::string& what, int64_t bytes);
   std::vector<CommCount> Counts() const;
 
+  /// Verification traffic (a gather only the verifier needs) is not part of
+  /// the modeled step: with counting off, collectives move data uncounted.
+  void set_counting(bool on) { counting_ = on; }
+
   /// FLOP counter for the benchmark (2 x multiply-adds).
   void AddFlops(double f) { flops_ += f; }
   double flops() const { return flops_; }
@@ -169,6 +173,7 @@ class Rank {
   std::string what_;
   std::map<std::tuple<std::string, CollectiveKind, SimPass, std::string>, CommCount> counts_;
   double flops_ = 0.0;
+  bool counting_ = true;
 };
 
 /// One rank's part of an operation, as posted to the matcher.
