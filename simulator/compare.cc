@@ -161,7 +161,29 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
                          {SimCategory::kGradients, Category::kGradients},
                          {SimCategory::kOptimizerMuon, Category::kOptimizerMuon},
                          {SimCategory::kOptimizerAdamW, Category::kOptimizerAdamW}};
-  for (const Exact& e : exact) out->memory.push_back(Row(Key(e.sim), worst(e.sim), est.of(e.model).count(), 0.0));
+  // ZeRO 3 keeps the parameters as flat shares that mix the three classes,
+  // so the classes are compared as their sum (each row informational).
+  const bool zero3 = scaled.parallel.zero >= 3;
+  for (const Exact& e : exact) {
+    const bool param_class = e.sim == SimCategory::kReplicatedParams || e.sim == SimCategory::kTpShardedParams ||
+                             e.sim == SimCategory::kEpShardedParams;
+    out->memory.push_back(Row(Key(e.sim), worst(e.sim), est.of(e.model).count(), 0.0,
+                              zero3 && param_class ? "(ZeRO 3: compared as the sum below)" : ""));
+  }
+  if (zero3) {
+    int64_t measured = 0;
+    for (const RankMeasurement& r : report.per_rank) {
+      if (r.pipeline_rank != stage) continue;
+      int64_t sum = 0;
+      for (SimCategory c : {SimCategory::kReplicatedParams, SimCategory::kTpShardedParams, SimCategory::kEpShardedParams}) {
+        sum += r.peak_bytes[static_cast<size_t>(c)];
+      }
+      measured = std::max(measured, sum);
+    }
+    const Bytes modeled = est.of(Category::kReplicatedParams) + est.of(Category::kTpShardedParams) +
+                          est.of(Category::kEpShardedParams);
+    out->memory.push_back(Row("params (sum of classes)", measured, modeled.count(), 0.0));
+  }
   // Saved activations: the estimator's figure less its one-layer transient
   // (scan workspace, ring buffers), which the executor holds as temporaries.
   const double act_tol = RoutingDependent(scaled) ? kRoutedActivationTolerance : kActivationTolerance;
