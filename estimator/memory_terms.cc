@@ -111,7 +111,10 @@ TokenBytes RecurrentTokenBytes(const Recipe& r) {
   TokenBytes out;
   out.replicated = ResidualTerms(r);
   // g_pre, u, conv(u), W_o input (1 each) and the r/i gate pre-activations (2),
-  // all in the activation dtype, plus the h_t sequence in fp32 (MATH.md 3.2).
+  // all in the activation dtype, plus the h_t sequence in fp32 (MATH.md 3.2:
+  // a_R = 4h + 16 d_r, plus the norm rstd). The simulator's R block keeps
+  // exactly this set; under the CP all-to-all it keeps the h that came back
+  // in place of the W_o input (same width) and recomputes y = h * GeLU(g_pre).
   out.sharded = Add(Mul(Mul(6, d_r), beta), Mul(4, d_r));
   return out;
 }
@@ -250,9 +253,32 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   return Bytes(out);
 }
 
+namespace {
+int64_t RecurrentHandoffStates(const Layout& l) {
+  if (l.cp <= 1 || l.cp_recurrent != CpRecurrent::kHandoff) return 0;
+  // Chunks whose predecessor lives on another CP rank, on the worst rank.
+  // Without load balancing rank r holds chunk r: one (r > 0). With it, rank r
+  // holds chunks r and 2c-1-r: rank 0 one (chunk 2c-1), rank c-1 one (chunk c
+  // follows its own chunk c-1), ranks 1..c-2 two; so two once c >= 3.
+  return l.cp_load_balance && l.cp >= 3 ? 2 : 1;
+}
+}  // namespace
+
+Bytes RecurrentHandoffStateBytes(const Recipe& r, const Layout& l) {
+  // [OURS] Each received state (conv tail (K_r-1)*d_r/t in the activation
+  // dtype + fp32 h of d_r/t, per sequence) is kept for the backward: the
+  // conv weight gradient and the first step of the reverse scan read it.
+  const int64_t per_sequence = RecurrentStateBytesPerSequence(r.model, l.tp, r.training.precision.activations);
+  return Bytes(Mul(Mul(RecurrentHandoffStates(l), l.micro_batch), per_sequence));
+}
+
 Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
   if (kind == BlockKind::kMoe) return MoeLayerActivations(r, l, l.recompute);
-  return Bytes(SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, l.cp), CpTokens(r, l), l));
+  Bytes out(SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, l.cp), CpTokens(r, l), l));
+  // The received state is needed whatever the recompute policy: a recomputed
+  // forward of the chunk starts from it too.
+  if (kind == BlockKind::kRecurrent) out += RecurrentHandoffStateBytes(r, l);
+  return out;
 }
 
 Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {

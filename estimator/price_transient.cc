@@ -29,6 +29,8 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
       if (kind == BlockKind::kMoe && l.recompute != Recompute::kFull) {
         formula += " + R*(h + 3f_e/t_e)*beta + N_send*(h*beta + 4)";
       }
+      const Bytes handoff = kind == BlockKind::kRecurrent ? RecurrentHandoffStateBytes(rc, l) : Bytes(0);
+      if (handoff.count() > 0) formula += " + handoff_states";
       formula += "] * layer-micro-batches";
       auto in = Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp},
                         {"SP", l.sequence_parallel() ? 1 : 0}, {"rep", tb.replicated}, {"sharded", tb.sharded},
@@ -41,6 +43,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
                                       {"f_e", rc.model.moe.ffn_hidden},
                             {"t_e", l.expert_tp}}));
       }
+      if (handoff.count() > 0) in.append(" ").append(Inputs({{"handoff_states", handoff.count()}}));
       in.append(Cat({" recompute=", Name(l.recompute), " schedule=", Name(l.schedule)}));
       Note(sink, Category::kActivations,
            Cat({"activations ", FamilyName(f), " (x", std::to_string(w.layer_count[f]), " layers)"}),

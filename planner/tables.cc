@@ -68,7 +68,12 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
       break;
     case BlockKind::kRecurrent:
       f.tp_regions = 1;
-      f.cp_a2a_width = 3 * m.recurrent.width;  // [OURS] 2*d_r in, d_r out (MATH.md 7.2)
+      // [OURS] All-to-all CP on R: u in (sequence -> channel split), h back;
+      // the GeLU gate g stays sequence-split (it is per token), so d_r in and
+      // d_r out, and the backward moves dh in and du back (the simulator's R
+      // block moves exactly these). MATH.md 7.2 says 2d_r + d_r (g travelling
+      // too, as Megatron's Mamba CP sends z); g never needs to.
+      f.cp_a2a_width = 2 * m.recurrent.width;
       break;
     case BlockKind::kDenseMlp:
       f.tp_regions = 1;

@@ -253,7 +253,7 @@ class Block {
   std::vector<std::unique_ptr<Param<T>>> params_;
 };
 
-/// Creates the block for pattern letter `letter` ('A', 'D', 'E') of layer `layer`.
+/// Creates the block for pattern letter `letter` ('A', 'D', 'E', 'R') of layer `layer`.
 template <class T>
 std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                     double scale);
@@ -263,6 +263,21 @@ std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, i
                                          double scale);
 template <class T>
 std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
+
+/// Knobs of the R block that no recipe sets: tests use them to show what the
+/// real computation needs.
+struct RecurrentOptions {
+  /// Under the CP hand-off (ctx.cp_recurrent = kHandoff, cp > 1), drop the
+  /// hand-off: a chunk whose predecessor lives on another CP rank starts from
+  /// a zero state, and no state (nor its gradient) is sent. Wrong on purpose:
+  /// the naive split of a recurrence over the sequence.
+  bool drop_handoff = false;
+};
+
+/// The RG-LRU block (MATH.md 1.6, 8.2 "R"), simulator/recurrent_block.cc.
+template <class T>
+std::unique_ptr<Block<T>> MakeRecurrentBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale,
+                                             const RecurrentOptions& options = {});
 
 /// Vocab-parallel embedding (MATH.md 8.3): lookup of own rows, then g.
 template <class T>

@@ -71,8 +71,16 @@ MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens,
 /// routed-expert terms on R.
 Bytes MoeLayerActivations(const Recipe& recipe, const Layout& layout, Recompute recompute);
 
-/// Activation bytes one layer of `kind` saves for one micro-batch on one rank.
+/// Activation bytes one layer of `kind` saves for one micro-batch on one rank
+/// (R layers: with RecurrentHandoffStateBytes).
 Bytes LayerActivations(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
+/// R layers under the CP state hand-off (cp_recurrent = handoff, cp > 1,
+/// [OURS]): the states one micro-batch's chunks received from the previous CP
+/// rank and keep for the backward, on the worst CP rank: n_in * b *
+/// ((K_r-1)*beta_a + 4) * d_r/t, n_in = 1, or 2 with load balancing and cp >= 3.
+/// Zero otherwise.
+Bytes RecurrentHandoffStateBytes(const Recipe& recipe, const Layout& layout);
 
 /// Transient workspace of one layer while it runs, not summed over layers or
 /// micro-batches: Mamba SSD chunk states, CB and dA_cumsum (MATH.md 3.2), CP

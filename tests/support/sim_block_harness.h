@@ -4,6 +4,7 @@
 // executor's internal headers and Eigen, include it.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,10 +54,13 @@ inline void PutLocalRows(const Mat<double>& local, const SeqLayout& seq, int64_t
   }
 }
 
-/// Forward + backward of block `letter` (MakeBlock) on l.world() ranks with
+/// Makes one rank's block (layer 0) from its context.
+using BlockFactory = std::function<std::unique_ptr<Block<double>>(Ctx& ctx, const Dims& d, uint64_t seed, double scale)>;
+
+/// Forward + backward of the block `make` builds on l.world() ranks with
 /// input `x` and output gradient `dy` (global rows), micro-batch 0.
-inline BlockRun RunBlock(char letter, const Dims& d, const BlockLayout& l, const Mat<double>& x, const Mat<double>& dy,
-                         uint64_t seed = 7, double scale = 0.8) {
+inline BlockRun RunBlockWith(const BlockFactory& make, const Dims& d, const BlockLayout& l, const Mat<double>& x,
+                             const Mat<double>& dy, uint64_t seed = 7, double scale = 0.8) {
   const int n = l.world();
   World world(n);
   std::vector<const Group*> tp_of(static_cast<size_t>(n)), cp_of(static_cast<size_t>(n)), one_of(static_cast<size_t>(n));
@@ -97,7 +101,7 @@ inline BlockRun RunBlock(char letter, const Dims& d, const BlockLayout& l, const
     ctx.cp_recurrent = l.cp_recurrent;
     ctx.seq = SeqLayout::Make(d.seq, l.cp, c, l.load_balance);
     auto& block = blocks[static_cast<size_t>(r)];
-    block = MakeBlock<double>(letter, ctx, d, 0, seed, scale);
+    block = make(ctx, d, seed, scale);
     Out& o = outs[static_cast<size_t>(r)];
     rank.set_pass(SimPass::kForward);
     o.y = block->Forward(ctx, LocalRows(x, ctx.seq, d.batch, sp, l.tp, t));
@@ -134,6 +138,15 @@ inline BlockRun RunBlock(char letter, const Dims& d, const BlockLayout& l, const
     run.grads[name] = sum;
   }
   return run;
+}
+
+/// RunBlockWith for block `letter` of MakeBlock.
+inline BlockRun RunBlock(char letter, const Dims& d, const BlockLayout& l, const Mat<double>& x, const Mat<double>& dy,
+                         uint64_t seed = 7, double scale = 0.8) {
+  const BlockFactory make = [letter](Ctx& ctx, const Dims& dims, uint64_t s, double sc) {
+    return MakeBlock<double>(letter, ctx, dims, 0, s, sc);
+  };
+  return RunBlockWith(make, d, l, x, dy, seed, scale);
 }
 
 }  // namespace preflight::sim::testing
