@@ -287,7 +287,8 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
   if (l.cp_recurrent == CpRecurrent::kAllToAll) {
     const FamilyCost& m = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))];
     const int64_t repeat_extra = (MambaGroupRepeat(mc, l) - 1) * 2 * mc.groups * mc.d_state;
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba", width_bytes(m.cp_a2a_width + repeat_extra), n_m);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba", width_bytes(m.cp_a2a_width + repeat_extra),
+               n_m);
     items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba",
                width_bytes(m.cp_a2a_bwd_width + repeat_extra), n_m);
     const FamilyCost& r = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))];
