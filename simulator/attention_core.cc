@@ -286,7 +286,6 @@ void GatherBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat
   Mat<T> dk_all = Mat<T>::Zero(all.m.rows(), kw), dv_all = Mat<T>::Zero(all.m.rows(), vw);
   AttendBlockBackward(ctx, shape, q, LocalPositions(ctx, shape, q.rows()), Mat<T>(all.m.leftCols(kw)),
                       Mat<T>(all.m.rightCols(vw)), AllPositions(ctx), o, lse, dout, dq, &dk_all, &dv_all);
-  all.Release();
   Tensor<T> dkv_all(ctx.mem(), SimCategory::kTemporaries, ab, Pack(dk_all, dv_all));
   Mat<T> dkv(k.rows(), kw + vw);
   ctx.rank->ReduceScatter(*ctx.cp, dkv_all.m.data(), dkv.data(),
