@@ -298,8 +298,13 @@ Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
     out = Add(out, Mul(Mul(Mul(8, b), s), heads));                // dA_cumsum and dt, fp32
     return Bytes(out);
   }
-  if (kind == BlockKind::kAttention && l.cp > 1 && l.cp_comm == CpComm::kP2p) {
-    // Ring attention: two KV chunks in flight (current + next), 2*2*(s/c)*b*(n_kv/t)*d_h*beta.
+  if (kind == BlockKind::kAttention && l.cp > 1 && l.cp_comm != CpComm::kA2a) {
+    // Ring attention (p2p): two KV chunks in flight (current + next),
+    // 2*K_c = 2*2*(s/c)*b*(n_kv/t)*d_h*beta. All-gather: the whole sequence's
+    // K,V (c*K_c) and, in backward, beside the re-gathered K,V the
+    // whole-sequence dK,dV before their reduce-scatter (TransformerEngine
+    // AttnFuncWithCPAndKVAllGather.backward allocates dk, dv of cp x the
+    // local rows): 2*c*K_c.
     int64_t kv_width = 0;
     if (r.model.mla) {
       const MlaConfig& a = *r.model.mla;
@@ -307,7 +312,8 @@ Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
     } else {
       kv_width = Mul(Mul(2, CeilDiv(r.model.attention.kv_heads, l.tp)), r.model.attention.head_dim);
     }
-    return Bytes(Mul(Mul(Mul(2, CeilDiv(Mul(s, b), l.cp)), kv_width), beta));
+    const int64_t kc = Mul(Mul(CeilDiv(Mul(s, b), l.cp), kv_width), beta);
+    return Bytes(Mul(2, l.cp_comm == CpComm::kP2p ? kc : Mul(l.cp, kc)));
   }
   return Bytes(0);
 }

@@ -3,6 +3,7 @@
 // compares its counted messages against these items.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "internal.h"
 
@@ -36,7 +37,66 @@ Bytes StageComm::recv_on(Axis a) const {
   return total;
 }
 
+int64_t CpChunkOwner(int64_t cp, bool load_balance, int64_t chunk) {
+  if (!load_balance) return chunk;
+  return chunk < cp ? chunk : 2 * cp - 1 - chunk;
+}
+
+int64_t CpHandoffSends(int64_t cp, bool load_balance, int64_t cp_rank) {
+  if (cp <= 1) return 0;
+  const int64_t n = load_balance ? 2 * cp : cp;
+  int64_t sends = 0;
+  for (int64_t j = 0; j + 1 < n; ++j) {
+    const int64_t from = CpChunkOwner(cp, load_balance, j);
+    if (from == cp_rank && CpChunkOwner(cp, load_balance, j + 1) != from) ++sends;
+  }
+  return sends;
+}
+
+int64_t CpHandoffMaxSends(int64_t cp, bool load_balance) {
+  // Forward: ranks 0 and c-1 are the ends (balanced: one edge each), the
+  // interior ranks hold an edge in each half. Backward mirrors the chain, so
+  // the busiest rank sends as many on the reverse edges.
+  int64_t most = 0;
+  for (int64_t r = 0; r < cp; ++r) most = std::max(most, CpHandoffSends(cp, load_balance, r));
+  return most;
+}
+
+int64_t CpHandoffChainMessages(int64_t cp, bool load_balance) {
+  int64_t messages = 0;
+  for (int64_t r = 0; r < cp; ++r) messages += CpHandoffSends(cp, load_balance, r);
+  return messages;
+}
+
 namespace {
+
+/// One chain edge's hand-off message of one layer and micro-batch
+/// (cp_recurrent: handoff, [OURS]): the conv tail (beta_a) and the state (fp32).
+struct HandoffPayload {
+  Bytes conv_tail;
+  Bytes state;
+  Bytes total() const { return conv_tail + state; }
+};
+
+/// M: (d_conv-1)*(d_i + 2GN)/t*b*beta_a + b*(H/t)*P*N*4.
+HandoffPayload MambaHandoff(const MambaConfig& mc, int64_t hidden, int64_t tp, int64_t micro, int64_t act) {
+  const int64_t d_inner = CheckedMul(mc.expand, hidden);
+  const int64_t heads = d_inner / mc.head_dim;
+  const int64_t conv_channels = CheckedAdd(d_inner, CheckedMul(2, CheckedMul(mc.groups, mc.d_state))) / tp;
+  HandoffPayload p;
+  p.conv_tail = Bytes(CheckedMul(CheckedMul(CheckedMul(mc.d_conv - 1, conv_channels), micro), act));
+  p.state = Bytes(CheckedMul(CheckedMul(CheckedMul(CheckedMul(micro, heads / tp), mc.head_dim), mc.d_state), 4));
+  return p;
+}
+
+/// R: (K_r-1)*(d_r/t)*b*beta_a + b*(d_r/t)*4.
+HandoffPayload RecurrentHandoff(const RecurrentConfig& rc, int64_t tp, int64_t micro, int64_t act) {
+  const int64_t channels = rc.width / tp;
+  HandoffPayload p;
+  p.conv_tail = Bytes(CheckedMul(CheckedMul(CheckedMul(rc.d_conv - 1, channels), micro), act));
+  p.state = Bytes(CheckedMul(CheckedMul(micro, channels), 4));
+  return p;
+}
 
 const char* FamilyKey(size_t f) {
   static const char* const kKeys[] = {"attention", "mamba", "moe_shared_expert", "recurrent", "mlp"};
@@ -84,6 +144,25 @@ class ItemList {
     item.seconds = static_cast<double>(sends) * CollectiveSeconds(Collective::kSendRecv, payload, loc, links_, cost_);
     item.exposed_seconds = item.seconds;
     out_->push_back(std::move(item));
+  }
+
+  // The CP state hand-off of one family in one pass: `sends` messages of
+  // payload.total() (receives as many). Time per layer per micro-batch, the
+  // two-pass form a real implementation runs [OURS, docs/plan.md]: the conv
+  // tails cross every chain edge at once (one p2p step), then the states
+  // pass along the chain, `chain` sequential p2p steps of the state size,
+  // all exposed; `layers` layer-micro-batches.
+  void AddHandoff(Pass pass, const char* what, const HandoffPayload& payload, int64_t sends, int64_t chain,
+                  int64_t layers) {
+    const size_t before = out_->size();
+    AddP2p(Axis::kCp, pass, what, payload.total(), sends, sends);
+    if (out_->size() == before) return;
+    const AxisLocality& loc = locality_[static_cast<size_t>(Axis::kCp)];
+    const double tail_s = CollectiveSeconds(Collective::kSendRecv, payload.conv_tail, loc, links_, cost_);
+    const double state_s = CollectiveSeconds(Collective::kSendRecv, payload.state, loc, links_, cost_);
+    CommItem& item = out_->back();
+    item.seconds = static_cast<double>(layers) * (tail_s + static_cast<double>(chain) * state_s);
+    item.exposed_seconds = item.seconds;
   }
 
  private:
@@ -161,6 +240,72 @@ int64_t MambaGroupRepeat(const MambaConfig& m, const Layout& l) {
   return (local_groups > 0 && l.cp > local_groups) ? l.cp / local_groups : 1;
 }
 
+// Attention under CP per TE's cp_comm_type (MATH.md 7.2; TransformerEngine
+// dot_product_attention/context_parallel.py).
+void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std::function<Bytes(int64_t)>& width_bytes,
+                    ItemList* items) {
+  const int64_t c1 = l.cp - 1;
+  switch (l.cp_comm) {
+    case CpComm::kP2p: {
+      // AttnFuncWithCPAndKVP2P: c-1 KV blocks forward; backward the KV blocks
+      // go round again (c-1) and the dKV of each block follows it home (c-1).
+      const Bytes kc = width_bytes(a.cp_kv_width);
+      items->AddP2p(Axis::kCp, Pass::kForward, "attention_kv", kc, c1 * n_a, c1 * n_a);
+      items->AddP2p(Axis::kCp, Pass::kBackward, "attention_kv", kc, 2 * c1 * n_a, 2 * c1 * n_a);
+      break;
+    }
+    case CpComm::kAllGather: {
+      // AttnFuncWithCPAndKVAllGather saves the local K, V: its backward
+      // all-gathers them again, then reduce-scatters dK, dV.
+      const Bytes full = width_bytes(a.cp_kv_width) * l.cp;
+      items->Add(Axis::kCp, Collective::kAllGather, Pass::kForward, "attention_kv", full, n_a);
+      items->Add(Axis::kCp, Collective::kAllGather, Pass::kBackward, "attention_kv", full, n_a);
+      items->Add(Axis::kCp, Collective::kReduceScatter, Pass::kBackward, "attention_kv", full, n_a);
+      break;
+    }
+    case CpComm::kA2a: {
+      // Ulysses (AttnFuncWithCPAndQKVOA2A), each pass's all-to-alls as one
+      // call of their total width: forward Q, K, V and O; backward O, dO,
+      // dQ, dK and dV.
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "attention_qkvo", width_bytes(a.cp_a2a_width), n_a);
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "attention_qkvo",
+                 width_bytes(a.cp_a2a_bwd_width), n_a);
+      break;
+    }
+  }
+}
+
+// M and R blocks under CP. all_to_all (Megatron, MATH.md 7.2): the mixer
+// input is re-split from sequence to heads and the output back. handoff
+// [OURS]: per chain edge per layer per micro-batch one message of the conv
+// tail (the last d_conv-1 conv inputs of the local channels, beta_a) and the
+// recurrent state (fp32) in each pass; the busiest CP rank's count.
+void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, int64_t n_m,
+                    int64_t n_r, const std::function<Bytes(int64_t)>& width_bytes, ItemList* items) {
+  const MambaConfig& mc = inv.recipe.model.mamba;
+  const RecurrentConfig& rc = inv.recipe.model.recurrent;
+  if (l.cp_recurrent == CpRecurrent::kAllToAll) {
+    const FamilyCost& m = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))];
+    const int64_t repeat_extra = (MambaGroupRepeat(mc, l) - 1) * 2 * mc.groups * mc.d_state;
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba", width_bytes(m.cp_a2a_width + repeat_extra),
+               n_m);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba",
+               width_bytes(m.cp_a2a_bwd_width + repeat_extra), n_m);
+    const FamilyCost& r = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))];
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "recurrent", width_bytes(r.cp_a2a_width), n_r);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "recurrent", width_bytes(r.cp_a2a_bwd_width), n_r);
+    return;
+  }
+  const int64_t sends = CpHandoffMaxSends(l.cp, l.cp_load_balance);
+  const int64_t chain = CpHandoffChainMessages(l.cp, l.cp_load_balance);
+  const HandoffPayload m = MambaHandoff(mc, inv.recipe.model.hidden, l.tp, s.micro, s.act);
+  const HandoffPayload r = RecurrentHandoff(rc, l.tp, s.micro, s.act);
+  for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+    items->AddHandoff(pass, "mamba_state", m, sends * n_m, chain, n_m);
+    items->AddHandoff(pass, "recurrent_state", r, sends * n_r, chain, n_r);
+  }
+}
+
 void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
            ItemList* items) {
   if (l.cp <= 1) return;
@@ -170,44 +315,13 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
     for (size_t f = 0; f < 5; ++f) layers_mb[f] += counts[f] * c.microbatches;
   }
   const int64_t tokens = CheckedMul(s.seq / l.cp, s.micro);  // one CP rank's tokens of one micro-batch
-  auto width_bytes = [&](int64_t width) { return Bytes(CheckedMul(CheckedMul(tokens, width), s.act) / l.tp); };
-  const int64_t n_a = layers_mb[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))];
-  const FamilyCost& a = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))];
-  const int64_t c1 = l.cp - 1;
-  switch (l.cp_comm) {
-    case CpComm::kP2p: {
-      // TE ring: c-1 KV chunks forward; KV again and dKV backward.
-      const Bytes kc = width_bytes(a.cp_kv_width);
-      items->AddP2p(Axis::kCp, Pass::kForward, "attention_kv", kc, c1 * n_a, c1 * n_a);
-      items->AddP2p(Axis::kCp, Pass::kBackward, "attention_kv", kc, 2 * c1 * n_a, 2 * c1 * n_a);
-      break;
-    }
-    case CpComm::kAllGather: {
-      const Bytes full = width_bytes(a.cp_kv_width) * l.cp;
-      items->Add(Axis::kCp, Collective::kAllGather, Pass::kForward, "attention_kv", full, n_a);
-      items->Add(Axis::kCp, Collective::kReduceScatter, Pass::kBackward, "attention_kv", full, n_a);
-      break;
-    }
-    case CpComm::kA2a: {
-      // Ulysses: the four A2As of Q, K, V and O, combined in one call of their total width.
-      const Bytes qkvo = width_bytes(a.cp_a2a_width);
-      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "attention_qkvo", qkvo, n_a);
-      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "attention_qkvo", qkvo, n_a);
-      break;
-    }
-  }
-  // Mamba / R all-to-all CP (MATH.md 7.2): sequence-split -> head-split of
-  // the mixer input, and back for the output, whatever cp_comm says.
-  const MambaConfig& mc = inv.recipe.model.mamba;
-  const int64_t m_width = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))].cp_a2a_width +
-                          (MambaGroupRepeat(mc, l) - 1) * 2 * mc.groups * mc.d_state;
-  const int64_t n_m = layers_mb[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))];
-  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba", width_bytes(m_width), n_m);
-  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba", width_bytes(m_width), n_m);
-  const int64_t n_r = layers_mb[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))];
-  const Bytes r_bytes = width_bytes(t.family[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))].cp_a2a_width);
-  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "recurrent", r_bytes, n_r);
-  items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "recurrent", r_bytes, n_r);
+  const std::function<Bytes(int64_t)> width_bytes = [&](int64_t width) {
+    return Bytes(CheckedMul(CheckedMul(tokens, width), s.act) / l.tp);
+  };
+  const auto n_of = [&](BlockKind k) { return layers_mb[static_cast<size_t>(FamilyIndex(k))]; };
+  AddCpAttention(t.family[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))], n_of(BlockKind::kAttention), l,
+                 width_bytes, items);
+  AddCpRecurrent(inv, t, l, s, n_of(BlockKind::kMamba), n_of(BlockKind::kRecurrent), width_bytes, items);
 }
 
 // PP boundaries: a chunk sends activations forward unless it is the last

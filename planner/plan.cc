@@ -25,7 +25,9 @@ int64_t CountOf(const Recipe& r, BlockKind k) {
 // (MATH.md 1.4; mamba_context_parallel.py). R blocks follow the same
 // pattern over their gate blocks [OURS].
 void CheckCpOnRecurrentMixers(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
-  if (l.cp <= 1) return;
+  // The state hand-off (cp_recurrent: handoff, [OURS]) keeps whole heads on
+  // every rank; its conv-tail rule is the recipe validator's.
+  if (l.cp <= 1 || l.cp_recurrent != CpRecurrent::kAllToAll) return;
   const int64_t tc = l.tp * l.cp;
   if (CountOf(r, BlockKind::kMamba) > 0) {
     const MambaConfig& m = r.model.mamba;

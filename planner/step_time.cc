@@ -108,9 +108,10 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
         one_p2p_s = std::max(one_p2p_s, i.calls > 0 ? i.seconds / static_cast<double>(i.calls) : 0.0);
         continue;
       }
-      if (i.axis == Axis::kCp && i.kind == Collective::kSendRecv) {
+      if (i.axis == Axis::kCp && i.kind == Collective::kSendRecv && i.what == "attention_kv") {
         // The causal p2p ring overlaps each KV step with the attention
-        // core; only the excess is exposed.
+        // core; only the excess is exposed. (The M/R state hand-off is a
+        // chain with nothing to hide under: fully exposed, priced in comm.cc.)
         const double window = i.pass == Pass::kForward ? core_fwd_step : 2.0 * core_fwd_step;
         i.exposed_seconds = std::max(0.0, i.seconds - window);
       } else if (IsGradSync(i)) {

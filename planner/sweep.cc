@@ -224,6 +224,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     layout.schedule = p.schedule;
     layout.order = p.order;
     layout.cp_comm = p.cp_comm;
+    layout.cp_recurrent = p.cp_recurrent;
+    layout.cp_load_balance = p.cp_load_balance;
     const int64_t tcp = p.tp * p.cp * p.pp;
     layout.dp = tcp > 0 && r.world() % tcp == 0 ? r.world() / tcp : 0;
     const int64_t per_step = layout.micro_batch * layout.dp;

@@ -41,11 +41,13 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
         f.flops_per_token_per_seq = static_cast<double>(a.heads * (qk + a.v_head_dim));
         f.cp_kv_width = a.heads * (qk + a.v_head_dim);
         f.cp_a2a_width = a.heads * (2 * qk + 2 * a.v_head_dim);
+        f.cp_a2a_bwd_width = f.cp_a2a_width + a.heads * a.v_head_dim;  // + O again (TE)
       } else {
         const AttentionConfig& a = m.attention;
         f.flops_per_token_per_seq = 2.0 * static_cast<double>(a.heads * a.head_dim);
         f.cp_kv_width = 2 * a.kv_heads * a.head_dim;
         f.cp_a2a_width = (2 * a.heads + 2 * a.kv_heads) * a.head_dim;
+        f.cp_a2a_bwd_width = f.cp_a2a_width + a.heads * a.head_dim;  // + O again (TE)
       }
       break;
     case BlockKind::kMamba: {
@@ -60,6 +62,7 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
       f.tp_regions = 1;
       // zxBCdt to heads + y back (MATH.md 7.2 Mamba all-to-all CP, r_g = 1).
       f.cp_a2a_width = 3 * d_inner + 2 * mc.groups * mc.d_state + heads;
+      f.cp_a2a_bwd_width = f.cp_a2a_width;
       break;
     }
     case BlockKind::kMoe:
@@ -74,6 +77,7 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
       // block moves exactly these). MATH.md 7.2 says 2d_r + d_r (g travelling
       // too, as Megatron's Mamba CP sends z); g never needs to.
       f.cp_a2a_width = 2 * m.recurrent.width;
+      f.cp_a2a_bwd_width = f.cp_a2a_width;
       break;
     case BlockKind::kDenseMlp:
       f.tp_regions = 1;

@@ -1,8 +1,8 @@
 // A (GQA attention with RoPE and a causal mask) and D (SwiGLU MLP), forward and
 // backward, tensor- and sequence-parallel as Megatron (MATH.md 8.1-8.3).
 #include <cmath>
-#include <limits>
 
+#include "attention_core.h"
 #include "blocks.h"
 
 namespace preflight::sim {
@@ -51,6 +51,7 @@ class AttentionBlock final : public Block<T> {
                                    Init::kMatrix, seed, scale / std::sqrt(double(d.heads * d.head_dim)))), ParamRole::kMatrix);
     kv_local_ = d.kv_heads / ctx.tp_size;
     q_local_ = d.heads / ctx.tp_size;
+    CheckAttentionCp(d, ctx.tp_size, ctx.cp_size, ctx.cp_comm, ctx.seq.load_balanced);
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
@@ -70,13 +71,15 @@ class AttentionBlock final : public Block<T> {
     qkv.Release();
     Rope(&q, q_local_, d_, ctx.seq, 1);
     Rope(&k, kv_local_, d_, ctx.seq, 1);
-    Mat<T> o(q.rows(), q.cols()), lse(q.rows(), q_local_);
-    CoreForward(ctx, q, k, v, &o, &lse);
-    s.q = Tensor<T>(ctx.mem(), act, ab, std::move(q));
-    s.k = Tensor<T>(ctx.mem(), act, ab, std::move(k));
-    s.v = Tensor<T>(ctx.mem(), act, ab, std::move(v));
+    // The core runs the CP mode (attention_core.h); what it keeps is the
+    // flash-attention set of MATH.md 3.2 in the mode's layout (/c per rank).
+    AttnState<T> core;
+    Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
+    s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
+    s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
+    s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
-    s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(lse));
+    s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
     return x + ReduceFromTpForward(ctx, partial.m);
   }
@@ -90,7 +93,7 @@ class AttentionBlock final : public Block<T> {
     Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
     dy_full.Release();
     Mat<T> dq, dk, dv;
-    CoreBackward(ctx, s, dout, &dq, &dk, &dv);
+    AttentionCoreBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
     Rope(&dq, q_local_, d_, ctx.seq, -1);
     Rope(&dk, kv_local_, d_, ctx.seq, -1);
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
@@ -135,77 +138,7 @@ class AttentionBlock final : public Block<T> {
     return qkv;
   }
 
-  /// Rows of batch element `b` of head `h` (columns h*dh..).
-  Mat<T> Take(const Mat<T>& m, int64_t b, int64_t h) const {
-    const int64_t len = m.rows() / d_.batch;
-    Mat<T> out(len, d_.head_dim);
-    for (int64_t s = 0; s < len; ++s) out.row(s) = m.row(s * d_.batch + b).segment(h * d_.head_dim, d_.head_dim);
-    return out;
-  }
-  void Put(Mat<T>* m, int64_t b, int64_t h, const Mat<T>& part, bool add) const {
-    for (int64_t s = 0; s < part.rows(); ++s) {
-      auto dst = m->row(s * d_.batch + b).segment(h * d_.head_dim, d_.head_dim);
-      if (add) {
-        dst += part.row(s);
-      } else {
-        dst = part.row(s);
-      }
-    }
-  }
-
-  /// Causal softmax probabilities of one head; lse per query row.
-  Mat<T> Probs(Ctx& ctx, const Mat<T>& qh, const Mat<T>& kh, Mat<T>* lse) const {
-    const T inv = T(1) / std::sqrt(T(d_.head_dim));
-    Mat<T> s = MatMulTransB(ctx, qh, kh) * inv;
-    lse->resize(s.rows(), 1);
-    for (int64_t a = 0; a < s.rows(); ++a) {
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t b = 0; b <= a; ++b) mx = std::max(mx, s(a, b));
-      T sum = 0;
-      for (int64_t b = 0; b <= a; ++b) sum += std::exp(s(a, b) - mx);
-      (*lse)(a, 0) = mx + std::log(sum);
-      for (int64_t b = 0; b < s.cols(); ++b) s(a, b) = b <= a ? std::exp(s(a, b) - (*lse)(a, 0)) : T(0);
-    }
-    return s;
-  }
-
-  void CoreForward(Ctx& ctx, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, Mat<T>* o, Mat<T>* lse) const {
-    for (int64_t b = 0; b < d_.batch; ++b) {
-      for (int64_t h = 0; h < q_local_; ++h) {
-        const int64_t g = h / Rep();
-        Mat<T> l;
-        const Mat<T> p = Probs(ctx, Take(q, b, h), Take(k, b, g), &l);
-        Put(o, b, h, MatMul(ctx, p, Take(v, b, g)), false);
-        for (int64_t s = 0; s < l.rows(); ++s) (*lse)(s * d_.batch + b, h) = l(s, 0);
-      }
-    }
-  }
-
-  /// Flash-style backward: P is recomputed from the saved q, k (MATH.md 8.1).
-  void CoreBackward(Ctx& ctx, const Saved& saved, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) const {
-    const T inv = T(1) / std::sqrt(T(d_.head_dim));
-    *dq = Mat<T>::Zero(saved.q.m.rows(), saved.q.m.cols());
-    *dk = Mat<T>::Zero(saved.k.m.rows(), saved.k.m.cols());
-    *dv = Mat<T>::Zero(saved.v.m.rows(), saved.v.m.cols());
-    for (int64_t b = 0; b < d_.batch; ++b) {
-      for (int64_t h = 0; h < q_local_; ++h) {
-        const int64_t g = h / Rep();
-        const Mat<T> qh = Take(saved.q.m, b, h), kh = Take(saved.k.m, b, g), vh = Take(saved.v.m, b, g);
-        const Mat<T> oh = Take(saved.o.m, b, h), doh = Take(dout, b, h);
-        Mat<T> l;
-        const Mat<T> p = Probs(ctx, qh, kh, &l);
-        const Mat<T> dp = MatMulTransB(ctx, doh, vh);
-        Mat<T> ds(p.rows(), p.cols());
-        for (int64_t a = 0; a < p.rows(); ++a) {
-          const T delta = doh.row(a).dot(oh.row(a));
-          ds.row(a) = p.row(a).cwiseProduct((dp.row(a).array() - delta).matrix());
-        }
-        Put(dq, b, h, MatMul(ctx, ds, kh) * inv, true);
-        Put(dk, b, g, MatMulTransA(ctx, ds, qh) * inv, true);  // summed over the group's query heads
-        Put(dv, b, g, MatMulTransA(ctx, p, doh), true);
-      }
-    }
-  }
+  AttnShape Shape() const { return AttnShape{d_.batch, d_.head_dim, Rep()}; }
 
   Dims d_;
   int64_t q_local_ = 0, kv_local_ = 0;

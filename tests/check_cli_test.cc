@@ -187,19 +187,21 @@ TEST(CheckExit, InvalidRecipeIsExit2AndOthersAreStillChecked) {
 }
 
 // Check prices what fit and plan price, so the planner's own validation
-// applies: R blocks split 32 gate blocks over tp*cp = 4*16 = 64 (see
-// tests/planner_cli_test.cc); the parser's rules all pass with pp 1.
+// applies: dualpipev with pinned stage boundaries passes the parser's rules
+// (3 boundaries for pp 4, m = 128 >= 2 pp) but the planner rejects it (its
+// 2 x pp V-shaped chunks are the partitioner's).
 TEST(CheckExit, RecipeThePlannerRejectsIsExit2) {
   TempDir dir;
   std::string text = Original();
-  text.replace(text.find("cp: 1, pp: 4,"), 13, "cp: 16, pp: 1,");
-  WriteText(dir / "cp.yaml", text);
-  const auto r = RunPreflight({"check", dir / "cp.yaml", kDefault, "--format", "json"});
+  const std::string schedule = "schedule: 1f1b}";
+  text.replace(text.find(schedule), schedule.size(), "schedule: dualpipev, stage_boundaries: [12, 24, 36]}");
+  WriteText(dir / "pinned.yaml", text);
+  const auto r = RunPreflight({"check", dir / "pinned.yaml", kDefault, "--format", "json"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_THAT(r.err, HasSubstr("parallel.cp = 16"));
+  EXPECT_THAT(r.err, HasSubstr("parallel.stage_boundaries"));
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["recipes"][0]["status"], "invalid");
-  EXPECT_THAT(j["recipes"][0]["errors"][0].get<std::string>(), HasSubstr("gate blocks"));
+  EXPECT_THAT(j["recipes"][0]["errors"][0].get<std::string>(), HasSubstr("V-shaped chunks"));
   EXPECT_EQ(j["recipes"][1]["status"], "pass");
 }
 

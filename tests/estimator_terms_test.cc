@@ -214,7 +214,8 @@ TEST(ContextParallel, AttentionSplitsTheSequenceAndAddsRingBuffers) {
   // MATH.md 3.4: with CP every saved attention tensor is /c. s 8192, c 2, t 1,
   // no recompute: 4096 tokens x 36,996 B = 151,535,616 B. The p2p ring keeps
   // two KV chunks in flight: 2 x 2 x (s/c) x b x (n_kv/t) x d_h x 2 B
-  // = 2 x 2 x 4096 x 8 x 128 x 2 = 33,554,432 B; all-gather CP has no ring.
+  // = 2 x 2 x 4096 x 8 x 128 x 2 = 33,554,432 B. All-gather CP holds the whole
+  // sequence's K,V and, in backward, dK,dV beside them: 2 x c x K_c = 67,108,864 B.
   Recipe r = MathRecipe();
   r.training.seq_len = 8192;
   Layout l;
@@ -223,6 +224,8 @@ TEST(ContextParallel, AttentionSplitsTheSequenceAndAddsRingBuffers) {
   EXPECT_EQ(LayerActivations(r, l, BlockKind::kAttention).count(), 151'535'616);
   EXPECT_EQ(LayerWorkspace(r, l, BlockKind::kAttention).count(), 33'554'432);
   l.cp_comm = CpComm::kAllGather;
+  EXPECT_EQ(LayerWorkspace(r, l, BlockKind::kAttention).count(), 67'108'864);
+  l.cp_comm = CpComm::kA2a;
   EXPECT_EQ(LayerWorkspace(r, l, BlockKind::kAttention).count(), 0);
 }
 

@@ -86,14 +86,18 @@ TEST(PlannerCli, BadInputExitsTwo) {
   EXPECT_EQ(missing.exit_code, 2);
 }
 
-// The planner's own check: CP on the R block needs model.recurrent.heads
-// (32) % (tp*cp) == 0; tp 4 x cp 16 = 64 does not divide it (the parser's
-// Mamba, sequence and world rules all pass with pp 1).
+// All-to-all CP on the R block needs model.recurrent.heads (32) % (tp*cp)
+// == 0; tp 4 x cp 16 = 64 does not divide it (the Mamba, sequence and world
+// rules all pass with pp 1). The recipe validator reports it on parallel.cp;
+// the hand-off mode has no head rule and plans.
 TEST(PlannerCli, ContextParallelOnRecurrentRejected) {
   const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--set", "parallel.cp=16", "--set", "parallel.pp=1"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.err.find("parallel.cp = 16"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("gate blocks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.recurrent.heads/tp (8) divisible by cp"), std::string::npos) << r.err;
+  const auto handoff = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--set", "parallel.cp=16", "--set",
+                                     "parallel.pp=1", "--set", "parallel.cp_recurrent=handoff"});
+  EXPECT_EQ(handoff.exit_code, 0) << handoff.err;
 }
 
 // --emit prints the launch configuration instead of the report: Megatron

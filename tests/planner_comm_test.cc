@@ -1,6 +1,8 @@
 // Communication volumes per step against hand counts and the Megatron
 // papers. The tiny model's sizes are in planner_tiny_model.h; every product
 // is written out beside the expected value.
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "planner_tiny_model.h"
@@ -141,6 +143,127 @@ TEST(PlannerComm, ContextParallelMambaAllToAll) {
   const auto p = Price(inv, TinyLayout(1, 2, 1, 1, 1));
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba"), 466944);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba"), 466944);
+}
+
+// all_gather (TE AttnFuncWithCPAndKVAllGather): forward AG of K, V; the
+// backward gathers them again (only the local K, V are saved) and
+// reduce-scatters dK, dV. Gathered payload c*K_c = 2*131072 = 262144; each
+// rank sends (c-1)/c of it = 131072 per A layer per micro-batch, m = 3.
+TEST(PlannerComm, ContextParallelAllGather) {
+  const auto inv = TinyInventory("AD");
+  auto l = TinyLayout(1, 2, 1, 1, 3);
+  l.cp_comm = CpComm::kAllGather;
+  const auto p = Price(inv, l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kForward, "attention_kv"), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kBackward, "attention_kv"), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kReduceScatter, Pass::kBackward, "attention_kv"), 3 * 131072);
+}
+
+// a2a (Ulysses, TE AttnFuncWithCPAndQKVOA2A): forward Q, K, V, O, width
+// (2*8 + 2*4)*8 = 192; backward O, dO, dQ, dK, dV, width (3*8 + 2*4)*8 = 256.
+// Payload (s/c)*b*width*beta_a/t: 512*2*192*2 = 393216 and 512*2*256*2 =
+// 524288; each rank sends (c-1)/c = 1/2: 196608 and 262144.
+TEST(PlannerComm, ContextParallelUlysses) {
+  const auto inv = TinyInventory("AD");
+  auto l = TinyLayout(1, 2, 1, 1, 1);
+  l.cp_comm = CpComm::kA2a;
+  const auto p = Price(inv, l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, "attention_qkvo"), 196608);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, "attention_qkvo"), 262144);
+}
+
+// Hand-off chain edges (cp_recurrent: handoff). Balanced, c = 4: chunks
+// 0..7 are held by ranks 0,1,2,3,3,2,1,0; the forward edges 0->1 (rank 0),
+// 1->2 (1), 2->3 (2), 4->5 (3), 5->6 (2), 6->7 (1) cross ranks, 3->4 does
+// not: ranks 0 and 3 send 1, ranks 1 and 2 send 2; 6 messages on the chain.
+// c = 2: chunks held by 0,1,1,0: edges 0->1 (rank 0) and 2->3 (rank 1).
+// Unbalanced: chunk r on rank r, every rank but the last sends 1.
+TEST(PlannerComm, HandoffChainEdges) {
+  struct Case {
+    int64_t cp;
+    bool balanced;
+    std::vector<int64_t> sends;  // per CP rank
+    int64_t most, chain;
+  };
+  const Case cases[] = {
+      {2, true, {1, 1}, 1, 2},
+      {2, false, {1, 0}, 1, 1},
+      {4, true, {1, 2, 2, 1}, 2, 6},
+      {4, false, {1, 1, 1, 0}, 1, 3},
+      {1, true, {0}, 0, 0},
+  };
+  for (const Case& c : cases) {
+    for (int64_t r = 0; r < c.cp; ++r) {
+      EXPECT_EQ(CpHandoffSends(c.cp, c.balanced, r), c.sends[static_cast<size_t>(r)]) << c.cp << " " << r;
+    }
+    EXPECT_EQ(CpHandoffMaxSends(c.cp, c.balanced), c.most) << c.cp;
+    EXPECT_EQ(CpHandoffChainMessages(c.cp, c.balanced), c.chain) << c.cp;
+  }
+  // Owner of each chunk, balanced c = 4 (TE / Megatron load balancing).
+  const int64_t owners[] = {0, 1, 2, 3, 3, 2, 1, 0};
+  for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(CpChunkOwner(4, true, j), owners[j]);
+}
+
+// Hand-off payload per chain edge per layer per micro-batch (tiny model,
+// b = 2, beta_a = 2):
+//  M: (d_conv-1)*(d_i + 2GN)/t*b*beta_a + b*(H/t)*P*N*4
+//     t = 1: 3*(128 + 64)*2*2 = 2304 + 2*8*16*16*4 = 16384 -> 18688
+//     t = 2: 3*96*2*2 = 1152 + 2*4*16*16*4 = 8192 -> 9344
+//  R: (K_r-1)*(d_r/t)*b*beta_a + b*(d_r/t)*4
+//     t = 1: 3*64*2*2 = 768 + 2*64*4 = 512 -> 1280
+//     t = 2: 3*32*2*2 = 384 + 2*32*4 = 256 -> 640
+// The busiest CP rank sends (HandoffChainEdges) 1 message per layer per
+// micro-batch at c = 2 and at c = 4 unbalanced, 2 at c = 4 balanced; the
+// backward as many. One M and one R layer, m = 3.
+TEST(PlannerComm, ContextParallelHandoffBytes) {
+  struct Case {
+    const char* name;
+    int64_t tp, cp;
+    bool balanced;
+    int64_t mamba, recurrent;  // bytes per pass
+  };
+  const Case cases[] = {
+      {"cp2_balanced", 1, 2, true, 3 * 1 * 18688, 3 * 1 * 1280},
+      {"cp2_unbalanced", 1, 2, false, 3 * 1 * 18688, 3 * 1 * 1280},
+      {"cp4_balanced", 1, 4, true, 3 * 2 * 18688, 3 * 2 * 1280},
+      {"cp4_unbalanced", 1, 4, false, 3 * 1 * 18688, 3 * 1 * 1280},
+      {"tp2_cp2_balanced", 2, 2, true, 3 * 1 * 9344, 3 * 1 * 640},
+  };
+  const auto inv = TinyInventory("MRD");
+  for (const Case& c : cases) {
+    auto l = TinyLayout(c.tp, c.cp, 1, 1, 3);
+    l.cp_recurrent = CpRecurrent::kHandoff;
+    l.cp_load_balance = c.balanced;
+    const auto p = Price(inv, l);
+    const StageComm& sc = p.comm[0];
+    for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kSendRecv, pass, "mamba_state"), c.mamba) << c.name;
+      EXPECT_EQ(Received(sc, Axis::kCp, pass, "mamba_state"), c.mamba) << c.name;
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kSendRecv, pass, "recurrent_state"), c.recurrent) << c.name;
+      // The all-to-all items are gone in hand-off mode.
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kAllToAll, pass, "mamba"), 0) << c.name;
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kAllToAll, pass, "recurrent"), 0) << c.name;
+    }
+  }
+}
+
+// Hand-off time (docs/plan.md, [OURS]): per layer per micro-batch per pass,
+// one p2p step of the conv tails (all edges at once) plus the chain of
+// state messages, each alpha + bytes / (0.8 * 450 GB/s) inside a node, all
+// exposed. c = 4 balanced, M layer: tail 2304 B, state 16384 B, 6 chain
+// messages; m = 3.
+TEST(PlannerComm, ContextParallelHandoffTime) {
+  const auto inv = TinyInventory("MD");
+  auto l = TinyLayout(1, 4, 1, 1, 3);
+  l.cp_recurrent = CpRecurrent::kHandoff;
+  const auto p = Price(inv, l);
+  const double bw = 0.8 * 450e9, alpha = 8e-6;
+  const double per_layer = (alpha + 2304 / bw) + 6 * (alpha + 16384 / bw);
+  for (const CommItem& i : p.comm[0].items) {
+    if (i.what != "mamba_state") continue;
+    EXPECT_NEAR(i.seconds, 3 * per_layer, 1e-12);
+    EXPECT_DOUBLE_EQ(i.exposed_seconds, i.seconds);
+  }
 }
 
 // ZeRO-1 DP over d = 2 (MATH.md 7.2 "DP"), one stage holding everything:

@@ -57,7 +57,7 @@ const Case kCases[] = {
      "unknown key; did you mean 'd_state'?"},
     {"UnknownKeyList", "parallel: {foo: 1}\n", 1, 12, "parallel.foo",
      "unknown key; valid keys in parallel: tp, sp, cp, pp, vpp, ep, expert_tp, zero, schedule, order, cp_comm, "
-     "stage_boundaries"},
+     "cp_recurrent, cp_load_balance, stage_boundaries"},
     {"KeyInWrongSection", "model:\n  global_batch: 8\n", 2, 3, "model.global_batch",
      "unknown key in model; 'global_batch' belongs in training (valid keys here: pattern, repeat, layers"},
     {"MergeKey", "parallel:\n  <<: {tp: 2}\n", 2, 3, "parallel.<<", "YAML merge keys ('<<') are not supported"},
@@ -67,6 +67,10 @@ const Case kCases[] = {
     {"EnumCase", "parallel: {schedule: 1F1B}\n", 1, 22, "parallel.schedule",
      "must be one of: 1f1b, interleaved, dualpipe, dualpipev; did you mean '1f1b'?"},
     {"BadOrder", "parallel: {order: dp-tp}\n", 1, 19, "parallel.order", "must be one of: tp-cp-dp-pp, tp-cp-pp-dp"},
+    {"BadCpRecurrent", "parallel: {cp_recurrent: ring}\n", 1, 26, "parallel.cp_recurrent",
+     "must be one of: all_to_all, handoff"},
+    {"BadCpLoadBalance", "parallel: {cp_load_balance: maybe}\n", 1, 29, "parallel.cp_load_balance",
+     "must be true or false"},
     {"MuonForOther", "training:\n  optimizer: {other: muon}\n", 2, 22, "training.optimizer.other", "must be one of: adamw"},
     {"UnknownGpu", "cluster: {gpu: a100}\n", 1, 16, "cluster.gpu", "unknown GPU; valid presets: h200, h100"},
     // Layer pattern and list.
@@ -113,8 +117,22 @@ const Case kCases[] = {
      "must divide the Mamba head count expand x hidden / head_dim = 128; try 2 or 4"},
     // tp 4, cp 3 on 48 GPUs: heads/tp = 32 is not divisible by 3; groups/tp = 2 allows cp 2 or 4.
     {"MambaCp", "parallel: {tp: 4, cp: 3}\ncluster: {nodes: 6}\n", 1, 23, "parallel.cp",
-     "Mamba context parallelism needs heads/tp (32) divisible by cp and groups/tp (2) divisible by cp or dividing "
-     "it (MATH.md 1.4); try 2 or 4"},
+     "Mamba all-to-all context parallelism needs heads/tp (32) divisible by cp and groups/tp (2) divisible by cp "
+     "or dividing it (MATH.md 1.4); try 2 or 4, or set parallel.cp_recurrent: handoff"},
+    // Default R layers: 32 gate blocks; 2 blocks over cp 4 do not split (Mamba 128 heads / 8 groups do).
+    {"RecurrentCpAllToAll", "model:\n  recurrent: {width: 4096, heads: 2}\nparallel: {cp: 4}\n", 3, 16,
+     "parallel.cp",
+     "recurrent all-to-all context parallelism needs model.recurrent.heads/tp (2) divisible by cp; try 2, or set "
+     "parallel.cp_recurrent: handoff"},
+    // seq_len 8 over 2 x cp = 4 chunks: 2 positions each, fewer than the conv tail d_conv - 1 = 3;
+    // cp <= 8 / (2 x 3) = 1. The R layers' conv (d_conv 4) gets the same error.
+    {"HandoffConvTail", "training: {seq_len: 8}\nparallel: {cp: 2, cp_recurrent: handoff}\n", 2, 16, "parallel.cp",
+     "the context-parallel state hand-off needs every sequence chunk (seq_len / 4 = 2 positions) to hold the conv "
+     "tail of model.mamba.d_conv - 1 = 3 positions; use cp <= 1"},
+    // Attention 32 query / 8 KV heads: gcd 8 does not split over cp 16 (Mamba: 128 heads, groups 8 divide 16).
+    {"A2aHeads", "parallel: {cp: 16, cp_comm: a2a}\n", 1, 16, "parallel.cp",
+     "cp_comm a2a splits the attention heads over cp: heads/tp (32) and kv_heads/tp (8) must both be divisible by "
+     "cp; try 8, or use cp_comm p2p"},
     {"RecurrentHeads", "model:\n  recurrent: {width: 4096, heads: 24}\n", 2, 35, "model.recurrent.heads",
      "must divide model.recurrent.width (4096) into equal gate blocks; try 16 or 32"},
     // 1002 = 2 x 3 x 167.
@@ -139,6 +157,10 @@ const Case kCases[] = {
     {"SeqLenCp", "training: {seq_len: 8190}\nparallel: {cp: 2}\n", 1, 21, "training.seq_len",
      "must be a multiple of 2 x parallel.cp = 4 (causal load balancing splits the sequence into 2 x cp chunks); try "
      "8188 or 8192"},
+    {"SeqLenCpUnbalanced", "training: {seq_len: 8191}\nparallel: {cp: 2, cp_load_balance: false}\n", 1, 21,
+     "training.seq_len",
+     "must be a multiple of parallel.cp = 2 (context parallelism without load balancing splits the sequence into cp "
+     "chunks); try 8190 or 8192"},
     // 8194 % 4 = 2; the nearest multiples of cp x tp = 4 are 8192 and 8196.
     {"SeqLenSp", "training: {seq_len: 8194}\nparallel: {tp: 4}\n", 1, 21, "training.seq_len",
      "seq_len / cp = 8194 must be a multiple of parallel.tp (4) with sequence parallelism; try 8192 or 8196"},

@@ -125,6 +125,8 @@ TEST(Names, EnumNamesMatchYaml) {
   EXPECT_STREQ(Name(OptimizerKind::kMuon), "muon");
   EXPECT_STREQ(Name(Schedule::kDualPipeV), "dualpipev");
   EXPECT_STREQ(Name(Schedule::k1F1B), "1f1b");
+  EXPECT_STREQ(Name(CpRecurrent::kAllToAll), "all_to_all");
+  EXPECT_STREQ(Name(CpRecurrent::kHandoff), "handoff");
 }
 
 TEST(Defaults, MinimalRecipeTakesHeaderDefaults) {
@@ -150,7 +152,7 @@ TEST(Enums, AllSpellings) {
       "  recompute: full\n"
       "  precision: {params: fp8, grads: bf16, master: none, activations: fp16}\n"
       "  optimizer: {matrices: adamw, muon_momentum: bf16, mamba_in_proj: muon, router: muon}\n"
-      "parallel: {order: tp-cp-pp-dp, cp_comm: a2a}\n"
+      "parallel: {order: tp-cp-pp-dp, cp_comm: a2a, cp_recurrent: handoff, cp_load_balance: false}\n"
       "serving: {kv_dtype: fp8, ssm_dtype: bf16}\n");
   EXPECT_EQ(r.model.norm, NormKind::kLayerNorm);
   EXPECT_EQ(r.model.mlp.activation, FfnActivation::kGelu);
@@ -165,9 +167,42 @@ TEST(Enums, AllSpellings) {
   EXPECT_EQ(r.training.optimizer.mamba_in_proj, OptimizerKind::kMuon);
   EXPECT_EQ(r.parallel.order, AxisOrder::kTpCpPpDp);
   EXPECT_EQ(r.parallel.cp_comm, CpComm::kA2a);
+  EXPECT_EQ(r.parallel.cp_recurrent, CpRecurrent::kHandoff);
+  EXPECT_FALSE(r.parallel.cp_load_balance);
   ASSERT_TRUE(r.serving.has_value());
   EXPECT_EQ(r.serving->kv_dtype, DType::kFp8);
   EXPECT_EQ(r.serving->batch, 64);  // default
+}
+
+// ---- context parallelism ---------------------------------------------------
+
+TEST(ContextParallel, DefaultsAreMegatrons) {
+  const Recipe r = MustLoad("name: x\n");
+  EXPECT_EQ(r.parallel.cp_comm, CpComm::kP2p);
+  EXPECT_EQ(r.parallel.cp_recurrent, CpRecurrent::kAllToAll);
+  EXPECT_TRUE(r.parallel.cp_load_balance);
+}
+
+// cp 3 on 48 GPUs, seq_len 8196 = 6 x 1366: the default model's 128 Mamba
+// heads and 32 R gate blocks do not split over 3, so all-to-all CP is
+// invalid; the hand-off keeps whole heads on every rank and only needs the
+// conv tail (3 positions) inside a chunk (1366 positions).
+TEST(ContextParallel, HandoffLiftsTheHeadRules) {
+  const std::string base = "training: {seq_len: 8196}\ncluster: {nodes: 6}\nparallel: {cp: 3";
+  const Recipe r = MustLoad(base + ", cp_recurrent: handoff}\n");
+  EXPECT_EQ(r.parallel.cp_recurrent, CpRecurrent::kHandoff);
+  const LoadResult bad = LoadRecipeFromString(base + "}\n", "x.yaml");
+  ASSERT_FALSE(bad.ok());
+  int cp_errors = 0;
+  for (const Diagnostic& d : bad.diagnostics) cp_errors += d.key_path == "parallel.cp" ? 1 : 0;
+  EXPECT_EQ(cp_errors, 2) << AllDiagnostics(bad);  // Mamba and R
+}
+
+// Without load balancing the sequence is cut into cp chunks: 8190 = 2 x 4095
+// is fine for cp 2, though not a multiple of 2 x cp.
+TEST(ContextParallel, UnbalancedNeedsOnlyCpChunks) {
+  const Recipe r = MustLoad("training: {seq_len: 8190}\nparallel: {cp: 2, cp_load_balance: false}\n");
+  EXPECT_FALSE(r.parallel.cp_load_balance);
 }
 
 // ---- layer expansion -------------------------------------------------------

@@ -135,6 +135,28 @@ double CollectiveSeconds(Collective kind, Bytes payload, const AxisLocality& loc
                          const CostModel& cost);
 
 // ---------------------------------------------------------------------------
+// Context-parallel state hand-off of M and R blocks (cp_recurrent: handoff,
+// [OURS]; docs/plan.md). The sequence is cut into n chunks (n = 2c with causal
+// load balancing, CP rank r holding chunks r and 2c-1-r; else c, rank r
+// holding chunk r). The conv tail and the recurrent state pass along the
+// chain 0 -> 1 -> ... -> n-1 in forward and back along it in backward; an
+// edge j -> j+1 is a message when another CP rank owns chunk j+1.
+
+/// The CP rank holding sequence chunk `chunk`.
+int64_t CpChunkOwner(int64_t cp, bool load_balance, int64_t chunk);
+/// Messages CP rank `cp_rank` sends per layer per micro-batch in one pass
+/// (forward sends on the forward edges, backward as many on the reverse
+/// edges). Balanced: ranks 0 and c-1 send 1, the others 2; unbalanced: every
+/// rank but the last (forward) sends 1.
+int64_t CpHandoffSends(int64_t cp, bool load_balance, int64_t cp_rank);
+/// The busiest CP rank's CpHandoffSends: what the planner reports per
+/// pipeline rank (its items are per pipeline rank, not per CP rank).
+int64_t CpHandoffMaxSends(int64_t cp, bool load_balance);
+/// Message edges on the chain, the sequential p2p steps of one pass:
+/// c - 1 unbalanced, 2c - 2 balanced (chunks c-1 and c share a rank).
+int64_t CpHandoffChainMessages(int64_t cp, bool load_balance);
+
+// ---------------------------------------------------------------------------
 // Per-layer tables (built once per inventory)
 
 /// Layout-independent constants of one layer family (all layers of a family
@@ -155,6 +177,11 @@ struct FamilyCost {
   /// all-to-all hand-off width.
   int64_t cp_kv_width = 0;
   int64_t cp_a2a_width = 0;
+  /// Backward all-to-all width. Ulysses attention sends O again: TE's
+  /// AttnFuncWithCPAndQKVOA2A saves the sequence-split O and its backward
+  /// all-to-alls [O, dO] to heads, then [dQ, dK, dV] back, so GQA is
+  /// (3 n_q + 2 n_kv) d_h against (2 n_q + 2 n_kv) d_h forward. M and R: as forward.
+  int64_t cp_a2a_bwd_width = 0;
   bool is_moe = false;
 };
 

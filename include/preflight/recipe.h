@@ -58,6 +58,8 @@ enum class CpComm { kP2p, kAllGather, kA2a };
 /// (sequence-split -> head-split around the mixer, MATH.md 7.2) or a state
 /// hand-off along the CP chain (conv tail + recurrent state, [OURS]).
 enum class CpRecurrent { kAllToAll, kHandoff };
+/// "all_to_all", "handoff" (the recipe's parallel.cp_recurrent values).
+const char* Name(CpRecurrent c);
 enum class RouterScore { kSoftmax, kSigmoid };
 
 struct AttentionConfig {  // GQA (kv_heads < heads), MQA (kv_heads 1), MHA (kv_heads == heads)

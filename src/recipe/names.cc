@@ -44,6 +44,14 @@ const char* Name(Schedule s) {
   return "?";
 }
 
+const char* Name(CpRecurrent c) {
+  switch (c) {
+    case CpRecurrent::kAllToAll: return "all_to_all";
+    case CpRecurrent::kHandoff: return "handoff";
+  }
+  return "?";
+}
+
 namespace {
 
 // Capacities are what `nvidia-smi` reports as memory.total, not the marketing

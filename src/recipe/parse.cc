@@ -384,6 +384,9 @@ void ParseParallel(MapReader& top, Context& ctx, ParallelConfig* p) {
   r->Enum<AxisOrder>("order", &p->order, {{"tp-cp-dp-pp", AxisOrder::kTpCpDpPp}, {"tp-cp-pp-dp", AxisOrder::kTpCpPpDp}});
   r->Enum<CpComm>("cp_comm", &p->cp_comm,
                   {{"p2p", CpComm::kP2p}, {"all_gather", CpComm::kAllGather}, {"a2a", CpComm::kA2a}});
+  r->Enum<CpRecurrent>("cp_recurrent", &p->cp_recurrent,
+                       {{"all_to_all", CpRecurrent::kAllToAll}, {"handoff", CpRecurrent::kHandoff}});
+  r->Bool("cp_load_balance", &p->cp_load_balance);
   ReadStageBoundaries(*r, ctx, &p->stage_boundaries);
 }
 

@@ -77,13 +77,35 @@ class Validator {
     if (a.heads % p_.tp != 0 || a.kv_heads % p_.tp != 0) {
       const int64_t both = std::gcd(a.heads, a.kv_heads);
       TpMustDivide(both, fmt::format("model.attention.heads ({}) and kv_heads ({})", a.heads, a.kv_heads));
+      return;
+    }
+    if (p_.cp > 1 && p_.cp_comm == CpComm::kA2a && !Bad({"parallel.cp", "parallel.cp_comm"})) {
+      // Ulysses re-splits heads over CP: TE's flash_attn_a2a_communicate views
+      // the local heads as [cp, heads/cp] for q, k and v alike.
+      const int64_t local = std::gcd(a.heads, a.kv_heads) / p_.tp;
+      if (local % p_.cp != 0) {
+        ctx_.ErrorAt("parallel.cp", Str(p_.cp),
+                     fmt::format("cp_comm a2a splits the attention heads over cp: heads/tp ({}) and kv_heads/tp ({}) "
+                                 "must both be divisible by cp{}, or use cp_comm p2p",
+                                 a.heads / p_.tp, a.kv_heads / p_.tp, TryDivisorsOf(local, p_.cp)));
+      }
     }
   }
 
   void CheckMla() {
     if (Bad({"model.mla.heads", "parallel.tp"})) return;
     const int64_t heads = r_.model.mla->heads;
-    if (heads % p_.tp != 0) TpMustDivide(heads, fmt::format("model.mla.heads ({})", heads));
+    if (heads % p_.tp != 0) {
+      TpMustDivide(heads, fmt::format("model.mla.heads ({})", heads));
+      return;
+    }
+    if (p_.cp > 1 && p_.cp_comm == CpComm::kA2a && !Bad({"parallel.cp", "parallel.cp_comm"}) &&
+        (heads / p_.tp) % p_.cp != 0) {
+      ctx_.ErrorAt("parallel.cp", Str(p_.cp),
+                   fmt::format("cp_comm a2a splits the attention heads over cp: model.mla.heads/tp ({}) must be "
+                               "divisible by cp{}, or use cp_comm p2p",
+                               heads / p_.tp, TryDivisorsOf(heads / p_.tp, p_.cp)));
+    }
   }
 
   void CheckMamba() {
@@ -109,11 +131,17 @@ class Validator {
                                          heads, m.groups));
       return;
     }
-    if (p_.cp > 1 && !Bad({"parallel.cp"})) CheckMambaCp(heads, m.groups);
+    if (p_.cp <= 1 || Bad({"parallel.cp", "parallel.cp_recurrent"})) return;
+    if (p_.cp_recurrent == CpRecurrent::kAllToAll) {
+      CheckMambaCp(heads, m.groups);
+    } else {
+      CheckHandoffConvTail("model.mamba.d_conv", m.d_conv);
+    }
   }
 
   /// Mamba all-to-all CP (MATH.md 1.4): heads % (tp*cp) == 0, and the local
-  /// groups g = groups/tp satisfy g % cp == 0 or cp % g == 0.
+  /// groups g = groups/tp satisfy g % cp == 0 or cp % g == 0. The hand-off
+  /// mode (parallel.cp_recurrent: handoff) has no head rule.
   void CheckMambaCp(int64_t heads, int64_t groups) {
     const int64_t local_heads = heads / p_.tp;
     const int64_t local_groups = groups / p_.tp;
@@ -122,9 +150,32 @@ class Validator {
     };
     if (valid(p_.cp)) return;
     ctx_.ErrorAt("parallel.cp", Str(p_.cp),
-                 fmt::format("Mamba context parallelism needs heads/tp ({}) divisible by cp and groups/tp ({}) "
-                             "divisible by cp or dividing it (MATH.md 1.4); {}",
+                 fmt::format("Mamba all-to-all context parallelism needs heads/tp ({}) divisible by cp and groups/tp "
+                             "({}) divisible by cp or dividing it (MATH.md 1.4); {}, or set parallel.cp_recurrent: "
+                             "handoff",
                              local_heads, local_groups, TryText(NearestValid(p_.cp, 1, local_heads, valid))));
+  }
+
+  /// Sequence chunks a CP rank's positions are cut into: 2*cp with causal
+  /// load balancing (rank r holds chunks r and 2cp-1-r), else cp.
+  int64_t CpChunks() const { return p_.cp_load_balance ? 2 * p_.cp : p_.cp; }
+
+  /// The CP state hand-off [OURS] passes the causal conv's last d_conv - 1
+  /// inputs from one sequence chunk to the next: a chunk must hold them, so
+  /// seq_len / chunks >= d_conv - 1.
+  void CheckHandoffConvTail(const char* conv_key, int64_t d_conv) {
+    if (Bad({"training.seq_len", "parallel.cp_load_balance", conv_key})) return;
+    const int64_t s = r_.training.seq_len;
+    const int64_t tail = d_conv - 1;
+    if (s % CpChunks() != 0 || s / CpChunks() >= tail) return;  // CheckSequence reports the first
+    const int64_t per_rank_chunks = p_.cp_load_balance ? 2 : 1;
+    const int64_t max_cp = tail > 0 ? s / (per_rank_chunks * tail) : p_.cp;
+    ctx_.ErrorAt("parallel.cp", Str(p_.cp),
+                 fmt::format("the context-parallel state hand-off needs every sequence chunk (seq_len / {} = {} "
+                             "positions) to hold the conv tail of {} - 1 = {} positions; {}",
+                             CpChunks(), s / CpChunks(), conv_key, tail,
+                             max_cp >= 1 ? fmt::format("use cp <= {}", max_cp)
+                                         : std::string("use a longer training.seq_len")));
   }
 
   void CheckRecurrent() {
@@ -136,9 +187,23 @@ class Validator {
                                TryDivisorsOf(rc.width, rc.heads)));
       return;
     }
-    if (!Bad({"parallel.tp"}) && rc.heads % p_.tp != 0) {
+    if (Bad({"parallel.tp"})) return;
+    if (rc.heads % p_.tp != 0) {
       TpMustDivide(rc.heads, fmt::format("model.recurrent.heads ({} gate blocks)", rc.heads));
+      return;
     }
+    if (p_.cp <= 1 || Bad({"parallel.cp", "parallel.cp_recurrent"})) return;
+    if (p_.cp_recurrent == CpRecurrent::kHandoff) {
+      CheckHandoffConvTail("model.recurrent.d_conv", rc.d_conv);
+      return;
+    }
+    // All-to-all CP [OURS, MATH.md 7.2] splits the gate blocks over tp*cp.
+    const int64_t local_blocks = rc.heads / p_.tp;
+    if (local_blocks % p_.cp == 0) return;
+    ctx_.ErrorAt("parallel.cp", Str(p_.cp),
+                 fmt::format("recurrent all-to-all context parallelism needs model.recurrent.heads/tp ({}) divisible "
+                             "by cp{}, or set parallel.cp_recurrent: handoff",
+                             local_blocks, TryDivisorsOf(local_blocks, p_.cp)));
   }
 
   void CheckDenseMlp() {
@@ -186,12 +251,19 @@ class Validator {
 
   void CheckSequence() {
     const int64_t s = r_.training.seq_len;
-    if (Bad({"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sp"})) return;
-    if (p_.cp > 1 && s % (2 * p_.cp) != 0) {
+    if (Bad({"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sp", "parallel.cp_load_balance"})) return;
+    if (p_.cp > 1 && p_.cp_load_balance && s % (2 * p_.cp) != 0) {
       ctx_.ErrorAt("training.seq_len", Str(s),
                    fmt::format("must be a multiple of 2 x parallel.cp = {} (causal load balancing splits the "
                                "sequence into 2 x cp chunks){}",
                                2 * p_.cp, TryMultiplesOf(2 * p_.cp, s)));
+      return;
+    }
+    if (p_.cp > 1 && !p_.cp_load_balance && s % p_.cp != 0) {
+      ctx_.ErrorAt("training.seq_len", Str(s),
+                   fmt::format("must be a multiple of parallel.cp = {} (context parallelism without load balancing "
+                               "splits the sequence into cp chunks){}",
+                               p_.cp, TryMultiplesOf(p_.cp, s)));
       return;
     }
     if (p_.sp && p_.tp > 1 && (s / p_.cp) % p_.tp != 0) {

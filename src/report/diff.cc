@@ -138,6 +138,8 @@ Flat FlattenRecipe(const Recipe& r) {
   add("parallel.schedule", Name(p.schedule));
   add("parallel.order", Name(p.order));
   add("parallel.cp_comm", Name(p.cp_comm));
+  add("parallel.cp_recurrent", Name(p.cp_recurrent));
+  add("parallel.cp_load_balance", Bool(p.cp_load_balance));
   add("parallel.stage_boundaries", fmt::format("[{}]", fmt::join(p.stage_boundaries, ", ")));
   const ClusterConfig& c = r.cluster;
   add("cluster.gpu", c.gpu);

@@ -84,9 +84,10 @@ std::string LayoutLine(const Recipe& r, const Plan& p) {
   const Layout& l = p.layout;
   const std::string experts =
       HasMoe(r) ? fmt::format(" · ep {} · expert_tp {} · expert_dp {}", l.ep, l.expert_tp, l.expert_dp()) : "";
-  return fmt::format("tp {}{} · cp {} ({}) · pp {} · vpp {} · dp {}{} · zero {} · {} · order {} · {} micro-batches of {} "
-                     "· recompute {}",
-                     l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, CpCommKey(l.cp_comm), l.pp, l.vpp, l.dp,
+  return fmt::format("tp {}{} · cp {} ({}, {}, {}) · pp {} · vpp {} · dp {}{} · zero {} · {} · order {} · {} "
+                     "micro-batches of {} · recompute {}",
+                     l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, CpCommKey(l.cp_comm), Name(l.cp_recurrent),
+                     l.cp_load_balance ? "balanced" : "unbalanced", l.pp, l.vpp, l.dp,
                      experts, l.zero, Name(l.schedule), OrderKey(l.order), l.micro_batches, l.micro_batch,
                      Name(l.recompute));
 }
@@ -207,6 +208,8 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                  {"sp", l.sequence_parallel()},
                  {"cp", l.cp},
                  {"cp_comm", CpCommKey(l.cp_comm)},
+                 {"cp_recurrent", Name(l.cp_recurrent)},
+                 {"cp_load_balance", l.cp_load_balance},
                  {"pp", l.pp},
                  {"vpp", l.vpp},
                  {"dp", l.dp},
