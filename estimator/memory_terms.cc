@@ -250,8 +250,36 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   return Bytes(out);
 }
 
+int64_t MambaRepeatCp(const Layout& l) { return l.cp_recurrent == CpRecurrent::kHandoff ? 1 : l.cp; }
+
+Bytes MambaHandoffStateBytes(const Recipe& r, const Layout& l) {
+  if (l.cp <= 1 || l.cp_recurrent != CpRecurrent::kHandoff) return Bytes(0);
+  // The worst rank's received edges: with causal load balancing rank r holds
+  // chunks r and 2c-1-r, and both have their predecessor on another rank
+  // unless r is 0 or c-1 (so 2 edges for c >= 3, 1 for c = 2); without it,
+  // rank r > 0 receives the state of chunk r-1.
+  const int64_t edges = l.cp_load_balance && l.cp > 2 ? 2 : 1;
+  const MambaConfig& mb = r.model.mamba;
+  const int64_t d_inner = Mul(mb.expand, r.model.hidden);
+  const int64_t heads = d_inner / mb.head_dim;
+  const int64_t channels = CeilDiv(Add(d_inner, Mul(Mul(2, mb.groups), mb.d_state)), l.tp);
+  // Conv tail: the last K-1 positions of the conv input [x, B, C] in the
+  // activation dtype; SSM state batch x H/t x P x N in fp32.
+  const int64_t conv = Mul(Mul(Mul(mb.d_conv - 1, l.micro_batch), channels), SizeOf(r.training.precision.activations));
+  const int64_t ssm = Mul(Mul(Mul(Mul(l.micro_batch, CeilDiv(heads, l.tp)), mb.head_dim), mb.d_state), 4);
+  return Bytes(Mul(edges, Add(conv, ssm)));
+}
+
 Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
   if (kind == BlockKind::kMoe) return MoeLayerActivations(r, l, l.recompute);
+  if (kind == BlockKind::kMamba) {
+    // Under the CP hand-off the layout stays sequence-split: no B/C repeat,
+    // and each received state is kept for the backward, which restarts the
+    // recurrence from it (a recomputed forward too, so under every policy).
+    const int64_t spread =
+        SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, MambaRepeatCp(l)), CpTokens(r, l), l);
+    return Bytes(spread) + MambaHandoffStateBytes(r, l);
+  }
   return Bytes(SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, l.cp), CpTokens(r, l), l));
 }
 
@@ -264,7 +292,7 @@ Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
     const MambaConfig& mb = r.model.mamba;
     const int64_t d_inner = Mul(mb.expand, r.model.hidden);
     const int64_t heads = CeilDiv(d_inner / mb.head_dim, Mul(l.tp, l.cp));
-    const int64_t groups = CeilDiv(Mul(mb.groups, MambaGroupRepeat(mb, l.tp, l.cp)), Mul(l.tp, l.cp));
+    const int64_t groups = CeilDiv(Mul(mb.groups, MambaGroupRepeat(mb, l.tp, MambaRepeatCp(l))), Mul(l.tp, l.cp));
     const int64_t chunks = CeilDiv(s, mb.chunk);
     const int64_t states = Mul(Mul(Mul(Mul(b, chunks), heads), mb.head_dim), mb.d_state);
     int64_t out = Mul(states, Add(4, beta));                    // fp32 chunk states + re-emitted copy

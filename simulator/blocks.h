@@ -246,7 +246,7 @@ class Block {
   std::vector<std::unique_ptr<Param<T>>> params_;
 };
 
-/// Creates the block for pattern letter `letter` ('A', 'D', 'E') of layer `layer`.
+/// Creates the block for pattern letter `letter` ('A', 'D', 'E', 'M') of layer `layer`.
 template <class T>
 std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                     double scale);
@@ -256,6 +256,10 @@ std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, i
                                          double scale);
 template <class T>
 std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
+/// Mamba-2 mixer (simulator/mamba_block.cc). Throws SimUnsupported for sizes
+/// Megatron rejects (heads % groups, heads or groups % tp, the CP rules).
+template <class T>
+std::unique_ptr<Block<T>> MakeMambaBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
 
 /// Vocab-parallel embedding (MATH.md 8.3): lookup of own rows, then g.
 template <class T>

@@ -113,6 +113,7 @@ template <class T>
 std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                     double scale) {
   if (letter == 'E') return MakeMoeBlock<T>(ctx, d, layer, seed, scale);
+  if (letter == 'M') return MakeMambaBlock<T>(ctx, d, layer, seed, scale);
   return MakeDenseBlock<T>(letter, ctx, d, layer, seed, scale);
 }
 
