@@ -495,6 +495,17 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
   }
 }
 
+TEST(SimulatorMamba, FusedPathShardsLikeMegatronsPath) {
+  // The fused path (norm and out_proj recomputed in backward) under TP, SP
+  // and the CP hand-off equals its own one-rank run.
+  Dims d = MambaDims();
+  d.mamba_fused_norm_out_proj = true;
+  const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
+  const BlockRun ref = RunBlock('M', d, BlockLayout{}, x, dy);
+  ExpectSame(RunBlock('M', d, BlockLayout{2, 1, true}, x, dy), ref, "fused tp2 sp");
+  ExpectSame(RunBlock('M', d, Cp(2, 2, CpRecurrent::kHandoff, true, true), x, dy), ref, "fused tp2 cp2 hand-off");
+}
+
 TEST(SimulatorMamba, AllToAllBytesByHand) {
   // tp 2, cp 4, balanced: G/t = 2 < c = 4, r_g = 2. Width 3 x 16 + 2 x 12 x 2 + 8 = 104;
   // 3/4 x (16/4 x 2 tokens) x 104 x 2 B / 2 = 6 x 104 = 624 B per rank per direction.
