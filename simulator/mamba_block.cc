@@ -88,7 +88,8 @@ Mat<T> SsmChunked(const SsmShape& s, const SsmInputs<T>& in, int64_t chunk, cons
           // Diagonal block: the causal quadratic form inside the chunk.
           for (int64_t j = 0; j <= i; ++j) {
             const int64_t rj = row(j);
-            const T w = std::exp(ci - cum[static_cast<size_t>(j)]) * in.dt(rj, e) * c_i.dot(in.b.row(rj).segment(g * n, n));
+            const T w =
+                std::exp(ci - cum[static_cast<size_t>(j)]) * in.dt(rj, e) * c_i.dot(in.b.row(rj).segment(g * n, n));
             yi += w * in.x.row(rj).segment(e * p, p);
           }
           y.row(ri).segment(e * p, p) = yi;
@@ -125,8 +126,9 @@ SsmGrads<T> SsmScanBackward(const SsmShape& s, const SsmInputs<T>& in, const Mat
       for (int64_t t = 0; t < len; ++t) {
         const int64_t r = row(t);
         const T dt = in.dt(r, e);
-        h[static_cast<size_t>(t + 1)] = std::exp(dt * a) * h[static_cast<size_t>(t)] +
-                                        dt * in.x.row(r).segment(e * p, p).transpose() * in.b.row(r).segment(grp * n, n);
+        h[static_cast<size_t>(t + 1)] =
+            std::exp(dt * a) * h[static_cast<size_t>(t)] +
+            dt * in.x.row(r).segment(e * p, p).transpose() * in.b.row(r).segment(grp * n, n);
       }
       // dh = dL/dh_t, accumulated from y_t and from h_{t+1} = decay h_t + ...
       Mat<T> dh = Eigen::Map<const Mat<T>>(dh_final.row(b * s.heads + e).data(), p, n);
@@ -302,7 +304,6 @@ Carry<T> ZeroCarry(const CoreDims& k) {
 struct Segment {
   int64_t row0 = 0, rows = 0;
   int prev = -1, next = -1;
-  int64_t first_chunk = 0;
 };
 
 /// The kernel's inputs of one segment: the conv input with its history
@@ -334,8 +335,8 @@ KernelIn<T> PrepareKernel(const CoreDims& k, const CoreParams<T>& p, const Mat<T
 /// The kernel on one segment starting from `in`: returns out_x = y (before
 /// the gate) and writes the state it hands on.
 template <class T>
-Mat<T> KernelForward(const CoreDims& k, const CoreParams<T>& p, const Mat<T>& zxbcdt, const Carry<T>& in,
-                     int64_t chunk, Carry<T>* out) {
+Mat<T> KernelForward(const CoreDims& k, const CoreParams<T>& p, const Mat<T>& zxbcdt, const Carry<T>& in, int64_t chunk,
+                     Carry<T>* out) {
   const KernelIn<T> kin = PrepareKernel(k, p, zxbcdt, in.conv);
   out->conv = kin.ext.bottomRows(k.tail_rows());
   return mamba::SsmChunked(k.ssm, kin.ssm, chunk, in.ssm, &out->ssm);
@@ -377,8 +378,8 @@ Mat<T> GroupNormForward(const Mat<T>& v, const Mat<T>& w, int64_t group, Mat<T>*
   rstd->resize(v.rows(), groups);
   for (int64_t g = 0; g < groups; ++g) {
     Mat<T> r;
-    out.middleCols(g * group, group) =
-        RmsNormForward(Mat<T>(v.middleCols(g * group, group)), Mat<T>(w.middleCols(g * group, group)), kGroupNormEps, &r);
+    out.middleCols(g * group, group) = RmsNormForward(Mat<T>(v.middleCols(g * group, group)),
+                                                      Mat<T>(w.middleCols(g * group, group)), kGroupNormEps, &r);
     rstd->col(g) = r.col(0);
   }
   return out;
@@ -417,7 +418,8 @@ std::vector<std::vector<int64_t>> GlobalRows(const Ctx& ctx, int64_t local_rows,
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(ctx.cp_size));
   for (int j = 0; j < ctx.cp_size; ++j) {
     const SeqLayout l = SeqLayout::Make(ctx.seq.seq, ctx.cp_size, j, ctx.seq.load_balanced);
-    for (int64_t i = 0; i < local_rows; ++i) out[static_cast<size_t>(j)].push_back(l.Position(i / batch) * batch + i % batch);
+    for (int64_t i = 0; i < local_rows; ++i)
+      out[static_cast<size_t>(j)].push_back(l.Position(i / batch) * batch + i % batch);
   }
   return out;
 }
@@ -539,14 +541,16 @@ class MambaBlock final : public Block<T> {
     const Mat<T> z = s.zxbcdt.m.leftCols(kernel_.inner());
     if (fused_) {  // the fused kernel recomputes the gate and the norm (MATH.md 3.2, MS path)
       s.gated = Tensor<T>(ctx.mem(), tmp, ab, SwiGlu(z, s.out_x.m));
-      s.normed = Tensor<T>(ctx.mem(), tmp, ab, GroupNormApply(s.gated.m, norm_w_->value.m, group_size_, s.rstd_groups.m));
+      s.normed =
+          Tensor<T>(ctx.mem(), tmp, ab, GroupNormApply(s.gated.m, norm_w_->value.m, group_size_, s.rstd_groups.m));
     }
     Tensor<T> dy_full(ctx.mem(), tmp, ab, ReduceFromTpBackward(ctx, dy));
     out_proj_->grad.m += MatMulTransA(ctx, s.normed.m, dy_full.m);
     const Mat<T> dnormed = MatMulTransB(ctx, dy_full.m, out_proj_->value.m);
     dy_full.Release();
     s.normed.Release();
-    Mat<T> dgated = GroupNormBackward(dnormed, s.gated.m, norm_w_->value.m, group_size_, s.rstd_groups.m, &norm_w_->grad.m);
+    Mat<T> dgated =
+        GroupNormBackward(dnormed, s.gated.m, norm_w_->value.m, group_size_, s.rstd_groups.m, &norm_w_->grad.m);
     s.gated.Release();
     if (a2a_) dgated = SeqToHeads(ctx, dgated, y_to_seq_, d_.batch);
     Mat<T> dz, dout_x;
@@ -566,37 +570,39 @@ class MambaBlock final : public Block<T> {
 
  private:
   struct Saved {
-    Tensor<T> x, n, rstd;   // pre-norm input, in_proj input (rows of this rank), pre-norm rstd (fp32)
-    Tensor<T> zxbcdt;       // kernel input, kernel layout
-    Tensor<T> out_x;        // y before the gate, kernel layout
+    Tensor<T> x, n, rstd;     // pre-norm input, in_proj input (rows of this rank), pre-norm rstd (fp32)
+    Tensor<T> zxbcdt;         // kernel input, kernel layout
+    Tensor<T> out_x;          // y before the gate, kernel layout
     Tensor<T> gated, normed;  // Megatron path: norm input, out_proj input
-    Tensor<T> rstd_groups;  // fp32, [rows, local groups]
+    Tensor<T> rstd_groups;    // fp32, [rows, local groups]
     std::vector<Tensor<T>> carry_conv, carry_ssm;  // hand-off: the state each segment received (empty if none)
   };
 
+  static void Require(bool ok, const std::string& why) {
+    if (!ok) throw SimUnsupported(why);
+  }
+
   static void Validate(const Ctx& ctx, const Dims& d) {
     const int64_t t = ctx.tp_size, c = ctx.cp_size, h = d.mamba_heads, g = d.mamba_groups;
-    if (h <= 0 || g <= 0 || d.mamba_head_dim <= 0 || d.mamba_d_state <= 0 || d.mamba_d_conv <= 0) {
-      throw SimUnsupported("Mamba block needs positive heads, groups, head_dim, d_state and d_conv");
-    }
-    if (d.mamba_inner != h * d.mamba_head_dim) throw SimUnsupported("Mamba d_inner must equal heads x head_dim");
+    const auto str = [](int64_t v) { return std::to_string(v); };
+    Require(h > 0 && g > 0 && d.mamba_head_dim > 0 && d.mamba_d_state > 0 && d.mamba_d_conv > 0,
+            "Mamba block needs positive heads, groups, head_dim, d_state and d_conv");
+    Require(d.mamba_inner == h * d.mamba_head_dim, "Mamba d_inner must equal heads x head_dim");
     // Megatron mamba_mixer.py asserts these three.
-    if (h % g != 0) throw SimUnsupported("Mamba heads (" + std::to_string(h) + ") must be a multiple of groups (" + std::to_string(g) + ")");
-    if (h % t != 0) throw SimUnsupported("Mamba heads (" + std::to_string(h) + ") must be divisible by tp (" + std::to_string(t) + ")");
-    if (g % t != 0) throw SimUnsupported("Mamba groups (" + std::to_string(g) + ") must be divisible by tp (" + std::to_string(t) + ")");
+    Require(h % g == 0, "Mamba heads (" + str(h) + ") must be a multiple of groups (" + str(g) + ")");
+    Require(h % t == 0, "Mamba heads (" + str(h) + ") must be divisible by tp (" + str(t) + ")");
+    Require(g % t == 0, "Mamba groups (" + str(g) + ") must be divisible by tp (" + str(t) + ")");
     if (c <= 1 || ctx.cp_recurrent != CpRecurrent::kAllToAll) return;
     // Megatron mamba_context_parallel.py (MATH.md 1.4).
-    if (h % (t * c) != 0) throw SimUnsupported("Mamba all-to-all CP needs heads divisible by tp*cp = " + std::to_string(t * c));
-    const int64_t gt = g / t;
-    if (gt % c != 0 && c % gt != 0) {
-      throw SimUnsupported("Mamba all-to-all CP needs groups/tp (" + std::to_string(gt) + ") to divide or be divisible by cp (" + std::to_string(c) + ")");
-    }
-    if (d.mamba_fused_norm_out_proj) {
-      // The fused kernel normalises inside the head-split layout and its
-      // out_proj needs the sequence-split one; Megatron's CP runs the norm
-      // and out_proj outside the kernel (mamba_mixer.py _ssm_training).
-      throw SimUnsupported("Mamba fused_norm_out_proj is not supported with all-to-all CP (Megatron's CP path runs the norm and out_proj outside the kernel)");
-    }
+    Require(h % (t * c) == 0, "Mamba all-to-all CP needs heads divisible by tp*cp = " + str(t * c));
+    Require((g / t) % c == 0 || c % (g / t) == 0, "Mamba all-to-all CP needs groups/tp (" + str(g / t) +
+                                                      ") to divide or be divisible by cp (" + str(c) + ")");
+    // The fused kernel would normalise in the head-split layout while its
+    // out_proj needs the sequence-split one; Megatron's CP runs the norm and
+    // out_proj outside the kernel (mamba_mixer.py _ssm_training).
+    Require(!d.mamba_fused_norm_out_proj,
+            "Mamba fused_norm_out_proj is not supported with all-to-all CP (Megatron's CP path runs the norm and "
+            "out_proj outside the kernel)");
   }
 
   /// Parameters as the inventory lists them (src/inventory/build.cc AddMamba).
@@ -606,8 +612,8 @@ class MambaBlock final : public Block<T> {
     const int64_t conv = di + 2 * gn;
     auto add = [&](const std::string& name, int64_t rows, int64_t cols, ShardKind kind, Init init, double s,
                    ParamRole role, std::vector<int64_t> segments = {}) -> Param<T>& {
-      return WithRole(ctx, this->Add(MakeParam<T>(ctx, p + name, rows, cols, kind, init, seed, s, -1, std::move(segments))),
-                      role);
+      return WithRole(
+          ctx, this->Add(MakeParam<T>(ctx, p + name, rows, cols, kind, init, seed, s, -1, std::move(segments))), role);
     };
     norm_ = &add("norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, scale, ParamRole::kVector);
     in_proj_ = &add("mixer.in_proj.weight", h, 2 * di + 2 * gn + nh, ShardKind::kColumns, Init::kMatrix,
@@ -656,8 +662,11 @@ class MambaBlock final : public Block<T> {
     auto first_group = [&](int k) { return repeat > 1 ? k / repeat : k * kernel_.ssm.groups; };
     for (int k = 0; k < c; ++k) {
       const int64_t gb = first_group(k) * n;
-      seq_to_heads_.push_back(
-          {{k * dk, dk}, {di + k * dk, dk}, {2 * di + gb, gnk}, {2 * di + gnt + gb, gnk}, {2 * di + 2 * gnt + k * hk, hk}});
+      seq_to_heads_.push_back({{k * dk, dk},
+                               {di + k * dk, dk},
+                               {2 * di + gb, gnk},
+                               {2 * di + gnt + gb, gnk},
+                               {2 * di + 2 * gnt + k * hk, hk}});
       y_to_seq_.push_back({{k * dk, dk}});
     }
     const int k = ctx.cp_rank;
@@ -676,7 +685,7 @@ class MambaBlock final : public Block<T> {
   /// chunks r and 2c-1-r are apart except on rank c-1), whose neighbours are
   /// the owners of the chunks just before and after it.
   std::vector<Segment> Segments(const Ctx& ctx, int64_t rows) const {
-    if (!handoff_) return {Segment{0, rows, -1, -1, 0}};
+    if (!handoff_) return {Segment{0, rows, -1, -1}};
     const SeqLayout& q = ctx.seq;
     const int64_t per_chunk = q.chunk_len * d_.batch;
     std::vector<Segment> out;
@@ -685,7 +694,6 @@ class MambaBlock final : public Block<T> {
       if (i == 0 || id != q.chunks[i - 1] + 1) {
         Segment s;
         s.row0 = static_cast<int64_t>(i) * per_chunk;
-        s.first_chunk = id;
         s.prev = id > 0 ? ctx.cp->members[static_cast<size_t>(q.OwnerOf(id - 1))] : -1;
         out.push_back(s);
       }
@@ -725,7 +733,8 @@ class MambaBlock final : public Block<T> {
       s->carry_conv.emplace_back(ctx.mem(), SimCategory::kActivations, ctx.bytes.activation,
                                  seg.prev >= 0 ? from.conv : Mat<T>());
       s->carry_ssm.emplace_back(ctx.mem(), SimCategory::kActivations, 4, seg.prev >= 0 ? from.ssm : Mat<T>());
-      out_x.middleRows(seg.row0, seg.rows) = KernelForward(kernel_, p, Mat<T>(in.middleRows(seg.row0, seg.rows)), from, chunk, &to);
+      out_x.middleRows(seg.row0, seg.rows) =
+          KernelForward(kernel_, p, Mat<T>(in.middleRows(seg.row0, seg.rows)), from, chunk, &to);
       if (seg.next >= 0) SendCarry(ctx, seg.next, to);
     }
     return out_x;
@@ -764,10 +773,10 @@ class MambaBlock final : public Block<T> {
 
   Dims d_;
   bool a2a_ = false, handoff_ = false, fused_ = false;
-  CoreDims tp_;      // TP-local sizes
-  CoreDims kernel_;  // the kernel's sizes on this rank
-  int64_t group_size_ = 1;  // gated-norm group d_i / G
-  Ranges channels_, heads_;  // kernel slices of the TP-local conv channels and heads
+  CoreDims tp_;                                  // TP-local sizes
+  CoreDims kernel_;                              // the kernel's sizes on this rank
+  int64_t group_size_ = 1;                       // gated-norm group d_i / G
+  Ranges channels_, heads_;                      // kernel slices of the TP-local conv channels and heads
   std::vector<Ranges> seq_to_heads_, y_to_seq_;  // all-to-all CP: columns of zxBCdt / y per CP rank
   Param<T>* norm_ = nullptr;
   Param<T>* in_proj_ = nullptr;
@@ -788,15 +797,15 @@ std::unique_ptr<Block<T>> MakeMambaBlock(Ctx& ctx, const Dims& d, int64_t layer,
   return std::make_unique<MambaBlock<T>>(ctx, d, layer, seed, scale);
 }
 
-#define PREFLIGHT_INSTANTIATE(T)                                                                                  \
-  template Mat<T> mamba::SsmScan<T>(const mamba::SsmShape&, const mamba::SsmInputs<T>&, const Mat<T>&, Mat<T>*); \
+#define PREFLIGHT_INSTANTIATE(T)                                                                                   \
+  template Mat<T> mamba::SsmScan<T>(const mamba::SsmShape&, const mamba::SsmInputs<T>&, const Mat<T>&, Mat<T>*);   \
   template Mat<T> mamba::SsmChunked<T>(const mamba::SsmShape&, const mamba::SsmInputs<T>&, int64_t, const Mat<T>&, \
-                                       Mat<T>*);                                                                  \
-  template mamba::SsmGrads<T> mamba::SsmScanBackward<T>(const mamba::SsmShape&, const mamba::SsmInputs<T>&,      \
-                                                        const Mat<T>&, const Mat<T>&, const Mat<T>&);             \
-  template Mat<T> mamba::CausalConv<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, int64_t);                    \
-  template Mat<T> mamba::CausalConvBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, int64_t, Mat<T>*,     \
-                                               Mat<T>*);                                                          \
+                                       Mat<T>*);                                                                   \
+  template mamba::SsmGrads<T> mamba::SsmScanBackward<T>(const mamba::SsmShape&, const mamba::SsmInputs<T>&,        \
+                                                        const Mat<T>&, const Mat<T>&, const Mat<T>&);              \
+  template Mat<T> mamba::CausalConv<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, int64_t);                      \
+  template Mat<T> mamba::CausalConvBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, int64_t, Mat<T>*,      \
+                                               Mat<T>*);                                                           \
   template std::unique_ptr<Block<T>> MakeMambaBlock<T>(Ctx&, const Dims&, int64_t, uint64_t, double);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)

@@ -83,7 +83,7 @@ Recipe MambaRecipe(const Dims& d) {
   r.model.repeat = 1;
   r.model.hidden = d.hidden;
   r.model.vocab = 64;
-  r.model.mamba = MambaConfig{d.mamba_d_state, d.mamba_d_conv, d.mamba_inner / d.hidden, d.mamba_head_dim,
+  r.model.mamba = MambaConfig{d.mamba_d_state, d.mamba_d_conv, d.mamba_inner / d.hidden,   d.mamba_head_dim,
                               d.mamba_groups,  d.mamba_chunk,  d.mamba_fused_norm_out_proj};
   r.training.seq_len = d.seq;
   r.training.micro_batch = d.batch;
@@ -107,7 +107,8 @@ Layout MambaLayout(const Dims& d, const BlockLayout& b) {
 }
 
 /// The planner's send bytes of one bucket for the block's layout.
-int64_t PlannerSent(const Dims& d, const BlockLayout& b, Axis axis, Collective kind, Pass pass, const std::string& what) {
+int64_t PlannerSent(const Dims& d, const BlockLayout& b, Axis axis, Collective kind, Pass pass,
+                    const std::string& what) {
   const Inventory inv = BuildInventory(MambaRecipe(d));
   const auto priced = preflight::testing::Price(inv, MambaLayout(d, b));
   return preflight::testing::Sent(priced.comm[0], axis, kind, pass, what);
@@ -295,7 +296,8 @@ TEST(SimulatorMamba, ParametersFollowTheInventory) {
       ASSERT_EQ(params.size(), tensors.size());
       int64_t tp_bytes = 0, rep_bytes = 0;
       for (const ParamTensor& t : tensors) {
-        const auto it = std::find_if(params.begin(), params.end(), [&](const Param<double>* p) { return p->name == t.name; });
+        const auto it =
+            std::find_if(params.begin(), params.end(), [&](const Param<double>* p) { return p->name == t.name; });
         ASSERT_NE(it, params.end()) << t.name;
         const Param<double>& p = **it;
         EXPECT_EQ(p.rows * p.cols, t.elements()) << t.name;
@@ -438,7 +440,8 @@ TEST(SimulatorMamba, SavedActivationsEqualTheEstimator) {
       const int64_t hand = HandActivations(d, l.tp, l.cp, l.sp, 1);
       const int64_t model = LayerActivations(MambaRecipe(d), MambaLayout(d, l), BlockKind::kMamba).count();
       EXPECT_EQ(hand, model);
-      for (int64_t peak : run.activation_peak) EXPECT_EQ(peak, hand) << "fused " << fused << " tp " << l.tp << " sp " << l.sp;
+      for (int64_t peak : run.activation_peak)
+        EXPECT_EQ(peak, hand) << "fused " << fused << " tp " << l.tp << " sp " << l.sp;
     }
   }
   // The worked numbers at tp 1 (MG path): T = 32, 32 x (36 + 240) = 8832 B:
@@ -469,13 +472,13 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
     int64_t repeat;  // r_g = c / (G/t) when c > G/t (MATH.md 1.4)
   };
   // G = 4: G/t = 4, 2, 1 at tp 1, 2, 4.
-  const Case cases[] = {{1, 2, true, false, 1}, {1, 2, false, false, 1}, {1, 4, true, false, 1},
-                        {1, 4, false, false, 1}, {2, 2, true, true, 1},  {2, 2, false, false, 1},
+  const Case cases[] = {{1, 2, true, false, 1},  {1, 2, false, false, 1}, {1, 4, true, false, 1},
+                        {1, 4, false, false, 1}, {2, 2, true, true, 1},   {2, 2, false, false, 1},
                         {2, 4, true, false, 2},  {4, 2, true, true, 2}};
   for (const Case& c : cases) {
     const BlockLayout l = Cp(c.tp, c.cp, CpRecurrent::kAllToAll, c.balanced, c.sp);
-    const std::string what = "tp" + std::to_string(c.tp) + " cp" + std::to_string(c.cp) + (c.balanced ? " lb" : "") +
-                             (c.sp ? " sp" : "");
+    const std::string what =
+        "tp" + std::to_string(c.tp) + " cp" + std::to_string(c.cp) + (c.balanced ? " lb" : "") + (c.sp ? " sp" : "");
     const BlockRun run = RunBlock('M', d, l, x, dy);
     ExpectSame(run, ref, what);
     // Per rank per direction: (c-1)/c (s/c) b (3d_i + 2GN r_g + H) beta / t (MATH.md 7.2):
@@ -558,12 +561,13 @@ TEST(SimulatorMamba, HandoffContextParallelEqualsOneRank) {
                         {2, 2, true, true},  {2, 2, false, false}, {2, 4, true, true}};
   for (const Case& c : cases) {
     const BlockLayout l = Cp(c.tp, c.cp, CpRecurrent::kHandoff, c.balanced, c.sp);
-    const std::string what = "tp" + std::to_string(c.tp) + " cp" + std::to_string(c.cp) + (c.balanced ? " lb" : "") +
-                             (c.sp ? " sp" : "");
+    const std::string what =
+        "tp" + std::to_string(c.tp) + " cp" + std::to_string(c.cp) + (c.balanced ? " lb" : "") + (c.sp ? " sp" : "");
     const BlockRun run = RunBlock('M', d, l, x, dy);
     ExpectSame(run, ref, what);
     // Per edge: conv tail (K-1) b (d_i + 2GN)/t x 2 B + SSM state b (H/t) P N x 4 B.
-    const int64_t tail = (d.mamba_d_conv - 1) * d.batch * (d.mamba_inner + 2 * d.mamba_groups * d.mamba_d_state) / c.tp * 2;
+    const int64_t tail =
+        (d.mamba_d_conv - 1) * d.batch * (d.mamba_inner + 2 * d.mamba_groups * d.mamba_d_state) / c.tp * 2;
     const int64_t state = d.batch * d.mamba_heads / c.tp * d.mamba_head_dim * d.mamba_d_state * 4;
     int64_t worst = 0;
     for (int r = 0; r < c.tp * c.cp; ++r) {
