@@ -319,7 +319,8 @@ KernelIn<T> PrepareKernel(const CoreDims& k, const CoreParams<T>& p, const Mat<T
   KernelIn<T> in;
   const int64_t rows = zxbcdt.rows();
   in.ext.resize(tail.rows() + rows, k.conv_channels());
-  in.ext << tail, zxbcdt.middleCols(k.inner(), k.conv_channels());
+  in.ext.topRows(tail.rows()) = tail;
+  in.ext.bottomRows(rows) = zxbcdt.middleCols(k.inner(), k.conv_channels());
   in.pre = mamba::CausalConv(in.ext, p.conv_w, p.conv_b, k.ssm.batch);
   const Mat<T> xbc = Silu(in.pre);
   in.ssm.x = xbc.leftCols(k.inner());
@@ -709,13 +710,13 @@ class MambaBlock final : public Block<T> {
   /// ssm_state fp32; MATH.md 6's state per sequence).
   void SendCarry(Ctx& ctx, int dest, const Carry<T>& c) {
     ctx.rank->set_what("mamba_state");
-    ctx.rank->Send(ctx.cp->axis, dest, c.conv.data(), c.conv.size(), ctx.bytes.activation);
+    if (c.conv.size() > 0) ctx.rank->Send(ctx.cp->axis, dest, c.conv.data(), c.conv.size(), ctx.bytes.activation);
     ctx.rank->Send(ctx.cp->axis, dest, c.ssm.data(), c.ssm.size(), 4);
     ctx.rank->set_what("mamba");
   }
   void RecvCarry(Ctx& ctx, int src, Carry<T>* c) {
     ctx.rank->set_what("mamba_state");
-    ctx.rank->Recv(ctx.cp->axis, src, c->conv.data(), c->conv.size(), ctx.bytes.activation);
+    if (c->conv.size() > 0) ctx.rank->Recv(ctx.cp->axis, src, c->conv.data(), c->conv.size(), ctx.bytes.activation);
     ctx.rank->Recv(ctx.cp->axis, src, c->ssm.data(), c->ssm.size(), 4);
     ctx.rank->set_what("mamba");
   }

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <iostream>
 #include <random>
 #include <string>
 
@@ -607,6 +606,17 @@ TEST(SimulatorMamba, HandoffBytesByHandAtCp4) {
   }
 }
 
+TEST(SimulatorMamba, ConvWidthOneHandsOnOnlyTheState) {
+  // K = 1: no conv history, so an edge is the SSM state alone (b (H/t) P N x 4 = 384 B).
+  Dims d = MambaDims();
+  d.mamba_d_conv = 1;
+  const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
+  const BlockRun run = RunBlock('M', d, Cp(1, 2, CpRecurrent::kHandoff, false), x, dy);
+  ExpectSame(run, RunBlock('M', d, BlockLayout{}, x, dy), "K 1");
+  EXPECT_EQ(Sent(run.comm[0], "cp", CollectiveKind::kSend, SimPass::kForward, "mamba_state"), 384);
+  EXPECT_EQ(Sent(run.comm[1], "cp", CollectiveKind::kSend, SimPass::kBackward, "mamba_state"), 384);
+}
+
 TEST(SimulatorMamba, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {
   // cp 2 without load balancing: rank 1 holds positions 8..15. Without the
   // hand-off it would run them from a zero conv history and a zero state,
@@ -624,10 +634,9 @@ TEST(SimulatorMamba, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {
   const Mat<double> ref_f = ref.y.bottomRows(rows) - x2;
   const double naive_error = Rel(Mat<double>(naive.y - x2), ref_f);
   const double handoff_error = Rel(Mat<double>(handoff.y.bottomRows(rows) - x2), ref_f);
+  // Measured: 0.39 for the zero-state restart, 1e-16 with the hand-off.
   EXPECT_GT(naive_error, 0.1) << "a zero-state restart should be far off";
   EXPECT_LT(handoff_error, 1e-10);
-  std::cout << "mixer output, rank 1 rows: naive split rel. error " << naive_error << ", hand-off " << handoff_error
-            << "\n";
 }
 
 }  // namespace
