@@ -254,12 +254,13 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
 }
 
 namespace {
-int64_t RecurrentHandoffStates(const Layout& l) {
+/// CP hand-off (cp_recurrent: handoff): chunks whose predecessor lives on
+/// another CP rank, on the worst rank. Without load balancing rank r holds
+/// chunk r: one (r > 0). With it, rank r holds chunks r and 2c-1-r: rank 0
+/// one (chunk 2c-1), rank c-1 one (chunk c follows its own chunk c-1), ranks
+/// 1..c-2 two; so two once c >= 3.
+int64_t HandoffStatesReceived(const Layout& l) {
   if (l.cp <= 1 || l.cp_recurrent != CpRecurrent::kHandoff) return 0;
-  // Chunks whose predecessor lives on another CP rank, on the worst rank.
-  // Without load balancing rank r holds chunk r: one (r > 0). With it, rank r
-  // holds chunks r and 2c-1-r: rank 0 one (chunk 2c-1), rank c-1 one (chunk c
-  // follows its own chunk c-1), ranks 1..c-2 two; so two once c >= 3.
   return l.cp_load_balance && l.cp >= 3 ? 2 : 1;
 }
 }  // namespace
@@ -269,11 +270,30 @@ Bytes RecurrentHandoffStateBytes(const Recipe& r, const Layout& l) {
   // dtype + fp32 h of d_r/t, per sequence) is kept for the backward: the
   // conv weight gradient and the first step of the reverse scan read it.
   const int64_t per_sequence = RecurrentStateBytesPerSequence(r.model, l.tp, r.training.precision.activations);
-  return Bytes(Mul(Mul(RecurrentHandoffStates(l), l.micro_batch), per_sequence));
+  return Bytes(Mul(Mul(HandoffStatesReceived(l), l.micro_batch), per_sequence));
+}
+
+int64_t MambaRepeatCp(const Layout& l) { return l.cp_recurrent == CpRecurrent::kHandoff ? 1 : l.cp; }
+
+Bytes MambaHandoffStateBytes(const Recipe& r, const Layout& l) {
+  // Each received state (conv tail: the last K-1 positions of the conv input
+  // [x, B, C] in the activation dtype; SSM state H/t x P x N in fp32, per
+  // sequence) is kept for the backward, which restarts the recurrence from it.
+  const int64_t per_sequence =
+      MambaStateBytesPerSequence(r.model, l.tp, r.training.precision.activations, DType::kFp32);
+  return Bytes(Mul(Mul(HandoffStatesReceived(l), l.micro_batch), per_sequence));
 }
 
 Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
   if (kind == BlockKind::kMoe) return MoeLayerActivations(r, l, l.recompute);
+  if (kind == BlockKind::kMamba) {
+    // Under the CP hand-off the layout stays sequence-split: no B/C repeat,
+    // and each received state is kept for the backward, which restarts the
+    // recurrence from it (a recomputed forward too, so under every policy).
+    const int64_t spread =
+        SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, MambaRepeatCp(l)), CpTokens(r, l), l);
+    return Bytes(spread) + MambaHandoffStateBytes(r, l);
+  }
   Bytes out(SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, l.cp), CpTokens(r, l), l));
   // The received state is needed whatever the recompute policy: a recomputed
   // forward of the chunk starts from it too.
@@ -290,7 +310,7 @@ Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
     const MambaConfig& mb = r.model.mamba;
     const int64_t d_inner = Mul(mb.expand, r.model.hidden);
     const int64_t heads = CeilDiv(d_inner / mb.head_dim, Mul(l.tp, l.cp));
-    const int64_t groups = CeilDiv(Mul(mb.groups, MambaGroupRepeat(mb, l.tp, l.cp)), Mul(l.tp, l.cp));
+    const int64_t groups = CeilDiv(Mul(mb.groups, MambaGroupRepeat(mb, l.tp, MambaRepeatCp(l))), Mul(l.tp, l.cp));
     const int64_t chunks = CeilDiv(s, mb.chunk);
     const int64_t states = Mul(Mul(Mul(Mul(b, chunks), heads), mb.head_dim), mb.d_state);
     int64_t out = Mul(states, Add(4, beta));                    // fp32 chunk states + re-emitted copy

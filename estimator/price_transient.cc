@@ -24,7 +24,8 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     if (l.recompute == Recompute::kFull) transient += LayerActivations(rc, none, kind);
     out.activations_transient = std::max(out.activations_transient, transient);
     if (sink) {
-      const TokenBytes tb = SavedBytesPerToken(rc, kind, l.recompute, l.tp, l.cp);
+      const TokenBytes tb =
+          SavedBytesPerToken(rc, kind, l.recompute, l.tp, kind == BlockKind::kMamba ? MambaRepeatCp(l) : l.cp);
       std::string formula = "[ceil(s*b/c * rep / (SP ? t : 1)) + ceil(s*b/c * sharded / t)";
       if (kind == BlockKind::kMoe && l.recompute != Recompute::kFull) {
         formula += " + R*(h + 3f_e/t_e)*beta + N_send*(h*beta + 4)";

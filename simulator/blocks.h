@@ -253,7 +253,7 @@ class Block {
   std::vector<std::unique_ptr<Param<T>>> params_;
 };
 
-/// Creates the block for pattern letter `letter` ('A', 'D', 'E', 'R') of layer `layer`.
+/// Creates the block for pattern letter `letter` ('A', 'D', 'E', 'M', 'R') of layer `layer`.
 template <class T>
 std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                     double scale);
@@ -263,6 +263,10 @@ std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, i
                                          double scale);
 template <class T>
 std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
+/// Mamba-2 mixer (simulator/mamba_block.cc). Throws SimUnsupported for sizes
+/// Megatron rejects (heads % groups, heads or groups % tp, the CP rules).
+template <class T>
+std::unique_ptr<Block<T>> MakeMambaBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
 
 /// Knobs of the R block that no recipe sets: tests use them to show what the
 /// real computation needs.

@@ -95,6 +95,34 @@ TEST(ActivationPerToken, MambaGroupRepeatUnderContextParallel) {
             102'688 + 4 + 12'288);
 }
 
+TEST(ActivationPerToken, MambaHandoffKeepsTheReceivedStatesAndRepeatsNothing) {
+  // CP hand-off [OURS]: per received edge the conv tail (K-1) b (d_i + 2GN)/t
+  // x 2 B = 3 x (8192 + 2048)/4 x 2 = 15,360 and the fp32 SSM state
+  // b (H/t) P N x 4 = 32 x 64 x 128 x 4 = 1,048,576: 1,063,936 per edge; the
+  // worst rank receives 2 with load balancing and c >= 3, else 1.
+  Recipe r = MathRecipe();
+  r.training.seq_len = 8192;
+  Layout l;
+  l.tp = 4;
+  l.cp = 8;
+  l.micro_batch = 1;
+  l.recompute = Recompute::kNone;
+  l.cp_recurrent = CpRecurrent::kHandoff;
+  EXPECT_EQ(MambaHandoffStateBytes(r, l).count(), 2 * 1'063'936);
+  l.cp_load_balance = false;
+  EXPECT_EQ(MambaHandoffStateBytes(r, l).count(), 1'063'936);
+  l.cp_load_balance = true;
+  // Against all-to-all at the same degrees: no r_g = 4 repeat of B and C
+  // (12,288 B/token global, /t = 3072 B x 1024 tokens = 3,145,728 B less), plus the states.
+  Layout a2a = l;
+  a2a.cp_recurrent = CpRecurrent::kAllToAll;
+  EXPECT_EQ(MambaHandoffStateBytes(r, a2a).count(), 0);
+  EXPECT_EQ(LayerActivations(r, l, BlockKind::kMamba).count(),
+            LayerActivations(r, a2a, BlockKind::kMamba).count() - 3'145'728 + 2 * 1'063'936);
+  l.cp = 1;
+  EXPECT_EQ(MambaHandoffStateBytes(r, l).count(), 0);
+}
+
 TEST(ActivationPerToken, RecurrentAndDense) {
   // MATH.md 3.2: a_R = 4h + 16d_r, d_r = 4096: 16384 + 65536 = 81,920, + 4 rstd.
   Recipe r = MathRecipe();

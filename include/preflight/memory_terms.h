@@ -33,6 +33,18 @@ TokenBytes SavedBytesPerToken(const Recipe& recipe, BlockKind kind, Recompute re
 /// Mamba B/C repeat factor under context parallelism: c / (G/t) when c > G/t, else 1 (MATH.md 1.4).
 int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp);
 
+/// The cp that the Mamba B/C repeat sees: 1 under the CP hand-off
+/// (cp_recurrent = handoff keeps the sequence split, nothing is repeated), else cp.
+int64_t MambaRepeatCp(const Layout& layout);
+
+/// CP hand-off for M blocks (cp_recurrent = handoff, cp > 1) [OURS]: what one
+/// Mamba layer keeps per micro-batch on the worst CP rank beyond a_M, namely
+/// the state each of its runs of chunks received from the previous CP rank
+/// (conv tail (K-1) x b x (d_i + 2GN)/t in the activation dtype + SSM state
+/// b x H/t x P x N fp32, per received edge: 2 edges with load balancing and
+/// c >= 3, else 1). Zero otherwise. LayerActivations includes it.
+Bytes MambaHandoffStateBytes(const Recipe& recipe, const Layout& layout);
+
 /// Tokens of one micro-batch a rank holds in the residual stream:
 /// s*b/c, then /t under sequence parallelism (MATH.md 0, T_sp). Rounded up: the worst rank.
 int64_t ResidualTokens(const Recipe& recipe, const Layout& layout);
