@@ -33,6 +33,7 @@ void AddTensor(LocalParams& into, const ParamTensor& t, const Inventory& inv, co
   const int o = static_cast<int>(t.optimizer);
   const int64_t n = TensorLocalElements(t, inv, l);
   into.elements[c][o] = Add(into.elements[c][o], n);
+  if (t.dtype == DType::kFp32) into.fp32[c][o] = Add(into.fp32[c][o], n);
   into.bytes[c] = Add(into.bytes[c], Mul(n, SizeOf(t.dtype)));
 }
 
@@ -42,7 +43,10 @@ LocalParams LocalOf(const ParamTotals& totals, const Layout& l) {
   LocalParams out;
   for (int c = 0; c < 3; ++c) {
     const int64_t d = ClassDivisor(c, l);
-    for (int o = 0; o < 2; ++o) out.elements[c][o] = CeilDiv(totals.elements[c][o], d);
+    for (int o = 0; o < 2; ++o) {
+      out.elements[c][o] = CeilDiv(totals.elements[c][o], d);
+      out.fp32[c][o] = CeilDiv(totals.fp32_elements[c][o], d);
+    }
     out.bytes[c] = CeilDiv(totals.param_bytes[c], d);
   }
   return out;
@@ -50,7 +54,10 @@ LocalParams LocalOf(const ParamTotals& totals, const Layout& l) {
 
 void AddInto(LocalParams& into, const LocalParams& x) {
   for (int c = 0; c < 3; ++c) {
-    for (int o = 0; o < 2; ++o) into.elements[c][o] = Add(into.elements[c][o], x.elements[c][o]);
+    for (int o = 0; o < 2; ++o) {
+      into.elements[c][o] = Add(into.elements[c][o], x.elements[c][o]);
+      into.fp32[c][o] = Add(into.fp32[c][o], x.fp32[c][o]);
+    }
     into.bytes[c] = Add(into.bytes[c], x.bytes[c]);
   }
 }
@@ -80,15 +87,31 @@ void Offer(Walk& w, const UnitExtra& u) {
   if (u.grads > w.grad_unit.grads) w.grad_unit = u;
 }
 
-Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x) {
+void AddUnitState(Walk& w, const LocalParams& unit, const Context& x) {
+  for (int o = 0; o < 2; ++o) {
+    // One buffer per element dtype: the fp32 elements and the rest.
+    const int64_t dense_fp32 = Add(unit.fp32[kRep][o], unit.fp32[kTp][o]);
+    const int64_t dense = Add(unit.elements[kRep][o], unit.elements[kTp][o]) - dense_fp32;
+    const int64_t expert_fp32 = unit.fp32[kEp][o];
+    const int64_t expert = unit.elements[kEp][o] - expert_fp32;
+    w.state_shards[o][0] =
+        Add(w.state_shards[o][0], Add(CeilDiv(dense, x.dense_group), CeilDiv(dense_fp32, x.dense_group)));
+    w.state_shards[o][1] =
+        Add(w.state_shards[o][1], Add(CeilDiv(expert, x.expert_group), CeilDiv(expert_fp32, x.expert_group)));
+  }
+}
+
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
+              ActivationRates& rates) {
   Walk w;
-  w.in_flight = ForEachChunk(plan, l, r, [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight,
-                                             bool mirrored, bool ends) {
+  const InFlight k = ForEachChunk(plan, l, r, rates, [&](const StageChunk& c, int64_t first, int64_t end,
+                                                         int64_t in_flight, bool mirrored, bool ends) {
     for (int64_t i = first; i < end; ++i) {
       const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
       const int f = FamilyIndex(layer.kind);
       const LocalParams e = LocalOf(layer.totals, l);
       AddInto(w.layers, e);
+      AddUnitState(w, e, x);
       w.layer_count[f] += 1;
       w.units[f] = Add(w.units[f], in_flight);
       if (!mirrored) w.own_layers[f] += 1;
@@ -101,6 +124,11 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
     }
     if (c.owns_head) w.head = true;
   });
+  w.in_flight = k.units;
+  if (w.head) {
+    w.head_units = k.head_units;
+    w.head_logits = k.head_logits;
+  }
   return w;
 }
 

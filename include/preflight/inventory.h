@@ -66,6 +66,12 @@ struct ParamTotals {
   /// Bytes of the parameter copies per ShardClass (elements x SizeOf(dtype));
   /// differs from elements x precision.params only by the fp32 A_log and D of Mamba.
   std::array<int64_t, 3> param_bytes{};
+  /// Of `elements`, those stored in fp32 [ShardClass][OptimizerKind] (Mamba's
+  /// A_log and D; every element when precision.params is fp32). The
+  /// distributed optimizer keeps one flat buffer per element dtype, so these
+  /// are padded and sharded apart from the rest (estimator ZeRO state, planner
+  /// DP traffic; simulator/dist_optimizer.h).
+  std::array<std::array<int64_t, 2>, 3> fp32_elements{};
   int64_t total() const;
   int64_t of(ShardClass c) const { return elements[static_cast<int>(c)][0] + elements[static_cast<int>(c)][1]; }
   int64_t of(ShardClass c, OptimizerKind o) const { return elements[static_cast<int>(c)][static_cast<int>(o)]; }
