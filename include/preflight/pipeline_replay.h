@@ -94,6 +94,7 @@ InterleavedPeak ReplayInterleaved(int64_t p, int64_t v, int64_t m, int64_t r, in
     if (k == period) {
       const int64_t skip = (whole - warmup - k) / period;
       if (skip > 0) k += skip * period;
+      if (k == total - warmup) break;  // the skipped periods reach the end of the steady state
     }
     forward(k + warmup, k);
     backward(k);
