@@ -294,7 +294,9 @@ void AddEndTensor(const ParamTensor& t, const Inventory& inv, const Layout& l, L
   const int o = static_cast<int>(t.optimizer);
   int64_t n = 0;
   if (t.split == Split::kVocab) {
-    n = CheckedMul(PaddedVocab(inv.recipe.model, l.tp) / l.tp, t.elements() / t.shape.front());
+    int64_t rest = 1;
+    for (size_t i = 1; i < t.shape.size(); ++i) rest = CheckedMul(rest, t.shape[i]);
+    n = CheckedMul(PaddedVocab(inv.recipe.model, l.tp) / l.tp, rest);
   } else {
     n = CeilDiv(t.elements(), ClassDivisor(c, l));
   }
