@@ -65,9 +65,6 @@ ChunkActivations::ChunkActivations(const StagePlan& plan, int64_t p, int64_t r, 
   }
 }
 
-ChunkActivation ChunkActivations::operator()(int64_t vi) const {
-  if (vi < kCachedChunks) return cached_[static_cast<size_t>(vi)];
-  return rates_.Chunk(ChunkOfRank(plan_, p_, r_, vi));
-}
+ChunkActivation ChunkActivations::Uncached(int64_t vi) const { return rates_.Chunk(ChunkOfRank(plan_, p_, r_, vi)); }
 
 }  // namespace preflight::estimator_detail

@@ -162,9 +162,12 @@ class ChunkActivations {
  public:
   static constexpr int64_t kCachedChunks = 64;
   ChunkActivations(const StagePlan& plan, int64_t p, int64_t r, int64_t v, ActivationRates& rates);
-  ChunkActivation operator()(int64_t vi) const;
+  ChunkActivation operator()(int64_t vi) const {
+    return vi < kCachedChunks ? cached_[static_cast<size_t>(vi)] : Uncached(vi);
+  }
 
  private:
+  ChunkActivation Uncached(int64_t vi) const;
   const StagePlan& plan_;
   int64_t p_, r_;
   ActivationRates& rates_;

@@ -12,6 +12,22 @@ int64_t InterleavedTableChunk(int64_t v, int64_t m, int64_t g, int64_t j) {
   return (j - whole) / (m % g);  // the last, partial group of m % g micro-batches
 }
 
+void InterleavedTableCursor::Seek(int64_t j) {
+  const int64_t whole = CheckedMul(CheckedMul(m_ / g_, g_), v_);
+  if (j < whole) {
+    const int64_t period = CheckedMul(g_, v_);
+    first_ = j / period * g_;
+    size_ = g_;
+    chunk_ = j % period / g_;
+    offset_ = j % g_;
+    return;
+  }
+  first_ = m_ / g_ * g_;  // the last, partial group
+  size_ = m_ % g_;
+  chunk_ = size_ == 0 ? v_ : (j - whole) / size_;  // size 0: past the end (m v entries)
+  offset_ = size_ == 0 ? 0 : (j - whole) % size_;
+}
+
 int64_t InterleavedTableCount(int64_t v, int64_t m, int64_t g, int64_t n, int64_t chunk) {
   const int64_t period = CheckedMul(g, v);
   const int64_t whole = CheckedMul(CheckedMul(m / g, g), v);

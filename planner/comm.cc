@@ -280,7 +280,7 @@ LocalUnit LocalLayer(const ParamTotals& t, const Layout& l) {
     const int64_t d = ClassDivisor(c, l);
     for (int o = 0; o < 2; ++o) {
       u.elements[c][o] = CeilDiv(t.elements[c][o], d);
-      u.fp32[c][o] = CeilDiv(t.fp32_elements[c][o], d);
+      u.fp32[c][o] = t.fp32_elements[c][o] == 0 ? 0 : CeilDiv(t.fp32_elements[c][o], d);
     }
   }
   return u;
@@ -315,42 +315,92 @@ struct DpBuffers {
   std::array<int64_t, 2> muon{};         // sum of n_pad over Muon buffers (momentum gathers)
   int64_t replicated = 0;                // REP elements (norms, router): the SP all-reduce over TP
 
-  void Add(const LocalUnit& u, const Layout& l, int64_t beta_p) {
-    const int rep = static_cast<int>(ShardClass::kReplicated), tp = static_cast<int>(ShardClass::kTpSharded);
-    const int ep = static_cast<int>(ShardClass::kEpSharded);
-    const std::array<int64_t, 2> group = {CheckedMul(l.dp, l.cp), std::max<int64_t>(1, l.expert_dp())};
-    for (int o = 0; o < 2; ++o) {
-      replicated = CheckedAdd(replicated, u.elements[rep][o]);
-      const int64_t dense_fp32 = CheckedAdd(u.fp32[rep][o], u.fp32[tp][o]);
-      const int64_t dense = CheckedSub(CheckedAdd(u.elements[rep][o], u.elements[tp][o]), dense_fp32);
-      const int64_t expert_fp32 = u.fp32[ep][o];
-      const int64_t expert = CheckedSub(u.elements[ep][o], expert_fp32);
-      const std::array<std::array<int64_t, 2>, 2> n = {{{dense, dense_fp32}, {expert, expert_fp32}}};
-      for (int g = 0; g < 2; ++g) {
-        for (int wide = 0; wide < 2; ++wide) {
-          const int64_t n_pad = RoundUp(n[g][wide], group[g]);
-          padded[g] = CheckedAdd(padded[g], n_pad);
-          param_bytes[g] = CheckedAdd(param_bytes[g], CheckedMul(n_pad, wide ? 4 : beta_p));
-          if (o == static_cast<int>(OptimizerKind::kMuon)) muon[g] = CheckedAdd(muon[g], n_pad);
-        }
-      }
+  DpBuffers& operator+=(const DpBuffers& o) {
+    for (size_t g = 0; g < 2; ++g) {
+      padded[g] = CheckedAdd(padded[g], o.padded[g]);
+      param_bytes[g] = CheckedAdd(param_bytes[g], o.param_bytes[g]);
+      muon[g] = CheckedAdd(muon[g], o.muon[g]);
     }
+    replicated = CheckedAdd(replicated, o.replicated);
+    return *this;
+  }
+  DpBuffers Times(int64_t n) const {
+    DpBuffers out;
+    for (size_t g = 0; g < 2; ++g) {
+      out.padded[g] = CheckedMul(padded[g], n);
+      out.param_bytes[g] = CheckedMul(param_bytes[g], n);
+      out.muon[g] = CheckedMul(muon[g], n);
+    }
+    out.replicated = CheckedMul(replicated, n);
+    return out;
   }
 };
 
+// The groups and element size the buffers of one layout are padded with.
+struct DpGroups {
+  std::array<int64_t, 2> size{};  // D: [dense d*c, expert d_e]
+  int64_t beta_p = 2;
+};
+
+// The padded buffers of one unit.
+DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
+  const int rep = static_cast<int>(ShardClass::kReplicated), tp = static_cast<int>(ShardClass::kTpSharded);
+  const int ep = static_cast<int>(ShardClass::kEpSharded);
+  DpBuffers b;
+  for (int o = 0; o < 2; ++o) {
+    b.replicated = CheckedAdd(b.replicated, u.elements[rep][o]);
+    const int64_t dense_fp32 = CheckedAdd(u.fp32[rep][o], u.fp32[tp][o]);
+    const int64_t dense = CheckedSub(CheckedAdd(u.elements[rep][o], u.elements[tp][o]), dense_fp32);
+    const int64_t expert_fp32 = u.fp32[ep][o];
+    const int64_t expert = CheckedSub(u.elements[ep][o], expert_fp32);
+    const std::array<std::array<int64_t, 2>, 2> n = {{{dense, dense_fp32}, {expert, expert_fp32}}};
+    for (size_t g = 0; g < 2; ++g) {
+      for (size_t wide = 0; wide < 2; ++wide) {
+        if (n[g][wide] == 0) continue;
+        const int64_t n_pad = RoundUp(n[g][wide], dg.size[g]);
+        b.padded[g] = CheckedAdd(b.padded[g], n_pad);
+        b.param_bytes[g] = CheckedAdd(b.param_bytes[g], CheckedMul(n_pad, wide ? 4 : dg.beta_p));
+        if (o == static_cast<int>(OptimizerKind::kMuon)) b.muon[g] = CheckedAdd(b.muon[g], n_pad);
+      }
+    }
+  }
+  return b;
+}
+
 // The units of a rank in the executor's order: per chunk the embedding, each
-// layer, the head with the final norm.
+// layer, the head with the final norm. Layers of one family usually have equal
+// totals: each family's last buffers are remembered, and a uniform family's
+// are multiplied by its layer count (the sweep prices every layout; divisions
+// are its cost).
 DpBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks) {
   DpBuffers b;
   const ModelConfig& m = inv.recipe.model;
+  const DpGroups dg{{CheckedMul(l.dp, l.cp), std::max<int64_t>(1, l.expert_dp())}, s.param};
+  struct Memo {
+    const ParamTotals* totals = nullptr;
+    DpBuffers buffers;
+    int64_t pending = 0;  // layers of a uniform family (Inventory::family_uniform) not yet added
+  };
+  std::array<Memo, 5> memo{};
   for (const RankChunk& c : chunks) {
     if (c.range.owns_embedding) {
       LocalUnit u;
       AddEndTensor(inv.embedding, inv, l, &u);
-      b.Add(u, l, s.param);
+      b += UnitBuffers(u, dg);
     }
     for (int64_t i = c.range.first_layer; i < c.range.end_layer; ++i) {
-      b.Add(LocalLayer(inv.layers.at(static_cast<size_t>(i)).totals, l), l, s.param);
+      const Layer& layer = inv.layers.at(static_cast<size_t>(i));
+      const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
+      Memo& last = memo[f];
+      if (last.totals == nullptr || (!inv.family_uniform[f] && !(*last.totals == layer.totals))) {
+        last.totals = &layer.totals;
+        last.buffers = UnitBuffers(LocalLayer(layer.totals, l), dg);
+      }
+      if (inv.family_uniform[f]) {
+        ++last.pending;
+      } else {
+        b += last.buffers;
+      }
     }
     if (c.range.owns_head) {
       LocalUnit u;
@@ -360,8 +410,11 @@ DpBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const
       // A tied head on a single-stage pipeline shares the embedding tensor;
       // with pp > 1 the last stage keeps a second copy (MATH.md 1.1).
       if (m.tie_embeddings && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
-      b.Add(u, l, s.param);
+      b += UnitBuffers(u, dg);
     }
+  }
+  for (const Memo& family : memo) {
+    if (family.pending > 0) b += family.buffers.Times(family.pending);
   }
   return b;
 }

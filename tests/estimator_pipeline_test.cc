@@ -2,6 +2,7 @@
 // (MATH.md 4.1; Megatron schedules.py get_pp_rank_microbatches), and their
 // effect on a rank's activations.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -52,6 +53,21 @@ TEST(InFlight, InterleavedLastRankAndShortRuns) {
   EXPECT_EQ(InterleavedTableCount(2, 6, 4, 11, 1), 5);
   EXPECT_EQ(InterleavedTableChunk(2, 6, 4, 9), 0);   // partial group: entries 8, 9 on chunk 0
   EXPECT_EQ(InterleavedTableChunk(2, 6, 4, 10), 1);  // entries 10, 11 on chunk 1
+}
+
+TEST(InFlight, TableCursorWalksTheTable) {
+  // The cursor's Next and Seek agree with the closed form at every entry,
+  // whole and partial groups (m 7, g 3: groups {0,1,2} {3,4,5} {6}).
+  for (const auto& [v, m, g] : {std::array<int64_t, 3>{2, 7, 3}, {3, 8, 4}, {2, 2, 4}, {4, 9, 2}}) {
+    InterleavedTableCursor walk(v, m, g);
+    for (int64_t j = 0; j < m * v; ++j) {
+      EXPECT_EQ(walk.chunk(), InterleavedTableChunk(v, m, g, j)) << v << " " << m << " " << g << " " << j;
+      InterleavedTableCursor seek(v, m, g);
+      seek.Seek(j);
+      EXPECT_EQ(seek.chunk(), walk.chunk());
+      walk.Next();
+    }
+  }
 }
 
 // Hand-worked replay, p 2, v 2, m 4 (g = p = 2), pipeline rank 1 (the last):
@@ -125,6 +141,20 @@ InterleavedPeak NaiveReplay(int64_t p, int64_t v, int64_t m, int64_t r, int64_t 
     bwd(k);
   }
   return best;
+}
+
+TEST(InterleavedReplay, CostDoesNotGrowWithMicroBatches) {
+  // p 4, v 2, rank 0: warmup 10; one period of g v = 8 steady steps is
+  // scanned, then whole periods are skipped: at most warmup + 2 (2 g v) chunk
+  // look-ups whether m is 8 or a million.
+  int64_t calls = 0;
+  const auto bytes = [&](int64_t chunk) {
+    ++calls;
+    return ChunkActivation{chunk + 1, 0};
+  };
+  const InterleavedPeak peak = ReplayInterleaved(4, 2, 1'000'000, 0, 4, bytes);
+  EXPECT_LE(calls, 10 + 2 * 2 * 8);
+  EXPECT_EQ(peak.units, 11);
 }
 
 TEST(InterleavedReplay, MatchesTheOpByOpReplay) {

@@ -111,6 +111,10 @@ struct Inventory {
   /// Total element count per block family, indexed by the BlockKind letter order of kAllBlockKinds.
   std::array<int64_t, 5> family_params{};
   std::array<int64_t, 5> family_layers{};
+  /// family_uniform[f]: every layer of family f has the same totals, so a
+  /// pricing loop may work out one and multiply (false when not known, as in
+  /// hand-built inventories: the loops then compare totals layer by layer).
+  std::array<bool, 5> family_uniform{};
 
   // ---- Precomputed for cheap pricing (all global, unsharded element counts) ----
   /// All final-norm tensors: the weight (== final_norm), plus a bias with LayerNorm.

@@ -46,6 +46,32 @@ int64_t InterleavedTableChunk(int64_t v, int64_t m, int64_t g, int64_t j);
 /// Entries of chunk `chunk` among the first `n` of that table.
 int64_t InterleavedTableCount(int64_t v, int64_t m, int64_t g, int64_t n, int64_t chunk);
 
+/// Walks that table entry by entry without dividing (the replay's hot loop).
+class InterleavedTableCursor {
+ public:
+  InterleavedTableCursor(int64_t v, int64_t m, int64_t g) : v_(v), m_(m), g_(g) { Seek(0); }
+  /// Positions the cursor at entry j (0 <= j < m v).
+  void Seek(int64_t j);
+  /// Chunk of the current entry.
+  int64_t chunk() const { return chunk_; }
+  /// Moves to the next entry.
+  void Next() {
+    if (++offset_ < size_) return;
+    offset_ = 0;
+    if (++chunk_ < v_) return;
+    chunk_ = 0;
+    first_ += g_;
+    size_ = std::min(g_, m_ - first_);
+  }
+
+ private:
+  int64_t v_, m_, g_;
+  int64_t first_ = 0;   // first micro-batch of the current group
+  int64_t size_ = 0;    // micro-batches in the current group
+  int64_t chunk_ = 0;
+  int64_t offset_ = 0;  // position inside the current (group, chunk) run
+};
+
 /// Where the live activation bytes of a rank peak under the interleaved schedule.
 struct InterleavedPeak {
   int64_t bytes = 0;           // the peak: live saved bytes plus the running chunk's transient
@@ -70,8 +96,10 @@ InterleavedPeak ReplayInterleaved(int64_t p, int64_t v, int64_t m, int64_t r, in
   InterleavedPeak peak;
   peak.bytes = -1;
   int64_t live = 0, units = 0;
+  InterleavedTableCursor next_forward(v, m, g), next_backward(v, m, g);
   const auto forward = [&](int64_t j, int64_t done) {
-    const ChunkActivation a = bytes_of(InterleavedTableChunk(v, m, g, j));
+    const ChunkActivation a = bytes_of(next_forward.chunk());
+    next_forward.Next();
     live = CheckedAdd(live, a.saved);
     peak.units = std::max(peak.units, ++units);
     const int64_t now = CheckedAdd(live, a.transient);
@@ -81,8 +109,9 @@ InterleavedPeak ReplayInterleaved(int64_t p, int64_t v, int64_t m, int64_t r, in
       peak.backwards_done = done;
     }
   };
-  const auto backward = [&](int64_t k) {
-    live = CheckedSub(live, bytes_of(v - 1 - InterleavedTableChunk(v, m, g, k)).saved);
+  const auto backward = [&] {
+    live = CheckedSub(live, bytes_of(v - 1 - next_backward.chunk()).saved);
+    next_backward.Next();
     --units;
   };
   for (int64_t j = 0; j < warmup; ++j) forward(j, 0);
@@ -93,11 +122,15 @@ InterleavedPeak ReplayInterleaved(int64_t p, int64_t v, int64_t m, int64_t r, in
     // one period, jump over the whole periods that stay in whole groups.
     if (k == period) {
       const int64_t skip = (whole - warmup - k) / period;
-      if (skip > 0) k += skip * period;
-      if (k == total - warmup) break;  // the skipped periods reach the end of the steady state
+      if (skip > 0) {
+        k += skip * period;
+        if (k == total - warmup) break;  // the skipped periods reach the end of the steady state
+        next_forward.Seek(k + warmup);
+        next_backward.Seek(k);
+      }
     }
     forward(k + warmup, k);
-    backward(k);
+    backward();
   }
   // The cooldown only runs backwards: the live bytes only fall.
   peak.bytes = std::max<int64_t>(peak.bytes, 0);
