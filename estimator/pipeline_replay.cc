@@ -9,7 +9,8 @@ namespace preflight {
 int64_t InterleavedTableChunk(int64_t v, int64_t m, int64_t g, int64_t j) {
   const int64_t whole = CheckedMul(CheckedMul(m / g, g), v);
   if (j < whole) return (j % CheckedMul(g, v)) / g;
-  return (j - whole) / (m % g);  // the last, partial group of m % g micro-batches
+  const int64_t tail = m % g;  // the last, partial group
+  return tail == 0 ? v : (j - whole) / tail;  // v: past the end of the table
 }
 
 void InterleavedTableCursor::Seek(int64_t j) {

@@ -143,6 +143,15 @@ InterleavedPeak NaiveReplay(int64_t p, int64_t v, int64_t m, int64_t r, int64_t 
   return best;
 }
 
+TEST(InterleavedReplay, NoMicroBatchesKeepNothing) {
+  const auto bytes = [](int64_t) { return ChunkActivation{5, 1}; };
+  const InterleavedPeak peak = ReplayInterleaved(2, 2, 0, 0, 2, bytes);
+  EXPECT_EQ(peak.bytes, 0);
+  EXPECT_EQ(peak.units, 0);
+  EXPECT_EQ(InterleavedLiveAtPeak(peak, 2, 0, 2, 0), 0);
+  EXPECT_EQ(InterleavedTableChunk(2, 0, 2, peak.forward), 2);  // past the end: no chunk runs
+}
+
 TEST(InterleavedReplay, CostDoesNotGrowWithMicroBatches) {
   // p 4, v 2, rank 0: warmup 10; one period of g v = 8 steady steps is
   // scanned, then whole periods are skipped: at most warmup + 2 (2 g v) chunk

@@ -40,7 +40,7 @@ struct ChunkActivation {
 };
 
 /// Chunk (0..v-1) of entry `j` of Megatron's schedule table for m
-/// micro-batches in groups of g (a last partial group of m % g).
+/// micro-batches in groups of g (a last partial group of m % g); v past the end.
 int64_t InterleavedTableChunk(int64_t v, int64_t m, int64_t g, int64_t j);
 
 /// Entries of chunk `chunk` among the first `n` of that table.
