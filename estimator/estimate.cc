@@ -14,13 +14,20 @@
 //   optimizer state double; DualPipeV holds only its own chunks (MATH.md 4.1).
 //   In flight: see ForEachChunk.
 // - ZeRO groups: dense state over d*c, expert state over d_e (MATH.md 2.2).
+//   ZeRO >= 1 shards the optimizer state per unit (a layer, the embedding,
+//   the head with the final norm) and per flat buffer of the unit (dense or
+//   expert x optimizer x element dtype), each zero-padded to a multiple of D
+//   as Megatron's distributed optimizer pads its buffers: the busiest rank
+//   (rank 0 of the group) keeps ceil(n/D) elements of each buffer's state.
 //   ZeRO-2/3 add one unit's unsharded grads (the largest layer) before its
 //   reduce-scatter; ZeRO-3 adds the two largest units gathered (current +
 //   prefetch, as FSDP), units being single layers, the embedding, and the head
 //   with the final norm.
 // - Activations: per family (memory_terms.h) x layers x micro-batches in flight:
-//   1F1B min(m, p-r); interleaved by Megatron's warmup 2(p-r-1) + (v-1)p,
-//   counted per chunk in its schedule-table order; DualPipe p+1
+//   1F1B min(m, p-r); interleaved: each chunk's live micro-batches at the
+//   instant its rank's live bytes peak, found by replaying Megatron's order
+//   with each chunk's own bytes (pipeline_replay.h; the head's logits count
+//   only when that instant is the head's forward); DualPipe p+1
 //   stage-micro-batches, ceil half on the own stage and the rest on the mirror;
 //   DualPipeV 2p+1 V-stage-micro-batches, p+1 on the down and p on the up stage.
 // - The largest one-layer transient is added once: under full recompute the
@@ -49,7 +56,9 @@
 namespace preflight {
 namespace {
 
+using estimator_detail::ActivationRates;
 using estimator_detail::AddInto;
+using estimator_detail::AddUnitState;
 using estimator_detail::Cat;
 using estimator_detail::Context;
 using estimator_detail::Decimal;
@@ -88,19 +97,22 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   x.expert_group = std::max<int64_t>(1, l.expert_dp());
   x.beta_g = SizeOf(rc.training.precision.grads);
 
-  Walk w = WalkRank(inv, l, plan, r, x);
+  ActivationRates rates(inv, l);
+  Walk w = WalkRank(inv, l, plan, r, x, rates);
   const Ends ends = EndsOf(inv, l, w);
   Offer(w, UnitOf(ends.embedding, x, -1));
+  AddUnitState(w, ends.embedding, x);
   LocalParams head_unit = ends.head;
   AddInto(head_unit, ends.final_norm);
   Offer(w, UnitOf(head_unit, x, -1));
+  AddUnitState(w, head_unit, x);
 
   RankMemory out;
   out.in_flight_microbatches = w.in_flight;
   PriceParams(out, w, ends, l, x, sink);
   PriceGradients(out, w, ends, l, x, sink);
   PriceOptimizer(out, w, ends, rc, l, x, sink);
-  PriceActivations(out, w, inv, l, sink);
+  PriceActivations(out, w, inv, l, rates, sink);
   PriceRoutingScratch(out, w, rc, l, sink);
   PriceServing(out, w, rc, l, sink);
 

@@ -14,6 +14,7 @@
 
 #include "preflight/estimate.h"
 #include "preflight/memory_terms.h"
+#include "preflight/pipeline_replay.h"
 
 namespace preflight::estimator_detail {
 
@@ -42,10 +43,12 @@ void Note(Sink* sink, Category c, std::string item, std::string formula, std::st
 // ---- the per-rank tallies ----
 
 /// Local (this rank's) parameters: element counts [ShardClass][OptimizerKind]
-/// (for grads and optimizer state) and parameter-copy bytes [ShardClass] (from
-/// each tensor's own dtype: Mamba's A_log and D stay fp32).
+/// (for grads and optimizer state), of them those stored in fp32 (the
+/// distributed optimizer's buffers are per dtype), and parameter-copy bytes
+/// [ShardClass] (from each tensor's own dtype: Mamba's A_log and D stay fp32).
 struct LocalParams {
   std::array<std::array<int64_t, 2>, 3> elements{};
+  std::array<std::array<int64_t, 2>, 3> fp32{};
   std::array<int64_t, 3> bytes{};
 };
 
@@ -75,14 +78,54 @@ struct UnitExtra {
 struct Walk {
   LocalParams layers;                    // every layer whose params live here
   std::array<int64_t, 5> layer_count{};  // per family, mirrored DualPipe stages included
-  std::array<int64_t, 5> units{};        // per family: layers x micro-batches in flight
+  std::array<int64_t, 5> units{};        // per family: layers x micro-batches in flight at the activation peak
   std::array<int64_t, 5> own_layers{};   // per family, own stages only (serving state)
   bool embedding = false;
   bool head = false;
-  int64_t embedding_units = 0;  // micro-batches in flight on the chunk owning the embedding
+  int64_t embedding_units = 0;  // micro-batches in flight on the chunk owning the embedding, at the peak
+  int64_t head_units = 0;       // micro-batches whose head/loss saved terms are live at the peak
+  bool head_logits = false;     // the head's transient logits are live at the peak (its forward runs)
   int64_t in_flight = 0;
   UnitExtra top1, top2;   // the two largest ZeRO-3 gather units (current + prefetch)
   UnitExtra grad_unit;    // the largest unsharded-grad unit
+  /// ZeRO >= 1 optimizer state of the busiest data-parallel rank, in elements
+  /// [OptimizerKind][dense 0 / expert 1]: the sum over units (layers,
+  /// embedding, head + final norm) and their flat buffers (one per dense or
+  /// expert, optimizer, element dtype) of ceil(n / D) -- rank 0 of the group
+  /// owns the first share of every zero-padded buffer (dist_optimizer.h).
+  std::array<std::array<int64_t, 2>, 2> state_shards{};
+};
+
+/// Activation bytes one micro-batch keeps per piece of a chunk, fixed for one
+/// EstimateRank call; each figure is computed on first use.
+class ActivationRates {
+ public:
+  ActivationRates(const Inventory& inv, const Layout& l) : inv_(inv), l_(l) {}
+  /// LayerActivations of family f (FamilyIndex).
+  Bytes Layer(int f);
+  /// FirstStageActivations: the embedding's token ids.
+  Bytes Embedding();
+  /// The head's saved terms (final-norm and head inputs, norm statistics, fp32
+  /// softmax): LastStageActivations less the transient logits.
+  Bytes HeadSaved();
+  /// The head's bf16 logits, live only while its forward runs.
+  Bytes HeadLogits();
+  /// One micro-batch through chunk `c` (layers [first, end) and its ends).
+  ChunkActivation Chunk(const StageChunk& c);
+
+ private:
+  const Inventory& inv_;
+  const Layout& l_;
+  std::array<int64_t, 5> layer_{};
+  std::array<bool, 5> layer_known_{};
+  int64_t embedding_ = -1, head_saved_ = -1, head_logits_ = -1;
+};
+
+/// What the pipeline schedule keeps in flight on one rank (ForEachChunk).
+struct InFlight {
+  int64_t units = 0;         // most live (chunk, micro-batch) units at any time
+  int64_t head_units = 1;    // micro-batches whose head saved terms are live at the activation peak
+  bool head_logits = true;   // the head's logits are live at the peak (1F1B: the last stage peaks at its head forward)
 };
 
 /// Elements of the pipeline-end tensors on this rank, by item.
@@ -100,17 +143,70 @@ void AddInto(LocalParams& into, const LocalParams& x);
 UnitExtra UnitOf(const LocalParams& e, const Context& x, int64_t layer);
 /// Keeps the two largest gather units and the largest grad unit.
 void Offer(Walk& w, const UnitExtra& u);
+/// Adds one unit's ZeRO >= 1 optimizer-state shards (its buffers' ceil(n / D)) to `w`.
+void AddUnitState(Walk& w, const LocalParams& unit, const Context& x);
 /// One pass over the layers on rank r (ForEachChunk), tallying params, units and counts.
-Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x);
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
+              ActivationRates& rates);
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w);
 
+/// Chunk `vi` (virtual index) of pipeline rank r: plan.chunks[vi * p + r] by
+/// the StagePlan contract, found by a scan if a plan breaks it.
+const StageChunk& ChunkOfRank(const StagePlan& plan, int64_t p, int64_t r, int64_t vi);
+
+/// Per-chunk activations of rank r's `v` chunks, cached for the first
+/// kCachedChunks (the replay asks for each many times; deeper interleaving is
+/// recomputed from the layers, allocation-free either way).
+class ChunkActivations {
+ public:
+  static constexpr int64_t kCachedChunks = 64;
+  ChunkActivations(const StagePlan& plan, int64_t p, int64_t r, int64_t v, ActivationRates& rates);
+  ChunkActivation operator()(int64_t vi) const {
+    return vi < kCachedChunks ? cached_[static_cast<size_t>(vi)] : Uncached(vi);
+  }
+
+ private:
+  ChunkActivation Uncached(int64_t vi) const;
+  const StagePlan& plan_;
+  int64_t p_, r_;
+  ActivationRates& rates_;
+  std::array<ChunkActivation, kCachedChunks> cached_{};
+};
+
+/// The interleaved branch of ForEachChunk: replay, then visit each chunk with
+/// its live micro-batches at the peak.
+template <class F>
+InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, int64_t v, ActivationRates& rates,
+                           F&& visit) {
+  const int64_t p = l.pp;
+  const int64_t m = l.micro_batches;
+  const int64_t g = p;  // Megatron's microbatch_group_size_per_vp_stage defaults to pp
+  const ChunkActivations chunk(plan, p, r, v, rates);
+  const InterleavedPeak peak = ReplayInterleaved(p, v, m, r, g, chunk);
+  InFlight out;
+  out.units = peak.units;
+  for (int64_t vi = 0; vi < v; ++vi) {
+    const StageChunk& c = ChunkOfRank(plan, p, r, vi);
+    const int64_t live = InterleavedLiveAtPeak(peak, v, m, g, vi);
+    visit(c, c.first_layer, c.end_layer, live, false, true);
+    if (c.owns_head) {
+      out.head_units = live;
+      out.head_logits = InterleavedTableChunk(v, m, g, peak.forward) == vi;
+    }
+  }
+  return out;
+}
+
 /// Calls visit(chunk, first_layer, end_layer, in_flight, mirrored, ends) for
 /// each range of layers on pipeline rank r with the micro-batches in flight on
-/// it (`ends`: the visit that handles the chunk's embedding/head ownership), and
-/// returns the micro-batches in flight the schedule keeps on r.
+/// it at the rank's activation peak (`ends`: the visit that handles the chunk's
+/// embedding/head ownership), and returns what the schedule keeps in flight.
 /// - 1F1B: min(m, p-r) (Megatron warmup p-r-1, plus one).
-/// - Interleaved (more than one chunk on r): Megatron's warmup, counted per chunk.
+/// - Interleaved (more than one chunk on r): the replay of Megatron's order
+///   (pipeline_replay.h) with each chunk's bytes from `rates`; each chunk's
+///   count is its live micro-batches at the instant the live bytes peak, and
+///   the head's logits count only when that instant is the head's forward.
 /// - DualPipe: rank r also holds a copy of stage p-1-r (2x params) [DS3]; the
 ///   p+1 stage-micro-batches [DualPipe README] are split ceil/floor between the two.
 /// - DualPipeV: 2p V-stages on p ranks, rank r holding stages r and 2p-1-r; the
@@ -118,11 +214,12 @@ Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w);
 ///   the down stage, p on the up stage [OURS: split]. A rank with two chunks is
 ///   taken as (down, up); a single chunk as its first ceil(n/2) layers and the rest.
 template <class F>
-int64_t ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, F&& visit) {
+InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, ActivationRates& rates, F&& visit) {
   const int64_t p = l.pp;
   const int64_t m = l.micro_batches;
   int64_t own = 0;
   for (const StageChunk& c : plan.chunks) own += c.pipeline_rank == r ? 1 : 0;
+  InFlight out;
   if (l.schedule == Schedule::kDualPipe) {
     const int64_t n = DualPipeInFlight(p, m);
     const int64_t own_share = CeilDiv(n, 2);
@@ -134,7 +231,8 @@ int64_t ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, F&& visi
         visit(c, c.first_layer, c.end_layer, n - own_share, true, true);
       }
     }
-    return n;
+    out.units = n;
+    return out;
   }
   if (l.schedule == Schedule::kDualPipeV) {
     const int64_t down = DualPipeInFlight(p, m);
@@ -151,20 +249,17 @@ int64_t ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, F&& visi
       }
       ++j;
     }
-    return down;
+    out.units = down;
+    return out;
   }
   if (own <= 1) {
-    const int64_t k = OneFOneBInFlight(p, m, r);
+    out.units = OneFOneBInFlight(p, m, r);
     for (const StageChunk& c : plan.chunks) {
-      if (c.pipeline_rank == r) visit(c, c.first_layer, c.end_layer, k, false, true);
+      if (c.pipeline_rank == r) visit(c, c.first_layer, c.end_layer, out.units, false, true);
     }
-    return k;
+    return out;
   }
-  for (const StageChunk& c : plan.chunks) {
-    if (c.pipeline_rank != r) continue;
-    visit(c, c.first_layer, c.end_layer, InterleavedChunkLive(p, own, m, r, p, c.virtual_index), false, true);
-  }
-  return InterleavedLive(p, own, m, r, p);
+  return InterleavedChunks(plan, l, r, own, rates, visit);
 }
 
 // ---- the categories (each fills its own entries of `out`; `sink` may be null) ----
@@ -173,7 +268,8 @@ void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout&
 void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink);
 void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l,
                     const Context& x, Sink* sink);
-void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, Sink* sink);
+void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
+                      Sink* sink);
 void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
 void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
 

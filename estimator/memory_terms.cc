@@ -358,6 +358,12 @@ Bytes LastStageActivations(const Recipe& r, const Layout& l, int64_t padded_voca
   return Bytes(SpreadTokens(per_token, tokens, l));
 }
 
+Bytes HeadLogitsActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {
+  TokenBytes per_token;
+  per_token.sharded = Mul(padded_vocab, SizeOf(r.training.precision.activations));
+  return Bytes(SpreadTokens(per_token, CpTokens(r, l), l));
+}
+
 int64_t OneFOneBInFlight(int64_t p, int64_t m, int64_t r) { return std::min(m, p - r); }
 
 int64_t InterleavedWarmup(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g) {
@@ -366,25 +372,6 @@ int64_t InterleavedWarmup(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g)
 
 int64_t InterleavedLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g) {
   return std::min(Mul(m, v), InterleavedWarmup(p, v, m, r, g) + 1);
-}
-
-int64_t InterleavedChunkLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g, int64_t chunk) {
-  // Forward units run in Megatron's table order: full groups of g micro-batches
-  // pass chunk 0, 1, ..., v-1; a last partial group of m % g does the same.
-  const int64_t live = InterleavedLive(p, v, m, r, g);
-  const int64_t full_groups = m / g;
-  const int64_t full_units = Mul(Mul(full_groups, g), v);
-  int64_t count = 0;
-  const int64_t in_full = std::min(live, full_units);
-  const int64_t cycle = Mul(g, v);
-  count = Add(count, Mul(in_full / cycle, g));
-  count = Add(count, std::clamp<int64_t>(in_full % cycle - chunk * g, 0, g));
-  if (live > full_units) {
-    const int64_t tail = m % g;
-    const int64_t rest = live - full_units;
-    count = Add(count, std::clamp<int64_t>(rest - chunk * tail, 0, tail));
-  }
-  return count;
 }
 
 int64_t DualPipeInFlight(int64_t p, int64_t m) { return std::min(p + 1, m); }

@@ -103,13 +103,18 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
       const int64_t elems = StateElements(w, ends, o, expert);
       if (elems == 0) continue;
       const int64_t group = expert ? x.expert_group : x.dense_group;
-      const Bytes b(sharded ? CeilDiv(Mul(elems, per_elem), group) : Mul(elems, per_elem));
+      // ZeRO >= 1: each unit's buffer of n elements is padded to a multiple
+      // of D and the busiest rank keeps ceil(n/D) of it (Walk::state_shards).
+      const int64_t kept = sharded ? w.state_shards[o][expert] : elems;
+      const Bytes b(Mul(kept, per_elem));
       sum += b;
       if (sink) {
         Note(sink, cat, Cat({muon ? "Muon" : "AdamW", expert ? " state, expert params" : " state, dense params"}),
-             Cat({muon ? "P * (momentum + master)" : "P * (m + v (fp32) + master)", sharded ? " / D (ZeRO>=1)" : ""}),
-             Inputs({{"P", elems}, {muon ? "momentum" : "m+v", muon ? momentum : 8}, {"master", master},
-                     {"D", sharded ? group : 1}}),
+             Cat({sharded ? "sum over units and buffers of ceil(n/D)" : "P",
+                  muon ? " * (momentum + master)" : " * (m + v (fp32) + master)",
+                  sharded ? " (ZeRO>=1: buffers padded to a multiple of D, rank 0 of the group)" : ""}),
+             Inputs({{"P", elems}, {"kept", kept}, {muon ? "momentum" : "m+v", muon ? momentum : 8},
+                     {"master", master}, {"D", sharded ? group : 1}}),
              b);
       }
     }

@@ -6,7 +6,8 @@
 
 namespace preflight::estimator_detail {
 
-void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, Sink* sink) {
+void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
+                      Sink* sink) {
   const Recipe& rc = inv.recipe;
   Layout none = l;
   none.recompute = Recompute::kNone;
@@ -14,7 +15,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   for (int f = 0; f < 5; ++f) {
     if (w.layer_count[f] == 0) continue;
     const BlockKind kind = kAllBlockKinds[f];
-    const Bytes per_layer = LayerActivations(rc, l, kind);
+    const Bytes per_layer = rates.Layer(f);
     out.activations_by_family[static_cast<size_t>(f)] = per_layer * w.units[f];
     sum += out.activations_by_family[static_cast<size_t>(f)];
     // The transient of one layer at a time: under full recompute, the layer
@@ -52,7 +53,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     }
   }
   if (w.embedding) {
-    const Bytes first = FirstStageActivations(rc, l) * w.embedding_units;
+    const Bytes first = rates.Embedding() * w.embedding_units;
     out.activations_ends += first;
     if (sink) {
       Note(sink, Category::kActivations, "first stage: token ids (int64) [+ embedding dropout mask]",
@@ -64,14 +65,16 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   }
   if (w.head) {
     const int64_t vocab = PaddedVocab(rc.model, l.tp);
-    const Bytes last = LastStageActivations(rc, l, vocab);
+    const Bytes last = rates.HeadSaved() * w.head_units + (w.head_logits ? rates.HeadLogits() : Bytes(0));
     out.activations_ends += last;
     if (sink) {
       Note(sink, Category::kActivations,
-           "last stage: final-norm and head inputs, fp32 CE softmax, transient logits (1 micro-batch)",
-           "s*b/c * [(2h*beta + stats)/(SP ? t : 1) + V_pad/t*(4 + beta)]",
+           "last stage: final-norm and head inputs, fp32 CE softmax (per micro-batch in flight), transient logits "
+           "(while the head's forward runs, if that is the peak)",
+           "s*b/c * [((2h*beta + stats)/(SP ? t : 1) + V_pad/t*4) * head_in_flight + V_pad/t*beta * logits_live]",
            Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp},
-                   {"h", rc.model.hidden}, {"V_pad", vocab}}),
+                   {"h", rc.model.hidden}, {"V_pad", vocab}, {"head_in_flight", w.head_units},
+                   {"logits_live", w.head_logits ? 1 : 0}}),
            last);
     }
   }

@@ -33,6 +33,7 @@ void AddTensor(LocalParams& into, const ParamTensor& t, const Inventory& inv, co
   const int o = static_cast<int>(t.optimizer);
   const int64_t n = TensorLocalElements(t, inv, l);
   into.elements[c][o] = Add(into.elements[c][o], n);
+  if (t.dtype == DType::kFp32) into.fp32[c][o] = Add(into.fp32[c][o], n);
   into.bytes[c] = Add(into.bytes[c], Mul(n, SizeOf(t.dtype)));
 }
 
@@ -42,7 +43,10 @@ LocalParams LocalOf(const ParamTotals& totals, const Layout& l) {
   LocalParams out;
   for (int c = 0; c < 3; ++c) {
     const int64_t d = ClassDivisor(c, l);
-    for (int o = 0; o < 2; ++o) out.elements[c][o] = CeilDiv(totals.elements[c][o], d);
+    for (int o = 0; o < 2; ++o) {
+      out.elements[c][o] = CeilDiv(totals.elements[c][o], d);
+      out.fp32[c][o] = totals.fp32_elements[c][o] == 0 ? 0 : CeilDiv(totals.fp32_elements[c][o], d);
+    }
     out.bytes[c] = CeilDiv(totals.param_bytes[c], d);
   }
   return out;
@@ -50,7 +54,10 @@ LocalParams LocalOf(const ParamTotals& totals, const Layout& l) {
 
 void AddInto(LocalParams& into, const LocalParams& x) {
   for (int c = 0; c < 3; ++c) {
-    for (int o = 0; o < 2; ++o) into.elements[c][o] = Add(into.elements[c][o], x.elements[c][o]);
+    for (int o = 0; o < 2; ++o) {
+      into.elements[c][o] = Add(into.elements[c][o], x.elements[c][o]);
+      into.fp32[c][o] = Add(into.fp32[c][o], x.fp32[c][o]);
+    }
     into.bytes[c] = Add(into.bytes[c], x.bytes[c]);
   }
 }
@@ -80,19 +87,97 @@ void Offer(Walk& w, const UnitExtra& u) {
   if (u.grads > w.grad_unit.grads) w.grad_unit = u;
 }
 
-Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x) {
+namespace {
+
+using StateShards = std::array<std::array<int64_t, 2>, 2>;  // [OptimizerKind][dense, expert]
+
+/// ceil(n / D), skipping the division for an empty buffer (most are).
+int64_t Share(int64_t n, int64_t group) { return n == 0 ? 0 : CeilDiv(n, group); }
+
+/// One unit's ZeRO >= 1 state shards: per optimizer, ceil(n / D) of each of
+/// its buffers (the fp32 elements and the rest, dense and expert).
+StateShards UnitState(const LocalParams& unit, const Context& x) {
+  StateShards out{};
+  for (int o = 0; o < 2; ++o) {
+    const int64_t dense_fp32 = Add(unit.fp32[kRep][o], unit.fp32[kTp][o]);
+    const int64_t dense = Add(unit.elements[kRep][o], unit.elements[kTp][o]) - dense_fp32;
+    const int64_t expert_fp32 = unit.fp32[kEp][o];
+    const int64_t expert = unit.elements[kEp][o] - expert_fp32;
+    out[o][0] = Add(Share(dense, x.dense_group), Share(dense_fp32, x.dense_group));
+    out[o][1] = Add(Share(expert, x.expert_group), Share(expert_fp32, x.expert_group));
+  }
+  return out;
+}
+
+void AddState(Walk& w, const StateShards& s) {
+  for (int o = 0; o < 2; ++o) {
+    for (int e = 0; e < 2; ++e) w.state_shards[o][e] = Add(w.state_shards[o][e], s[o][e]);
+  }
+}
+
+/// What a layer adds to the walk that depends only on its totals and the
+/// layout, remembered per family: a family's layers usually have equal totals
+/// (a sweep walks every layer of every layout; divisions are its cost).
+struct LayerMemo {
+  const ParamTotals* totals = nullptr;
+  LocalParams local;
+  UnitExtra unit;
+  StateShards state{};
+  int64_t pending = 0;  // layers of a uniform family not yet added to the walk's sums
+};
+
+/// The memo of `totals`, recomputed unless it holds equal totals (taken as
+/// equal without comparing when the inventory says the family is uniform).
+LayerMemo& Remember(LayerMemo& memo, const ParamTotals& totals, bool uniform, const Layout& l, const Context& x) {
+  if (memo.totals == nullptr || (!uniform && !(*memo.totals == totals))) {
+    memo.totals = &totals;
+    memo.local = LocalOf(totals, l);
+    memo.unit = UnitOf(memo.local, x, -1);
+    memo.state = UnitState(memo.local, x);
+  }
+  return memo;
+}
+
+/// Adds `n` copies of a memo's parameters and state shards to the walk.
+void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
+  for (int c = 0; c < 3; ++c) {
+    for (int o = 0; o < 2; ++o) {
+      w.layers.elements[c][o] = Add(w.layers.elements[c][o], Mul(m.local.elements[c][o], n));
+      w.layers.fp32[c][o] = Add(w.layers.fp32[c][o], Mul(m.local.fp32[c][o], n));
+    }
+    w.layers.bytes[c] = Add(w.layers.bytes[c], Mul(m.local.bytes[c], n));
+  }
+  for (int o = 0; o < 2; ++o) {
+    for (int e = 0; e < 2; ++e) w.state_shards[o][e] = Add(w.state_shards[o][e], Mul(m.state[o][e], n));
+  }
+}
+
+}  // namespace
+
+void AddUnitState(Walk& w, const LocalParams& unit, const Context& x) { AddState(w, UnitState(unit, x)); }
+
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
+              ActivationRates& rates) {
   Walk w;
-  w.in_flight = ForEachChunk(plan, l, r, [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight,
-                                             bool mirrored, bool ends) {
+  std::array<LayerMemo, 5> memo{};
+  const InFlight k = ForEachChunk(plan, l, r, rates, [&](const StageChunk& c, int64_t first, int64_t end,
+                                                         int64_t in_flight, bool mirrored, bool ends) {
     for (int64_t i = first; i < end; ++i) {
       const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
       const int f = FamilyIndex(layer.kind);
-      const LocalParams e = LocalOf(layer.totals, l);
-      AddInto(w.layers, e);
+      const bool uniform = inv.family_uniform[static_cast<size_t>(f)];
+      LayerMemo& e = Remember(memo[static_cast<size_t>(f)], layer.totals, uniform, l, x);
+      if (uniform) {
+        ++e.pending;
+      } else {
+        AddTimes(w, e, 1);
+      }
       w.layer_count[f] += 1;
       w.units[f] = Add(w.units[f], in_flight);
       if (!mirrored) w.own_layers[f] += 1;
-      Offer(w, UnitOf(e, x, i));
+      UnitExtra u = e.unit;
+      u.layer = i;
+      Offer(w, u);
     }
     if (!ends) return;
     if (c.owns_embedding) {
@@ -101,6 +186,14 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
     }
     if (c.owns_head) w.head = true;
   });
+  for (const LayerMemo& m : memo) {
+    if (m.pending > 0) AddTimes(w, m, m.pending);
+  }
+  w.in_flight = k.units;
+  if (w.head) {
+    w.head_units = k.head_units;
+    w.head_logits = k.head_logits;
+  }
   return w;
 }
 

@@ -375,8 +375,167 @@ void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
   items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, "moe_experts", gathered, n_e);
 }
 
+// One ZeRO unit's parameters on this rank: elements [ShardClass][OptimizerKind]
+// and, of them, those stored in fp32.
+struct LocalUnit {
+  std::array<std::array<int64_t, 2>, 3> elements{};
+  std::array<std::array<int64_t, 2>, 3> fp32{};
+};
+
+int64_t ClassDivisor(int c, const Layout& l) {
+  return c == static_cast<int>(ShardClass::kReplicated) ? 1
+         : c == static_cast<int>(ShardClass::kTpSharded) ? l.tp
+                                                         : CheckedMul(l.ep, l.expert_tp);
+}
+
+LocalUnit LocalLayer(const ParamTotals& t, const Layout& l) {
+  LocalUnit u;
+  for (int c = 0; c < 3; ++c) {
+    const int64_t d = ClassDivisor(c, l);
+    for (int o = 0; o < 2; ++o) {
+      u.elements[c][o] = CeilDiv(t.elements[c][o], d);
+      u.fp32[c][o] = t.fp32_elements[c][o] == 0 ? 0 : CeilDiv(t.fp32_elements[c][o], d);
+    }
+  }
+  return u;
+}
+
+// An end tensor (embedding, head, final norm): vocab-parallel rows are the
+// padded vocabulary's V_pad/t.
+void AddEndTensor(const ParamTensor& t, const Inventory& inv, const Layout& l, LocalUnit* u) {
+  if (t.shape.empty()) return;
+  const int c = static_cast<int>(ClassOf(t.split));
+  const int o = static_cast<int>(t.optimizer);
+  int64_t n = 0;
+  if (t.split == Split::kVocab) {
+    int64_t rest = 1;
+    for (size_t i = 1; i < t.shape.size(); ++i) rest = CheckedMul(rest, t.shape[i]);
+    n = CheckedMul(PaddedVocab(inv.recipe.model, l.tp) / l.tp, rest);
+  } else {
+    n = CeilDiv(t.elements(), ClassDivisor(c, l));
+  }
+  u->elements[c][o] = CheckedAdd(u->elements[c][o], n);
+  if (t.dtype == DType::kFp32) u->fp32[c][o] = CheckedAdd(u->fp32[c][o], n);
+}
+
+// What the data-parallel collectives of one rank move, summed over its units'
+// flat buffers. A buffer of n elements is padded to n_pad = RoundUp(n, D) with
+// D its group (d*c dense, d_e expert) and the ring collectives move n_pad
+// elements (Megatron pads its grad buffers so they split evenly;
+// simulator/dist_optimizer.h).
+struct DpBuffers {
+  std::array<int64_t, 2> padded{};       // [dense, expert]: sum of n_pad (grads, beta_g each)
+  std::array<int64_t, 2> param_bytes{};  // sum of n_pad * the buffer's element bytes (param gathers)
+  std::array<int64_t, 2> muon{};         // sum of n_pad over Muon buffers (momentum gathers)
+  int64_t replicated = 0;                // REP elements (norms, router): the SP all-reduce over TP
+
+  DpBuffers& operator+=(const DpBuffers& o) {
+    for (size_t g = 0; g < 2; ++g) {
+      padded[g] = CheckedAdd(padded[g], o.padded[g]);
+      param_bytes[g] = CheckedAdd(param_bytes[g], o.param_bytes[g]);
+      muon[g] = CheckedAdd(muon[g], o.muon[g]);
+    }
+    replicated = CheckedAdd(replicated, o.replicated);
+    return *this;
+  }
+  DpBuffers Times(int64_t n) const {
+    DpBuffers out;
+    for (size_t g = 0; g < 2; ++g) {
+      out.padded[g] = CheckedMul(padded[g], n);
+      out.param_bytes[g] = CheckedMul(param_bytes[g], n);
+      out.muon[g] = CheckedMul(muon[g], n);
+    }
+    out.replicated = CheckedMul(replicated, n);
+    return out;
+  }
+};
+
+// The groups and element size the buffers of one layout are padded with.
+struct DpGroups {
+  std::array<int64_t, 2> size{};  // D: [dense d*c, expert d_e]
+  int64_t beta_p = 2;
+};
+
+// The padded buffers of one unit.
+DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
+  const int rep = static_cast<int>(ShardClass::kReplicated), tp = static_cast<int>(ShardClass::kTpSharded);
+  const int ep = static_cast<int>(ShardClass::kEpSharded);
+  DpBuffers b;
+  for (int o = 0; o < 2; ++o) {
+    b.replicated = CheckedAdd(b.replicated, u.elements[rep][o]);
+    const int64_t dense_fp32 = CheckedAdd(u.fp32[rep][o], u.fp32[tp][o]);
+    const int64_t dense = CheckedSub(CheckedAdd(u.elements[rep][o], u.elements[tp][o]), dense_fp32);
+    const int64_t expert_fp32 = u.fp32[ep][o];
+    const int64_t expert = CheckedSub(u.elements[ep][o], expert_fp32);
+    const std::array<std::array<int64_t, 2>, 2> n = {{{dense, dense_fp32}, {expert, expert_fp32}}};
+    for (size_t g = 0; g < 2; ++g) {
+      for (size_t wide = 0; wide < 2; ++wide) {
+        if (n[g][wide] == 0) continue;
+        const int64_t n_pad = RoundUp(n[g][wide], dg.size[g]);
+        b.padded[g] = CheckedAdd(b.padded[g], n_pad);
+        b.param_bytes[g] = CheckedAdd(b.param_bytes[g], CheckedMul(n_pad, wide ? 4 : dg.beta_p));
+        if (o == static_cast<int>(OptimizerKind::kMuon)) b.muon[g] = CheckedAdd(b.muon[g], n_pad);
+      }
+    }
+  }
+  return b;
+}
+
+// The units of a rank in the executor's order: per chunk the embedding, each
+// layer, the head with the final norm. Layers of one family usually have equal
+// totals: each family's last buffers are remembered, and a uniform family's
+// are multiplied by its layer count (the sweep prices every layout; divisions
+// are its cost).
+DpBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks) {
+  DpBuffers b;
+  const ModelConfig& m = inv.recipe.model;
+  const DpGroups dg{{CheckedMul(l.dp, l.cp), std::max<int64_t>(1, l.expert_dp())}, s.param};
+  struct Memo {
+    const ParamTotals* totals = nullptr;
+    DpBuffers buffers;
+    int64_t pending = 0;  // layers of a uniform family (Inventory::family_uniform) not yet added
+  };
+  std::array<Memo, 5> memo{};
+  for (const RankChunk& c : chunks) {
+    if (c.range.owns_embedding) {
+      LocalUnit u;
+      AddEndTensor(inv.embedding, inv, l, &u);
+      b += UnitBuffers(u, dg);
+    }
+    for (int64_t i = c.range.first_layer; i < c.range.end_layer; ++i) {
+      const Layer& layer = inv.layers.at(static_cast<size_t>(i));
+      const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
+      Memo& last = memo[f];
+      if (last.totals == nullptr || (!inv.family_uniform[f] && !(*last.totals == layer.totals))) {
+        last.totals = &layer.totals;
+        last.buffers = UnitBuffers(LocalLayer(layer.totals, l), dg);
+      }
+      if (inv.family_uniform[f]) {
+        ++last.pending;
+      } else {
+        b += last.buffers;
+      }
+    }
+    if (c.range.owns_head) {
+      LocalUnit u;
+      if (inv.final_norms.empty()) AddEndTensor(inv.final_norm, inv, l, &u);
+      for (const ParamTensor& t : inv.final_norms) AddEndTensor(t, inv, l, &u);
+      for (const ParamTensor& t : inv.head) AddEndTensor(t, inv, l, &u);
+      // A tied head on a single-stage pipeline shares the embedding tensor;
+      // with pp > 1 the last stage keeps a second copy (MATH.md 1.1).
+      if (m.tie_embeddings && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
+      b += UnitBuffers(u, dg);
+    }
+  }
+  for (const Memo& family : memo) {
+    if (family.pending > 0) b += family.buffers.Times(family.pending);
+  }
+  return b;
+}
+
 // Gradient synchronisation, parameter gathers and optimizer communication,
-// once per step (MATH.md 7.2 "DP", "Muon extra"; 2.2 for the groups).
+// once per step (MATH.md 7.2 "DP", "Muon extra"; 2.2 for the groups), on the
+// padded flat buffers of the distributed optimizer (DpBuffers).
 void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
                   const std::vector<RankChunk>& chunks, ItemList* items) {
   ParamTotals p;
@@ -387,29 +546,20 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
     head = head || c.range.owns_head;
   }
   const ModelConfig& m = inv.recipe.model;
-  const int64_t vocab_rows = PaddedVocab(m, l.tp) / l.tp;
-  const int64_t vocab_local = CheckedMul(vocab_rows, m.hidden);
-  int64_t rep = p.of(ShardClass::kReplicated) + (head ? t.final_norm_params : 0);
-  int64_t dense = rep + p.of(ShardClass::kTpSharded) / l.tp;
-  if (emb) dense += vocab_local;
-  if (head && t.head_params > 0) dense += vocab_local;
-  // A tied head on a single-stage pipeline shares the embedding tensor; with
-  // pp > 1 the last stage keeps a second copy (MATH.md 1.1).
-  if (head && t.head_params == 0 && l.pp > 1) dense += vocab_local;
-  const int64_t expert = p.of(ShardClass::kEpSharded) / (l.ep * l.expert_tp);
+  const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
+  const DpBuffers buffers = BuffersOf(inv, l, s, chunks);
   const int64_t mb = l.micro_batches;
 
   struct Group {
     Axis axis;
-    int64_t elements;
+    int index;
     const char* grads;
     const char* params;
   };
-  const Group groups[] = {{Axis::kDpCp, dense, "grads", "params"},
-                          {Axis::kExpertDp, expert, "expert_grads", "expert_params"}};
+  const Group groups[] = {{Axis::kDpCp, 0, "grads", "params"}, {Axis::kExpertDp, 1, "expert_grads", "expert_params"}};
   for (const Group& g : groups) {
-    const Bytes grads = BytesOf(g.elements, s.grad);
-    const Bytes params = BytesOf(g.elements, s.param);
+    const Bytes grads = BytesOf(buffers.padded[static_cast<size_t>(g.index)], s.grad);
+    const Bytes params(buffers.param_bytes[static_cast<size_t>(g.index)]);
     if (l.zero == 0) {
       items->Add(g.axis, Collective::kAllReduce, Pass::kOptimizer, g.grads, grads, 1);
     } else {
@@ -425,26 +575,29 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   }
 
   // Muon, Moonshot "Distributed Muon" over the ZeRO group (MATH.md 9.3): the
-  // momentum-updated shards are gathered back to the full local matrix.
-  // TP "duplicated" (Megatron default): each TP-sharded Muon matrix is
-  // gathered over TP; expert matrices likewise over expert TP.
+  // momentum-updated shards of each (padded) Muon buffer are gathered back to
+  // the full local matrices. TP "duplicated" (Megatron default): each
+  // TP-sharded Muon matrix is gathered over TP; expert matrices likewise over
+  // expert TP (unpadded: whole matrices).
   const int64_t muon_tp_global = p.of(ShardClass::kTpSharded, OptimizerKind::kMuon);
-  const int64_t muon_rep = p.of(ShardClass::kReplicated, OptimizerKind::kMuon);
   const int64_t muon_ep_local_full = p.of(ShardClass::kEpSharded, OptimizerKind::kMuon) / l.ep;
   if (l.zero >= 1) {
-    const int64_t muon_dense_local = muon_rep + muon_tp_global / l.tp;
-    items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather", BytesOf(muon_dense_local, s.muon), 1);
+    items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather", BytesOf(buffers.muon[0], s.muon),
+               1);
     items->Add(Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather",
-               BytesOf(muon_ep_local_full / l.expert_tp, s.muon), 1);
+               BytesOf(buffers.muon[1], s.muon), 1);
   }
   items->Add(Axis::kTp, Collective::kAllGather, Pass::kOptimizer, "muon_tp_gather", BytesOf(muon_tp_global, s.muon), 1);
   items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_tp_gather",
              BytesOf(muon_ep_local_full, s.muon), 1);
 
   // With SP each TP rank holds partial gradients of replicated params
-  // (norms, router): all-reduce them over TP (MATH.md 7.2).
-  if (EffectiveSp(inv, l)) items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads",
-                                      BytesOf(rep, s.grad), 1);
+  // (norms, router): one coalesced all-reduce over TP (MATH.md 7.2), padded
+  // to a multiple of t like the DP buffers.
+  if (EffectiveSp(inv, l)) {
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads",
+               BytesOf(RoundUp(buffers.replicated, l.tp), s.grad), 1);
+  }
   // Tied embedding: the first and last stage all-reduce the embedding gradient.
   if (m.tie_embeddings && l.pp > 1 && (emb || head)) {
     items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, "tied_embedding",

@@ -42,6 +42,20 @@ TEST(EstimateRank, AllocatesNothing) {
       EXPECT_GT(sum.count(), 0);
     }
   }
+  // Deep interleaving: 68 chunks per rank, beyond the replay's 64 cached chunk
+  // sizes (internal.h ChunkActivations), still allocation-free.
+  {
+    const Inventory deep = testing::HybridInventory(r, "AEMEAEMR", 17);  // 136 layers
+    Layout l = testing::LayoutFor(deep.recipe, 64, 2, 2, 4);
+    l.schedule = Schedule::kInterleaved;
+    l.vpp = 68;
+    const StagePlan plan = EqualStagePlan(136, 2, 68);
+    const int64_t before = g_allocations.load();
+    Bytes sum;
+    for (int64_t rank = 0; rank < 2; ++rank) sum += EstimateRank(deep, l, plan, rank).total();
+    EXPECT_EQ(g_allocations.load() - before, 0) << "vpp 68";
+    EXPECT_GT(sum.count(), 0);
+  }
   // The counter works: ExplainRank does allocate.
   const Layout l = testing::LayoutFor(inv.recipe, 64, 2, 4, 4);
   const int64_t before = g_allocations.load();

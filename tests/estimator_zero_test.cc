@@ -59,20 +59,90 @@ constexpr int64_t kGradUnit = 462'349'800 - 7'224'216;
 // params beyond their shards, 2 * (462,349,800 - 7,224,216).
 constexpr int64_t kGatheredUnits = 2 * (462'349'800 - 7'224'216);
 
+// ZeRO >= 1 keeps optimizer state per unit and per flat buffer, each padded to
+// a multiple of D (Megatron's distributed optimizer; simulator/dist_optimizer.h):
+// the ZeRO paper's 12 Psi / N_d plus the padding rank 0 carries. Each of the 32
+// layers has 231,174,900 = 64 * 3,612,107 + 52 elements: rank 0 keeps
+// ceil(231,174,900 / 64) = 3,612,108, i.e. 3,612,108 * 64 - 231,174,900 = 12
+// elements / 64 = 0.1875 elements more than the even share, per layer. The
+// embedding (102,400,000 = 64 * 1,600,000) and the final norm (3,200 = 64 * 50)
+// divide evenly. 32 * 0.1875 * 12 B = 72 B:
+// 12 * (32 * 3,612,108 + 1,600,000 + 50) = 1,406,250,072 = 12 Psi / 64 + 72.
+constexpr int64_t kStatePadding = 72;
+
 TEST(ZeroPaper, Baseline) {
   EXPECT_EQ(ModelState(0), 16 * kPsi);  // (2 + 2 + K) Psi = 120 GB
 }
 
 TEST(ZeroPaper, OptimizerStatePartitioning) {
-  EXPECT_EQ(ModelState(1), 4 * kPsi + 12 * kPsi / kNd);  // 31.4 GB
+  EXPECT_EQ(ModelState(1), 4 * kPsi + 12 * kPsi / kNd + kStatePadding);  // 31.4 GB
 }
 
 TEST(ZeroPaper, OptimizerAndGradientPartitioning) {
-  EXPECT_EQ(ModelState(2), 2 * kPsi + 14 * kPsi / kNd + kGradUnit);  // 16.6 GB + one unit
+  EXPECT_EQ(ModelState(2), 2 * kPsi + 14 * kPsi / kNd + kGradUnit + kStatePadding);  // 16.6 GB + one unit
 }
 
 TEST(ZeroPaper, FullPartitioning) {
-  EXPECT_EQ(ModelState(3), 16 * kPsi / kNd + kGatheredUnits + kGradUnit);  // 1.9 GB + transient units
+  EXPECT_EQ(ModelState(3), 16 * kPsi / kNd + kGatheredUnits + kGradUnit + kStatePadding);  // 1.9 GB + units
+}
+
+// A tiny model whose buffers do not divide by D = d = 3 (tp 1, ep 1, so the
+// expert group d_e = t c d / (e t_e) = 3 as well). bf16 params with fp32
+// master (4 B), AdamW m + v (8 B), Muon momentum fp32 (4 B).
+//   embedding  5 x 2 (vocab 5, no padding)      AdamW bf16 10
+//   layer 0    REP 7 AdamW, TP 10 Muon
+//   layer 1    REP 5 AdamW, TP 4 AdamW of which 2 fp32 (Mamba's A_log, D)
+//   layer 2    REP 3 AdamW, EP 11 Muon
+//   head       5 x 2 + final norm 2             AdamW bf16 12
+Inventory OddInventory() {
+  Recipe r = testing::SmallRecipe();
+  r.model.hidden = 2;
+  r.model.vocab = 5;
+  r.model.vocab_pad_multiple = 1;
+  Inventory inv;
+  for (int64_t i = 0; i < 3; ++i) {
+    inv.layers.push_back(testing::MakeLayer(i, BlockKind::kDenseMlp));
+    r.model.layers.push_back(BlockKind::kDenseMlp);
+  }
+  testing::SetElements(inv.layers[0], ShardClass::kReplicated, OptimizerKind::kAdamW, 7);
+  testing::SetElements(inv.layers[0], ShardClass::kTpSharded, OptimizerKind::kMuon, 10);
+  testing::SetElements(inv.layers[1], ShardClass::kReplicated, OptimizerKind::kAdamW, 5);
+  testing::SetElements(inv.layers[1], ShardClass::kTpSharded, OptimizerKind::kAdamW, 4);
+  inv.layers[1].totals.fp32_elements[1][0] = 2;
+  inv.layers[1].totals.param_bytes[1] += 2 * 2;  // fp32: 2 B more per element than bf16
+  testing::SetElements(inv.layers[2], ShardClass::kReplicated, OptimizerKind::kAdamW, 3);
+  testing::SetElements(inv.layers[2], ShardClass::kEpSharded, OptimizerKind::kMuon, 11);
+  inv.recipe = r;
+  testing::AddEnds(inv);
+  return inv;
+}
+
+RankMemory OddRank(int64_t zero) {
+  const Inventory inv = OddInventory();
+  Layout l;
+  l.dp = 3;
+  l.zero = zero;
+  l.micro_batches = 1;
+  return EstimateRank(inv, l, EqualStagePlan(3, 1, 1), 0);
+}
+
+TEST(ZeroBuffers, OptimizerStatePerPaddedBuffer) {
+  // ZeRO 1, the busiest rank (rank 0 of each group) keeps ceil(n / 3) of each
+  // unit's buffers:
+  //   AdamW: embedding 10 -> 4; layer 0: 7 -> 3; layer 1: bf16 5 + 2 = 7 -> 3,
+  //          fp32 2 -> 1; layer 2: 3 -> 1; head 12 -> 4. Sum 16 elements x (8 + 4) B = 192 B
+  //          (an even third of the 41 elements would be 164 B).
+  //   Muon:  dense layer 0: 10 -> 4; expert layer 2: 11 -> 4. (4 + 4) x (4 + 4) B = 64 B.
+  const RankMemory z1 = OddRank(1);
+  EXPECT_EQ(z1.of(Category::kOptimizerAdamW).count(), 192);
+  EXPECT_EQ(z1.of(Category::kOptimizerMuon).count(), 64);
+  // ZeRO 0: every element. AdamW 41 x 12 = 492 B; Muon (10 + 11) x 8 = 168 B.
+  const RankMemory z0 = OddRank(0);
+  EXPECT_EQ(z0.of(Category::kOptimizerAdamW).count(), 492);
+  EXPECT_EQ(z0.of(Category::kOptimizerMuon).count(), 168);
+  // Gradients stay the full, unpadded buffers under ZeRO 0 and 1: (41 + 10 + 11) x 4 B.
+  EXPECT_EQ(z0.of(Category::kGradients).count(), 248);
+  EXPECT_EQ(z1.of(Category::kGradients).count(), 248);
 }
 
 }  // namespace

@@ -290,6 +290,61 @@ TEST(PlannerComm, DataParallelDdp) {
   EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 0);
 }
 
+// Padded buffers (simulator/dist_optimizer.h): the distributed optimizer
+// keeps, per unit (the embedding, each layer, the head with the final norm),
+// one flat buffer per (dense or expert, optimizer, element dtype) and pads it
+// to n_pad = RoundUp(n, D); the ring collectives move the padded buffers.
+// "ME" on dp 3 (tp 1, ep 1: D = 3 for dense and expert), with the Mamba
+// layer's 20000 TP AdamW elements holding 16 fp32 ones (A_log and D) and the
+// MoE experts set to an odd 24580:
+//   embedding 1024*64 = 65536                 -> 65538
+//   M: bf16 64 + 20000 - 16 = 20048           -> 20049; fp32 16 -> 18
+//   E: REP 320                                -> 321;   experts (Muon) 24580 -> 24582
+//   head 1024*64 + final norm 64 = 65600      -> 65601
+// Dense grads, RS: 2/3 * (65538 + 20049 + 18 + 321 + 65601) * 4 = 2/3 * 606108 = 404072.
+// Dense params, AG: 2/3 * ((65538 + 20049 + 321 + 65601) * 2 + 18 * 4) = 2/3 * 303090 = 202060.
+// Expert grads and Muon gather: 2/3 * 24582 * 4 = 65552; expert params 2/3 * 24582 * 2 = 32776.
+// Unpadded, 2/3 of 606088 or 98320 would not even be whole bytes.
+Inventory OddDpInventory() {
+  auto inv = TinyInventory("ME");
+  inv.layers[0].totals.fp32_elements[1][0] = 16;
+  inv.layers[1].totals.elements[2][1] = 24580;
+  return inv;
+}
+
+TEST(PlannerComm, DataParallelPaddedBuffersZeroOne) {
+  const auto p = Price(OddDpInventory(), TinyLayout(1, 1, 3, 1, 1));
+  const auto& sc = p.comm[0];
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 404072);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 202060);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather"), 0);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kReduceScatter, Pass::kOptimizer, "expert_grads"), 65552);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "expert_params"), 32776);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather"), 65552);
+}
+
+// ZeRO 0: all-reduce of the padded grads, 2 * 2/3 of the payloads above.
+TEST(PlannerComm, DataParallelPaddedBuffersDdp) {
+  auto l = TinyLayout(1, 1, 3, 1, 1);
+  l.zero = 0;
+  const auto p = Price(OddDpInventory(), l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, "grads"), 808144);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllReduce, Pass::kOptimizer, "expert_grads"), 131104);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather"), 0);
+}
+
+// SP all-reduce of the replicated grads over TP, padded to a multiple of t:
+// "AD" with the attention norm cut to 63: 63 + 64 + final norm 64 = 191 -> 192;
+// 2 * 3/4 * 192 * 4 = 1152 (unpadded 1146).
+TEST(PlannerComm, ReplicatedGradsPaddedToTp) {
+  auto inv = TinyInventory("AD");
+  inv.layers[0].totals.elements[0][0] = 63;
+  auto l = TinyLayout(4, 1, 1, 1, 1);
+  l.sp = true;
+  const auto p = Price(inv, l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 1152);
+}
+
 // Tied embedding with pp 2: first and last stage all-reduce the V/t*h
 // gradient over their 2-rank group: 2*1/2 * 1024*64*4 = 262144 on each.
 TEST(PlannerComm, TiedEmbeddingAllReduce) {

@@ -66,6 +66,12 @@ struct ParamTotals {
   /// Bytes of the parameter copies per ShardClass (elements x SizeOf(dtype));
   /// differs from elements x precision.params only by the fp32 A_log and D of Mamba.
   std::array<int64_t, 3> param_bytes{};
+  /// Of `elements`, those stored in fp32 [ShardClass][OptimizerKind] (Mamba's
+  /// A_log and D; every element when precision.params is fp32). The
+  /// distributed optimizer keeps one flat buffer per element dtype, so these
+  /// are padded and sharded apart from the rest (estimator ZeRO state, planner
+  /// DP traffic; simulator/dist_optimizer.h).
+  std::array<std::array<int64_t, 2>, 3> fp32_elements{};
   int64_t total() const;
   int64_t of(ShardClass c) const { return elements[static_cast<int>(c)][0] + elements[static_cast<int>(c)][1]; }
   int64_t of(ShardClass c, OptimizerKind o) const { return elements[static_cast<int>(c)][static_cast<int>(o)]; }
@@ -105,6 +111,10 @@ struct Inventory {
   /// Total element count per block family, indexed by the BlockKind letter order of kAllBlockKinds.
   std::array<int64_t, 5> family_params{};
   std::array<int64_t, 5> family_layers{};
+  /// family_uniform[f]: every layer of family f has the same totals, so a
+  /// pricing loop may work out one and multiply (false when not known, as in
+  /// hand-built inventories: the loops then compare totals layer by layer).
+  std::array<bool, 5> family_uniform{};
 
   // ---- Precomputed for cheap pricing (all global, unsharded element counts) ----
   /// All final-norm tensors: the weight (== final_norm), plus a bias with LayerNorm.

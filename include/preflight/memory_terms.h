@@ -105,6 +105,10 @@ Bytes FirstStageActivations(const Recipe& recipe, const Layout& layout);
 /// Last stage: final-norm input and statistics, head input, fp32 softmax of the
 /// vocab-parallel cross entropy and the transient bf16 logits, padded vocabulary /t.
 Bytes LastStageActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
+/// Of those, the transient bf16 logits (s*b/c * V_pad/t * beta): live only
+/// while the head's forward runs, so a pipeline replay adds them at that
+/// instant alone (pipeline_replay.h).
+Bytes HeadLogitsActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
 
 /// ceil(n * f) for n >= 0 and a recipe fraction f >= 0, with f taken to the
 /// nearest millionth so that 5% of a multiple of 20 is exact (binary 0.05 is
@@ -119,9 +123,7 @@ int64_t OneFOneBInFlight(int64_t p, int64_t m, int64_t r);
 int64_t InterleavedWarmup(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g);
 /// Live chunk-micro-batches at the peak: min(m*v, warmup + 1).
 int64_t InterleavedLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g);
-/// Of those, how many belong to model chunk `chunk` (0..v-1): Megatron's
-/// schedule table runs groups of g micro-batches through chunk 0, 1, ..., v-1.
-int64_t InterleavedChunkLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g, int64_t chunk);
+/// Which chunks hold them at the activation peak: pipeline_replay.h.
 /// DualPipe / DualPipeV: p + 1 stage-micro-batches per device [DS3 table], at most m.
 int64_t DualPipeInFlight(int64_t p, int64_t m);
 

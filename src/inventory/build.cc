@@ -290,6 +290,13 @@ void RecomputeDerived(Inventory& inv) {
     }
   }
   inv.layer_totals = inv.prefix_totals[n];
+  std::array<const ParamTotals*, 5> first_of{};
+  inv.family_uniform.fill(true);
+  for (const Layer& layer : inv.layers) {
+    const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
+    if (first_of[f] == nullptr) first_of[f] = &layer.totals;
+    if (!(*first_of[f] == layer.totals)) inv.family_uniform[f] = false;
+  }
   for (size_t f = 0; f < inv.family_params.size(); ++f) {
     inv.family_params[f] = inv.family_totals[f].total();
     inv.family_layers[f] = inv.prefix_family_layers[n][f];

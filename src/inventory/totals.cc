@@ -30,11 +30,15 @@ void ParamTotals::Add(const ParamTensor& t) {
   const int64_t n = t.elements();
   elements[c][o] = CheckedAdd(elements[c][o], n);
   param_bytes[c] = CheckedAdd(param_bytes[c], CheckedMul(n, SizeOf(t.dtype)));
+  if (t.dtype == DType::kFp32) fp32_elements[c][o] = CheckedAdd(fp32_elements[c][o], n);
 }
 
 ParamTotals& ParamTotals::operator+=(const ParamTotals& o) {
   for (size_t c = 0; c < elements.size(); ++c) {
-    for (size_t k = 0; k < elements[c].size(); ++k) elements[c][k] = CheckedAdd(elements[c][k], o.elements[c][k]);
+    for (size_t k = 0; k < elements[c].size(); ++k) {
+      elements[c][k] = CheckedAdd(elements[c][k], o.elements[c][k]);
+      fp32_elements[c][k] = CheckedAdd(fp32_elements[c][k], o.fp32_elements[c][k]);
+    }
     param_bytes[c] = CheckedAdd(param_bytes[c], o.param_bytes[c]);
   }
   return *this;
@@ -42,7 +46,10 @@ ParamTotals& ParamTotals::operator+=(const ParamTotals& o) {
 
 ParamTotals& ParamTotals::operator-=(const ParamTotals& o) {
   for (size_t c = 0; c < elements.size(); ++c) {
-    for (size_t k = 0; k < elements[c].size(); ++k) elements[c][k] = CheckedSub(elements[c][k], o.elements[c][k]);
+    for (size_t k = 0; k < elements[c].size(); ++k) {
+      elements[c][k] = CheckedSub(elements[c][k], o.elements[c][k]);
+      fp32_elements[c][k] = CheckedSub(fp32_elements[c][k], o.fp32_elements[c][k]);
+    }
     param_bytes[c] = CheckedSub(param_bytes[c], o.param_bytes[c]);
   }
   return *this;

@@ -1,0 +1,140 @@
+// The activation peak of one pipeline rank under Megatron's interleaved
+// schedule, found by replaying the schedule's order (MATH.md 4.1: "simulate
+// the MG schedule table per chunk for exact non-uniform hybrid chunks"
+// [OURS]). Counting the first warmup+1 forward units per chunk is exact only
+// when every chunk keeps the same bytes per micro-batch; a hybrid model's
+// chunks do not (one attention layer beside two MoE layers), and the peak of
+// the live bytes then falls where the bulky chunks hold the most micro-batches.
+//
+// The order (Megatron schedules.py, forward_backward_pipelining_with_interleaving;
+// the reference executor keeps its own copy in simulator/schedule.cc):
+// - the schedule table lists (micro-batch, chunk) pairs in groups of g
+//   micro-batches, chunk-major inside a group (get_schedule_table); forward k
+//   runs table entry k, backward k runs its micro-batch through chunk
+//   v-1-chunk (get_model_chunk_id(forward=False));
+// - warmup: min(2(p-r-1) + (v-1)g, m v) forwards; then one forward and one
+//   backward per step; then the remaining backwards.
+// A forward adds its chunk's saved bytes, a backward removes them; the peak is
+// at the end of some forward (backwards only free), where a chunk's transient
+// (the head's logits while the head's forward runs) adds on top.
+//
+// Cost: O(warmup + 2 g v) chunk look-ups, whatever m: while the table is in
+// whole groups the steady state repeats every g v steps, so whole periods are
+// skipped (their live bytes repeat values already seen). Allocation-free.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "preflight/memory_terms.h"
+#include "preflight/units.h"
+
+namespace preflight {
+
+/// Bytes one micro-batch keeps on a rank through one model chunk: `saved`
+/// from the end of its forward until its backward; `transient` only at the
+/// end of its forward (the head's bf16 logits on the chunk owning the head).
+struct ChunkActivation {
+  int64_t saved = 0;
+  int64_t transient = 0;
+};
+
+/// Chunk (0..v-1) of entry `j` of Megatron's schedule table for m
+/// micro-batches in groups of g (a last partial group of m % g); v past the end.
+int64_t InterleavedTableChunk(int64_t v, int64_t m, int64_t g, int64_t j);
+
+/// Entries of chunk `chunk` among the first `n` of that table.
+int64_t InterleavedTableCount(int64_t v, int64_t m, int64_t g, int64_t n, int64_t chunk);
+
+/// Walks that table entry by entry without dividing (the replay's hot loop).
+class InterleavedTableCursor {
+ public:
+  InterleavedTableCursor(int64_t v, int64_t m, int64_t g) : v_(v), m_(m), g_(g) { Seek(0); }
+  /// Positions the cursor at entry j (0 <= j < m v).
+  void Seek(int64_t j);
+  /// Chunk of the current entry.
+  int64_t chunk() const { return chunk_; }
+  /// Moves to the next entry.
+  void Next() {
+    if (++offset_ < size_) return;
+    offset_ = 0;
+    if (++chunk_ < v_) return;
+    chunk_ = 0;
+    first_ += g_;
+    size_ = std::min(g_, m_ - first_);
+  }
+
+ private:
+  int64_t v_, m_, g_;
+  int64_t first_ = 0;   // first micro-batch of the current group
+  int64_t size_ = 0;    // micro-batches in the current group
+  int64_t chunk_ = 0;
+  int64_t offset_ = 0;  // position inside the current (group, chunk) run
+};
+
+/// Where the live activation bytes of a rank peak under the interleaved schedule.
+struct InterleavedPeak {
+  int64_t bytes = 0;           // the peak: live saved bytes plus the running chunk's transient
+  int64_t forward = 0;         // table index of the forward at whose end the peak falls (the first such)
+  int64_t backwards_done = 0;  // backwards run before that forward
+  int64_t units = 0;           // most live (chunk, micro-batch) units at any time
+};
+
+/// Micro-batches of chunk `chunk` whose activations are live at `peak`:
+/// forwards 0..peak.forward of the chunk less the backwards already run on it.
+int64_t InterleavedLiveAtPeak(const InterleavedPeak& peak, int64_t v, int64_t m, int64_t g, int64_t chunk);
+
+/// Replays pipeline rank r of p with v chunks and m micro-batches in groups
+/// of g. `bytes_of(chunk)` returns the ChunkActivation of chunk 0..v-1 (called
+/// O(warmup + 2 g v) times). Ties keep the first peak, as a running maximum does.
+template <class BytesOf>
+InterleavedPeak ReplayInterleaved(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g, const BytesOf& bytes_of) {
+  const int64_t total = CheckedMul(m, v);
+  const int64_t warmup = InterleavedWarmup(p, v, m, r, g);
+  const int64_t period = CheckedMul(g, v);
+  const int64_t whole = CheckedMul(CheckedMul(m / g, g), v);  // table entries in whole groups
+  InterleavedPeak peak;
+  peak.bytes = -1;
+  int64_t live = 0, units = 0;
+  InterleavedTableCursor next_forward(v, m, g), next_backward(v, m, g);
+  const auto forward = [&](int64_t j, int64_t done) {
+    const ChunkActivation a = bytes_of(next_forward.chunk());
+    next_forward.Next();
+    live = CheckedAdd(live, a.saved);
+    peak.units = std::max(peak.units, ++units);
+    const int64_t now = CheckedAdd(live, a.transient);
+    if (now > peak.bytes) {
+      peak.bytes = now;
+      peak.forward = j;
+      peak.backwards_done = done;
+    }
+  };
+  const auto backward = [&] {
+    live = CheckedSub(live, bytes_of(v - 1 - next_backward.chunk()).saved);
+    next_backward.Next();
+    --units;
+  };
+  for (int64_t j = 0; j < warmup; ++j) forward(j, 0);
+  for (int64_t k = 0; k < total - warmup; ++k) {
+    // Steady step k runs forward k + warmup, then backward k. While forward
+    // k + warmup stays in whole groups, step k + g v repeats step k's live
+    // bytes (each chunk gains g forwards and g backwards per period): after
+    // one period, jump over the whole periods that stay in whole groups.
+    if (k == period) {
+      const int64_t skip = (whole - warmup - k) / period;
+      if (skip > 0) {
+        k += skip * period;
+        if (k == total - warmup) break;  // the skipped periods reach the end of the steady state
+        next_forward.Seek(k + warmup);
+        next_backward.Seek(k);
+      }
+    }
+    forward(k + warmup, k);
+    backward();
+  }
+  // The cooldown only runs backwards: the live bytes only fall.
+  peak.bytes = std::max<int64_t>(peak.bytes, 0);
+  return peak;
+}
+
+}  // namespace preflight
