@@ -14,14 +14,16 @@
 // reductions, parameter gathers, Muon gathers) is exact.
 //
 // Memory: peak per category over the stage's ranks beside the estimator's
-// figure for the stage. Parameters, gradients, both optimizer states and the
-// number of micro-batches in flight are exact. Activations within
-// kActivationTolerance: the executor's saved set follows MATH.md 3.2 but
-// keeps rstd in MoE layers, charges logits as a temporary, and in a MoE with
-// routing-dependent shapes holds what its router chose, not the estimator's
-// uniform (or skewed) expectation; with such MoE routing the tolerance is
-// kRoutedActivationTolerance. Routing scratch is informational (transient
-// buffers whose lifetimes the estimator models as one peak, MATH.md 5).
+// figure for the stage. Parameters, gradients, both optimizer states, the
+// number of micro-batches in flight and the saved activations are exact.
+// With routing-dependent MoE shapes the executor holds the rows its router
+// chose: under a capacity without padding the estimator prices the capacity
+// bound (every expert receiving C tokens from every source, capped by what
+// the sources can send), so the measured peak must not exceed it; dropless,
+// it prices the skewed expectation (moe.dropless_skew), and the measured peak
+// must be within kDroplessActivationTolerance of it. Routing scratch is
+// informational (transient buffers whose lifetimes the estimator models as
+// one peak, MATH.md 5).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -37,8 +39,7 @@
 namespace preflight {
 namespace {
 
-constexpr double kActivationTolerance = 0.10;
-constexpr double kRoutedActivationTolerance = 0.50;
+constexpr double kDroplessActivationTolerance = 0.50;
 
 
 std::string SimAxis(const std::string& planner_axis) {
@@ -186,9 +187,15 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
   }
   // Saved activations: the estimator's figure less its one-layer transient
   // (scan workspace, ring buffers), which the executor holds as temporaries.
-  const double act_tol = RoutingDependent(scaled) ? kRoutedActivationTolerance : kActivationTolerance;
-  out->memory.push_back(Row(Key(SimCategory::kActivations), worst(SimCategory::kActivations),
-                            (est.of(Category::kActivations) - est.activations_transient).count(), act_tol));
+  MemoryAgreement act = Row(Key(SimCategory::kActivations), worst(SimCategory::kActivations),
+                            (est.of(Category::kActivations) - est.activations_transient).count(), 0.0);
+  if (RoutingDependent(scaled) && scaled.model.moe.dropless) {
+    act = Row(act.category, act.measured, act.modeled, kDroplessActivationTolerance);
+  } else if (RoutingDependent(scaled)) {
+    act.bound = true;
+    act.agrees = act.measured <= act.modeled;
+  }
+  out->memory.push_back(act);
   int64_t in_flight = 0;
   for (const RankMeasurement& r : report.per_rank) {
     if (r.pipeline_rank == stage) in_flight = std::max(in_flight, r.peak_in_flight);

@@ -1,4 +1,5 @@
 // `preflight simulate`: exit codes and output formats.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,38 @@ namespace preflight {
 namespace {
 
 using testing::RunPreflight;
+
+// Issue 7's done criterion: the scaled default recipe on its full layout --
+// tp 4 with SP, pp 4 (1F1B), dp 4, ep 8 over tp x dp, ZeRO 1, Muon + AdamW,
+// every block family -- agrees on numerics, bytes and memory.
+TEST(SimulateCli, DefaultRecipeOnItsFullLayoutAgrees) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["verdict"], "agree");
+  EXPECT_EQ(j["ranks"], 64);
+  EXPECT_EQ(j["layout"]["tp"], 4);
+  EXPECT_EQ(j["layout"]["pp"], 4);
+  EXPECT_EQ(j["layout"]["dp"], 4);
+  EXPECT_EQ(j["layout"]["ep"], 8);
+  EXPECT_EQ(j["layout"]["zero"], 1);
+  ASSERT_EQ(j["comparison"]["stages"].size(), 4u);
+  // Every family's activations are measured somewhere in the pipeline, and
+  // both optimizers hold state.
+  std::set<std::string> families;
+  int64_t muon = 0, adamw = 0;
+  for (const auto& stage : j["comparison"]["stages"]) {
+    for (const auto& row : stage["memory"]) {
+      const std::string c = row["category"];
+      if (c.rfind("activations ", 0) == 0 && row["measured"].get<int64_t>() > 0) families.insert(c);
+      if (c == "optimizer_muon") muon += row["measured"].get<int64_t>();
+      if (c == "optimizer_adamw") adamw += row["measured"].get<int64_t>();
+    }
+  }
+  for (const char* f : {"activations A", "activations M", "activations E", "activations R"}) EXPECT_EQ(families.count(f), 1u) << f;
+  EXPECT_GT(muon, 0);
+  EXPECT_GT(adamw, 0);
+}
 
 TEST(SimulateCli, AgreesOnTheDefaultRecipesDensePart) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",

@@ -145,6 +145,7 @@ struct MemoryAgreement {
   int64_t measured = 0;   // peak bytes, worst simulated rank of the stage
   int64_t modeled = 0;    // estimator, modeled bytes
   double tolerance = 0;   // allowed |measured - modeled| / modeled
+  bool bound = false;     // the model is an upper bound: agrees when measured <= modeled
   bool agrees = true;
   std::string note;       // non-empty: informational row
 };

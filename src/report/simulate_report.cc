@@ -61,7 +61,7 @@ std::string RenderStage(const StageComparison& s) {
   out += fmt::format("stage {}: memory (peak bytes, worst rank of the stage, modeled dtypes)\n", s.pipeline_rank);
   out += fmt::format("  {:<24} {:>12} {:>12} {:>10}  {}\n", "category", "measured", "modeled", "tolerance", "");
   for (const MemoryAgreement& m : s.memory) {
-    const std::string tol = m.note.empty() ? fmt::format("{:.0f}%", 100 * m.tolerance) : "-";
+    const std::string tol = !m.note.empty() ? "-" : m.bound ? "<= model" : fmt::format("{:.0f}%", 100 * m.tolerance);
     out += fmt::format("  {:<24} {:>12} {:>12} {:>10}  {}{}\n", m.category, m.measured, m.modeled, tol,
                        m.note.empty() ? Mark(m.agrees) : "info ", m.note);
   }
@@ -125,7 +125,7 @@ std::string RenderSimulationJson(const Recipe& scaled, const SimulationReport& r
     ordered_json mem = ordered_json::array();
     for (const MemoryAgreement& m : s.memory) {
       mem.push_back({{"category", m.category}, {"measured", m.measured}, {"modeled", m.modeled},
-                     {"tolerance", m.tolerance}, {"agrees", m.agrees}, {"note", m.note}});
+                     {"tolerance", m.tolerance}, {"bound", m.bound}, {"agrees", m.agrees}, {"note", m.note}});
     }
     stages.push_back({{"pipeline_rank", s.pipeline_rank}, {"communication", comm}, {"memory", mem}});
   }
