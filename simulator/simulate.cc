@@ -314,15 +314,6 @@ class RankProgram {
     return units;
   }
 
-  static Param<T>* Find(const std::vector<std::vector<Param<T>*>>& units, const std::string& name) {
-    for (const auto& unit : units) {
-      for (Param<T>* p : unit) {
-        if (p->name == name) return p;
-      }
-    }
-    return nullptr;
-  }
-
   void Record(const Param<T>& p, RankResult* out) const {
     ParamRecord rec;
     rec.name = p.name;

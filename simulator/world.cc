@@ -294,6 +294,11 @@ void World::Run(const std::function<void(Rank&)>& program) {
         program(*ranks_[static_cast<size_t>(r)]);
       } catch (const SimError&) {
         // Already recorded in error_.
+      } catch (const SimUnsupported& e) {
+        // A block refused the layout: the caller gets the refusal itself.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!unsupported_) unsupported_ = std::current_exception();
+        FailLocked("rank " + std::to_string(r) + " cannot run: " + e.what());
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu_);
         FailLocked("rank " + std::to_string(r) + " failed: " + e.what());
@@ -304,6 +309,7 @@ void World::Run(const std::function<void(Rank&)>& program) {
     });
   }
   for (auto& t : threads) t.join();
+  if (unsupported_) std::rethrow_exception(unsupported_);
   if (!error_.empty()) throw SimError(error_);
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <exception>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -208,7 +209,8 @@ class World {
   /// Creates a group; call before Run (groups are fixed for the run).
   const Group& NewGroup(const std::string& axis, const std::vector<int>& members);
   /// Runs `program` on every rank, one thread each; rethrows the first error
-  /// (mismatch, deadlock, or an exception a rank program threw) as SimError.
+  /// (mismatch, deadlock, or an exception a rank program threw) as SimError,
+  /// except that a SimUnsupported thrown by a rank program is rethrown as is.
   void Run(const std::function<void(Rank&)>& program);
   Rank& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
   const Rank& rank(int r) const { return *ranks_[static_cast<size_t>(r)]; }
@@ -250,6 +252,7 @@ class World {
   int blocked_ = 0;
   int finished_ = 0;
   std::string error_;
+  std::exception_ptr unsupported_;  // the first SimUnsupported a rank program threw
 };
 
 }  // namespace preflight::sim

@@ -76,6 +76,17 @@ TEST(SimulateCli, DualPipeIsBadInput) {
   EXPECT_NE(r.err.find("the executor runs the 1f1b and interleaved schedules"), std::string::npos) << r.err;
 }
 
+TEST(SimulateCli, ALayoutABlockRefusesIsBadInputNotACrash) {
+  // The Mamba block refuses the fused kernel under all-to-all CP inside its
+  // rank thread; the refusal reaches the user as exit 2 with the reason.
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.mamba.fused_norm_out_proj=true",
+                               "--set", "parallel.cp=2", "--scale", "max_world=32"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot simulate: Mamba fused_norm_out_proj is not supported with all-to-all CP"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST(SimulateCli, BadScaleIsBadInput) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--scale", "hidden=0"});
   EXPECT_EQ(r.exit_code, 2);

@@ -81,6 +81,11 @@ int RunSimulate(const SimulateArgs& args) {
   } catch (const SimUnsupported& e) {
     std::fprintf(stderr, "%s: cannot simulate: %s\n", args.recipe.path.c_str(), e.what());
     return static_cast<int>(ExitCode::kBadInput);
+  } catch (const std::exception& e) {
+    // A deadlock or a mismatched collective: the sharded program itself is
+    // inconsistent, which is a disagreement, not bad input.
+    std::fprintf(stderr, "%s: the simulated ranks failed: %s\n", args.recipe.path.c_str(), e.what());
+    return static_cast<int>(ExitCode::kVerdictFail);
   }
   std::optional<int64_t> shown;
   if (args.stage != "all") {
