@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <regex>
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -87,17 +88,43 @@ bool HasWarning(const Emission& e, const std::string& key, const std::string& te
 // (pipeline_parallel_layer_layout.py parse_str_to_list): drop commas, unroll
 // "(..)*n" then "x*n", split at '|'. Returns the decoder-layer count of each
 // stage, with the E/L markers checked separately.
-std::vector<int> UnrollLayout(std::string s, std::string* flat) {
-  s = std::regex_replace(s, std::regex(","), "");
-  const std::regex group(R"(\(([^)]+)\)\*(\d+))"), single(R"((.)\*(\d+))");
-  for (const std::regex* re : {&group, &single}) {
-    std::smatch m;
-    while (std::regex_search(s, m, *re)) {
-      std::string rep;
-      for (int i = 0; i < std::stoi(m[2]); ++i) rep += m[1];
-      s = m.prefix().str() + rep + m.suffix().str();
+/// The count of a "*n" suffix at `i` (advancing past it), or 1.
+int RepeatAt(const std::string& s, size_t* i) {
+  if (*i >= s.size() || s[*i] != '*') return 1;
+  size_t j = *i + 1;
+  while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+  const int n = std::stoi(s.substr(*i + 1, j - *i - 1));
+  *i = j;
+  return n;
+}
+
+/// One unrolling pass: with `groups`, each "(..)*n" becomes n copies of its
+/// text and everything else is copied; without, each "x*n" becomes n copies
+/// of x. Megatron runs the group pass first, then the single pass (no nesting).
+std::string Unroll(const std::string& s, bool groups) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    if (groups && s[i] != '(') {
+      out += s[i++];
+      continue;
     }
+    std::string unit(1, s[i]);
+    if (groups) {
+      const size_t close = s.find(')', i);
+      unit = s.substr(i + 1, close - i - 1);
+      i = close;
+    }
+    ++i;
+    for (int k = RepeatAt(s, &i); k > 0; --k) out += unit;
   }
+  return out;
+}
+
+// (std::regex is avoided: GCC 12's libstdc++ regex trips -Wmaybe-uninitialized
+// in the sanitizer build.)
+std::vector<int> UnrollLayout(std::string s, std::string* flat) {
+  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+  s = Unroll(Unroll(s, /*groups=*/true), /*groups=*/false);
   *flat = s;
   std::vector<int> layers{0};
   for (char ch : s) {
