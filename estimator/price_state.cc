@@ -29,6 +29,8 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
   const int64_t dense = w.shares.param_bytes[0];
   const int64_t rep_share = std::min(dense, rep_bytes == 0 ? 0 : CeilDiv(rep_bytes, x.dense_group));
   const int64_t share[3] = {rep_share, dense - rep_share, w.shares.param_bytes[1]};
+  LocalParams head_unit = ends.head;
+  AddInto(head_unit, ends.final_norm);
   static constexpr Category kCat[] = {Category::kReplicatedParams, Category::kTpShardedParams,
                                       Category::kEpShardedParams};
   static const char* const kShareFormula[] = {
@@ -46,8 +48,14 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
            Bytes(share[c]));
     }
     if (gathered.count() > 0) {
+      const size_t k = static_cast<size_t>(c);
       Note(sink, kCat[c], "ZeRO-3 gathered units (current + prefetched next, forward and backward)",
-           "max over the rank's chunks and adjacent unit pairs (u, u+1) of the pair's full local bytes", "",
+           "max over the rank's chunks and adjacent unit pairs (u, u+1) of the pair's full local bytes",
+           Inputs({{"layer_pairs", w.gather.pairs[k]},
+                   {"embedding_and_next", Add(ends.embedding.bytes[k], w.gather.embedding_then_head
+                                                                         ? head_unit.bytes[k]
+                                                                         : w.gather.after_embedding[k])},
+                   {"previous_and_head", Add(w.gather.before_head[k], head_unit.bytes[k])}}),
            gathered);
     }
   }

@@ -198,6 +198,9 @@ TEST(ZeroBuffers, ZeroThreeParametersAreSharesPlusAdjacentUnits) {
   EXPECT_EQ(z3.of(Category::kEpShardedParams).count(), 8 + 22);
   // Gradients as ZeRO 2.
   EXPECT_EQ(z3.of(Category::kGradients).count(), 96 + 68);
+  // More than unsharded (128 B): with D = 3 and five small units, the shares
+  // kept beside two gathered units save nothing.
+  EXPECT_GT(ParamSum(z3), ParamSum(OddRank(2)));
 }
 
 // Units are adjacent only inside a chunk: the same model on one rank as
