@@ -80,7 +80,7 @@ struct Shares {
   /// and, summed over optimizers, the owned gradient shares (ZeRO >= 2).
   std::array<std::array<int64_t, 2>, 2> elements{};
   /// Bytes [dense, expert]: ceil(n / D) * the buffer's element bytes (beta_p,
-  /// 4 for the fp32 buffers): the owned parameter shares (ZeRO 3).
+  /// 4 for the fp32 buffers): the owned parameter shares (ZeRO 3 only, else 0).
   std::array<int64_t, 2> param_bytes{};
 };
 

@@ -93,7 +93,7 @@ Shares UnitShares(const LocalParams& unit, const Context& x) {
                                   {Share(expert, x.expert_group), Share(expert_fp32, x.expert_group)}};
     for (int e = 0; e < 2; ++e) {
       out.elements[o][e] = Add(shares[e][0], shares[e][1]);
-      out.param_bytes[e] = Add(out.param_bytes[e], Add(Mul(shares[e][0], x.beta_p), Mul(shares[e][1], 4)));
+      if (x.zero3) out.param_bytes[e] = Add(out.param_bytes[e], Add(Mul(shares[e][0], x.beta_p), Mul(shares[e][1], 4)));
     }
   }
   return out;

@@ -114,11 +114,12 @@ class ItemList {
   ItemList(const MeshLocality& locality, const Links& links, const CostModel& cost, std::vector<CommItem>* out)
       : locality_(locality), links_(links), cost_(cost), out_(out) {}
 
-  // A symmetric collective: every rank of the group sends and receives the same.
-  void Add(Axis axis, Collective kind, Pass pass, const char* what, Bytes payload, int64_t calls) {
+  // A symmetric collective: every rank of the group sends and receives the
+  // same. Returns the item, or null when it moves nothing.
+  CommItem* Add(Axis axis, Collective kind, Pass pass, const char* what, Bytes payload, int64_t calls) {
     const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
-    if (calls <= 0 || loc.size <= 1 || payload.count() <= 0) return;
-    CommItem item;
+    if (calls <= 0 || loc.size <= 1 || payload.count() <= 0) return nullptr;
+    CommItem& item = out_->emplace_back();  // built in place: the sweep prices millions of items
     item.axis = axis;
     item.kind = kind;
     item.pass = pass;
@@ -130,7 +131,7 @@ class ItemList {
     item.recv = item.send;
     item.seconds = static_cast<double>(calls) * CollectiveSeconds(kind, payload, loc, links_, cost_);
     item.exposed_seconds = item.seconds;
-    out_->push_back(std::move(item));
+    return &item;
   }
 
   // Traffic of ZeRO 2/3 issued unit by unit: in each of `rounds` rounds
@@ -141,21 +142,23 @@ class ItemList {
   // round no overlap can hide (CommItem::unhidden_seconds, docs/plan.md).
   void AddPerUnit(Axis axis, Collective kind, Pass pass, const char* what, const UnitCalls& all, const UnitCalls& edge,
                   int64_t rounds) {
-    const size_t before = out_->size();
-    Add(axis, kind, pass, what, all.payload, rounds);
-    if (out_->size() == before) return;
-    CommItem& item = out_->back();
+    CommItem* item = Add(axis, kind, pass, what, all.payload, rounds);
+    if (item == nullptr) return;
+    const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
     const double n = static_cast<double>(rounds);
-    item.seconds = n * Seconds(kind, all, locality_[static_cast<size_t>(axis)]);
-    item.exposed_seconds = item.seconds;
-    item.unhidden_seconds = n * Seconds(kind, edge, locality_[static_cast<size_t>(axis)]);
+    item->seconds += n * ExtraLatency(kind, all.collectives, loc);
+    item->exposed_seconds = item->seconds;
+    if (edge.collectives > 0 && edge.payload.count() > 0) {
+      item->unhidden_seconds =
+          n * (CollectiveSeconds(kind, edge.payload, loc, links_, cost_) + ExtraLatency(kind, edge.collectives, loc));
+    }
   }
 
   // Point-to-point: `sends` messages out, `receives` in.
   void AddP2p(Axis axis, Pass pass, const char* what, Bytes payload, int64_t sends, int64_t receives) {
     const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
     if ((sends <= 0 && receives <= 0) || payload.count() <= 0) return;
-    CommItem item;
+    CommItem& item = out_->emplace_back();
     item.axis = axis;
     item.kind = Collective::kSendRecv;
     item.pass = pass;
@@ -167,7 +170,6 @@ class ItemList {
     item.recv = payload * receives;
     item.seconds = static_cast<double>(sends) * CollectiveSeconds(Collective::kSendRecv, payload, loc, links_, cost_);
     item.exposed_seconds = item.seconds;
-    out_->push_back(std::move(item));
   }
 
   // The CP state hand-off of one family in one pass: `sends` messages of
@@ -190,12 +192,10 @@ class ItemList {
   }
 
  private:
-  // `u.collectives` collectives of payloads summing to u.payload: one
-  // collective of the sum plus the ring latency of the others.
-  double Seconds(Collective kind, const UnitCalls& u, const AxisLocality& loc) const {
-    if (u.collectives <= 0 || u.payload.count() <= 0) return 0.0;
-    return CollectiveSeconds(kind, u.payload, loc, links_, cost_) +
-           static_cast<double>((u.collectives - 1) * RingSteps(kind, loc.size)) * cost_.latency_s;
+  // `collectives` collectives take one collective of their summed payload
+  // (the wire time is linear in it) plus the ring latency of the others.
+  double ExtraLatency(Collective kind, int64_t collectives, const AxisLocality& loc) const {
+    return static_cast<double>(std::max<int64_t>(0, collectives - 1) * RingSteps(kind, loc.size)) * cost_.latency_s;
   }
 
   const MeshLocality& locality_;
@@ -528,10 +528,10 @@ DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
   return b;
 }
 
-// The buffers of a rank's units, and of the units at the ends of its chunks:
-// the first unit of a chunk (the embedding or its first layer) runs first in
-// forward and last in backward, the last unit (the head or its last layer)
-// the other way round. Summed over the rank's chunks.
+// The buffers of a rank's units, and (ZeRO 2/3 only) of the units at the
+// ends of its chunks: the first unit of a chunk (the embedding or its first
+// layer) runs first in forward and last in backward, the last unit (the head
+// or its last layer) the other way round. Summed over the rank's chunks.
 struct RankBuffers {
   DpBuffers all;
   DpBuffers first;
@@ -545,6 +545,7 @@ struct RankBuffers {
 // are its cost).
 RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks) {
   RankBuffers rb;
+  const bool edges = l.zero >= 2;
   DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
   const DpGroups dg{{CheckedMul(l.dp, l.cp), std::max<int64_t>(1, l.expert_dp())}, s.param, l.tp};
@@ -576,8 +577,8 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
       } else {
         b += last.buffers;
       }
-      if (i == first && !c.range.owns_embedding) rb.first += last.buffers;
-      if (i + 1 == end && !c.range.owns_head) rb.last += last.buffers;
+      if (edges && i == first && !c.range.owns_embedding) rb.first += last.buffers;
+      if (edges && i + 1 == end && !c.range.owns_head) rb.last += last.buffers;
     }
     if (c.range.owns_head) {
       LocalUnit u;
@@ -590,6 +591,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
       head = UnitBuffers(u, dg);
       b += head;
     }
+    if (!edges) continue;
     // A chunk of no layers: its ends are each other's neighbours.
     if (c.range.owns_embedding) rb.first += embedding;
     if (first == end && !c.range.owns_embedding) rb.first += head;
