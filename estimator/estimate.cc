@@ -19,10 +19,16 @@
 //   expert x optimizer x element dtype), each zero-padded to a multiple of D
 //   as Megatron's distributed optimizer pads its buffers: the busiest rank
 //   (rank 0 of the group) keeps ceil(n/D) elements of each buffer's state.
-//   ZeRO-2/3 add one unit's unsharded grads (the largest layer) before its
-//   reduce-scatter; ZeRO-3 adds the two largest units gathered (current +
-//   prefetch, as FSDP), units being single layers, the embedding, and the head
-//   with the final norm.
+//   ZeRO 2 (DeepSpeed stage 2; simulator/dist_optimizer.h): gradients are the
+//   owned shares, sum of ceil(n/D) * beta_g, plus the largest unit's
+//   unsharded gradients (every buffer, local elements * beta_g), live from its
+//   backward until its reduce-scatter in each micro-batch.
+//   ZeRO 3 (FSDP, reshard after forward): gradients as ZeRO 2; parameters are
+//   the owned shares, sum of ceil(n/D) * element bytes, plus per class the
+//   most two adjacent units of a chunk hold gathered (current + prefetched,
+//   forward and backward; GatherPeak). The executor compares the three
+//   parameter rows as their sum; the owned dense shares are shown as
+//   ceil(REP bytes/D) replicated and the rest TP-sharded (PriceParams).
 // - Activations: per family (memory_terms.h) x layers x micro-batches in flight:
 //   1F1B min(m, p-r); interleaved: each chunk's live micro-batches at the
 //   instant its rank's live bytes peak, found by replaying Megatron's order
@@ -58,7 +64,7 @@ namespace {
 
 using estimator_detail::ActivationRates;
 using estimator_detail::AddInto;
-using estimator_detail::AddUnitState;
+using estimator_detail::AddUnitShares;
 using estimator_detail::Cat;
 using estimator_detail::Context;
 using estimator_detail::Decimal;
@@ -96,16 +102,19 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   x.dense_group = Mul(l.dp, l.cp);
   x.expert_group = std::max<int64_t>(1, l.expert_dp());
   x.beta_g = SizeOf(rc.training.precision.grads);
+  x.beta_p = SizeOf(rc.training.precision.params);
+  x.zero3 = l.zero >= 3;
 
   ActivationRates rates(inv, l);
   Walk w = WalkRank(inv, l, plan, r, x, rates);
   const Ends ends = EndsOf(inv, l, w);
   Offer(w, UnitOf(ends.embedding, x, -1));
-  AddUnitState(w, ends.embedding, x);
+  AddUnitShares(w, ends.embedding, x);
   LocalParams head_unit = ends.head;
   AddInto(head_unit, ends.final_norm);
   Offer(w, UnitOf(head_unit, x, -1));
-  AddUnitState(w, head_unit, x);
+  AddUnitShares(w, head_unit, x);
+  if (x.zero3) w.gathered = w.gather.Peak(ends.embedding.bytes, head_unit.bytes);
 
   RankMemory out;
   out.in_flight_microbatches = w.in_flight;

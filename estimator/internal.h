@@ -54,24 +54,74 @@ struct LocalParams {
 
 inline int64_t ClassSum(const LocalParams& e, int c) { return Add(e.elements[c][0], e.elements[c][1]); }
 
-/// The part of a unit's bytes that is not its own shard: what gathering (ZeRO-3
-/// params) or producing unsharded (ZeRO-2/3 grads) the unit adds on top of the shards.
-inline int64_t UnshardedExtra(int64_t bytes, int64_t group) { return bytes - CeilDiv(bytes, group); }
-
 /// Pricing context: degrees and per-element sizes fixed for one EstimateRank call.
 struct Context {
   int64_t dense_group = 1;   // D_dense = d * c: Megatron shards dense state over DP x CP (MATH.md 2.2)
   int64_t expert_group = 1;  // D_exp = d_e, the expert-data-parallel group
   int64_t beta_g = 4;
+  int64_t beta_p = 2;        // bytes of a parameter element outside the fp32 buffers (precision.params)
+  bool zero3 = false;        // track the ZeRO-3 gathered units (GatherPeak)
   int64_t group(int c) const { return c == kEp ? expert_group : dense_group; }
 };
 
-/// A ZeRO unit (one layer, the embedding, or the head with the final norm).
+/// A ZeRO unit (one layer, the embedding, or the head with the final norm):
+/// what ZeRO 2/3 hold of it unsharded during its backward.
 struct UnitExtra {
-  std::array<int64_t, 3> params{};  // per class: ZeRO-3 gather on top of the shard
-  int64_t params_total = 0;
-  int64_t grads = 0;                // ZeRO-2/3: unsharded grads on top of their shard
-  int64_t layer = -1;               // layer index, -1 = embedding/head unit
+  int64_t grads = 0;   // its local elements (every buffer) * beta_g
+  int64_t layer = -1;  // layer index, -1 = embedding/head unit
+};
+
+/// What the busiest data-parallel rank (rank 0 of both groups) owns of the
+/// zero-padded flat buffers (simulator/dist_optimizer.h: per unit one buffer
+/// per dense or expert, optimizer, element dtype; rank 0 keeps ceil(n / D) of
+/// each), summed over units.
+struct Shares {
+  /// Elements [OptimizerKind][dense 0 / expert 1]: optimizer state (ZeRO >= 1)
+  /// and, summed over optimizers, the owned gradient shares (ZeRO >= 2).
+  std::array<std::array<int64_t, 2>, 2> elements{};
+  /// Bytes [dense, expert]: ceil(n / D) * the buffer's element bytes (beta_p,
+  /// 4 for the fp32 buffers): the owned parameter shares (ZeRO 3 only, else 0).
+  std::array<int64_t, 2> param_bytes{};
+};
+
+/// ZeRO 3 gathered parameters, per class [ShardClass], in bytes. The
+/// executor gathers a unit with the next one of its chunk prefetched (in
+/// backward the one before) and releases it after its compute, so at most two
+/// adjacent units of one chunk are full at once; its per-class peak is the
+/// most any adjacent pair (u, u+1) of a chunk holds (a one-unit chunk: that
+/// unit). The embedding is the first unit of its chunk and the head (with the
+/// final norm) the last; their bytes are known only after the walk, so the
+/// walk keeps the layers next to them and Peak() adds them.
+struct GatherPeak {
+  std::array<int64_t, 3> pairs{};            // max over adjacent layer pairs of a chunk, a lone layer itself
+  std::array<int64_t, 3> after_embedding{};  // the first layer of the embedding's chunk
+  std::array<int64_t, 3> before_head{};      // the last layer of the head's chunk
+  bool embedding_then_head = false;          // a chunk holding both ends and no layer
+  std::array<int64_t, 3> prev{};             // the layer before, in `chunk`
+  const StageChunk* chunk = nullptr;
+
+  /// Layer i of chunk c, in execution order, with its full local bytes per class.
+  void Layer(const StageChunk& c, int64_t i, const std::array<int64_t, 3>& full) {
+    if (&c != chunk) {
+      prev = {};
+      chunk = &c;
+    }
+    for (size_t k = 0; k < 3; ++k) {
+      pairs[k] = std::max(pairs[k], Add(prev[k], full[k]));
+      prev[k] = full[k];
+    }
+    if (c.owns_embedding && i == c.first_layer) after_embedding = full;
+    if (c.owns_head && i + 1 == c.end_layer) before_head = full;
+  }
+  /// Per class, the peak with the embedding and head units' full bytes.
+  std::array<int64_t, 3> Peak(const std::array<int64_t, 3>& embedding, const std::array<int64_t, 3>& head) const {
+    std::array<int64_t, 3> out{};
+    for (size_t k = 0; k < 3; ++k) {
+      const int64_t with_embedding = Add(embedding[k], embedding_then_head ? head[k] : after_embedding[k]);
+      out[k] = std::max({pairs[k], with_embedding, Add(before_head[k], head[k])});
+    }
+    return out;
+  }
 };
 
 /// What one pass over the rank's chunks collects.
@@ -86,14 +136,10 @@ struct Walk {
   int64_t head_units = 0;       // micro-batches whose head/loss saved terms are live at the peak
   bool head_logits = false;     // the head's transient logits are live at the peak (its forward runs)
   int64_t in_flight = 0;
-  UnitExtra top1, top2;   // the two largest ZeRO-3 gather units (current + prefetch)
-  UnitExtra grad_unit;    // the largest unsharded-grad unit
-  /// ZeRO >= 1 optimizer state of the busiest data-parallel rank, in elements
-  /// [OptimizerKind][dense 0 / expert 1]: the sum over units (layers,
-  /// embedding, head + final norm) and their flat buffers (one per dense or
-  /// expert, optimizer, element dtype) of ceil(n / D) -- rank 0 of the group
-  /// owns the first share of every zero-padded buffer (dist_optimizer.h).
-  std::array<std::array<int64_t, 2>, 2> state_shards{};
+  UnitExtra grad_unit;          // ZeRO 2/3: the unit with the most unsharded gradients
+  Shares shares;                // ZeRO >= 1: the owned shares of every unit's buffers
+  GatherPeak gather;            // ZeRO 3 (Context::zero3): the layers' part of the gathered peak
+  std::array<int64_t, 3> gathered{};  // ZeRO 3: GatherPeak::Peak with the ends (set after EndsOf)
 };
 
 /// Activation bytes one micro-batch keeps per piece of a chunk, fixed for one
@@ -139,12 +185,12 @@ struct Ends {
 /// This rank's share of a layer's totals: each class /1, /t or /(e*t_e), rounded up.
 LocalParams LocalOf(const ParamTotals& totals, const Layout& l);
 void AddInto(LocalParams& into, const LocalParams& x);
-/// A unit's ZeRO extras under the groups of `x`.
+/// A unit's unsharded gradients (every buffer) under `x`.
 UnitExtra UnitOf(const LocalParams& e, const Context& x, int64_t layer);
-/// Keeps the two largest gather units and the largest grad unit.
+/// Keeps the unit with the most unsharded gradients.
 void Offer(Walk& w, const UnitExtra& u);
-/// Adds one unit's ZeRO >= 1 optimizer-state shards (its buffers' ceil(n / D)) to `w`.
-void AddUnitState(Walk& w, const LocalParams& unit, const Context& x);
+/// Adds one unit's owned shares (its buffers' ceil(n / D)) to `w`.
+void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x);
 /// One pass over the layers on rank r (ForEachChunk), tallying params, units and counts.
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
               ActivationRates& rates);

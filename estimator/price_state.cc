@@ -1,5 +1,7 @@
 // Model-state categories: parameters by sharding class, gradients, and the
 // Muon and AdamW optimizer states, each sharded by ZeRO over its own group.
+#include <algorithm>
+
 #include "internal.h"
 
 namespace preflight::estimator_detail {
@@ -15,13 +17,56 @@ int64_t StateElements(const Walk& w, const Ends& e, int o, bool expert) {
   return n;
 }
 
+/// ZeRO 3 parameters: the owned shares of every unit's buffers plus the
+/// gathered units (Walk::gathered, exact per class). A flat dense share mixes
+/// replicated and TP-sharded elements, so its split between the two rows is
+/// for display only (the executor's comparison takes the sum of the three
+/// rows): ceil(REP bytes / D) of the dense shares are shown as replicated,
+/// the rest as TP-sharded; expert shares are EP-sharded.
+void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Context& x, Sink* sink) {
+  const int64_t rep_bytes = Add(Add(w.layers.bytes[kRep], ends.embedding.bytes[kRep]),
+                                Add(ends.head.bytes[kRep], ends.final_norm.bytes[kRep]));
+  const int64_t dense = w.shares.param_bytes[0];
+  const int64_t rep_share = std::min(dense, rep_bytes == 0 ? 0 : CeilDiv(rep_bytes, x.dense_group));
+  const int64_t share[3] = {rep_share, dense - rep_share, w.shares.param_bytes[1]};
+  LocalParams head_unit = ends.head;
+  AddInto(head_unit, ends.final_norm);
+  static constexpr Category kCat[] = {Category::kReplicatedParams, Category::kTpShardedParams,
+                                      Category::kEpShardedParams};
+  static const char* const kShareFormula[] = {
+      "ceil(REP bytes / D) of the dense shares (display split of a flat share)",
+      "dense shares - the replicated part (sum over units and dense buffers of ceil(n/D) * element bytes)",
+      "sum over units and expert buffers of ceil(n/D) * element bytes"};
+  for (int c = 0; c < 3; ++c) {
+    const Bytes gathered(w.gathered[static_cast<size_t>(c)]);
+    out.bytes[static_cast<int>(kCat[c])] = Bytes(share[c]) + gathered;
+    if (!sink) continue;
+    if (share[c] > 0) {
+      Note(sink, kCat[c], "ZeRO-3 owned shares (rank 0 of the group)", kShareFormula[c],
+           Inputs({{"dense_shares", dense}, {"expert_shares", w.shares.param_bytes[1]}, {"REP_bytes", rep_bytes},
+                   {"D", x.group(c)}}),
+           Bytes(share[c]));
+    }
+    if (gathered.count() > 0) {
+      const size_t k = static_cast<size_t>(c);
+      Note(sink, kCat[c], "ZeRO-3 gathered units (current + prefetched next, forward and backward)",
+           "max over the rank's chunks and adjacent unit pairs (u, u+1) of the pair's full local bytes",
+           Inputs({{"layer_pairs", w.gather.pairs[k]},
+                   {"embedding_and_next", Add(ends.embedding.bytes[k], w.gather.embedding_then_head
+                                                                         ? head_unit.bytes[k]
+                                                                         : w.gather.after_embedding[k])},
+                   {"previous_and_head", Add(w.gather.before_head[k], head_unit.bytes[k])}}),
+           gathered);
+    }
+  }
+}
+
 }  // namespace
 
 void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink) {
   static constexpr Category kCat[] = {Category::kReplicatedParams, Category::kTpShardedParams,
                                       Category::kEpShardedParams};
   static const char* const kSplit[] = {"", "/t", "/(e*t_e)"};
-  const bool zero3 = l.zero >= 3;
   struct Item {
     const char* name;
     const LocalParams* params;
@@ -31,35 +76,24 @@ void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout&
                         {ends.tied_copy ? "tied head copy on the last stage (padded V)" : "output head (padded V)",
                          &ends.head},
                         {"final norm", &ends.final_norm}};
+  if (l.zero >= 3) {
+    PriceZero3Params(out, w, ends, x, sink);
+    return;
+  }
   for (int c = 0; c < 3; ++c) {
     Bytes sum;
     for (const Item& it : items) {
-      const int64_t elems = ClassSum(*it.params, c);
       const int64_t raw = it.params->bytes[c];
       if (raw == 0) continue;
-      const Bytes b(zero3 ? CeilDiv(raw, x.group(c)) : raw);
-      sum += b;
+      sum += Bytes(raw);
       if (sink) {
-        Note(sink, kCat[c], std::string(it.name),
-             Cat({"sum of P_local * beta_p(tensor dtype)", zero3 ? " / D (ZeRO-3)" : "", "; P_local = P",
-                  kSplit[c]}),
-             Inputs({{"P_local", elems}, {"bytes_local", raw}, {"D", zero3 ? x.group(c) : 1}}), b);
-      }
-    }
-    if (zero3) {
-      // FSDP keeps two units unsharded: the one computing and the prefetched next (MATH.md 2.2).
-      const Bytes gathered(Add(w.top1.params[c], w.top2.params[c]));
-      sum += gathered;
-      if (sink && gathered.count() > 0) {
-        Note(sink, kCat[c], "ZeRO-3 gathered units (the two largest: current + prefetch)",
-             "sum over 2 units of (U*beta_p - ceil(U*beta_p/D))",
-             Inputs({{"unit1_layer", w.top1.layer}, {"unit2_layer", w.top2.layer}, {"D", x.group(c)}}), gathered);
+        Note(sink, kCat[c], std::string(it.name), Cat({"sum of P_local * beta_p(tensor dtype); P_local = P", kSplit[c]}),
+             Inputs({{"P_local", ClassSum(*it.params, c)}, {"bytes_local", raw}, {"D", 1}}), Bytes(raw));
       }
     }
     out.bytes[static_cast<int>(kCat[c])] = sum;
   }
 }
-
 
 void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink) {
   const bool sharded = l.zero >= 2;
@@ -68,20 +102,26 @@ void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layo
     const int64_t elems = Add(StateElements(w, ends, kAdam, expert), StateElements(w, ends, kMuon, expert));
     if (elems == 0) continue;
     const int64_t group = expert ? x.expert_group : x.dense_group;
-    const Bytes b(sharded ? CeilDiv(Mul(elems, x.beta_g), group) : Mul(elems, x.beta_g));
+    // ZeRO 2/3: the owned share of every unit's padded buffers (rank 0 of the group keeps ceil(n/D) of each).
+    const int64_t kept = sharded ? Add(w.shares.elements[kAdam][expert], w.shares.elements[kMuon][expert]) : elems;
+    const Bytes b(Mul(kept, x.beta_g));
     sum += b;
     if (sink) {
       Note(sink, Category::kGradients, expert ? "expert grads" : "dense grads (REP + TP + ends)",
-           sharded ? "P_local * beta_g / D (ZeRO-2/3)" : "P_local * beta_g (full buffer, ZeRO-0/1)",
-           Inputs({{"P_local", elems}, {"beta_g", x.beta_g}, {"D", sharded ? group : 1}}), b);
+           sharded ? "sum over units and buffers of ceil(n/D) * beta_g (ZeRO-2/3: owned shares, rank 0 of the group)"
+                   : "P_local * beta_g (full buffer, ZeRO-0/1)",
+           sharded ? Inputs({{"P_local", elems}, {"kept", kept}, {"beta_g", x.beta_g}, {"D", group}})
+                   : Inputs({{"P_local", elems}, {"beta_g", x.beta_g}, {"D", 1}}),
+           b);
     }
   }
   if (sharded && w.grad_unit.grads > 0) {
     const Bytes b(w.grad_unit.grads);
     sum += b;
     if (sink) {
-      Note(sink, Category::kGradients, "unsharded grads of one unit before its reduce-scatter (largest)",
-           "G_unit - ceil(G_unit/D)", Inputs({{"unit_layer", w.grad_unit.layer}}), b);
+      Note(sink, Category::kGradients,
+           "unsharded grads of one unit, live from its backward to its reduce-scatter (the largest unit)",
+           "U_local * beta_g (every buffer of the unit)", Inputs({{"unit_layer", w.grad_unit.layer}}), b);
     }
   }
   out.bytes[static_cast<int>(Category::kGradients)] = sum;
@@ -104,8 +144,8 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
       if (elems == 0) continue;
       const int64_t group = expert ? x.expert_group : x.dense_group;
       // ZeRO >= 1: each unit's buffer of n elements is padded to a multiple
-      // of D and the busiest rank keeps ceil(n/D) of it (Walk::state_shards).
-      const int64_t kept = sharded ? w.state_shards[o][expert] : elems;
+      // of D and the busiest rank keeps ceil(n/D) of it (Walk::shares).
+      const int64_t kept = sharded ? w.shares.elements[o][expert] : elems;
       const Bytes b(Mul(kept, per_elem));
       sum += b;
       if (sink) {

@@ -65,53 +65,45 @@ void AddInto(LocalParams& into, const LocalParams& x) {
 UnitExtra UnitOf(const LocalParams& e, const Context& x, int64_t layer) {
   UnitExtra u;
   u.layer = layer;
-  int64_t dense = 0;
-  for (int c = 0; c < 3; ++c) {
-    const int64_t elems = ClassSum(e, c);
-    u.params[c] = UnshardedExtra(e.bytes[c], x.group(c));
-    u.params_total = Add(u.params_total, u.params[c]);
-    if (c != kEp) dense = Add(dense, elems);
-  }
-  u.grads = Add(UnshardedExtra(Mul(dense, x.beta_g), x.dense_group),
-                UnshardedExtra(Mul(ClassSum(e, kEp), x.beta_g), x.expert_group));
+  int64_t elements = 0;
+  for (int c = 0; c < 3; ++c) elements = Add(elements, ClassSum(e, c));
+  u.grads = Mul(elements, x.beta_g);
   return u;
 }
 
 void Offer(Walk& w, const UnitExtra& u) {
-  if (u.params_total > w.top1.params_total) {
-    w.top2 = w.top1;
-    w.top1 = u;
-  } else if (u.params_total > w.top2.params_total) {
-    w.top2 = u;
-  }
   if (u.grads > w.grad_unit.grads) w.grad_unit = u;
 }
 
 namespace {
 
-using StateShards = std::array<std::array<int64_t, 2>, 2>;  // [OptimizerKind][dense, expert]
-
 /// ceil(n / D), skipping the division for an empty buffer (most are).
 int64_t Share(int64_t n, int64_t group) { return n == 0 ? 0 : CeilDiv(n, group); }
 
-/// One unit's ZeRO >= 1 state shards: per optimizer, ceil(n / D) of each of
-/// its buffers (the fp32 elements and the rest, dense and expert).
-StateShards UnitState(const LocalParams& unit, const Context& x) {
-  StateShards out{};
+/// One unit's owned shares: per optimizer, ceil(n / D) of each of its buffers
+/// (the fp32 elements and the rest, dense and expert), and their parameter bytes.
+Shares UnitShares(const LocalParams& unit, const Context& x) {
+  Shares out;
   for (int o = 0; o < 2; ++o) {
     const int64_t dense_fp32 = Add(unit.fp32[kRep][o], unit.fp32[kTp][o]);
     const int64_t dense = Add(unit.elements[kRep][o], unit.elements[kTp][o]) - dense_fp32;
     const int64_t expert_fp32 = unit.fp32[kEp][o];
     const int64_t expert = unit.elements[kEp][o] - expert_fp32;
-    out[o][0] = Add(Share(dense, x.dense_group), Share(dense_fp32, x.dense_group));
-    out[o][1] = Add(Share(expert, x.expert_group), Share(expert_fp32, x.expert_group));
+    const int64_t shares[2][2] = {{Share(dense, x.dense_group), Share(dense_fp32, x.dense_group)},
+                                  {Share(expert, x.expert_group), Share(expert_fp32, x.expert_group)}};
+    for (int e = 0; e < 2; ++e) {
+      out.elements[o][e] = Add(shares[e][0], shares[e][1]);
+      if (x.zero3) out.param_bytes[e] = Add(out.param_bytes[e], Add(Mul(shares[e][0], x.beta_p), Mul(shares[e][1], 4)));
+    }
   }
   return out;
 }
 
-void AddState(Walk& w, const StateShards& s) {
-  for (int o = 0; o < 2; ++o) {
-    for (int e = 0; e < 2; ++e) w.state_shards[o][e] = Add(w.state_shards[o][e], s[o][e]);
+/// Adds `n` copies of `s` to the walk's shares.
+void AddShares(Walk& w, const Shares& s, int64_t n) {
+  for (int e = 0; e < 2; ++e) {
+    for (int o = 0; o < 2; ++o) w.shares.elements[o][e] = Add(w.shares.elements[o][e], Mul(s.elements[o][e], n));
+    w.shares.param_bytes[e] = Add(w.shares.param_bytes[e], Mul(s.param_bytes[e], n));
   }
 }
 
@@ -122,7 +114,7 @@ struct LayerMemo {
   const ParamTotals* totals = nullptr;
   LocalParams local;
   UnitExtra unit;
-  StateShards state{};
+  Shares shares;
   int64_t pending = 0;  // layers of a uniform family not yet added to the walk's sums
 };
 
@@ -133,12 +125,12 @@ LayerMemo& Remember(LayerMemo& memo, const ParamTotals& totals, bool uniform, co
     memo.totals = &totals;
     memo.local = LocalOf(totals, l);
     memo.unit = UnitOf(memo.local, x, -1);
-    memo.state = UnitState(memo.local, x);
+    memo.shares = UnitShares(memo.local, x);
   }
   return memo;
 }
 
-/// Adds `n` copies of a memo's parameters and state shards to the walk.
+/// Adds `n` copies of a memo's parameters and shares to the walk.
 void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
   for (int c = 0; c < 3; ++c) {
     for (int o = 0; o < 2; ++o) {
@@ -147,14 +139,12 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
     }
     w.layers.bytes[c] = Add(w.layers.bytes[c], Mul(m.local.bytes[c], n));
   }
-  for (int o = 0; o < 2; ++o) {
-    for (int e = 0; e < 2; ++e) w.state_shards[o][e] = Add(w.state_shards[o][e], Mul(m.state[o][e], n));
-  }
+  AddShares(w, m.shares, n);
 }
 
 }  // namespace
 
-void AddUnitState(Walk& w, const LocalParams& unit, const Context& x) { AddState(w, UnitState(unit, x)); }
+void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x) { AddShares(w, UnitShares(unit, x), 1); }
 
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
               ActivationRates& rates) {
@@ -175,11 +165,11 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
       w.layer_count[f] += 1;
       w.units[f] = Add(w.units[f], in_flight);
       if (!mirrored) w.own_layers[f] += 1;
-      UnitExtra u = e.unit;
-      u.layer = i;
-      Offer(w, u);
+      if (e.unit.grads > w.grad_unit.grads) w.grad_unit = {e.unit.grads, i};
+      if (x.zero3) w.gather.Layer(c, i, e.local.bytes);
     }
     if (!ends) return;
+    if (x.zero3 && c.owns_embedding && c.owns_head && c.first_layer == c.end_layer) w.gather.embedding_then_head = true;
     if (c.owns_embedding) {
       w.embedding = true;
       w.embedding_units = Add(w.embedding_units, in_flight);

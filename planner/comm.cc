@@ -103,16 +103,23 @@ const char* FamilyKey(size_t f) {
   return kKeys[f];
 }
 
+// Collectives issued one per unit: how many, and their payloads' sum.
+struct UnitCalls {
+  Bytes payload;
+  int64_t collectives = 0;
+};
+
 class ItemList {
  public:
   ItemList(const MeshLocality& locality, const Links& links, const CostModel& cost, std::vector<CommItem>* out)
       : locality_(locality), links_(links), cost_(cost), out_(out) {}
 
-  // A symmetric collective: every rank of the group sends and receives the same.
-  void Add(Axis axis, Collective kind, Pass pass, const char* what, Bytes payload, int64_t calls) {
+  // A symmetric collective: every rank of the group sends and receives the
+  // same. Returns the item, or null when it moves nothing.
+  CommItem* Add(Axis axis, Collective kind, Pass pass, const char* what, Bytes payload, int64_t calls) {
     const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
-    if (calls <= 0 || loc.size <= 1 || payload.count() <= 0) return;
-    CommItem item;
+    if (calls <= 0 || loc.size <= 1 || payload.count() <= 0) return nullptr;
+    CommItem& item = out_->emplace_back();  // built in place: the sweep prices millions of items
     item.axis = axis;
     item.kind = kind;
     item.pass = pass;
@@ -124,14 +131,34 @@ class ItemList {
     item.recv = item.send;
     item.seconds = static_cast<double>(calls) * CollectiveSeconds(kind, payload, loc, links_, cost_);
     item.exposed_seconds = item.seconds;
-    out_->push_back(std::move(item));
+    return &item;
+  }
+
+  // Traffic of ZeRO 2/3 issued unit by unit: in each of `rounds` rounds
+  // (micro-batches), `all.collectives` collectives whose payloads sum to
+  // `all.payload`. The item shows one call of the summed payload per round
+  // (the ring sends are linear in the payload and exact on padded buffers);
+  // its seconds count every collective's latency. `edge` is the part of a
+  // round no overlap can hide (CommItem::unhidden_seconds, docs/plan.md).
+  void AddPerUnit(Axis axis, Collective kind, Pass pass, const char* what, const UnitCalls& all, const UnitCalls& edge,
+                  int64_t rounds) {
+    CommItem* item = Add(axis, kind, pass, what, all.payload, rounds);
+    if (item == nullptr) return;
+    const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
+    const double n = static_cast<double>(rounds);
+    item->seconds += n * ExtraLatency(kind, all.collectives, loc);
+    item->exposed_seconds = item->seconds;
+    if (edge.collectives > 0 && edge.payload.count() > 0) {
+      item->unhidden_seconds =
+          n * (CollectiveSeconds(kind, edge.payload, loc, links_, cost_) + ExtraLatency(kind, edge.collectives, loc));
+    }
   }
 
   // Point-to-point: `sends` messages out, `receives` in.
   void AddP2p(Axis axis, Pass pass, const char* what, Bytes payload, int64_t sends, int64_t receives) {
     const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
     if ((sends <= 0 && receives <= 0) || payload.count() <= 0) return;
-    CommItem item;
+    CommItem& item = out_->emplace_back();
     item.axis = axis;
     item.kind = Collective::kSendRecv;
     item.pass = pass;
@@ -143,7 +170,6 @@ class ItemList {
     item.recv = payload * receives;
     item.seconds = static_cast<double>(sends) * CollectiveSeconds(Collective::kSendRecv, payload, loc, links_, cost_);
     item.exposed_seconds = item.seconds;
-    out_->push_back(std::move(item));
   }
 
   // The CP state hand-off of one family in one pass: `sends` messages of
@@ -166,6 +192,12 @@ class ItemList {
   }
 
  private:
+  // `collectives` collectives take one collective of their summed payload
+  // (the wire time is linear in it) plus the ring latency of the others.
+  double ExtraLatency(Collective kind, int64_t collectives, const AxisLocality& loc) const {
+    return static_cast<double>(std::max<int64_t>(0, collectives - 1) * RingSteps(kind, loc.size)) * cost_.latency_s;
+  }
+
   const MeshLocality& locality_;
   Links links_;
   const CostModel& cost_;
@@ -427,15 +459,21 @@ struct DpBuffers {
   std::array<int64_t, 2> padded{};       // [dense, expert]: sum of n_pad (grads, beta_g each)
   std::array<int64_t, 2> param_bytes{};  // sum of n_pad * the buffer's element bytes (param gathers)
   std::array<int64_t, 2> muon{};         // sum of n_pad over Muon buffers (momentum gathers)
+  std::array<int64_t, 2> units{};        // units with a dense / expert buffer: ZeRO 2/3 collectives per round
   int64_t replicated = 0;                // REP elements (norms, router): the SP all-reduce over TP
+  int64_t replicated_padded = 0;         // sum over units of RoundUp(REP_u, t): ZeRO 2/3 reduce them unit by unit
+  int64_t replicated_units = 0;          // units with REP elements
 
   DpBuffers& operator+=(const DpBuffers& o) {
     for (size_t g = 0; g < 2; ++g) {
       padded[g] = CheckedAdd(padded[g], o.padded[g]);
       param_bytes[g] = CheckedAdd(param_bytes[g], o.param_bytes[g]);
       muon[g] = CheckedAdd(muon[g], o.muon[g]);
+      units[g] = CheckedAdd(units[g], o.units[g]);
     }
     replicated = CheckedAdd(replicated, o.replicated);
+    replicated_padded = CheckedAdd(replicated_padded, o.replicated_padded);
+    replicated_units = CheckedAdd(replicated_units, o.replicated_units);
     return *this;
   }
   DpBuffers Times(int64_t n) const {
@@ -444,8 +482,11 @@ struct DpBuffers {
       out.padded[g] = CheckedMul(padded[g], n);
       out.param_bytes[g] = CheckedMul(param_bytes[g], n);
       out.muon[g] = CheckedMul(muon[g], n);
+      out.units[g] = CheckedMul(units[g], n);
     }
     out.replicated = CheckedMul(replicated, n);
+    out.replicated_padded = CheckedMul(replicated_padded, n);
+    out.replicated_units = CheckedMul(replicated_units, n);
     return out;
   }
 };
@@ -454,6 +495,7 @@ struct DpBuffers {
 struct DpGroups {
   std::array<int64_t, 2> size{};  // D: [dense d*c, expert d_e]
   int64_t beta_p = 2;
+  int64_t tp = 1;                 // the replicated gradients' all-reduce is padded to a multiple of t
 };
 
 // The padded buffers of one unit.
@@ -474,22 +516,39 @@ DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
         const int64_t n_pad = RoundUp(n[g][wide], dg.size[g]);
         b.padded[g] = CheckedAdd(b.padded[g], n_pad);
         b.param_bytes[g] = CheckedAdd(b.param_bytes[g], CheckedMul(n_pad, wide ? 4 : dg.beta_p));
+        b.units[g] = 1;
         if (o == static_cast<int>(OptimizerKind::kMuon)) b.muon[g] = CheckedAdd(b.muon[g], n_pad);
       }
     }
   }
+  if (b.replicated > 0) {
+    b.replicated_padded = RoundUp(b.replicated, dg.tp);
+    b.replicated_units = 1;
+  }
   return b;
 }
+
+// The buffers of a rank's units, and (ZeRO 2/3 only) of the units at the
+// ends of its chunks: the first unit of a chunk (the embedding or its first
+// layer) runs first in forward and last in backward, the last unit (the head
+// or its last layer) the other way round. Summed over the rank's chunks.
+struct RankBuffers {
+  DpBuffers all;
+  DpBuffers first;
+  DpBuffers last;
+};
 
 // The units of a rank in the executor's order: per chunk the embedding, each
 // layer, the head with the final norm. Layers of one family usually have equal
 // totals: each family's last buffers are remembered, and a uniform family's
 // are multiplied by its layer count (the sweep prices every layout; divisions
 // are its cost).
-DpBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks) {
-  DpBuffers b;
+RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks) {
+  RankBuffers rb;
+  const bool edges = l.zero >= 2;
+  DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
-  const DpGroups dg{{CheckedMul(l.dp, l.cp), std::max<int64_t>(1, l.expert_dp())}, s.param};
+  const DpGroups dg{{CheckedMul(l.dp, l.cp), std::max<int64_t>(1, l.expert_dp())}, s.param, l.tp};
   struct Memo {
     const ParamTotals* totals = nullptr;
     DpBuffers buffers;
@@ -497,12 +556,15 @@ DpBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const
   };
   std::array<Memo, 5> memo{};
   for (const RankChunk& c : chunks) {
+    const int64_t first = c.range.first_layer, end = c.range.end_layer;
+    DpBuffers embedding, head;
     if (c.range.owns_embedding) {
       LocalUnit u;
       AddEndTensor(inv.embedding, inv, l, &u);
-      b += UnitBuffers(u, dg);
+      embedding = UnitBuffers(u, dg);
+      b += embedding;
     }
-    for (int64_t i = c.range.first_layer; i < c.range.end_layer; ++i) {
+    for (int64_t i = first; i < end; ++i) {
       const Layer& layer = inv.layers.at(static_cast<size_t>(i));
       const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
       Memo& last = memo[f];
@@ -515,6 +577,8 @@ DpBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const
       } else {
         b += last.buffers;
       }
+      if (edges && i == first && !c.range.owns_embedding) rb.first += last.buffers;
+      if (edges && i + 1 == end && !c.range.owns_head) rb.last += last.buffers;
     }
     if (c.range.owns_head) {
       LocalUnit u;
@@ -524,18 +588,34 @@ DpBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const
       // A tied head on a single-stage pipeline shares the embedding tensor;
       // with pp > 1 the last stage keeps a second copy (MATH.md 1.1).
       if (m.tie_embeddings && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
-      b += UnitBuffers(u, dg);
+      head = UnitBuffers(u, dg);
+      b += head;
     }
+    if (!edges) continue;
+    // A chunk of no layers: its ends are each other's neighbours.
+    if (c.range.owns_embedding) rb.first += embedding;
+    if (first == end && !c.range.owns_embedding) rb.first += head;
+    if (c.range.owns_head) rb.last += head;
+    if (first == end && !c.range.owns_head) rb.last += embedding;
   }
   for (const Memo& family : memo) {
     if (family.pending > 0) b += family.buffers.Times(family.pending);
   }
-  return b;
+  return rb;
 }
 
-// Gradient synchronisation, parameter gathers and optimizer communication,
-// once per step (MATH.md 7.2 "DP", "Muon extra"; 2.2 for the groups), on the
-// padded flat buffers of the distributed optimizer (DpBuffers).
+// Gradient synchronisation, parameter gathers and optimizer communication
+// (MATH.md 7.2 "DP", "Muon extra"; 2.2 for the groups), on the padded flat
+// buffers of the distributed optimizer (DpBuffers), as the executor runs them
+// (simulator/dist_optimizer.h):
+// - ZeRO 0: all-reduce of the grads; ZeRO 1: reduce-scatter of the grads and
+//   all-gather of the params once per step.
+// - ZeRO 2 (DeepSpeed stage 2): each unit's grads are reduce-scattered right
+//   after its backward in every micro-batch (with SP its replicated grads are
+//   all-reduced over TP first); params gathered once per step as ZeRO 1.
+// - ZeRO 3 (FSDP, reshard after forward): grads as ZeRO 2; each unit's params
+//   are all-gathered before its forward and again before its backward in
+//   every micro-batch, and not after the step.
 void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
                   const std::vector<RankChunk>& chunks, ItemList* items) {
   ParamTotals p;
@@ -547,30 +627,41 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   }
   const ModelConfig& m = inv.recipe.model;
   const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
-  const DpBuffers buffers = BuffersOf(inv, l, s, chunks);
-  const int64_t mb = l.micro_batches;
+  const RankBuffers rb = BuffersOf(inv, l, s, chunks);
+  const DpBuffers& buffers = rb.all;
+  // Per-unit traffic runs in every micro-batch of a chunk; ChunksOn gives all
+  // chunks of a rank the same count (m, DualPipe m/2).
+  const int64_t rounds = chunks.empty() ? 0 : chunks.front().microbatches;
+  const bool per_unit_grads = l.zero >= 2;
 
   struct Group {
     Axis axis;
-    int index;
+    size_t index;
     const char* grads;
     const char* params;
   };
   const Group groups[] = {{Axis::kDpCp, 0, "grads", "params"}, {Axis::kExpertDp, 1, "expert_grads", "expert_params"}};
   for (const Group& g : groups) {
-    const Bytes grads = BytesOf(buffers.padded[static_cast<size_t>(g.index)], s.grad);
-    const Bytes params(buffers.param_bytes[static_cast<size_t>(g.index)]);
+    const size_t k = g.index;
+    const auto grads = [&](const DpBuffers& b) { return UnitCalls{BytesOf(b.padded[k], s.grad), b.units[k]}; };
+    const auto params = [&](const DpBuffers& b) { return UnitCalls{Bytes(b.param_bytes[k]), b.units[k]}; };
     if (l.zero == 0) {
-      items->Add(g.axis, Collective::kAllReduce, Pass::kOptimizer, g.grads, grads, 1);
+      items->Add(g.axis, Collective::kAllReduce, Pass::kOptimizer, g.grads, grads(buffers).payload, 1);
+    } else if (!per_unit_grads) {
+      items->Add(g.axis, Collective::kReduceScatter, Pass::kOptimizer, g.grads, grads(buffers).payload, 1);
     } else {
-      items->Add(g.axis, Collective::kReduceScatter, Pass::kOptimizer, g.grads, grads, 1);
-      if (l.zero == 3) {
-        // FSDP reshard_after_forward: gather before forward and again before backward, every micro-batch.
-        items->Add(g.axis, Collective::kAllGather, Pass::kForward, g.params, params, mb);
-        items->Add(g.axis, Collective::kAllGather, Pass::kBackward, g.params, params, mb);
-      } else {
-        items->Add(g.axis, Collective::kAllGather, Pass::kOptimizer, g.params, params, 1);
-      }
+      // The chunk's first unit is reduced last, after the chunk's backward.
+      items->AddPerUnit(g.axis, Collective::kReduceScatter, Pass::kBackward, g.grads, grads(buffers), grads(rb.first),
+                        rounds);
+    }
+    if (l.zero == 3) {
+      // Prefetched one unit ahead: the first unit of each pass waits for its gather.
+      items->AddPerUnit(g.axis, Collective::kAllGather, Pass::kForward, g.params, params(buffers), params(rb.first),
+                        rounds);
+      items->AddPerUnit(g.axis, Collective::kAllGather, Pass::kBackward, g.params, params(buffers), params(rb.last),
+                        rounds);
+    } else if (l.zero >= 1) {
+      items->Add(g.axis, Collective::kAllGather, Pass::kOptimizer, g.params, params(buffers).payload, 1);
     }
   }
 
@@ -593,8 +684,15 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
 
   // With SP each TP rank holds partial gradients of replicated params
   // (norms, router): one coalesced all-reduce over TP (MATH.md 7.2), padded
-  // to a multiple of t like the DP buffers.
-  if (EffectiveSp(inv, l)) {
+  // to a multiple of t like the DP buffers; ZeRO 2/3 all-reduce each unit's
+  // before its reduce-scatter, in every micro-batch.
+  if (EffectiveSp(inv, l) && per_unit_grads) {
+    const auto rep = [&](const DpBuffers& b) {
+      return UnitCalls{BytesOf(b.replicated_padded, s.grad), b.replicated_units};
+    };
+    items->AddPerUnit(Axis::kTp, Collective::kAllReduce, Pass::kBackward, "replicated_grads", rep(buffers),
+                      rep(rb.first), rounds);
+  } else if (EffectiveSp(inv, l)) {
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads",
                BytesOf(RoundUp(buffers.replicated, l.tp), s.grad), 1);
   }

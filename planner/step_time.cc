@@ -38,8 +38,13 @@ bool IsGradSync(const CommItem& i) {
 bool IsParamGather(const CommItem& i) {
   return i.pass == Pass::kOptimizer && (i.what == "params" || i.what == "expert_params");
 }
-bool IsZero3Gather(const CommItem& i) {
-  return i.pass != Pass::kOptimizer && (i.what == "params" || i.what == "expert_params");
+// ZeRO 2/3 traffic issued unit by unit in every micro-batch: the parameter
+// gathers (ZeRO 3, forward and backward) and the gradient reductions after
+// each unit's backward (the DP reduce-scatters, the SP all-reduce over TP).
+bool IsPerUnit(const CommItem& i) {
+  if (i.pass == Pass::kOptimizer) return false;
+  if (i.what == "params" || i.what == "expert_params") return true;
+  return i.pass == Pass::kBackward && (i.what == "grads" || i.what == "expert_grads" || i.what == "replicated_grads");
 }
 
 // Time of one gradient bucket on the item's group: the part of the reduce
@@ -95,8 +100,8 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     const double compute_step = fwd_step + bwd_step + re_step;
     double exposed_in_pipeline = 0;  // TP + CP + EP exposed, per step
     std::vector<CommItem*> grads, gathers;
-    double grads_bucket = 0, gathers_bucket = 0, zero3 = 0, zero3_s = 0, opt_other = 0;
-    std::vector<CommItem*> zero3_items;
+    double grads_bucket = 0, gathers_bucket = 0, opt_other = 0;
+    std::array<std::vector<CommItem*>, 2> per_unit;  // [forward, backward]
     double ep_s = 0;
     std::vector<CommItem*> ep_items;
     auto& axis_acc = by_axis[static_cast<size_t>(r)];
@@ -122,9 +127,8 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
         gathers.push_back(&i);
         gathers_bucket = std::max(gathers_bucket, BucketSeconds(i, inv, cost));
         continue;
-      } else if (IsZero3Gather(i)) {
-        zero3_items.push_back(&i);
-        zero3_s += i.seconds;
+      } else if (IsPerUnit(i)) {
+        per_unit[i.pass == Pass::kForward ? 0 : 1].push_back(&i);
         continue;
       } else if (dual && (i.axis == Axis::kEp || i.axis == Axis::kExpertTp)) {
         ep_items.push_back(&i);
@@ -145,12 +149,24 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
       exposed_in_pipeline += ep_exposed;
       for (const CommItem* i : ep_items) axis_acc[static_cast<size_t>(i->axis)] += i->exposed_seconds;
     }
-    // ZeRO-3 gathers prefetch under the micro-batch's compute.
-    if (!zero3_items.empty()) {
-      zero3 = std::max(0.0, zero3_s - compute_step);
-      Distribute(zero3_items, zero3);
-      exposed_in_pipeline += zero3;
-      for (const CommItem* i : zero3_items) axis_acc[static_cast<size_t>(i->axis)] += i->exposed_seconds;
+    // ZeRO 2/3 unit by unit, as DeepSpeed (overlap_comm) and FSDP run it: a
+    // pass's collectives run on their own stream beside the pass's compute,
+    // a gather prefetched one unit ahead, a unit's reduce during the next
+    // unit's backward. Exposed: what exceeds the pass's compute, and at least
+    // what waits for nothing to hide under (each chunk's first gather and last
+    // reduce in every micro-batch: CommItem::unhidden_seconds).
+    const double windows[2] = {fwd_step, bwd_step + re_step};
+    for (size_t pass = 0; pass < 2; ++pass) {
+      if (per_unit[pass].empty()) continue;
+      double total = 0, floor = 0;
+      for (const CommItem* i : per_unit[pass]) {
+        total += i->seconds;
+        floor += i->unhidden_seconds;
+      }
+      const double e = std::max(floor, total - windows[pass]);
+      Distribute(per_unit[pass], e);
+      exposed_in_pipeline += e;
+      for (const CommItem* i : per_unit[pass]) axis_acc[static_cast<size_t>(i->axis)] += i->exposed_seconds;
     }
     // Gradient reduce overlaps the last micro-batch's backward except the
     // last bucket; the parameter gather overlaps the next step's forward

@@ -91,19 +91,22 @@ TEST(Sharding, DenseAndExpertStateUseTheirOwnGroups) {
   EXPECT_EQ(m.of(Category::kOptimizerMuon).count(), 10'000);
   EXPECT_EQ(m.of(Category::kOptimizerAdamW).count(), 1'500);
   EXPECT_EQ(m.of(Category::kGradients).count(), 28'000);
-  // ZeRO-2: grads (1000+2000)*4/8 + 4000*4/4 = 1500 + 4000, plus the one
-  // unit (this layer) unsharded beyond its shard: 12000 - 1500 + 16000 - 4000 = 22,500.
+  // ZeRO-2: the owned shares, ceil(n/D) of each buffer: dense AdamW 1000/8 =
+  // 125, dense Muon 2000/8 = 250, expert Muon 4000/4 = 1000 elements, * 4 B =
+  // 1500 + 4000; plus the one unit (this layer) unsharded while its backward
+  // runs: (1000 + 2000 + 4000) * 4 = 28,000.
   l.zero = 2;
   m = EstimateRank(inv, l, EqualStagePlan(1, 1, 1), 0);
-  EXPECT_EQ(m.of(Category::kGradients).count(), 1'500 + 4'000 + 22'500);
-  // ZeRO-3: params sharded, REP 2000/8 = 250, TP 4000/8 = 500, EP 8000/4 = 2000,
-  // plus the gathered unit (the layer): 1750 + 3500 + 6000 -> back to the
-  // unsharded 2000, 4000, 8000 per class.
+  EXPECT_EQ(m.of(Category::kGradients).count(), 1'500 + 4'000 + 28'000);
+  // ZeRO-3: the owned parameter shares, dense (1000 + 2000) * 2 / 8 = 750
+  // (shown as ceil(REP 2000 / 8) = 250 replicated and 500 TP), expert
+  // 4000 * 2 / 4 = 2000; plus the gathered unit, a one-unit chunk: the layer
+  // in full, 2000 / 4000 / 8000 per class. The shares stay while it is gathered.
   l.zero = 3;
   m = EstimateRank(inv, l, EqualStagePlan(1, 1, 1), 0);
-  EXPECT_EQ(m.of(Category::kReplicatedParams).count(), 2'000);
-  EXPECT_EQ(m.of(Category::kTpShardedParams).count(), 4'000);
-  EXPECT_EQ(m.of(Category::kEpShardedParams).count(), 8'000);
+  EXPECT_EQ(m.of(Category::kReplicatedParams).count(), 250 + 2'000);
+  EXPECT_EQ(m.of(Category::kTpShardedParams).count(), 500 + 4'000);
+  EXPECT_EQ(m.of(Category::kEpShardedParams).count(), 2'000 + 8'000);
 }
 
 TEST(Verdict, FitsHeadroomAndReason) {

@@ -1,6 +1,7 @@
 // Communication volumes per step against hand counts and the Megatron
 // papers. The tiny model's sizes are in planner_tiny_model.h; every product
 // is written out beside the expected value.
+#include <algorithm>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -331,6 +332,116 @@ TEST(PlannerComm, DataParallelPaddedBuffersDdp) {
   EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, "grads"), 808144);
   EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllReduce, Pass::kOptimizer, "expert_grads"), 131104);
   EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather"), 0);
+}
+
+// ZeRO 2 (DeepSpeed stage 2; simulator/dist_optimizer.h): each unit's grads
+// are reduce-scattered after its backward in every micro-batch, so the grads
+// payload above moves m = 2 times, in pass backward: 2 * 404072 = 808144
+// dense, 2 * 65552 = 131104 expert. The parameters are gathered once per step
+// as with ZeRO 1 (202060, 32776), and the Muon gathers are ZeRO 1's.
+TEST(PlannerComm, ZeroTwoReducesEveryMicroBatch) {
+  auto l = TinyLayout(1, 1, 3, 1, 2);
+  l.zero = 2;
+  const auto p = Price(OddDpInventory(), l);
+  const auto& sc = p.comm[0];
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, "grads"), 2 * 404072);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kReduceScatter, Pass::kBackward, "expert_grads"), 2 * 65552);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 0);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 202060);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "expert_params"), 32776);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather"), 65552);
+}
+
+// ZeRO 3 (FSDP, reshard after forward): grads as ZeRO 2; each unit's params
+// are gathered before its forward and again before its backward in every
+// micro-batch (2 * 202060 dense, 2 * 32776 expert per pass), none after the step.
+TEST(PlannerComm, ZeroThreeGathersEveryMicroBatchBothPasses) {
+  auto l = TinyLayout(1, 1, 3, 1, 2);
+  l.zero = 3;
+  const auto p = Price(OddDpInventory(), l);
+  const auto& sc = p.comm[0];
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, "grads"), 2 * 404072);
+  for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+    EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, pass, "params"), 2 * 202060);
+    EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, pass, "expert_params"), 2 * 32776);
+  }
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 0);
+}
+
+// Time of the unit-by-unit traffic (docs/plan.md): one collective per unit
+// and group, each paying the ring latency alpha * (n - 1) = 8 us * 2 on the
+// 3-rank group inside a node (NVLink 0.8 * 450 GB/s), and its wire time
+// (2/3 of the payload). The forward gathers of the dense buffers: 4 units
+// (embedding, M, E, head) per micro-batch, 303090 B in all; the first unit's
+// gather (the embedding: 65538 * 2 B) waits for nothing to hide under.
+TEST(PlannerComm, ZeroThreeGatherTimeCountsEveryUnit) {
+  auto l = TinyLayout(1, 1, 3, 1, 2);
+  l.zero = 3;
+  const auto p = Price(OddDpInventory(), l);
+  const double bw = 0.8 * 450e9, alpha = 8e-6;
+  bool seen = false;
+  for (const CommItem& i : p.comm[0].items) {
+    if (i.axis != Axis::kDpCp || i.what != "params" || i.pass != Pass::kForward) continue;
+    seen = true;
+    EXPECT_NEAR(i.seconds, 2 * (4 * 2 * alpha + 202060 / bw), 1e-12);
+    EXPECT_NEAR(i.unhidden_seconds, 2 * (2 * alpha + 87384 / bw), 1e-12);
+  }
+  EXPECT_TRUE(seen);
+  // In backward the first gather is the head's (65601 * 2 B, 2/3 of it 87468 B).
+  for (const CommItem& i : p.comm[0].items) {
+    if (i.axis == Axis::kDpCp && i.what == "params" && i.pass == Pass::kBackward) {
+      EXPECT_NEAR(i.unhidden_seconds, 2 * (2 * alpha + 87468 / bw), 1e-12);
+    }
+    // The last reduce-scatter of a micro-batch's backward is the embedding's
+    // (65538 * 4 B, 2/3 of it 174768 B).
+    if (i.axis == Axis::kDpCp && i.what == "grads") {
+      EXPECT_NEAR(i.unhidden_seconds, 2 * (2 * alpha + 174768 / bw), 1e-12);
+    }
+  }
+}
+
+// The overlap rule (docs/plan.md): per pass, the unit-by-unit traffic hides
+// under the pass's compute except what waits for nothing (unhidden_seconds);
+// exposed = max(sum of unhidden, sum of seconds - the pass's compute).
+TEST(PlannerComm, ZeroThreeExposedTimeIsTheFloorOrTheExcess) {
+  auto l = TinyLayout(1, 1, 3, 1, 2);
+  l.zero = 3;
+  const auto p = Price(OddDpInventory(), l);
+  const StageTime& st = p.time.stages[0];
+  double seconds[2] = {0, 0}, floor[2] = {0, 0}, exposed[2] = {0, 0};
+  for (const CommItem& i : p.comm[0].items) {
+    const bool per_unit = (i.what == "params" || i.what == "expert_params" || i.what == "grads" ||
+                           i.what == "expert_grads") && i.pass != Pass::kOptimizer;
+    if (!per_unit) continue;
+    const size_t k = i.pass == Pass::kForward ? 0 : 1;
+    seconds[k] += i.seconds;
+    floor[k] += i.unhidden_seconds;
+    exposed[k] += i.exposed_seconds;
+  }
+  const double window[2] = {2 * st.forward_s, 2 * (st.backward_s + st.recompute_s)};
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_GT(floor[k], 0.0);
+    EXPECT_NEAR(exposed[k], std::max(floor[k], seconds[k] - window[k]), 1e-12);
+  }
+}
+
+// With SP, ZeRO 2/3 all-reduce each unit's replicated grads over TP before
+// its reduce-scatter, each padded to a multiple of t, in every micro-batch:
+// "AD" with the norms cut to 61 and 62: A 61 -> 64, D 62 -> 64, head's final
+// norm 64 (the embedding has none): 192 fp32 = 768 B per micro-batch,
+// 2 * 3/4 * 768 = 1152; 3 micro-batches: 3456. (ZeRO 1 pads the stage's sum
+// once: 61 + 62 + 64 = 187 -> 188, 2 * 3/4 * 752 = 1128.)
+TEST(PlannerComm, ZeroTwoReplicatedGradsPerUnit) {
+  auto inv = TinyInventory("AD");
+  inv.layers[0].totals.elements[0][0] = 61;
+  inv.layers[1].totals.elements[0][0] = 62;
+  auto l = TinyLayout(4, 1, 1, 1, 3);
+  l.sp = true;
+  EXPECT_EQ(Sent(Price(inv, l).comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 1128);
+  l.zero = 2;
+  const auto p = Price(inv, l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kBackward, "replicated_grads"), 3456);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 0);
 }
 
 // SP all-reduce of the replicated grads over TP, padded to a multiple of t:

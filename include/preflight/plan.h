@@ -262,6 +262,10 @@ struct CommItem {
   Bytes recv;             // ring/a2a symmetric: == send; p2p: what the rank receives
   double seconds = 0;     // all calls, before overlap
   double exposed_seconds = 0;  // after the overlap assumptions (docs/plan.md)
+  /// Of `seconds`, the part no overlap can hide, the floor of exposed_seconds;
+  /// set for traffic issued unit by unit (ZeRO 2/3: the collectives of each
+  /// chunk's first or last unit, docs/plan.md "overlap rules"), else 0.
+  double unhidden_seconds = 0;
 };
 
 struct StageComm {
