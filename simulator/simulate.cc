@@ -256,6 +256,10 @@ class RankProgram {
     }
     DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
     optimizer_ = std::make_unique<DistOptimizer<T>>(ctx_, dg, units, spec_.optim);
+    // Blocks build full parameters and gradients that ZeRO 2/3 shard at once
+    // (DeepSpeed zero.Init / FSDP's meta-device init never hold them): the
+    // step's peaks start from the sharded state.
+    ctx_.rank->memory().ResetPeaks();
 
     const std::vector<PipeOp> ops = PipelineSchedule(spec_.recipe->parallel.schedule, spec_.topo.pp, spec_.vpp,
                                                      spec_.microbatches, coord_.pp);

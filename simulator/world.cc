@@ -65,6 +65,12 @@ void MemoryTracker::Add(SimCategory c, int64_t bytes, const std::string& owner) 
   peak_total_ = std::max(peak_total_, live_total_);
 }
 
+void MemoryTracker::ResetPeaks() {
+  peak_ = live_;
+  peak_total_ = live_total_;
+  activations_at_peak_ = activations_live_;
+}
+
 void MemoryTracker::Remove(SimCategory c, int64_t bytes, const std::string& owner) {
   live_[static_cast<int>(c)] -= bytes;
   live_total_ -= bytes;

@@ -67,6 +67,9 @@ class MemoryTracker {
   int64_t live(SimCategory c) const { return live_[static_cast<int>(c)]; }
   int64_t peak(SimCategory c) const { return peak_[static_cast<int>(c)]; }
   int64_t peak_total() const { return peak_total_; }
+  /// Starts the peaks afresh from what is live now (the training step
+  /// begins: what building the model held before sharding does not count).
+  void ResetPeaks();
   int64_t live_total() const { return live_total_; }
 
  private:
