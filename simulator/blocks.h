@@ -226,6 +226,18 @@ Mat<T> RmsNormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* rstd
 template <class T>
 Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, const Mat<T>& w, Mat<T>* dw);
 
+/// The pre-norm prologue of a block x <- x + F(RMSNorm(x)): keeps x and n =
+/// RMSNorm(x) (ctx.bytes.activation per element) and rstd (fp32, 4 B) as
+/// activations for the backward, allocated in that order.
+template <class T>
+void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
+                 Tensor<T>* saved_rstd);
+
+/// The input of a TP region, CopyToTpForward(local) (all rows under SP), held
+/// as a temporary of ctx.bytes.activation per element.
+template <class T>
+Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local);
+
 /// SwiGLU z = silu(a) * u and its backward (MATH.md 8.1).
 template <class T>
 Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u);

@@ -254,6 +254,22 @@ Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, co
   return dx;
 }
 
+template <class T>
+void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
+                 Tensor<T>* saved_rstd) {
+  const SimCategory act = SimCategory::kActivations;
+  const int64_t ab = ctx.bytes.activation;
+  *saved_x = Tensor<T>(ctx.mem(), act, ab, x);
+  Mat<T> rstd;
+  *saved_n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, w, eps, &rstd));
+  *saved_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rstd));
+}
+
+template <class T>
+Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local) {
+  return Tensor<T>(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, CopyToTpForward(ctx, local));
+}
+
 #define PREFLIGHT_INSTANTIATE(T)                                                                                \
   template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, \
                                                   Init, uint64_t, double, int64_t, std::vector<int64_t>);      \
@@ -265,7 +281,10 @@ Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, co
   template Mat<T> ReduceFromTpForward<T>(Ctx&, const Mat<T>&);                                                 \
   template Mat<T> ReduceFromTpBackward<T>(Ctx&, const Mat<T>&);                                                \
   template Mat<T> RmsNormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                            \
-  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);
+  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);     \
+  template void SavePreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*,             \
+                               Tensor<T>*);                                                                    \
+  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)
 #undef PREFLIGHT_INSTANTIATE
