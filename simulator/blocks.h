@@ -149,6 +149,10 @@ enum class ShardKind {
 /// Which dimension a shard kind splits: true = columns.
 bool SplitsColumns(ShardKind k);
 
+/// The memory category a parameter of shard kind `k` is charged to:
+/// replicated, TP-sharded or EP-sharded parameters.
+SimCategory ParamCategory(ShardKind k);
+
 /// Ranges [offset, offset + length) of the split dimension that shard `index`
 /// of `parts` holds, in local order. A packed tensor (Mamba in_proj =
 /// [z, x, B, C, dt], conv channels = [x, B, C]) lists its `segments` (global

@@ -54,17 +54,6 @@ int64_t ParamElementBytes(const Param<T>& p) {
   return p.value.m.size() == 0 ? 0 : p.value.alloc.bytes() / p.value.m.size();
 }
 
-SimCategory CategoryOf(ShardKind k) {
-  switch (k) {
-    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
-    case ShardKind::kColumns:
-    case ShardKind::kRows: return SimCategory::kTpShardedParams;
-    case ShardKind::kExpertColumns:
-    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
-  }
-  return SimCategory::kReplicatedParams;
-}
-
 bool TpSharded(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kRows; }
 bool ExpertSharded(ShardKind k) { return k == ShardKind::kExpertColumns || k == ShardKind::kExpertRows; }
 
@@ -165,7 +154,7 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
         std::array<int64_t, kNumSimCategories> share_bytes{};
         for (Param<T>* p : b.params) {
           const int64_t first = std::max(at, b.own_first), end = std::min(at + p->value.m.size(), b.own_first + b.own_real);
-          if (end > first) share_bytes[static_cast<size_t>(CategoryOf(p->shard))] += (end - first) * b.param_bytes;
+          if (end > first) share_bytes[static_cast<size_t>(ParamCategory(p->shard))] += (end - first) * b.param_bytes;
           at += p->value.m.size();
           p->value.alloc.Release();
         }
@@ -244,7 +233,9 @@ void DistOptimizer<T>::GatherUnit(Ctx& ctx, size_t unit) {
   std::array<int64_t, kNumSimCategories> bytes{};
   for (Buffer& b : units_[unit]) {
     GatherParams(ctx, b, /*into_values=*/true);
-    for (Param<T>* p : b.params) bytes[static_cast<size_t>(CategoryOf(p->shard))] += p->value.m.size() * b.param_bytes;
+    for (Param<T>* p : b.params) {
+      bytes[static_cast<size_t>(ParamCategory(p->shard))] += p->value.m.size() * b.param_bytes;
+    }
   }
   for (int c = 0; c < kNumSimCategories; ++c) {
     if (bytes[static_cast<size_t>(c)] > 0) gathered_[unit].emplace_back(ctx.mem(), static_cast<SimCategory>(c), bytes[static_cast<size_t>(c)]);

@@ -17,17 +17,6 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
-SimCategory ParamCategory(ShardKind k) {
-  switch (k) {
-    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
-    case ShardKind::kColumns:
-    case ShardKind::kRows: return SimCategory::kTpShardedParams;
-    case ShardKind::kExpertColumns:
-    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
-  }
-  return SimCategory::kReplicatedParams;
-}
-
 std::vector<int64_t> RowCounts(int n, int64_t rows_each, int64_t cols) {
   return std::vector<int64_t>(static_cast<size_t>(n), rows_each * cols);
 }
@@ -89,6 +78,17 @@ OptimizerKind OptimizerFor(ParamRole role, const OptimizerConfig& config) {
     case ParamRole::kVector: return OptimizerKind::kAdamW;
   }
   return OptimizerKind::kAdamW;
+}
+
+SimCategory ParamCategory(ShardKind k) {
+  switch (k) {
+    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
+    case ShardKind::kColumns:
+    case ShardKind::kRows: return SimCategory::kTpShardedParams;
+    case ShardKind::kExpertColumns:
+    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
+  }
+  return SimCategory::kReplicatedParams;
 }
 
 bool SplitsColumns(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kExpertColumns; }
