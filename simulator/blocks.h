@@ -161,6 +161,12 @@ SimCategory ParamCategory(ShardKind k);
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::vector<int64_t>& segments, int parts,
                                                      int index);
 
+/// Writes shard `index` of `parts` (its ShardRanges of the dimension `kind`
+/// splits, in local order) into `global`, which has the tensor's shape.
+template <class T>
+void PutShard(ShardKind kind, const std::vector<int64_t>& segments, int parts, int index, const Mat<T>& shard,
+              Mat<T>* global);
+
 /// The global tensor assembled from the shards of `parts` ranks, shard i
 /// holding ShardRanges(..., i) of the split dimension.
 Mat<double> AssembleShards(ShardKind kind, int64_t rows, int64_t cols, const std::vector<int64_t>& segments,

@@ -57,21 +57,6 @@ int64_t ParamElementBytes(const Param<T>& p) {
 bool TpSharded(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kRows; }
 bool ExpertSharded(ShardKind k) { return k == ShardKind::kExpertColumns || k == ShardKind::kExpertRows; }
 
-/// Places a local shard (`index` of `parts`) into a global matrix.
-template <class T>
-void PutShard(const Param<T>& p, const Mat<T>& local, int parts, int index, Mat<T>* global) {
-  const bool by_cols = SplitsColumns(p.shard);
-  int64_t at = 0;
-  for (const auto& [offset, len] : ShardRanges(by_cols ? p.cols : p.rows, p.segments, parts, index)) {
-    if (by_cols) {
-      global->middleCols(offset, len) = local.middleCols(at, len);
-    } else {
-      global->middleRows(offset, len) = local.middleRows(at, len);
-    }
-    at += len;
-  }
-}
-
 template <class T>
 Mat<T> TakeShard(const Param<T>& p, const Mat<T>& global, int parts, int index) {
   const bool by_cols = SplitsColumns(p.shard);
@@ -352,7 +337,7 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
         Mat<T> piece(local[i].rows(), local[i].cols());
         std::copy(gathered_parts[static_cast<size_t>(r)].begin() + part_at,
                   gathered_parts[static_cast<size_t>(r)].begin() + part_at + piece.size(), piece.data());
-        PutShard(p, piece, parts, r, &global);
+        PutShard(p.shard, p.segments, parts, r, piece, &global);
       }
       part_at += local[i].size();
     } else {

@@ -106,24 +106,27 @@ std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::
   return out;
 }
 
+template <class T>
+void PutShard(ShardKind kind, const std::vector<int64_t>& segments, int parts, int index, const Mat<T>& shard,
+              Mat<T>* global) {
+  const bool by_cols = SplitsColumns(kind);
+  int64_t at = 0;  // position in the shard
+  for (const auto& [offset, len] : ShardRanges(by_cols ? global->cols() : global->rows(), segments, parts, index)) {
+    if (by_cols) {
+      global->middleCols(offset, len) = shard.middleCols(at, len);
+    } else {
+      global->middleRows(offset, len) = shard.middleRows(at, len);
+    }
+    at += len;
+  }
+}
+
 Mat<double> AssembleShards(ShardKind kind, int64_t rows, int64_t cols, const std::vector<int64_t>& segments,
                            const std::vector<const Mat<double>*>& shards) {
   if (kind == ShardKind::kReplicated || shards.size() == 1) return *shards.at(0);
-  const bool by_cols = SplitsColumns(kind);
   const int parts = static_cast<int>(shards.size());
   Mat<double> m(rows, cols);
-  for (int i = 0; i < parts; ++i) {
-    int64_t at = 0;  // position in the shard
-    for (const auto& [offset, len] : ShardRanges(by_cols ? cols : rows, segments, parts, i)) {
-      const Mat<double>& s = *shards[static_cast<size_t>(i)];
-      if (by_cols) {
-        m.middleCols(offset, len) = s.middleCols(at, len);
-      } else {
-        m.middleRows(offset, len) = s.middleRows(at, len);
-      }
-      at += len;
-    }
-  }
+  for (int i = 0; i < parts; ++i) PutShard(kind, segments, parts, i, *shards[static_cast<size_t>(i)], &m);
   return m;
 }
 
@@ -271,6 +274,7 @@ Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local) {
 }
 
 #define PREFLIGHT_INSTANTIATE(T)                                                                                \
+  template void PutShard<T>(ShardKind, const std::vector<int64_t>&, int, int, const Mat<T>&, Mat<T>*);         \
   template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, \
                                                   Init, uint64_t, double, int64_t, std::vector<int64_t>);      \
   template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
