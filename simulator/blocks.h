@@ -4,6 +4,7 @@
 // activations, and frees them in backward.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -247,6 +248,12 @@ void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<
 /// as a temporary of ctx.bytes.activation per element.
 template <class T>
 Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local);
+
+/// The logistic function 1 / (1 + e^-a).
+template <class T>
+T Sigmoid(T a) {
+  return T(1) / (T(1) + std::exp(-a));
+}
 
 /// SwiGLU z = silu(a) * u and its backward (MATH.md 8.1).
 template <class T>

@@ -8,11 +8,6 @@
 namespace preflight::sim {
 namespace {
 
-template <class T>
-T Sigmoid(T a) {
-  return T(1) / (T(1) + std::exp(-a));
-}
-
 /// Rotates each head of `m` (rows = tokens, head_dim columns per head) by
 /// +angle (sign = 1) or -angle (sign = -1): rotate-half RoPE at the global
 /// position of each row (MATH.md 8.1; with CP, `seq` maps rows to positions).

@@ -243,11 +243,6 @@ void AddRows(Mat<T>* m, const Ranges& rows, const Mat<T>& part) {
 }
 
 template <class T>
-T Sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-template <class T>
 Mat<T> Silu(const Mat<T>& v) {
   return v.unaryExpr([](T a) { return a * Sigmoid(a); });
 }

@@ -49,11 +49,6 @@ namespace {
 
 constexpr double kGateExponent = 8.0;  // c_R (Griffin section 2.4; MATH.md 8.2)
 
-template <class T>
-T Sigmoid(T z) {
-  return T(1) / (T(1) + std::exp(-z));
-}
-
 /// log σ(z), without overflow for large |z|.
 template <class T>
 T LogSigmoid(T z) {
