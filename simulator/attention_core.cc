@@ -163,16 +163,50 @@ std::vector<int64_t> EqualCounts(int n, int64_t each) { return std::vector<int64
 
 // ---- p2p ring (AttnFuncWithCPAndKVP2P) --------------------------------------
 
-/// Global ranks of the ring neighbours of this CP rank.
-struct Ring {
-  int next = 0, prev = 0;
-  explicit Ring(const Ctx& ctx)
-      : next(ctx.cp->members[static_cast<size_t>((ctx.cp_rank + 1) % ctx.cp_size)]),
-        prev(ctx.cp->members[static_cast<size_t>((ctx.cp_rank + ctx.cp_size - 1) % ctx.cp_size)]) {}
-};
+/// The K,V blocks going round the CP ring (TE's p2p_comm_buffers): at step
+/// i this rank holds the [K | V] block of CP rank r - i; SendOn passes it to
+/// r + 1 and TakeNext receives the next from r - 1, except at the last step
+/// (c - 1 sends per pass). Two buffers in flight (MATH.md 3.4 CP transient).
+template <class T>
+class KvRing {
+ public:
+  KvRing(Ctx& ctx, const Mat<T>& k, const Mat<T>& v)
+      : ctx_(ctx),
+        next_(ctx.cp->members[static_cast<size_t>((ctx.cp_rank + 1) % ctx.cp_size)]),
+        prev_(ctx.cp->members[static_cast<size_t>((ctx.cp_rank + ctx.cp_size - 1) % ctx.cp_size)]),
+        k_cols_(k.cols()),
+        kv_(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, Pack(k, v)),
+        incoming_(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, Mat<T>(kv_.m.rows(), kv_.m.cols())) {}
 
-/// CP rank whose K,V block this rank holds at ring step i.
-int SourceAt(const Ctx& ctx, int i) { return (ctx.cp_rank - i + ctx.cp_size) % ctx.cp_size; }
+  Mat<T> k() const { return kv_.m.leftCols(k_cols_); }
+  Mat<T> v() const { return kv_.m.rightCols(kv_.m.cols() - k_cols_); }
+  /// Global positions of the block held at step i.
+  Positions KeyPositions(int i) const {
+    const int source = (ctx_.cp_rank - i + ctx_.cp_size) % ctx_.cp_size;
+    return PositionsOf(ctx_.seq.seq, ctx_.cp_size, source, ctx_.seq.load_balanced);
+  }
+  void SendOn(int i) {
+    if (i + 1 < ctx_.cp_size) SendToNext(kv_.m);
+  }
+  void TakeNext(int i) {
+    if (i + 1 >= ctx_.cp_size) return;
+    RecvFromPrev(&incoming_.m);
+    std::swap(kv_.m, incoming_.m);
+  }
+  /// A block-sized message to r + 1 / from r - 1 (the backward's dK,dV).
+  void SendToNext(const Mat<T>& m) {
+    ctx_.rank->Send("cp", next_, m.data(), static_cast<int64_t>(m.size()), ctx_.bytes.activation);
+  }
+  void RecvFromPrev(Mat<T>* m) {
+    ctx_.rank->Recv("cp", prev_, m->data(), static_cast<int64_t>(m->size()), ctx_.bytes.activation);
+  }
+
+ private:
+  Ctx& ctx_;
+  int next_ = 0, prev_ = 0;  // global ranks of the ring neighbours
+  int64_t k_cols_ = 0;
+  Tensor<T> kv_, incoming_;
+};
 
 /// Step i attends the local queries to the K,V block of rank r - i, then
 /// sends that block on to r + 1 (c - 1 sends of K_c) and takes the next
@@ -181,27 +215,16 @@ template <class T>
 void RingForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, Mat<T>* o,
                  Mat<T>* lse) {
   CpLabel label(ctx, "attention_kv");
-  const Ring ring(ctx);
-  const int64_t ab = ctx.bytes.activation;
   const Positions qpos = LocalPositions(ctx, shape, q.rows());
-  // Two ring buffers in flight (MATH.md 3.4 CP transient).
-  Tensor<T> kv(ctx.mem(), SimCategory::kTemporaries, ab, Pack(k, v));
-  Tensor<T> incoming(ctx.mem(), SimCategory::kTemporaries, ab, Mat<T>(kv.m.rows(), kv.m.cols()));
-  const int64_t kw = k.cols(), count = static_cast<int64_t>(kv.m.size());
+  KvRing<T> ring(ctx, k, v);
   *o = Mat<T>::Zero(q.rows(), q.cols());
   *lse = Mat<T>::Constant(q.rows(), q.cols() / shape.head_dim, NegInf<T>());
   for (int i = 0; i < ctx.cp_size; ++i) {
-    const bool more = i + 1 < ctx.cp_size;
-    if (more) ctx.rank->Send("cp", ring.next, kv.m.data(), count, ab);
-    const Positions kpos = PositionsOf(ctx.seq.seq, ctx.cp_size, SourceAt(ctx, i), ctx.seq.load_balanced);
+    ring.SendOn(i);
     Mat<T> o_i, lse_i;
-    AttendBlock(ctx, shape, q, qpos, Mat<T>(kv.m.leftCols(kw)), Mat<T>(kv.m.rightCols(kv.m.cols() - kw)), kpos, &o_i,
-                &lse_i);
+    AttendBlock(ctx, shape, q, qpos, ring.k(), ring.v(), ring.KeyPositions(i), &o_i, &lse_i);
     MergeAttention(shape, o_i, lse_i, o, lse);
-    if (more) {
-      ctx.rank->Recv("cp", ring.prev, incoming.m.data(), count, ab);
-      std::swap(kv.m, incoming.m);
-    }
+    ring.TakeNext(i);
   }
 }
 
@@ -213,39 +236,30 @@ template <class T>
 void RingBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
                   const Mat<T>& lse, const Mat<T>& o, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
   CpLabel label(ctx, "attention_kv");
-  const Ring ring(ctx);
-  const int64_t ab = ctx.bytes.activation;
   const Positions qpos = LocalPositions(ctx, shape, q.rows());
-  Tensor<T> kv(ctx.mem(), SimCategory::kTemporaries, ab, Pack(k, v));
-  Tensor<T> incoming(ctx.mem(), SimCategory::kTemporaries, ab, Mat<T>(kv.m.rows(), kv.m.cols()));
-  Tensor<T> dkv_in(ctx.mem(), SimCategory::kTemporaries, ab, Mat<T>(kv.m.rows(), kv.m.cols()));
-  const int64_t kw = k.cols(), vw = v.cols(), count = static_cast<int64_t>(kv.m.size());
+  KvRing<T> ring(ctx, k, v);
+  const int64_t kw = k.cols(), vw = v.cols();
+  Tensor<T> dkv_in(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, Mat<T>(k.rows(), kw + vw));
   *dq = Mat<T>::Zero(q.rows(), q.cols());
   Mat<T> own;  // this rank's contribution to its own dK,dV
   for (int i = 0; i < ctx.cp_size; ++i) {
-    const bool more = i + 1 < ctx.cp_size;
-    if (more) ctx.rank->Send("cp", ring.next, kv.m.data(), count, ab);
-    const Positions kpos = PositionsOf(ctx.seq.seq, ctx.cp_size, SourceAt(ctx, i), ctx.seq.load_balanced);
+    ring.SendOn(i);
     Mat<T> dk_i = Mat<T>::Zero(k.rows(), kw), dv_i = Mat<T>::Zero(v.rows(), vw);
-    AttendBlockBackward(ctx, shape, q, qpos, Mat<T>(kv.m.leftCols(kw)), Mat<T>(kv.m.rightCols(vw)), kpos, o, lse, dout,
-                        dq, &dk_i, &dv_i);
+    AttendBlockBackward(ctx, shape, q, qpos, ring.k(), ring.v(), ring.KeyPositions(i), o, lse, dout, dq, &dk_i, &dv_i);
     Mat<T> dkv_i = Pack(dk_i, dv_i);
     if (i == 0) {
       own = std::move(dkv_i);
     } else {
       if (i >= 2) {  // what ranks src+1 .. r-1 accumulated for this block
-        ctx.rank->Recv("cp", ring.prev, dkv_in.m.data(), count, ab);
+        ring.RecvFromPrev(&dkv_in.m);
         dkv_i += dkv_in.m;
       }
-      ctx.rank->Send("cp", ring.next, dkv_i.data(), count, ab);
+      ring.SendToNext(dkv_i);
     }
-    if (more) {
-      ctx.rank->Recv("cp", ring.prev, incoming.m.data(), count, ab);
-      std::swap(kv.m, incoming.m);
-    }
+    ring.TakeNext(i);
   }
   if (ctx.cp_size > 1) {  // this rank's block comes home with everyone else's share
-    ctx.rank->Recv("cp", ring.prev, dkv_in.m.data(), count, ab);
+    ring.RecvFromPrev(&dkv_in.m);
     own += dkv_in.m;
   }
   *dk = own.leftCols(kw);

@@ -4,6 +4,7 @@
 // activations, and frees them in backward.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -149,6 +150,10 @@ enum class ShardKind {
 /// Which dimension a shard kind splits: true = columns.
 bool SplitsColumns(ShardKind k);
 
+/// The memory category a parameter of shard kind `k` is charged to:
+/// replicated, TP-sharded or EP-sharded parameters.
+SimCategory ParamCategory(ShardKind k);
+
 /// Ranges [offset, offset + length) of the split dimension that shard `index`
 /// of `parts` holds, in local order. A packed tensor (Mamba in_proj =
 /// [z, x, B, C, dt], conv channels = [x, B, C]) lists its `segments` (global
@@ -156,6 +161,12 @@ bool SplitsColumns(ShardKind k);
 /// 1.4), so a shard is not a contiguous slice. Empty `segments` = one segment.
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::vector<int64_t>& segments, int parts,
                                                      int index);
+
+/// Writes shard `index` of `parts` (its ShardRanges of the dimension `kind`
+/// splits, in local order) into `global`, which has the tensor's shape.
+template <class T>
+void PutShard(ShardKind kind, const std::vector<int64_t>& segments, int parts, int index, const Mat<T>& shard,
+              Mat<T>* global);
 
 /// The global tensor assembled from the shards of `parts` ranks, shard i
 /// holding ShardRanges(..., i) of the split dimension.
@@ -225,6 +236,24 @@ Mat<T> RmsNormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* rstd
 /// Returns dx; adds into dw.
 template <class T>
 Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, const Mat<T>& w, Mat<T>* dw);
+
+/// The pre-norm prologue of a block x <- x + F(RMSNorm(x)): keeps x and n =
+/// RMSNorm(x) (ctx.bytes.activation per element) and rstd (fp32, 4 B) as
+/// activations for the backward, allocated in that order.
+template <class T>
+void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
+                 Tensor<T>* saved_rstd);
+
+/// The input of a TP region, CopyToTpForward(local) (all rows under SP), held
+/// as a temporary of ctx.bytes.activation per element.
+template <class T>
+Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local);
+
+/// The logistic function 1 / (1 + e^-a).
+template <class T>
+T Sigmoid(T a) {
+  return T(1) / (T(1) + std::exp(-a));
+}
 
 /// SwiGLU z = silu(a) * u and its backward (MATH.md 8.1).
 template <class T>

@@ -8,11 +8,6 @@
 namespace preflight::sim {
 namespace {
 
-template <class T>
-T Sigmoid(T a) {
-  return T(1) / (T(1) + std::exp(-a));
-}
-
 /// Rotates each head of `m` (rows = tokens, head_dim columns per head) by
 /// +angle (sign = 1) or -angle (sign = -1): rotate-half RoPE at the global
 /// position of each row (MATH.md 8.1; with CP, `seq` maps rows to positions).
@@ -59,11 +54,8 @@ class AttentionBlock final : public Block<T> {
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
-    s.x = Tensor<T>(ctx.mem(), act, ab, x);
-    Mat<T> rstd;
-    s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-    s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     Tensor<T> qkv(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, n_full.m, qkv_->value.m));
     n_full.Release();
     Mat<T> q, k, v;
@@ -99,7 +91,7 @@ class AttentionBlock final : public Block<T> {
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
     // With SP the saved norm output is this rank's rows; re-gather it for the
     // weight gradient (Megatron's saved-sharded-input path, MATH.md 7.2).
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     qkv_->grad.m += MatMulTransA(ctx, n_full.m, dqkv.m);
     n_full.Release();
     const Mat<T> dn = CopyToTpBackward(ctx, MatMulTransB(ctx, dqkv.m, qkv_->value.m));
@@ -172,11 +164,8 @@ class MlpBlock final : public Block<T> {
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
     Saved& s = saved_.Open(ctx.microbatch);
-    s.x = Tensor<T>(ctx.mem(), act, ab, x);
-    Mat<T> rstd;
-    s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, eps_, &rstd));
-    s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
+    SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd);
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
     s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
     n_full.Release();
@@ -195,7 +184,7 @@ class MlpBlock final : public Block<T> {
     dy_full.Release();
     Mat<T> da, du;
     SwiGluBackward(dz, s.a.m, s.u.m, &da, &du);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
     up_->grad.m += MatMulTransA(ctx, n_full.m, du);
     n_full.Release();

@@ -54,34 +54,8 @@ int64_t ParamElementBytes(const Param<T>& p) {
   return p.value.m.size() == 0 ? 0 : p.value.alloc.bytes() / p.value.m.size();
 }
 
-SimCategory CategoryOf(ShardKind k) {
-  switch (k) {
-    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
-    case ShardKind::kColumns:
-    case ShardKind::kRows: return SimCategory::kTpShardedParams;
-    case ShardKind::kExpertColumns:
-    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
-  }
-  return SimCategory::kReplicatedParams;
-}
-
 bool TpSharded(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kRows; }
 bool ExpertSharded(ShardKind k) { return k == ShardKind::kExpertColumns || k == ShardKind::kExpertRows; }
-
-/// Places a local shard (`index` of `parts`) into a global matrix.
-template <class T>
-void PutShard(const Param<T>& p, const Mat<T>& local, int parts, int index, Mat<T>* global) {
-  const bool by_cols = SplitsColumns(p.shard);
-  int64_t at = 0;
-  for (const auto& [offset, len] : ShardRanges(by_cols ? p.cols : p.rows, p.segments, parts, index)) {
-    if (by_cols) {
-      global->middleCols(offset, len) = local.middleCols(at, len);
-    } else {
-      global->middleRows(offset, len) = local.middleRows(at, len);
-    }
-    at += len;
-  }
-}
 
 template <class T>
 Mat<T> TakeShard(const Param<T>& p, const Mat<T>& global, int parts, int index) {
@@ -165,7 +139,7 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
         std::array<int64_t, kNumSimCategories> share_bytes{};
         for (Param<T>* p : b.params) {
           const int64_t first = std::max(at, b.own_first), end = std::min(at + p->value.m.size(), b.own_first + b.own_real);
-          if (end > first) share_bytes[static_cast<size_t>(CategoryOf(p->shard))] += (end - first) * b.param_bytes;
+          if (end > first) share_bytes[static_cast<size_t>(ParamCategory(p->shard))] += (end - first) * b.param_bytes;
           at += p->value.m.size();
           p->value.alloc.Release();
         }
@@ -244,7 +218,9 @@ void DistOptimizer<T>::GatherUnit(Ctx& ctx, size_t unit) {
   std::array<int64_t, kNumSimCategories> bytes{};
   for (Buffer& b : units_[unit]) {
     GatherParams(ctx, b, /*into_values=*/true);
-    for (Param<T>* p : b.params) bytes[static_cast<size_t>(CategoryOf(p->shard))] += p->value.m.size() * b.param_bytes;
+    for (Param<T>* p : b.params) {
+      bytes[static_cast<size_t>(ParamCategory(p->shard))] += p->value.m.size() * b.param_bytes;
+    }
   }
   for (int c = 0; c < kNumSimCategories; ++c) {
     if (bytes[static_cast<size_t>(c)] > 0) gathered_[unit].emplace_back(ctx.mem(), static_cast<SimCategory>(c), bytes[static_cast<size_t>(c)]);
@@ -361,7 +337,7 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
         Mat<T> piece(local[i].rows(), local[i].cols());
         std::copy(gathered_parts[static_cast<size_t>(r)].begin() + part_at,
                   gathered_parts[static_cast<size_t>(r)].begin() + part_at + piece.size(), piece.data());
-        PutShard(p, piece, parts, r, &global);
+        PutShard(p.shard, p.segments, parts, r, piece, &global);
       }
       part_at += local[i].size();
     } else {

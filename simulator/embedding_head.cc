@@ -56,11 +56,8 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
   ctx.rank->set_what("head");
   Saved& s = saved_.Open(ctx.microbatch);
   s.targets = targets;
-  s.x = Tensor<T>(ctx.mem(), act, ab, x);
-  Mat<T> rstd;
-  s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-  s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
-  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
+  SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+  Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
   // The bf16 logits are transient but live at the stage's activation peak (MATH.md 3.4: 2V/t per token).
   Tensor<T> logits(ctx.mem(), SimCategory::kActivations, ab, MatMulTransB(ctx, n_full.m, weight_->value.m));
   n_full.Release();
@@ -105,7 +102,7 @@ Mat<T> Head<T>::Backward(Ctx& ctx) {
     if (local >= 0 && local < cols) dlogits.m(t, local) -= scale;
   }
   s.softmax.Release();
-  Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s.n.m));
+  Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
   weight_->grad.m += MatMulTransA(ctx, dlogits.m, n_full.m);
   n_full.Release();
   const Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));

@@ -243,11 +243,6 @@ void AddRows(Mat<T>* m, const Ranges& rows, const Mat<T>& part) {
 }
 
 template <class T>
-T Sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-template <class T>
 Mat<T> Silu(const Mat<T>& v) {
   return v.unaryExpr([](T a) { return a * Sigmoid(a); });
 }
@@ -505,11 +500,8 @@ class MambaBlock final : public Block<T> {
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
-    s.x = Tensor<T>(ctx.mem(), act, ab, x);
-    Mat<T> rstd;
-    s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-    s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
-    Tensor<T> n_full(ctx.mem(), tmp, ab, CopyToTpForward(ctx, s.n.m));
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     Tensor<T> proj(ctx.mem(), tmp, ab, MatMul(ctx, n_full.m, in_proj_->value.m));
     n_full.Release();
     // The kernel's input: head-split over the whole sequence under
@@ -561,7 +553,7 @@ class MambaBlock final : public Block<T> {
     if (a2a_) dk = Tensor<T>(ctx.mem(), tmp, ab, HeadsToSeq(ctx, dk.m, seq_to_heads_, tp_.proj(), d_.batch));
     // With SP the saved norm output is this rank's rows; re-gather it for the
     // weight gradient (Megatron's saved-sharded-input path, MATH.md 7.2).
-    Tensor<T> n_full(ctx.mem(), tmp, ab, CopyToTpForward(ctx, s.n.m));
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     in_proj_->grad.m += MatMulTransA(ctx, n_full.m, dk.m);
     n_full.Release();
     const Mat<T> dn = CopyToTpBackward(ctx, MatMulTransB(ctx, dk.m, in_proj_->value.m));

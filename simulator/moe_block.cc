@@ -79,10 +79,7 @@ class MoeBlock final : public Block<T> {
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
     const SimCategory act = SimCategory::kActivations, scratch = SimCategory::kRoutingScratch;
-    s_.x = Tensor<T>(ctx.mem(), act, ab, x);
-    Mat<T> rstd;
-    s_.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-    s_.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s_.x, &s_.n, &s_.rstd);
     Route(ctx);
 
     // Dispatch: send buffer in (expert, token) order, padded slots are zero rows.
@@ -376,7 +373,7 @@ class MoeBlock final : public Block<T> {
   Mat<T> SharedForward(Ctx& ctx) {
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s_.n.m));
+    Tensor<T> n_full = TpRegionInput(ctx, s_.n.m);
     s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
     s_.sh_u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
     n_full.Release();
@@ -393,7 +390,7 @@ class MoeBlock final : public Block<T> {
     dy_full.Release();
     Mat<T> da, du;
     SwiGluBackward(dz, s_.sh_a.m, s_.sh_u.m, &da, &du);
-    Tensor<T> n_full(ctx.mem(), SimCategory::kTemporaries, ab, CopyToTpForward(ctx, s_.n.m));
+    Tensor<T> n_full = TpRegionInput(ctx, s_.n.m);
     sh_gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
     sh_up_->grad.m += MatMulTransA(ctx, n_full.m, du);
     n_full.Release();

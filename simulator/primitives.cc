@@ -17,17 +17,6 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
-SimCategory ParamCategory(ShardKind k) {
-  switch (k) {
-    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
-    case ShardKind::kColumns:
-    case ShardKind::kRows: return SimCategory::kTpShardedParams;
-    case ShardKind::kExpertColumns:
-    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
-  }
-  return SimCategory::kReplicatedParams;
-}
-
 std::vector<int64_t> RowCounts(int n, int64_t rows_each, int64_t cols) {
   return std::vector<int64_t>(static_cast<size_t>(n), rows_each * cols);
 }
@@ -91,6 +80,17 @@ OptimizerKind OptimizerFor(ParamRole role, const OptimizerConfig& config) {
   return OptimizerKind::kAdamW;
 }
 
+SimCategory ParamCategory(ShardKind k) {
+  switch (k) {
+    case ShardKind::kReplicated: return SimCategory::kReplicatedParams;
+    case ShardKind::kColumns:
+    case ShardKind::kRows: return SimCategory::kTpShardedParams;
+    case ShardKind::kExpertColumns:
+    case ShardKind::kExpertRows: return SimCategory::kEpShardedParams;
+  }
+  return SimCategory::kReplicatedParams;
+}
+
 bool SplitsColumns(ShardKind k) { return k == ShardKind::kColumns || k == ShardKind::kExpertColumns; }
 
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::vector<int64_t>& segments, int parts,
@@ -106,24 +106,27 @@ std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::
   return out;
 }
 
+template <class T>
+void PutShard(ShardKind kind, const std::vector<int64_t>& segments, int parts, int index, const Mat<T>& shard,
+              Mat<T>* global) {
+  const bool by_cols = SplitsColumns(kind);
+  int64_t at = 0;  // position in the shard
+  for (const auto& [offset, len] : ShardRanges(by_cols ? global->cols() : global->rows(), segments, parts, index)) {
+    if (by_cols) {
+      global->middleCols(offset, len) = shard.middleCols(at, len);
+    } else {
+      global->middleRows(offset, len) = shard.middleRows(at, len);
+    }
+    at += len;
+  }
+}
+
 Mat<double> AssembleShards(ShardKind kind, int64_t rows, int64_t cols, const std::vector<int64_t>& segments,
                            const std::vector<const Mat<double>*>& shards) {
   if (kind == ShardKind::kReplicated || shards.size() == 1) return *shards.at(0);
-  const bool by_cols = SplitsColumns(kind);
   const int parts = static_cast<int>(shards.size());
   Mat<double> m(rows, cols);
-  for (int i = 0; i < parts; ++i) {
-    int64_t at = 0;  // position in the shard
-    for (const auto& [offset, len] : ShardRanges(by_cols ? cols : rows, segments, parts, i)) {
-      const Mat<double>& s = *shards[static_cast<size_t>(i)];
-      if (by_cols) {
-        m.middleCols(offset, len) = s.middleCols(at, len);
-      } else {
-        m.middleRows(offset, len) = s.middleRows(at, len);
-      }
-      at += len;
-    }
-  }
+  for (int i = 0; i < parts; ++i) PutShard(kind, segments, parts, i, *shards[static_cast<size_t>(i)], &m);
   return m;
 }
 
@@ -254,7 +257,24 @@ Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, co
   return dx;
 }
 
+template <class T>
+void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
+                 Tensor<T>* saved_rstd) {
+  const SimCategory act = SimCategory::kActivations;
+  const int64_t ab = ctx.bytes.activation;
+  *saved_x = Tensor<T>(ctx.mem(), act, ab, x);
+  Mat<T> rstd;
+  *saved_n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, w, eps, &rstd));
+  *saved_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rstd));
+}
+
+template <class T>
+Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local) {
+  return Tensor<T>(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, CopyToTpForward(ctx, local));
+}
+
 #define PREFLIGHT_INSTANTIATE(T)                                                                                \
+  template void PutShard<T>(ShardKind, const std::vector<int64_t>&, int, int, const Mat<T>&, Mat<T>*);         \
   template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, \
                                                   Init, uint64_t, double, int64_t, std::vector<int64_t>);      \
   template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
@@ -265,7 +285,10 @@ Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, co
   template Mat<T> ReduceFromTpForward<T>(Ctx&, const Mat<T>&);                                                 \
   template Mat<T> ReduceFromTpBackward<T>(Ctx&, const Mat<T>&);                                                \
   template Mat<T> RmsNormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                            \
-  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);
+  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);     \
+  template void SavePreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*,             \
+                               Tensor<T>*);                                                                    \
+  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)
 #undef PREFLIGHT_INSTANTIATE

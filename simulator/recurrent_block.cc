@@ -49,11 +49,6 @@ namespace {
 
 constexpr double kGateExponent = 8.0;  // c_R (Griffin section 2.4; MATH.md 8.2)
 
-template <class T>
-T Sigmoid(T z) {
-  return T(1) / (T(1) + std::exp(-z));
-}
-
 /// log σ(z), without overflow for large |z|.
 template <class T>
 T LogSigmoid(T z) {
@@ -392,11 +387,8 @@ class RecurrentBlock final : public Block<T> {
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
-    s.x = Tensor<T>(ctx.mem(), act, ab, x);
-    Mat<T> rstd;
-    s.n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, norm_->value.m, d_.norm_eps, &rstd));
-    s.rstd = Tensor<T>(ctx.mem(), act, 4, rstd);
-    Tensor<T> n_full(ctx.mem(), tmp, ab, CopyToTpForward(ctx, s.n.m));
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     s.g_pre = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
     Tensor<T> u(ctx.mem(), tmp, ab, MatMul(ctx, n_full.m, in_->value.m));
     n_full.Release();
@@ -447,7 +439,7 @@ class RecurrentBlock final : public Block<T> {
     }
     // With SP the saved norm output is this rank's rows: re-gather it for the
     // weight gradients (MATH.md 7.2, as the A and D blocks).
-    Tensor<T> n_full(ctx.mem(), tmp, ab, CopyToTpForward(ctx, s.n.m));
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     gate_->grad.m += MatMulTransA(ctx, n_full.m, dg_pre.m);
     in_->grad.m += MatMulTransA(ctx, n_full.m, du.m);
     n_full.Release();

@@ -4,16 +4,21 @@
 // truncation with h = 1e-5 leaves ~1e-9 relative error, so we assert 1e-6.
 #include <gtest/gtest.h>
 
-#include <functional>
-#include <random>
+#include <string>
 
 #include "blocks.h"
+#include "support/sim_checks.h"
 
 namespace preflight::sim {
 namespace {
 
-constexpr double kStep = 1e-5;
-constexpr double kTolerance = 1e-6;
+using testing::ExpectBackwardMatchesFd;
+using testing::FdRelError;
+using testing::Numeric;
+using testing::OnOneRank;
+using testing::Random;
+
+constexpr double kTolerance = 1e-6;  // the step is testing::kFdStep = 1e-5
 
 Dims SmallDims() {
   Dims d;
@@ -32,63 +37,11 @@ Dims SmallDims() {
   return d;
 }
 
-Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Mat<double> m(rows, cols);
-  for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = u(gen);
-  return m;
-}
-
-/// Max over entries of |analytic - numeric| / max(1e-3, max|numeric|).
-double RelError(const Mat<double>& analytic, const Mat<double>& numeric) {
-  const double scale = std::max(1e-3, numeric.cwiseAbs().maxCoeff());
-  return (analytic - numeric).cwiseAbs().maxCoeff() / scale;
-}
-
-/// Runs `body` on a one-rank world with a context of degree-1 groups.
-void OnOneRank(const std::function<void(Ctx&)>& body) {
-  World world(1);
-  const Group& g = world.NewGroup("tp", {0});
-  world.Run([&](Rank& r) {
-    Ctx ctx;
-    ctx.rank = &r;
-    ctx.tp = ctx.ep = ctx.etp = ctx.edp = &g;
-    body(ctx);
-  });
-}
-
-/// Numeric gradient of `loss` with respect to every entry of `*theta`.
-Mat<double> Numeric(Mat<double>* theta, const std::function<double()>& loss) {
-  Mat<double> g(theta->rows(), theta->cols());
-  for (int64_t i = 0; i < theta->size(); ++i) {
-    const double keep = theta->data()[i];
-    theta->data()[i] = keep + kStep;
-    const double up = loss();
-    theta->data()[i] = keep - kStep;
-    const double down = loss();
-    theta->data()[i] = keep;
-    g.data()[i] = (up - down) / (2 * kStep);
-  }
-  return g;
-}
-
 void CheckBlock(char letter, const Dims& d, int64_t router_groups = 1) {
   OnOneRank([&](Ctx& ctx) {
     ctx.router_groups = router_groups;
     auto block = MakeBlock<double>(letter, ctx, d, 0, 7, 0.8);
-    Mat<double> x = Random(d.tokens(), d.hidden, 11);
-    const Mat<double> r = Random(d.tokens(), d.hidden, 12);
-    const auto loss = [&] {  // each evaluation is its own micro-batch: FD runs forwards only
-      ++ctx.microbatch;
-      return block->Forward(ctx, x).cwiseProduct(r).sum();
-    };
-    loss();
-    const Mat<double> dx = block->Backward(ctx, r);
-    EXPECT_LT(RelError(dx, Numeric(&x, loss)), kTolerance) << letter << " dx";
-    for (Param<double>* p : block->params()) {
-      EXPECT_LT(RelError(p->grad.m, Numeric(&p->value.m, loss)), kTolerance) << letter << " " << p->name;
-    }
+    ExpectBackwardMatchesFd(ctx, *block, d, kTolerance, std::string(1, letter));
   });
 }
 
@@ -146,7 +99,7 @@ TEST(SimulatorBlocks, EmbeddingMatchesFiniteDifferences) {
     };
     loss();
     emb.Backward(ctx, r);
-    EXPECT_LT(RelError(emb.weight().grad.m, Numeric(&emb.weight().value.m, loss)), kTolerance);
+    EXPECT_LT(FdRelError(emb.weight().grad.m, Numeric(&emb.weight().value.m, loss)), kTolerance);
   });
 }
 
@@ -166,9 +119,9 @@ TEST(SimulatorBlocks, HeadAndCrossEntropyMatchFiniteDifferences) {
     EXPECT_GT(l, 1.5);
     EXPECT_LT(l, 4.0);
     const Mat<double> dx = head.Backward(ctx);
-    EXPECT_LT(RelError(dx, Numeric(&x, loss)), kTolerance);
+    EXPECT_LT(FdRelError(dx, Numeric(&x, loss)), kTolerance);
     for (Param<double>* p : head.params()) {
-      EXPECT_LT(RelError(p->grad.m, Numeric(&p->value.m, loss)), kTolerance) << p->name;
+      EXPECT_LT(FdRelError(p->grad.m, Numeric(&p->value.m, loss)), kTolerance) << p->name;
     }
   });
 }

@@ -13,15 +13,8 @@ namespace {
 
 using testing_sim::Disagreements;
 using testing_sim::FindComm;
-using testing_sim::ScaledDefault;
+using testing_sim::OneStage;
 using testing_sim::Stage;
-
-/// One pipeline stage of tp 4 (the default recipe with pp 1), dp 1 where the
-/// expert folding allows.
-Recipe OneStage(std::vector<Override> sets) {
-  sets.push_back({"parallel.pp", "1"});
-  return ScaledDefault(sets, /*max_world=*/4);
-}
 
 TEST(SimulatorCompare, DenseTpSpAgreesExactlyWithPlanner) {
   const Recipe r = OneStage({{"model.pattern", "AD"}});

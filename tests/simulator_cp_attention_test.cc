@@ -20,12 +20,16 @@
 #include "preflight/plan.h"
 #include "preflight/recipe.h"
 #include "support/sim_block_harness.h"
+#include "support/sim_checks.h"
 
 namespace preflight::sim {
 namespace {
 
 using testing::BlockLayout;
 using testing::BlockRun;
+using testing::ExpectSame;
+using testing::GlobalValueInput;
+using testing::Rel;
 using testing::RunBlock;
 
 // hidden h 16, n_q 8 query / n_kv 4 KV heads of d_h 4 (GQA, 2 query heads a
@@ -41,15 +45,6 @@ Dims CpDims() {
   d.batch = 2;
   d.vocab = 32;
   return d;
-}
-
-Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed) {
-  return GlobalValue("input" + std::to_string(seed), rows, cols, Init::kMatrix, seed, 1.0);
-}
-
-/// max |a - b| / max |b|.
-double Rel(const Mat<double>& a, const Mat<double>& b) {
-  return (a - b).cwiseAbs().maxCoeff() / std::max(1e-300, b.cwiseAbs().maxCoeff());
 }
 
 constexpr double kTolerance = 1e-10;  // fp64, sharded vs one rank (MATH.md 8)
@@ -146,18 +141,14 @@ class CpAttention : public ::testing::TestWithParam<Case> {
     static const BlockRun ref = RunBlock('A', CpDims(), BlockLayout{}, X(), Dy());
     return ref;
   }
-  static Mat<double> X() { return Random(CpDims().tokens(), CpDims().hidden, 1); }
-  static Mat<double> Dy() { return Random(CpDims().tokens(), CpDims().hidden, 2); }
+  static Mat<double> X() { return GlobalValueInput(CpDims().tokens(), CpDims().hidden, 1); }
+  static Mat<double> Dy() { return GlobalValueInput(CpDims().tokens(), CpDims().hidden, 2); }
 };
 
 TEST_P(CpAttention, EqualsOneRank) {
   const Case& c = GetParam();
   const BlockRun run = RunBlock('A', CpDims(), LayoutOfCase(c), X(), Dy());
-  const BlockRun& ref = Reference();
-  EXPECT_LT(Rel(run.y, ref.y), kTolerance);
-  EXPECT_LT(Rel(run.dx, ref.dx), kTolerance);
-  ASSERT_EQ(run.grads.size(), ref.grads.size());
-  for (const auto& [name, g] : ref.grads) EXPECT_LT(Rel(run.grads.at(name), g), kTolerance) << name;
+  ExpectSame(run, Reference(), c.name, kTolerance);
 }
 
 TEST_P(CpAttention, SendsTheHandCountedBytes) {
@@ -254,8 +245,8 @@ Mat<double> WithoutExchange(const Dims& d, int cp, bool balanced, const Mat<doub
 
 TEST(CpAttentionFacts, WithoutTheKvExchangeTheOutputIsWrong) {
   const Dims d = CpDims();
-  const Mat<double> x = Random(d.tokens(), d.hidden, 1);
-  const Mat<double> ref = RunBlock('A', d, BlockLayout{}, x, Random(d.tokens(), d.hidden, 2)).y;
+  const Mat<double> x = GlobalValueInput(d.tokens(), d.hidden, 1);
+  const Mat<double> ref = RunBlock('A', d, BlockLayout{}, x, GlobalValueInput(d.tokens(), d.hidden, 2)).y;
   for (bool balanced : {true, false}) {
     // Every rank but the one holding chunk 0 misses keys before its chunks.
     EXPECT_GT(Rel(WithoutExchange(d, 2, balanced, x), ref), 1e-3) << balanced;
@@ -278,14 +269,14 @@ TEST(CpAttentionFacts, RingStepsMergeExactly) {
         for (int me = 0; me < cp; ++me) {
           const std::vector<int64_t> qpos = PositionsOf(d.seq, cp, me, balanced);
           const int64_t rows = static_cast<int64_t>(qpos.size()) * d.batch;
-          const Mat<double> q = Random(rows, d.heads * d.head_dim, 30 + me);
+          const Mat<double> q = GlobalValueInput(rows, d.heads * d.head_dim, 30 + me);
           std::vector<int64_t> all;
           std::vector<Mat<double>> k_blocks, v_blocks;
           for (int j = 0; j < cp; ++j) {
             const std::vector<int64_t> p = PositionsOf(d.seq, cp, j, balanced);
             all.insert(all.end(), p.begin(), p.end());
-            k_blocks.push_back(Random(rows, d.kv_heads * d.head_dim, 40 + j));
-            v_blocks.push_back(Random(rows, d.kv_heads * d.head_dim, 50 + j));
+            k_blocks.push_back(GlobalValueInput(rows, d.kv_heads * d.head_dim, 40 + j));
+            v_blocks.push_back(GlobalValueInput(rows, d.kv_heads * d.head_dim, 50 + j));
           }
           Mat<double> k_all(rows * cp, d.kv_heads * d.head_dim), v_all(rows * cp, d.kv_heads * d.head_dim);
           for (int j = 0; j < cp; ++j) {

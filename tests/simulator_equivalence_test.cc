@@ -7,6 +7,7 @@
 #include <string>
 
 #include "preflight/sim.h"
+#include "support/sim_recipes.h"
 
 namespace preflight {
 namespace {
@@ -289,18 +290,9 @@ namespace {
 // The default recipe through the parser, with its M and R letters replaced by
 // D and one pipeline stage, scaled to 8 ranks (tp 4 x dp 2: ep 2 folds over them).
 TEST(SimulatorScaledRecipe, DefaultRecipeAdePartAgrees) {
-  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/nam56r-h200.yaml",
-                                           {{"model.pattern", "AEDEAEDEAEDD"}, {"parallel.ep", "2"}, {"parallel.pp", "1"}});
-  ASSERT_TRUE(loaded.ok());
-  ScaleOptions s;
-  s.hidden = 16;
-  s.head_dim = 4;
-  s.ffn_hidden = 16;
-  s.moe_ffn_hidden = 8;
-  s.vocab = 40;
-  s.seq_len = 8;
-  s.max_world = 8;
-  const Recipe r = ScaleRecipe(*loaded.recipe, s);
+  const Recipe r = testing_sim::ScaledDefault(
+      {{"model.pattern", "AEDEAEDEAEDD"}, {"parallel.ep", "2"}, {"parallel.pp", "1"}}, /*max_world=*/8);
+  ASSERT_FALSE(HasFailure()) << "the recipe did not load";
   // Kept: heads 32/8, experts 64 top-2, tp 4 with SP, ep 2; shrunk: the rest.
   EXPECT_EQ(r.model.attention.heads, 32);
   EXPECT_EQ(r.model.attention.kv_heads, 8);

@@ -2,14 +2,21 @@
 // the part-1 blocks, so tests of new blocks can rely on it.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "support/sim_block_harness.h"
+#include "support/sim_checks.h"
 
 namespace preflight::sim {
 namespace {
 
 using testing::BlockLayout;
 using testing::BlockRun;
+using testing::ExpectSame;
+using testing::GlobalValueInput;
 using testing::RunBlock;
+
+constexpr double kTolerance = 1e-12;
 
 Dims SmallDims() {
   Dims d;
@@ -24,31 +31,17 @@ Dims SmallDims() {
   return d;
 }
 
-Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed) {
-  return GlobalValue("input" + std::to_string(seed), rows, cols, Init::kMatrix, seed, 1.0);
-}
-
-double Rel(const Mat<double>& a, const Mat<double>& b) {
-  return (a - b).cwiseAbs().maxCoeff() / std::max(1e-300, b.cwiseAbs().maxCoeff());
-}
-
-void ExpectSame(const BlockRun& got, const BlockRun& ref) {
-  EXPECT_LT(Rel(got.y, ref.y), 1e-12);
-  EXPECT_LT(Rel(got.dx, ref.dx), 1e-12);
-  ASSERT_EQ(got.grads.size(), ref.grads.size());
-  for (const auto& [name, g] : ref.grads) EXPECT_LT(Rel(got.grads.at(name), g), 1e-12) << name;
-}
-
 TEST(SimulatorHarness, TensorAndSequenceParallelBlocksEqualOneRank) {
   const Dims d = SmallDims();
-  const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
+  const Mat<double> x = GlobalValueInput(d.tokens(), d.hidden, 1);
+  const Mat<double> dy = GlobalValueInput(d.tokens(), d.hidden, 2);
   for (char letter : {'A', 'D'}) {
     const BlockRun ref = RunBlock(letter, d, BlockLayout{}, x, dy);
     for (bool sp : {false, true}) {
       BlockLayout l;
       l.tp = 2;
       l.sp = sp;
-      ExpectSame(RunBlock(letter, d, l, x, dy), ref);
+      ExpectSame(RunBlock(letter, d, l, x, dy), ref, std::string(1, letter) + (sp ? " tp2 sp" : " tp2"), kTolerance);
     }
   }
 }

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <random>
 #include <string>
 
 #include "mamba.h"
@@ -15,13 +14,25 @@
 #include "preflight/inventory.h"
 #include "preflight/memory_terms.h"
 #include "support/sim_block_harness.h"
+#include "support/sim_checks.h"
 
 namespace preflight::sim {
 namespace {
 
 using testing::BlockLayout;
 using testing::BlockRun;
+using testing::Describe;
+using testing::ExpectBackwardMatchesFd;
+using testing::ExpectSame;
+using testing::FdRelError;
+using testing::MakeBlockLayout;
+using testing::ModelLayout;
+using testing::Numeric;
+using testing::OnOneRank;
+using testing::Random;
+using testing::Rel;
 using testing::RunBlock;
+using testing::Sent;
 
 // Sizes: h 8, d_i 16 = 8 heads of P 2, G 4 groups of N 3, conv K 4, chunk
 // Q 3, seq 16, batch 2. Heads and groups allow tp 1/2/4, and with cp 2/4 both
@@ -40,36 +51,6 @@ Dims MambaDims() {
   d.seq = 16;
   d.batch = 2;
   return d;
-}
-
-Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  Mat<double> m(rows, cols);
-  for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = u(gen);
-  return m;
-}
-
-/// max |a - b| / max |b|.
-double Rel(const Mat<double>& a, const Mat<double>& b) {
-  return (a - b).cwiseAbs().maxCoeff() / std::max(1e-300, b.cwiseAbs().maxCoeff());
-}
-
-void ExpectSame(const BlockRun& got, const BlockRun& ref, const std::string& what) {
-  EXPECT_LT(Rel(got.y, ref.y), 1e-10) << what << " y";
-  EXPECT_LT(Rel(got.dx, ref.dx), 1e-10) << what << " dx";
-  ASSERT_EQ(got.grads.size(), ref.grads.size()) << what;
-  for (const auto& [name, g] : ref.grads) EXPECT_LT(Rel(got.grads.at(name), g), 1e-10) << what << " " << name;
-}
-
-/// Bytes a rank sent in the (axis, kind, pass, what) bucket.
-int64_t Sent(const std::vector<CommCount>& counts, const std::string& axis, CollectiveKind kind, SimPass pass,
-             const std::string& what) {
-  int64_t n = 0;
-  for (const CommCount& c : counts) {
-    if (c.axis == axis && c.kind == kind && c.pass == pass && c.what == what) n += c.bytes_sent;
-  }
-  return n;
 }
 
 /// The recipe the Dims stand for (pattern "M"), for the inventory, the
@@ -92,24 +73,11 @@ Recipe MambaRecipe(const Dims& d) {
   return r;
 }
 
-Layout MambaLayout(const Dims& d, const BlockLayout& b) {
-  Layout l;
-  l.tp = b.tp;
-  l.cp = b.cp;
-  l.sp = b.sp;
-  l.micro_batch = d.batch;
-  l.micro_batches = 1;
-  l.recompute = Recompute::kNone;
-  l.cp_recurrent = b.cp_recurrent;
-  l.cp_load_balance = b.load_balance;
-  return l;
-}
-
 /// The planner's send bytes of one bucket for the block's layout.
 int64_t PlannerSent(const Dims& d, const BlockLayout& b, Axis axis, Collective kind, Pass pass,
                     const std::string& what) {
   const Inventory inv = BuildInventory(MambaRecipe(d));
-  const auto priced = preflight::testing::Price(inv, MambaLayout(d, b));
+  const auto priced = preflight::testing::Price(inv, ModelLayout(d, b));
   return preflight::testing::Sent(priced.comm[0], axis, kind, pass, what);
 }
 
@@ -170,27 +138,7 @@ TEST(SimulatorMamba, ScanFromAHandedOverStateEqualsOneRun) {
 // Finite differences (the style of simulator_blocks_test.cc): L = sum(F * R),
 // central differences with step 1e-5 leave ~1e-9 relative error; assert 1e-6.
 
-constexpr double kStep = 1e-5;
-constexpr double kFdTolerance = 1e-6;
-
-double FdRelError(const Mat<double>& analytic, const Mat<double>& numeric) {
-  const double scale = std::max(1e-3, numeric.cwiseAbs().maxCoeff());
-  return (analytic - numeric).cwiseAbs().maxCoeff() / scale;
-}
-
-Mat<double> Numeric(Mat<double>* theta, const std::function<double()>& loss) {
-  Mat<double> g(theta->rows(), theta->cols());
-  for (int64_t i = 0; i < theta->size(); ++i) {
-    const double keep = theta->data()[i];
-    theta->data()[i] = keep + kStep;
-    const double up = loss();
-    theta->data()[i] = keep - kStep;
-    const double down = loss();
-    theta->data()[i] = keep;
-    g.data()[i] = (up - down) / (2 * kStep);
-  }
-  return g;
-}
+constexpr double kFdTolerance = 1e-6;  // the step is testing::kFdStep = 1e-5
 
 TEST(SimulatorMamba, ScanBackwardMatchesFiniteDifferencesIncludingStates) {
   // L = sum(y * R) + sum(h_final * S): checks every input gradient, the
@@ -217,32 +165,10 @@ TEST(SimulatorMamba, ScanBackwardMatchesFiniteDifferencesIncludingStates) {
   EXPECT_LT(FdRelError(g.h0, Numeric(&h0, loss)), kFdTolerance);
 }
 
-void OnOneRank(const std::function<void(Ctx&)>& body) {
-  World world(1);
-  const Group& g = world.NewGroup("tp", {0});
-  world.Run([&](Rank& r) {
-    Ctx ctx;
-    ctx.rank = &r;
-    ctx.tp = ctx.ep = ctx.etp = ctx.edp = &g;
-    body(ctx);
-  });
-}
-
 void CheckBlockGradients(const Dims& d) {
   OnOneRank([&](Ctx& ctx) {
     auto block = MakeBlock<double>('M', ctx, d, 0, 7, 0.8);
-    Mat<double> x = Random(d.tokens(), d.hidden, 11);
-    const Mat<double> r = Random(d.tokens(), d.hidden, 12);
-    const auto loss = [&] {  // each evaluation is its own micro-batch: FD runs forwards only
-      ++ctx.microbatch;
-      return block->Forward(ctx, x).cwiseProduct(r).sum();
-    };
-    loss();
-    const Mat<double> dx = block->Backward(ctx, r);
-    EXPECT_LT(FdRelError(dx, Numeric(&x, loss)), kFdTolerance) << "dx";
-    for (Param<double>* p : block->params()) {
-      EXPECT_LT(FdRelError(p->grad.m, Numeric(&p->value.m, loss)), kFdTolerance) << p->name;
-    }
+    ExpectBackwardMatchesFd(ctx, *block, d, kFdTolerance);
   });
 }
 
@@ -437,7 +363,7 @@ TEST(SimulatorMamba, SavedActivationsEqualTheEstimator) {
     for (const BlockLayout& l : {BlockLayout{1, 1}, BlockLayout{2, 1, false}, BlockLayout{2, 1, true}}) {
       const BlockRun run = RunBlock('M', d, l, x, dy);
       const int64_t hand = HandActivations(d, l.tp, l.cp, l.sp, 1);
-      const int64_t model = LayerActivations(MambaRecipe(d), MambaLayout(d, l), BlockKind::kMamba).count();
+      const int64_t model = LayerActivations(MambaRecipe(d), ModelLayout(d, l), BlockKind::kMamba).count();
       EXPECT_EQ(hand, model);
       for (int64_t peak : run.activation_peak)
         EXPECT_EQ(peak, hand) << "fused " << fused << " tp " << l.tp << " sp " << l.sp;
@@ -450,16 +376,6 @@ TEST(SimulatorMamba, SavedActivationsEqualTheEstimator) {
 
 // ---------------------------------------------------------------------------
 // CP, all-to-all (Megatron mamba_context_parallel.py).
-
-BlockLayout Cp(int tp, int cp, CpRecurrent mode, bool balanced, bool sp = false) {
-  BlockLayout l;
-  l.tp = tp;
-  l.cp = cp;
-  l.sp = sp;
-  l.cp_recurrent = mode;
-  l.load_balance = balanced;
-  return l;
-}
 
 TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
   const Dims d = MambaDims();
@@ -475,9 +391,8 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
                         {1, 4, false, false, 1}, {2, 2, true, true, 1},   {2, 2, false, false, 1},
                         {2, 4, true, false, 2},  {4, 2, true, true, 2}};
   for (const Case& c : cases) {
-    const BlockLayout l = Cp(c.tp, c.cp, CpRecurrent::kAllToAll, c.balanced, c.sp);
-    const std::string what =
-        "tp" + std::to_string(c.tp) + " cp" + std::to_string(c.cp) + (c.balanced ? " lb" : "") + (c.sp ? " sp" : "");
+    const BlockLayout l = MakeBlockLayout(c.tp, c.cp, c.sp, CpRecurrent::kAllToAll, c.balanced);
+    const std::string what = Describe(l);
     const BlockRun run = RunBlock('M', d, l, x, dy);
     ExpectSame(run, ref, what);
     // Per rank per direction: (c-1)/c (s/c) b (3d_i + 2GN r_g + H) beta / t (MATH.md 7.2):
@@ -492,7 +407,7 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
     }
     // Saved: the same a_M with B and C repeated r_g times in zxBCdt (the estimator's r_g).
     const int64_t hand = HandActivations(d, c.tp, c.cp, c.sp, c.repeat);
-    EXPECT_EQ(LayerActivations(MambaRecipe(d), MambaLayout(d, l), BlockKind::kMamba).count(), hand) << what;
+    EXPECT_EQ(LayerActivations(MambaRecipe(d), ModelLayout(d, l), BlockKind::kMamba).count(), hand) << what;
     for (int64_t peak : run.activation_peak) EXPECT_EQ(peak, hand) << what;
   }
 }
@@ -505,7 +420,8 @@ TEST(SimulatorMamba, FusedPathShardsLikeMegatronsPath) {
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
   const BlockRun ref = RunBlock('M', d, BlockLayout{}, x, dy);
   ExpectSame(RunBlock('M', d, BlockLayout{2, 1, true}, x, dy), ref, "fused tp2 sp");
-  ExpectSame(RunBlock('M', d, Cp(2, 2, CpRecurrent::kHandoff, true, true), x, dy), ref, "fused tp2 cp2 hand-off");
+  ExpectSame(RunBlock('M', d, MakeBlockLayout(2, 2, true, CpRecurrent::kHandoff, true), x, dy), ref,
+             "fused tp2 cp2 hand-off");
 }
 
 TEST(SimulatorMamba, AllToAllBytesByHand) {
@@ -513,7 +429,7 @@ TEST(SimulatorMamba, AllToAllBytesByHand) {
   // 3/4 x (16/4 x 2 tokens) x 104 x 2 B / 2 = 6 x 104 = 624 B per rank per direction.
   const Dims d = MambaDims();
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
-  const BlockRun run = RunBlock('M', d, Cp(2, 4, CpRecurrent::kAllToAll, true), x, dy);
+  const BlockRun run = RunBlock('M', d, MakeBlockLayout(2, 4, false, CpRecurrent::kAllToAll, true), x, dy);
   for (const auto& counts : run.comm) {
     EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, SimPass::kForward, "mamba"), 624);
     EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, SimPass::kBackward, "mamba"), 624);
@@ -559,9 +475,8 @@ TEST(SimulatorMamba, HandoffContextParallelEqualsOneRank) {
   const Case cases[] = {{1, 2, true, false}, {1, 2, false, false}, {1, 4, true, false}, {1, 4, false, false},
                         {2, 2, true, true},  {2, 2, false, false}, {2, 4, true, true}};
   for (const Case& c : cases) {
-    const BlockLayout l = Cp(c.tp, c.cp, CpRecurrent::kHandoff, c.balanced, c.sp);
-    const std::string what =
-        "tp" + std::to_string(c.tp) + " cp" + std::to_string(c.cp) + (c.balanced ? " lb" : "") + (c.sp ? " sp" : "");
+    const BlockLayout l = MakeBlockLayout(c.tp, c.cp, c.sp, CpRecurrent::kHandoff, c.balanced);
+    const std::string what = Describe(l);
     const BlockRun run = RunBlock('M', d, l, x, dy);
     ExpectSame(run, ref, what);
     // Per edge: conv tail (K-1) b (d_i + 2GN)/t x 2 B + SSM state b (H/t) P N x 4 B.
@@ -588,7 +503,7 @@ TEST(SimulatorMamba, HandoffContextParallelEqualsOneRank) {
       worst = std::max(worst, hand);
     }
     // The estimator charges the worst rank.
-    EXPECT_EQ(LayerActivations(MambaRecipe(d), MambaLayout(d, l), BlockKind::kMamba).count(), worst) << what;
+    EXPECT_EQ(LayerActivations(MambaRecipe(d), ModelLayout(d, l), BlockKind::kMamba).count(), worst) << what;
   }
 }
 
@@ -597,7 +512,7 @@ TEST(SimulatorMamba, HandoffBytesByHandAtCp4) {
   // Interior ranks send 2 messages' worth per direction, ranks 0 and 3 one.
   const Dims d = MambaDims();
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
-  const BlockRun run = RunBlock('M', d, Cp(1, 4, CpRecurrent::kHandoff, true), x, dy);
+  const BlockRun run = RunBlock('M', d, MakeBlockLayout(1, 4, false, CpRecurrent::kHandoff, true), x, dy);
   const int64_t expected[] = {864, 2 * 864, 2 * 864, 864};
   for (int r = 0; r < 4; ++r) {
     for (SimPass pass : {SimPass::kForward, SimPass::kBackward}) {
@@ -611,7 +526,7 @@ TEST(SimulatorMamba, ConvWidthOneHandsOnOnlyTheState) {
   Dims d = MambaDims();
   d.mamba_d_conv = 1;
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
-  const BlockRun run = RunBlock('M', d, Cp(1, 2, CpRecurrent::kHandoff, false), x, dy);
+  const BlockRun run = RunBlock('M', d, MakeBlockLayout(1, 2, false, CpRecurrent::kHandoff, false), x, dy);
   ExpectSame(run, RunBlock('M', d, BlockLayout{}, x, dy), "K 1");
   EXPECT_EQ(Sent(run.comm[0], "cp", CollectiveKind::kSend, SimPass::kForward, "mamba_state"), 384);
   EXPECT_EQ(Sent(run.comm[1], "cp", CollectiveKind::kSend, SimPass::kBackward, "mamba_state"), 384);
@@ -625,7 +540,7 @@ TEST(SimulatorMamba, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {
   const Dims d = MambaDims();
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
   const BlockRun ref = RunBlock('M', d, BlockLayout{}, x, dy);
-  const BlockRun handoff = RunBlock('M', d, Cp(1, 2, CpRecurrent::kHandoff, false), x, dy);
+  const BlockRun handoff = RunBlock('M', d, MakeBlockLayout(1, 2, false, CpRecurrent::kHandoff, false), x, dy);
   Dims half = d;
   half.seq = d.seq / 2;
   const int64_t rows = half.tokens();

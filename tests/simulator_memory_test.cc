@@ -14,13 +14,8 @@ namespace {
 
 using testing_sim::Disagreements;
 using testing_sim::FindMemory;
-using testing_sim::ScaledDefault;
+using testing_sim::OneStage;
 using testing_sim::Stage;
-
-Recipe OneStage(std::vector<Override> sets) {
-  sets.push_back({"parallel.pp", "1"});
-  return ScaledDefault(sets, /*max_world=*/4);
-}
 
 TEST(SimulatorMemory, ParamsGradsAndOptimizerStateMatchTheEstimatorExactly) {
   const Recipe r = OneStage({{"model.pattern", "ADE"}, {"parallel.ep", "4"}});

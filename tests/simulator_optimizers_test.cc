@@ -6,14 +6,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "optimizers.h"
+#include "support/sim_checks.h"
 
 namespace preflight::sim {
 namespace {
+
+using testing::Random;
 
 /// max_ij |actual - expected| / max_ij |expected|: the inequality every
 /// matrix comparison below asserts is MaxRelError(actual, expected) <= tol.
@@ -26,14 +28,6 @@ double MaxRelError(const Mat<T>& actual, const Mat<double>& expected) {
 /// |actual - expected| <= rel * |expected|.
 void ExpectClose(double actual, double expected, double rel) {
   EXPECT_LE(std::abs(actual - expected), rel * std::abs(expected)) << actual << " vs " << expected;
-}
-
-Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Mat<double> m(rows, cols);
-  for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = u(gen);
-  return m;
 }
 
 std::vector<double> RandomVector(int64_t n, uint64_t seed) {

@@ -5,24 +5,34 @@
 // against hand counts and the estimator, its parameters against the inventory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <numbers>
-#include <random>
 #include <string>
 
 #include "planner_tiny_model.h"
 #include "preflight/inventory.h"
 #include "preflight/memory_terms.h"
 #include "support/sim_block_harness.h"
+#include "support/sim_checks.h"
 
 namespace preflight::sim {
 namespace {
 
 using testing::BlockLayout;
 using testing::BlockRun;
+using testing::Describe;
+using testing::ExpectBackwardMatchesFd;
+using testing::ExpectSame;
+using testing::MakeBlockLayout;
+using testing::ModelLayout;
+using testing::OnOneRank;
+using testing::Random;
+using testing::Rel;
 using testing::RunBlock;
+using testing::Sent;
+using testing::SentAndCalls;
 
 // h 8, d_r 32 in 8 gate blocks of 4, K_r 4, seq 16, batch 2: tp up to 4,
 // tp * cp up to 8 (all-to-all), chunks of 2 positions at cp 4 balanced
@@ -37,40 +47,6 @@ Dims RDims() {
   d.batch = 2;
   d.vocab = 16;
   return d;
-}
-
-Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  Mat<double> m(rows, cols);
-  for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = u(gen);
-  return m;
-}
-
-/// max |a - b| / max |b|.
-double Rel(const Mat<double>& a, const Mat<double>& b) {
-  return (a - b).cwiseAbs().maxCoeff() / std::max(1e-300, b.cwiseAbs().maxCoeff());
-}
-
-/// Sharded equals unsharded: fp64 tolerance 1e-10 relative (MATH.md 8).
-void ExpectSame(const BlockRun& got, const BlockRun& ref, const std::string& what) {
-  EXPECT_LT(Rel(got.y, ref.y), 1e-10) << what << " y";
-  EXPECT_LT(Rel(got.dx, ref.dx), 1e-10) << what << " dx";
-  ASSERT_EQ(got.grads.size(), ref.grads.size()) << what;
-  for (const auto& [name, g] : ref.grads) EXPECT_LT(Rel(got.grads.at(name), g), 1e-10) << what << " " << name;
-}
-
-/// Runs `body` on a one-rank world with a context of degree-1 groups.
-void OnOneRank(int64_t seq, const std::function<void(Ctx&)>& body) {
-  World world(1);
-  const Group& g = world.NewGroup("tp", {0});
-  world.Run([&](Rank& r) {
-    Ctx ctx;
-    ctx.rank = &r;
-    ctx.tp = ctx.ep = ctx.etp = ctx.edp = ctx.cp = &g;
-    ctx.seq = SeqLayout::Make(seq, 1, 0, false);
-    body(ctx);
-  });
 }
 
 Param<double>& ParamNamed(Block<double>& block, const std::string& suffix) {
@@ -191,38 +167,11 @@ TEST_P(RecurrentFd, BackwardMatchesFiniteDifferences) {
   d.recurrent_d_conv = c.d_conv;
   d.seq = c.seq;
   d.batch = c.batch;
-  constexpr double kStep = 1e-5, kTolerance = 1e-6;
-  const auto numeric = [&](Mat<double>* theta, const std::function<double()>& loss) {
-    Mat<double> g(theta->rows(), theta->cols());
-    for (int64_t i = 0; i < theta->size(); ++i) {
-      const double keep = theta->data()[i];
-      theta->data()[i] = keep + kStep;
-      const double up = loss();
-      theta->data()[i] = keep - kStep;
-      const double down = loss();
-      theta->data()[i] = keep;
-      g.data()[i] = (up - down) / (2 * kStep);
-    }
-    return g;
-  };
-  const auto rel = [](const Mat<double>& analytic, const Mat<double>& num) {
-    return (analytic - num).cwiseAbs().maxCoeff() / std::max(1e-3, num.cwiseAbs().maxCoeff());
-  };
+  constexpr double kTolerance = 1e-6;  // the step is testing::kFdStep = 1e-5
   OnOneRank(d.seq, [&](Ctx& ctx) {
     auto block = MakeBlock<double>('R', ctx, d, 0, 7, 0.8);
-    Mat<double> x = Random(d.tokens(), d.hidden, 11);
-    const Mat<double> r = Random(d.tokens(), d.hidden, 12);
-    const auto loss = [&] {  // each evaluation is its own micro-batch: FD runs forwards only
-      ++ctx.microbatch;
-      return block->Forward(ctx, x).cwiseProduct(r).sum();
-    };
-    loss();
-    const Mat<double> dx = block->Backward(ctx, r);
-    EXPECT_LT(rel(dx, numeric(&x, loss)), kTolerance) << "dx";
-    for (Param<double>* p : block->params()) {
-      EXPECT_LT(rel(p->grad.m, numeric(&p->value.m, loss)), kTolerance) << p->name;
-      EXPECT_GT(p->grad.m.cwiseAbs().maxCoeff(), 0.0) << p->name;
-    }
+    ExpectBackwardMatchesFd(ctx, *block, d, kTolerance);
+    for (Param<double>* p : block->params()) EXPECT_GT(p->grad.m.cwiseAbs().maxCoeff(), 0.0) << p->name;
   });
 }
 
@@ -305,25 +254,10 @@ const BlockRun& Reference() {
   return ref;
 }
 
-BlockLayout RLayout(int tp, int cp, bool sp, CpRecurrent mode = CpRecurrent::kAllToAll, bool balance = true) {
-  BlockLayout l;
-  l.tp = tp;
-  l.cp = cp;
-  l.sp = sp;
-  l.cp_recurrent = mode;
-  l.load_balance = balance;
-  return l;
-}
-
-std::string Describe(const BlockLayout& l) {
-  return "tp" + std::to_string(l.tp) + " cp" + std::to_string(l.cp) + (l.sp ? " sp" : "") +
-         (l.cp_recurrent == CpRecurrent::kHandoff ? " handoff" : " a2a") + (l.load_balance ? " balanced" : "");
-}
-
 TEST(SimulatorRecurrent, TensorParallelEqualsOneRank) {
   for (int tp : {1, 2, 4}) {
     for (bool sp : {false, true}) {
-      const BlockLayout l = RLayout(tp, 1, sp);
+      const BlockLayout l = MakeBlockLayout(tp, 1, sp);
       ExpectSame(RunBlock('R', RDims(), l, Input(), OutputGrad()), Reference(), Describe(l));
     }
   }
@@ -333,12 +267,12 @@ TEST(SimulatorRecurrent, ContextParallelEqualsOneRank) {
   for (CpRecurrent mode : {CpRecurrent::kAllToAll, CpRecurrent::kHandoff}) {
     for (int cp : {2, 4}) {
       for (bool balance : {false, true}) {
-        const BlockLayout l = RLayout(1, cp, false, mode, balance);
+        const BlockLayout l = MakeBlockLayout(1, cp, false, mode, balance);
         ExpectSame(RunBlock('R', RDims(), l, Input(), OutputGrad()), Reference(), Describe(l));
       }
     }
     for (bool sp : {false, true}) {
-      const BlockLayout l = RLayout(2, 2, sp, mode);
+      const BlockLayout l = MakeBlockLayout(2, 2, sp, mode);
       ExpectSame(RunBlock('R', RDims(), l, Input(), OutputGrad()), Reference(), Describe(l));
     }
   }
@@ -348,7 +282,7 @@ TEST(SimulatorRecurrent, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {
   // Each CP rank starting its chunks from a zero state (no state crosses a
   // rank boundary) misses the slow decays of Griffin's Λ: the output is off
   // by a large fraction; with the hand-off it is the unsharded result.
-  const BlockLayout l = RLayout(1, 4, false, CpRecurrent::kHandoff);
+  const BlockLayout l = MakeBlockLayout(1, 4, false, CpRecurrent::kHandoff);
   RecurrentOptions naive;
   naive.drop_handoff = true;
   const testing::BlockFactory make_naive = [&](Ctx& ctx, const Dims& d, uint64_t seed, double scale) {
@@ -363,19 +297,6 @@ TEST(SimulatorRecurrent, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {
 
 // ---- bytes moved ----
 
-/// Bytes rank `rank` sent in (axis, kind, pass, what), and the calls.
-std::pair<int64_t, int64_t> Sent(const BlockRun& run, int rank, const std::string& axis, CollectiveKind kind,
-                                 SimPass pass, const std::string& what) {
-  std::pair<int64_t, int64_t> out{0, 0};
-  for (const CommCount& c : run.comm.at(static_cast<size_t>(rank))) {
-    if (c.axis == axis && c.kind == kind && c.pass == pass && c.what == what) {
-      out.first += c.bytes_sent;
-      out.second += c.calls;
-    }
-  }
-  return out;
-}
-
 int64_t TotalSent(const BlockRun& run, int rank) {
   int64_t n = 0;
   for (const CommCount& c : run.comm.at(static_cast<size_t>(rank))) n += c.bytes_sent;
@@ -389,16 +310,16 @@ TEST(SimulatorRecurrent, TensorParallelBytesByHand) {
   const SimPass f = SimPass::kForward, b = SimPass::kBackward;
   for (int tp : {2, 4}) {
     const int64_t ring = (tp - 1) * 512 / tp;
-    const BlockRun ar = RunBlock('R', RDims(), RLayout(tp, 1, false), Input(), OutputGrad());
-    const BlockRun sp = RunBlock('R', RDims(), RLayout(tp, 1, true), Input(), OutputGrad());
+    const BlockRun ar = RunBlock('R', RDims(), MakeBlockLayout(tp, 1, false), Input(), OutputGrad());
+    const BlockRun sp = RunBlock('R', RDims(), MakeBlockLayout(tp, 1, true), Input(), OutputGrad());
     for (int r = 0; r < tp; ++r) {
-      EXPECT_EQ(Sent(ar, r, "tp", K::kAllReduce, f, "recurrent"), std::make_pair(2 * ring, int64_t{1}));
-      EXPECT_EQ(Sent(ar, r, "tp", K::kAllReduce, b, "recurrent"), std::make_pair(2 * ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(ar.comm.at(r), "tp", K::kAllReduce, f, "recurrent"), std::make_pair(2 * ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(ar.comm.at(r), "tp", K::kAllReduce, b, "recurrent"), std::make_pair(2 * ring, int64_t{1}));
       EXPECT_EQ(TotalSent(ar, r), 4 * ring);
-      EXPECT_EQ(Sent(sp, r, "tp", K::kAllGather, f, "recurrent"), std::make_pair(ring, int64_t{1}));
-      EXPECT_EQ(Sent(sp, r, "tp", K::kReduceScatter, f, "recurrent"), std::make_pair(ring, int64_t{1}));
-      EXPECT_EQ(Sent(sp, r, "tp", K::kAllGather, b, "recurrent"), std::make_pair(2 * ring, int64_t{2}));
-      EXPECT_EQ(Sent(sp, r, "tp", K::kReduceScatter, b, "recurrent"), std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kAllGather, f, "recurrent"), std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kReduceScatter, f, "recurrent"), std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kAllGather, b, "recurrent"), std::make_pair(2 * ring, int64_t{2}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kReduceScatter, b, "recurrent"), std::make_pair(ring, int64_t{1}));
       EXPECT_EQ(TotalSent(sp, r), 5 * ring);
     }
   }
@@ -412,10 +333,10 @@ TEST(SimulatorRecurrent, AllToAllBytesByHand) {
     int64_t per_call;
   };
   for (const Case& c : {Case{1, 4, 384}, Case{2, 2, 256}}) {
-    const BlockRun run = RunBlock('R', RDims(), RLayout(c.tp, c.cp, c.tp > 1), Input(), OutputGrad());
+    const BlockRun run = RunBlock('R', RDims(), MakeBlockLayout(c.tp, c.cp, c.tp > 1), Input(), OutputGrad());
     for (int r = 0; r < c.tp * c.cp; ++r) {
       for (SimPass pass : {SimPass::kForward, SimPass::kBackward}) {
-        EXPECT_EQ(Sent(run, r, "cp", CollectiveKind::kAllToAll, pass, "recurrent"),
+        EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kAllToAll, pass, "recurrent"),
                   std::make_pair(2 * c.per_call, int64_t{2}));
       }
     }
@@ -436,10 +357,10 @@ TEST(SimulatorRecurrent, AllToAllBytesEqualThePlanners) {
       l.micro_batch = RDims().batch;
       l.sp = sp;
       const auto priced = preflight::testing::Price(inv, l);
-      const BlockRun run = RunBlock('R', RDims(), RLayout(tp, cp, sp), Input(), OutputGrad());
+      const BlockRun run = RunBlock('R', RDims(), MakeBlockLayout(tp, cp, sp), Input(), OutputGrad());
       for (Pass pass : {Pass::kForward, Pass::kBackward}) {
         const SimPass sim_pass = pass == Pass::kForward ? SimPass::kForward : SimPass::kBackward;
-        EXPECT_EQ(Sent(run, 0, "cp", CollectiveKind::kAllToAll, sim_pass, "recurrent").first,
+        EXPECT_EQ(Sent(run.comm.at(0), "cp", CollectiveKind::kAllToAll, sim_pass, "recurrent"),
                   preflight::testing::Sent(priced.comm[0], Axis::kCp, Collective::kAllToAll, pass, "recurrent"))
             << "tp " << tp << " sp " << sp;
         // The TP region too (X of one CP rank: (s/c)*b*h*beta).
@@ -447,7 +368,7 @@ TEST(SimulatorRecurrent, AllToAllBytesEqualThePlanners) {
         for (auto [kind, sim_kind] : {std::pair{Collective::kAllReduce, CollectiveKind::kAllReduce},
                                       std::pair{Collective::kAllGather, CollectiveKind::kAllGather},
                                       std::pair{Collective::kReduceScatter, CollectiveKind::kReduceScatter}}) {
-          tp_sent += Sent(run, 0, "tp", sim_kind, sim_pass, "recurrent").first;
+          tp_sent += Sent(run.comm.at(0), "tp", sim_kind, sim_pass, "recurrent");
           tp_model += preflight::testing::Sent(priced.comm[0], Axis::kTp, kind, pass, "recurrent");
         }
         EXPECT_EQ(tp_sent, tp_model) << "tp " << tp << " sp " << sp;
@@ -469,22 +390,24 @@ TEST(SimulatorRecurrent, HandOffBytesByHand) {
     std::vector<int64_t> fwd_edges, bwd_edges;
   };
   for (const Case& c : {Case{true, {1, 2, 2, 1}, {1, 2, 2, 1}}, Case{false, {1, 1, 1, 0}, {0, 1, 1, 1}}}) {
-    const BlockRun run = RunBlock('R', RDims(), RLayout(1, 4, false, CpRecurrent::kHandoff, c.balance), Input(), OutputGrad());
+    const BlockRun run =
+        RunBlock('R', RDims(), MakeBlockLayout(1, 4, false, CpRecurrent::kHandoff, c.balance), Input(), OutputGrad());
     for (int r = 0; r < 4; ++r) {
       const size_t i = static_cast<size_t>(r);
-      EXPECT_EQ(Sent(run, r, "cp", CollectiveKind::kSend, SimPass::kForward, "recurrent_state"),
+      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, SimPass::kForward, "recurrent_state"),
                 std::make_pair(c.fwd_edges[i] * edge, 2 * c.fwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
-      EXPECT_EQ(Sent(run, r, "cp", CollectiveKind::kSend, SimPass::kBackward, "recurrent_state"),
+      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, SimPass::kBackward, "recurrent_state"),
                 std::make_pair(c.bwd_edges[i] * edge, 2 * c.bwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
       EXPECT_EQ(TotalSent(run, r), (c.fwd_edges[i] + c.bwd_edges[i]) * edge);  // nothing else on the wire
     }
   }
   // tp 2: each TP rank hands on its own d_r/t = 16 channels: 3*2*16*2 + 2*16*4 = 192 + 128.
-  const BlockRun tp2 = RunBlock('R', RDims(), RLayout(2, 2, true, CpRecurrent::kHandoff, false), Input(), OutputGrad());
+  const BlockRun tp2 =
+      RunBlock('R', RDims(), MakeBlockLayout(2, 2, true, CpRecurrent::kHandoff, false), Input(), OutputGrad());
   for (int r : {0, 1}) {
-    EXPECT_EQ(Sent(tp2, r, "cp", CollectiveKind::kSend, SimPass::kForward, "recurrent_state"),
+    EXPECT_EQ(SentAndCalls(tp2.comm.at(r), "cp", CollectiveKind::kSend, SimPass::kForward, "recurrent_state"),
               std::make_pair(int64_t{192 + 128}, int64_t{2}));
   }
 }
@@ -528,7 +451,7 @@ TEST(SimulatorRecurrent, ActivationsByHandAndTheEstimators) {
       {2, 2, true, CpRecurrent::kHandoff, true, {1, 1}},
   };
   for (const Case& c : cases) {
-    const BlockLayout bl = RLayout(c.tp, c.cp, c.sp, c.mode, c.balance);
+    const BlockLayout bl = MakeBlockLayout(c.tp, c.cp, c.sp, c.mode, c.balance);
     const BlockRun run = RunBlock('R', RDims(), bl, Input(), OutputGrad());
     const int64_t n = 16 * 2 / c.cp, n_sp = c.sp ? n / c.tp : n, d_local = 32 / c.tp;
     int64_t worst = 0;
@@ -538,15 +461,8 @@ TEST(SimulatorRecurrent, ActivationsByHandAndTheEstimators) {
       EXPECT_EQ(run.activation_peak[static_cast<size_t>(r)], expected) << Describe(bl) << " rank " << r;
       worst = std::max(worst, run.activation_peak[static_cast<size_t>(r)]);
     }
-    preflight::Layout l;
-    l.tp = c.tp;
-    l.cp = c.cp;
-    l.sp = c.sp;
-    l.micro_batch = RDims().batch;
-    l.recompute = Recompute::kNone;
-    l.cp_recurrent = c.mode;
-    l.cp_load_balance = c.balance;
-    EXPECT_EQ(LayerActivations(RRecipe(), l, BlockKind::kRecurrent).count(), worst) << Describe(bl);
+    EXPECT_EQ(LayerActivations(RRecipe(), ModelLayout(RDims(), bl), BlockKind::kRecurrent).count(), worst)
+        << Describe(bl);
   }
 }
 

@@ -13,24 +13,14 @@
 #include "preflight/inventory.h"
 #include "preflight/recipe.h"
 #include "preflight/sim.h"
+#include "support/sim_recipes.h"
 
 namespace preflight {
 namespace {
 
-/// The default recipe through the parser with `sets`, scaled small (hidden
-/// 16: a norm of 16 elements is not a multiple of 3).
-Recipe Scaled(const std::vector<Override>& sets) {
-  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/nam56r-h200.yaml", sets);
-  EXPECT_TRUE(loaded.ok());
-  ScaleOptions s;
-  s.hidden = 16;
-  s.head_dim = 4;
-  s.ffn_hidden = 16;
-  s.moe_ffn_hidden = 8;
-  s.vocab = 40;
-  s.seq_len = 8;
-  return ScaleRecipe(*loaded.recipe, s);
-}
+// The default recipe scaled small (testing_sim::ScaledDefault): hidden 16,
+// so a norm of 16 elements is not a multiple of 3.
+using testing_sim::ScaledDefault;
 
 /// Three data-parallel replicas: 3 nodes of 8 = 24 GPUs, tp 4, pp 2, dp 3;
 /// ep 4 so that the expert group d_e = t c d / (e t_e) = 12 / 4 = 3 too.
@@ -73,7 +63,7 @@ void ExpectExactStep(const Recipe& r) {
 }
 
 TEST(SimulatorStep, UnevenBuffersZeroZero) {
-  const Recipe r = Scaled(DpThree(0));
+  const Recipe r = ScaledDefault(DpThree(0));
   ASSERT_EQ(r.dp(), 3);
   // The premise: a layer's replicated elements (its norm, and the router of
   // the MoE layer) do not divide by D = 3, so its buffers are padded.
@@ -83,7 +73,7 @@ TEST(SimulatorStep, UnevenBuffersZeroZero) {
 }
 
 TEST(SimulatorStep, UnevenBuffersZeroOne) {
-  const Recipe r = Scaled(DpThree(1));
+  const Recipe r = ScaledDefault(DpThree(1));
   ASSERT_EQ(r.dp(), 3);
   ExpectExactStep(r);
 }
@@ -96,7 +86,7 @@ TEST(SimulatorStep, InterleavedHybridChunksPeakExactly) {
   // missed it: on rank 0 the chunk with the embedding's ids holds 8
   // micro-batches at the peak, not 7; rank 3 peaks with its two MoE chunks
   // full and nothing on its D + head chunk.
-  const Recipe r = Scaled({{"model.pattern", "AEDEAEDEAEDD"},
+  const Recipe r = ScaledDefault({{"model.pattern", "AEDEAEDEAEDD"},
                            {"model.moe.pad_to_capacity", "true"},
                            {"cluster.nodes", "2"},
                            {"parallel.ep", "4"},

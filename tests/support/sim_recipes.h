@@ -32,6 +32,13 @@ inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world
   return ScaleRecipe(*loaded.recipe, s);
 }
 
+/// One pipeline stage of tp 4 (the default recipe with pp 1), dp 1 where the
+/// expert folding allows: ScaledDefault(sets + pp 1, at most 4 ranks).
+inline Recipe OneStage(std::vector<Override> sets) {
+  sets.push_back({"parallel.pp", "1"});
+  return ScaledDefault(sets, /*max_world=*/4);
+}
+
 inline const StageComparison& Stage(const SimComparison& c, int64_t stage) { return c.stages.at(static_cast<size_t>(stage)); }
 
 inline const CommAgreement* FindComm(const StageComparison& s, const std::string& axis, const std::string& kind,
