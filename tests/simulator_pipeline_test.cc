@@ -20,16 +20,7 @@ using testing_sim::FindMemory;
 using testing_sim::ScaledDefault;
 using testing_sim::Stage;
 
-constexpr double kFp64Rel = 1e-10;
-
-void ExpectAgree(const Recipe& r, const SimulationReport& rep) {
-  EXPECT_LE(rep.loss.max_rel, kFp64Rel);
-  EXPECT_LE(rep.worst_gradient.max_rel, kFp64Rel) << rep.worst_gradient.name;
-  EXPECT_LE(rep.worst_update.max_rel, kFp64Rel) << rep.worst_update.name;
-  EXPECT_FALSE(rep.updates.empty());
-  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
-  EXPECT_TRUE(c.agrees()) << Disagreements(c);
-}
+void ExpectAgree(const Recipe& r, const SimulationReport& rep) { testing_sim::ExpectStepAgrees(r, rep); }
 
 /// Dense stack AD x 2 over pp 2, tp 2 (sp), dp 2: 8 ranks, 4 micro-batches.
 Recipe DensePipeline(std::vector<Override> sets = {}) {

@@ -46,14 +46,7 @@ std::vector<Override> SmallHybrid(int zero, int dp = 2) {
 }
 
 /// Runs `r` and checks the comparison: numerics, every exact bucket and row.
-SimComparison ExpectAgreement(const Recipe& r) {
-  const SimulationReport rep = Simulate(r);
-  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
-  EXPECT_TRUE(c.numerics_ok);
-  EXPECT_TRUE(c.comm_ok()) << Disagreements(c);
-  EXPECT_TRUE(c.memory_ok()) << Disagreements(c);
-  return c;
-}
+SimComparison ExpectAgreement(const Recipe& r) { return testing_sim::ExpectStepAgrees(r); }
 
 /// The bucket exists, is exact and agrees (bytes > 0).
 void ExpectExactBucket(const StageComparison& s, const std::string& axis, const std::string& kind,
@@ -147,18 +140,7 @@ TEST(SimulatorZero, ZeroThreeSmallHybrid) {
 /// ep 8, Muon; every family, MoE expert buffers over d_e = 2, Mamba's fp32
 /// buffers), with 4 micro-batches instead of 2 x pp to keep the test fast.
 Recipe DefaultRecipe(int zero) {
-  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/nam56r-h200.yaml",
-                                           {{"parallel.zero", std::to_string(zero)}});
-  EXPECT_TRUE(loaded.ok());
-  ScaleOptions s;
-  s.hidden = 16;
-  s.head_dim = 4;
-  s.ffn_hidden = 16;
-  s.moe_ffn_hidden = 8;
-  s.vocab = 40;
-  s.seq_len = 8;
-  s.microbatches = 4;
-  return ScaleRecipe(*loaded.recipe, s);
+  return ScaledDefault({{"parallel.zero", std::to_string(zero)}}, /*max_world=*/64, /*microbatches=*/4);
 }
 
 // The default recipe (64 ranks) at ZeRO 2 and 3: every row exact. The

@@ -13,8 +13,9 @@
 namespace preflight::testing_sim {
 
 /// h 16, head_dim 4, ffn 16, expert ffn 8, vocab 40 (padded to 8 x tp), seq 8
-/// (rounded up for CP chunks), at most `max_world` ranks.
-inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world = 64) {
+/// (rounded up for CP chunks), at most `max_world` ranks, `microbatches` per
+/// step (0: ScaleRecipe's 2 x pp).
+inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world = 64, int64_t microbatches = 0) {
   const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/nam56r-h200.yaml", sets);
   EXPECT_TRUE(loaded.ok());
   if (!loaded.ok()) {
@@ -29,6 +30,7 @@ inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world
   s.vocab = 40;
   s.seq_len = 8;
   s.max_world = max_world;
+  s.microbatches = microbatches;
   return ScaleRecipe(*loaded.recipe, s);
 }
 
@@ -77,5 +79,22 @@ inline std::string Disagreements(const SimComparison& c) {
   }
   return out;
 }
+
+/// The step agrees: fp64 numerics (losses, gradients, updates), and every
+/// stage's bytes and memory against the planner and estimator. Returns the
+/// comparison for further checks.
+inline SimComparison ExpectStepAgrees(const Recipe& r, const SimulationReport& rep) {
+  constexpr double kFp64Rel = 1e-10;  // MATH.md 8
+  EXPECT_LE(rep.loss.max_rel, kFp64Rel);
+  EXPECT_LE(rep.worst_gradient.max_rel, kFp64Rel) << rep.worst_gradient.name;
+  EXPECT_LE(rep.worst_update.max_rel, kFp64Rel) << rep.worst_update.name;
+  EXPECT_FALSE(rep.updates.empty());
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  EXPECT_TRUE(c.numerics_ok);
+  EXPECT_TRUE(c.comm_ok()) << Disagreements(c);
+  EXPECT_TRUE(c.memory_ok()) << Disagreements(c);
+  return c;
+}
+inline SimComparison ExpectStepAgrees(const Recipe& r) { return ExpectStepAgrees(r, Simulate(r)); }
 
 }  // namespace preflight::testing_sim
