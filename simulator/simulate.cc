@@ -648,7 +648,6 @@ SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
   const double replicas = static_cast<double>(topo.dp) * topo.cp;
   sharded.optim = SettingsOf(recipe, opt, static_cast<int>(recipe.parallel.zero),
                              replicas * static_cast<double>(sharded.microbatches));
-  if (sharded.sp) sharded.router_groups = 1;  // each rank routes its own SP slice: one group
 
   // The unsharded reference: one rank, every layer, all micro-batches of all replicas.
   Spec reference = sharded;
