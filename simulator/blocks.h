@@ -249,6 +249,21 @@ void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<
 template <class T>
 Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local);
 
+/// One column-parallel weight of a TP region and the gradient of its output.
+template <class T>
+struct ColumnGrad {
+  Param<T>* weight;
+  const Mat<T>* dout;
+};
+
+/// The backward of a TP region entered through column-parallel weights from
+/// the saved (SP-local) norm output `n`: re-gathers `n` for the weight
+/// gradients (Megatron's saved-sharded-input path, MATH.md 7.2), adds each
+/// weight's gradient, and returns the norm output's gradient
+/// f'(sum of dout W^T), this rank's rows.
+template <class T>
+Mat<T> ColumnParallelBackward(Ctx& ctx, const Mat<T>& n, const std::vector<ColumnGrad<T>>& parts);
+
 /// The logistic function 1 / (1 + e^-a).
 template <class T>
 T Sigmoid(T a) {

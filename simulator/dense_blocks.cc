@@ -89,12 +89,7 @@ class AttentionBlock final : public Block<T> {
     Rope(&dq, q_local_, d_, ctx.seq, -1);
     Rope(&dk, kv_local_, d_, ctx.seq, -1);
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
-    // With SP the saved norm output is this rank's rows; re-gather it for the
-    // weight gradient (Megatron's saved-sharded-input path, MATH.md 7.2).
-    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-    qkv_->grad.m += MatMulTransA(ctx, n_full.m, dqkv.m);
-    n_full.Release();
-    const Mat<T> dn = CopyToTpBackward(ctx, MatMulTransB(ctx, dqkv.m, qkv_->value.m));
+    const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{qkv_, &dqkv.m}});
     dqkv.Release();
     return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
@@ -184,11 +179,7 @@ class MlpBlock final : public Block<T> {
     dy_full.Release();
     Mat<T> da, du;
     SwiGluBackward(dz, s.a.m, s.u.m, &da, &du);
-    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-    gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
-    up_->grad.m += MatMulTransA(ctx, n_full.m, du);
-    n_full.Release();
-    const Mat<T> dn = CopyToTpBackward(ctx, Mat<T>(MatMulTransB(ctx, da, gate_->value.m) + MatMulTransB(ctx, du, up_->value.m)));
+    const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}});
     return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 

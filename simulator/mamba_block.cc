@@ -551,12 +551,7 @@ class MambaBlock final : public Block<T> {
     Tensor<T> dk(ctx.mem(), tmp, ab, RunBackward(ctx, s, dout_x));
     dk.m.leftCols(kernel_.inner()) = dz;
     if (a2a_) dk = Tensor<T>(ctx.mem(), tmp, ab, HeadsToSeq(ctx, dk.m, seq_to_heads_, tp_.proj(), d_.batch));
-    // With SP the saved norm output is this rank's rows; re-gather it for the
-    // weight gradient (Megatron's saved-sharded-input path, MATH.md 7.2).
-    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-    in_proj_->grad.m += MatMulTransA(ctx, n_full.m, dk.m);
-    n_full.Release();
-    const Mat<T> dn = CopyToTpBackward(ctx, MatMulTransB(ctx, dk.m, in_proj_->value.m));
+    const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{in_proj_, &dk.m}});
     dk.Release();
     return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }

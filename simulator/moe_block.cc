@@ -390,11 +390,7 @@ class MoeBlock final : public Block<T> {
     dy_full.Release();
     Mat<T> da, du;
     SwiGluBackward(dz, s_.sh_a.m, s_.sh_u.m, &da, &du);
-    Tensor<T> n_full = TpRegionInput(ctx, s_.n.m);
-    sh_gate_->grad.m += MatMulTransA(ctx, n_full.m, da);
-    sh_up_->grad.m += MatMulTransA(ctx, n_full.m, du);
-    n_full.Release();
-    return CopyToTpBackward(ctx, Mat<T>(MatMulTransB(ctx, da, sh_gate_->value.m) + MatMulTransB(ctx, du, sh_up_->value.m)));
+    return ColumnParallelBackward<T>(ctx, s_.n.m, {{sh_gate_, &da}, {sh_up_, &du}});
   }
 
   std::vector<int64_t> RowsOf(int64_t le) const {

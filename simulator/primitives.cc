@@ -273,6 +273,16 @@ Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local) {
   return Tensor<T>(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, CopyToTpForward(ctx, local));
 }
 
+template <class T>
+Mat<T> ColumnParallelBackward(Ctx& ctx, const Mat<T>& n, const std::vector<ColumnGrad<T>>& parts) {
+  Tensor<T> n_full = TpRegionInput(ctx, n);
+  for (const ColumnGrad<T>& p : parts) p.weight->grad.m += MatMulTransA(ctx, n_full.m, *p.dout);
+  n_full.Release();
+  Mat<T> dn = MatMulTransB(ctx, *parts.front().dout, parts.front().weight->value.m);
+  for (size_t i = 1; i < parts.size(); ++i) dn += MatMulTransB(ctx, *parts[i].dout, parts[i].weight->value.m);
+  return CopyToTpBackward(ctx, dn);
+}
+
 #define PREFLIGHT_INSTANTIATE(T)                                                                                \
   template void PutShard<T>(ShardKind, const std::vector<int64_t>&, int, int, const Mat<T>&, Mat<T>*);         \
   template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, \
@@ -288,7 +298,8 @@ Tensor<T> TpRegionInput(Ctx& ctx, const Mat<T>& local) {
   template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);     \
   template void SavePreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*,             \
                                Tensor<T>*);                                                                    \
-  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);
+  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);                                                    \
+  template Mat<T> ColumnParallelBackward<T>(Ctx&, const Mat<T>&, const std::vector<ColumnGrad<T>>&);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)
 #undef PREFLIGHT_INSTANTIATE

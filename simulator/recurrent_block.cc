@@ -437,14 +437,7 @@ class RecurrentBlock final : public Block<T> {
     } else {
       du.m = RecurrenceBackward(ctx, s, dyo.cwiseProduct(gelu));
     }
-    // With SP the saved norm output is this rank's rows: re-gather it for the
-    // weight gradients (MATH.md 7.2, as the A and D blocks).
-    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-    gate_->grad.m += MatMulTransA(ctx, n_full.m, dg_pre.m);
-    in_->grad.m += MatMulTransA(ctx, n_full.m, du.m);
-    n_full.Release();
-    const Mat<T> dn =
-        CopyToTpBackward(ctx, Mat<T>(MatMulTransB(ctx, dg_pre.m, gate_->value.m) + MatMulTransB(ctx, du.m, in_->value.m)));
+    const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &dg_pre.m}, {in_, &du.m}});
     return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
