@@ -7,10 +7,10 @@
 
 #include <benchmark/benchmark.h>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 namespace {

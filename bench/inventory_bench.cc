@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
 
 namespace {
 

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 
 namespace {
 

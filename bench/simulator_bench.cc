@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "preflight/recipe.h"
-#include "preflight/sim.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/simulator/sim.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <thread>
 
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
-#include "preflight/sweep.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/planner/sweep.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Names of the memory categories and the RankMemory total.
-#include "preflight/estimate.h"
+#include "preflight/estimator/estimate.h"
 
 namespace preflight {
 

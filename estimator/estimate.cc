@@ -50,14 +50,14 @@
 //   of this rank's own stages, serving.batch sequences per model replica.
 // - Allocator overhead: a fraction of every allocator-managed byte (all but the
 //   runtime reserve).
-#include "preflight/estimate.h"
+#include "preflight/estimator/estimate.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "internal.h"
-#include "preflight/memory_terms.h"
+#include "preflight/estimator/memory_terms.h"
 
 namespace preflight {
 namespace {

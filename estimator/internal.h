@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "preflight/estimate.h"
-#include "preflight/memory_terms.h"
-#include "preflight/pipeline_replay.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/estimator/memory_terms.h"
+#include "preflight/estimator/pipeline_replay.h"
 
 namespace preflight::estimator_detail {
 

@@ -1,13 +1,13 @@
 // Per-term formulas of the capacity model (MATH.md 3-6). Each function is a
 // closed form in checked int64 arithmetic; the tests check each one against a
 // paper's table or a hand-worked example.
-#include "preflight/memory_terms.h"
+#include "preflight/estimator/memory_terms.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "preflight/inventory.h"
+#include "preflight/inventory/inventory.h"
 
 namespace preflight {
 namespace {

@@ -1,6 +1,6 @@
 // Megatron's interleaved schedule table, in closed form (see
 // include/preflight/pipeline_replay.h for the replay built on it).
-#include "preflight/pipeline_replay.h"
+#include "preflight/estimator/pipeline_replay.h"
 
 #include <algorithm>
 

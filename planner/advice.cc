@@ -1,6 +1,6 @@
 // Fit advice (include/preflight/advice.h): a neighbourhood search over the
 // recipe's own keys, every candidate re-validated and re-priced.
-#include "preflight/advice.h"
+#include "preflight/planner/advice.h"
 
 #include <algorithm>
 #include <optional>

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "preflight/plan.h"
+#include "preflight/planner/plan.h"
 
 namespace preflight::planner_internal {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "preflight/plan.h"
+#include "preflight/planner/plan.h"
 
 namespace preflight {
 

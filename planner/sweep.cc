@@ -4,7 +4,7 @@
 // which the axis parser enforces), placed once (mesh locality), partitioned
 // once per recompute mode and priced per ZeRO stage. Every item writes its
 // rows at fixed positions, so the output does not depend on the threads.
-#include "preflight/sweep.h"
+#include "preflight/planner/sweep.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "preflight/estimate.h"
+#include "preflight/estimator/estimate.h"
 #include <mutex>
 
 namespace preflight {

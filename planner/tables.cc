@@ -2,7 +2,7 @@
 // arithmetic on prefix sums (plan.h speed contract).
 #include <algorithm>
 
-#include "preflight/plan.h"
+#include "preflight/planner/plan.h"
 
 namespace preflight {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 
 #include "tensor.h"
 #include "world.h"

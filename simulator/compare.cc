@@ -30,11 +30,11 @@
 #include <set>
 #include <tuple>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/plan.h"
-#include "preflight/sim.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/plan.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight {
 namespace {

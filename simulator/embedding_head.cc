@@ -4,7 +4,7 @@
 #include <limits>
 #include <string>
 
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 
 #include "blocks.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight {
 

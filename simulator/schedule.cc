@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight::sim {
 namespace {

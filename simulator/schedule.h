@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight::sim {
 

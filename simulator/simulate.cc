@@ -14,9 +14,9 @@
 
 #include "blocks.h"
 #include "dist_optimizer.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/sim.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/simulator/sim.h"
 #include "schedule.h"
 #include "topology.h"
 

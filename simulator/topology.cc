@@ -3,7 +3,7 @@
 #include <functional>
 #include <string>
 
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight::sim {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 #include "world.h"
 
 namespace preflight::sim {

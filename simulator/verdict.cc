@@ -1,4 +1,4 @@
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight {
 

@@ -31,7 +31,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight::sim {
 

@@ -8,11 +8,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "preflight/advice.h"
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/planner/advice.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "preflight/check.h"
+#include "preflight/report/check.h"
 
 namespace preflight {
 namespace {

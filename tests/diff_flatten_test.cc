@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "preflight/diff.h"
-#include "preflight/recipe.h"
+#include "preflight/report/diff.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -14,10 +14,10 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/emit.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/report/emit.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "estimator_fixtures.h"
-#include "preflight/memory_terms.h"
+#include "preflight/estimator/memory_terms.h"
 
 namespace preflight {
 namespace {

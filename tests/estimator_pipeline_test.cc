@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "estimator_fixtures.h"
-#include "preflight/memory_terms.h"
-#include "preflight/pipeline_replay.h"
+#include "preflight/estimator/memory_terms.h"
+#include "preflight/estimator/pipeline_replay.h"
 
 namespace preflight {
 namespace {

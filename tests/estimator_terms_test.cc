@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "estimator_fixtures.h"
-#include "preflight/memory_terms.h"
+#include "preflight/estimator/memory_terms.h"
 #include "support/test_support.h"
 
 namespace preflight {

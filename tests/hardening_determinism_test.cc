@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
-#include "preflight/units.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 namespace {

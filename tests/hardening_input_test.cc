@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "preflight/diagnostic.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 namespace {

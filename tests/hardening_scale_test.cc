@@ -7,10 +7,10 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/diagnostic.h"
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
-#include "preflight/units.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 namespace {

@@ -8,7 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

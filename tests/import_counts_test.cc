@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/import.h"
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/import.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -2,7 +2,7 @@
 // recipe model entries, the warnings for fields the recipe cannot represent,
 // and the errors for bad input. Expected letters are worked out by hand from
 // each model's published decoder-layer rule (quoted beside each case).
-#include "preflight/import.h"
+#include "preflight/recipe/import.h"
 
 #include <algorithm>
 #include <map>

@@ -1,16 +1,16 @@
 // The default H200 layout rule of `import hf` (default_layout.h), worked by
 // hand on imported public models. Budget: half of 143771 MiB = 75.38e9 B of
 // model state per GPU at 6 + 12/D bytes per parameter.
-#include "preflight/default_layout.h"
+#include "preflight/inventory/default_layout.h"
 
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "preflight/import.h"
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/import.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

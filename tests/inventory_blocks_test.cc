@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 namespace {

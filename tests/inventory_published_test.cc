@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -3,7 +3,7 @@
 // with the arithmetic done by hand in the comments.
 #include <gtest/gtest.h>
 
-#include "preflight/plan.h"
+#include "preflight/planner/plan.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -2,7 +2,7 @@
 // worked out by hand in the comments).
 #include <gtest/gtest.h>
 
-#include "preflight/plan.h"
+#include "preflight/planner/plan.h"
 
 namespace preflight {
 namespace {

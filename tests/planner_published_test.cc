@@ -4,9 +4,9 @@
 // by hand below.
 #include <gtest/gtest.h>
 
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

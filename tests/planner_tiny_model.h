@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/plan.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/plan.h"
 
 namespace preflight::testing {
 

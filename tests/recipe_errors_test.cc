@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 namespace {

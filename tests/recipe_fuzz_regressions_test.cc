@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/diagnostic.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 namespace {

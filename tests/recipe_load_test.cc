@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {

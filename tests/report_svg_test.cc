@@ -8,11 +8,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
-#include "preflight/report.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/report/report.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "preflight/recipe.h"
-#include "preflight/sim.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
 namespace preflight {

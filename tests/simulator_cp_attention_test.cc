@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "attention_core.h"
-#include "preflight/inventory.h"
-#include "preflight/memory_terms.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/estimator/memory_terms.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 #include "support/sim_block_harness.h"
 #include "support/sim_checks.h"
 

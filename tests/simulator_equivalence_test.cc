@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
 namespace preflight {

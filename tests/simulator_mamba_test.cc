@@ -11,8 +11,8 @@
 
 #include "mamba.h"
 #include "planner_tiny_model.h"
-#include "preflight/inventory.h"
-#include "preflight/memory_terms.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/estimator/memory_terms.h"
 #include "support/sim_block_harness.h"
 #include "support/sim_checks.h"
 

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "preflight/layout.h"
-#include "preflight/memory_terms.h"
-#include "preflight/plan.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/estimator/memory_terms.h"
+#include "preflight/planner/plan.h"
 #include "schedule.h"
 #include "topology.h"
 

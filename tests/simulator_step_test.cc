@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "preflight/inventory.h"
-#include "preflight/recipe.h"
-#include "preflight/sim.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
 namespace preflight {

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
-#include "preflight/sim.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
 namespace preflight {

@@ -5,12 +5,12 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
-#include "preflight/sweep.h"
-#include "preflight/sweep_report.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/planner/sweep.h"
+#include "preflight/report/sweep_report.h"
 #include "support/test_support.h"
 
 namespace preflight {

@@ -1,4 +1,4 @@
-#include "preflight/units.h"
+#include "preflight/recipe/units.h"
 
 #include <cstdint>
 #include <limits>

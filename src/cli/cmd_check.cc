@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "common.h"
-#include "preflight/check.h"
-#include "preflight/diagnostic.h"
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/report/check.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 #include "verbs.h"
 
 namespace preflight::cli {

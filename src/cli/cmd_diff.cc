@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common.h"
-#include "preflight/diagnostic.h"
-#include "preflight/diff.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/report/diff.h"
 #include "verbs.h"
 
 namespace preflight::cli {

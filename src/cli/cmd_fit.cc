@@ -6,12 +6,12 @@
 #include <fmt/format.h>
 
 #include "common.h"
-#include "preflight/advice.h"
-#include "preflight/diagnostic.h"
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/report.h"
+#include "preflight/planner/advice.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/report/report.h"
 #include "verbs.h"
 
 namespace preflight::cli {

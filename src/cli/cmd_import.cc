@@ -19,13 +19,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "preflight/default_layout.h"
-#include "preflight/diagnostic.h"
-#include "preflight/estimate.h"
-#include "preflight/import.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/default_layout.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/recipe/import.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
 #include "common.h"
 #include "verbs.h"
 

@@ -10,14 +10,14 @@
 #include <CLI/CLI.hpp>
 
 #include "common.h"
-#include "preflight/diagnostic.h"
-#include "preflight/emit.h"
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/plan.h"
-#include "preflight/plan_report.h"
-#include "preflight/recipe.h"
-#include "preflight/report.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/report/emit.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/plan.h"
+#include "preflight/report/plan_report.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/report/report.h"
 #include "verbs.h"
 
 namespace preflight::cli {

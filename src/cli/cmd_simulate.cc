@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 
 #include "common.h"
-#include "preflight/diagnostic.h"
-#include "preflight/sim.h"
-#include "preflight/sim_report.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/simulator/sim.h"
+#include "preflight/report/sim_report.h"
 #include "verbs.h"
 
 namespace preflight::cli {

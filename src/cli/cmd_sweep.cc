@@ -11,10 +11,10 @@
 #include <fmt/format.h>
 
 #include "common.h"
-#include "preflight/diagnostic.h"
-#include "preflight/inventory.h"
-#include "preflight/sweep.h"
-#include "preflight/sweep_report.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/planner/sweep.h"
+#include "preflight/report/sweep_report.h"
 #include "verbs.h"
 
 namespace preflight::cli {

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "common.h"
-#include "preflight/diagnostic.h"
+#include "preflight/recipe/diagnostic.h"
 #include "verbs.h"
 
 namespace preflight::cli {

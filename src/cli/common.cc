@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "preflight/diagnostic.h"
-#include "preflight/plan.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/planner/plan.h"
 
 namespace preflight::cli {
 

@@ -8,10 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight::cli {
 

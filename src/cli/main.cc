@@ -7,8 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "preflight/diagnostic.h"
-#include "preflight/units.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/units.h"
 #include "verbs.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "preflight/inventory.h"
-#include "preflight/units.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 namespace {

@@ -1,5 +1,5 @@
 // The default H200 layout rule for imported models (see default_layout.h).
-#include "preflight/default_layout.h"
+#include "preflight/inventory/default_layout.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "preflight/layout.h"
+#include "preflight/inventory/layout.h"
 
 #include <optional>
 

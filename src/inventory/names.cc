@@ -1,4 +1,4 @@
-#include "preflight/inventory.h"
+#include "preflight/inventory/inventory.h"
 
 namespace preflight {
 

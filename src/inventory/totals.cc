@@ -2,8 +2,8 @@
 // queries over prefix sums, and the padded vocabulary.
 #include <cstddef>
 
-#include "preflight/inventory.h"
-#include "preflight/units.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

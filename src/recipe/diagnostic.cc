@@ -1,4 +1,4 @@
-#include "preflight/diagnostic.h"
+#include "preflight/recipe/diagnostic.h"
 
 #include <algorithm>
 #include <string>

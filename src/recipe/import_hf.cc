@@ -7,7 +7,7 @@
 // hybrid_override_pattern maps letter for letter (M->M, *->A, -->D, E->E).
 // Keys the recipe cannot represent are reported as warnings with the key,
 // its value and what the recipe does instead.
-#include "preflight/import.h"
+#include "preflight/recipe/import.h"
 
 #include <algorithm>
 #include <cctype>

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "preflight/import.h"
+#include "preflight/recipe/import.h"
 
 namespace preflight {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 

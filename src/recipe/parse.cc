@@ -12,7 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "recipe_bounds.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 #include "reader.h"
 #include "schema.h"
 #include "suggest.h"

@@ -13,8 +13,8 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "preflight/diagnostic.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight::recipe_internal {
 

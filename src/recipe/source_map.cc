@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <string>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "preflight/diagnostic.h"
+#include "preflight/recipe/diagnostic.h"
 
 namespace preflight::recipe_internal {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 #include "reader.h"
 
 namespace preflight::recipe_internal {

@@ -1,6 +1,6 @@
 // Judging recipes for `preflight check` (the CI gate): capacity, headroom
 // floor, regression against a baseline. Pure: no files, no git.
-#include "preflight/check.h"
+#include "preflight/report/check.h"
 
 #include <fmt/format.h>
 

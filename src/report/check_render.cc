@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "preflight/check.h"
+#include "preflight/report/check.h"
 
 namespace preflight {
 namespace {

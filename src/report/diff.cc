@@ -1,6 +1,6 @@
 // `preflight diff`: flattening recipes to key paths, evaluating both sides
 // (estimator + planner) and attributing the change to the differing keys.
-#include "preflight/diff.h"
+#include "preflight/report/diff.h"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <utility>
 
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
 
 namespace preflight {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "preflight/diff.h"
-#include "preflight/format.h"
+#include "preflight/report/diff.h"
+#include "preflight/report/format.h"
 
 namespace preflight {
 namespace {

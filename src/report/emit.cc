@@ -1,6 +1,6 @@
 // Dispatch of `--emit` targets; the renderers are emit_megatron.cc and
 // emit_torchtitan.cc.
-#include "preflight/emit.h"
+#include "preflight/report/emit.h"
 
 namespace preflight {
 

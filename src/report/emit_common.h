@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight::emit {
 

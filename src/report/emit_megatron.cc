@@ -13,9 +13,9 @@
 #include <fmt/ranges.h>
 
 #include "emit_common.h"
-#include "preflight/emit.h"
-#include "preflight/inventory.h"
-#include "preflight/report.h"
+#include "preflight/report/emit.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/report/report.h"
 
 namespace preflight {
 namespace {

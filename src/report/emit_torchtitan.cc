@@ -10,8 +10,8 @@
 #include <fmt/ranges.h>
 
 #include "emit_common.h"
-#include "preflight/emit.h"
-#include "preflight/report.h"
+#include "preflight/report/emit.h"
+#include "preflight/report/report.h"
 
 namespace preflight {
 namespace {

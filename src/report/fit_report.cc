@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "preflight/format.h"
-#include "preflight/report.h"
+#include "preflight/report/format.h"
+#include "preflight/report/report.h"
 
 namespace preflight {
 namespace {

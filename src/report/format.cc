@@ -1,4 +1,4 @@
-#include "preflight/format.h"
+#include "preflight/report/format.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "preflight/report.h"
+#include "preflight/report/report.h"
 
 namespace preflight {
 

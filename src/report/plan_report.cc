@@ -1,4 +1,4 @@
-#include "preflight/plan_report.h"
+#include "preflight/report/plan_report.h"
 
 #include <algorithm>
 #include <set>
@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "preflight/format.h"
+#include "preflight/report/format.h"
 
 namespace preflight {
 namespace {

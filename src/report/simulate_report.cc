@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "preflight/format.h"
-#include "preflight/sim_report.h"
+#include "preflight/report/format.h"
+#include "preflight/report/sim_report.h"
 
 namespace preflight {
 

@@ -1,12 +1,12 @@
 // Sweep renderers (include/preflight/sweep_report.h).
-#include "preflight/sweep_report.h"
+#include "preflight/report/sweep_report.h"
 
 #include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "preflight/format.h"
+#include "preflight/report/format.h"
 
 namespace preflight {
 namespace {

@@ -21,11 +21,11 @@
 #include <string_view>
 #include <vector>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
-#include "preflight/units.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 
 namespace {
 

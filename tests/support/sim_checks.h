@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "blocks.h"
-#include "preflight/layout.h"
+#include "preflight/inventory/layout.h"
 #include "support/sim_block_harness.h"
 #include "world.h"
 

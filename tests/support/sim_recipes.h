@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "preflight/recipe.h"
-#include "preflight/sim.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight::testing_sim {
 

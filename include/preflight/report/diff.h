@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/estimate.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
-#include "preflight/units.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

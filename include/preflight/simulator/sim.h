@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 

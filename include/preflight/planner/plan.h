@@ -17,12 +17,12 @@
 #include <string_view>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
-#include "preflight/units.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "preflight/advice.h"
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
+#include "preflight/planner/advice.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
 
 namespace preflight {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/units.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

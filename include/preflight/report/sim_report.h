@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "preflight/sim.h"
+#include "preflight/simulator/sim.h"
 
 namespace preflight {
 

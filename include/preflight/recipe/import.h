@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "preflight/units.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/units.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

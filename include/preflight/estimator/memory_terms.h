@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "preflight/layout.h"
-#include "preflight/recipe.h"
-#include "preflight/units.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "preflight/sweep.h"
+#include "preflight/planner/sweep.h"
 
 namespace preflight {
 

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
-#include "preflight/units.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

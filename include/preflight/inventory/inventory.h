@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "preflight/recipe.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/plan.h"
-#include "preflight/recipe.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/recipe.h"
 
 namespace preflight {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "preflight/diagnostic.h"
-#include "preflight/estimate.h"
-#include "preflight/units.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "preflight/estimate.h"
-#include "preflight/inventory.h"
-#include "preflight/layout.h"
-#include "preflight/plan.h"
-#include "preflight/units.h"
+#include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/plan.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

@@ -26,8 +26,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "preflight/memory_terms.h"
-#include "preflight/units.h"
+#include "preflight/estimator/memory_terms.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight {
 

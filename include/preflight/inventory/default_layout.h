@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "preflight/inventory.h"
+#include "preflight/inventory/inventory.h"
 
 namespace preflight {
 
