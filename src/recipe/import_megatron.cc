@@ -60,7 +60,7 @@ const std::set<std::string> kQuiet = {
     "--ddp-average-in-collective", "--no-create-attention-mask-in-dataloader", "--disable-gloo-process-groups",
     "--te-rng-tracker", "--use-fused-weighted-squared-relu", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
     "--no-bias-dropout-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm", "--export-default-te-spec",
-    "--export-model-type", "--spec", "--is-hybrid-model", "--transformer-impl", "--use-tp-pp-dp-mapping",
+    "--export-model-type", "--spec", "--is-hybrid-model", "--use-tp-pp-dp-mapping",
     "--max-position-embeddings", "--enable-experimental", "--no-use-layer-wise-param-layout", "--vocab-file",
     "--tokenizer-type", "--tokenizer-model", "--cross-entropy-fusion-impl", "--main-grads-dtype",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
@@ -145,7 +145,7 @@ const std::set<std::string> kMapped = {
     "--num-virtual-stages-per-pipeline-rank", "--sequence-parallel", "--use-distributed-optimizer",
     "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--grad-reduce-in-bf16", "--optimizer",
     "--recompute-granularity", "--recompute-activations", "--micro-batch-size", "--global-batch-size",
-    "--seq-length", "--attention-dropout", "--hidden-dropout", "--attention-backend",
+    "--seq-length", "--attention-dropout", "--hidden-dropout", "--attention-backend", "--transformer-impl",
 };
 
 constexpr int64_t kGpt2BpeVocab = 50257;  // GPT-2 encoder.json / vocab.json entries
@@ -750,9 +750,14 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   Add(&l, "training.optimizer.other", "adamw");
   Add(&l, "training.dropout", a.Str("--hidden-dropout", "0.1"), "--hidden-dropout");
   (void)a.Real("--hidden-dropout", 0.1, 0.0, 0.999);
+  // --transformer-impl local builds megatron/core/transformer/dot_product_attention.py (unfused:
+  // scores, softmax and dropout mask of s x s per head kept for backward); TE picks flash or fused
+  // attention unless --attention-backend forces the unfused path.
   const std::string backend = a.Str("--attention-backend", "auto");
-  Add(&l, "training.flash_attention", Bool(backend != "unfused" && backend != "local"),
-      "--attention-backend " + backend);
+  const std::string impl = a.Str("--transformer-impl", "transformer_engine");
+  const bool flash = backend != "unfused" && backend != "local" && impl != "local";
+  Add(&l, "training.flash_attention", Bool(flash),
+      impl == "local" ? "--transformer-impl local" : "--attention-backend " + backend);
 
   // Parallelism.
   const int64_t tp = a.Int("--tensor-model-parallel-size", 1);
