@@ -813,6 +813,13 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   for (const MegatronArg& arg : out->args) {
     if (!seen.insert(arg.flag).second) continue;
     if (kMapped.count(arg.flag) != 0 || kQuiet.count(arg.flag) != 0) continue;
+    // Values that ask for what the recipe already prices change nothing.
+    static const std::map<std::string, std::string> kNeutral = {
+        {"--num-distributed-optimizer-instances", "1"}, {"--outer-dp-sharding-strategy", "no_shard"},
+        {"--moe-token-dispatcher-type", "alltoall"},    {"--mtp-num-layers", "0"},
+        {"--moe-router-dtype", "None"}};
+    const auto neutral = kNeutral.find(arg.flag);
+    if (neutral != kNeutral.end() && neutral->second == a.Str(arg.flag, "")) continue;
     const auto it = Unrepresentable().find(arg.flag);
     if (it != Unrepresentable().end()) {
       a.Warn(arg.flag, "not represented: " + it->second);
