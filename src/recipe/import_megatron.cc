@@ -799,7 +799,8 @@ void MapArguments(const std::string& file, MegatronImport* out) {
       a.Warn(hybrid_flag, fmt::format("{} '|' cuts for {} pipeline stages; stages are balanced by the recipe",
                                       cuts.size(), stages));
     }
-  } else if (stages > 1 && layers % stages == 0) {
+  } else if (stages > 1 && layers % stages == 0 && !a.Has("--pipeline-model-parallel-layout") &&
+             !a.Has("--decoder-first-pipeline-num-layers") && !a.Has("--decoder-last-pipeline-num-layers")) {
     const int64_t per_stage = static_cast<int64_t>(letters.size()) / stages;
     for (int64_t s = 1; s < stages; ++s) boundaries.push_back(s * per_stage);
   }
