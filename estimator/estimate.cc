@@ -126,6 +126,14 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   PriceServing(out, w, rc, l, sink);
 
   const Bytes managed = out.total();
+  // Allocator figures: everything priced so far goes through PyTorch's caching
+  // allocator; the reserve and fragmentation below do not show in
+  // torch.cuda.max_memory_allocated() (docs/allocated.md).
+  out.allocated_peak = managed;
+  out.allocated_static = out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) +
+                         out.of(Category::kEpShardedParams) + out.of(Category::kGradients) +
+                         out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
+                         out.of(Category::kServingState);
   out.bytes[static_cast<int>(Category::kRuntimeReserve)] = RuntimeReserve(rc);
   // Fragmentation of the caching allocator, a fraction of what it manages
   // (Megatron's estimator multiplies activations by 1.05; MATH.md 2.4).

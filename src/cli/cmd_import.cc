@@ -5,6 +5,8 @@
 // recipe is parsed and validated before it is written; if it does not
 // validate, nothing is written and the exit code is 2.
 #include <algorithm>
+#include <cctype>
+#include <iostream>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -23,6 +25,7 @@
 #include "preflight/recipe/diagnostic.h"
 #include "preflight/estimator/estimate.h"
 #include "preflight/recipe/import.h"
+#include "preflight/recipe/import_megatron.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/recipe/recipe.h"
@@ -242,6 +245,82 @@ int RunImportHf(const ImportHfOptions& o) {
   return 0;
 }
 
+struct ImportMegatronOptions {
+  std::string input;
+  std::vector<std::string> layout;
+  std::string output;
+  std::string name;
+};
+
+/// "gpt3_7b.yaml" -> "gpt3_7b"; stdin -> "megatron".
+std::string NameFromPath(const std::string& path) {
+  if (path == "-") return "megatron";
+  std::string base = std::filesystem::path(path).stem().string();
+  std::string out;
+  for (char c : base) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    out += std::isalnum(u) || c == '.' || c == '-' || c == '_' ? c : '-';
+  }
+  return out.empty() ? "megatron" : out;
+}
+
+/// `preflight import megatron FILE`: Megatron-LM arguments (MODEL_ARGS YAML
+/// or a command line, `-` for stdin) -> recipe. Nothing is written unless
+/// the recipe validates.
+int RunImportMegatron(const ImportMegatronOptions& o) {
+  std::stringstream text;
+  if (o.input == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::error_code ec;
+    if (std::filesystem::is_directory(o.input, ec)) {
+      std::fprintf(stderr, "%s: is a directory; give the arguments file\n", o.input.c_str());
+      return kBadInput;
+    }
+    std::ifstream in(o.input, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "%s: cannot read the file\n", o.input.c_str());
+      return kBadInput;
+    }
+    text << in.rdbuf();
+  }
+  const std::string file = o.input == "-" ? "<stdin>" : o.input;
+  const MegatronImport imported = ImportMegatronArgs(text.str(), file);
+  Print(imported.diagnostics);
+  if (!imported.ok()) return kBadInput;
+  std::vector<Override> overrides;
+  for (const std::string& kv : o.layout) {
+    const std::optional<Override> parsed = ParseOverride(kv);
+    if (!parsed) {
+      std::fprintf(stderr, "--layout %s: expected KEY=VALUE, e.g. cluster.nodes=2\n", kv.c_str());
+      return kBadInput;
+    }
+    overrides.push_back(*parsed);
+  }
+  std::vector<Diagnostic> layout_errors;
+  const std::string yaml =
+      EmitMegatronRecipe(imported, overrides, o.name.empty() ? NameFromPath(o.input) : o.name, file, &layout_errors);
+  Print(layout_errors);
+  if (HasErrors(layout_errors)) return kBadInput;
+  const std::string recipe_file = o.output.empty() ? "<stdout>" : o.output;
+  const LoadResult check = LoadRecipeFromString(yaml, recipe_file);
+  if (!check.ok()) {
+    Print(check.diagnostics);
+    return kBadInput;
+  }
+  if (o.output.empty()) {
+    std::fwrite(yaml.data(), 1, yaml.size(), stdout);
+    return 0;
+  }
+  std::ofstream out(o.output, std::ios::binary);
+  out << yaml;
+  if (!out) {
+    std::fprintf(stderr, "%s: cannot write the file\n", o.output.c_str());
+    return kBadInput;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void SetupImport(CLI::App& command, int& exit_code) {
@@ -254,6 +333,18 @@ void SetupImport(CLI::App& command, int& exit_code) {
                  "the default H200 rule");
   hf->add_option("-o,--output", options->output, "write the recipe to this file (default: stdout)");
   hf->callback([options, &exit_code] { exit_code = RunImportHf(*options); });
+
+  CLI::App* mg = command.add_subcommand("megatron", "write a recipe from Megatron-LM arguments");
+  auto mg_options = std::make_shared<ImportMegatronOptions>();
+  mg->add_option("FILE", mg_options->input,
+                 "MODEL_ARGS YAML (functional-test form) or a launch command line; - for stdin")
+      ->required();
+  mg->add_option("--layout", mg_options->layout,
+                 "KEY=VALUE for keys the arguments do not hold (cluster.nodes, cluster.gpus_per_node, "
+                 "cluster.gpu) or any training.*, parallel.* key (repeatable)");
+  mg->add_option("-o,--output", mg_options->output, "write the recipe to this file (default: stdout)");
+  mg->add_option("--name", mg_options->name, "recipe name (default: the file name)");
+  mg->callback([mg_options, &exit_code] { exit_code = RunImportMegatron(*mg_options); });
 }
 
 }  // namespace preflight::cli

@@ -95,6 +95,18 @@ nlohmann::json AdviceJson(const FitAdvice& a) {
   return out;
 }
 
+/// The rank Megatron logs memory for (the last global rank: last pipeline
+/// stage, last TP/CP/DP coordinate). Megatron pads the vocabulary to a multiple
+/// of TP and the distributed optimizer's buffers to a multiple of DP, so that
+/// coordinate holds what the stage's worst rank holds (docs/allocated.md).
+nlohmann::json LastRankJson(const MemoryEstimate& est) {
+  if (est.stages.empty()) return nlohmann::json::object();
+  const RankMemory& m = est.stages.back();
+  return {{"pipeline_rank", est.stages.size() - 1},
+          {"allocated_static_bytes", m.allocated_static.count()},
+          {"allocated_peak_bytes", m.allocated_peak.count()}};
+}
+
 }  // namespace
 
 std::string RenderFitTable(const FitReport& r) {
@@ -195,7 +207,9 @@ nlohmann::json FitJson(const FitReport& r) {
                       {"activations_by_family_bytes", acts},
                       {"total_bytes", m.total().count()},
                       {"capacity_bytes", m.capacity.count()},
-                      {"headroom_bytes", m.headroom().count()}});
+                      {"headroom_bytes", m.headroom().count()},
+                      {"allocated_static_bytes", m.allocated_static.count()},
+                      {"allocated_peak_bytes", m.allocated_peak.count()}});
   }
   nlohmann::json explain = nlohmann::json::array();
   for (const auto& e : r.explanations) {
@@ -217,6 +231,7 @@ nlohmann::json FitJson(const FitReport& r) {
         {"gpus_per_node", recipe.cluster.gpus_per_node}}},
       {"stages", stages},
       {"worst_stage", r.estimate.worst_stage},
+      {"last_global_rank", LastRankJson(r.estimate)},
       {"verdict",
        {{"fits", v.fits},
         {"headroom_ok", v.headroom_ok},

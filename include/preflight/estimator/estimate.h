@@ -47,6 +47,14 @@ struct RankMemory {
   Bytes activations_transient;
   int64_t in_flight_microbatches = 0;  // of the schedule, on this pipeline rank
   Bytes capacity;                      // device capacity as CUDA reports it
+  /// What PyTorch's caching allocator reports (docs/allocated.md): the bytes
+  /// that stay allocated between steps (params, gradient buffers, optimizer
+  /// state, serving state; torch.cuda.memory_allocated()) and the most
+  /// allocated during a step (that plus activations at the schedule's peak
+  /// and transients: total() minus runtime reserve and allocator overhead;
+  /// torch.cuda.max_memory_allocated()).
+  Bytes allocated_static;
+  Bytes allocated_peak;
   Bytes total() const;                 // sum of every category
   Bytes headroom() const { return capacity - total(); }
   Bytes of(Category c) const { return bytes[static_cast<int>(c)]; }

@@ -1,0 +1,923 @@
+// Megatron-LM arguments -> recipe (issue 15).
+//
+// Defaults and derived values follow megatron/training/arguments.py
+// (parse_args / validate_args) at the commit of the calibration data:
+// ffn_hidden_size = 4h (or int(4h * 2/3 / 64) * 64 with --swiglu), kv_channels
+// = h / heads, num_query_groups = heads without --group-query-attention,
+// hidden/attention dropout 0.1, LayerNorm, learned absolute position
+// embeddings, linear biases, tied embeddings, no recompute, DDP without
+// --use-distributed-optimizer, and an expert tensor-parallel size equal to TP.
+// Each GPT layer is two recipe sublayers (attention + MLP/MoE, "AD"/"AE"); a
+// hybrid pattern maps letter for letter (megatron/core/ssm/mamba_hybrid_layer_allocation.py:
+// M Mamba, * attention, - MLP, E MoE, | pipeline cut, / MTP part).
+#include "preflight/recipe/import_megatron.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "recipe_bounds.h"
+
+namespace preflight {
+namespace {
+
+// Arguments that change nothing the recipe prices: logging, paths, data,
+// checkpointing, the learning-rate schedule, initialization, numerics of
+// values (not of storage), determinism and process bookkeeping.
+const std::set<std::string> kQuiet = {
+    "--log-throughput", "--log-params-norm", "--log-num-zeros-in-grad", "--log-validation-ppl-to-tensorboard",
+    "--log-timers-to-tensorboard", "--log-memory-to-tensorboard", "--log-interval", "--logging-level",
+    "--tensorboard-dir", "--timing-log-level", "--train-iters", "--train-samples", "--exit-interval",
+    "--exit-duration-in-mins", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples",
+    "--lr-warmup-fraction", "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style",
+    "--decoupled-lr", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps",
+    "--muon-momentum", "--muon-extra-scale-factor", "--muon-scale-mode", "--save", "--load", "--save-interval",
+    "--eval-interval", "--eval-iters", "--split", "--data-path", "--data-cache-path", "--mock-data",
+    "--merge-file", "--distributed-backend", "--distributed-timeout-minutes", "--ckpt-format",
+    "--dist-ckpt-strictness", "--dist-ckpt-optim-fully-reshardable", "--ckpt-fully-parallel-load",
+    "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save", "--ckpt-assume-constant-structure",
+    "--ckpt-fully-parallel-load-per-rank-objects", "--no-ckpt-load-validate-sharding-integrity",
+    "--ckpt-drop-redundant-extra-state", "--async-save", "--async-strategy", "--async-ckpt-use-cpu-shm",
+    "--use-persistent-ckpt-worker", "--use-checkpoint-opt_param-scheduler", "--override-opt_param-scheduler",
+    "--override-opt-param-scheduler", "--finetune", "--no-load-optim", "--no-load-rng", "--verify-integrity",
+    "--deterministic-mode", "--use-mcore-models", "--init-method-std", "--seed", "--rotary-base",
+    "--rotary-scaling-factor", "--rotary-percent", "--rotary-interleaved", "--no-rope-fusion", "--mscale",
+    "--mscale-all-dim", "--norm-epsilon", "--manual-gc", "--manual-gc-interval",
+    "--check-weight-hash-across-dp-replicas-interval", "--no-check-for-nan-in-loss-and-grad", "--test-mode",
+    "--rerun-mode", "--no-mmap-bin-files", "--dataloader-type", "--num-workers", "--fim-data", "--fim-rate",
+    "--fim-spm-rate", "--moe-aux-loss-coeff", "--moe-router-load-balancing-type", "--moe-router-topk-scaling-factor",
+    "--moe-router-bias-update-rate", "--moe-router-pre-softmax", "--moe-router-num-groups",
+    "--moe-router-group-topk", "--moe-token-drop-policy", "--moe-permute-fusion", "--moe-router-fusion",
+    "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32", "--calculate-per-token-loss",
+    "--ddp-average-in-collective", "--no-create-attention-mask-in-dataloader", "--disable-gloo-process-groups",
+    "--te-rng-tracker", "--use-fused-weighted-squared-relu", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
+    "--no-bias-dropout-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm", "--export-default-te-spec",
+    "--export-model-type", "--spec", "--is-hybrid-model", "--use-tp-pp-dp-mapping",
+    "--max-position-embeddings", "--enable-experimental", "--no-use-layer-wise-param-layout", "--vocab-file",
+    "--tokenizer-type", "--tokenizer-model", "--cross-entropy-fusion-impl", "--main-grads-dtype",
+    "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
+};
+
+// Arguments that change memory or time but have no recipe counterpart: what
+// each would change. (New recipe keys come with the key-table rework.)
+const std::map<std::string, std::string>& Unrepresentable() {
+  static const std::map<std::string, std::string> kMap = {
+      {"--mtp-num-layers", "multi-token-prediction layers (a transformer layer, a projection and a second "
+                           "output head + loss on the last stage) are not counted"},
+      {"--mtp-use-repeated-layer", "MTP layer sharing; MTP is not counted"},
+      {"--mtp-loss-scaling-factor", "MTP loss weight; MTP is not counted"},
+      {"--fp8-format", "FP8 GEMMs: TE keeps FP8 copies / transposes of weights and FP8 activations for "
+                       "backward, and amax histories; the recipe prices bf16 compute"},
+      {"--fp8-recipe", "FP8 scaling recipe (delayed / tensorwise / blockwise / mxfp8) changes the scale "
+                       "tensors and cached transposes"},
+      {"--fp8-param-gather", "FP8 parameter all-gather: parameters stored in FP8 with a bf16/fp32 master"},
+      {"--first-last-layers-bf16", "first/last layers kept in bf16 under FP8"},
+      {"--fine-grained-activation-offloading", "activations offloaded to host memory are still counted on "
+                                               "the device"},
+      {"--offload-modules", "per-module activation offloading is not modeled"},
+      {"--cuda-graph-impl", "CUDA graphs keep static input/output buffers and a private memory pool"},
+      {"--cuda-graph-modules", "CUDA graph capture scope"},
+      {"--recompute-modules", "per-module selective recompute; the recipe has one selective policy"},
+      {"--recompute-method", "uniform/block recompute of a layer subset; the recipe recomputes every layer"},
+      {"--recompute-num-layers", "recompute of a layer subset; the recipe recomputes every layer"},
+      {"--pipeline-model-parallel-layout", "explicit per-stage layer layout (with embedding/loss stages); "
+                                           "stages are balanced by the recipe instead"},
+      {"--account-for-embedding-in-pipeline-split", "the embedding counted as a layer in the stage split"},
+      {"--account-for-loss-in-pipeline-split", "the loss counted as a layer in the stage split"},
+      {"--decoder-first-pipeline-num-layers", "uneven first stage"},
+      {"--decoder-last-pipeline-num-layers", "uneven last stage"},
+      {"--num-distributed-optimizer-instances", "several distributed-optimizer instances (optimizer state "
+                                                "sharded over a part of DP, replicated across instances)"},
+      {"--use-megatron-fsdp", "Megatron-FSDP buffers (per-bucket all-gather/reduce-scatter staging)"},
+      {"--megatron-fsdp-main-params-dtype", "Megatron-FSDP main-parameter dtype"},
+      {"--megatron-fsdp-main-grads-dtype", "Megatron-FSDP main-gradient dtype"},
+      {"--megatron-fsdp-grad-comm-dtype", "Megatron-FSDP gradient communication dtype"},
+      {"--outer-dp-sharding-strategy", "hierarchical (HSDP) sharding across an outer DP group"},
+      {"--moe-router-dtype", "router logits and probabilities in fp32 (small per-token buffers)"},
+      {"--moe-grouped-gemm", "grouped expert GEMM (time; expert weights stored as one tensor)"},
+      {"--moe-token-dispatcher-type", "the dispatcher's buffers: the recipe prices all-to-all dispatch"},
+      {"--overlap-moe-expert-parallel-comm", "overlap of expert all-to-all with compute (a second micro-batch "
+                                             "in flight)"},
+      {"--moe-shared-expert-overlap", "shared-expert compute overlapped with dispatch"},
+      {"--delay-wgrad-compute", "weight gradients computed later (their inputs live longer)"},
+      {"--defer-embedding-wgrad-compute", "embedding weight gradients deferred (inputs of the output layer "
+                                          "kept for several micro-batches)"},
+      {"--wgrad-deferral-limit", "number of deferred embedding weight-gradient micro-batches"},
+      {"--overlap-p2p-communication-warmup-flush", "pipeline P2P overlap in warm-up/flush (time)"},
+      {"--microbatch-group-size-per-virtual-pipeline-stage", "interleaved schedule grouping; changes the "
+                                                             "in-flight micro-batches"},
+      {"--overlap-param-gather-with-optimizer-step", "parameter all-gather overlapped with the optimizer step"},
+      {"--overlap-grad-reduce", "gradient reduce-scatter overlapped with backward (time; bucketed, no extra "
+                                "buffer in the recipe)"},
+      {"--overlap-param-gather", "parameter all-gather overlapped with forward (time; the distributed "
+                                 "optimizer's param buffer is not modeled separately)"},
+      {"--no-gradient-accumulation-fusion", "without the fused wgrad kernel each linear allocates a bf16 "
+                                            "weight gradient before adding it to main_grad (a transient)"},
+      {"--cross-entropy-loss-fusion", "fused cross entropy does not materialize the fp32 logits"},
+      {"--hybrid-attention-ratio", "hybrid layer allocation by ratio; give --hybrid-layer-pattern"},
+      {"--hybrid-mlp-ratio", "hybrid layer allocation by ratio; give --hybrid-layer-pattern"},
+      {"--moe-layer-recompute", "recompute of the MoE layer"},
+  };
+  return kMap;
+}
+
+// Arguments the mapping below reads (so they are neither unknown nor quiet).
+const std::set<std::string> kMapped = {
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
+    "--num-query-groups", "--kv-channels", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
+    "--qk-layernorm", "--normalization", "--position-embedding-type", "--disable-bias-linear", "--add-bias-linear",
+    "--vocab-size", "--make-vocab-size-divisible-by", "--num-experts", "--moe-layer-freq", "--moe-router-topk",
+    "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity", "--moe-router-score-function", "--moe-router-enable-expert-bias",
+    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+    "--v-head-dim", "--hybrid-layer-pattern", "--hybrid-override-pattern", "--mamba-num-heads", "--mamba-head-dim",
+    "--mamba-state-dim", "--mamba-num-groups", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+    "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--virtual-pipeline-model-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank", "--sequence-parallel", "--use-distributed-optimizer",
+    "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--grad-reduce-in-bf16", "--optimizer",
+    "--recompute-granularity", "--recompute-activations", "--micro-batch-size", "--global-batch-size",
+    "--seq-length", "--attention-dropout", "--hidden-dropout", "--attention-backend", "--transformer-impl",
+};
+
+constexpr int64_t kGpt2BpeVocab = 50257;  // GPT-2 encoder.json / vocab.json entries
+
+// ---- Reading the input -------------------------------------------------------
+
+bool IsBlank(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; });
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+Diagnostic Error(const std::string& file, int line, const std::string& flag, const std::string& value,
+                 const std::string& message) {
+  return {Severity::kError, file, {line, line > 0 ? 1 : 0}, flag, value, message, ""};
+}
+Diagnostic Warning(const std::string& file, int line, const std::string& flag, const std::string& value,
+                   const std::string& message) {
+  return {Severity::kWarning, file, {line, line > 0 ? 1 : 0}, flag, value, message, ""};
+}
+
+/// True when a line of the text starts a MODEL_ARGS mapping.
+bool IsYamlForm(const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (Trim(text.substr(start, end - start)).rfind("MODEL_ARGS:", 0) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+/// A YAML scalar or flow sequence as Megatron receives it on its command line.
+std::string ValueText(const YAML::Node& node) {
+  if (node.IsNull()) return "true";
+  if (node.IsScalar()) return node.Scalar();
+  std::string out;
+  if (node.IsSequence()) {
+    for (const auto& item : node) out += (out.empty() ? "" : " ") + ValueText(item);
+  }
+  return out;
+}
+
+void ReadYamlForm(const std::string& text, const std::string& file, MegatronImport* out) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    out->diagnostics.push_back(Error(file, e.mark.line + 1, "", "", "malformed YAML: " + e.msg));
+    return;
+  }
+  const YAML::Node args = root.IsMap() ? root["MODEL_ARGS"] : YAML::Node();
+  if (!args || !args.IsMap()) {
+    out->diagnostics.push_back(Error(file, 1, "MODEL_ARGS", "", "MODEL_ARGS must be a mapping of --flag: value"));
+    return;
+  }
+  for (const auto& kv : args) {
+    const int line = kv.first.Mark().line + 1;
+    const std::string flag = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    if (flag.rfind("--", 0) != 0 || flag.size() < 3) {
+      out->diagnostics.push_back(Error(file, line, flag, "", "a MODEL_ARGS key must be a --flag"));
+      continue;
+    }
+    if (kv.second.IsMap()) {
+      out->diagnostics.push_back(Error(file, line, flag, "", "the value must be a scalar or a list"));
+      continue;
+    }
+    out->args.push_back({flag, ValueText(kv.second), line});
+  }
+}
+
+struct Token {
+  std::string text;
+  int line = 0;
+  bool quoted = false;
+};
+
+/// Shell-like words of a command line: `\` continuations, `#` comments,
+/// single and double quotes; `${VAR}` stays as written.
+bool Tokenize(const std::string& text, const std::string& file, std::vector<Token>* tokens,
+              std::vector<Diagnostic>* diagnostics) {
+  int line = 1;
+  Token current;
+  bool in_word = false;
+  char quote = 0;
+  int quote_line = 0;
+  const auto flush = [&] {
+    if (in_word) tokens->push_back(current);
+    current = Token{};
+    in_word = false;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        if (c == '\n') ++line;
+        current.text += c;
+      }
+      continue;
+    }
+    if (c == '\\' && i + 1 < text.size() && text[i + 1] == '\n') {  // continuation
+      ++i;
+      ++line;
+      flush();
+      continue;
+    }
+    if (c == '\\' && i + 2 < text.size() && text[i + 1] == '\r' && text[i + 2] == '\n') {
+      i += 2;
+      ++line;
+      flush();
+      continue;
+    }
+    if (c == '#' && !in_word) {
+      while (i < text.size() && text[i] != '\n') ++i;
+      --i;
+      continue;
+    }
+    if (c == '\n' || c == ';') {
+      flush();
+      if (c == '\n') ++line;
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      flush();
+      continue;
+    }
+    if (!in_word) {
+      in_word = true;
+      current.line = line;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+      quote_line = line;
+      current.quoted = true;
+      continue;
+    }
+    current.text += c;
+  }
+  if (quote != 0) {
+    diagnostics->push_back(Error(file, quote_line, current.text.rfind("--", 0) == 0 ? current.text : "", "",
+                                 fmt::format("unterminated {} quote", quote == '"' ? "double" : "single")));
+    return false;
+  }
+  flush();
+  return true;
+}
+
+/// The launcher's own flags that give the cluster shape (torchrun).
+void ReadLauncher(const std::vector<Token>& tokens, size_t end, MegatronImport* out) {
+  for (size_t i = 0; i + 1 < end; ++i) {
+    std::string flag = tokens[i].text;
+    std::string value = tokens[i + 1].text;
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (flag == "--nproc-per-node") out->layout.push_back({"cluster.gpus_per_node", value, "torchrun --nproc-per-node"});
+    if (flag == "--nnodes") out->layout.push_back({"cluster.nodes", value, "torchrun --nnodes"});
+  }
+}
+
+void ReadCommandLine(const std::string& text, const std::string& file, MegatronImport* out) {
+  std::vector<Token> tokens;
+  if (!Tokenize(text, file, &tokens, &out->diagnostics)) return;
+  // Megatron's arguments follow the training script; the launcher's precede it.
+  size_t start = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i].text;
+    if (t.size() > 3 && t.compare(t.size() - 3, 3, ".py") == 0) start = i + 1;
+  }
+  if (start > 0) ReadLauncher(tokens, start, out);
+  for (size_t i = start; i < tokens.size(); ++i) {
+    const Token& t = tokens[i];
+    if (t.text.rfind("--", 0) != 0 || t.text.size() < 3 || t.quoted) {
+      if (t.text.empty() || (start == 0 && out->args.empty())) continue;  // a launcher word before the flags
+      out->diagnostics.push_back(Error(file, t.line, out->args.empty() ? "" : out->args.back().flag, t.text,
+                                       "a value with no --flag before it"));
+      return;
+    }
+    MegatronArg arg{t.text, "", t.line};
+    const size_t eq = arg.flag.find('=');
+    if (eq != std::string::npos) {
+      arg.value = arg.flag.substr(eq + 1);
+      arg.flag = arg.flag.substr(0, eq);
+    } else {
+      // Every word up to the next flag is a value (nargs='+' flags take several).
+      while (i + 1 < tokens.size() && (tokens[i + 1].quoted || tokens[i + 1].text.rfind("--", 0) != 0)) {
+        arg.value += (arg.value.empty() ? "" : " ") + tokens[++i].text;
+      }
+      if (arg.value.empty()) arg.value = "true";
+    }
+    out->args.push_back(arg);
+  }
+  if (out->args.empty()) {
+    out->diagnostics.push_back(Error(file, 1, "", "", "no --flag found: give MODEL_ARGS YAML or a command line"));
+  }
+}
+
+// ---- Typed access -------------------------------------------------------------
+
+class Args {
+ public:
+  Args(const MegatronImport& in, std::string file, std::vector<Diagnostic>* diagnostics)
+      : file_(std::move(file)), diagnostics_(diagnostics) {
+    for (const MegatronArg& a : in.args) by_flag_[a.flag] = a;  // the last one wins, as in argparse
+  }
+  bool Has(const std::string& flag) const { return by_flag_.count(flag) != 0; }
+  /// A store flag: present and not written as false.
+  bool Flag(const std::string& flag) const {
+    const auto it = by_flag_.find(flag);
+    return it != by_flag_.end() && it->second.value != "false" && it->second.value != "False";
+  }
+  int Line(const std::string& flag) const {
+    const auto it = by_flag_.find(flag);
+    return it == by_flag_.end() ? 0 : it->second.line;
+  }
+  std::string Str(const std::string& flag, const std::string& fallback) const {
+    const auto it = by_flag_.find(flag);
+    return it == by_flag_.end() ? fallback : it->second.value;
+  }
+  /// A positive integer (or `fallback` when absent); an error names the flag.
+  int64_t Int(const std::string& flag, int64_t fallback, int64_t minimum = 1) {
+    const auto it = by_flag_.find(flag);
+    if (it == by_flag_.end()) return fallback;
+    const std::string& v = it->second.value;
+    int64_t parsed = 0;
+    bool ok = !v.empty() && v.size() <= 15;
+    for (char c : v) ok = ok && std::isdigit(static_cast<unsigned char>(c)) != 0;
+    if (ok) parsed = std::stoll(v);
+    if (!ok || parsed < minimum) {
+      diagnostics_->push_back(Error(file_, it->second.line, flag, v,
+                                    v.find("${") != std::string::npos
+                                        ? "an unexpanded variable where an integer is needed; give the value"
+                                        : fmt::format("must be an integer >= {}", minimum)));
+      return fallback;
+    }
+    return parsed;
+  }
+  /// A required positive integer.
+  int64_t Require(const std::string& flag) {
+    if (!Has(flag)) {
+      diagnostics_->push_back(Error(file_, 0, flag, "", "missing: the model shape needs it"));
+      return 1;
+    }
+    return Int(flag, 1);
+  }
+  double Real(const std::string& flag, double fallback, double lo, double hi) {
+    const auto it = by_flag_.find(flag);
+    if (it == by_flag_.end()) return fallback;
+    const std::string& v = it->second.value;
+    char* end = nullptr;
+    const double d = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !(d >= lo && d <= hi)) {
+      diagnostics_->push_back(
+          Error(file_, it->second.line, flag, v, fmt::format("must be a number in [{}, {}]", lo, hi)));
+      return fallback;
+    }
+    return d;
+  }
+  void Warn(const std::string& flag, const std::string& message) {
+    diagnostics_->push_back(Warning(file_, Line(flag), flag, Str(flag, ""), message));
+  }
+  void Fail(const std::string& flag, const std::string& message) {
+    diagnostics_->push_back(Error(file_, Line(flag), flag, Str(flag, ""), message));
+  }
+
+ private:
+  std::string file_;
+  std::vector<Diagnostic>* diagnostics_;
+  std::map<std::string, MegatronArg> by_flag_;
+};
+
+// ---- --moe-layer-freq expressions ------------------------------------------------
+
+/// A recursive-descent reader of Python list arithmetic: expr := term ('+' term)*,
+/// term := atom ('*' int)*, atom := int | '[' int (',' int)* ']' | '(' expr ')'.
+class ListExpr {
+ public:
+  explicit ListExpr(const std::string& s) : s_(s) {}
+  /// The value: a list, or an integer (is_int) when the whole text is one.
+  bool Parse(std::vector<int>* list, int64_t* integer, bool* is_int) {
+    Value v;
+    if (!Expr(&v)) return false;
+    Skip();
+    if (pos_ != s_.size()) return false;
+    *is_int = v.is_int;
+    *integer = v.integer;
+    *list = v.list;
+    return true;
+  }
+
+ private:
+  struct Value {
+    bool is_int = false;
+    int64_t integer = 0;
+    std::vector<int> list;
+  };
+  void Skip() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool Eat(char c) {
+    Skip();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  bool Int(int64_t* v) {
+    Skip();
+    const size_t begin = pos_;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_])) && pos_ - begin < 9) ++pos_;
+    if (pos_ == begin) return false;
+    *v = std::stoll(s_.substr(begin, pos_ - begin));
+    return true;
+  }
+  bool Atom(Value* v) {
+    if (Eat('(')) return ++depth_ < 32 && Expr(v) && Eat(')') && (--depth_, true);
+    if (Eat('[')) {
+      v->is_int = false;
+      if (Eat(']')) return true;
+      do {
+        int64_t x = 0;
+        if (!Int(&x)) return false;
+        v->list.push_back(static_cast<int>(x));
+      } while (Eat(','));
+      return Eat(']');
+    }
+    v->is_int = true;
+    return Int(&v->integer);
+  }
+  bool Term(Value* v) {
+    if (!Atom(v)) return false;
+    while (Eat('*')) {
+      int64_t n = 0;
+      if (!Int(&n) || v->is_int) return false;
+      if (static_cast<int64_t>(v->list.size()) * n > recipe_internal::kMaxLayers) return false;
+      std::vector<int> repeated;
+      for (int64_t k = 0; k < n; ++k) repeated.insert(repeated.end(), v->list.begin(), v->list.end());
+      v->list = std::move(repeated);
+    }
+    return true;
+  }
+  bool Expr(Value* v) {
+    if (!Term(v)) return false;
+    while (Eat('+')) {
+      Value rhs;
+      if (!Term(&rhs) || v->is_int || rhs.is_int) return false;
+      v->list.insert(v->list.end(), rhs.list.begin(), rhs.list.end());
+      if (static_cast<int64_t>(v->list.size()) > recipe_internal::kMaxLayers) return false;
+    }
+    return true;
+  }
+  const std::string& s_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+};
+
+// ---- Mapping --------------------------------------------------------------------
+
+void Add(std::vector<YamlEntry>* out, const std::string& key, const std::string& value,
+         const std::string& comment = "") {
+  out->push_back({key, value, comment});
+}
+void Add(std::vector<YamlEntry>* out, const std::string& key, int64_t value, const std::string& comment = "") {
+  Add(out, key, std::to_string(value), comment);
+}
+std::string Bool(bool b) { return b ? "true" : "false"; }
+
+/// Hybrid-pattern letters (with '|' cuts) -> recipe letters and cut positions.
+bool MapHybrid(const std::string& pattern, std::string* letters, std::vector<int64_t>* cuts, bool* mtp,
+               char* bad) {
+  for (char c : pattern) {
+    if (c == '/') {  // the MTP part follows (mamba_hybrid_layer_allocation.py)
+      *mtp = true;
+      break;
+    }
+    switch (c) {
+      case 'M': *letters += 'M'; break;
+      case '*': *letters += 'A'; break;
+      case '-': *letters += 'D'; break;
+      case 'E': *letters += 'E'; break;
+      case '|': cuts->push_back(static_cast<int64_t>(letters->size())); break;
+      default:
+        if (std::isspace(static_cast<unsigned char>(c))) break;
+        *bad = c;
+        return false;
+    }
+  }
+  return true;
+}
+
+std::string JoinInts(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+void MapArguments(const std::string& file, MegatronImport* out) {
+  Args a(*out, file, &out->diagnostics);
+  std::vector<YamlEntry>& m = out->model;
+  std::vector<YamlEntry>& l = out->layout;
+
+  // Layer stack.
+  const std::string hybrid_flag = a.Has("--hybrid-layer-pattern") ? "--hybrid-layer-pattern"
+                                  : a.Has("--hybrid-override-pattern") ? "--hybrid-override-pattern"
+                                                                       : "";
+  const bool is_hybrid = !hybrid_flag.empty();
+  out->model_kind = is_hybrid ? "HybridModel" : "GPTModel";
+  const int64_t hidden = a.Require("--hidden-size");
+  const int64_t heads = a.Require("--num-attention-heads");
+  const bool swiglu = a.Flag("--swiglu");
+  const int64_t ffn = a.Int("--ffn-hidden-size", swiglu ? (4 * hidden * 2 / 3) / 64 * 64 : 4 * hidden);
+  const int64_t experts = a.Int("--num-experts", 0, 0);
+  std::string letters;
+  std::vector<int64_t> cuts;
+  int64_t layers = 0;
+  if (is_hybrid) {
+    bool mtp = false;
+    char bad = 0;
+    if (!MapHybrid(a.Str(hybrid_flag, ""), &letters, &cuts, &mtp, &bad)) {
+      a.Fail(hybrid_flag, fmt::format("letter '{}' is not one of M (Mamba), * (attention), - (MLP), E (MoE), "
+                                      "| (pipeline cut), / (MTP part)", bad));
+      return;
+    }
+    if (mtp) a.Warn(hybrid_flag, "the MTP part after '/' is not counted");
+    layers = static_cast<int64_t>(letters.size());
+    if (letters.empty()) {
+      a.Fail(hybrid_flag, "no layers in the pattern");
+      return;
+    }
+    if (a.Has("--num-layers") && a.Int("--num-layers", layers) != layers) {
+      // The pattern builds the stack (mamba_hybrid_layer_allocation.py); the count is only checked there.
+      a.Warn("--num-layers", fmt::format("the hybrid pattern has {} layers; the pattern is imported", layers));
+    }
+  } else {
+    layers = a.Require("--num-layers");
+    if (layers > recipe_internal::kMaxLayers / 2) {
+      a.Fail("--num-layers", fmt::format("at most {} layers", recipe_internal::kMaxLayers / 2));
+      return;
+    }
+    std::vector<int> is_moe(static_cast<size_t>(layers), experts > 0 ? 1 : 0);
+    if (experts > 0 && a.Has("--moe-layer-freq")) {
+      std::vector<int> list;
+      int64_t period = 1;
+      if (!ParseMoeLayerFreq(a.Str("--moe-layer-freq", ""), &list, &period)) {
+        a.Fail("--moe-layer-freq", "must be an integer or a Python list expression such as ([0]*3+[1]*9)");
+        return;
+      }
+      if (!list.empty() && static_cast<int64_t>(list.size()) != layers) {
+        a.Fail("--moe-layer-freq", fmt::format("the list has {} entries but --num-layers is {}", list.size(), layers));
+        return;
+      }
+      for (int64_t i = 0; i < layers; ++i) {
+        // megatron/core/models/gpt/moe_module_specs / transformer_block: int k -> layer i is MoE iff i % k == 0.
+        is_moe[static_cast<size_t>(i)] = list.empty() ? (i % period == 0 ? 1 : 0) : (list[static_cast<size_t>(i)] != 0);
+      }
+    }
+    for (int64_t i = 0; i < layers; ++i) letters += is_moe[static_cast<size_t>(i)] ? "AE" : "AD";
+  }
+  Add(&m, "model.layers", "\"" + letters + "\"",
+      is_hybrid ? "hybrid pattern: M->M, *->A, -->D, E->E" : "per GPT layer: attention + MLP (D) or MoE (E)");
+  Add(&m, "model.hidden", hidden);
+
+  // Vocabulary: GPT-2 BPE, or NullTokenizer(vocab_size) whose vocab_size property is vocab_size + 1 (EOD).
+  int64_t vocab = 0;
+  const std::string tokenizer = a.Str("--tokenizer-type", a.Has("--vocab-file") ? "GPT2BPETokenizer" : "");
+  if (tokenizer == "NullTokenizer") {
+    vocab = a.Require("--vocab-size") + 1;
+  } else if (tokenizer == "GPT2BPETokenizer") {
+    vocab = kGpt2BpeVocab;
+  } else if (a.Has("--vocab-size")) {
+    vocab = a.Int("--vocab-size", 1);
+  } else {
+    a.Fail(tokenizer.empty() ? "--vocab-file" : "--tokenizer-type",
+           "the vocabulary size is unknown: give --vocab-size (NullTokenizer) or a GPT-2 --vocab-file");
+    vocab = 1;
+  }
+  Add(&m, "model.vocab", vocab, tokenizer == "NullTokenizer" ? "NullTokenizer: --vocab-size + 1 (EOD)"
+                                : tokenizer == "GPT2BPETokenizer" ? "GPT-2 BPE vocab.json" : "");
+  Add(&m, "model.vocab_pad_multiple", a.Int("--make-vocab-size-divisible-by", 128), "times TP (Megatron)");
+  Add(&m, "model.tie_embeddings", Bool(!a.Flag("--untie-embeddings-and-output-weights")));
+  const std::string norm = a.Str("--normalization", "LayerNorm");
+  if (norm != "LayerNorm" && norm != "RMSNorm") a.Warn("--normalization", "not LayerNorm/RMSNorm; priced as RMSNorm");
+  Add(&m, "model.norm", norm == "LayerNorm" ? "layernorm" : "rmsnorm");
+  if (!a.Flag("--disable-bias-linear")) {
+    a.Warn("--disable-bias-linear", "absent: Megatron adds biases to every linear layer; the recipe's linears "
+                                    "are bias-free, so those bias vectors are not counted");
+    out->unrepresented.push_back("(linear biases)");
+  }
+  const std::string pos = a.Str("--position-embedding-type", "learned_absolute");
+  if (pos == "learned_absolute") {
+    a.Warn("--position-embedding-type",
+           fmt::format("learned absolute position embeddings ({} x {} on the first stage) are not counted",
+                       a.Str("--max-position-embeddings", "seq-length"), hidden));
+    out->unrepresented.push_back("--position-embedding-type");
+  }
+
+  const bool has_attention = letters.find('A') != std::string::npos;
+  if (has_attention && a.Flag("--multi-latent-attention")) {
+    // megatron/core/transformer/transformer_config.py MLATransformerConfig defaults.
+    Add(&m, "model.mla.heads", heads);
+    Add(&m, "model.mla.q_lora_rank", a.Int("--q-lora-rank", 0, 0), "0 = no query compression");
+    Add(&m, "model.mla.kv_lora_rank", a.Int("--kv-lora-rank", 32));
+    Add(&m, "model.mla.qk_rope_head_dim", a.Int("--qk-pos-emb-head-dim", 64));
+    Add(&m, "model.mla.qk_nope_head_dim", a.Int("--qk-head-dim", 128));
+    Add(&m, "model.mla.v_head_dim", a.Int("--v-head-dim", 128));
+    if (a.Flag("--qk-layernorm")) a.Warn("--qk-layernorm", "MLA's q/kv latent norms are counted by the MLA block");
+  } else if (has_attention) {
+    const int64_t groups = a.Flag("--group-query-attention") ? a.Int("--num-query-groups", 1) : heads;
+    Add(&m, "model.attention.heads", heads);
+    Add(&m, "model.attention.kv_heads", groups);
+    Add(&m, "model.attention.head_dim", a.Int("--kv-channels", hidden / heads));
+    Add(&m, "model.attention.qk_norm", Bool(a.Flag("--qk-layernorm")));
+  }
+  if (letters.find('D') != std::string::npos || (letters.find('E') != std::string::npos)) {
+    Add(&m, "model.mlp.ffn_hidden", ffn);
+    const bool relu2 = a.Flag("--squared-relu");
+    Add(&m, "model.mlp.activation", swiglu ? "swiglu" : relu2 ? "relu2" : "gelu");
+  }
+  if (letters.find('E') != std::string::npos) {
+    if (experts <= 0) {
+      a.Fail("--num-experts", "MoE layers (E) need --num-experts");
+      return;
+    }
+    Add(&m, "model.moe.experts", experts);
+    Add(&m, "model.moe.top_k", a.Int("--moe-router-topk", 2));
+    Add(&m, "model.moe.ffn_hidden", a.Int("--moe-ffn-hidden-size", ffn), "per routed expert");
+    const int64_t shared = a.Int("--moe-shared-expert-intermediate-size", 0, 0);
+    Add(&m, "model.moe.shared_experts", shared > 0 ? 1 : 0);
+    Add(&m, "model.moe.shared_ffn_hidden", shared);
+    const bool dropless = !a.Has("--moe-expert-capacity-factor");
+    if (!dropless) Add(&m, "model.moe.capacity_factor", a.Str("--moe-expert-capacity-factor", "1.0"));
+    (void)a.Real("--moe-expert-capacity-factor", 1.0, 0.01, 1024);
+    Add(&m, "model.moe.dropless", Bool(dropless));
+    Add(&m, "model.moe.pad_to_capacity", Bool(a.Flag("--moe-pad-expert-input-to-capacity")));
+    Add(&m, "model.moe.router", a.Str("--moe-router-score-function", "softmax") == "sigmoid" ? "sigmoid" : "softmax");
+    Add(&m, "model.moe.router_bias", Bool(a.Flag("--moe-router-enable-expert-bias")));
+    if (!swiglu && a.Flag("--squared-relu")) {
+      a.Warn("--squared-relu", "experts are squared-ReLU MLPs (two matrices); the recipe's experts are SwiGLU "
+                               "(three), so expert parameters are over-counted by half");
+      out->unrepresented.push_back("--squared-relu");
+    } else if (!swiglu) {
+      a.Warn("--num-experts", "experts are GeLU MLPs (two matrices); the recipe's experts are SwiGLU (three), so "
+                              "expert parameters are over-counted by half");
+      out->unrepresented.push_back("(non-gated experts)");
+    }
+  }
+  if (letters.find('M') != std::string::npos) {
+    const int64_t head_dim = a.Int("--mamba-head-dim", 64);
+    // megatron/core/ssm/mamba_mixer.py: d_inner = expand (2) * hidden; nheads = d_inner / headdim.
+    const int64_t mheads = a.Int("--mamba-num-heads", 2 * hidden / head_dim);
+    if ((mheads * head_dim) % hidden != 0) {
+      a.Fail("--mamba-num-heads", fmt::format("mamba heads x head dim = {} must be a multiple of --hidden-size {} "
+                                              "(model.mamba.expand)", mheads * head_dim, hidden));
+    }
+    Add(&m, "model.mamba.d_state", a.Int("--mamba-state-dim", 128));
+    Add(&m, "model.mamba.d_conv", 4);
+    Add(&m, "model.mamba.expand", std::max<int64_t>(1, mheads * head_dim / hidden));
+    Add(&m, "model.mamba.head_dim", head_dim);
+    Add(&m, "model.mamba.groups", a.Int("--mamba-num-groups", 8));
+    Add(&m, "model.mamba.chunk", 128, "mamba_mixer.py chunk_size");
+  }
+
+  // Training.
+  const int64_t seq = a.Require("--seq-length");
+  const int64_t micro = a.Int("--micro-batch-size", 1);
+  Add(&l, "training.seq_len", seq);
+  Add(&l, "training.micro_batch", micro);
+  if (a.Has("--global-batch-size")) Add(&l, "training.global_batch", a.Int("--global-batch-size", micro));
+  std::string recompute = "none";
+  if (a.Flag("--recompute-activations")) recompute = "selective";
+  if (a.Has("--recompute-granularity")) {
+    recompute = a.Str("--recompute-granularity", "");
+    if (recompute != "full" && recompute != "selective") {
+      a.Fail("--recompute-granularity", "must be full or selective");
+      recompute = "none";
+    }
+  }
+  Add(&l, "training.recompute", recompute);
+  const bool bf16 = a.Flag("--bf16");
+  const bool fp16 = a.Flag("--fp16");
+  Add(&l, "training.precision.params", bf16 ? "bf16" : fp16 ? "fp16" : "fp32");
+  Add(&l, "training.precision.grads", a.Flag("--grad-reduce-in-bf16") ? "bf16" : "fp32", "main_grad buffer");
+  Add(&l, "training.precision.master", bf16 || fp16 ? "fp32" : "none");
+  const std::string optimizer = a.Str("--optimizer", "adam");
+  if (optimizer != "adam" && optimizer != "muon") {
+    a.Warn("--optimizer", "only adam and muon are represented; priced as adam");
+    out->unrepresented.push_back("--optimizer");
+  }
+  Add(&l, "training.optimizer.matrices", optimizer == "muon" ? "muon" : "adamw");
+  Add(&l, "training.optimizer.other", "adamw");
+  Add(&l, "training.dropout", a.Str("--hidden-dropout", "0.1"), "--hidden-dropout");
+  (void)a.Real("--hidden-dropout", 0.1, 0.0, 0.999);
+  // --transformer-impl local builds megatron/core/transformer/dot_product_attention.py (unfused:
+  // scores, softmax and dropout mask of s x s per head kept for backward); TE picks flash or fused
+  // attention unless --attention-backend forces the unfused path.
+  const std::string backend = a.Str("--attention-backend", "auto");
+  const std::string impl = a.Str("--transformer-impl", "transformer_engine");
+  const bool flash = backend != "unfused" && backend != "local" && impl != "local";
+  Add(&l, "training.flash_attention", Bool(flash),
+      impl == "local" ? "--transformer-impl local" : "--attention-backend " + backend);
+
+  // Parallelism.
+  const int64_t tp = a.Int("--tensor-model-parallel-size", 1);
+  const int64_t pp = a.Int("--pipeline-model-parallel-size", 1);
+  int64_t vpp = 1;
+  if (a.Has("--num-layers-per-virtual-pipeline-stage")) {
+    const int64_t per = a.Int("--num-layers-per-virtual-pipeline-stage", 1);
+    if (layers % (pp * per) != 0) {
+      a.Fail("--num-layers-per-virtual-pipeline-stage",
+             fmt::format("--num-layers {} is not a multiple of pp {} x this", layers, pp));
+    } else {
+      vpp = layers / (pp * per);
+    }
+  }
+  if (a.Has("--virtual-pipeline-model-parallel-size")) vpp = a.Int("--virtual-pipeline-model-parallel-size", 1);
+  if (a.Has("--num-virtual-stages-per-pipeline-rank")) vpp = a.Int("--num-virtual-stages-per-pipeline-rank", 1);
+  Add(&l, "parallel.tp", tp);
+  Add(&l, "parallel.sp", Bool(a.Flag("--sequence-parallel") && tp > 1));
+  Add(&l, "parallel.cp", a.Int("--context-parallel-size", 1));
+  Add(&l, "parallel.pp", pp);
+  Add(&l, "parallel.vpp", vpp);
+  Add(&l, "parallel.ep", a.Int("--expert-model-parallel-size", 1));
+  Add(&l, "parallel.expert_tp", a.Int("--expert-tensor-parallel-size", tp), "Megatron default: = tp");
+  int64_t zero = a.Flag("--use-distributed-optimizer") ? 1 : 0;
+  if (a.Has("--data-parallel-sharding-strategy")) {
+    const std::string s = a.Str("--data-parallel-sharding-strategy", "");
+    zero = s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
+  }
+  Add(&l, "parallel.zero", zero, zero == 1 ? "--use-distributed-optimizer" : "");
+  Add(&l, "parallel.schedule", vpp > 1 ? "interleaved" : "1f1b");
+  if (a.Flag("--use-tp-pp-dp-mapping")) Add(&l, "parallel.order", "tp-cp-pp-dp", "--use-tp-pp-dp-mapping");
+  // Stage cuts: the hybrid pattern's '|' (when it gives every cut), else Megatron's even layer split.
+  const int64_t stages = pp * vpp;
+  std::vector<int64_t> boundaries;
+  if (is_hybrid && !cuts.empty()) {
+    if (static_cast<int64_t>(cuts.size()) == stages - 1) {
+      boundaries = cuts;
+    } else {
+      a.Warn(hybrid_flag, fmt::format("{} '|' cuts for {} pipeline stages; stages are balanced by the recipe",
+                                      cuts.size(), stages));
+    }
+  } else if (stages > 1 && layers % stages == 0 && !a.Has("--pipeline-model-parallel-layout") &&
+             !a.Has("--decoder-first-pipeline-num-layers") && !a.Has("--decoder-last-pipeline-num-layers")) {
+    const int64_t per_stage = static_cast<int64_t>(letters.size()) / stages;
+    for (int64_t s = 1; s < stages; ++s) boundaries.push_back(s * per_stage);
+  }
+  if (!boundaries.empty()) Add(&l, "parallel.stage_boundaries", JoinInts(boundaries), "Megatron's stage split");
+  Add(&l, "cluster.gpu", "h100", "DGX H100 unless --layout cluster.gpu=...");
+  Add(&l, "cluster.nodes", 1);
+  Add(&l, "cluster.gpus_per_node", 8);
+
+  // What is left: warnings for the unrepresentable, a list of the unknown.
+  std::set<std::string> seen;
+  for (const MegatronArg& arg : out->args) {
+    if (!seen.insert(arg.flag).second) continue;
+    if (kMapped.count(arg.flag) != 0 || kQuiet.count(arg.flag) != 0) continue;
+    // Values that ask for what the recipe already prices change nothing.
+    static const std::map<std::string, std::string> kNeutral = {
+        {"--num-distributed-optimizer-instances", "1"}, {"--outer-dp-sharding-strategy", "no_shard"},
+        {"--moe-token-dispatcher-type", "alltoall"},    {"--mtp-num-layers", "0"},
+        {"--moe-router-dtype", "None"}};
+    const auto neutral = kNeutral.find(arg.flag);
+    if (neutral != kNeutral.end() && neutral->second == a.Str(arg.flag, "")) continue;
+    const auto it = Unrepresentable().find(arg.flag);
+    if (it != Unrepresentable().end()) {
+      a.Warn(arg.flag, "not represented: " + it->second);
+      out->unrepresented.push_back(arg.flag);
+      continue;
+    }
+    a.Warn(arg.flag, "unknown argument: not imported");
+    out->unknown.push_back(arg.flag);
+  }
+  if (bf16 && fp16) a.Fail("--fp16", "--bf16 and --fp16 are exclusive");
+}
+
+/// Order of layout keys: LayoutKeyPaths() first, then the other keys the
+/// importer sets, each inside its section so that EmitEntries writes one map
+/// per section.
+int SectionRank(const std::string& key) {
+  if (key.rfind("training.", 0) == 0) return 0;
+  if (key.rfind("parallel.", 0) == 0) return 1;
+  return 2;
+}
+
+}  // namespace
+
+bool ParseMoeLayerFreq(const std::string& text, std::vector<int>* list, int64_t* period) {
+  ListExpr expr(text);
+  bool is_int = false;
+  int64_t integer = 0;
+  std::vector<int> values;
+  if (!expr.Parse(&values, &integer, &is_int)) return false;
+  if (is_int) {
+    if (integer < 1) return false;
+    *period = integer;
+    list->clear();
+    return true;
+  }
+  if (values.empty()) return false;
+  *list = std::move(values);
+  return true;
+}
+
+MegatronImport ImportMegatronArgs(const std::string& text, const std::string& file) {
+  MegatronImport out;
+  if (IsBlank(text)) {
+    out.diagnostics.push_back(Error(file, 1, "", "", "empty input: give MODEL_ARGS YAML or a command line"));
+    return out;
+  }
+  if (IsYamlForm(text)) ReadYamlForm(text, file, &out);
+  else ReadCommandLine(text, file, &out);
+  if (!out.ok()) return out;
+  // Launcher entries (torchrun) go after the defaults so they win.
+  std::vector<YamlEntry> launcher = std::move(out.layout);
+  out.layout.clear();
+  MapArguments(file, &out);
+  for (YamlEntry& e : launcher) {
+    for (YamlEntry& d : out.layout) {
+      if (d.key_path == e.key_path) d = e;
+    }
+  }
+  std::stable_sort(out.diagnostics.begin(), out.diagnostics.end(), [](const Diagnostic& x, const Diagnostic& y) {
+    const int lx = x.mark.line == 0 ? 1 << 30 : x.mark.line;
+    const int ly = y.mark.line == 0 ? 1 << 30 : y.mark.line;
+    return lx < ly;
+  });
+  return out;
+}
+
+std::string EmitMegatronRecipe(const MegatronImport& imported, const std::vector<Override>& overrides,
+                               const std::string& name, const std::string& source_file,
+                               std::vector<Diagnostic>* diagnostics) {
+  const std::vector<std::string> keys = LayoutKeyPaths();
+  std::vector<YamlEntry> standard, extra;
+  for (const YamlEntry& e : imported.layout) {
+    (std::find(keys.begin(), keys.end(), e.key_path) != keys.end() ? standard : extra).push_back(e);
+  }
+  std::vector<YamlEntry> layout = MergeLayout(standard, overrides, diagnostics);
+  for (YamlEntry& e : extra) {
+    // After its section's standard keys, before the next section.
+    auto at = layout.end();
+    for (auto it = layout.begin(); it != layout.end(); ++it) {
+      if (SectionRank(it->key_path) > SectionRank(e.key_path)) {
+        at = it;
+        break;
+      }
+    }
+    layout.insert(at, e);
+  }
+  HfImport as_recipe;
+  as_recipe.architecture = imported.model_kind;
+  as_recipe.name = name;
+  as_recipe.model = imported.model;
+  as_recipe.diagnostics = imported.diagnostics;
+  std::string yaml = EmitRecipeYaml(as_recipe, layout, source_file, "");
+  // EmitRecipeYaml's first line names `import hf`; this one came from Megatron arguments.
+  const size_t eol = yaml.find('\n');
+  return fmt::format("# Imported by `preflight import megatron` from {} (Megatron-LM {}).", source_file,
+                     imported.model_kind) +
+         yaml.substr(eol);
+}
+
+}  // namespace preflight

@@ -1,0 +1,265 @@
+// `import megatron` (issue 15): both input forms, continuations, ${VAR},
+// --moe-layer-freq list expressions, hybrid patterns with '|', malformed
+// input (errors with line and flag), and parameter counts of imported
+// corpus models against counts worked out by hand from the model shape.
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "../bench/fidelity_cases.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/import_megatron.h"
+#include "preflight/recipe/recipe.h"
+#include "support/test_support.h"
+
+namespace preflight {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// The imported recipe, loaded (fails the test when it does not validate).
+Recipe Load(const MegatronImport& imported, const std::vector<Override>& layout = {}) {
+  std::vector<Diagnostic> errors;
+  const std::string yaml = EmitMegatronRecipe(imported, layout, "t", "t", &errors);
+  EXPECT_FALSE(HasErrors(errors));
+  const LoadResult loaded = LoadRecipeFromString(yaml, "t.yaml");
+  EXPECT_TRUE(loaded.ok()) << yaml << (loaded.diagnostics.empty() ? "" : Format(loaded.diagnostics.front()));
+  return loaded.ok() ? *loaded.recipe : Recipe{};
+}
+
+const Diagnostic* FirstError(const MegatronImport& m) {
+  for (const Diagnostic& d : m.diagnostics) {
+    if (d.severity == Severity::kError) return &d;
+  }
+  return nullptr;
+}
+
+std::string Letters(const Recipe& r) {
+  std::string s;
+  for (BlockKind k : r.model.layers) s += Letter(k);
+  return s;
+}
+
+const fidelity::Case& CorpusCase(const std::string& id) {
+  static const std::vector<fidelity::Case> cases = [] {
+    std::string error;
+    return fidelity::LoadCases(testing::SourcePath("tests/data/megatron_ci/cases.json"), &error);
+  }();
+  for (const fidelity::Case& c : cases) {
+    if (c.id == id) return c;
+  }
+  static const fidelity::Case none;
+  ADD_FAILURE() << "no case " << id;
+  return none;
+}
+
+TEST(ImportMegatron, ModelArgsYamlMapsShapeDegreesAndPrecision) {
+  const std::string text =
+      "ENV_VARS:\n"
+      "  CUDA_DEVICE_MAX_CONNECTIONS: 1\n"
+      "MODEL_ARGS:\n"
+      "  --num-layers: 4\n"
+      "  --hidden-size: 1024\n"
+      "  --num-attention-heads: 16\n"
+      "  --group-query-attention: true\n"
+      "  --num-query-groups: 4\n"
+      "  --swiglu: true\n"
+      "  --normalization: RMSNorm\n"
+      "  --disable-bias-linear: true\n"
+      "  --position-embedding-type: rope\n"
+      "  --untie-embeddings-and-output-weights: true\n"
+      "  --qk-layernorm: true\n"
+      "  --tokenizer-type: NullTokenizer\n"
+      "  --vocab-size: 1000\n"
+      "  --make-vocab-size-divisible-by: 64\n"
+      "  --seq-length: 2048\n"
+      "  --micro-batch-size: 2\n"
+      "  --global-batch-size: 32\n"
+      "  --tensor-model-parallel-size: 2\n"
+      "  --pipeline-model-parallel-size: 2\n"
+      "  --sequence-parallel: true\n"
+      "  --use-distributed-optimizer: true\n"
+      "  --recompute-granularity: full\n"
+      "  --bf16: true\n"
+      "  --hidden-dropout: 0.0\n"
+      "  --save: ${CHECKPOINT_SAVE_PATH}\n"
+      "  --mtp-num-layers: 1\n"
+      "  --my-new-flag: 3\n";
+  const MegatronImport m = ImportMegatronArgs(text, "model.yaml");
+  ASSERT_TRUE(m.ok());
+  const Recipe r = Load(m, {{"cluster.nodes", "1"}, {"cluster.gpus_per_node", "8"}});
+  EXPECT_EQ(Letters(r), "ADADADAD");
+  EXPECT_EQ(r.model.hidden, 1024);
+  EXPECT_EQ(r.model.attention.kv_heads, 4);
+  EXPECT_EQ(r.model.attention.head_dim, 64);  // 1024 / 16
+  EXPECT_TRUE(r.model.attention.qk_norm);
+  // --swiglu: ffn = int(4h * 2/3 / 64) * 64 = int(2730.67 / 64) * 64 = 42 * 64.
+  EXPECT_EQ(r.model.mlp.ffn_hidden, 2688);
+  EXPECT_EQ(r.model.mlp.activation, FfnActivation::kSwiglu);
+  EXPECT_EQ(r.model.vocab, 1001);  // NullTokenizer adds the EOD token
+  EXPECT_EQ(r.model.vocab_pad_multiple, 64);
+  EXPECT_FALSE(r.model.tie_embeddings);
+  EXPECT_EQ(r.model.norm, NormKind::kRmsNorm);
+  EXPECT_EQ(r.training.recompute, Recompute::kFull);
+  EXPECT_EQ(r.training.micro_batch, 2);
+  EXPECT_EQ(r.parallel.tp, 2);
+  EXPECT_TRUE(r.parallel.sp);
+  EXPECT_EQ(r.parallel.zero, 1);
+  // Megatron's even split of 4 layers over 2 stages: layer 2 = sublayer 4.
+  EXPECT_EQ(r.parallel.stage_boundaries, std::vector<int64_t>{4});
+  // MTP is a located warning; the unknown flag is listed; --save is quiet.
+  EXPECT_THAT(m.unrepresented, ::testing::Contains("--mtp-num-layers"));
+  EXPECT_EQ(m.unknown, std::vector<std::string>{"--my-new-flag"});
+  bool located = false;
+  for (const Diagnostic& d : m.diagnostics) {
+    if (d.key_path == "--mtp-num-layers") located = d.mark.line == 29 && d.severity == Severity::kWarning;
+    EXPECT_NE(d.key_path, "--save");
+  }
+  EXPECT_TRUE(located);
+}
+
+TEST(ImportMegatron, CommandLineWithContinuationsCommentsAndVariables) {
+  const std::string text =
+      "# launch\n"
+      "torchrun --nproc_per_node 4 --nnodes 2 pretrain_gpt.py \\\n"
+      "    --num-layers 2 --hidden-size 256 \\\n"
+      "    --num-attention-heads 4 \\\n"
+      "    --vocab-file ${DATA}/vocab.json --merge-file \"${DATA}/merges.txt\" \\\n"
+      "    --seq-length=128 --micro-batch-size 1 --global-batch-size 8 \\\n"
+      "    --recompute-modules moe_act layernorm \\\n"
+      "    --bf16\n";
+  const MegatronImport m = ImportMegatronArgs(text, "run.sh");
+  ASSERT_TRUE(m.ok());
+  const Recipe r = Load(m);
+  EXPECT_EQ(r.cluster.nodes, 2);          // from torchrun
+  EXPECT_EQ(r.cluster.gpus_per_node, 4);
+  EXPECT_EQ(r.model.vocab, 50257);        // GPT-2 BPE
+  EXPECT_EQ(r.training.seq_len, 128);
+  EXPECT_EQ(r.model.mlp.ffn_hidden, 1024);  // 4h, GeLU
+  EXPECT_EQ(r.model.norm, NormKind::kLayerNorm);
+  EXPECT_TRUE(r.model.tie_embeddings);
+  bool modules = false;
+  for (const MegatronArg& a : m.args) {
+    if (a.flag == "--recompute-modules") modules = a.value == "moe_act layernorm" && a.line == 7;
+    if (a.flag == "--vocab-file") {
+      EXPECT_EQ(a.value, "${DATA}/vocab.json");
+    }
+  }
+  EXPECT_TRUE(modules);
+}
+
+TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {
+  std::vector<int> list;
+  int64_t period = 0;
+  ASSERT_TRUE(ParseMoeLayerFreq("([0]*3+[1]*9)", &list, &period));
+  EXPECT_EQ(list, (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+  ASSERT_TRUE(ParseMoeLayerFreq("[1, 0]*2", &list, &period));
+  EXPECT_EQ(list, (std::vector<int>{1, 0, 1, 0}));
+  ASSERT_TRUE(ParseMoeLayerFreq("2", &list, &period));
+  EXPECT_TRUE(list.empty());
+  EXPECT_EQ(period, 2);
+  EXPECT_FALSE(ParseMoeLayerFreq("([0]*3+", &list, &period));
+  EXPECT_FALSE(ParseMoeLayerFreq("0", &list, &period));
+  EXPECT_FALSE(ParseMoeLayerFreq("[0]*x", &list, &period));
+
+  const std::string base =
+      "MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 64\n  --num-attention-heads: 4\n  --swiglu: true\n"
+      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n  --num-experts: 8\n"
+      "  --moe-ffn-hidden-size: 32\n  --moe-router-topk: 2\n";
+  const Recipe listed = Load(ImportMegatronArgs(base + "  --moe-layer-freq: ([0]*1+[1]*3)\n", "m.yaml"));
+  EXPECT_EQ(Letters(listed), "ADAEAEAE");
+  const Recipe every_other = Load(ImportMegatronArgs(base + "  --moe-layer-freq: 2\n", "m.yaml"));
+  EXPECT_EQ(Letters(every_other), "AEADAEAD");  // layer i is MoE iff i % 2 == 0
+  // Hand count of one E sublayer: norm 2h + router E x h + 8 SwiGLU experts 3 h f_e.
+  const Inventory inv = BuildInventory(every_other);
+  const int64_t e_sublayer = 2 * 64 + 8 * 64 + 8 * 3 * 64 * 32;
+  EXPECT_EQ(inv.family_params[2], 2 * e_sublayer);  // family order A, M, E, R, D
+  EXPECT_TRUE(listed.model.moe.dropless);
+}
+
+TEST(ImportMegatron, HybridPatternWithPipelineCuts) {
+  const MegatronImport m = ImportMegatronArgs(
+      "MODEL_ARGS:\n  --hidden-size: 256\n  --num-attention-heads: 4\n  --seq-length: 128\n"
+      "  --tokenizer-type: NullTokenizer\n  --vocab-size: 100\n  --pipeline-model-parallel-size: 3\n"
+      "  --hybrid-layer-pattern: \"M-*|M-M|E-/*E\"\n  --num-experts: 4\n  --swiglu: true\n",
+      "h.yaml");
+  ASSERT_TRUE(m.ok());
+  const Recipe r = Load(m, {{"cluster.gpus_per_node", "3"}, {"training.global_batch", "3"}});
+  EXPECT_EQ(Letters(r), "MDAMDMED");
+  EXPECT_EQ(r.parallel.stage_boundaries, (std::vector<int64_t>{3, 6}));
+  bool mtp_warned = false;
+  for (const Diagnostic& d : m.diagnostics) mtp_warned |= d.message.find("MTP") != std::string::npos;
+  EXPECT_TRUE(mtp_warned);
+}
+
+TEST(ImportMegatron, MalformedInputNamesLineAndFlag) {
+  const MegatronImport bad_int =
+      ImportMegatronArgs("MODEL_ARGS:\n  --num-layers: twelve\n  --hidden-size: 8\n", "bad.yaml");
+  const Diagnostic* e = FirstError(bad_int);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->key_path, "--num-layers");
+  EXPECT_EQ(e->mark.line, 2);
+
+  const MegatronImport quote = ImportMegatronArgs("python pretrain_gpt.py \\\n  --data-path \"/a/b\n", "q.sh");
+  e = FirstError(quote);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->mark.line, 2);
+  EXPECT_THAT(e->message, HasSubstr("unterminated"));
+
+  const MegatronImport yaml = ImportMegatronArgs("MODEL_ARGS:\n  --a: [1,\n", "y.yaml");
+  EXPECT_FALSE(yaml.ok());
+
+  const MegatronImport freq = ImportMegatronArgs(
+      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 8\n  --num-attention-heads: 2\n  --seq-length: 8\n"
+      "  --vocab-size: 10\n  --num-experts: 2\n  --moe-layer-freq: ([0]*3\n",
+      "f.yaml");
+  e = FirstError(freq);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->key_path, "--moe-layer-freq");
+  EXPECT_EQ(e->mark.line, 8);
+
+  const MegatronImport unexpanded = ImportMegatronArgs(
+      "pretrain_gpt.py --num-layers ${LAYERS} --hidden-size 8 --num-attention-heads 2 --seq-length 8", "u.sh");
+  e = FirstError(unexpanded);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->key_path, "--num-layers");
+  EXPECT_THAT(e->message, HasSubstr("unexpanded"));
+
+  const MegatronImport stray = ImportMegatronArgs("pretrain_gpt.py --num-layers 2 extra 3", "s.sh");
+  EXPECT_FALSE(stray.ok());
+}
+
+// Parameter counts of corpus models, worked out by hand from the shapes.
+TEST(ImportMegatron, CorpusGpt7bParameterCount) {
+  const fidelity::Case& c = CorpusCase("gpt/gpt3_7b_tp4_pp1_memory_speed/dev_dgx_gb200");
+  const Recipe r = Load(ImportMegatronArgs(fidelity::ModelArgsYaml(c), c.id), fidelity::ClusterOf(c));
+  // h 4096, 32 heads of 128, 8 query groups, ffn 4h GeLU, LayerNorm (weight + bias), untied,
+  // NullTokenizer 131073 + 1. Per layer: q 4096^2 + k,v 2 x 4096 x 1024 + o 4096^2 + MLP
+  // 2 x 4096 x 16384 + two LayerNorms 2 x 8192 = 176,177,152. Linear biases and the learned
+  // position table are not counted (warned).
+  const int64_t per_layer = 4096LL * 4096 * 2 + 2LL * 4096 * 1024 + 2LL * 4096 * 16384 + 2 * 8192;
+  ASSERT_EQ(per_layer, 176177152);
+  const int64_t expected = 32 * per_layer + 2LL * 131074 * 4096 + 8192;
+  EXPECT_EQ(BuildInventory(r).total_params, expected);
+  EXPECT_EQ(expected, 6711435264);
+}
+
+TEST(ImportMegatron, CorpusHybridParameterCount) {
+  const fidelity::Case& c = CorpusCase("hybrid/hybrid_mr_mcore_te_tp1_pp4_cp1_dgx_a100_1N8G/dev_dgx_h100");
+  const Recipe r = Load(ImportMegatronArgs(fidelity::ModelArgsYaml(c), c.id), fidelity::ClusterOf(c));
+  EXPECT_EQ(r.parallel.stage_boundaries, (std::vector<int64_t>{11, 22, 33}));
+  // 44 layers: 20 M, 20 '-', 4 '*'; h 1024; LayerNorm; tied GPT-2 vocab 50257.
+  // Mamba (d_inner 2048, 32 heads of 64, 8 groups, state 128): in_proj 1024 x (2*2048 + 2*8*128 + 32)
+  // = 6,324,224; conv1d (2048 + 2048) x 4 + 4096 bias; dt_bias, A_log, D 3 x 32; gated norm 2048;
+  // out_proj 2048 x 1024; pre-norm 2048.
+  const int64_t mamba = 1024LL * 6176 + 4096 * 4 + 4096 + 3 * 32 + 2048 + 2048LL * 1024 + 2048;
+  const int64_t mlp = 2LL * 1024 * 4096 + 2048;
+  const int64_t attention = 2LL * 1024 * 1024 + 2LL * 1024 * 512 + 2048;  // 16 heads of 64, 8 groups
+  const int64_t expected = 20 * mamba + 20 * mlp + 4 * attention + 50257LL * 1024 + 2048;
+  EXPECT_EQ(BuildInventory(r).total_params, expected);
+}
+
+}  // namespace
+}  // namespace preflight
