@@ -6,26 +6,6 @@
 
 namespace preflight {
 
-const char* Key(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce: return "all_reduce";
-    case Collective::kAllGather: return "all_gather";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllToAll: return "all_to_all";
-    case Collective::kSendRecv: return "send_recv";
-  }
-  return "?";
-}
-
-const char* Key(Pass p) {
-  switch (p) {
-    case Pass::kForward: return "fwd";
-    case Pass::kBackward: return "bwd";
-    case Pass::kOptimizer: return "opt";
-  }
-  return "?";
-}
-
 Bytes RingAllReduceSendBytes(Bytes payload, int64_t n) {
   if (n <= 1) return Bytes(0);
   // Reduce-scatter then all-gather, each (n-1) chunks of S/n.

@@ -98,9 +98,10 @@ HandoffPayload RecurrentHandoff(const RecurrentConfig& rc, int64_t tp, int64_t m
   return p;
 }
 
-const char* FamilyKey(size_t f) {
-  static const char* const kKeys[] = {"attention", "mamba", "moe_shared_expert", "recurrent", "mlp"};
-  return kKeys[f];
+CommWhat FamilyWhat(size_t f) {
+  static constexpr CommWhat kWhats[] = {CommWhat::kAttention, CommWhat::kMamba, CommWhat::kMoeSharedExpert,
+                                        CommWhat::kRecurrent, CommWhat::kMlp};
+  return kWhats[f];
 }
 
 // Collectives issued one per unit: how many, and their payloads' sum.
@@ -116,7 +117,7 @@ class ItemList {
 
   // A symmetric collective: every rank of the group sends and receives the
   // same. Returns the item, or null when it moves nothing.
-  CommItem* Add(Axis axis, Collective kind, Pass pass, const char* what, Bytes payload, int64_t calls) {
+  CommItem* Add(Axis axis, Collective kind, Pass pass, CommWhat what, Bytes payload, int64_t calls) {
     const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
     if (calls <= 0 || loc.size <= 1 || payload.count() <= 0) return nullptr;
     CommItem& item = out_->emplace_back();  // built in place: the sweep prices millions of items
@@ -140,7 +141,7 @@ class ItemList {
   // (the ring sends are linear in the payload and exact on padded buffers);
   // its seconds count every collective's latency. `edge` is the part of a
   // round no overlap can hide (CommItem::unhidden_seconds, docs/plan.md).
-  void AddPerUnit(Axis axis, Collective kind, Pass pass, const char* what, const UnitCalls& all, const UnitCalls& edge,
+  void AddPerUnit(Axis axis, Collective kind, Pass pass, CommWhat what, const UnitCalls& all, const UnitCalls& edge,
                   int64_t rounds) {
     CommItem* item = Add(axis, kind, pass, what, all.payload, rounds);
     if (item == nullptr) return;
@@ -155,7 +156,7 @@ class ItemList {
   }
 
   // Point-to-point: `sends` messages out, `receives` in.
-  void AddP2p(Axis axis, Pass pass, const char* what, Bytes payload, int64_t sends, int64_t receives) {
+  void AddP2p(Axis axis, Pass pass, CommWhat what, Bytes payload, int64_t sends, int64_t receives) {
     const AxisLocality& loc = locality_[static_cast<size_t>(axis)];
     if ((sends <= 0 && receives <= 0) || payload.count() <= 0) return;
     CommItem& item = out_->emplace_back();
@@ -178,7 +179,7 @@ class ItemList {
   // tails cross every chain edge at once (one p2p step), then the states
   // pass along the chain, `chain` sequential p2p steps of the state size,
   // all exposed; `layers` layer-micro-batches.
-  void AddHandoff(Pass pass, const char* what, const HandoffPayload& payload, int64_t sends, int64_t chain,
+  void AddHandoff(Pass pass, CommWhat what, const HandoffPayload& payload, int64_t sends, int64_t chain,
                   int64_t layers) {
     const size_t before = out_->size();
     AddP2p(Axis::kCp, pass, what, payload.total(), sends, sends);
@@ -237,7 +238,7 @@ void AddTp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
     if (c.range.owns_head) head_mb += c.microbatches;
   }
   for (size_t f = 0; f < 5; ++f) {
-    const char* what = FamilyKey(f);
+    const CommWhat what = FamilyWhat(f);
     if (sp) {
       // SP (MG/TE): fwd AG + RS; bwd AG (grad of row-parallel output) + RS
       // (column-parallel dgrad) + AG (re-gather of the saved sharded input).
@@ -251,19 +252,19 @@ void AddTp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
     }
   }
   if (sp) {
-    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, "embedding", s.x, emb_mb);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, "embedding", s.x, emb_mb);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, "head", s.x, head_mb);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, "head", s.x, head_mb);
-    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, "head", s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kEmbedding, s.x, emb_mb);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kHead, s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kHead, s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kHead, s.x, head_mb);
   } else {
-    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, "embedding", s.x, emb_mb);
-    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, "head", s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb);
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kHead, s.x, head_mb);
   }
   // Vocab-parallel cross-entropy: AR of the max, the sum of exp and the
   // target logit, each fp32 per token (Megatron cross_entropy.py).
   const Bytes ce(CheckedMul(CheckedMul(s.seq / l.cp, s.micro), 4));
-  items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, "loss", ce, 3 * head_mb);
+  items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kLoss, ce, 3 * head_mb);
 }
 
 // Mamba all-to-all CP repeats B and C r_g = c/(G/t) times when c > G/t (MATH.md 1.4).
@@ -282,25 +283,25 @@ void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std
       // AttnFuncWithCPAndKVP2P: c-1 KV blocks forward; backward the KV blocks
       // go round again (c-1) and the dKV of each block follows it home (c-1).
       const Bytes kc = width_bytes(a.cp_kv_width);
-      items->AddP2p(Axis::kCp, Pass::kForward, "attention_kv", kc, c1 * n_a, c1 * n_a);
-      items->AddP2p(Axis::kCp, Pass::kBackward, "attention_kv", kc, 2 * c1 * n_a, 2 * c1 * n_a);
+      items->AddP2p(Axis::kCp, Pass::kForward, CommWhat::kAttentionKv, kc, c1 * n_a, c1 * n_a);
+      items->AddP2p(Axis::kCp, Pass::kBackward, CommWhat::kAttentionKv, kc, 2 * c1 * n_a, 2 * c1 * n_a);
       break;
     }
     case CpComm::kAllGather: {
       // AttnFuncWithCPAndKVAllGather saves the local K, V: its backward
       // all-gathers them again, then reduce-scatters dK, dV.
       const Bytes full = width_bytes(a.cp_kv_width) * l.cp;
-      items->Add(Axis::kCp, Collective::kAllGather, Pass::kForward, "attention_kv", full, n_a);
-      items->Add(Axis::kCp, Collective::kAllGather, Pass::kBackward, "attention_kv", full, n_a);
-      items->Add(Axis::kCp, Collective::kReduceScatter, Pass::kBackward, "attention_kv", full, n_a);
+      items->Add(Axis::kCp, Collective::kAllGather, Pass::kForward, CommWhat::kAttentionKv, full, n_a);
+      items->Add(Axis::kCp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttentionKv, full, n_a);
+      items->Add(Axis::kCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kAttentionKv, full, n_a);
       break;
     }
     case CpComm::kA2a: {
       // Ulysses (AttnFuncWithCPAndQKVOA2A), each pass's all-to-alls as one
       // call of their total width: forward Q, K, V and O; backward O, dO,
       // dQ, dK and dV.
-      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "attention_qkvo", width_bytes(a.cp_a2a_width), n_a);
-      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "attention_qkvo",
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kAttentionQkvo, width_bytes(a.cp_a2a_width), n_a);
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kAttentionQkvo,
                  width_bytes(a.cp_a2a_bwd_width), n_a);
       break;
     }
@@ -319,13 +320,13 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
   if (l.cp_recurrent == CpRecurrent::kAllToAll) {
     const FamilyCost& m = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))];
     const int64_t repeat_extra = (MambaGroupRepeat(mc, l) - 1) * 2 * mc.groups * mc.d_state;
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba", width_bytes(m.cp_a2a_width + repeat_extra),
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kMamba, width_bytes(m.cp_a2a_width + repeat_extra),
                n_m);
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba",
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMamba,
                width_bytes(m.cp_a2a_bwd_width + repeat_extra), n_m);
     const FamilyCost& r = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))];
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, "recurrent", width_bytes(r.cp_a2a_width), n_r);
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, "recurrent", width_bytes(r.cp_a2a_bwd_width), n_r);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_width), n_r);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_bwd_width), n_r);
     return;
   }
   const int64_t sends = CpHandoffMaxSends(l.cp, l.cp_load_balance);
@@ -333,8 +334,8 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
   const HandoffPayload m = MambaHandoff(mc, inv.recipe.model.hidden, l.tp, s.micro, s.act);
   const HandoffPayload r = RecurrentHandoff(rc, l.tp, s.micro, s.act);
   for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-    items->AddHandoff(pass, "mamba_state", m, sends * n_m, chain, n_m);
-    items->AddHandoff(pass, "recurrent_state", r, sends * n_r, chain, n_r);
+    items->AddHandoff(pass, CommWhat::kMambaState, m, sends * n_m, chain, n_m);
+    items->AddHandoff(pass, CommWhat::kRecurrentState, r, sends * n_r, chain, n_r);
   }
 }
 
@@ -373,8 +374,8 @@ void AddPp(const Inventory& inv, const Layout& l, const Sizes& s, const std::vec
     if (c.chunk + 1 < n_chunks && !same_device(c.chunk, c.chunk + 1)) fwd_send += c.microbatches;
     if (c.chunk > 0 && !same_device(c.chunk, c.chunk - 1)) fwd_recv += c.microbatches;
   }
-  items->AddP2p(Axis::kPp, Pass::kForward, "activations", msg, fwd_send, fwd_recv);
-  items->AddP2p(Axis::kPp, Pass::kBackward, "activation_grads", msg, fwd_recv, fwd_send);
+  items->AddP2p(Axis::kPp, Pass::kForward, CommWhat::kActivations, msg, fwd_send, fwd_recv);
+  items->AddP2p(Axis::kPp, Pass::kBackward, CommWhat::kActivationGrads, msg, fwd_recv, fwd_send);
 }
 
 void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
@@ -395,16 +396,16 @@ void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
     copies = CheckedMul(moe.experts, static_cast<int64_t>(std::ceil(cap - 1e-9)));
   }
   const Bytes buf = BytesOf(CheckedMul(copies, s.hidden), s.act);
-  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, "moe_dispatch", buf, n_e);
-  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, "moe_combine", buf, n_e);
-  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, "moe_dispatch", buf, n_e);
-  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, "moe_combine", buf, n_e);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch, buf, n_e);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeCombine, buf, n_e);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeDispatch, buf, n_e);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeCombine, buf, n_e);
   // Expert TP: AG of the received tokens after dispatch, RS before combine; mirrored in backward.
   const Bytes gathered = buf * l.expert_tp;
-  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kForward, "moe_experts", gathered, n_e);
-  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kForward, "moe_experts", gathered, n_e);
-  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kBackward, "moe_experts", gathered, n_e);
-  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, "moe_experts", gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kForward, CommWhat::kMoeExperts, gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kMoeExperts, gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMoeExperts, gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMoeExperts, gathered, n_e);
 }
 
 // One ZeRO unit's parameters on this rank: elements [ShardClass][OptimizerKind]
@@ -637,10 +638,11 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   struct Group {
     Axis axis;
     size_t index;
-    const char* grads;
-    const char* params;
+    CommWhat grads;
+    CommWhat params;
   };
-  const Group groups[] = {{Axis::kDpCp, 0, "grads", "params"}, {Axis::kExpertDp, 1, "expert_grads", "expert_params"}};
+  const Group groups[] = {{Axis::kDpCp, 0, CommWhat::kGrads, CommWhat::kParams},
+                          {Axis::kExpertDp, 1, CommWhat::kExpertGrads, CommWhat::kExpertParams}};
   for (const Group& g : groups) {
     const size_t k = g.index;
     const auto grads = [&](const DpBuffers& b) { return UnitCalls{BytesOf(b.padded[k], s.grad), b.units[k]}; };
@@ -673,13 +675,13 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   const int64_t muon_tp_global = p.of(ShardClass::kTpSharded, OptimizerKind::kMuon);
   const int64_t muon_ep_local_full = p.of(ShardClass::kEpSharded, OptimizerKind::kMuon) / l.ep;
   if (l.zero >= 1) {
-    items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather", BytesOf(buffers.muon[0], s.muon),
+    items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather, BytesOf(buffers.muon[0], s.muon),
                1);
-    items->Add(Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather",
+    items->Add(Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather,
                BytesOf(buffers.muon[1], s.muon), 1);
   }
-  items->Add(Axis::kTp, Collective::kAllGather, Pass::kOptimizer, "muon_tp_gather", BytesOf(muon_tp_global, s.muon), 1);
-  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_tp_gather",
+  items->Add(Axis::kTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonTpGather, BytesOf(muon_tp_global, s.muon), 1);
+  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertTpGather,
              BytesOf(muon_ep_local_full, s.muon), 1);
 
   // With SP each TP rank holds partial gradients of replicated params
@@ -690,15 +692,15 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
     const auto rep = [&](const DpBuffers& b) {
       return UnitCalls{BytesOf(b.replicated_padded, s.grad), b.replicated_units};
     };
-    items->AddPerUnit(Axis::kTp, Collective::kAllReduce, Pass::kBackward, "replicated_grads", rep(buffers),
+    items->AddPerUnit(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kReplicatedGrads, rep(buffers),
                       rep(rb.first), rounds);
   } else if (EffectiveSp(inv, l)) {
-    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads",
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads,
                BytesOf(RoundUp(buffers.replicated, l.tp), s.grad), 1);
   }
   // Tied embedding: the first and last stage all-reduce the embedding gradient.
   if (m.tie_embeddings && l.pp > 1 && (emb || head)) {
-    items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, "tied_embedding",
+    items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kTiedEmbedding,
                BytesOf(vocab_local, s.grad), 1);
   }
 }

@@ -6,21 +6,6 @@
 
 namespace preflight {
 
-const char* Key(Axis a) {
-  switch (a) {
-    case Axis::kTp: return "tp";
-    case Axis::kCp: return "cp";
-    case Axis::kDp: return "dp";
-    case Axis::kPp: return "pp";
-    case Axis::kEp: return "ep";
-    case Axis::kExpertTp: return "expert_tp";
-    case Axis::kExpertDp: return "expert_dp";
-    case Axis::kDpCp: return "dp_cp";
-    case Axis::kEmbedding: return "embedding";
-  }
-  return "?";
-}
-
 int64_t RankOf(const Layout& l, int64_t tp, int64_t cp, int64_t dp, int64_t pp) {
   if (l.order == AxisOrder::kTpCpPpDp) return tp + l.tp * (cp + l.cp * (pp + l.pp * dp));
   return tp + l.tp * (cp + l.cp * (dp + l.dp * pp));

@@ -33,18 +33,18 @@ double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
 namespace {
 
 bool IsGradSync(const CommItem& i) {
-  return i.pass == Pass::kOptimizer && (i.what == "grads" || i.what == "expert_grads");
+  return i.pass == Pass::kOptimizer && (i.what == CommWhat::kGrads || i.what == CommWhat::kExpertGrads);
 }
 bool IsParamGather(const CommItem& i) {
-  return i.pass == Pass::kOptimizer && (i.what == "params" || i.what == "expert_params");
+  return i.pass == Pass::kOptimizer && (i.what == CommWhat::kParams || i.what == CommWhat::kExpertParams);
 }
 // ZeRO 2/3 traffic issued unit by unit in every micro-batch: the parameter
 // gathers (ZeRO 3, forward and backward) and the gradient reductions after
 // each unit's backward (the DP reduce-scatters, the SP all-reduce over TP).
 bool IsPerUnit(const CommItem& i) {
   if (i.pass == Pass::kOptimizer) return false;
-  if (i.what == "params" || i.what == "expert_params") return true;
-  return i.pass == Pass::kBackward && (i.what == "grads" || i.what == "expert_grads" || i.what == "replicated_grads");
+  if (i.what == CommWhat::kParams || i.what == CommWhat::kExpertParams) return true;
+  return i.pass == Pass::kBackward && (i.what == CommWhat::kGrads || i.what == CommWhat::kExpertGrads || i.what == CommWhat::kReplicatedGrads);
 }
 
 // Time of one gradient bucket on the item's group: the part of the reduce
@@ -113,7 +113,7 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
         one_p2p_s = std::max(one_p2p_s, i.calls > 0 ? i.seconds / static_cast<double>(i.calls) : 0.0);
         continue;
       }
-      if (i.axis == Axis::kCp && i.kind == Collective::kSendRecv && i.what == "attention_kv") {
+      if (i.axis == Axis::kCp && i.kind == Collective::kSendRecv && i.what == CommWhat::kAttentionKv) {
         // The causal p2p ring overlaps each KV step with the attention
         // core; only the excess is exposed. (The M/R state hand-off is a
         // chain with nothing to hide under: fully exposed, priced in comm.cc.)

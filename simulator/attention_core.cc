@@ -150,8 +150,8 @@ Mat<T> Pack(const Mat<T>& k, const Mat<T>& v) {
 /// Labels the CP collectives that follow; restores "attention" on exit.
 class CpLabel {
  public:
-  CpLabel(Ctx& ctx, const char* what) : ctx_(ctx) { ctx_.rank->set_what(what); }
-  ~CpLabel() { ctx_.rank->set_what("attention"); }
+  CpLabel(Ctx& ctx, CommWhat what) : ctx_(ctx) { ctx_.rank->set_what(what); }
+  ~CpLabel() { ctx_.rank->set_what(CommWhat::kAttention); }
   CpLabel(const CpLabel&) = delete;
   CpLabel& operator=(const CpLabel&) = delete;
 
@@ -195,10 +195,10 @@ class KvRing {
   }
   /// A block-sized message to r + 1 / from r - 1 (the backward's dK,dV).
   void SendToNext(const Mat<T>& m) {
-    ctx_.rank->Send("cp", next_, m.data(), static_cast<int64_t>(m.size()), ctx_.bytes.activation);
+    ctx_.rank->Send(Axis::kCp, next_, m.data(), static_cast<int64_t>(m.size()), ctx_.bytes.activation);
   }
   void RecvFromPrev(Mat<T>* m) {
-    ctx_.rank->Recv("cp", prev_, m->data(), static_cast<int64_t>(m->size()), ctx_.bytes.activation);
+    ctx_.rank->Recv(Axis::kCp, prev_, m->data(), static_cast<int64_t>(m->size()), ctx_.bytes.activation);
   }
 
  private:
@@ -214,7 +214,7 @@ class KvRing {
 template <class T>
 void RingForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, Mat<T>* o,
                  Mat<T>* lse) {
-  CpLabel label(ctx, "attention_kv");
+  CpLabel label(ctx, CommWhat::kAttentionKv);
   const Positions qpos = LocalPositions(ctx, shape, q.rows());
   KvRing<T> ring(ctx, k, v);
   *o = Mat<T>::Zero(q.rows(), q.cols());
@@ -235,7 +235,7 @@ void RingForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>
 template <class T>
 void RingBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
                   const Mat<T>& lse, const Mat<T>& o, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
-  CpLabel label(ctx, "attention_kv");
+  CpLabel label(ctx, CommWhat::kAttentionKv);
   const Positions qpos = LocalPositions(ctx, shape, q.rows());
   KvRing<T> ring(ctx, k, v);
   const int64_t kw = k.cols(), vw = v.cols();
@@ -281,7 +281,7 @@ Mat<T> GatherKv(Ctx& ctx, const Mat<T>& k, const Mat<T>& v) {
 template <class T>
 void GatherForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, Mat<T>* o,
                    Mat<T>* lse) {
-  CpLabel label(ctx, "attention_kv");
+  CpLabel label(ctx, CommWhat::kAttentionKv);
   Tensor<T> all(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, GatherKv(ctx, k, v));
   AttendBlock(ctx, shape, q, LocalPositions(ctx, shape, q.rows()), Mat<T>(all.m.leftCols(k.cols())),
               Mat<T>(all.m.rightCols(v.cols())), AllPositions(ctx), o, lse);
@@ -292,7 +292,7 @@ void GatherForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<
 template <class T>
 void GatherBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
                     const Mat<T>& lse, const Mat<T>& o, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
-  CpLabel label(ctx, "attention_kv");
+  CpLabel label(ctx, CommWhat::kAttentionKv);
   const int64_t ab = ctx.bytes.activation;
   Tensor<T> all(ctx.mem(), SimCategory::kTemporaries, ab, GatherKv(ctx, k, v));
   const int64_t kw = k.cols(), vw = v.cols();
@@ -341,7 +341,7 @@ Mat<T> ToSequence(Ctx& ctx, const AttnShape& shape, const Mat<T>& split, int64_t
 
 template <class T>
 Mat<T> UlyssesForward(Ctx& ctx, const AttnShape& shape, Mat<T> q, Mat<T> k, Mat<T> v, AttnState<T>* state) {
-  CpLabel label(ctx, "attention_qkvo");
+  CpLabel label(ctx, CommWhat::kAttentionQkvo);
   const int64_t hq = q.cols() / shape.head_dim / ctx.cp_size, hkv = k.cols() / shape.head_dim / ctx.cp_size;
   state->q = ToHeads(ctx, shape, q, hq);
   state->k = ToHeads(ctx, shape, k, hkv);
@@ -357,7 +357,7 @@ Mat<T> UlyssesForward(Ctx& ctx, const AttnShape& shape, Mat<T> q, Mat<T> k, Mat<
 template <class T>
 void UlyssesBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
                      const Mat<T>& lse, const Mat<T>& o, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
-  CpLabel label(ctx, "attention_qkvo");
+  CpLabel label(ctx, CommWhat::kAttentionQkvo);
   const int64_t hq = q.cols() / shape.head_dim, hkv = k.cols() / shape.head_dim;
   const int64_t ab = ctx.bytes.activation;
   Tensor<T> o_heads(ctx.mem(), SimCategory::kTemporaries, ab, ToHeads(ctx, shape, o, hq));

@@ -27,7 +27,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <tuple>
 
 #include "preflight/estimator/estimate.h"
@@ -42,21 +44,6 @@ namespace {
 constexpr double kDroplessActivationTolerance = 0.50;
 
 
-std::string SimAxis(const std::string& planner_axis) {
-  if (planner_axis == Key(Axis::kExpertTp)) return "etp";
-  if (planner_axis == Key(Axis::kExpertDp)) return "edp";
-  if (planner_axis == Key(Axis::kDpCp)) return "dp";
-  return planner_axis;
-}
-std::string SimPassName(Pass p) {
-  switch (p) {
-    case Pass::kForward: return Name(SimPass::kForward);
-    case Pass::kBackward: return Name(SimPass::kBackward);
-    case Pass::kOptimizer: return Name(SimPass::kOptimizer);
-  }
-  return "?";
-}
-
 bool RoutingDependent(const Recipe& r) {
   bool moe = false;
   for (BlockKind k : r.model.layers) moe = moe || k == BlockKind::kMoe;
@@ -64,11 +51,41 @@ bool RoutingDependent(const Recipe& r) {
 }
 
 
-bool IsRoutedBucket(const std::string& what) {
-  return what == "moe_dispatch" || what == "moe_combine" || what == "moe_experts" || what == "moe_counts";
+bool IsRoutedBucket(CommWhat what) {
+  return what == CommWhat::kMoeDispatch || what == CommWhat::kMoeCombine || what == CommWhat::kMoeExperts ||
+         what == CommWhat::kMoeCounts;
 }
 
-using Key4 = std::tuple<std::string, std::string, std::string, std::string>;  // axis, kind, pass, what
+/// The planner's collective for a runtime kind: one point-to-point send is
+/// one send_recv message; receives mirror sends and broadcasts are not
+/// planned (nullopt).
+std::optional<Collective> PlannedKind(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return Collective::kAllReduce;
+    case CollectiveKind::kAllGather: return Collective::kAllGather;
+    case CollectiveKind::kReduceScatter: return Collective::kReduceScatter;
+    case CollectiveKind::kAllToAll: return Collective::kAllToAll;
+    case CollectiveKind::kSend: return Collective::kSendRecv;
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kRecv: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// One typed bucket; ordered by its printed names so reports list buckets
+/// alphabetically by axis, then kind, pass and what.
+struct Bucket {
+  Axis axis;
+  Collective kind;
+  Pass pass;
+  CommWhat what;
+  bool operator<(const Bucket& o) const {
+    const std::string_view a = Key(axis), b = Key(o.axis), ka = Key(kind), kb = Key(o.kind), w = Key(what),
+                           wo = Key(o.what);
+    return std::tie(a, ka, pass, w) < std::tie(b, kb, o.pass, wo);
+  }
+};
+using Key4 = Bucket;
 
 /// The stage's ranks, worst per bucket: the planner prices the busiest rank
 /// of a stage (uneven CP hand-off chains, the first DP shard).
@@ -78,9 +95,9 @@ std::map<Key4, std::pair<int64_t, int64_t>> MeasuredComm(const SimulationReport&
     if (m.pipeline_rank != stage) continue;
     std::map<Key4, std::pair<int64_t, int64_t>> mine;
     for (const CommCount& c : m.comm) {
-      // The planner's point-to-point item is one send_recv per message.
-      const std::string kind = c.kind == CollectiveKind::kSend ? Key(Collective::kSendRecv) : Name(c.kind);
-      auto& slot = mine[{c.axis, kind, Name(c.pass), c.what}];
+      const std::optional<Collective> kind = PlannedKind(c.kind);
+      if (!kind) continue;
+      auto& slot = mine[{c.axis, *kind, c.pass, c.what}];
       slot.first += c.bytes_sent;
       slot.second += c.calls;
     }
@@ -96,7 +113,7 @@ void CompareComm(const Recipe& scaled, const StageComm& comm, const SimulationRe
   std::map<Key4, int64_t> modeled;
   for (const CommItem& item : comm.items) {
     if (item.send.count() == 0) continue;
-    modeled[{SimAxis(Key(item.axis)), Key(item.kind), SimPassName(item.pass), std::string(item.what)}] += item.send.count();
+    modeled[{item.axis, item.kind, item.pass, item.what}] += item.send.count();
   }
   const std::map<Key4, std::pair<int64_t, int64_t>> counted = MeasuredComm(report, out->pipeline_rank);
   std::set<Key4> keys;
@@ -105,9 +122,10 @@ void CompareComm(const Recipe& scaled, const StageComm& comm, const SimulationRe
   const bool routed = RoutingDependent(scaled);
   for (const Key4& k : keys) {
     CommAgreement a;
-    std::tie(a.axis, a.kind, a.pass, a.what) = k;
-    // The planner's send_recv is the simulator's send; receives mirror it.
-    if (a.kind == "recv") continue;
+    a.axis = Key(k.axis);
+    a.kind = Key(k.kind);
+    a.pass = Key(k.pass);
+    a.what = Key(k.what);
     const auto m = modeled.find(k);
     const auto c = counted.find(k);
     a.in_model = m != modeled.end();
@@ -115,7 +133,7 @@ void CompareComm(const Recipe& scaled, const StageComm& comm, const SimulationRe
     a.modeled_sent = a.in_model ? m->second : 0;
     a.measured_sent = a.in_run ? c->second.first : 0;
     a.calls = a.in_run ? c->second.second : 0;
-    a.exact = !(IsRoutedBucket(a.what) && (routed || a.what == "moe_counts"));
+    a.exact = !(IsRoutedBucket(k.what) && (routed || k.what == CommWhat::kMoeCounts));
     a.agrees = !a.exact || a.measured_sent == a.modeled_sent;
     if (!a.in_run && a.modeled_sent == 0) continue;
     out->comm.push_back(a);

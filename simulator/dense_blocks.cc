@@ -50,7 +50,7 @@ class AttentionBlock final : public Block<T> {
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
-    ctx.rank->set_what("attention");
+    ctx.rank->set_what(CommWhat::kAttention);
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
@@ -77,7 +77,7 @@ class AttentionBlock final : public Block<T> {
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
-    ctx.rank->set_what("attention");
+    ctx.rank->set_what(CommWhat::kAttention);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
@@ -155,7 +155,7 @@ class MlpBlock final : public Block<T> {
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
-    ctx.rank->set_what("mlp");
+    ctx.rank->set_what(CommWhat::kMlp);
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
     Saved& s = saved_.Open(ctx.microbatch);
@@ -170,7 +170,7 @@ class MlpBlock final : public Block<T> {
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
-    ctx.rank->set_what("mlp");
+    ctx.rank->set_what(CommWhat::kMlp);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));

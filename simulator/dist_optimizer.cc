@@ -183,7 +183,7 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
   if (n == 0) return;
   const int64_t padded = RoundUp(n, groups_.tp->size());
   std::vector<T> flat = Flatten(rep, &Param<T>::grad, padded);
-  ctx.rank->set_what("replicated_grads");
+  ctx.rank->set_what(CommWhat::kReplicatedGrads);
   Allocation temp(ctx.mem(), SimCategory::kTemporaries, padded * ctx.bytes.grad);
   ctx.rank->AllReduce(*groups_.tp, flat.data(), padded, ctx.bytes.grad);
   Unflatten(flat, rep, &Param<T>::grad);
@@ -191,7 +191,7 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
 
 template <class T>
 void DistOptimizer<T>::SyncGradients(Ctx& ctx, Buffer& b) {
-  ctx.rank->set_what(b.expert ? "expert_grads" : "grads");
+  ctx.rank->set_what(b.expert ? CommWhat::kExpertGrads : CommWhat::kGrads);
   const double scale = b.expert ? settings_.expert_grad_scale : settings_.dense_grad_scale;
   std::vector<T> flat = Flatten(b.params, &Param<T>::grad, b.n_pad);
   Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * ctx.bytes.grad);
@@ -283,7 +283,7 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
   } else {
     std::vector<T> mine(static_cast<size_t>(b.share), T(0));
     MuonMomentum(settings_.muon, b.grad_share.data(), b.momentum.data(), mine.data(), b.own_real);
-    ctx.rank->set_what(b.expert ? "muon_expert_gather" : "muon_gather");
+    ctx.rank->set_what(b.expert ? CommWhat::kMuonExpertGather : CommWhat::kMuonGather);
     Allocation temp(ctx.mem(), SimCategory::kTemporaries, b.n_pad * mb);
     if (b.size > 1) {
       ctx.rank->AllGather(*b.group, mine.data(), update.data(), std::vector<int64_t>(static_cast<size_t>(b.size), b.share),
@@ -313,7 +313,7 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
       if (gathered_kind(b.params[i]->shard)) mine.insert(mine.end(), local[i].data(), local[i].data() + local[i].size());
     }
     if (!mine.empty()) {
-      ctx.rank->set_what(b.expert ? "muon_expert_tp_gather" : "muon_tp_gather");
+      ctx.rank->set_what(b.expert ? CommWhat::kMuonExpertTpGather : CommWhat::kMuonTpGather);
       const int64_t count = static_cast<int64_t>(mine.size());
       std::vector<T> all(static_cast<size_t>(count * parts));
       Allocation temp(ctx.mem(), SimCategory::kTemporaries, count * parts * mb);
@@ -363,7 +363,7 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
 
 template <class T>
 void DistOptimizer<T>::GatherParams(Ctx& ctx, Buffer& b, bool into_values) {
-  ctx.rank->set_what(b.expert ? "expert_params" : "params");
+  ctx.rank->set_what(b.expert ? CommWhat::kExpertParams : CommWhat::kParams);
   std::vector<T> mine(static_cast<size_t>(b.share), T(0));
   std::copy(b.param_share.begin(), b.param_share.end(), mine.begin());
   std::vector<T> all(static_cast<size_t>(b.n_pad));
@@ -379,7 +379,7 @@ void DistOptimizer<T>::GatherParams(Ctx& ctx, Buffer& b, bool into_values) {
 
 template <class T>
 void DistOptimizer<T>::Step(Ctx& ctx) {
-  ctx.rank->set_pass(SimPass::kOptimizer);
+  ctx.rank->set_pass(Pass::kOptimizer);
   if (settings_.zero < 2) {
     std::vector<Param<T>*> all;
     for (const auto& unit : unit_params_) all.insert(all.end(), unit.begin(), unit.end());

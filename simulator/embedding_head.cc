@@ -18,7 +18,7 @@ Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : 
 template <class T>
 Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
   // Token ids stay alive for the backward (int64, MATH.md 3.4).
-  ctx.rank->set_what("embedding");
+  ctx.rank->set_what(CommWhat::kEmbedding);
   ids_.Open(ctx.microbatch) = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation,
@@ -32,7 +32,7 @@ Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
 
 template <class T>
 void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
-  ctx.rank->set_what("embedding");
+  ctx.rank->set_what(CommWhat::kEmbedding);
   const IndexTensor ids = ids_.Close(ctx.microbatch);
   const Mat<T> dfull = ReduceFromTpBackward(ctx, dx);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
@@ -53,7 +53,7 @@ template <class T>
 double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets) {
   const SimCategory act = SimCategory::kActivations;
   const int64_t ab = ctx.bytes.activation;
-  ctx.rank->set_what("head");
+  ctx.rank->set_what(CommWhat::kHead);
   Saved& s = saved_.Open(ctx.microbatch);
   s.targets = targets;
   SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
@@ -65,7 +65,7 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
   // Three fp32 all-reduces over TP: max, sum of exp, target logit (0 off-shard).
   std::vector<T> mx(static_cast<size_t>(tokens)), sum(static_cast<size_t>(tokens)), target(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) mx[static_cast<size_t>(t)] = logits.m.row(t).maxCoeff();
-  ctx.rank->set_what("loss");
+  ctx.rank->set_what(CommWhat::kLoss);
   if (ctx.tp_size > 1) ctx.rank->AllReduce(*ctx.tp, mx.data(), tokens, 4, ReduceOp::kMax);
   Mat<T> e(tokens, cols);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -91,7 +91,7 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
 
 template <class T>
 Mat<T> Head<T>::Backward(Ctx& ctx) {
-  ctx.rank->set_what("head");
+  ctx.rank->set_what(CommWhat::kHead);
   const int64_t ab = ctx.bytes.activation;
   Saved s = saved_.Close(ctx.microbatch);
   const int64_t rows = s.softmax.m.rows(), cols = s.softmax.m.cols(), first = ctx.tp_rank * cols;

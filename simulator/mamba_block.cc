@@ -496,7 +496,7 @@ class MambaBlock final : public Block<T> {
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
-    ctx.rank->set_what("mamba");
+    ctx.rank->set_what(CommWhat::kMamba);
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
@@ -527,7 +527,7 @@ class MambaBlock final : public Block<T> {
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
-    ctx.rank->set_what("mamba");
+    ctx.rank->set_what(CommWhat::kMamba);
     const SimCategory tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
@@ -696,16 +696,16 @@ class MambaBlock final : public Block<T> {
   /// activation dtype and the SSM state in fp32 (mamba_ssm keeps
   /// ssm_state fp32; MATH.md 6's state per sequence).
   void SendCarry(Ctx& ctx, int dest, const Carry<T>& c) {
-    ctx.rank->set_what("mamba_state");
+    ctx.rank->set_what(CommWhat::kMambaState);
     if (c.conv.size() > 0) ctx.rank->Send(ctx.cp->axis, dest, c.conv.data(), c.conv.size(), ctx.bytes.activation);
     ctx.rank->Send(ctx.cp->axis, dest, c.ssm.data(), c.ssm.size(), 4);
-    ctx.rank->set_what("mamba");
+    ctx.rank->set_what(CommWhat::kMamba);
   }
   void RecvCarry(Ctx& ctx, int src, Carry<T>* c) {
-    ctx.rank->set_what("mamba_state");
+    ctx.rank->set_what(CommWhat::kMambaState);
     if (c->conv.size() > 0) ctx.rank->Recv(ctx.cp->axis, src, c->conv.data(), c->conv.size(), ctx.bytes.activation);
     ctx.rank->Recv(ctx.cp->axis, src, c->ssm.data(), c->ssm.size(), 4);
-    ctx.rank->set_what("mamba");
+    ctx.rank->set_what(CommWhat::kMamba);
   }
 
   /// The kernel over every segment in sequence order, each from the state the

@@ -88,9 +88,9 @@ class MoeBlock final : public Block<T> {
       if (s_.send_token[r] >= 0) send.m.row(static_cast<int64_t>(r)) = s_.n.m.row(s_.send_token[r]);
     }
     ExchangeCounts(ctx);
-    ctx.rank->set_what("moe_dispatch");
+    ctx.rank->set_what(CommWhat::kMoeDispatch);
     Tensor<T> recv = Dispatch(ctx, std::move(send));
-    ctx.rank->set_what("moe_experts");
+    ctx.rank->set_what(CommWhat::kMoeExperts);
     s_.gathered = GatherOverEtp(ctx, std::move(recv), act);
     s_.expert_of_row = s_.gathered_layout.ExpertOfRows();
 
@@ -112,7 +112,7 @@ class MoeBlock final : public Block<T> {
       Put(&y.m, rows, MatMul(ctx, z, down_[static_cast<size_t>(le)]->value.m));
     }
     Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
-    ctx.rank->set_what("moe_combine");
+    ctx.rank->set_what(CommWhat::kMoeCombine);
     s_.y_back = Combine(ctx, std::move(y_own), act);
 
     Tensor<T> out(ctx.mem(), scratch, ab, Mat<T>::Zero(x.rows(), h));
@@ -120,7 +120,7 @@ class MoeBlock final : public Block<T> {
       if (s_.send_token[r] >= 0) out.m.row(s_.send_token[r]) += s_.send_prob.m(static_cast<int64_t>(r), 0) * s_.y_back.m.row(static_cast<int64_t>(r));
     }
     Mat<T> result = x + out.m;
-    ctx.rank->set_what("moe_shared_expert");
+    ctx.rank->set_what(CommWhat::kMoeSharedExpert);
     if (sh_gate_ != nullptr) result += SharedForward(ctx);
     saved_.Open(ctx.microbatch) = std::exchange(s_, State());
     return result;
@@ -131,7 +131,7 @@ class MoeBlock final : public Block<T> {
     const SimCategory scratch = SimCategory::kRoutingScratch;
     s_ = saved_.Close(ctx.microbatch);
     Mat<T> dn = Mat<T>::Zero(dy.rows(), h);
-    ctx.rank->set_what("moe_shared_expert");
+    ctx.rank->set_what(CommWhat::kMoeSharedExpert);
     if (sh_gate_ != nullptr) dn += SharedBackward(ctx, dy);
 
     // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
@@ -144,9 +144,9 @@ class MoeBlock final : public Block<T> {
       dsend.m.row(r) = s_.send_prob.m(r, 0) * dy.row(t);
       dprob[static_cast<size_t>(r)] = dy.row(t).dot(s_.y_back.m.row(r));
     }
-    ctx.rank->set_what("moe_combine");
+    ctx.rank->set_what(CommWhat::kMoeCombine);
     Tensor<T> drecv = Dispatch(ctx, std::move(dsend));  // the backward of combine moves like a dispatch
-    ctx.rank->set_what("moe_experts");
+    ctx.rank->set_what(CommWhat::kMoeExperts);
     Tensor<T> dy_g = GatherOverEtp(ctx, std::move(drecv), scratch);
     Tensor<T> dxg(ctx.mem(), scratch, ab, Mat<T>(dy_g.m.rows(), h));
     for (int64_t le = 0; le < local_experts_; ++le) {
@@ -167,7 +167,7 @@ class MoeBlock final : public Block<T> {
     dy_g.Release();
     // The backward of dispatch moves like a combine.
     Tensor<T> dx_own = ScatterOverEtp(ctx, std::move(dxg));
-    ctx.rank->set_what("moe_dispatch");
+    ctx.rank->set_what(CommWhat::kMoeDispatch);
     Tensor<T> dback = Combine(ctx, std::move(dx_own), scratch);
     for (int64_t r = 0; r < pairs; ++r) {
       const int64_t t = s_.send_token[static_cast<size_t>(r)];
@@ -276,7 +276,7 @@ class MoeBlock final : public Block<T> {
   /// Receive layout: from each EP source, rows per local expert. Padded mode
   /// knows it statically; otherwise the counts travel in an int64 all-to-all.
   void ExchangeCounts(Ctx& ctx) {
-    ctx.rank->set_what("moe_counts");
+    ctx.rank->set_what(CommWhat::kMoeCounts);
     const size_t n = static_cast<size_t>(ctx.ep_size), le = static_cast<size_t>(local_experts_);
     s_.recv_layout.counts.assign(n, std::vector<int64_t>(le, 0));
     if (ctx.ep_size == 1) {

@@ -383,7 +383,7 @@ class RecurrentBlock final : public Block<T> {
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
-    ctx.rank->set_what("recurrent");
+    ctx.rank->set_what(CommWhat::kRecurrent);
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
@@ -416,7 +416,7 @@ class RecurrentBlock final : public Block<T> {
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
-    ctx.rank->set_what("recurrent");
+    ctx.rank->set_what(CommWhat::kRecurrent);
     const SimCategory tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
@@ -550,10 +550,10 @@ class RecurrentBlock final : public Block<T> {
   /// Two eager sends to CP member `to`: the conv tail (activation dtype) and h (fp32).
   void SendState(Ctx& ctx, int to, const ScanState<T>& st) const {
     const int dest = ctx.cp->members[static_cast<size_t>(to)];
-    ctx.rank->set_what("recurrent_state");
+    ctx.rank->set_what(CommWhat::kRecurrentState);
     if (st.tail.size() > 0) ctx.rank->Send(ctx.cp->axis, dest, st.tail.data(), st.tail.size(), ctx.bytes.activation);
     ctx.rank->Send(ctx.cp->axis, dest, st.h.data(), st.h.size(), 4);
-    ctx.rank->set_what("recurrent");
+    ctx.rank->set_what(CommWhat::kRecurrent);
   }
   ScanState<T> RecvState(Ctx& ctx, int from, int64_t channels) const {
     const int src = ctx.cp->members[static_cast<size_t>(from)];

@@ -374,11 +374,11 @@ class RankProgram {
       }
       return;
     }
-    r.set_what(dir == 0 ? "activations" : "activation_grads");
+    r.set_what(dir == 0 ? CommWhat::kActivations : CommWhat::kActivationGrads);
     if (send) {
-      r.Send("pp", peer, x->data(), x->size(), ctx_.bytes.activation, tag);
+      r.Send(Axis::kPp, peer, x->data(), x->size(), ctx_.bytes.activation, tag);
     } else {
-      r.Recv("pp", peer, x->data(), x->size(), ctx_.bytes.activation, tag);
+      r.Recv(Axis::kPp, peer, x->data(), x->size(), ctx_.bytes.activation, tag);
     }
   }
 
@@ -389,7 +389,7 @@ class RankProgram {
 
   void Forward(ModelChunk<T>& chunk, int64_t mb, RankResult* out) {
     Rank& r = *ctx_.rank;
-    r.set_pass(SimPass::kForward);
+    r.set_pass(Pass::kForward);
     const int64_t key = DataIndex(mb);
     Mat<T> x(LocalRows(), spec_.dims.hidden);
     size_t unit = 0;
@@ -421,7 +421,7 @@ class RankProgram {
 
   void Backward(ModelChunk<T>& chunk, int64_t mb) {
     Rank& r = *ctx_.rank;
-    r.set_pass(SimPass::kBackward);
+    r.set_pass(Pass::kBackward);
     Mat<T> dy(LocalRows(), spec_.dims.hidden);
     size_t unit = chunk.units.size();
     if (chunk.head) {

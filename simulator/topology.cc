@@ -59,7 +59,7 @@ namespace {
 
 /// One group per value of the coordinates `key` leaves fixed; members ordered
 /// by `index`. `key` and `index` map a rank to (group key, position).
-void AddGroups(World& world, const Topology& topo, const std::string& axis, int size,
+void AddGroups(World& world, const Topology& topo, Axis axis, int size,
                const std::function<long(int)>& key, const std::function<int(int)>& index,
                const Group* RankGroups::*field, std::vector<RankGroups>* out) {
   std::vector<long> keys;
@@ -90,17 +90,17 @@ std::vector<RankGroups> MakeGroups(World& world, const Topology& topo) {
     for (int x : xs) k = k * 4096 + x;
     return k;
   };
-  AddGroups(world, topo, "tp", topo.tp, [&](int r) { auto x = c(r); return pack({x.cp, x.dp, x.pp}); },
+  AddGroups(world, topo, Axis::kTp, topo.tp, [&](int r) { auto x = c(r); return pack({x.cp, x.dp, x.pp}); },
             [&](int r) { return c(r).tp; }, &RankGroups::tp, &out);
-  AddGroups(world, topo, "cp", topo.cp, [&](int r) { auto x = c(r); return pack({x.tp, x.dp, x.pp}); },
+  AddGroups(world, topo, Axis::kCp, topo.cp, [&](int r) { auto x = c(r); return pack({x.tp, x.dp, x.pp}); },
             [&](int r) { return c(r).cp; }, &RankGroups::cp, &out);
-  AddGroups(world, topo, "dp", topo.dp * topo.cp, [&](int r) { auto x = c(r); return pack({x.tp, x.pp}); },
+  AddGroups(world, topo, Axis::kDpCp, topo.dp * topo.cp, [&](int r) { auto x = c(r); return pack({x.tp, x.pp}); },
             [&](int r) { auto x = c(r); return x.cp + topo.cp * x.dp; }, &RankGroups::dp_cp, &out);
-  AddGroups(world, topo, "ep", topo.ep, [&](int r) { auto x = c(r); return pack({x.etp, x.edp, x.pp}); },
+  AddGroups(world, topo, Axis::kEp, topo.ep, [&](int r) { auto x = c(r); return pack({x.etp, x.edp, x.pp}); },
             [&](int r) { return c(r).ep; }, &RankGroups::ep, &out);
-  AddGroups(world, topo, "etp", topo.etp, [&](int r) { auto x = c(r); return pack({x.ep, x.edp, x.pp}); },
+  AddGroups(world, topo, Axis::kExpertTp, topo.etp, [&](int r) { auto x = c(r); return pack({x.ep, x.edp, x.pp}); },
             [&](int r) { return c(r).etp; }, &RankGroups::etp, &out);
-  AddGroups(world, topo, "edp", topo.edp, [&](int r) { auto x = c(r); return pack({x.etp, x.ep, x.pp}); },
+  AddGroups(world, topo, Axis::kExpertDp, topo.edp, [&](int r) { auto x = c(r); return pack({x.etp, x.ep, x.pp}); },
             [&](int r) { return c(r).edp; }, &RankGroups::edp, &out);
   for (int r = 0; r < topo.world(); ++r) {
     const Topology::Coord x = c(r);

@@ -7,15 +7,6 @@
 
 namespace preflight {
 
-const char* Name(SimPass p) {
-  switch (p) {
-    case SimPass::kForward: return "forward";
-    case SimPass::kBackward: return "backward";
-    case SimPass::kOptimizer: return "optimizer";
-  }
-  return "?";
-}
-
 const char* Name(CollectiveKind k) {
   switch (k) {
     case CollectiveKind::kAllReduce: return "all_reduce";
@@ -105,7 +96,7 @@ void Allocation::Release() {
   bytes_ = 0;
 }
 
-void Rank::CountCall(const std::string& axis, CollectiveKind k) {
+void Rank::CountCall(Axis axis, CollectiveKind k) {
   if (!counting_) return;
   CommCount& c = counts_[{axis, k, pass_, what_}];
   c.axis = axis;
@@ -114,15 +105,15 @@ void Rank::CountCall(const std::string& axis, CollectiveKind k) {
   c.what = what_;
   ++c.calls;
 }
-void Rank::CountSent(const std::string& axis, CollectiveKind k, int64_t bytes) {
+void Rank::CountSent(Axis axis, CollectiveKind k, int64_t bytes) {
   if (!counting_) return;
   counts_[{axis, k, pass_, what_}].bytes_sent += bytes;
 }
-void Rank::CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes) {
+void Rank::CountReceived(Axis axis, CollectiveKind k, int64_t bytes) {
   if (!counting_) return;
   counts_[{axis, k, pass_, what_}].bytes_received += bytes;
 }
-void Rank::CountSendAs(const std::string& axis, SimPass pass, const std::string& what, int64_t bytes) {
+void Rank::CountSendAs(Axis axis, Pass pass, CommWhat what, int64_t bytes) {
   CommCount& c = counts_[{axis, CollectiveKind::kSend, pass, what}];
   c.axis = axis;
   c.kind = CollectiveKind::kSend;
@@ -134,6 +125,11 @@ void Rank::CountSendAs(const std::string& axis, SimPass pass, const std::string&
 std::vector<CommCount> Rank::Counts() const {
   std::vector<CommCount> out;
   for (const auto& [key, c] : counts_) out.push_back(c);
+  // Reports list buckets by their names (axis, kind, pass, what).
+  std::sort(out.begin(), out.end(), [](const CommCount& x, const CommCount& y) {
+    const std::string_view xa = Key(x.axis), ya = Key(y.axis), xw = Key(x.what), yw = Key(y.what);
+    return std::tie(xa, x.kind, x.pass, xw) < std::tie(ya, y.kind, y.pass, yw);
+  });
   return out;
 }
 
@@ -159,7 +155,7 @@ World::World(int size) : size_(size), pending_(static_cast<size_t>(size)) {
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<Rank>(this, r));
 }
 
-const Group& World::NewGroup(const std::string& axis, const std::vector<int>& members) {
+const Group& World::NewGroup(Axis axis, const std::vector<int>& members) {
   auto g = std::make_unique<Group>();
   g->id = static_cast<int>(groups_.size());
   g->axis = axis;
@@ -187,9 +183,9 @@ void World::CheckDeadlockLocked() {
 }
 
 namespace {
-std::string GroupName(const std::string& axis, const std::vector<int>& members) {
+std::string GroupName(Axis axis, const std::vector<int>& members) {
   std::ostringstream os;
-  os << axis << " group [";
+  os << Key(axis) << " group [";
   for (size_t i = 0; i < members.size(); ++i) os << (i ? "," : "") << members[i];
   os << ']';
   return os.str();
@@ -278,7 +274,7 @@ void World::Collective(const Group& g, Post post, const Executor& exec) {
   Rendezvous(group_channels_.at(g.id), g.members, index, std::move(post), GroupName(g.axis, g.members), exec);
 }
 
-void World::PointToPoint(const std::string& axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
+void World::PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
                          bool eager) {
   Channel* ch = nullptr;
   {
@@ -287,7 +283,7 @@ void World::PointToPoint(const std::string& axis, int src, int dst, int64_t tag,
     if (ch->next_seq.empty()) ch->next_seq.assign(2, 0);
   }
   const int index = post.rank == src ? 0 : 1;
-  const std::string where = axis + " channel " + std::to_string(src) + "->" + std::to_string(dst) +
+  const std::string where = std::string(Key(axis)) + " channel " + std::to_string(src) + "->" + std::to_string(dst) +
                             (tag != 0 ? " tag " + std::to_string(tag) : "");
   Rendezvous(*ch, {src, dst}, index, std::move(post), where, exec, eager);
 }

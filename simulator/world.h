@@ -47,7 +47,7 @@ enum class ReduceOp { kSum, kMax };
 /// A process group: global ranks in group order and the axis it belongs to.
 struct Group {
   int id = 0;
-  std::string axis;
+  Axis axis = Axis::kTp;
   std::vector<int> members;
   int size() const { return static_cast<int>(members.size()); }
   /// Position of global rank `rank` in the group, or -1.
@@ -110,10 +110,10 @@ class Rank {
   Rank(World* world, int rank) : world_(world), rank_(rank) {}
   int id() const { return rank_; }
   World& world() { return *world_; }
-  void set_pass(SimPass p) { pass_ = p; }
-  SimPass pass() const { return pass_; }
+  void set_pass(Pass p) { pass_ = p; }
+  Pass pass() const { return pass_; }
   /// Labels the collectives that follow (CommCount::what).
-  void set_what(const std::string& what) { what_ = what; }
+  void set_what(CommWhat what) { what_ = what; }
   MemoryTracker& memory() { return memory_; }
   const MemoryTracker& memory() const { return memory_; }
 
@@ -147,18 +147,18 @@ class Rank {
   /// micro-batches to one neighbour; tags keep them apart, as NCCL's
   /// per-operation matching does).
   template <class T>
-  void Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes, int64_t tag = 0);
+  void Send(Axis axis, int dest, const T* data, int64_t count, int64_t elem_bytes, int64_t tag = 0);
   template <class T>
-  void Recv(const std::string& axis, int src, T* data, int64_t count, int64_t elem_bytes, int64_t tag = 0);
+  void Recv(Axis axis, int src, T* data, int64_t count, int64_t elem_bytes, int64_t tag = 0);
 
   /// Adds bytes to this rank's counters (called by the algorithms).
-  void CountSent(const std::string& axis, CollectiveKind k, int64_t bytes);
-  void CountReceived(const std::string& axis, CollectiveKind k, int64_t bytes);
+  void CountSent(Axis axis, CollectiveKind k, int64_t bytes);
+  void CountReceived(Axis axis, CollectiveKind k, int64_t bytes);
   /// Marks one call in the (axis, kind, pass) bucket.
-  void CountCall(const std::string& axis, CollectiveKind k);
+  void CountCall(Axis axis, CollectiveKind k);
   /// As CountCall + CountSent under an explicit pass and label (an eager send
   /// is counted after its rank moved on).
-  void CountSendAs(const std::string& axis, SimPass pass, const std::string& what, int64_t bytes);
+  void CountSendAs(Axis axis, Pass pass, CommWhat what, int64_t bytes);
   std::vector<CommCount> Counts() const;
 
   /// Verification traffic (a gather only the verifier needs) is not part of
@@ -172,10 +172,10 @@ class Rank {
  private:
   World* world_;
   int rank_;
-  SimPass pass_ = SimPass::kForward;
+  Pass pass_ = Pass::kForward;
   MemoryTracker memory_;
-  std::string what_;
-  std::map<std::tuple<std::string, CollectiveKind, SimPass, std::string>, CommCount> counts_;
+  CommWhat what_ = CommWhat::kUnlabeled;
+  std::map<std::tuple<Axis, CollectiveKind, Pass, CommWhat>, CommCount> counts_;
   double flops_ = 0.0;
   bool counting_ = true;
 };
@@ -196,8 +196,8 @@ struct Post {
   /// Eager sends: the copied data (`in` points into it) and the sender's
   /// pass and label when it posted.
   std::shared_ptr<const void> owned;
-  SimPass pass = SimPass::kForward;
-  std::string what;
+  Pass pass = Pass::kForward;
+  CommWhat what = CommWhat::kUnlabeled;
   std::string Describe(const std::string& where) const;
 };
 
@@ -210,7 +210,7 @@ class World {
   explicit World(int size);
   int size() const { return size_; }
   /// Creates a group; call before Run (groups are fixed for the run).
-  const Group& NewGroup(const std::string& axis, const std::vector<int>& members);
+  const Group& NewGroup(Axis axis, const std::vector<int>& members);
   /// Runs `program` on every rank, one thread each; rethrows the first error
   /// (mismatch, deadlock, or an exception a rank program threw) as SimError,
   /// except that a SimUnsupported thrown by a rank program is rethrown as is.
@@ -223,7 +223,7 @@ class World {
   void Collective(const Group& g, Post post, const Executor& exec);
   /// Point-to-point rendezvous on the channel src -> dst. With `eager`, a
   /// member that arrives first does not wait (its post must own its data).
-  void PointToPoint(const std::string& axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
+  void PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
                     bool eager = false);
 
  private:

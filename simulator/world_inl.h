@@ -23,7 +23,7 @@ inline std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
 
 /// Copies a chunk from member `src` to `dst`, counting it on both.
 template <class T>
-void Transfer(const T* from, T* to, int64_t n, Rank* src, Rank* dst, const std::string& axis, CollectiveKind kind,
+void Transfer(const T* from, T* to, int64_t n, Rank* src, Rank* dst, Axis axis, CollectiveKind kind,
               int64_t elem_bytes) {
   std::copy(from, from + n, to);
   src->CountSent(axis, kind, n * elem_bytes);
@@ -35,7 +35,7 @@ void Transfer(const T* from, T* to, int64_t n, Rank* src, Rank* dst, const std::
 /// accumulates in ring order c+1, c+2, ..., c: fixed, so results are deterministic.
 template <class T>
 void RingReduceScatter(std::vector<std::vector<T>>& work, const std::vector<int64_t>& counts,
-                       const std::vector<Rank*>& ranks, const std::string& axis, CollectiveKind kind,
+                       const std::vector<Rank*>& ranks, Axis axis, CollectiveKind kind,
                        int64_t elem_bytes, ReduceOp op) {
   const int n = static_cast<int>(ranks.size());
   const std::vector<int64_t> off = Offsets(counts);
@@ -65,7 +65,7 @@ void RingReduceScatter(std::vector<std::vector<T>>& work, const std::vector<int6
 /// step k, the chunk (i - k) it got last step.
 template <class T>
 void RingAllGather(std::vector<std::vector<T>>& work, const std::vector<int64_t>& counts,
-                   const std::vector<Rank*>& ranks, const std::string& axis, CollectiveKind kind,
+                   const std::vector<Rank*>& ranks, Axis axis, CollectiveKind kind,
                    int64_t elem_bytes) {
   const int n = static_cast<int>(ranks.size());
   const std::vector<int64_t> off = Offsets(counts);
@@ -104,7 +104,7 @@ void Rank::AllReduce(const Group& g, T* data, int64_t count, int64_t elem_bytes,
   p.elem_bytes = elem_bytes;
   p.count = count;
   p.out = data;
-  const std::string axis = g.axis;
+  const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     const int n = static_cast<int>(posts.size());
     for (const Post* q : posts) {
@@ -135,7 +135,7 @@ void Rank::AllGather(const Group& g, const T* in, T* out, const std::vector<int6
   p.counts = counts;
   p.in = in;
   p.out = out;
-  const std::string axis = g.axis;
+  const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     std::string problem = detail::CountsDiffer(posts);
     if (!problem.empty()) return problem;
@@ -163,7 +163,7 @@ void Rank::ReduceScatter(const Group& g, const T* in, T* out, const std::vector<
   p.counts = counts;
   p.in = in;
   p.out = out;
-  const std::string axis = g.axis;
+  const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     std::string problem = detail::CountsDiffer(posts);
     if (!problem.empty()) return problem;
@@ -192,7 +192,7 @@ void Rank::AllToAll(const Group& g, const T* in, const std::vector<int64_t>& sen
   p.recv_counts = recv_counts;
   p.in = in;
   p.out = out;
-  const std::string axis = g.axis;
+  const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     const size_t n = posts.size();
     for (size_t i = 0; i < n; ++i) {
@@ -235,7 +235,7 @@ void Rank::Broadcast(const Group& g, T* data, int64_t count, int root, int64_t e
   p.count = count;
   p.root = root;
   p.out = data;
-  const std::string axis = g.axis;
+  const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     const int n = static_cast<int>(posts.size());
     for (const Post* q : posts) {
@@ -259,7 +259,7 @@ namespace detail {
 /// Runs a matched send/recv pair: copies the eager sender's buffer into the
 /// receiver's and counts it, the send under the sender's labels at posting.
 template <class T>
-std::string MatchSendRecv(const std::string& axis, const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
+std::string MatchSendRecv(Axis axis, const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
   const Post& send = *posts[0];
   const Post& recv = *posts[1];
   if (send.kind != CollectiveKind::kSend || recv.kind != CollectiveKind::kRecv) return std::string("send matched with a send");
@@ -276,7 +276,7 @@ std::string MatchSendRecv(const std::string& axis, const std::vector<Post*>& pos
 }  // namespace detail
 
 template <class T>
-void Rank::Send(const std::string& axis, int dest, const T* data, int64_t count, int64_t elem_bytes, int64_t tag) {
+void Rank::Send(Axis axis, int dest, const T* data, int64_t count, int64_t elem_bytes, int64_t tag) {
   auto copy = std::make_shared<std::vector<T>>(data, data + count);
   Post p;
   p.rank = rank_;
@@ -297,7 +297,7 @@ void Rank::Send(const std::string& axis, int dest, const T* data, int64_t count,
 }
 
 template <class T>
-void Rank::Recv(const std::string& axis, int src, T* data, int64_t count, int64_t elem_bytes, int64_t tag) {
+void Rank::Recv(Axis axis, int src, T* data, int64_t count, int64_t elem_bytes, int64_t tag) {
   Post p;
   p.rank = rank_;
   p.kind = CollectiveKind::kRecv;

@@ -34,12 +34,12 @@ TEST(PlannerComm, TensorParallelWithoutSpIsFourAllReducesPerLayer) {
     for (Pass pass : {Pass::kForward, Pass::kBackward}) layer_ar += Sent(sc, Axis::kTp, Collective::kAllReduce, pass, what);
   }
   EXPECT_EQ(layer_ar, 2 * 3 * 4 * 393216);
-  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "attention"), 2 * 3 * 393216);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kAttention), 2 * 3 * 393216);
   // Embedding: fwd AR; head: bwd AR (one per micro-batch each).
-  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "embedding"), 3 * 393216);
-  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kBackward, "head"), 3 * 393216);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kEmbedding), 3 * 393216);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kHead), 3 * 393216);
   // Vocab-parallel CE: 3 AR of s*b*4 = 8192 bytes: 2*3/4*8192 = 12288 each.
-  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "loss"), 3 * 3 * 12288);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kLoss), 3 * 3 * 12288);
 }
 
 // With SP each region is fwd AG + RS and bwd AG + RS + AG (re-gather of the
@@ -53,15 +53,15 @@ TEST(PlannerComm, TensorParallelWithSpIsFiveGathersPerRegion) {
   const auto& sc = p.comm[0];
   int64_t attention = 0;
   for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-    attention += Sent(sc, Axis::kTp, Collective::kAllGather, pass, "attention") +
-                 Sent(sc, Axis::kTp, Collective::kReduceScatter, pass, "attention");
+    attention += Sent(sc, Axis::kTp, Collective::kAllGather, pass, CommWhat::kAttention) +
+                 Sent(sc, Axis::kTp, Collective::kReduceScatter, pass, CommWhat::kAttention);
   }
   EXPECT_EQ(attention, 2 * 3 * 983040);
-  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllGather, Pass::kBackward, "attention"), 2 * 3 * 2 * 196608);
-  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, "attention"), 0);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttention), 2 * 3 * 2 * 196608);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kAttention), 0);
   // SP all-reduce of replicated grads, once per step: norms 4*64 + final norm 64
   // = 320 fp32 = 1280 bytes; 2*3/4*1280 = 1920.
-  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 1920);
+  EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads), 1920);
 }
 
 // EP (MATH.md 7.2): per MoE layer per micro-batch 2 A2A forward (dispatch,
@@ -74,8 +74,8 @@ TEST(PlannerComm, ExpertParallelAllToAll) {
   const auto p = Price(inv, l);
   const auto& sc = p.comm[0];
   for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, pass, "moe_dispatch"), 2 * 393216);
-    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, pass, "moe_combine"), 2 * 393216);
+    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, pass, CommWhat::kMoeDispatch), 2 * 393216);
+    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, pass, CommWhat::kMoeCombine), 2 * 393216);
   }
   // Expert grads: experts 24576 / e = 6144 elements on the rank, d_e = 1: no DP traffic.
   EXPECT_EQ(sc.send_on(Axis::kExpertDp).count(), 0);
@@ -91,9 +91,9 @@ TEST(PlannerComm, ExpertTensorParallelGathers) {
   l.expert_tp = 2;
   const auto p = Price(inv, l);
   const auto& sc = p.comm[0];
-  EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kAllGather, Pass::kForward, "moe_experts"), 524288);
-  EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, "moe_experts"), 524288);
-  EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, Pass::kForward, "moe_dispatch"), 262144);  // 1/2 * 524288
+  EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kAllGather, Pass::kForward, CommWhat::kMoeExperts), 524288);
+  EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMoeExperts), 524288);
+  EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch), 262144);  // 1/2 * 524288
 }
 
 // PP (MATH.md 7.2): one activation message X/t_sp per micro-batch per
@@ -102,11 +102,11 @@ TEST(PlannerComm, ExpertTensorParallelGathers) {
 TEST(PlannerComm, PipelineP2pOneFOneB) {
   const auto inv = TinyInventory("DDDD");
   const auto p = Price(inv, TinyLayout(1, 1, 1, 2, 4));
-  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 4 * kX);
-  EXPECT_EQ(Received(p.comm[0], Axis::kPp, Pass::kForward, "activations"), 0);
-  EXPECT_EQ(Received(p.comm[0], Axis::kPp, Pass::kBackward, "activation_grads"), 4 * kX);
-  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kBackward, "activation_grads"), 4 * kX);
-  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 0);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations), 4 * kX);
+  EXPECT_EQ(Received(p.comm[0], Axis::kPp, Pass::kForward, CommWhat::kActivations), 0);
+  EXPECT_EQ(Received(p.comm[0], Axis::kPp, Pass::kBackward, CommWhat::kActivationGrads), 4 * kX);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kBackward, CommWhat::kActivationGrads), 4 * kX);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations), 0);
 }
 
 // Interleaved, pp 2, vpp 2, m 4: rank 0 holds chunks 0 and 2, rank 1 chunks
@@ -120,10 +120,10 @@ TEST(PlannerComm, PipelineP2pInterleaved) {
   l.schedule = Schedule::kInterleaved;
   l.sp = true;
   const auto p = Price(inv, l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 8 * kX / 2);
-  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations"), 4 * kX / 2);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kBackward, "activation_grads"), 4 * kX / 2);
-  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kBackward, "activation_grads"), 8 * kX / 2);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations), 8 * kX / 2);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations), 4 * kX / 2);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kBackward, CommWhat::kActivationGrads), 4 * kX / 2);
+  EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kBackward, CommWhat::kActivationGrads), 8 * kX / 2);
 }
 
 // CP p2p ring (MATH.md 7.2): K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a
@@ -132,8 +132,8 @@ TEST(PlannerComm, PipelineP2pInterleaved) {
 TEST(PlannerComm, ContextParallelP2p) {
   const auto inv = TinyInventory("AD");
   const auto p = Price(inv, TinyLayout(1, 2, 1, 1, 3));
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kForward, "attention_kv"), 3 * 131072);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kBackward, "attention_kv"), 3 * 2 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kForward, CommWhat::kAttentionKv), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kBackward, CommWhat::kAttentionKv), 3 * 2 * 131072);
 }
 
 // Mamba all-to-all CP (MATH.md 7.2): (c-1)/c * (s/c)*b*(3d_i + 2GN*r_g + H)*beta_a/t.
@@ -142,8 +142,8 @@ TEST(PlannerComm, ContextParallelP2p) {
 TEST(PlannerComm, ContextParallelMambaAllToAll) {
   const auto inv = TinyInventory("MD");
   const auto p = Price(inv, TinyLayout(1, 2, 1, 1, 1));
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba"), 466944);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, "mamba"), 466944);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kMamba), 466944);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMamba), 466944);
 }
 
 // all_gather (TE AttnFuncWithCPAndKVAllGather): forward AG of K, V; the
@@ -155,9 +155,9 @@ TEST(PlannerComm, ContextParallelAllGather) {
   auto l = TinyLayout(1, 2, 1, 1, 3);
   l.cp_comm = CpComm::kAllGather;
   const auto p = Price(inv, l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kForward, "attention_kv"), 3 * 131072);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kBackward, "attention_kv"), 3 * 131072);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kReduceScatter, Pass::kBackward, "attention_kv"), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kForward, CommWhat::kAttentionKv), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttentionKv), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kAttentionKv), 3 * 131072);
 }
 
 // a2a (Ulysses, TE AttnFuncWithCPAndQKVOA2A): forward Q, K, V, O, width
@@ -169,8 +169,8 @@ TEST(PlannerComm, ContextParallelUlysses) {
   auto l = TinyLayout(1, 2, 1, 1, 1);
   l.cp_comm = CpComm::kA2a;
   const auto p = Price(inv, l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, "attention_qkvo"), 196608);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, "attention_qkvo"), 262144);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kAttentionQkvo), 196608);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kAttentionQkvo), 262144);
 }
 
 // Hand-off chain edges (cp_recurrent: handoff). Balanced, c = 4: chunks
@@ -238,12 +238,12 @@ TEST(PlannerComm, ContextParallelHandoffBytes) {
     const auto p = Price(inv, l);
     const StageComm& sc = p.comm[0];
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kSendRecv, pass, "mamba_state"), c.mamba) << c.name;
-      EXPECT_EQ(Received(sc, Axis::kCp, pass, "mamba_state"), c.mamba) << c.name;
-      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kSendRecv, pass, "recurrent_state"), c.recurrent) << c.name;
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kSendRecv, pass, CommWhat::kMambaState), c.mamba) << c.name;
+      EXPECT_EQ(Received(sc, Axis::kCp, pass, CommWhat::kMambaState), c.mamba) << c.name;
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kSendRecv, pass, CommWhat::kRecurrentState), c.recurrent) << c.name;
       // The all-to-all items are gone in hand-off mode.
-      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kAllToAll, pass, "mamba"), 0) << c.name;
-      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kAllToAll, pass, "recurrent"), 0) << c.name;
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kAllToAll, pass, CommWhat::kMamba), 0) << c.name;
+      EXPECT_EQ(Sent(sc, Axis::kCp, Collective::kAllToAll, pass, CommWhat::kRecurrent), 0) << c.name;
     }
   }
 }
@@ -261,7 +261,7 @@ TEST(PlannerComm, ContextParallelHandoffTime) {
   const double bw = 0.8 * 450e9, alpha = 8e-6;
   const double per_layer = (alpha + 2304 / bw) + 6 * (alpha + 16384 / bw);
   for (const CommItem& i : p.comm[0].items) {
-    if (i.what != "mamba_state") continue;
+    if (i.what != CommWhat::kMambaState) continue;
     EXPECT_NEAR(i.seconds, 3 * per_layer, 1e-12);
     EXPECT_DOUBLE_EQ(i.exposed_seconds, i.seconds);
   }
@@ -276,9 +276,9 @@ TEST(PlannerComm, DataParallelZeroOneAndMuon) {
   const auto inv = TinyInventory("AD");
   const auto p = Price(inv, TinyLayout(1, 1, 2, 1, 1));
   const auto& sc = p.comm[0];
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 336256);
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 168128);
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather"), 73728);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kGrads), 336256);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams), 168128);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather), 73728);
 }
 
 // DDP (zero 0): ring all-reduce of the grads, 2*1/2 * 168128*4 = 672512, no param gather.
@@ -287,8 +287,8 @@ TEST(PlannerComm, DataParallelDdp) {
   auto l = TinyLayout(1, 1, 2, 1, 1);
   l.zero = 0;
   const auto p = Price(inv, l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, "grads"), 672512);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 0);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kGrads), 672512);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams), 0);
 }
 
 // Padded buffers (simulator/dist_optimizer.h): the distributed optimizer
@@ -316,12 +316,12 @@ Inventory OddDpInventory() {
 TEST(PlannerComm, DataParallelPaddedBuffersZeroOne) {
   const auto p = Price(OddDpInventory(), TinyLayout(1, 1, 3, 1, 1));
   const auto& sc = p.comm[0];
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 404072);
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 202060);
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "muon_gather"), 0);
-  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kReduceScatter, Pass::kOptimizer, "expert_grads"), 65552);
-  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "expert_params"), 32776);
-  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather"), 65552);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kGrads), 404072);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams), 202060);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather), 0);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kExpertGrads), 65552);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kExpertParams), 32776);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather), 65552);
 }
 
 // ZeRO 0: all-reduce of the padded grads, 2 * 2/3 of the payloads above.
@@ -329,9 +329,9 @@ TEST(PlannerComm, DataParallelPaddedBuffersDdp) {
   auto l = TinyLayout(1, 1, 3, 1, 1);
   l.zero = 0;
   const auto p = Price(OddDpInventory(), l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, "grads"), 808144);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllReduce, Pass::kOptimizer, "expert_grads"), 131104);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather"), 0);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kGrads), 808144);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kExpertGrads), 131104);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather), 0);
 }
 
 // ZeRO 2 (DeepSpeed stage 2; simulator/dist_optimizer.h): each unit's grads
@@ -344,12 +344,12 @@ TEST(PlannerComm, ZeroTwoReducesEveryMicroBatch) {
   l.zero = 2;
   const auto p = Price(OddDpInventory(), l);
   const auto& sc = p.comm[0];
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, "grads"), 2 * 404072);
-  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kReduceScatter, Pass::kBackward, "expert_grads"), 2 * 65552);
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads"), 0);
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 202060);
-  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "expert_params"), 32776);
-  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, "muon_expert_gather"), 65552);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kGrads), 2 * 404072);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kExpertGrads), 2 * 65552);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kGrads), 0);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams), 202060);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kExpertParams), 32776);
+  EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather), 65552);
 }
 
 // ZeRO 3 (FSDP, reshard after forward): grads as ZeRO 2; each unit's params
@@ -360,12 +360,12 @@ TEST(PlannerComm, ZeroThreeGathersEveryMicroBatchBothPasses) {
   l.zero = 3;
   const auto p = Price(OddDpInventory(), l);
   const auto& sc = p.comm[0];
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, "grads"), 2 * 404072);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kGrads), 2 * 404072);
   for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-    EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, pass, "params"), 2 * 202060);
-    EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, pass, "expert_params"), 2 * 32776);
+    EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, pass, CommWhat::kParams), 2 * 202060);
+    EXPECT_EQ(Sent(sc, Axis::kExpertDp, Collective::kAllGather, pass, CommWhat::kExpertParams), 2 * 32776);
   }
-  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, "params"), 0);
+  EXPECT_EQ(Sent(sc, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams), 0);
 }
 
 // Time of the unit-by-unit traffic (docs/plan.md): one collective per unit
@@ -381,7 +381,7 @@ TEST(PlannerComm, ZeroThreeGatherTimeCountsEveryUnit) {
   const double bw = 0.8 * 450e9, alpha = 8e-6;
   bool seen = false;
   for (const CommItem& i : p.comm[0].items) {
-    if (i.axis != Axis::kDpCp || i.what != "params" || i.pass != Pass::kForward) continue;
+    if (i.axis != Axis::kDpCp || i.what != CommWhat::kParams || i.pass != Pass::kForward) continue;
     seen = true;
     EXPECT_NEAR(i.seconds, 2 * (4 * 2 * alpha + 202060 / bw), 1e-12);
     EXPECT_NEAR(i.unhidden_seconds, 2 * (2 * alpha + 87384 / bw), 1e-12);
@@ -389,12 +389,12 @@ TEST(PlannerComm, ZeroThreeGatherTimeCountsEveryUnit) {
   EXPECT_TRUE(seen);
   // In backward the first gather is the head's (65601 * 2 B, 2/3 of it 87468 B).
   for (const CommItem& i : p.comm[0].items) {
-    if (i.axis == Axis::kDpCp && i.what == "params" && i.pass == Pass::kBackward) {
+    if (i.axis == Axis::kDpCp && i.what == CommWhat::kParams && i.pass == Pass::kBackward) {
       EXPECT_NEAR(i.unhidden_seconds, 2 * (2 * alpha + 87468 / bw), 1e-12);
     }
     // The last reduce-scatter of a micro-batch's backward is the embedding's
     // (65538 * 4 B, 2/3 of it 174768 B).
-    if (i.axis == Axis::kDpCp && i.what == "grads") {
+    if (i.axis == Axis::kDpCp && i.what == CommWhat::kGrads) {
       EXPECT_NEAR(i.unhidden_seconds, 2 * (2 * alpha + 174768 / bw), 1e-12);
     }
   }
@@ -410,8 +410,8 @@ TEST(PlannerComm, ZeroThreeExposedTimeIsTheFloorOrTheExcess) {
   const StageTime& st = p.time.stages[0];
   double seconds[2] = {0, 0}, floor[2] = {0, 0}, exposed[2] = {0, 0};
   for (const CommItem& i : p.comm[0].items) {
-    const bool per_unit = (i.what == "params" || i.what == "expert_params" || i.what == "grads" ||
-                           i.what == "expert_grads") && i.pass != Pass::kOptimizer;
+    const bool per_unit = (i.what == CommWhat::kParams || i.what == CommWhat::kExpertParams || i.what == CommWhat::kGrads ||
+                           i.what == CommWhat::kExpertGrads) && i.pass != Pass::kOptimizer;
     if (!per_unit) continue;
     const size_t k = i.pass == Pass::kForward ? 0 : 1;
     seconds[k] += i.seconds;
@@ -437,11 +437,11 @@ TEST(PlannerComm, ZeroTwoReplicatedGradsPerUnit) {
   inv.layers[1].totals.elements[0][0] = 62;
   auto l = TinyLayout(4, 1, 1, 1, 3);
   l.sp = true;
-  EXPECT_EQ(Sent(Price(inv, l).comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 1128);
+  EXPECT_EQ(Sent(Price(inv, l).comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads), 1128);
   l.zero = 2;
   const auto p = Price(inv, l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kBackward, "replicated_grads"), 3456);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 0);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kReplicatedGrads), 3456);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads), 0);
 }
 
 // SP all-reduce of the replicated grads over TP, padded to a multiple of t:
@@ -453,7 +453,7 @@ TEST(PlannerComm, ReplicatedGradsPaddedToTp) {
   auto l = TinyLayout(4, 1, 1, 1, 1);
   l.sp = true;
   const auto p = Price(inv, l);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, "replicated_grads"), 1152);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads), 1152);
 }
 
 // Tied embedding with pp 2: first and last stage all-reduce the V/t*h

@@ -107,14 +107,14 @@ inline Priced Price(const Inventory& inv, const Layout& layout, const StagePlan*
 }
 
 /// Sum of `send` over items matching axis, kind, pass and what.
-inline int64_t Sent(const StageComm& sc, Axis axis, Collective kind, Pass pass, const std::string& what) {
+inline int64_t Sent(const StageComm& sc, Axis axis, Collective kind, Pass pass, CommWhat what) {
   int64_t total = 0;
   for (const CommItem& i : sc.items) {
     if (i.axis == axis && i.kind == kind && i.pass == pass && i.what == what) total += i.send.count();
   }
   return total;
 }
-inline int64_t Received(const StageComm& sc, Axis axis, Pass pass, const std::string& what) {
+inline int64_t Received(const StageComm& sc, Axis axis, Pass pass, CommWhat what) {
   int64_t total = 0;
   for (const CommItem& i : sc.items) {
     if (i.axis == axis && i.pass == pass && i.what == what) total += i.recv.count();

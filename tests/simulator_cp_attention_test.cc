@@ -50,7 +50,7 @@ Dims CpDims() {
 constexpr double kTolerance = 1e-10;  // fp64, sharded vs one rank (MATH.md 8)
 
 /// Bytes rank `rank` sent on axis "cp" per (kind, pass, label).
-using CpKey = std::tuple<CollectiveKind, SimPass, std::string>;
+using CpKey = std::tuple<CollectiveKind, Pass, std::string>;
 std::map<CpKey, int64_t> CpSent(const BlockRun& run, int rank) {
   std::map<CpKey, int64_t> out;
   for (const CommCount& c : run.comm[static_cast<size_t>(rank)]) {
@@ -75,8 +75,8 @@ constexpr auto kSend = CollectiveKind::kSend;
 constexpr auto kAg = CollectiveKind::kAllGather;
 constexpr auto kRs = CollectiveKind::kReduceScatter;
 constexpr auto kA2a = CollectiveKind::kAllToAll;
-constexpr auto kFwd = SimPass::kForward;
-constexpr auto kBwd = SimPass::kBackward;
+constexpr auto kFwd = Pass::kForward;
+constexpr auto kBwd = Pass::kBackward;
 
 // K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a (MATH.md 7.2): one rank's K and V.
 //   c 2, t 1: 2*8*2*4*4*2 = 1024.   c 4, t 1: 2*4*2*4*4*2 = 512.   c 2, t 2: 2*8*2*2*4*2 = 512.
@@ -224,7 +224,7 @@ TEST_P(CpAttention, AgreesWithPlannerAndEstimator) {
 Mat<double> WithoutExchange(const Dims& d, int cp, bool balanced, const Mat<double>& x) {
   World world(cp);
   std::vector<const Group*> one(static_cast<size_t>(cp));
-  for (int r = 0; r < cp; ++r) one[static_cast<size_t>(r)] = &world.NewGroup("tp", {r});
+  for (int r = 0; r < cp; ++r) one[static_cast<size_t>(r)] = &world.NewGroup(Axis::kTp, {r});
   std::vector<Mat<double>> ys(static_cast<size_t>(cp));
   world.Run([&](Rank& rank) {
     const int r = rank.id();

@@ -62,7 +62,7 @@ void ExpectNumericsAgree(const SimulationReport& rep) {
 
 /// Bytes sent by `rank` in one (axis, kind, pass) bucket, over every `what`
 /// (or only `what` when given).
-int64_t Sent(const SimulationReport& rep, int rank, const std::string& axis, CollectiveKind k, SimPass p,
+int64_t Sent(const SimulationReport& rep, int rank, const std::string& axis, CollectiveKind k, Pass p,
              const std::string& what = "") {
   int64_t n = 0;
   for (const CommCount& c : rep.per_rank[static_cast<size_t>(rank)].comm) {
@@ -70,7 +70,7 @@ int64_t Sent(const SimulationReport& rep, int rank, const std::string& axis, Col
   }
   return n;
 }
-int64_t Calls(const SimulationReport& rep, int rank, const std::string& axis, CollectiveKind k, SimPass p) {
+int64_t Calls(const SimulationReport& rep, int rank, const std::string& axis, CollectiveKind k, Pass p) {
   int64_t n = 0;
   for (const CommCount& c : rep.per_rank[static_cast<size_t>(rank)].comm) {
     if (c.axis == axis && c.kind == k && c.pass == p) n += c.calls;
@@ -79,7 +79,7 @@ int64_t Calls(const SimulationReport& rep, int rank, const std::string& axis, Co
 }
 
 using K = CollectiveKind;
-using P = SimPass;
+using P = Pass;
 
 TEST(SimulatorEquivalence, Tp1IsExactlyTheReference) {
   const SimulationReport rep = Simulate(Tiny("AD", 1, false));
@@ -103,9 +103,9 @@ TEST(SimulatorEquivalence, Tp2WithSequenceParallel) {
     // Cross-entropy: 3 fp32 all-reduces of 8 tokens (32 B): 2(t-1)/t * 32 = 32 B each.
     EXPECT_EQ(Sent(rep, r, "tp", K::kAllReduce, P::kForward), 3 * 32);
     EXPECT_EQ(Calls(rep, r, "tp", K::kAllReduce, P::kForward), 3);
-    EXPECT_EQ(Sent(rep, r, "tp", K::kAllReduce, P::kForward, "loss"), 3 * 32);
-    EXPECT_EQ(Sent(rep, r, "tp", K::kAllGather, P::kBackward, "attention"), 2 * 128);
-    EXPECT_EQ(Sent(rep, r, "tp", K::kReduceScatter, P::kForward, "embedding"), 128);
+    EXPECT_EQ(Sent(rep, r, "tp", K::kAllReduce, P::kForward, CommWhat::kLoss), 3 * 32);
+    EXPECT_EQ(Sent(rep, r, "tp", K::kAllGather, P::kBackward, CommWhat::kAttention), 2 * 128);
+    EXPECT_EQ(Sent(rep, r, "tp", K::kReduceScatter, P::kForward, CommWhat::kEmbedding), 128);
     // REP grads (A norm, D norm, final norm = 3 x 16 fp32 = 192 B) in one
     // coalesced all-reduce: 2(t-1)/t * 192 = 192 B.
     EXPECT_EQ(Sent(rep, r, "tp", K::kAllReduce, P::kOptimizer), 192);
@@ -181,8 +181,8 @@ TEST_P(MoeLayouts, DroplessMatchesReference) {
   for (const CommAgreement& a : cmp.stages.at(0).comm) {
     // Routing-dependent: the token exchanges of the routed experts; the
     // optimizer's expert gathers stay exact.
-    const bool routed = a.what == "moe_dispatch" || a.what == "moe_combine" || a.what == "moe_experts" ||
-                        a.what == "moe_counts";
+    const bool routed = a.what == CommWhat::kMoeDispatch || a.what == CommWhat::kMoeCombine || a.what == CommWhat::kMoeExperts ||
+                        a.what == CommWhat::kMoeCounts;
     EXPECT_EQ(a.exact, !routed) << a.axis << " " << a.what;
   }
   if (c.ep > 1) {
@@ -228,7 +228,7 @@ TEST(SimulatorEquivalence, PaddedCapacityCountsAreStatic) {
     // Dispatch: E/e = 2 experts x C = 1 row x h = 16 x 2 B to the one other EP
     // rank = 64 B; combine the same; no counts exchange when padded.
     EXPECT_EQ(Sent(rep, rk, "ep", K::kAllToAll, P::kForward), 2 * 64);
-    EXPECT_EQ(Sent(rep, rk, "ep", K::kAllToAll, P::kForward, "moe_dispatch"), 64);
+    EXPECT_EQ(Sent(rep, rk, "ep", K::kAllToAll, P::kForward, CommWhat::kMoeDispatch), 64);
     EXPECT_EQ(Sent(rep, rk, "ep", K::kAllToAll, P::kBackward), 2 * 64);
     // ETP all-gather of the received E * C = 4 rows (128 B): (t_e-1) x 128 B; the
     // reduce-scatter before combine sends the partner's 128 B block.

@@ -194,9 +194,9 @@ void OnTpRanks(int tp, const std::function<void(Ctx&)>& body) {
   World world(tp);
   std::vector<int> members;
   for (int r = 0; r < tp; ++r) members.push_back(r);
-  const Group& g = world.NewGroup("tp", members);
+  const Group& g = world.NewGroup(Axis::kTp, members);
   std::vector<const Group*> one;
-  for (int r = 0; r < tp; ++r) one.push_back(&world.NewGroup("ep", {r}));
+  for (int r = 0; r < tp; ++r) one.push_back(&world.NewGroup(Axis::kEp, {r}));
   world.Run([&](Rank& r) {
     Ctx ctx;
     ctx.rank = &r;
@@ -317,22 +317,22 @@ TEST(SimulatorMamba, TensorAndSequenceParallelEqualOneRank) {
       const int64_t part = (tp - 1) * kX / tp;  // (t-1)/t X
       for (const auto& counts : run.comm) {
         using K = CollectiveKind;
-        const auto sent = [&](K k, SimPass p) { return Sent(counts, "tp", k, p, "mamba"); };
+        const auto sent = [&](K k, Pass p) { return Sent(counts, "tp", k, p, CommWhat::kMamba); };
         if (sp) {  // fwd AG + RS; bwd AG (dy) + AG (re-gather) + RS
-          EXPECT_EQ(sent(K::kAllGather, SimPass::kForward), part) << what;
-          EXPECT_EQ(sent(K::kReduceScatter, SimPass::kForward), part) << what;
-          EXPECT_EQ(sent(K::kAllGather, SimPass::kBackward), 2 * part) << what;
-          EXPECT_EQ(sent(K::kReduceScatter, SimPass::kBackward), part) << what;
+          EXPECT_EQ(sent(K::kAllGather, Pass::kForward), part) << what;
+          EXPECT_EQ(sent(K::kReduceScatter, Pass::kForward), part) << what;
+          EXPECT_EQ(sent(K::kAllGather, Pass::kBackward), 2 * part) << what;
+          EXPECT_EQ(sent(K::kReduceScatter, Pass::kBackward), part) << what;
         } else {  // one AR (2 (t-1)/t X) each way
-          EXPECT_EQ(sent(K::kAllReduce, SimPass::kForward), 2 * part) << what;
-          EXPECT_EQ(sent(K::kAllReduce, SimPass::kBackward), 2 * part) << what;
+          EXPECT_EQ(sent(K::kAllReduce, Pass::kForward), 2 * part) << what;
+          EXPECT_EQ(sent(K::kAllReduce, Pass::kBackward), 2 * part) << what;
         }
         // The planner prices the same region (planner/comm.cc AddTp, family "mamba").
         if (sp) {
-          EXPECT_EQ(sent(K::kAllGather, SimPass::kBackward),
+          EXPECT_EQ(sent(K::kAllGather, Pass::kBackward),
                     PlannerSent(d, l, Axis::kTp, Collective::kAllGather, Pass::kBackward, "mamba"));
         } else {
-          EXPECT_EQ(sent(K::kAllReduce, SimPass::kForward),
+          EXPECT_EQ(sent(K::kAllReduce, Pass::kForward),
                     PlannerSent(d, l, Axis::kTp, Collective::kAllReduce, Pass::kForward, "mamba"));
         }
       }
@@ -402,8 +402,8 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
     const int64_t planner = PlannerSent(d, l, Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba");
     EXPECT_EQ(planner, expected) << what;
     for (const auto& counts : run.comm) {
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, SimPass::kForward, "mamba"), expected) << what;
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, SimPass::kBackward, "mamba"), expected) << what;
+      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), expected) << what;
+      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), expected) << what;
     }
     // Saved: the same a_M with B and C repeated r_g times in zxBCdt (the estimator's r_g).
     const int64_t hand = HandActivations(d, c.tp, c.cp, c.sp, c.repeat);
@@ -431,8 +431,8 @@ TEST(SimulatorMamba, AllToAllBytesByHand) {
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
   const BlockRun run = RunBlock('M', d, MakeBlockLayout(2, 4, false, CpRecurrent::kAllToAll, true), x, dy);
   for (const auto& counts : run.comm) {
-    EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, SimPass::kForward, "mamba"), 624);
-    EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, SimPass::kBackward, "mamba"), 624);
+    EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), 624);
+    EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), 624);
   }
 }
 
@@ -492,11 +492,11 @@ TEST(SimulatorMamba, HandoffContextParallelEqualsOneRank) {
       for (int64_t ch : s.chunks) sent_fwd += ch + 1 < s.num_chunks() && s.OwnerOf(ch + 1) != cp_rank ? 1 : 0;
       const int64_t received = Edges(c.cp, cp_rank, c.balanced);
       const auto& counts = run.comm[static_cast<size_t>(r)];
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kSend, SimPass::kForward, "mamba_state"), sent_fwd * (tail + state))
+      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState), sent_fwd * (tail + state))
           << what << " rank " << r;
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kSend, SimPass::kBackward, "mamba_state"), received * (tail + state))
+      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState), received * (tail + state))
           << what << " rank " << r;
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, SimPass::kForward, "mamba"), 0) << what;
+      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), 0) << what;
       // Saved: a_M (no repeat) + the received states.
       const int64_t hand = HandActivations(d, c.tp, c.cp, c.sp, 1) + received * (tail + state);
       EXPECT_EQ(run.activation_peak[static_cast<size_t>(r)], hand) << what << " rank " << r;
@@ -515,8 +515,8 @@ TEST(SimulatorMamba, HandoffBytesByHandAtCp4) {
   const BlockRun run = RunBlock('M', d, MakeBlockLayout(1, 4, false, CpRecurrent::kHandoff, true), x, dy);
   const int64_t expected[] = {864, 2 * 864, 2 * 864, 864};
   for (int r = 0; r < 4; ++r) {
-    for (SimPass pass : {SimPass::kForward, SimPass::kBackward}) {
-      EXPECT_EQ(Sent(run.comm[static_cast<size_t>(r)], "cp", CollectiveKind::kSend, pass, "mamba_state"), expected[r]);
+    for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+      EXPECT_EQ(Sent(run.comm[static_cast<size_t>(r)], "cp", CollectiveKind::kSend, pass, CommWhat::kMambaState), expected[r]);
     }
   }
 }
@@ -528,8 +528,8 @@ TEST(SimulatorMamba, ConvWidthOneHandsOnOnlyTheState) {
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
   const BlockRun run = RunBlock('M', d, MakeBlockLayout(1, 2, false, CpRecurrent::kHandoff, false), x, dy);
   ExpectSame(run, RunBlock('M', d, BlockLayout{}, x, dy), "K 1");
-  EXPECT_EQ(Sent(run.comm[0], "cp", CollectiveKind::kSend, SimPass::kForward, "mamba_state"), 384);
-  EXPECT_EQ(Sent(run.comm[1], "cp", CollectiveKind::kSend, SimPass::kBackward, "mamba_state"), 384);
+  EXPECT_EQ(Sent(run.comm[0], "cp", CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState), 384);
+  EXPECT_EQ(Sent(run.comm[1], "cp", CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState), 384);
 }
 
 TEST(SimulatorMamba, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {

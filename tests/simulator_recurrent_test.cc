@@ -207,7 +207,7 @@ TEST(SimulatorRecurrent, TpShardBytesAreTheInventorysOverTp) {
   // = (512 + 128 + 32 + 320 + 32 + 256) / 4 = 1280 / 4 = 320 elements, bf16.
   const Dims d = RDims();
   World world(4);
-  const Group& tp = world.NewGroup("tp", {0, 1, 2, 3});
+  const Group& tp = world.NewGroup(Axis::kTp, {0, 1, 2, 3});
   std::vector<int64_t> rep(4), sharded(4);
   world.Run([&](Rank& r) {
     Ctx ctx;
@@ -307,7 +307,7 @@ TEST(SimulatorRecurrent, TensorParallelBytesByHand) {
   // One TP region (MATH.md 7.2): X = s*b*h*beta = 16*2*8*2 = 512 bytes.
   // No SP: fwd AR + bwd AR, 2(t-1)/t X each. SP: fwd AG + RS, bwd 2 AG + RS, (t-1)/t X each.
   using K = CollectiveKind;
-  const SimPass f = SimPass::kForward, b = SimPass::kBackward;
+  const Pass f = Pass::kForward, b = Pass::kBackward;
   for (int tp : {2, 4}) {
     const int64_t ring = (tp - 1) * 512 / tp;
     const BlockRun ar = RunBlock('R', RDims(), MakeBlockLayout(tp, 1, false), Input(), OutputGrad());
@@ -335,7 +335,7 @@ TEST(SimulatorRecurrent, AllToAllBytesByHand) {
   for (const Case& c : {Case{1, 4, 384}, Case{2, 2, 256}}) {
     const BlockRun run = RunBlock('R', RDims(), MakeBlockLayout(c.tp, c.cp, c.tp > 1), Input(), OutputGrad());
     for (int r = 0; r < c.tp * c.cp; ++r) {
-      for (SimPass pass : {SimPass::kForward, SimPass::kBackward}) {
+      for (Pass pass : {Pass::kForward, Pass::kBackward}) {
         EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kAllToAll, pass, "recurrent"),
                   std::make_pair(2 * c.per_call, int64_t{2}));
       }
@@ -359,17 +359,17 @@ TEST(SimulatorRecurrent, AllToAllBytesEqualThePlanners) {
       const auto priced = preflight::testing::Price(inv, l);
       const BlockRun run = RunBlock('R', RDims(), MakeBlockLayout(tp, cp, sp), Input(), OutputGrad());
       for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-        const SimPass sim_pass = pass == Pass::kForward ? SimPass::kForward : SimPass::kBackward;
-        EXPECT_EQ(Sent(run.comm.at(0), "cp", CollectiveKind::kAllToAll, sim_pass, "recurrent"),
-                  preflight::testing::Sent(priced.comm[0], Axis::kCp, Collective::kAllToAll, pass, "recurrent"))
+        const Pass sim_pass = pass == Pass::kForward ? Pass::kForward : Pass::kBackward;
+        EXPECT_EQ(Sent(run.comm.at(0), "cp", CollectiveKind::kAllToAll, sim_pass, CommWhat::kRecurrent),
+                  preflight::testing::Sent(priced.comm[0], Axis::kCp, Collective::kAllToAll, pass, CommWhat::kRecurrent))
             << "tp " << tp << " sp " << sp;
         // The TP region too (X of one CP rank: (s/c)*b*h*beta).
         int64_t tp_sent = 0, tp_model = 0;
         for (auto [kind, sim_kind] : {std::pair{Collective::kAllReduce, CollectiveKind::kAllReduce},
                                       std::pair{Collective::kAllGather, CollectiveKind::kAllGather},
                                       std::pair{Collective::kReduceScatter, CollectiveKind::kReduceScatter}}) {
-          tp_sent += Sent(run.comm.at(0), "tp", sim_kind, sim_pass, "recurrent");
-          tp_model += preflight::testing::Sent(priced.comm[0], Axis::kTp, kind, pass, "recurrent");
+          tp_sent += Sent(run.comm.at(0), "tp", sim_kind, sim_pass, CommWhat::kRecurrent);
+          tp_model += preflight::testing::Sent(priced.comm[0], Axis::kTp, kind, pass, CommWhat::kRecurrent);
         }
         EXPECT_EQ(tp_sent, tp_model) << "tp " << tp << " sp " << sp;
       }
@@ -394,10 +394,10 @@ TEST(SimulatorRecurrent, HandOffBytesByHand) {
         RunBlock('R', RDims(), MakeBlockLayout(1, 4, false, CpRecurrent::kHandoff, c.balance), Input(), OutputGrad());
     for (int r = 0; r < 4; ++r) {
       const size_t i = static_cast<size_t>(r);
-      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, SimPass::kForward, "recurrent_state"),
+      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, Pass::kForward, "recurrent_state"),
                 std::make_pair(c.fwd_edges[i] * edge, 2 * c.fwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
-      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, SimPass::kBackward, "recurrent_state"),
+      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, Pass::kBackward, "recurrent_state"),
                 std::make_pair(c.bwd_edges[i] * edge, 2 * c.bwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
       EXPECT_EQ(TotalSent(run, r), (c.fwd_edges[i] + c.bwd_edges[i]) * edge);  // nothing else on the wire
@@ -407,7 +407,7 @@ TEST(SimulatorRecurrent, HandOffBytesByHand) {
   const BlockRun tp2 =
       RunBlock('R', RDims(), MakeBlockLayout(2, 2, true, CpRecurrent::kHandoff, false), Input(), OutputGrad());
   for (int r : {0, 1}) {
-    EXPECT_EQ(SentAndCalls(tp2.comm.at(r), "cp", CollectiveKind::kSend, SimPass::kForward, "recurrent_state"),
+    EXPECT_EQ(SentAndCalls(tp2.comm.at(r), "cp", CollectiveKind::kSend, Pass::kForward, "recurrent_state"),
               std::make_pair(int64_t{192 + 128}, int64_t{2}));
   }
 }

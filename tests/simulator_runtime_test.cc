@@ -27,7 +27,7 @@ int64_t Received(const Rank& r, const std::string& axis, CollectiveKind k) {
 
 TEST(SimulatorRuntime, AllReduceSumsAndCountsRingBytes) {
   World world(4);
-  const Group& g = world.NewGroup("tp", {0, 1, 2, 3});
+  const Group& g = world.NewGroup(Axis::kTp, {0, 1, 2, 3});
   std::vector<std::vector<double>> data(4);
   world.Run([&](Rank& r) {
     auto& d = data[static_cast<size_t>(r.id())];
@@ -46,7 +46,7 @@ TEST(SimulatorRuntime, AllReduceSumsAndCountsRingBytes) {
 
 TEST(SimulatorRuntime, AllReduceMaxAndUnevenChunks) {
   World world(3);
-  const Group& g = world.NewGroup("tp", {0, 1, 2});
+  const Group& g = world.NewGroup(Axis::kTp, {0, 1, 2});
   std::vector<std::vector<double>> data(3);
   world.Run([&](Rank& r) {
     auto& d = data[static_cast<size_t>(r.id())];
@@ -90,7 +90,7 @@ TEST(SimulatorRuntime, AllGatherAndReduceScatter) {
 
 TEST(SimulatorRuntime, AllToAllUnevenSplits) {
   World world(3);
-  const Group& g = world.NewGroup("ep", {0, 1, 2});
+  const Group& g = world.NewGroup(Axis::kEp, {0, 1, 2});
   // Rank i sends (i + j) elements of value 100 i + j to rank j.
   std::vector<std::vector<double>> out(3);
   world.Run([&](Rank& r) {
@@ -116,7 +116,7 @@ TEST(SimulatorRuntime, AllToAllUnevenSplits) {
 
 TEST(SimulatorRuntime, BroadcastAndSendRecv) {
   World world(3);
-  const Group& g = world.NewGroup("dp", {0, 1, 2});
+  const Group& g = world.NewGroup(Axis::kDpCp, {0, 1, 2});
   std::vector<std::vector<double>> data(3);
   std::vector<double> got(2, 0.0);
   world.Run([&](Rank& r) {
@@ -125,9 +125,9 @@ TEST(SimulatorRuntime, BroadcastAndSendRecv) {
     r.Broadcast(g, d.data(), 5, /*root=*/1, 2);
     if (r.id() == 0) {
       const std::vector<double> msg = {3.0, 4.0};
-      r.Send("pp", 2, msg.data(), 2, 2);
+      r.Send(Axis::kPp, 2, msg.data(), 2, 2);
     } else if (r.id() == 2) {
-      r.Recv("pp", 0, got.data(), 2, 2);
+      r.Recv(Axis::kPp, 0, got.data(), 2, 2);
     }
   });
   for (const auto& d : data) EXPECT_EQ(d, std::vector<double>(5, 7.0));
@@ -142,24 +142,24 @@ TEST(SimulatorRuntime, BroadcastAndSendRecv) {
 
 TEST(SimulatorRuntime, CountsArePerPass) {
   World world(2);
-  const Group& g = world.NewGroup("tp", {0, 1});
+  const Group& g = world.NewGroup(Axis::kTp, {0, 1});
   world.Run([&](Rank& r) {
     double x[2] = {1, 2};
     r.AllReduce(g, x, 2, 2);
-    r.set_pass(SimPass::kBackward);
+    r.set_pass(Pass::kBackward);
     r.AllReduce(g, x, 2, 2);
     r.AllReduce(g, x, 2, 2);
   });
   for (const CommCount& c : world.rank(0).Counts()) {
     // One 1-element chunk in each of the RS and AG phases: 2 x 2 B per call.
-    EXPECT_EQ(c.calls, c.pass == SimPass::kForward ? 1 : 2);
+    EXPECT_EQ(c.calls, c.pass == Pass::kForward ? 1 : 2);
     EXPECT_EQ(c.bytes_sent, 4 * c.calls);
   }
 }
 
 TEST(SimulatorRuntime, MissingCollectiveIsADeadlockNotAHang) {
   World world(3);
-  const Group& g = world.NewGroup("tp", {0, 1, 2});
+  const Group& g = world.NewGroup(Axis::kTp, {0, 1, 2});
   try {
     world.Run([&](Rank& r) {
       double x = 1.0;
@@ -182,10 +182,10 @@ TEST(SimulatorRuntime, CrossedSendsCompleteBecauseSendsAreEager) {
   std::vector<double> got(2, 0.0);
   world.Run([&](Rank& r) {
     double x = 10.0 + r.id(), y = 0.0;
-    r.set_what("activations");
-    r.Send("pp", 1 - r.id(), &x, 1, 2);
+    r.set_what(CommWhat::kActivations);
+    r.Send(Axis::kPp, 1 - r.id(), &x, 1, 2);
     r.set_what("changed after the send");
-    r.Recv("pp", 1 - r.id(), &y, 1, 2);
+    r.Recv(Axis::kPp, 1 - r.id(), &y, 1, 2);
     got[static_cast<size_t>(r.id())] = y;
   });
   EXPECT_EQ(got[0], 11.0);
@@ -209,8 +209,8 @@ TEST(SimulatorRuntime, CrossedRecvsDeadlock) {
     world.Run([&](Rank& r) {
       double x = 1.0, y = 0.0;
       // Both receive first: neither reaches its send.
-      r.Recv("pp", 1 - r.id(), &y, 1, 2);
-      r.Send("pp", 1 - r.id(), &x, 1, 2);
+      r.Recv(Axis::kPp, 1 - r.id(), &y, 1, 2);
+      r.Send(Axis::kPp, 1 - r.id(), &x, 1, 2);
     });
     FAIL() << "expected a deadlock error";
   } catch (const SimError& e) {
@@ -223,7 +223,7 @@ TEST(SimulatorRuntime, CrossedRecvsDeadlock) {
 
 TEST(SimulatorRuntime, MismatchedKindIsAnError) {
   World world(2);
-  const Group& g = world.NewGroup("tp", {0, 1});
+  const Group& g = world.NewGroup(Axis::kTp, {0, 1});
   try {
     world.Run([&](Rank& r) {
       std::vector<double> x(2, 1.0), y(4, 0.0);
@@ -244,14 +244,14 @@ TEST(SimulatorRuntime, MismatchedKindIsAnError) {
 
 TEST(SimulatorRuntime, MismatchedSizeIsAnError) {
   World world(2);
-  const Group& g = world.NewGroup("tp", {0, 1});
+  const Group& g = world.NewGroup(Axis::kTp, {0, 1});
   EXPECT_THROW(world.Run([&](Rank& r) {
                  std::vector<double> x(4, 1.0);
                  r.AllReduce(g, x.data(), r.id() == 0 ? 4 : 3, 2);
                }),
                SimError);
   World world2(2);
-  const Group& g2 = world2.NewGroup("ep", {0, 1});
+  const Group& g2 = world2.NewGroup(Axis::kEp, {0, 1});
   try {
     world2.Run([&](Rank& r) {
       std::vector<double> in(4, 1.0), out(4, 0.0);

@@ -166,7 +166,7 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
                      "pass", "what", "group", "calls", "payload", "sent", "time ms", "exposed ms");
   for (const CommItem& i : sc.items) {
     out += fmt::format("  {:<10} {:<15} {:<4} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", Key(i.axis),
-                       Key(i.kind), Key(i.pass), i.what, i.group_size, i.calls, FormatBytesHuman(i.payload),
+                       Key(i.kind), Key(i.pass), Key(i.what), i.group_size, i.calls, FormatBytesHuman(i.payload),
                        FormatBytesHuman(i.send), Ms(i.seconds), Ms(i.exposed_seconds));
   }
   out += "  sent per axis:";
@@ -282,7 +282,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
       items.push_back({{"axis", Key(i.axis)},
                        {"collective", Key(i.kind)},
                        {"pass", Key(i.pass)},
-                       {"what", std::string(i.what)},
+                       {"what", Key(i.what)},
                        {"group_size", i.group_size},
                        {"payload_bytes", i.payload.count()},
                        {"calls", i.calls},

@@ -50,12 +50,12 @@ std::string RenderNumerics(const SimulationReport& r, const SimComparison& c) {
 
 std::string RenderStage(const StageComparison& s) {
   std::string out = fmt::format("stage {}: communication (bytes sent per step, busiest rank of the stage)\n", s.pipeline_rank);
-  out += fmt::format("  {:<6} {:<15} {:<10} {:<22} {:>6} {:>12} {:>12}  {}\n", "axis", "kind", "pass", "what", "calls",
+  out += fmt::format("  {:<9} {:<15} {:<5} {:<22} {:>6} {:>12} {:>12}  {}\n", "axis", "kind", "pass", "what", "calls",
                      "measured", "modeled", "");
   for (const CommAgreement& a : s.comm) {
     const std::string modeled = a.in_model ? fmt::format("{}", a.modeled_sent) : "-";
     const char* mark = !a.exact ? (a.agrees ? "info" : "DISAGREE") : Mark(a.agrees);
-    out += fmt::format("  {:<6} {:<15} {:<10} {:<22} {:>6} {:>12} {:>12}  {}\n", a.axis, a.kind, a.pass, a.what, a.calls,
+    out += fmt::format("  {:<9} {:<15} {:<5} {:<22} {:>6} {:>12} {:>12}  {}\n", a.axis, a.kind, a.pass, a.what, a.calls,
                        a.measured_sent, modeled, mark);
   }
   out += fmt::format("stage {}: memory (peak bytes, worst rank of the stage, modeled dtypes)\n", s.pipeline_rank);
@@ -135,7 +135,7 @@ std::string RenderSimulationJson(const Recipe& scaled, const SimulationReport& r
   for (const RankMeasurement& m : r.per_rank) {
     ordered_json comm = ordered_json::array();
     for (const CommCount& k : m.comm) {
-      comm.push_back({{"axis", k.axis}, {"kind", Name(k.kind)}, {"pass", Name(k.pass)}, {"what", k.what},
+      comm.push_back({{"axis", Key(k.axis)}, {"kind", Name(k.kind)}, {"pass", Key(k.pass)}, {"what", Key(k.what)},
                       {"calls", k.calls}, {"bytes_sent", k.bytes_sent}, {"bytes_received", k.bytes_received}});
     }
     ordered_json peaks;

@@ -67,16 +67,16 @@ inline BlockRun RunBlockWith(const BlockFactory& make, const Dims& d, const Bloc
   for (int c = 0; c < l.cp; ++c) {
     std::vector<int> m;
     for (int t = 0; t < l.tp; ++t) m.push_back(t + l.tp * c);
-    const Group& g = world.NewGroup("tp", m);
+    const Group& g = world.NewGroup(Axis::kTp, m);
     for (int r : m) tp_of[static_cast<size_t>(r)] = &g;
   }
   for (int t = 0; t < l.tp; ++t) {
     std::vector<int> m;
     for (int c = 0; c < l.cp; ++c) m.push_back(t + l.tp * c);
-    const Group& g = world.NewGroup("cp", m);
+    const Group& g = world.NewGroup(Axis::kCp, m);
     for (int r : m) cp_of[static_cast<size_t>(r)] = &g;
   }
-  for (int r = 0; r < n; ++r) one_of[static_cast<size_t>(r)] = &world.NewGroup("ep", {r});
+  for (int r = 0; r < n; ++r) one_of[static_cast<size_t>(r)] = &world.NewGroup(Axis::kEp, {r});
 
   struct Out {
     Mat<double> y, dx;
@@ -103,9 +103,9 @@ inline BlockRun RunBlockWith(const BlockFactory& make, const Dims& d, const Bloc
     auto& block = blocks[static_cast<size_t>(r)];
     block = make(ctx, d, seed, scale);
     Out& o = outs[static_cast<size_t>(r)];
-    rank.set_pass(SimPass::kForward);
+    rank.set_pass(Pass::kForward);
     o.y = block->Forward(ctx, LocalRows(x, ctx.seq, d.batch, sp, l.tp, t));
-    rank.set_pass(SimPass::kBackward);
+    rank.set_pass(Pass::kBackward);
     o.dx = block->Backward(ctx, LocalRows(dy, ctx.seq, d.batch, sp, l.tp, t));
     for (Param<double>* p : block->params()) o.grads[p->name] = {p, p->grad.m};
   });

@@ -72,7 +72,7 @@ inline Mat<double> Numeric(Mat<double>* theta, const std::function<double()>& lo
 /// cp, ep, etp, edp); `seq` > 0 also sets the one-rank sequence layout.
 inline void OnOneRank(int64_t seq, const std::function<void(Ctx&)>& body) {
   World world(1);
-  const Group& g = world.NewGroup("tp", {0});
+  const Group& g = world.NewGroup(Axis::kTp, {0});
   world.Run([&](Rank& r) {
     Ctx ctx;
     ctx.rank = &r;
@@ -149,7 +149,7 @@ inline std::string Describe(const BlockLayout& l) {
 
 /// Bytes a rank sent in the (axis, kind, pass, what) bucket, and its calls.
 inline std::pair<int64_t, int64_t> SentAndCalls(const std::vector<CommCount>& counts, const std::string& axis,
-                                                CollectiveKind kind, SimPass pass, const std::string& what) {
+                                                CollectiveKind kind, Pass pass, const std::string& what) {
   std::pair<int64_t, int64_t> out{0, 0};
   for (const CommCount& c : counts) {
     if (c.axis == axis && c.kind == kind && c.pass == pass && c.what == what) {
@@ -161,7 +161,7 @@ inline std::pair<int64_t, int64_t> SentAndCalls(const std::vector<CommCount>& co
 }
 
 /// Bytes a rank sent in the (axis, kind, pass, what) bucket.
-inline int64_t Sent(const std::vector<CommCount>& counts, const std::string& axis, CollectiveKind kind, SimPass pass,
+inline int64_t Sent(const std::vector<CommCount>& counts, const std::string& axis, CollectiveKind kind, Pass pass,
                     const std::string& what) {
   return SentAndCalls(counts, axis, kind, pass, what).first;
 }

@@ -19,6 +19,7 @@
 
 #include "preflight/recipe/diagnostic.h"
 #include "preflight/estimator/estimate.h"
+#include "preflight/inventory/comm.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/recipe/recipe.h"
@@ -29,14 +30,6 @@ namespace preflight {
 // ---------------------------------------------------------------------------
 // Mesh placement (MATH.md 7.3)
 
-/// Process-group axes. The expert axes are the MoE folding of the same t*c*d
-/// ranks of a pipeline stage; kDpCp is the d*c group dense gradients are
-/// reduced over (Megatron's intra_dp_cp_group, MATH.md 2.2); kEmbedding is the
-/// 2-rank tied-embedding group (first and last pipeline stage).
-enum class Axis : int { kTp = 0, kCp, kDp, kPp, kEp, kExpertTp, kExpertDp, kDpCp, kEmbedding };
-inline constexpr int kNumAxes = 9;
-/// Stable snake_case key: "tp", "cp", "dp", "pp", "ep", "expert_tp", "expert_dp", "dp_cp", "embedding".
-const char* Key(Axis a);
 
 /// Where one global rank sits and its coordinate on every axis.
 struct RankCoord {
@@ -89,9 +82,6 @@ Mesh PlaceRanks(const Layout& layout, int64_t gpus_per_node, bool tied_embedding
 // buffer of an all-to-all. Results floor when n does not divide the product
 // (NCCL then sends uneven chunks; the floor is the per-rank mean).
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
-/// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv".
-const char* Key(Collective c);
 
 /// 2(n-1)/n * S.
 Bytes RingAllReduceSendBytes(Bytes payload, int64_t n);
@@ -241,9 +231,6 @@ int64_t PipelineRankOfChunk(const Layout& layout, int64_t chunk, int64_t chunks)
 // ---------------------------------------------------------------------------
 // Communication per step (MATH.md 7.2)
 
-enum class Pass { kForward, kBackward, kOptimizer };
-/// "fwd", "bwd", "opt".
-const char* Key(Pass p);
 
 /// One collective stream of one rank in one training step: `calls` calls of
 /// `payload` each. The simulator counts its real messages per (axis, kind,
@@ -252,9 +239,7 @@ struct CommItem {
   Axis axis = Axis::kTp;
   Collective kind = Collective::kAllReduce;
   Pass pass = Pass::kForward;
-  /// Stable key ("attention", "mamba", "moe_dispatch", "grads", ...); views a
-  /// string literal, so building items allocates nothing per item.
-  std::string_view what;
+  CommWhat what = CommWhat::kAttention;
   int64_t group_size = 1;
   Bytes payload;          // S of one call (see Collective)
   int64_t calls = 0;      // per step on this rank

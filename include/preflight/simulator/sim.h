@@ -11,29 +11,24 @@
 #include <string>
 #include <vector>
 
+#include "preflight/inventory/comm.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/recipe/recipe.h"
 
 namespace preflight {
 
-/// Which part of a training step issued a collective.
-enum class SimPass { kForward = 0, kBackward = 1, kOptimizer = 2 };
-const char* Name(SimPass p);
-
-/// Collective kinds of the simulated runtime (NCCL's set).
+/// Collective kinds of the simulated runtime (NCCL's set; the planner's
+/// Collective prices kSend/kRecv as one kSendRecv, and has no broadcast).
 enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSend, kRecv };
 const char* Name(CollectiveKind k);
 
 /// Bytes one rank moved for one (axis, kind, pass) bucket, counted from the
 /// copies the simulated ring/direct algorithms made, in the modeled dtype.
 struct CommCount {
-  std::string axis;  // "tp", "ep", "etp", "edp", "pp", ...
+  Axis axis = Axis::kTp;
   CollectiveKind kind = CollectiveKind::kAllReduce;
-  SimPass pass = SimPass::kForward;
-  /// What issued it, in the planner's vocabulary: "attention", "mlp",
-  /// "moe_shared_expert", "moe_dispatch", "moe_combine", "moe_counts",
-  /// "moe_experts", "embedding", "head", "loss", "replicated_grads", "expert_grads".
-  std::string what;
+  Pass pass = Pass::kForward;
+  CommWhat what = CommWhat::kUnlabeled;  // what issued it (the planner's buckets)
   int64_t calls = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
