@@ -14,8 +14,6 @@
 
 #include "blocks.h"
 #include "dist_optimizer.h"
-#include "preflight/inventory/inventory.h"
-#include "preflight/planner/plan.h"
 #include "preflight/simulator/sim.h"
 #include "schedule.h"
 #include "topology.h"
@@ -626,7 +624,7 @@ OptimizerSettings SettingsOf(const Recipe& r, const SimOptions& opt, int zero, d
 }
 
 template <class T>
-SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
+SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const SimOptions& opt) {
   const std::vector<char> letters = LayerLetters(recipe);
   CheckSupported(recipe, letters);
 
@@ -635,7 +633,7 @@ SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
   sharded.topo = TopologyOf(recipe);
   sharded.dims = DimsOf(recipe, recipe.parallel.tp);
   sharded.letters = letters;
-  sharded.stages = SimulatedStages(recipe);
+  sharded.stages = stages;
   sharded.vpp = recipe.parallel.vpp;
   sharded.microbatches = recipe.micro_batches();
   sharded.sp = recipe.parallel.sp && recipe.parallel.tp > 1;
@@ -712,20 +710,9 @@ SimulationReport SimulateAs(const Recipe& recipe, const SimOptions& opt) {
 }  // namespace
 }  // namespace sim
 
-StagePlan SimulatedStages(const Recipe& recipe) {
-  const int64_t layers = static_cast<int64_t>(sim::LayerLetters(recipe).size());
-  if (recipe.parallel.pp * recipe.parallel.vpp == 1) return EqualStagePlan(layers, 1, 1);
-  const PlanResult plan = MakePlan(BuildInventory(recipe), LayoutOf(recipe));
-  if (!plan.plan) {
-    throw SimUnsupported("the planner cannot place this layout: " +
-                         (plan.diagnostics.empty() ? std::string("no plan") : plan.diagnostics.front().message));
-  }
-  return plan.plan->stages;
-}
-
-SimulationReport Simulate(const Recipe& recipe, const SimOptions& options) {
-  if (options.precision == SimPrecision::kFp32) return sim::SimulateAs<float>(recipe, options);
-  return sim::SimulateAs<double>(recipe, options);
+SimulationReport RunExecutor(const Recipe& recipe, const StagePlan& stages, const SimOptions& options) {
+  if (options.precision == SimPrecision::kFp32) return sim::SimulateAs<float>(recipe, stages, options);
+  return sim::SimulateAs<double>(recipe, stages, options);
 }
 
 }  // namespace preflight

@@ -30,7 +30,7 @@ TEST(PlannerComm, TensorParallelWithoutSpIsFourAllReducesPerLayer) {
   const auto p = Price(inv, TinyLayout(4, 1, 1, 1, 3));
   const auto& sc = p.comm[0];
   int64_t layer_ar = 0;
-  for (const char* what : {"attention", "mlp"}) {
+  for (CommWhat what : {CommWhat::kAttention, CommWhat::kMlp}) {
     for (Pass pass : {Pass::kForward, Pass::kBackward}) layer_ar += Sent(sc, Axis::kTp, Collective::kAllReduce, pass, what);
   }
   EXPECT_EQ(layer_ar, 2 * 3 * 4 * 393216);

@@ -34,7 +34,7 @@ Planned PlanRecipe(const std::string& path, const std::vector<Override>& overrid
 
 const AxisLocality& Loc(const Plan& p, Axis a) { return p.mesh.locality[static_cast<size_t>(a)]; }
 
-const CommItem* Find(const StageComm& sc, Axis axis, Collective kind, Pass pass, const std::string& what) {
+const CommItem* Find(const StageComm& sc, Axis axis, Collective kind, Pass pass, CommWhat what) {
   for (const CommItem& i : sc.items) {
     if (i.axis == axis && i.kind == kind && i.pass == pass && i.what == what) return &i;
   }
@@ -59,12 +59,12 @@ TEST(PlannerPublished, Llama3_405B) {
   // TP with SP, per region per micro-batch: X = s*b*h*2 = 8192*16384*2 =
   // 268435456 B; an all-gather sends 7/8 of it = 234881024.
   const StageComm& s0 = plan.comm[0];
-  const CommItem* ag = Find(s0, Axis::kTp, Collective::kAllGather, Pass::kForward, "attention");
+  const CommItem* ag = Find(s0, Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kAttention);
   ASSERT_NE(ag, nullptr);
   EXPECT_EQ(ag->payload.count(), 268435456);
   EXPECT_EQ(ag->send.count(), ag->calls * 234881024);
   // PP sends the SP-sharded activation X/t = 33554432 B.
-  const CommItem* pp = Find(s0, Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations");
+  const CommItem* pp = Find(s0, Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations);
   ASSERT_NE(pp, nullptr);
   EXPECT_EQ(pp->payload.count(), 33554432);
   // Every rank runs 16 micro-batches through 2 chunks; rank 0's chunks 0 and
@@ -83,7 +83,7 @@ TEST(PlannerPublished, Llama3_405B) {
     }
   }
   const int64_t elements = a * 71319552 + d * 327172096 + 264241152;
-  const CommItem* rs = Find(s0, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, "grads");
+  const CommItem* rs = Find(s0, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kGrads);
   ASSERT_NE(rs, nullptr);
   EXPECT_EQ(rs->payload.count(), elements * 4);
   EXPECT_EQ(rs->send.count(), elements * 4 / 128 * 127);
@@ -105,7 +105,7 @@ TEST(PlannerPublished, Llama3_405B_LongContext) {
   EXPECT_FALSE(Loc(plan, Axis::kCp).intra_node);
   EXPECT_EQ(Loc(plan, Axis::kCp).max_nodes_spanned, 16);
   // CP ring: K_c = 2*(s/c)*b*(n_kv/t)*d_h*2 = 2*8192*1*1*128*2 = 4194304 B per send.
-  const CommItem* kv = Find(plan.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kForward, "attention_kv");
+  const CommItem* kv = Find(plan.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kForward, CommWhat::kAttentionKv);
   ASSERT_NE(kv, nullptr);
   EXPECT_EQ(kv->payload.count(), 4194304);
   // Hidden under the attention core (docs/plan.md overlap rules): per layer
@@ -138,13 +138,13 @@ TEST(PlannerPublished, DeepSeekV3) {
 
   // Dispatch all-to-all per MoE layer per micro-batch: k*T*h*2 with T = 4096
   // tokens: 8*4096*7168*2 = 469762048 B, of which 63/64 leave the rank = 462422016.
-  const CommItem* a2a = Find(plan.comm[0], Axis::kEp, Collective::kAllToAll, Pass::kForward, "moe_dispatch");
+  const CommItem* a2a = Find(plan.comm[0], Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch);
   ASSERT_NE(a2a, nullptr);
   EXPECT_EQ(a2a->payload.count(), 469762048);
   EXPECT_EQ(a2a->send.count(), a2a->calls * 462422016);
   // Rank 0 runs stage 0 (sends forward) and stage 15 (the last: sends no
   // activations), 60 micro-batches each: 60 forward messages of s*b*h*2 = 58720256 B.
-  const CommItem* pp = Find(plan.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, "activations");
+  const CommItem* pp = Find(plan.comm[0], Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations);
   ASSERT_NE(pp, nullptr);
   EXPECT_EQ(pp->calls, 60);
   EXPECT_EQ(pp->payload.count(), 58720256);

@@ -50,11 +50,11 @@ Dims CpDims() {
 constexpr double kTolerance = 1e-10;  // fp64, sharded vs one rank (MATH.md 8)
 
 /// Bytes rank `rank` sent on axis "cp" per (kind, pass, label).
-using CpKey = std::tuple<CollectiveKind, Pass, std::string>;
+using CpKey = std::tuple<CollectiveKind, Pass, CommWhat>;
 std::map<CpKey, int64_t> CpSent(const BlockRun& run, int rank) {
   std::map<CpKey, int64_t> out;
   for (const CommCount& c : run.comm[static_cast<size_t>(rank)]) {
-    if (c.axis == "cp" && c.bytes_sent > 0) out[{c.kind, c.pass, c.what}] += c.bytes_sent;
+    if (c.axis == Axis::kCp && c.bytes_sent > 0) out[{c.kind, c.pass, c.what}] += c.bytes_sent;
   }
   return out;
 }
@@ -95,34 +95,34 @@ constexpr auto kBwd = Pass::kBackward;
 //   c 2, t 2, SP: 16*68/2 + 16*224/2 = 544 + 1792 = 2336.
 const Case kCases[] = {
     {"P2pCp2Balanced", 1, 2, false, CpComm::kP2p, true,
-     {{{kSend, kFwd, "attention_kv"}, 1024}, {{kSend, kBwd, "attention_kv"}, 2 * 1024}}, 4672},
+     {{{kSend, kFwd, CommWhat::kAttentionKv}, 1024}, {{kSend, kBwd, CommWhat::kAttentionKv}, 2 * 1024}}, 4672},
     {"P2pCp2Unbalanced", 1, 2, false, CpComm::kP2p, false,
-     {{{kSend, kFwd, "attention_kv"}, 1024}, {{kSend, kBwd, "attention_kv"}, 2 * 1024}}, 4672},
+     {{{kSend, kFwd, CommWhat::kAttentionKv}, 1024}, {{kSend, kBwd, CommWhat::kAttentionKv}, 2 * 1024}}, 4672},
     {"P2pCp4Balanced", 1, 4, false, CpComm::kP2p, true,
-     {{{kSend, kFwd, "attention_kv"}, 3 * 512}, {{kSend, kBwd, "attention_kv"}, 6 * 512}}, 2336},
+     {{{kSend, kFwd, CommWhat::kAttentionKv}, 3 * 512}, {{kSend, kBwd, CommWhat::kAttentionKv}, 6 * 512}}, 2336},
     {"P2pCp4Unbalanced", 1, 4, false, CpComm::kP2p, false,
-     {{{kSend, kFwd, "attention_kv"}, 3 * 512}, {{kSend, kBwd, "attention_kv"}, 6 * 512}}, 2336},
+     {{{kSend, kFwd, CommWhat::kAttentionKv}, 3 * 512}, {{kSend, kBwd, CommWhat::kAttentionKv}, 6 * 512}}, 2336},
     {"P2pTp2Cp2Sp", 2, 2, true, CpComm::kP2p, true,
-     {{{kSend, kFwd, "attention_kv"}, 512}, {{kSend, kBwd, "attention_kv"}, 2 * 512}}, 2336},
+     {{{kSend, kFwd, CommWhat::kAttentionKv}, 512}, {{kSend, kBwd, CommWhat::kAttentionKv}, 2 * 512}}, 2336},
     {"AllGatherCp2Balanced", 1, 2, false, CpComm::kAllGather, true,
-     {{{kAg, kFwd, "attention_kv"}, 1024}, {{kAg, kBwd, "attention_kv"}, 1024}, {{kRs, kBwd, "attention_kv"}, 1024}},
+     {{{kAg, kFwd, CommWhat::kAttentionKv}, 1024}, {{kAg, kBwd, CommWhat::kAttentionKv}, 1024}, {{kRs, kBwd, CommWhat::kAttentionKv}, 1024}},
      4672},
     {"AllGatherCp4Unbalanced", 1, 4, false, CpComm::kAllGather, false,
-     {{{kAg, kFwd, "attention_kv"}, 3 * 512},
-      {{kAg, kBwd, "attention_kv"}, 3 * 512},
-      {{kRs, kBwd, "attention_kv"}, 3 * 512}},
+     {{{kAg, kFwd, CommWhat::kAttentionKv}, 3 * 512},
+      {{kAg, kBwd, CommWhat::kAttentionKv}, 3 * 512},
+      {{kRs, kBwd, CommWhat::kAttentionKv}, 3 * 512}},
      2336},
     {"AllGatherTp2Cp2Sp", 2, 2, true, CpComm::kAllGather, true,
-     {{{kAg, kFwd, "attention_kv"}, 512}, {{kAg, kBwd, "attention_kv"}, 512}, {{kRs, kBwd, "attention_kv"}, 512}},
+     {{{kAg, kFwd, CommWhat::kAttentionKv}, 512}, {{kAg, kBwd, CommWhat::kAttentionKv}, 512}, {{kRs, kBwd, CommWhat::kAttentionKv}, 512}},
      2336},
     {"A2aCp2Balanced", 1, 2, false, CpComm::kA2a, true,
-     {{{kA2a, kFwd, "attention_qkvo"}, 1536}, {{kA2a, kBwd, "attention_qkvo"}, 2048}}, 4672},
+     {{{kA2a, kFwd, CommWhat::kAttentionQkvo}, 1536}, {{kA2a, kBwd, CommWhat::kAttentionQkvo}, 2048}}, 4672},
     {"A2aCp2Unbalanced", 1, 2, false, CpComm::kA2a, false,
-     {{{kA2a, kFwd, "attention_qkvo"}, 1536}, {{kA2a, kBwd, "attention_qkvo"}, 2048}}, 4672},
+     {{{kA2a, kFwd, CommWhat::kAttentionQkvo}, 1536}, {{kA2a, kBwd, CommWhat::kAttentionQkvo}, 2048}}, 4672},
     {"A2aCp4Balanced", 1, 4, false, CpComm::kA2a, true,
-     {{{kA2a, kFwd, "attention_qkvo"}, 1152}, {{kA2a, kBwd, "attention_qkvo"}, 1536}}, 2336},
+     {{{kA2a, kFwd, CommWhat::kAttentionQkvo}, 1152}, {{kA2a, kBwd, CommWhat::kAttentionQkvo}, 1536}}, 2336},
     {"A2aTp2Cp2Sp", 2, 2, true, CpComm::kA2a, true,
-     {{{kA2a, kFwd, "attention_qkvo"}, 768}, {{kA2a, kBwd, "attention_qkvo"}, 1024}}, 2336},
+     {{{kA2a, kFwd, CommWhat::kAttentionQkvo}, 768}, {{kA2a, kBwd, CommWhat::kAttentionQkvo}, 1024}}, 2336},
 };
 
 BlockLayout LayoutOfCase(const Case& c) {
@@ -203,11 +203,11 @@ TEST_P(CpAttention, AgreesWithPlannerAndEstimator) {
   const Mesh mesh = PlaceRanks(layout, recipe.cluster.gpus_per_node);
   const StagePlan stages = EqualStagePlan(1, 1, 1);
   const std::vector<StageComm> comm = BuildStageComm(inv, tables, layout, stages, mesh.locality, CostModel{});
-  std::map<std::tuple<Collective, Pass, std::string>, int64_t> planned;
+  std::map<std::tuple<Collective, Pass, CommWhat>, int64_t> planned;
   for (const CommItem& i : comm.at(0).items) {
-    if (i.axis == Axis::kCp) planned[{i.kind, i.pass, std::string(i.what)}] += i.send.count();
+    if (i.axis == Axis::kCp) planned[{i.kind, i.pass, i.what}] += i.send.count();
   }
-  std::map<std::tuple<Collective, Pass, std::string>, int64_t> counted;
+  std::map<std::tuple<Collective, Pass, CommWhat>, int64_t> counted;
   for (const auto& [key, bytes] : c.sent) {
     const auto& [kind, pass, what] = key;
     counted[{PlannerKind(kind), pass == kFwd ? Pass::kForward : Pass::kBackward, what}] += bytes;

@@ -75,7 +75,7 @@ Recipe MambaRecipe(const Dims& d) {
 
 /// The planner's send bytes of one bucket for the block's layout.
 int64_t PlannerSent(const Dims& d, const BlockLayout& b, Axis axis, Collective kind, Pass pass,
-                    const std::string& what) {
+                    CommWhat what) {
   const Inventory inv = BuildInventory(MambaRecipe(d));
   const auto priced = preflight::testing::Price(inv, ModelLayout(d, b));
   return preflight::testing::Sent(priced.comm[0], axis, kind, pass, what);
@@ -317,7 +317,7 @@ TEST(SimulatorMamba, TensorAndSequenceParallelEqualOneRank) {
       const int64_t part = (tp - 1) * kX / tp;  // (t-1)/t X
       for (const auto& counts : run.comm) {
         using K = CollectiveKind;
-        const auto sent = [&](K k, Pass p) { return Sent(counts, "tp", k, p, CommWhat::kMamba); };
+        const auto sent = [&](K k, Pass p) { return Sent(counts, Axis::kTp, k, p, CommWhat::kMamba); };
         if (sp) {  // fwd AG + RS; bwd AG (dy) + AG (re-gather) + RS
           EXPECT_EQ(sent(K::kAllGather, Pass::kForward), part) << what;
           EXPECT_EQ(sent(K::kReduceScatter, Pass::kForward), part) << what;
@@ -330,10 +330,10 @@ TEST(SimulatorMamba, TensorAndSequenceParallelEqualOneRank) {
         // The planner prices the same region (planner/comm.cc AddTp, family "mamba").
         if (sp) {
           EXPECT_EQ(sent(K::kAllGather, Pass::kBackward),
-                    PlannerSent(d, l, Axis::kTp, Collective::kAllGather, Pass::kBackward, "mamba"));
+                    PlannerSent(d, l, Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMamba));
         } else {
           EXPECT_EQ(sent(K::kAllReduce, Pass::kForward),
-                    PlannerSent(d, l, Axis::kTp, Collective::kAllReduce, Pass::kForward, "mamba"));
+                    PlannerSent(d, l, Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kMamba));
         }
       }
     }
@@ -399,11 +399,11 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
     // zxBCdt out and y back in forward, dy out and d(zxBCdt) back in backward.
     const int64_t width = 3 * d.mamba_inner + 2 * d.mamba_groups * d.mamba_d_state * c.repeat + d.mamba_heads;
     const int64_t expected = (c.cp - 1) * (d.seq / c.cp) * d.batch * width * 2 / c.cp / c.tp;
-    const int64_t planner = PlannerSent(d, l, Axis::kCp, Collective::kAllToAll, Pass::kForward, "mamba");
+    const int64_t planner = PlannerSent(d, l, Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kMamba);
     EXPECT_EQ(planner, expected) << what;
     for (const auto& counts : run.comm) {
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), expected) << what;
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), expected) << what;
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), expected) << what;
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), expected) << what;
     }
     // Saved: the same a_M with B and C repeated r_g times in zxBCdt (the estimator's r_g).
     const int64_t hand = HandActivations(d, c.tp, c.cp, c.sp, c.repeat);
@@ -431,8 +431,8 @@ TEST(SimulatorMamba, AllToAllBytesByHand) {
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
   const BlockRun run = RunBlock('M', d, MakeBlockLayout(2, 4, false, CpRecurrent::kAllToAll, true), x, dy);
   for (const auto& counts : run.comm) {
-    EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), 624);
-    EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), 624);
+    EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), 624);
+    EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), 624);
   }
 }
 
@@ -492,11 +492,11 @@ TEST(SimulatorMamba, HandoffContextParallelEqualsOneRank) {
       for (int64_t ch : s.chunks) sent_fwd += ch + 1 < s.num_chunks() && s.OwnerOf(ch + 1) != cp_rank ? 1 : 0;
       const int64_t received = Edges(c.cp, cp_rank, c.balanced);
       const auto& counts = run.comm[static_cast<size_t>(r)];
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState), sent_fwd * (tail + state))
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState), sent_fwd * (tail + state))
           << what << " rank " << r;
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState), received * (tail + state))
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState), received * (tail + state))
           << what << " rank " << r;
-      EXPECT_EQ(Sent(counts, "cp", CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), 0) << what;
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), 0) << what;
       // Saved: a_M (no repeat) + the received states.
       const int64_t hand = HandActivations(d, c.tp, c.cp, c.sp, 1) + received * (tail + state);
       EXPECT_EQ(run.activation_peak[static_cast<size_t>(r)], hand) << what << " rank " << r;
@@ -516,7 +516,7 @@ TEST(SimulatorMamba, HandoffBytesByHandAtCp4) {
   const int64_t expected[] = {864, 2 * 864, 2 * 864, 864};
   for (int r = 0; r < 4; ++r) {
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-      EXPECT_EQ(Sent(run.comm[static_cast<size_t>(r)], "cp", CollectiveKind::kSend, pass, CommWhat::kMambaState), expected[r]);
+      EXPECT_EQ(Sent(run.comm[static_cast<size_t>(r)], Axis::kCp, CollectiveKind::kSend, pass, CommWhat::kMambaState), expected[r]);
     }
   }
 }
@@ -528,8 +528,8 @@ TEST(SimulatorMamba, ConvWidthOneHandsOnOnlyTheState) {
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
   const BlockRun run = RunBlock('M', d, MakeBlockLayout(1, 2, false, CpRecurrent::kHandoff, false), x, dy);
   ExpectSame(run, RunBlock('M', d, BlockLayout{}, x, dy), "K 1");
-  EXPECT_EQ(Sent(run.comm[0], "cp", CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState), 384);
-  EXPECT_EQ(Sent(run.comm[1], "cp", CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState), 384);
+  EXPECT_EQ(Sent(run.comm[0], Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState), 384);
+  EXPECT_EQ(Sent(run.comm[1], Axis::kCp, CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState), 384);
 }
 
 TEST(SimulatorMamba, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {

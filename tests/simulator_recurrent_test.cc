@@ -313,13 +313,13 @@ TEST(SimulatorRecurrent, TensorParallelBytesByHand) {
     const BlockRun ar = RunBlock('R', RDims(), MakeBlockLayout(tp, 1, false), Input(), OutputGrad());
     const BlockRun sp = RunBlock('R', RDims(), MakeBlockLayout(tp, 1, true), Input(), OutputGrad());
     for (int r = 0; r < tp; ++r) {
-      EXPECT_EQ(SentAndCalls(ar.comm.at(r), "tp", K::kAllReduce, f, "recurrent"), std::make_pair(2 * ring, int64_t{1}));
-      EXPECT_EQ(SentAndCalls(ar.comm.at(r), "tp", K::kAllReduce, b, "recurrent"), std::make_pair(2 * ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(ar.comm.at(r), Axis::kTp, K::kAllReduce, f, CommWhat::kRecurrent), std::make_pair(2 * ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(ar.comm.at(r), Axis::kTp, K::kAllReduce, b, CommWhat::kRecurrent), std::make_pair(2 * ring, int64_t{1}));
       EXPECT_EQ(TotalSent(ar, r), 4 * ring);
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kAllGather, f, "recurrent"), std::make_pair(ring, int64_t{1}));
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kReduceScatter, f, "recurrent"), std::make_pair(ring, int64_t{1}));
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kAllGather, b, "recurrent"), std::make_pair(2 * ring, int64_t{2}));
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), "tp", K::kReduceScatter, b, "recurrent"), std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kAllGather, f, CommWhat::kRecurrent), std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kReduceScatter, f, CommWhat::kRecurrent), std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kAllGather, b, CommWhat::kRecurrent), std::make_pair(2 * ring, int64_t{2}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kReduceScatter, b, CommWhat::kRecurrent), std::make_pair(ring, int64_t{1}));
       EXPECT_EQ(TotalSent(sp, r), 5 * ring);
     }
   }
@@ -336,7 +336,7 @@ TEST(SimulatorRecurrent, AllToAllBytesByHand) {
     const BlockRun run = RunBlock('R', RDims(), MakeBlockLayout(c.tp, c.cp, c.tp > 1), Input(), OutputGrad());
     for (int r = 0; r < c.tp * c.cp; ++r) {
       for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-        EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kAllToAll, pass, "recurrent"),
+        EXPECT_EQ(SentAndCalls(run.comm.at(r), Axis::kCp, CollectiveKind::kAllToAll, pass, CommWhat::kRecurrent),
                   std::make_pair(2 * c.per_call, int64_t{2}));
       }
     }
@@ -360,7 +360,7 @@ TEST(SimulatorRecurrent, AllToAllBytesEqualThePlanners) {
       const BlockRun run = RunBlock('R', RDims(), MakeBlockLayout(tp, cp, sp), Input(), OutputGrad());
       for (Pass pass : {Pass::kForward, Pass::kBackward}) {
         const Pass sim_pass = pass == Pass::kForward ? Pass::kForward : Pass::kBackward;
-        EXPECT_EQ(Sent(run.comm.at(0), "cp", CollectiveKind::kAllToAll, sim_pass, CommWhat::kRecurrent),
+        EXPECT_EQ(Sent(run.comm.at(0), Axis::kCp, CollectiveKind::kAllToAll, sim_pass, CommWhat::kRecurrent),
                   preflight::testing::Sent(priced.comm[0], Axis::kCp, Collective::kAllToAll, pass, CommWhat::kRecurrent))
             << "tp " << tp << " sp " << sp;
         // The TP region too (X of one CP rank: (s/c)*b*h*beta).
@@ -368,7 +368,7 @@ TEST(SimulatorRecurrent, AllToAllBytesEqualThePlanners) {
         for (auto [kind, sim_kind] : {std::pair{Collective::kAllReduce, CollectiveKind::kAllReduce},
                                       std::pair{Collective::kAllGather, CollectiveKind::kAllGather},
                                       std::pair{Collective::kReduceScatter, CollectiveKind::kReduceScatter}}) {
-          tp_sent += Sent(run.comm.at(0), "tp", sim_kind, sim_pass, CommWhat::kRecurrent);
+          tp_sent += Sent(run.comm.at(0), Axis::kTp, sim_kind, sim_pass, CommWhat::kRecurrent);
           tp_model += preflight::testing::Sent(priced.comm[0], Axis::kTp, kind, pass, CommWhat::kRecurrent);
         }
         EXPECT_EQ(tp_sent, tp_model) << "tp " << tp << " sp " << sp;
@@ -394,10 +394,10 @@ TEST(SimulatorRecurrent, HandOffBytesByHand) {
         RunBlock('R', RDims(), MakeBlockLayout(1, 4, false, CpRecurrent::kHandoff, c.balance), Input(), OutputGrad());
     for (int r = 0; r < 4; ++r) {
       const size_t i = static_cast<size_t>(r);
-      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, Pass::kForward, "recurrent_state"),
+      EXPECT_EQ(SentAndCalls(run.comm.at(r), Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kRecurrentState),
                 std::make_pair(c.fwd_edges[i] * edge, 2 * c.fwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
-      EXPECT_EQ(SentAndCalls(run.comm.at(r), "cp", CollectiveKind::kSend, Pass::kBackward, "recurrent_state"),
+      EXPECT_EQ(SentAndCalls(run.comm.at(r), Axis::kCp, CollectiveKind::kSend, Pass::kBackward, CommWhat::kRecurrentState),
                 std::make_pair(c.bwd_edges[i] * edge, 2 * c.bwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
       EXPECT_EQ(TotalSent(run, r), (c.fwd_edges[i] + c.bwd_edges[i]) * edge);  // nothing else on the wire
@@ -407,7 +407,7 @@ TEST(SimulatorRecurrent, HandOffBytesByHand) {
   const BlockRun tp2 =
       RunBlock('R', RDims(), MakeBlockLayout(2, 2, true, CpRecurrent::kHandoff, false), Input(), OutputGrad());
   for (int r : {0, 1}) {
-    EXPECT_EQ(SentAndCalls(tp2.comm.at(r), "cp", CollectiveKind::kSend, Pass::kForward, "recurrent_state"),
+    EXPECT_EQ(SentAndCalls(tp2.comm.at(r), Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kRecurrentState),
               std::make_pair(int64_t{192 + 128}, int64_t{2}));
   }
 }

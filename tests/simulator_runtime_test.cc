@@ -10,14 +10,14 @@
 namespace preflight::sim {
 namespace {
 
-int64_t Sent(const Rank& r, const std::string& axis, CollectiveKind k) {
+int64_t Sent(const Rank& r, Axis axis, CollectiveKind k) {
   int64_t total = 0;
   for (const CommCount& c : r.Counts()) {
     if (c.axis == axis && c.kind == k) total += c.bytes_sent;
   }
   return total;
 }
-int64_t Received(const Rank& r, const std::string& axis, CollectiveKind k) {
+int64_t Received(const Rank& r, Axis axis, CollectiveKind k) {
   int64_t total = 0;
   for (const CommCount& c : r.Counts()) {
     if (c.axis == axis && c.kind == k) total += c.bytes_received;
@@ -39,8 +39,8 @@ TEST(SimulatorRuntime, AllReduceSumsAndCountsRingBytes) {
     for (int i = 0; i < 8; ++i) EXPECT_EQ(data[static_cast<size_t>(r)][static_cast<size_t>(i)], 60 + 4 * i);
     // Ring AR of S = 8 elements x 2 B = 16 B on n = 4: 2(n-1) steps of one 2-element
     // chunk (4 B) each = 6 x 4 = 24 B sent and received (= 2(n-1)/n S).
-    EXPECT_EQ(Sent(world.rank(r), "tp", CollectiveKind::kAllReduce), 24);
-    EXPECT_EQ(Received(world.rank(r), "tp", CollectiveKind::kAllReduce), 24);
+    EXPECT_EQ(Sent(world.rank(r), Axis::kTp, CollectiveKind::kAllReduce), 24);
+    EXPECT_EQ(Received(world.rank(r), Axis::kTp, CollectiveKind::kAllReduce), 24);
   }
 }
 
@@ -57,12 +57,12 @@ TEST(SimulatorRuntime, AllReduceMaxAndUnevenChunks) {
   // 4 elements over 3 ranks: chunks of 2, 1, 1 elements. Rank 0 sends in the RS
   // phase chunks 2, 1 (steps 0, 1) and in the AG phase chunks 0, 2: 1+1+2+1 = 5
   // elements x 4 B = 20 B.
-  EXPECT_EQ(Sent(world.rank(0), "tp", CollectiveKind::kAllReduce), 20);
+  EXPECT_EQ(Sent(world.rank(0), Axis::kTp, CollectiveKind::kAllReduce), 20);
 }
 
 TEST(SimulatorRuntime, AllGatherAndReduceScatter) {
   World world(2);
-  const Group& g = world.NewGroup("sp", {0, 1});
+  const Group& g = world.NewGroup(Axis::kTp, {0, 1});
   std::vector<std::vector<double>> gathered(2), scattered(2);
   world.Run([&](Rank& r) {
     // Uneven gather: rank 0 gives 3 elements, rank 1 gives 1.
@@ -80,12 +80,12 @@ TEST(SimulatorRuntime, AllGatherAndReduceScatter) {
   EXPECT_EQ(scattered[0], (std::vector<double>{3, 4}));
   EXPECT_EQ(scattered[1], (std::vector<double>{6, 4}));
   // AG: rank 0 sends its 3 elements (6 B), rank 1 its 1 element (2 B).
-  EXPECT_EQ(Sent(world.rank(0), "sp", CollectiveKind::kAllGather), 6);
-  EXPECT_EQ(Sent(world.rank(1), "sp", CollectiveKind::kAllGather), 2);
-  EXPECT_EQ(Received(world.rank(1), "sp", CollectiveKind::kAllGather), 6);
+  EXPECT_EQ(Sent(world.rank(0), Axis::kTp, CollectiveKind::kAllGather), 6);
+  EXPECT_EQ(Sent(world.rank(1), Axis::kTp, CollectiveKind::kAllGather), 2);
+  EXPECT_EQ(Received(world.rank(1), Axis::kTp, CollectiveKind::kAllGather), 6);
   // RS, S = 4 elements x 2 B: each rank sends the other's 2-element chunk = 4 B = (n-1)/n S.
-  EXPECT_EQ(Sent(world.rank(0), "sp", CollectiveKind::kReduceScatter), 4);
-  EXPECT_EQ(Sent(world.rank(1), "sp", CollectiveKind::kReduceScatter), 4);
+  EXPECT_EQ(Sent(world.rank(0), Axis::kTp, CollectiveKind::kReduceScatter), 4);
+  EXPECT_EQ(Sent(world.rank(1), Axis::kTp, CollectiveKind::kReduceScatter), 4);
 }
 
 TEST(SimulatorRuntime, AllToAllUnevenSplits) {
@@ -109,9 +109,9 @@ TEST(SimulatorRuntime, AllToAllUnevenSplits) {
   // Rank 1 receives 1 element from 0 (value 1), 2 from itself (101), 3 from 2 (201).
   EXPECT_EQ(out[1], (std::vector<double>{1, 101, 101, 201, 201, 201}));
   // Rank 1 sends 1 + 3 elements to the others (its 2 to itself stay local): 8 B.
-  EXPECT_EQ(Sent(world.rank(1), "ep", CollectiveKind::kAllToAll), 8);
-  EXPECT_EQ(Received(world.rank(1), "ep", CollectiveKind::kAllToAll), 8);
-  EXPECT_EQ(Sent(world.rank(0), "ep", CollectiveKind::kAllToAll), (1 + 2) * 2);
+  EXPECT_EQ(Sent(world.rank(1), Axis::kEp, CollectiveKind::kAllToAll), 8);
+  EXPECT_EQ(Received(world.rank(1), Axis::kEp, CollectiveKind::kAllToAll), 8);
+  EXPECT_EQ(Sent(world.rank(0), Axis::kEp, CollectiveKind::kAllToAll), (1 + 2) * 2);
 }
 
 TEST(SimulatorRuntime, BroadcastAndSendRecv) {
@@ -133,11 +133,11 @@ TEST(SimulatorRuntime, BroadcastAndSendRecv) {
   for (const auto& d : data) EXPECT_EQ(d, std::vector<double>(5, 7.0));
   EXPECT_EQ(got, (std::vector<double>{3, 4}));
   // Chain 1 -> 2 -> 0: ranks 1 and 2 forward 10 B once; rank 0 (last) sends nothing.
-  EXPECT_EQ(Sent(world.rank(1), "dp", CollectiveKind::kBroadcast), 10);
-  EXPECT_EQ(Sent(world.rank(2), "dp", CollectiveKind::kBroadcast), 10);
-  EXPECT_EQ(Sent(world.rank(0), "dp", CollectiveKind::kBroadcast), 0);
-  EXPECT_EQ(Sent(world.rank(0), "pp", CollectiveKind::kSend), 4);
-  EXPECT_EQ(Received(world.rank(2), "pp", CollectiveKind::kRecv), 4);
+  EXPECT_EQ(Sent(world.rank(1), Axis::kDpCp, CollectiveKind::kBroadcast), 10);
+  EXPECT_EQ(Sent(world.rank(2), Axis::kDpCp, CollectiveKind::kBroadcast), 10);
+  EXPECT_EQ(Sent(world.rank(0), Axis::kDpCp, CollectiveKind::kBroadcast), 0);
+  EXPECT_EQ(Sent(world.rank(0), Axis::kPp, CollectiveKind::kSend), 4);
+  EXPECT_EQ(Received(world.rank(2), Axis::kPp, CollectiveKind::kRecv), 4);
 }
 
 TEST(SimulatorRuntime, CountsArePerPass) {
@@ -184,7 +184,7 @@ TEST(SimulatorRuntime, CrossedSendsCompleteBecauseSendsAreEager) {
     double x = 10.0 + r.id(), y = 0.0;
     r.set_what(CommWhat::kActivations);
     r.Send(Axis::kPp, 1 - r.id(), &x, 1, 2);
-    r.set_what("changed after the send");
+    r.set_what(CommWhat::kMoeCombine);  // changed after the send
     r.Recv(Axis::kPp, 1 - r.id(), &y, 1, 2);
     got[static_cast<size_t>(r.id())] = y;
   });
@@ -194,7 +194,7 @@ TEST(SimulatorRuntime, CrossedSendsCompleteBecauseSendsAreEager) {
   bool found = false;
   for (const CommCount& c : world.rank(0).Counts()) {
     if (c.kind == CollectiveKind::kSend) {
-      EXPECT_EQ(c.what, "activations");
+      EXPECT_EQ(c.what, CommWhat::kActivations);
       EXPECT_EQ(c.bytes_sent, 2);
       EXPECT_EQ(c.calls, 1);
       found = true;

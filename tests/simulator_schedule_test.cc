@@ -143,7 +143,7 @@ TEST(SimulatorTopology, DenseGradientGroupIsDataTimesContextParallel) {
   const std::vector<RankGroups> g = MakeGroups(world, t);
   // Rank 0's d x c group: tp 0, ordered cp + c dp: (0,0)=0, (1,0)=2, (0,1)=4, (1,1)=6.
   EXPECT_EQ(g[0].dp_cp->members, (std::vector<int>{0, 2, 4, 6}));
-  EXPECT_EQ(g[0].dp_cp->axis, "dp");
+  EXPECT_EQ(g[0].dp_cp->axis, Axis::kDpCp);
   EXPECT_EQ(g[1].tp->members, (std::vector<int>{0, 1}));
   EXPECT_EQ(g[3].cp->members, (std::vector<int>{1, 3}));
   EXPECT_EQ(g[0].prev_pp, -1);

@@ -49,26 +49,24 @@ std::vector<Override> SmallHybrid(int zero, int dp = 2) {
 SimComparison ExpectAgreement(const Recipe& r) { return testing_sim::ExpectStepAgrees(r); }
 
 /// The bucket exists, is exact and agrees (bytes > 0).
-void ExpectExactBucket(const StageComparison& s, const std::string& axis, const std::string& kind,
-                       const std::string& pass, const std::string& what) {
+void ExpectExactBucket(const StageComparison& s, Axis axis, Collective kind, Pass pass, CommWhat what) {
   const CommAgreement* a = FindComm(s, axis, kind, pass, what);
-  ASSERT_NE(a, nullptr) << axis << " " << kind << " " << pass << " " << what;
+  ASSERT_NE(a, nullptr) << Key(axis) << " " << Key(kind) << " " << Key(pass) << " " << Key(what);
   EXPECT_TRUE(a->exact);
   EXPECT_GT(a->measured_sent, 0);
-  EXPECT_EQ(a->measured_sent, a->modeled_sent) << "stage " << s.pipeline_rank << " " << what;
+  EXPECT_EQ(a->measured_sent, a->modeled_sent) << "stage " << s.pipeline_rank << " " << Key(what);
 }
 
-void ExpectNoBucket(const StageComparison& s, const std::string& axis, const std::string& kind,
-                    const std::string& pass, const std::string& what) {
+void ExpectNoBucket(const StageComparison& s, Axis axis, Collective kind, Pass pass, CommWhat what) {
   const CommAgreement* a = FindComm(s, axis, kind, pass, what);
-  EXPECT_TRUE(a == nullptr || (a->measured_sent == 0 && a->modeled_sent == 0)) << pass << " " << what;
+  EXPECT_TRUE(a == nullptr || (a->measured_sent == 0 && a->modeled_sent == 0)) << Key(pass) << " " << Key(what);
 }
 
 /// The stage holding the MoE layer (the partitioner balances time: stage 0
 /// is the embedding and A, stage 1 E, M, D and the head).
 const StageComparison& ExpertStage(const SimComparison& c) {
   for (const StageComparison& s : c.stages) {
-    const CommAgreement* a = FindComm(s, "edp", "all_gather", "optimizer", "muon_expert_gather");
+    const CommAgreement* a = FindComm(s, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather);
     if (a != nullptr && a->measured_sent > 0) return s;
   }
   ADD_FAILURE() << "no stage with expert buffers";
@@ -95,14 +93,14 @@ TEST(SimulatorZero, ZeroTwoSmallHybrid) {
   for (int64_t s = 0; s < 2; ++s) {
     const StageComparison& st = Stage(c, s);
     // Reduce-scattered unit by unit in every micro-batch's backward.
-    ExpectExactBucket(st, "dp", "reduce_scatter", "backward", "grads");
-    ExpectExactBucket(st, "tp", "all_reduce", "backward", "replicated_grads");
-    ExpectNoBucket(st, "dp", "reduce_scatter", "optimizer", "grads");
+    ExpectExactBucket(st, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kGrads);
+    ExpectExactBucket(st, Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kReplicatedGrads);
+    ExpectNoBucket(st, Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kGrads);
     // Parameters gathered once, after the step.
-    ExpectExactBucket(st, "dp", "all_gather", "optimizer", "params");
+    ExpectExactBucket(st, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams);
     EXPECT_EQ(FindMemory(st, "gradients").measured, FindMemory(st, "gradients").modeled);
   }
-  ExpectExactBucket(ExpertStage(c), "edp", "reduce_scatter", "backward", "expert_grads");
+  ExpectExactBucket(ExpertStage(c), Axis::kExpertDp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kExpertGrads);
 }
 
 TEST(SimulatorZero, ZeroTwoOddBuffers) {
@@ -123,17 +121,17 @@ TEST(SimulatorZero, ZeroThreeSmallHybrid) {
   const SimComparison c = ExpectAgreement(ScaledDefault(SmallHybrid(3)));
   for (int64_t s = 0; s < 2; ++s) {
     const StageComparison& st = Stage(c, s);
-    ExpectExactBucket(st, "dp", "reduce_scatter", "backward", "grads");
+    ExpectExactBucket(st, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kGrads);
     // Gathered before each unit's forward and again before its backward.
-    ExpectExactBucket(st, "dp", "all_gather", "forward", "params");
-    ExpectExactBucket(st, "dp", "all_gather", "backward", "params");
-    ExpectNoBucket(st, "dp", "all_gather", "optimizer", "params");
+    ExpectExactBucket(st, Axis::kDpCp, Collective::kAllGather, Pass::kForward, CommWhat::kParams);
+    ExpectExactBucket(st, Axis::kDpCp, Collective::kAllGather, Pass::kBackward, CommWhat::kParams);
+    ExpectNoBucket(st, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams);
     const MemoryAgreement& params = FindMemory(st, "params (sum of classes)");
     EXPECT_GT(params.measured, 0);
     EXPECT_EQ(params.measured, params.modeled);
   }
-  ExpectExactBucket(ExpertStage(c), "edp", "all_gather", "forward", "expert_params");
-  ExpectExactBucket(ExpertStage(c), "edp", "all_gather", "backward", "expert_params");
+  ExpectExactBucket(ExpertStage(c), Axis::kExpertDp, Collective::kAllGather, Pass::kForward, CommWhat::kExpertParams);
+  ExpectExactBucket(ExpertStage(c), Axis::kExpertDp, Collective::kAllGather, Pass::kBackward, CommWhat::kExpertParams);
 }
 
 /// The default recipe scaled as ScaledDefault does (tp 4 with SP, pp 4, dp 4,

@@ -43,10 +43,10 @@ inline Recipe OneStage(std::vector<Override> sets) {
 
 inline const StageComparison& Stage(const SimComparison& c, int64_t stage) { return c.stages.at(static_cast<size_t>(stage)); }
 
-inline const CommAgreement* FindComm(const StageComparison& s, const std::string& axis, const std::string& kind,
-                                     const std::string& pass, const std::string& what) {
+/// The comparison row of one typed bucket (rows carry the buckets' printed names).
+inline const CommAgreement* FindComm(const StageComparison& s, Axis axis, Collective kind, Pass pass, CommWhat what) {
   for (const CommAgreement& a : s.comm) {
-    if (a.axis == axis && a.kind == kind && a.pass == pass && a.what == what) return &a;
+    if (a.axis == Key(axis) && a.kind == Key(kind) && a.pass == Key(pass) && a.what == Key(what)) return &a;
   }
   return nullptr;
 }

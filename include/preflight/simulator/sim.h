@@ -180,9 +180,13 @@ class SimUnsupported : public std::runtime_error {
   explicit SimUnsupported(const std::string& what) : std::runtime_error(what) {}
 };
 
-/// Runs one forward + backward of `recipe` (already scaled) on
-/// tp (= world) simulated ranks and on one unsharded rank and compares them.
-/// Throws SimUnsupported for layouts outside part 1 (pp = cp = dp = 1; blocks A, D, E).
+/// The executor core (library preflight_executor): runs one training step of
+/// `recipe` (already scaled) on its layout's simulated ranks, with `stages` as
+/// the pipeline partition, and the same step on one unsharded rank, and
+/// compares their numerics. Throws SimUnsupported for what it cannot run.
+SimulationReport RunExecutor(const Recipe& recipe, const StagePlan& stages, const SimOptions& options = {});
+
+/// RunExecutor on SimulatedStages(recipe) (library preflight_simulator).
 SimulationReport Simulate(const Recipe& recipe, const SimOptions& options = {});
 
 /// How to shrink a recipe for simulation.

@@ -1,3 +1,4 @@
+// The executor's own numerics verdict: sharded vs unsharded run.
 #include "preflight/simulator/sim.h"
 
 namespace preflight {
@@ -15,24 +16,6 @@ bool NumericsAgree(const SimulationReport& r, const NumericsTolerance& tol) {
   }
   for (const ErrorStat& u : r.updates) {
     if (!(u.max_rel <= tol.updates)) return false;
-  }
-  return true;
-}
-
-bool SimComparison::comm_ok() const {
-  for (const StageComparison& s : stages) {
-    for (const CommAgreement& c : s.comm) {
-      if (!c.agrees) return false;
-    }
-  }
-  return true;
-}
-
-bool SimComparison::memory_ok() const {
-  for (const StageComparison& s : stages) {
-    for (const MemoryAgreement& m : s.memory) {
-      if (!m.agrees) return false;
-    }
   }
   return true;
 }
