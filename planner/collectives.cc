@@ -2,7 +2,7 @@
 // nccl-tests doc/PERFORMANCE.md for the bus-bandwidth factors).
 #include <algorithm>
 
-#include "preflight/planner/plan.h"
+#include "preflight/planner/collectives.h"
 
 namespace preflight {
 

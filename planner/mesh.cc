@@ -2,7 +2,7 @@
 // every axis (MATH.md 7.3).
 #include <algorithm>
 
-#include "preflight/planner/plan.h"
+#include "preflight/planner/mesh.h"
 
 namespace preflight {
 

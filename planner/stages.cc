@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "preflight/planner/plan.h"
+#include "preflight/planner/stages.h"
 
 namespace preflight {
 

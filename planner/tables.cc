@@ -2,7 +2,7 @@
 // arithmetic on prefix sums (plan.h speed contract).
 #include <algorithm>
 
-#include "preflight/planner/plan.h"
+#include "preflight/planner/tables.h"
 
 namespace preflight {
 namespace {

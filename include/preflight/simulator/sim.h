@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "preflight/inventory/comm.h"
+#include "preflight/inventory/comm_bucket.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/recipe/recipe.h"
 

@@ -1,5 +1,5 @@
-// Names of the shared communication vocabulary (include/preflight/inventory/comm.h).
-#include "preflight/inventory/comm.h"
+// Names of the shared communication vocabulary (include/preflight/inventory/comm_bucket.h).
+#include "preflight/inventory/comm_bucket.h"
 
 namespace preflight {
 

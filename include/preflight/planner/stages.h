@@ -1,0 +1,55 @@
+// The pipeline-stage partition: layer weights, the partitioner, and which
+// pipeline rank holds which chunk.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/collectives.h"
+#include "preflight/planner/tables.h"
+
+namespace preflight {
+
+// ---------------------------------------------------------------------------
+// Pipeline stages (MATH.md 4.3)
+
+/// Forward+backward(+recompute) time of each layer, and of the embedding and
+/// head+loss ends, for one micro-batch on one rank under `layout`; the
+/// partitioner's weights. Seconds.
+struct LayerWeights {
+  std::vector<double> layer_s;
+  double embedding_s = 0;
+  double head_s = 0;
+  std::vector<int64_t> layer_params;  // tiebreak: parameter elements per layer
+  int64_t embedding_params = 0;
+  int64_t head_params = 0;
+};
+LayerWeights WeighLayers(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
+                         const CostModel& cost = {});
+
+/// Cuts the layer list into ChunkCount(layout) contiguous chunks
+/// minimising the slowest chunk (DP over prefix sums, O(L^2 * chunks)); ties
+/// go to the smaller largest parameter count. Embedding charged to the first
+/// chunk, head + loss to the last. Every chunk gets at least one layer.
+StagePlan PartitionStages(const LayerWeights& weights, const Layout& layout);
+StagePlan PartitionStages(const Inventory& inventory, const Layout& layout);
+
+/// Chunks the schedule has: pp*vpp for 1F1B/interleaved, pp for DualPipe
+/// (rank i also runs stage p-1-i in the reverse direction), 2*pp for
+/// DualPipeV (V shape: device i holds chunks i and 2p-1-i).
+int64_t ChunkCount(const Layout& layout);
+/// Pipeline rank that holds chunk `chunk` of `chunks` (Megatron interleaving
+/// c mod pp; DualPipeV's V shape).
+int64_t PipelineRankOfChunk(const Layout& layout, int64_t chunk, int64_t chunks);
+
+
+/// The stage cuts MakePlan chooses among, in its order: the time-balanced
+/// cut (PartitionStages), the parameter-balanced cut and (except DualPipeV)
+/// the equal-layer cut. MakePlan takes the first when it fits in memory, else
+/// the fastest that fits. For sweeps that price the same choice cheaply.
+std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout, int64_t layers);
+
+}  // namespace preflight

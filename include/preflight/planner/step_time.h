@@ -1,0 +1,60 @@
+// Step time: per-stage compute and exposed communication, the schedule's
+// bubble, the data-parallel tail and the optimizer, under the overlap rules of
+// docs/plan.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "preflight/inventory/comm_bucket.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/collectives.h"
+#include "preflight/planner/comm.h"
+#include "preflight/planner/tables.h"
+#include "preflight/recipe/recipe.h"
+
+namespace preflight {
+
+// ---------------------------------------------------------------------------
+// Step time (MATH.md 4.2, 7.1)
+
+/// Bubble as a fraction of the whole step (MATH.md 4.2 "fraction of the
+/// total step", bubble/(m(t_F+t_B)+bubble)) for equal stages:
+/// 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v*m+p-1);
+/// DualPipe (p/2-1)(F+2B-3W)/(m(F+B)+that) with B=2F, W=B/2 [OURS].
+double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m);
+
+struct StageTime {
+  int64_t pipeline_rank = 0;
+  double forward_s = 0;       // compute, per micro-batch, all chunks on the rank
+  double backward_s = 0;
+  double recompute_s = 0;
+  double exposed_comm_s = 0;  // TP + CP + EP exposed, per micro-batch
+  double per_microbatch_s() const { return forward_s + backward_s + recompute_s + exposed_comm_s; }
+};
+
+struct StepTime {
+  std::vector<StageTime> stages;
+  int64_t slowest_stage = 0;
+  double steady_s = 0;        // m * slowest per-micro-batch time (DualPipe: pair time)
+  double bubble_s = 0;        // schedule bubble, incl. PP p2p of fill/drain
+  double dp_exposed_s = 0;    // gradient reduce + param gather not hidden
+  double optimizer_s = 0;     // Muon gathers + Newton-Schulz + small all-reduces
+  double step_s = 0;
+  double bubble_fraction = 0; // bubble_s / step_s
+  double model_flops = 0;     // per step, whole cluster, no recompute (MFU numerator)
+  double tokens_per_s = 0;
+  double mfu = 0;             // model_flops / (step_s * world * peak)
+  /// Exposed seconds per axis over the step (the slowest stage's rank).
+  std::array<double, kNumAxes> exposed_by_axis{};
+};
+
+
+/// Fills each item's exposed_seconds (the overlap rules of docs/plan.md) and
+/// returns the step time.
+StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
+                          const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost);
+
+}  // namespace preflight

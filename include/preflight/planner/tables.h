@@ -1,0 +1,64 @@
+// Per-layer tables, built once per inventory: what every pricing function
+// after them reads instead of walking the inventory (a sweep prices millions
+// of layouts on them).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "preflight/inventory/inventory.h"
+
+namespace preflight {
+
+// ---------------------------------------------------------------------------
+// Per-layer tables (built once per inventory)
+
+/// Layout-independent constants of one layer family (all layers of a family
+/// share their shapes). FLOPs are forward, per token, unsharded.
+struct FamilyCost {
+  /// 2 * parameters one token touches (routed experts: top_k of them).
+  double matmul_flops = 0;
+  /// Attention core, causal: per token per unit of sequence length, so the
+  /// FLOPs are this * s (QK^T and PV over s/2 keys on average):
+  /// GQA 2*n_q*d_h, MLA n_q*(d_nope + d_rope + d_v).
+  double flops_per_token_per_seq = 0;
+  /// Sequence-length-independent non-matmul work per token (Mamba-2 SSD
+  /// chunked scan, [OURS]): Q*G*N + Q*H*P + 4*H*P*N.
+  double scan_flops = 0;
+  int64_t tp_regions = 0;  // column-in -> row-out pairs (MATH.md 7.2)
+  /// CP exchange width, elements per token, unsharded: attention K and V
+  /// (p2p / all_gather), the Ulysses Q,K,V,O width (a2a), or Mamba/R
+  /// all-to-all hand-off width.
+  int64_t cp_kv_width = 0;
+  int64_t cp_a2a_width = 0;
+  /// Backward all-to-all width. Ulysses attention sends O again: TE's
+  /// AttnFuncWithCPAndQKVOA2A saves the sequence-split O and its backward
+  /// all-to-alls [O, dO] to heads, then [dQ, dK, dV] back, so GQA is
+  /// (3 n_q + 2 n_kv) d_h against (2 n_q + 2 n_kv) d_h forward. M and R: as forward.
+  int64_t cp_a2a_bwd_width = 0;
+  bool is_moe = false;
+};
+
+struct PlanTables {
+  int64_t layers = 0;
+  std::vector<BlockKind> kinds;
+  std::array<FamilyCost, 5> family{};              // indexed by FamilyIndex
+  /// Prefix sums over layers (size layers + 1): entry i covers layers [0, i).
+  std::vector<std::array<int64_t, 5>> family_count_prefix;
+  std::vector<ParamTotals> params_prefix;
+  /// Elements of Muon-managed TP-sharded matrices (global) and of every Muon
+  /// matrix, for the Muon gathers; Newton-Schulz FLOPs of the dense Muon
+  /// matrices (full matrix) and of all experts' matrices (divide by ep).
+  std::vector<double> muon_ns_dense_flops_prefix;
+  std::vector<double> muon_ns_expert_flops_prefix;
+  int64_t embedding_params = 0;   // V*h (logical)
+  int64_t head_params = 0;        // V*h when untied, else 0
+  int64_t final_norm_params = 0;
+  double head_flops = 0;          // forward per token: 2*V*h (+ loss, negligible)
+  double muon_ns_head_flops = 0;  // 0: embedding/head are AdamW (MATH.md 9.4)
+};
+
+PlanTables BuildPlanTables(const Inventory& inventory);
+
+}  // namespace preflight
