@@ -62,176 +62,187 @@ void Distribute(std::vector<CommItem*>& items, double exposed) {
   for (CommItem* i : items) i->exposed_seconds = total > 0 ? exposed * i->seconds / total : 0.0;
 }
 
-}  // namespace
+/// Compute of pipeline rank r per step: every chunk it holds times its
+/// micro-batches, and the Newton-Schulz FLOPs of its Muon matrices.
+struct RankCompute {
+  double forward_s = 0, backward_s = 0, recompute_s = 0;
+  double attention_core_forward_s = 0;  // the window the CP p2p ring hides under
+  double muon_flops = 0;
+  double max_chunk_forward_s = 0, max_chunk_backward_s = 0;  // one micro-batch, for DualPipe's bubble
+  double total_s() const { return forward_s + backward_s + recompute_s; }
+};
 
-StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
-                          std::vector<StageComm>* comm, const CostModel& cost) {
-  StepTime st;
-  const bool dual = l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV;
-  const double peak = AchievableFlops(inv, cost);
+RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                          int64_t r, const CostModel& cost) {
+  RankCompute out;
+  for (const RankChunk& c : ChunksOn(stages, l, r)) {
+    const ChunkCompute cc = ComputeOf(inv, t, l, c.range, cost);
+    const double mb = static_cast<double>(c.microbatches);
+    out.forward_s += mb * cc.forward_s;
+    out.backward_s += mb * cc.backward_s;
+    out.recompute_s += mb * cc.recompute_s;
+    out.attention_core_forward_s += mb * cc.attention_core_fwd_s;
+    out.max_chunk_forward_s = std::max(out.max_chunk_forward_s, cc.forward_s);
+    out.max_chunk_backward_s = std::max(out.max_chunk_backward_s, cc.backward_s + cc.recompute_s);
+    // Newton-Schulz on full matrices, redundantly on every DP rank
+    // (Moonshot Distributed Muon + TP duplicated): dense matrices of the
+    // chunk and the rank's E/e experts.
+    const size_t a = static_cast<size_t>(c.range.first_layer), b = static_cast<size_t>(c.range.end_layer);
+    out.muon_flops += t.muon_ns_dense_flops_prefix[b] - t.muon_ns_dense_flops_prefix[a] +
+                      (t.muon_ns_expert_flops_prefix[b] - t.muon_ns_expert_flops_prefix[a]) / static_cast<double>(l.ep);
+  }
+  return out;
+}
+
+/// One pipeline rank's communication after the overlap rules: what stays
+/// exposed inside the pipeline (per step), in the data-parallel tail and in
+/// the optimizer, per axis.
+struct RankExposure {
+  double in_pipeline_s = 0;  // TP + CP + EP (+ ZeRO 2/3 per-unit traffic)
+  double dp_tail_s = 0;      // gradient reduce + parameter gather not hidden
+  double optimizer_s = 0;    // optimizer-pass collectives
+  double one_p2p_s = 0;      // one pipeline send, for the fill/drain path
+  std::array<double, kNumAxes> by_axis{};
+};
+
+/// Items that overlap as a group, sorted out of a rank's items by the first
+/// pass of ExposeRank.
+struct OverlapGroups {
+  std::vector<CommItem*> grads, gathers;
+  double grads_bucket = 0, gathers_bucket = 0;
+  std::array<std::vector<CommItem*>, 2> per_unit;  // [forward, backward]
+  std::vector<CommItem*> ep;                       // DualPipe's EP all-to-alls
+  double ep_s = 0;
+};
+
+/// ZeRO 2/3 unit by unit, as DeepSpeed (overlap_comm) and FSDP run it: a
+/// pass's collectives run on their own stream beside the pass's compute, a
+/// gather prefetched one unit ahead, a unit's reduce during the next unit's
+/// backward. Exposed: what exceeds the pass's compute, and at least what waits
+/// for nothing to hide under (each chunk's first gather and last reduce in
+/// every micro-batch: CommItem::unhidden_seconds).
+void ExposePerUnit(std::array<std::vector<CommItem*>, 2>& per_unit, const RankCompute& rc, RankExposure& out) {
+  const double windows[2] = {rc.forward_s, rc.backward_s + rc.recompute_s};
+  for (size_t pass = 0; pass < 2; ++pass) {
+    if (per_unit[pass].empty()) continue;
+    double total = 0, floor = 0;
+    for (const CommItem* i : per_unit[pass]) {
+      total += i->seconds;
+      floor += i->unhidden_seconds;
+    }
+    const double e = std::max(floor, total - windows[pass]);
+    Distribute(per_unit[pass], e);
+    out.in_pipeline_s += e;
+    for (const CommItem* i : per_unit[pass]) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
+  }
+}
+
+/// Gradient reduce overlaps the last micro-batch's backward except the last
+/// bucket; the parameter gather overlaps the next step's forward except the
+/// first bucket (Megatron overlap_grad_reduce / overlap_param_gather).
+void ExposeDataParallel(OverlapGroups& g, const RankCompute& rc, const Layout& l, RankExposure& out) {
   const int64_t m = l.micro_batches;
-  double max_chunk_f = 0, max_chunk_b = 0;
-  std::vector<double> tails(static_cast<size_t>(l.pp), 0.0);
-  std::vector<std::array<double, kNumAxes>> by_axis(static_cast<size_t>(l.pp));
-  std::vector<double> busy(static_cast<size_t>(l.pp), 0.0);
-  double one_p2p_s = 0;
-
-  for (int64_t r = 0; r < l.pp; ++r) {
-    StageTime stage;
-    stage.pipeline_rank = r;
-    // Per step on this rank: compute of every chunk times its micro-batches.
-    double fwd_step = 0, bwd_step = 0, re_step = 0, core_fwd_step = 0, muon_flops = 0;
-    for (const RankChunk& c : ChunksOn(stages, l, r)) {
-      const ChunkCompute cc = ComputeOf(inv, t, l, c.range, cost);
-      const double mb = static_cast<double>(c.microbatches);
-      fwd_step += mb * cc.forward_s;
-      bwd_step += mb * cc.backward_s;
-      re_step += mb * cc.recompute_s;
-      core_fwd_step += mb * cc.attention_core_fwd_s;
-      max_chunk_f = std::max(max_chunk_f, cc.forward_s);
-      max_chunk_b = std::max(max_chunk_b, cc.backward_s + cc.recompute_s);
-      // Newton-Schulz on full matrices, redundantly on every DP rank
-      // (Moonshot Distributed Muon + TP duplicated): dense matrices of the
-      // chunk and the rank's E/e experts.
-      const size_t a = static_cast<size_t>(c.range.first_layer), b = static_cast<size_t>(c.range.end_layer);
-      muon_flops += t.muon_ns_dense_flops_prefix[b] - t.muon_ns_dense_flops_prefix[a] +
-                    (t.muon_ns_expert_flops_prefix[b] - t.muon_ns_expert_flops_prefix[a]) / static_cast<double>(l.ep);
-    }
-    const double compute_step = fwd_step + bwd_step + re_step;
-    double exposed_in_pipeline = 0;  // TP + CP + EP exposed, per step
-    std::vector<CommItem*> grads, gathers;
-    double grads_bucket = 0, gathers_bucket = 0, opt_other = 0;
-    std::array<std::vector<CommItem*>, 2> per_unit;  // [forward, backward]
-    double ep_s = 0;
-    std::vector<CommItem*> ep_items;
-    auto& axis_acc = by_axis[static_cast<size_t>(r)];
-    for (CommItem& i : (*comm)[static_cast<size_t>(r)].items) {
-      if (i.axis == Axis::kPp) {
-        // Steady-state p2p hides under compute; the fill/drain path is
-        // charged to the bubble below.
-        i.exposed_seconds = 0;
-        one_p2p_s = std::max(one_p2p_s, i.calls > 0 ? i.seconds / static_cast<double>(i.calls) : 0.0);
-        continue;
-      }
-      if (i.axis == Axis::kCp && i.kind == Collective::kSendRecv && i.what == CommWhat::kAttentionKv) {
-        // The causal p2p ring overlaps each KV step with the attention
-        // core; only the excess is exposed. (The M/R state hand-off is a
-        // chain with nothing to hide under: fully exposed, priced in comm.cc.)
-        const double window = i.pass == Pass::kForward ? core_fwd_step : 2.0 * core_fwd_step;
-        i.exposed_seconds = std::max(0.0, i.seconds - window);
-      } else if (IsGradSync(i)) {
-        grads.push_back(&i);
-        grads_bucket = std::max(grads_bucket, BucketSeconds(i, inv, cost));
-        continue;
-      } else if (IsParamGather(i)) {
-        gathers.push_back(&i);
-        gathers_bucket = std::max(gathers_bucket, BucketSeconds(i, inv, cost));
-        continue;
-      } else if (IsPerUnit(i)) {
-        per_unit[i.pass == Pass::kForward ? 0 : 1].push_back(&i);
-        continue;
-      } else if (dual && (i.axis == Axis::kEp || i.axis == Axis::kExpertTp)) {
-        ep_items.push_back(&i);
-        ep_s += i.seconds;
-        continue;
-      }
-      if (i.pass == Pass::kOptimizer) {
-        opt_other += i.exposed_seconds;
-      } else {
-        exposed_in_pipeline += i.exposed_seconds;
-      }
-      axis_acc[static_cast<size_t>(i.axis)] += i.exposed_seconds;
-    }
-    // DualPipe overlaps one direction's EP all-to-alls with the other's compute.
-    if (!ep_items.empty()) {
-      const double ep_exposed = std::max(0.0, ep_s - compute_step);
-      Distribute(ep_items, ep_exposed);
-      exposed_in_pipeline += ep_exposed;
-      for (const CommItem* i : ep_items) axis_acc[static_cast<size_t>(i->axis)] += i->exposed_seconds;
-    }
-    // ZeRO 2/3 unit by unit, as DeepSpeed (overlap_comm) and FSDP run it: a
-    // pass's collectives run on their own stream beside the pass's compute,
-    // a gather prefetched one unit ahead, a unit's reduce during the next
-    // unit's backward. Exposed: what exceeds the pass's compute, and at least
-    // what waits for nothing to hide under (each chunk's first gather and last
-    // reduce in every micro-batch: CommItem::unhidden_seconds).
-    const double windows[2] = {fwd_step, bwd_step + re_step};
-    for (size_t pass = 0; pass < 2; ++pass) {
-      if (per_unit[pass].empty()) continue;
-      double total = 0, floor = 0;
-      for (const CommItem* i : per_unit[pass]) {
-        total += i->seconds;
-        floor += i->unhidden_seconds;
-      }
-      const double e = std::max(floor, total - windows[pass]);
-      Distribute(per_unit[pass], e);
-      exposed_in_pipeline += e;
-      for (const CommItem* i : per_unit[pass]) axis_acc[static_cast<size_t>(i->axis)] += i->exposed_seconds;
-    }
-    // Gradient reduce overlaps the last micro-batch's backward except the
-    // last bucket; the parameter gather overlaps the next step's forward
-    // except the first bucket (Megatron overlap_grad_reduce / overlap_param_gather).
-    const double mbs = static_cast<double>(std::max<int64_t>(1, l.schedule == Schedule::kDualPipe ? m / 2 : m));
-    double dp_exposed = 0;
-    if (!grads.empty()) {
-      double total = 0;
-      for (const CommItem* i : grads) total += i->seconds;
-      const double e = std::max(grads_bucket, total - bwd_step / mbs);
-      Distribute(grads, e);
-      dp_exposed += e;
-    }
-    if (!gathers.empty()) {
-      double total = 0;
-      for (const CommItem* i : gathers) total += i->seconds;
-      const double e = std::max(gathers_bucket, total - fwd_step / mbs);
-      Distribute(gathers, e);
-      dp_exposed += e;
-    }
-    for (const CommItem* i : grads) axis_acc[static_cast<size_t>(i->axis)] += i->exposed_seconds;
-    for (const CommItem* i : gathers) axis_acc[static_cast<size_t>(i->axis)] += i->exposed_seconds;
-
-    const double per_mb = static_cast<double>(std::max<int64_t>(1, m));
-    stage.forward_s = fwd_step / per_mb;
-    stage.backward_s = bwd_step / per_mb;
-    stage.recompute_s = re_step / per_mb;
-    stage.exposed_comm_s = exposed_in_pipeline / per_mb;
-    busy[static_cast<size_t>(r)] = compute_step + exposed_in_pipeline;
-    tails[static_cast<size_t>(r)] = dp_exposed + opt_other + muon_flops / peak;
-    st.dp_exposed_s = std::max(st.dp_exposed_s, dp_exposed);
-    st.optimizer_s = std::max(st.optimizer_s, opt_other + muon_flops / peak);
-    st.stages.push_back(stage);
+  const double mbs = static_cast<double>(std::max<int64_t>(1, l.schedule == Schedule::kDualPipe ? m / 2 : m));
+  if (!g.grads.empty()) {
+    double total = 0;
+    for (const CommItem* i : g.grads) total += i->seconds;
+    const double e = std::max(g.grads_bucket, total - rc.backward_s / mbs);
+    Distribute(g.grads, e);
+    out.dp_tail_s += e;
   }
-
-  // Steady state: the busiest rank sets the pace.
-  for (int64_t r = 0; r < l.pp; ++r) {
-    if (busy[static_cast<size_t>(r)] > busy[static_cast<size_t>(st.slowest_stage)]) st.slowest_stage = r;
+  if (!g.gathers.empty()) {
+    double total = 0;
+    for (const CommItem* i : g.gathers) total += i->seconds;
+    const double e = std::max(g.gathers_bucket, total - rc.forward_s / mbs);
+    Distribute(g.gathers, e);
+    out.dp_tail_s += e;
   }
-  st.steady_s = busy[static_cast<size_t>(st.slowest_stage)];
-  const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
+  for (const CommItem* i : g.grads) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
+  for (const CommItem* i : g.gathers) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
+}
+
+/// Sets every item's exposed_seconds on pipeline rank r and sums them.
+RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, const Inventory& inv, const Layout& l,
+                        const CostModel& cost) {
+  const bool dual = l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV;
+  RankExposure out;
+  OverlapGroups g;
+  for (CommItem& i : items) {
+    if (i.axis == Axis::kPp) {
+      // Steady-state p2p hides under compute; the fill/drain path is
+      // charged to the bubble.
+      i.exposed_seconds = 0;
+      out.one_p2p_s = std::max(out.one_p2p_s, i.calls > 0 ? i.seconds / static_cast<double>(i.calls) : 0.0);
+      continue;
+    }
+    if (i.axis == Axis::kCp && i.kind == Collective::kSendRecv && i.what == CommWhat::kAttentionKv) {
+      // The causal p2p ring overlaps each KV step with the attention
+      // core; only the excess is exposed. (The M/R state hand-off is a
+      // chain with nothing to hide under: fully exposed, priced in comm.cc.)
+      const double window = i.pass == Pass::kForward ? rc.attention_core_forward_s : 2.0 * rc.attention_core_forward_s;
+      i.exposed_seconds = std::max(0.0, i.seconds - window);
+    } else if (IsGradSync(i)) {
+      g.grads.push_back(&i);
+      g.grads_bucket = std::max(g.grads_bucket, BucketSeconds(i, inv, cost));
+      continue;
+    } else if (IsParamGather(i)) {
+      g.gathers.push_back(&i);
+      g.gathers_bucket = std::max(g.gathers_bucket, BucketSeconds(i, inv, cost));
+      continue;
+    } else if (IsPerUnit(i)) {
+      g.per_unit[i.pass == Pass::kForward ? 0 : 1].push_back(&i);
+      continue;
+    } else if (dual && (i.axis == Axis::kEp || i.axis == Axis::kExpertTp)) {
+      g.ep.push_back(&i);
+      g.ep_s += i.seconds;
+      continue;
+    }
+    if (i.pass == Pass::kOptimizer) {
+      out.optimizer_s += i.exposed_seconds;
+    } else {
+      out.in_pipeline_s += i.exposed_seconds;
+    }
+    out.by_axis[static_cast<size_t>(i.axis)] += i.exposed_seconds;
+  }
+  // DualPipe overlaps one direction's EP all-to-alls with the other's compute.
+  if (!g.ep.empty()) {
+    const double ep_exposed = std::max(0.0, g.ep_s - rc.total_s());
+    Distribute(g.ep, ep_exposed);
+    out.in_pipeline_s += ep_exposed;
+    for (const CommItem* i : g.ep) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
+  }
+  ExposePerUnit(g.per_unit, rc, out);
+  ExposeDataParallel(g, rc, l, out);
+  return out;
+}
+
+/// The schedule's bubble: DualPipe's from the largest chunk's F and B, the
+/// others (p-1)/v micro-batch times of the slowest stage, plus the pipeline
+/// sends of the fill and drain path, which nothing hides.
+double PipelineBubble(const Layout& l, const StagePlan& stages, double steady_s, double max_chunk_forward_s,
+                      double max_chunk_backward_s, double one_p2p_s, double* fill_s) {
+  *fill_s = 0;
+  if (l.pp <= 1) return 0;
+  const bool dual = l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV;
   const double p = static_cast<double>(l.pp);
   double bubble = 0;
-  if (l.pp > 1) {
-    if (dual) {
-      // (p/2-1)(F&B + B - 3W) with F&B = F + B and W = B/2 [OURS] (MATH.md 4.2).
-      bubble = (p / 2.0 - 1.0) * (max_chunk_f + 0.5 * max_chunk_b);
-    } else {
-      // (p-1)/v micro-batch times of the slowest stage (MATH.md 4.2).
-      bubble = (p - 1.0) / static_cast<double>(l.vpp) * st.steady_s / static_cast<double>(std::max<int64_t>(1, m));
-    }
-    // The first micro-batch's activations and the last one's gradients cross
-    // every chunk boundary once with nothing to hide under.
-    const double fill = 2.0 * static_cast<double>(n_chunks - 1) * one_p2p_s;
-    bubble += fill;
-    for (auto& a : by_axis) a[static_cast<size_t>(Axis::kPp)] = fill;
+  if (dual) {
+    // (p/2-1)(F&B + B - 3W) with F&B = F + B and W = B/2 [OURS] (MATH.md 4.2).
+    bubble = (p / 2.0 - 1.0) * (max_chunk_forward_s + 0.5 * max_chunk_backward_s);
+  } else {
+    // (p-1)/v micro-batch times of the slowest stage (MATH.md 4.2).
+    bubble = (p - 1.0) / static_cast<double>(l.vpp) * steady_s / static_cast<double>(std::max<int64_t>(1, l.micro_batches));
   }
-  st.bubble_s = bubble;
-  double tail = 0;
-  for (double x : tails) tail = std::max(tail, x);
-  st.step_s = st.steady_s + st.bubble_s + tail;
-  st.bubble_fraction = st.step_s > 0 ? st.bubble_s / st.step_s : 0.0;
-  st.exposed_by_axis = by_axis[static_cast<size_t>(st.slowest_stage)];
+  // The first micro-batch's activations and the last one's gradients cross
+  // every chunk boundary once with nothing to hide under.
+  const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
+  *fill_s = 2.0 * static_cast<double>(n_chunks - 1) * one_p2p_s;
+  return bubble + *fill_s;
+}
 
-  // Model FLOPs (no recompute): 3x forward per token over the global batch.
+/// Model FLOPs (no recompute: 3x forward per token over the global batch),
+/// tokens per second and MFU against the raw dense bf16 peak.
+void SetThroughput(const Inventory& inv, const PlanTables& t, const Layout& l, StepTime& st) {
   const double seq = static_cast<double>(inv.recipe.training.seq_len);
   double per_token = 3.0 * t.head_flops;
   const auto& all = t.family_count_prefix.back();
@@ -239,13 +250,54 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     const FamilyCost& fc = t.family[f];
     per_token += 3.0 * static_cast<double>(all[f]) * (fc.matmul_flops + fc.scan_flops + fc.flops_per_token_per_seq * seq);
   }
-  const double tokens = seq * static_cast<double>(l.micro_batch) * static_cast<double>(m) * static_cast<double>(l.dp);
+  const double tokens = seq * static_cast<double>(l.micro_batch) * static_cast<double>(l.micro_batches) *
+                        static_cast<double>(l.dp);
   st.model_flops = per_token * tokens;
   if (st.step_s > 0) {
     st.tokens_per_s = tokens / st.step_s;
     const double raw_peak = inv.recipe.cluster.spec.bf16_dense_tflops * 1e12;
     st.mfu = st.model_flops / (st.step_s * static_cast<double>(l.world()) * raw_peak);
   }
+}
+
+}  // namespace
+
+StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                          std::vector<StageComm>* comm, const CostModel& cost) {
+  StepTime st;
+  const double peak = AchievableFlops(inv, cost);
+  double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;
+  std::vector<std::array<double, kNumAxes>> by_axis(static_cast<size_t>(l.pp));
+  std::vector<double> busy(static_cast<size_t>(l.pp), 0.0);
+  const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
+  for (int64_t r = 0; r < l.pp; ++r) {
+    const RankCompute rc = ComputeOnRank(inv, t, l, stages, r, cost);
+    const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost);
+    max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
+    max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
+    one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
+    by_axis[static_cast<size_t>(r)] = ex.by_axis;
+    busy[static_cast<size_t>(r)] = rc.total_s() + ex.in_pipeline_s;
+    tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak);
+    st.dp_exposed_s = std::max(st.dp_exposed_s, ex.dp_tail_s);
+    st.optimizer_s = std::max(st.optimizer_s, ex.optimizer_s + rc.muon_flops / peak);
+    st.stages.push_back({r, rc.forward_s / per_mb, rc.backward_s / per_mb, rc.recompute_s / per_mb,
+                         ex.in_pipeline_s / per_mb});
+  }
+  // Steady state: the busiest rank sets the pace.
+  for (int64_t r = 0; r < l.pp; ++r) {
+    if (busy[static_cast<size_t>(r)] > busy[static_cast<size_t>(st.slowest_stage)]) st.slowest_stage = r;
+  }
+  st.steady_s = busy[static_cast<size_t>(st.slowest_stage)];
+  double fill = 0;
+  st.bubble_s = PipelineBubble(l, stages, st.steady_s, max_chunk_f, max_chunk_b, one_p2p_s, &fill);
+  if (l.pp > 1) {
+    for (auto& a : by_axis) a[static_cast<size_t>(Axis::kPp)] = fill;
+  }
+  st.step_s = st.steady_s + st.bubble_s + tail;
+  st.bubble_fraction = st.step_s > 0 ? st.bubble_s / st.step_s : 0.0;
+  st.exposed_by_axis = by_axis[static_cast<size_t>(st.slowest_stage)];
+  SetThroughput(inv, t, l, st);
   return st;
 }
 
