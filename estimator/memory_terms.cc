@@ -129,10 +129,6 @@ TokenBytes DenseTokenBytes(const Recipe& r) {
   return out;
 }
 
-/// Tokens of one micro-batch on one CP rank: s*b/c.
-int64_t CpTokens(const Recipe& r, const Layout& l) {
-  return CeilDiv(Mul(r.training.seq_len, l.micro_batch), l.cp);
-}
 
 /// Bytes of a per-token split over one micro-batch: replicated terms /t under
 /// SP, sharded terms /t always (worst rank rounds up).
@@ -165,9 +161,6 @@ TokenBytes SavedBytesPerToken(const Recipe& r, BlockKind kind, Recompute recompu
   return {};
 }
 
-int64_t ResidualTokens(const Recipe& r, const Layout& l) {
-  return CeilDiv(CpTokens(r, l), l.sequence_parallel() ? l.tp : 1);
-}
 
 // 128-bit intermediate for n * (fraction in millionths); GCC/Clang builtin.
 __extension__ typedef __int128 Int128;
@@ -184,58 +177,9 @@ int64_t CeilFraction(int64_t n, double f) {
   return static_cast<int64_t>(out);
 }
 
-int64_t MoeCapacity(int64_t tokens, int64_t top_k, int64_t experts, double capacity_factor) {
-  // Megatron: math.ceil((num_tokens / num_experts) * capacity_factor) with
-  // num_tokens = T*k, in double precision as there.
-  const double c = std::ceil(static_cast<double>(Mul(tokens, top_k)) / static_cast<double>(experts) * capacity_factor);
-  if (!(c < 9.2e18)) throw ArithmeticOverflow("int64 overflow in MoE capacity");
-  return static_cast<int64_t>(c);
-}
-
-MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens, int64_t ep, int64_t expert_tp) {
-  const MoeConfig& e = model.moe;
-  const int64_t beta = SizeOf(activations);
-  const int64_t row = Mul(model.hidden, beta);  // one token's hidden vector
-  const int64_t local_experts = CeilDiv(e.experts, ep);
-  MoeRouting out;
-  out.tokens = tokens;
-  out.recv_worst = Mul(Mul(tokens, ep), std::min(e.top_k, local_experts));
-  const int64_t routed = Mul(tokens, e.top_k);
-  if (e.dropless) {
-    out.send_tokens = routed;
-    out.recv_tokens = std::min(out.recv_worst, CeilFraction(routed, e.dropless_skew));
-    out.recv_per_peer = Bytes(Mul(CeilDiv(out.recv_tokens, ep), row));
-  } else {
-    out.capacity = MoeCapacity(tokens, e.top_k, e.experts, e.capacity_factor);
-    // Each source rank sends at most C tokens to each of the E experts; this
-    // rank's E/e experts receive at most C from each of the e source ranks.
-    const int64_t slots = Mul(e.experts, out.capacity);
-    if (e.pad_to_capacity) {
-      out.send_tokens = slots;
-      out.recv_tokens = slots;
-      out.recv_per_peer = Bytes(Mul(Mul(local_experts, out.capacity), row));
-    } else {
-      out.send_tokens = std::min(routed, slots);
-      out.recv_tokens = std::min(out.recv_worst, slots);
-      out.recv_per_peer = Bytes(Mul(CeilDiv(out.recv_tokens, ep), row));
-    }
-  }
-  out.expert_tokens = Mul(out.recv_tokens, expert_tp);
-  out.topk_probs = Bytes(Mul(routed, 4));
-  out.counts = Bytes(Mul(8, Add(e.experts, Mul(Mul(expert_tp, ep), e.experts))));
-  out.dispatch_send = Bytes(Mul(out.send_tokens, row));
-  out.dispatch_recv = Bytes(Mul(out.recv_tokens, row));
-  if (expert_tp > 1) out.etp_gather = Bytes(Mul(out.expert_tokens, row));
-  if (local_experts > 1) out.sort_copy = Bytes(Mul(out.expert_tokens, row));
-  out.combine_send = Bytes(Mul(out.recv_tokens, row));
-  out.combine_recv = Bytes(Mul(out.send_tokens, row));
-  out.unpermute_out = Bytes(Mul(tokens, row));
-  return out;
-}
-
 Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute) {
   const TokenBytes per_token = SavedBytesPerToken(r, BlockKind::kMoe, recompute, l.tp, l.cp);
-  int64_t out = SpreadTokens(per_token, CpTokens(r, l), l);
+  int64_t out = SpreadTokens(per_token, TokensOf(r, l).cp_rank, l);
   if (recompute == Recompute::kFull) return Bytes(out);
   // Routed experts on the R rows they process: fc1 input, fc1 out (gate, up)
   // and SwiGLU out. The expert output kept for d(probs) and the fp32 permuted
@@ -243,7 +187,7 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   // the combine all-to-all (and the expert-TP reduce-scatter), so they take the
   // N_send rows this rank dispatched, not the t_e-times-gathered R rows
   // (MATH.md 8.3; the simulator measures it there).
-  const MoeRouting routing = RouteMoe(r.model, r.training.precision.activations, ResidualTokens(r, l), l.ep, l.expert_tp);
+  const MoeRouting routing = RouteMoeOn(r, l);
   const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
   const int64_t per_expert_row = Mul(Add(r.model.hidden, Mul(3, f_local)), beta);
@@ -291,10 +235,10 @@ Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
     // and each received state is kept for the backward, which restarts the
     // recurrence from it (a recomputed forward too, so under every policy).
     const int64_t spread =
-        SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, MambaRepeatCp(l)), CpTokens(r, l), l);
+        SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, MambaRepeatCp(l)), TokensOf(r, l).cp_rank, l);
     return Bytes(spread) + MambaHandoffStateBytes(r, l);
   }
-  Bytes out(SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, l.cp), CpTokens(r, l), l));
+  Bytes out(SpreadTokens(SavedBytesPerToken(r, kind, l.recompute, l.tp, l.cp), TokensOf(r, l).cp_rank, l));
   // The received state is needed whatever the recompute policy: a recomputed
   // forward of the chunk starts from it too.
   if (kind == BlockKind::kRecurrent) out += RecurrentHandoffStateBytes(r, l);
@@ -339,7 +283,7 @@ Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
 }
 
 Bytes FirstStageActivations(const Recipe& r, const Layout& l) {
-  const int64_t tokens = CpTokens(r, l);
+  const int64_t tokens = TokensOf(r, l).cp_rank;
   int64_t out = Mul(8, tokens);  // int64 token ids
   if (r.training.dropout > 0) {
     out = Add(out, CeilDiv(Mul(tokens, r.model.hidden), l.sequence_parallel() ? l.tp : 1));
@@ -348,7 +292,7 @@ Bytes FirstStageActivations(const Recipe& r, const Layout& l) {
 }
 
 Bytes LastStageActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {
-  const int64_t tokens = CpTokens(r, l);
+  const int64_t tokens = TokensOf(r, l).cp_rank;
   const int64_t beta = SizeOf(r.training.precision.activations);
   // Final-norm input + head input (residual stream) and the norm statistics.
   TokenBytes per_token;
@@ -361,7 +305,7 @@ Bytes LastStageActivations(const Recipe& r, const Layout& l, int64_t padded_voca
 Bytes HeadLogitsActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {
   TokenBytes per_token;
   per_token.sharded = Mul(padded_vocab, SizeOf(r.training.precision.activations));
-  return Bytes(SpreadTokens(per_token, CpTokens(r, l), l));
+  return Bytes(SpreadTokens(per_token, TokensOf(r, l).cp_rank, l));
 }
 
 int64_t OneFOneBInFlight(int64_t p, int64_t m, int64_t r) { return std::min(m, p - r); }

@@ -39,8 +39,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
                         {"per_layer", per_layer.count()}, {"layers", w.layer_count[f]},
                         {"layer-micro-batches", w.units[f]}});
       if (kind == BlockKind::kMoe && l.recompute != Recompute::kFull) {
-        const MoeRouting mr = RouteMoe(rc.model, rc.training.precision.activations, ResidualTokens(rc, l), l.ep,
-                                       l.expert_tp);
+        const MoeRouting mr = RouteMoeOn(rc, l);
         in.append(" ").append(Inputs({{"R", mr.expert_tokens}, {"N_send", mr.send_tokens}, {"h", rc.model.hidden},
                                       {"f_e", rc.model.moe.ffn_hidden},
                             {"t_e", l.expert_tp}}));
@@ -92,8 +91,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
 
 void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
   if (w.layer_count[FamilyIndex(BlockKind::kMoe)] == 0) return;
-  const MoeRouting mr = RouteMoe(rc.model, rc.training.precision.activations, ResidualTokens(rc, l), l.ep,
-                                 l.expert_tp);
+  const MoeRouting mr = RouteMoeOn(rc, l);
   out.bytes[static_cast<int>(Category::kRoutingScratch)] = mr.peak();
   if (sink) {
     const MoeConfig& e = rc.model.moe;

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "internal.h"
+#include "preflight/estimator/geometry.h"
 
 namespace preflight {
 
@@ -220,7 +221,7 @@ Sizes SizesOf(const Inventory& inv, const Layout& l) {
   s.grad = SizeOf(tr.precision.grads);
   s.param = SizeOf(tr.precision.params);
   s.muon = SizeOf(tr.optimizer.muon_momentum);
-  s.x = Bytes(CheckedMul(CheckedMul(CheckedMul(tr.seq_len / l.cp, l.micro_batch), s.hidden), s.act));
+  s.x = Bytes(CheckedMul(CheckedMul(TokensOf(inv.recipe, l).cp_rank, s.hidden), s.act));
   return s;
 }
 
@@ -347,7 +348,7 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
     const auto counts = FamilyCounts(t, c.range.first_layer, c.range.end_layer);
     for (size_t f = 0; f < 5; ++f) layers_mb[f] += counts[f] * c.microbatches;
   }
-  const int64_t tokens = CheckedMul(s.seq / l.cp, s.micro);  // one CP rank's tokens of one micro-batch
+  const int64_t tokens = TokensOf(inv.recipe, l).cp_rank;
   const std::function<Bytes(int64_t)> width_bytes = [&](int64_t width) {
     return Bytes(CheckedMul(CheckedMul(tokens, width), s.act) / l.tp);
   };
@@ -386,15 +387,9 @@ void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
            c.microbatches;
   }
   if (n_e == 0) return;
-  const MoeConfig& moe = inv.recipe.model.moe;
-  const int64_t tokens = CheckedMul(s.seq / l.cp, s.micro) / (EffectiveSp(inv, l) ? l.tp : 1);
-  // Token copies this rank dispatches: k*T, or every expert's capacity
-  // E*C with C = ceil(k*T*cf/E) when padded (MATH.md 5).
-  int64_t copies = CheckedMul(moe.top_k, tokens);
-  if (!moe.dropless && moe.pad_to_capacity) {
-    const double cap = static_cast<double>(copies) * moe.capacity_factor / static_cast<double>(moe.experts);
-    copies = CheckedMul(moe.experts, static_cast<int64_t>(std::ceil(cap - 1e-9)));
-  }
+  // Token copies this rank dispatches, from the shared geometry: k*T, E*C
+  // when padded to capacity, at most E*C when tokens beyond capacity drop.
+  const int64_t copies = RouteMoeOn(inv.recipe, l).send_tokens;
   const Bytes buf = BytesOf(CheckedMul(copies, s.hidden), s.act);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch, buf, n_e);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeCombine, buf, n_e);
