@@ -1,5 +1,5 @@
-// The capacity model: per-rank memory of one pipeline rank (DESIGN.md,
-// "Memory geometry"; MATH.md 1-6). One walk computes every figure; the same
+// The capacity model: per-rank memory of one pipeline rank (docs/architecture.md,
+// "Memory geometry"; docs/formulas.md §1-6). One walk computes every figure; the same
 // walk, given a sink, also records each figure's formula and inputs for
 // --explain, so the explanation can never drift from the number.
 //
@@ -9,11 +9,11 @@
 //   1, t or e*t_e (rounded up: the worst rank). Parameter bytes come from each
 //   tensor's dtype (Mamba A_log and D stay fp32); grads use precision.grads.
 // - Tied embeddings with the ends on different ranks: the last stage keeps a
-//   second V_pad*h/t copy, as Megatron does (MATH.md 1.1).
+//   second V_pad*h/t copy, as Megatron does (docs/formulas.md §1.1).
 // - DualPipe: rank r also holds stage p-1-r, so its params, grads and
-//   optimizer state double; DualPipeV holds only its own chunks (MATH.md 4.1).
+//   optimizer state double; DualPipeV holds only its own chunks (docs/formulas.md §4.1).
 //   In flight: see ForEachChunk.
-// - ZeRO groups: dense state over d*c, expert state over d_e (MATH.md 2.2).
+// - ZeRO groups: dense state over d*c, expert state over d_e (docs/formulas.md §2.2).
 //   ZeRO >= 1 shards the optimizer state per unit (a layer, the embedding,
 //   the head with the final norm) and per flat buffer of the unit (dense or
 //   expert x optimizer x element dtype), each zero-padded to a multiple of D
@@ -92,7 +92,7 @@ using estimator_detail::WalkRank;
 /// memory_allocated), NCCL keeps per-communicator channel buffers
 /// (NCCL_BUFFSIZE 4 MiB per channel per peer; a rank sits in TP, CP, DP, EP,
 /// PP and embedding groups), cuBLAS keeps 32 MiB workspaces per handle
-/// (CUBLAS_WORKSPACE_CONFIG :4096:8) and TE its GEMM workspaces; MATH.md 2.4
+/// (CUBLAS_WORKSPACE_CONFIG :4096:8) and TE its GEMM workspaces; docs/formulas.md §2.4
 /// puts the sum at 2-3 GiB, to be calibrated with torch.cuda.mem_get_info.
 Bytes RuntimeReserve(const Recipe& rc) { return GiB(rc.cluster.reserve_gib); }
 
@@ -136,7 +136,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
                          out.of(Category::kServingState);
   out.bytes[static_cast<int>(Category::kRuntimeReserve)] = RuntimeReserve(rc);
   // Fragmentation of the caching allocator, a fraction of what it manages
-  // (Megatron's estimator multiplies activations by 1.05; MATH.md 2.4).
+  // (Megatron's estimator multiplies activations by 1.05; docs/formulas.md §2.4).
   out.bytes[static_cast<int>(Category::kAllocatorOverhead)] =
       Bytes(CeilFraction(managed.count(), rc.cluster.allocator_overhead));
   out.capacity = MiB(rc.cluster.capacity_mib > 0 ? rc.cluster.capacity_mib : rc.cluster.spec.capacity_mib);

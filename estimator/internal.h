@@ -56,7 +56,7 @@ inline int64_t ClassSum(const LocalParams& e, int c) { return Add(e.elements[c][
 
 /// Pricing context: degrees and per-element sizes fixed for one EstimateRank call.
 struct Context {
-  int64_t dense_group = 1;   // D_dense = d * c: Megatron shards dense state over DP x CP (MATH.md 2.2)
+  int64_t dense_group = 1;   // D_dense = d * c: Megatron shards dense state over DP x CP (docs/formulas.md §2.2)
   int64_t expert_group = 1;  // D_exp = d_e, the expert-data-parallel group
   int64_t beta_g = 4;
   int64_t beta_p = 2;        // bytes of a parameter element outside the fp32 buffers (precision.params)

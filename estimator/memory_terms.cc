@@ -1,4 +1,4 @@
-// Per-term formulas of the capacity model (MATH.md 3-6). Each function is a
+// Per-term formulas of the capacity model (docs/formulas.md §3-6). Each function is a
 // closed form in checked int64 arithmetic; the tests check each one against a
 // paper's table or a hand-worked example.
 #include "preflight/estimator/memory_terms.h"
@@ -111,7 +111,7 @@ TokenBytes RecurrentTokenBytes(const Recipe& r) {
   TokenBytes out;
   out.replicated = ResidualTerms(r);
   // g_pre, u, conv(u), W_o input (1 each) and the r/i gate pre-activations (2),
-  // all in the activation dtype, plus the h_t sequence in fp32 (MATH.md 3.2:
+  // all in the activation dtype, plus the h_t sequence in fp32 (docs/formulas.md §3.2:
   // a_R = 4h + 16 d_r, plus the norm rstd). The simulator's R block keeps
   // exactly this set; under the CP all-to-all it keeps the h that came back
   // in place of the W_o input (same width) and recomputes y = h * GeLU(g_pre).
@@ -186,7 +186,7 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   // probs live at the source: Megatron multiplies the probs in unpermute, after
   // the combine all-to-all (and the expert-TP reduce-scatter), so they take the
   // N_send rows this rank dispatched, not the t_e-times-gathered R rows
-  // (MATH.md 8.3; the simulator measures it there).
+  // (docs/formulas.md §8.3; the simulator measures it there).
   const MoeRouting routing = RouteMoeOn(r, l);
   const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);

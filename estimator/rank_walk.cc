@@ -195,7 +195,7 @@ Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w) {
     for (const ParamTensor& t : inv.final_norms) AddTensor(e.final_norm, t, inv, l);
     for (const ParamTensor& t : inv.head) AddTensor(e.head, t, inv, l);
     // Tied weights with the ends on different ranks: Megatron keeps a second
-    // V*h/t copy on the last stage and all-reduces its grad (MATH.md 1.1).
+    // V*h/t copy on the last stage and all-reduces its grad (docs/formulas.md §1.1).
     if (inv.recipe.model.tie_embeddings && !w.embedding) {
       AddTensor(e.head, inv.embedding, inv, l);
       e.tied_copy = true;

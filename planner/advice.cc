@@ -93,7 +93,7 @@ std::optional<Recipe> ApplyMove(const Recipe& recipe, AdviceMove move, AdviceCha
   };
   switch (move) {
     case AdviceMove::kMoreTp:
-      // TP stays inside a node (its collectives run every layer, MATH.md 7.2).
+      // TP stays inside a node (its collectives run every layer, docs/formulas.md §7.2).
       if (p.tp * 2 > r.cluster.gpus_per_node) return std::nullopt;
       set("parallel.tp", p.tp, p.tp * 2);
       p.tp *= 2;

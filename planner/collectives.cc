@@ -1,4 +1,4 @@
-// Collective volumes and times in the NCCL ring convention (MATH.md 7.1;
+// Collective volumes and times in the NCCL ring convention (docs/formulas.md §7.1;
 // nccl-tests doc/PERFORMANCE.md for the bus-bandwidth factors).
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // Communication per training step, per pipeline rank, per axis and
-// collective (MATH.md 7.2). Bytes are exact integers per call; the simulator
+// collective (docs/formulas.md §7.2). Bytes are exact integers per call; the simulator
 // compares its counted messages against these items.
 #include <algorithm>
 #include <cmath>
@@ -225,7 +225,7 @@ Sizes SizesOf(const Inventory& inv, const Layout& l) {
   return s;
 }
 
-// TP regions of the layer families, the embedding, head and loss (MATH.md 7.2 "TP").
+// TP regions of the layer families, the embedding, head and loss (docs/formulas.md §7.2 "TP").
 void AddTp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
            ItemList* items) {
   if (l.tp <= 1) return;
@@ -268,13 +268,13 @@ void AddTp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
   items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kLoss, ce, 3 * head_mb);
 }
 
-// Mamba all-to-all CP repeats B and C r_g = c/(G/t) times when c > G/t (MATH.md 1.4).
+// Mamba all-to-all CP repeats B and C r_g = c/(G/t) times when c > G/t (docs/formulas.md §1.4).
 int64_t MambaGroupRepeat(const MambaConfig& m, const Layout& l) {
   const int64_t local_groups = m.groups / l.tp;
   return (local_groups > 0 && l.cp > local_groups) ? l.cp / local_groups : 1;
 }
 
-// Attention under CP per TE's cp_comm_type (MATH.md 7.2; TransformerEngine
+// Attention under CP per TE's cp_comm_type (docs/formulas.md §7.2; TransformerEngine
 // dot_product_attention/context_parallel.py).
 void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std::function<Bytes(int64_t)>& width_bytes,
                     ItemList* items) {
@@ -309,7 +309,7 @@ void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std
   }
 }
 
-// M and R blocks under CP. all_to_all (Megatron, MATH.md 7.2): the mixer
+// M and R blocks under CP. all_to_all (Megatron, docs/formulas.md §7.2): the mixer
 // input is re-split from sequence to heads and the output back. handoff
 // [OURS]: per chain edge per layer per micro-batch one message of the conv
 // tail (the last d_conv-1 conv inputs of the local channels, beta_a) and the
@@ -359,7 +359,7 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
 }
 
 // PP boundaries: a chunk sends activations forward unless it is the last
-// chunk and gradients backward unless it is the first (MATH.md 7.2 "PP").
+// chunk and gradients backward unless it is the first (docs/formulas.md §7.2 "PP").
 void AddPp(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks, int64_t n_chunks,
            ItemList* items) {
   if (l.pp <= 1) return;
@@ -582,7 +582,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
       for (const ParamTensor& t : inv.final_norms) AddEndTensor(t, inv, l, &u);
       for (const ParamTensor& t : inv.head) AddEndTensor(t, inv, l, &u);
       // A tied head on a single-stage pipeline shares the embedding tensor;
-      // with pp > 1 the last stage keeps a second copy (MATH.md 1.1).
+      // with pp > 1 the last stage keeps a second copy (docs/formulas.md §1.1).
       if (m.tie_embeddings && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
       head = UnitBuffers(u, dg);
       b += head;
@@ -601,7 +601,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
 }
 
 // Gradient synchronisation, parameter gathers and optimizer communication
-// (MATH.md 7.2 "DP", "Muon extra"; 2.2 for the groups), on the padded flat
+// (docs/formulas.md §7.2 "DP", "Muon extra"; 2.2 for the groups), on the padded flat
 // buffers of the distributed optimizer (DpBuffers), as the executor runs them
 // (simulator/dist_optimizer.h):
 // - ZeRO 0: all-reduce of the grads; ZeRO 1: reduce-scatter of the grads and
@@ -662,7 +662,7 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
     }
   }
 
-  // Muon, Moonshot "Distributed Muon" over the ZeRO group (MATH.md 9.3): the
+  // Muon, Moonshot "Distributed Muon" over the ZeRO group (docs/formulas.md §9.3): the
   // momentum-updated shards of each (padded) Muon buffer are gathered back to
   // the full local matrices. TP "duplicated" (Megatron default): each
   // TP-sharded Muon matrix is gathered over TP; expert matrices likewise over
@@ -680,7 +680,7 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
              BytesOf(muon_ep_local_full, s.muon), 1);
 
   // With SP each TP rank holds partial gradients of replicated params
-  // (norms, router): one coalesced all-reduce over TP (MATH.md 7.2), padded
+  // (norms, router): one coalesced all-reduce over TP (docs/formulas.md §7.2), padded
   // to a multiple of t like the DP buffers; ZeRO 2/3 all-reduce each unit's
   // before its reduce-scatter, in every micro-batch.
   if (EffectiveSp(inv, l) && per_unit_grads) {

@@ -1,5 +1,5 @@
 // Mesh placement: rank <-> (node, GPU, axis coordinates) and the groups of
-// every axis (MATH.md 7.3).
+// every axis (docs/formulas.md §7.3).
 #include <algorithm>
 
 #include "preflight/planner/mesh.h"
@@ -26,7 +26,7 @@ RankCoord CoordOf(const Layout& l, int64_t rank, int64_t gpus_per_node) {
     c.dp = outer % l.dp;
     c.pp = outer / l.dp;
   }
-  // MoE folding over the t*c*d ranks of one stage (MATH.md 7.3).
+  // MoE folding over the t*c*d ranks of one stage (docs/formulas.md §7.3).
   const int64_t i = c.tp + l.tp * (c.cp + l.cp * c.dp);
   c.expert_tp = i % l.expert_tp;
   c.ep = (i / l.expert_tp) % l.ep;

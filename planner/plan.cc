@@ -22,7 +22,7 @@ int64_t CountOf(const Recipe& r, BlockKind k) {
 
 // CP on Mamba-2 layers is Megatron's all-to-all CP: the sequence-split
 // activations are re-split by heads, so heads and groups must split over t*c
-// (MATH.md 1.4; mamba_context_parallel.py). R blocks follow the same
+// (docs/formulas.md §1.4; mamba_context_parallel.py). R blocks follow the same
 // pattern over their gate blocks [OURS].
 void CheckCpOnRecurrentMixers(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
   // The state hand-off (cp_recurrent: handoff, [OURS]) keeps whole heads on
@@ -168,7 +168,7 @@ Priced PriceStages(const Inventory& inv, const PlanTables& tables, const Layout&
   return p;
 }
 
-// Memory as the partition's constraint (MATH.md 4.3, "minimise max_j cost_j
+// Memory as the partition's constraint (docs/formulas.md §4.3, "minimise max_j cost_j
 // subject to memory_j <= budget"): the time-balanced cut comes first; the
 // parameter-balanced cut (fewer layers beside the embedding and head) and the
 // equal-layer cut are the fallbacks the estimator judges.

@@ -1,4 +1,4 @@
-// Pipeline-stage partition (MATH.md 4.3, [OURS] partitioner): contiguous
+// Pipeline-stage partition (docs/formulas.md §4.3, [OURS] partitioner): contiguous
 // chunks minimising the slowest one, by dynamic programming over prefix sums.
 #include <algorithm>
 #include <limits>

@@ -1,6 +1,6 @@
 // Step time: compute at an achievable fraction of peak, exposed
 // communication under the overlap rules of docs/plan.md, and the pipeline
-// bubble of the schedule (MATH.md 4.2, 7.1).
+// bubble of the schedule (docs/formulas.md §4.2, 7.1).
 #include <algorithm>
 
 #include "internal.h"
@@ -227,10 +227,10 @@ double PipelineBubble(const Layout& l, const StagePlan& stages, double steady_s,
   const double p = static_cast<double>(l.pp);
   double bubble = 0;
   if (dual) {
-    // (p/2-1)(F&B + B - 3W) with F&B = F + B and W = B/2 [OURS] (MATH.md 4.2).
+    // (p/2-1)(F&B + B - 3W) with F&B = F + B and W = B/2 [OURS] (docs/formulas.md §4.2).
     bubble = (p / 2.0 - 1.0) * (max_chunk_forward_s + 0.5 * max_chunk_backward_s);
   } else {
-    // (p-1)/v micro-batch times of the slowest stage (MATH.md 4.2).
+    // (p-1)/v micro-batch times of the slowest stage (docs/formulas.md §4.2).
     bubble = (p - 1.0) / static_cast<double>(l.vpp) * steady_s / static_cast<double>(std::max<int64_t>(1, l.micro_batches));
   }
   // The first micro-batch's activations and the last one's gradients cross

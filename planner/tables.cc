@@ -8,15 +8,15 @@ namespace preflight {
 namespace {
 
 // Newton-Schulz FLOPs of one m x n matrix: 5 steps of 4*m^2*n + 2*m^3 with m
-// the smaller dimension (MATH.md 9.2, step 3).
+// the smaller dimension (docs/formulas.md §9.2, step 3).
 double NewtonSchulzFlops(int64_t rows, int64_t cols) {
   const double m = static_cast<double>(std::min(rows, cols));
   const double n = static_cast<double>(std::max(rows, cols));
   return 5.0 * (4.0 * m * m * n + 2.0 * m * m * m);
 }
 
-// Muon treats a >2-D tensor as (out, rest) (MATH.md 9.2, step 2); routed
-// experts [E, a, b] are E separate a x b matrices (MATH.md 9.4).
+// Muon treats a >2-D tensor as (out, rest) (docs/formulas.md §9.2, step 2); routed
+// experts [E, a, b] are E separate a x b matrices (docs/formulas.md §9.4).
 void AddMuonFlops(const ParamTensor& t, double* dense, double* expert) {
   if (t.optimizer != OptimizerKind::kMuon || t.shape.size() < 2) return;
   if (t.split == Split::kExpert && t.shape.size() == 3) {
@@ -60,7 +60,7 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
       f.scan_flops = q * static_cast<double>(mc.groups * mc.d_state) + q * static_cast<double>(heads * mc.head_dim) +
                      4.0 * static_cast<double>(heads * mc.head_dim * mc.d_state);
       f.tp_regions = 1;
-      // zxBCdt to heads + y back (MATH.md 7.2 Mamba all-to-all CP, r_g = 1).
+      // zxBCdt to heads + y back (docs/formulas.md §7.2 Mamba all-to-all CP, r_g = 1).
       f.cp_a2a_width = 3 * d_inner + 2 * mc.groups * mc.d_state + heads;
       f.cp_a2a_bwd_width = f.cp_a2a_width;
       break;
@@ -74,7 +74,7 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
       // [OURS] All-to-all CP on R: u in (sequence -> channel split), h back;
       // the GeLU gate g stays sequence-split (it is per token), so d_r in and
       // d_r out, and the backward moves dh in and du back (the simulator's R
-      // block moves exactly these). MATH.md 7.2 says 2d_r + d_r (g travelling
+      // block moves exactly these). docs/formulas.md §7.2 says 2d_r + d_r (g travelling
       // too, as Megatron's Mamba CP sends z); g never needs to.
       f.cp_a2a_width = 2 * m.recurrent.width;
       f.cp_a2a_bwd_width = f.cp_a2a_width;

@@ -8,6 +8,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # scripts/test.sh's fuzz step: clang and its libFuzzer/sanitizer runtimes.
   clang-14 libclang-rt-14-dev
+  # scripts/lint.sh: clang-format (with clang-format-diff) and clang-tidy.
+  clang-format-14 clang-tidy-14
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -5,7 +5,9 @@
 #   2. a second tree, build-asan, with AddressSanitizer + UndefinedBehaviorSanitizer
 #      at -O1 with line tables only (-g1: symbolized reports, cheaper to build),
 #      the full ctest suite again (any report fails the run);
-#   3. when clang++ and its libFuzzer runtime are installed, a 60-second
+#   3. scripts/lint.sh: clang-format on the changed lines and clang-tidy on
+#      the changed .cc files since PREFLIGHT_LINT_BASE (default HEAD~1);
+#   4. when clang++ and its libFuzzer runtime are installed, a 60-second
 #      libFuzzer run over the recipe parser (scripts/fuzz.sh).
 # Prints the time of each step. Set PREFLIGHT_JOBS to change parallelism
 # (default 2, the CI machine's cores), PREFLIGHT_FUZZ_SECONDS the fuzz time
@@ -50,6 +52,7 @@ have_libfuzzer() {
 }
 
 step "release build + ctest" release
+step "lint (changed lines and files)" scripts/lint.sh
 step "asan+ubsan build + ctest" sanitized
 if [[ "${fuzz_seconds}" != 0 ]] && have_libfuzzer; then
   # A fixed seed keeps the CI run reproducible; longer exploratory runs use fuzz.sh directly.

@@ -1,6 +1,6 @@
 // The attention core under context parallelism (see attention_core.h for
 // the modes and their TransformerEngine sources). Everything here moves what
-// the computation needs; the counters measure it (GUIDE.md 6).
+// the computation needs; the counters measure it (docs/architecture.md).
 #include "attention_core.h"
 
 #include <cmath>
@@ -88,7 +88,7 @@ Mat<T> ProbsGiven(Ctx& ctx, const AttnShape& shape, const Mat<T>& qh, const Mat<
   return s;
 }
 
-/// Adds one block of keys' gradient contributions (MATH.md 8.1): dS =
+/// Adds one block of keys' gradient contributions (docs/formulas.md §8.1): dS =
 /// P (dP - rowsum(dO O)), dq += dS k / sqrt(d_h), dk += dS^T q / sqrt(d_h)
 /// (summed over the group's query heads), dv += P^T dO.
 template <class T>
@@ -166,7 +166,7 @@ std::vector<int64_t> EqualCounts(int n, int64_t each) { return std::vector<int64
 /// The K,V blocks going round the CP ring (TE's p2p_comm_buffers): at step
 /// i this rank holds the [K | V] block of CP rank r - i; SendOn passes it to
 /// r + 1 and TakeNext receives the next from r - 1, except at the last step
-/// (c - 1 sends per pass). Two buffers in flight (MATH.md 3.4 CP transient).
+/// (c - 1 sends per pass). Two buffers in flight (docs/formulas.md §3.4 CP transient).
 template <class T>
 class KvRing {
  public:

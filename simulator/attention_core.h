@@ -1,4 +1,4 @@
-// The causal GQA attention core of the A block (MATH.md 8.1), on one rank,
+// The causal GQA attention core of the A block (docs/formulas.md §8.1), on one rank,
 // under each context-parallel mode of TransformerEngine's
 // dot_product_attention/context_parallel.py (Megatron's cp_comm_type):
 //   p2p        AttnFuncWithCPAndKVP2P: each rank keeps its queries; the K,V

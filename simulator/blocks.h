@@ -1,5 +1,5 @@
 // Blocks of the reference executor, forward and hand-written backward
-// (MATH.md 8), sharded as the inventory says (MATH.md 8.3). One object per
+// (docs/formulas.md §8), sharded as the inventory says (docs/formulas.md §8.3). One object per
 // rank and layer; it keeps exactly the tensors its backward reads, tagged as
 // activations, and frees them in backward.
 #pragma once
@@ -29,11 +29,11 @@ struct Dims {
   bool dropless = true;
   bool pad_to_capacity = false;
   int64_t vocab = 0;                    // padded
-  // Mamba-2 (M, MATH.md 1.4): heads H = d_inner / head_dim.
+  // Mamba-2 (M, docs/formulas.md §1.4): heads H = d_inner / head_dim.
   int64_t mamba_inner = 0, mamba_heads = 0, mamba_head_dim = 0, mamba_groups = 0, mamba_d_state = 0;
   int64_t mamba_d_conv = 4, mamba_chunk = 0;
   bool mamba_fused_norm_out_proj = false;
-  // RG-LRU (R, MATH.md 1.6): width d_r, gate blocks n_b, conv width K_r.
+  // RG-LRU (R, docs/formulas.md §1.6): width d_r, gate blocks n_b, conv width K_r.
   int64_t recurrent_width = 0, recurrent_heads = 0, recurrent_d_conv = 4;
   int64_t seq = 0, batch = 1;           // tokens = seq * batch, row = pos * batch + b
   double norm_eps = 1e-5;
@@ -41,14 +41,14 @@ struct Dims {
   int64_t tokens() const { return seq * batch; }
 };
 
-/// Modeled bytes per element (MATH.md 0): activations, parameters, gradients.
+/// Modeled bytes per element (docs/formulas.md §0): activations, parameters, gradients.
 struct ModeledBytes {
   int64_t activation = 2;
   int64_t param = 2;
   int64_t grad = 4;
 };
 
-/// The sequence positions a context-parallel rank holds (MATH.md 3.4). The
+/// The sequence positions a context-parallel rank holds (docs/formulas.md §3.4). The
 /// sequence is cut into equal chunks: 2c with causal load balancing, where
 /// rank r holds chunks r and 2c-1-r, else c, where rank r holds chunk r.
 /// A rank's rows are its chunks in ascending position order, each position
@@ -94,7 +94,7 @@ class SavedPerMicrobatch {
   std::map<int64_t, S> live_;
 };
 
-/// What a parameter is, for the optimizer that owns it (MATH.md 9.4; the
+/// What a parameter is, for the optimizer that owns it (docs/formulas.md §9.4; the
 /// recipe's training.optimizer knobs map roles to Muon or AdamW).
 enum class ParamRole {
   kMatrix,       // 2-D hidden matrix: training.optimizer.matrices
@@ -124,7 +124,7 @@ struct Ctx {
   SeqLayout seq;
   /// The micro-batch being run: blocks keep saved tensors per micro-batch.
   int64_t microbatch = 0;
-  int64_t router_groups = 1; // capacity groups among this rank's local tokens (MATH.md 8.3 (3))
+  int64_t router_groups = 1; // capacity groups among this rank's local tokens (docs/formulas.md §8.3 (3))
   /// When set, the capacity group of each local row (the unsharded reference
   /// groups tokens as the sharded ranks do, which with CP load balancing is
   /// not a contiguous split); else rows split into router_groups equal runs.
@@ -157,7 +157,7 @@ SimCategory ParamCategory(ShardKind k);
 /// Ranges [offset, offset + length) of the split dimension that shard `index`
 /// of `parts` holds, in local order. A packed tensor (Mamba in_proj =
 /// [z, x, B, C, dt], conv channels = [x, B, C]) lists its `segments` (global
-/// extents, summing to `extent`): each segment is split on its own (MATH.md
+/// extents, summing to `extent`): each segment is split on its own (docs/formulas.md
 /// 1.4), so a shard is not a contiguous slice. Empty `segments` = one segment.
 std::vector<std::pair<int64_t, int64_t>> ShardRanges(int64_t extent, const std::vector<int64_t>& segments, int parts,
                                                      int index);
@@ -193,7 +193,7 @@ enum class Init { kMatrix, kNormWeight };
 Mat<double> GlobalValue(const std::string& name, int64_t rows, int64_t cols, Init init, uint64_t seed,
                         double scale);
 
-/// The optimizer that owns a parameter of `role` under `config` (MATH.md 9.4:
+/// The optimizer that owns a parameter of `role` under `config` (docs/formulas.md §9.4:
 /// with matrices = adamw there is no Muon anywhere).
 OptimizerKind OptimizerFor(ParamRole role, const OptimizerConfig& config);
 
@@ -219,7 +219,7 @@ Mat<T> MatMulTransB(Ctx& ctx, const Mat<T>& a, const Mat<T>& b);  // a * b^T
 template <class T>
 Mat<T> MatMulTransA(Ctx& ctx, const Mat<T>& a, const Mat<T>& b);  // a^T * b
 
-// The conjugate TP operators (MATH.md 8.3). `local` has this rank's rows under
+// The conjugate TP operators (docs/formulas.md §8.3). `local` has this rank's rows under
 // SP; `full` has every token.
 template <class T>
 Mat<T> CopyToTpForward(Ctx& ctx, const Mat<T>& local);      // f: identity, or AG with SP
@@ -258,7 +258,7 @@ struct ColumnGrad {
 
 /// The backward of a TP region entered through column-parallel weights from
 /// the saved (SP-local) norm output `n`: re-gathers `n` for the weight
-/// gradients (Megatron's saved-sharded-input path, MATH.md 7.2), adds each
+/// gradients (Megatron's saved-sharded-input path, docs/formulas.md §7.2), adds each
 /// weight's gradient, and returns the norm output's gradient
 /// f'(sum of dout W^T), this rank's rows.
 template <class T>
@@ -270,7 +270,7 @@ T Sigmoid(T a) {
   return T(1) / (T(1) + std::exp(-a));
 }
 
-/// SwiGLU z = silu(a) * u and its backward (MATH.md 8.1).
+/// SwiGLU z = silu(a) * u and its backward (docs/formulas.md §8.1).
 template <class T>
 Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u);
 template <class T>
@@ -322,12 +322,12 @@ struct RecurrentOptions {
   bool drop_handoff = false;
 };
 
-/// The RG-LRU block (MATH.md 1.6, 8.2 "R"), simulator/recurrent_block.cc.
+/// The RG-LRU block (docs/formulas.md §1.6, 8.2 "R"), simulator/recurrent_block.cc.
 template <class T>
 std::unique_ptr<Block<T>> MakeRecurrentBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale,
                                              const RecurrentOptions& options = {});
 
-/// Vocab-parallel embedding (MATH.md 8.3): lookup of own rows, then g.
+/// Vocab-parallel embedding (docs/formulas.md §8.3): lookup of own rows, then g.
 template <class T>
 class Embedding {
  public:

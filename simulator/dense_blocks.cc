@@ -1,5 +1,5 @@
 // A (GQA attention with RoPE and a causal mask) and D (SwiGLU MLP), forward and
-// backward, tensor- and sequence-parallel as Megatron (MATH.md 8.1-8.3).
+// backward, tensor- and sequence-parallel as Megatron (docs/formulas.md §8.1-8.3).
 #include <cmath>
 
 #include "attention_core.h"
@@ -10,7 +10,7 @@ namespace {
 
 /// Rotates each head of `m` (rows = tokens, head_dim columns per head) by
 /// +angle (sign = 1) or -angle (sign = -1): rotate-half RoPE at the global
-/// position of each row (MATH.md 8.1; with CP, `seq` maps rows to positions).
+/// position of each row (docs/formulas.md §8.1; with CP, `seq` maps rows to positions).
 template <class T>
 void Rope(Mat<T>* m, int64_t heads, const Dims& d, const SeqLayout& seq, int sign) {
   const int64_t half = d.head_dim / 2;
@@ -39,7 +39,7 @@ class AttentionBlock final : public Block<T> {
     const int64_t h = d.hidden;
     norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
     // QKV columns are interleaved per KV group, [q heads of the group | k | v],
-    // so a column split hands each rank whole groups (MATH.md 1.2).
+    // so a column split hands each rank whole groups (docs/formulas.md §1.2).
     qkv_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.qkv.weight", h, (d.heads + 2 * d.kv_heads) * d.head_dim,
                                    ShardKind::kColumns, Init::kMatrix, seed, scale / std::sqrt(double(h)))), ParamRole::kMatrix);
     out_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.out.weight", d.heads * d.head_dim, h, ShardKind::kRows,
@@ -64,7 +64,7 @@ class AttentionBlock final : public Block<T> {
     Rope(&q, q_local_, d_, ctx.seq, 1);
     Rope(&k, kv_local_, d_, ctx.seq, 1);
     // The core runs the CP mode (attention_core.h); what it keeps is the
-    // flash-attention set of MATH.md 3.2 in the mode's layout (/c per rank).
+    // flash-attention set of docs/formulas.md §3.2 in the mode's layout (/c per rank).
     AttnState<T> core;
     Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
     s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
@@ -95,7 +95,7 @@ class AttentionBlock final : public Block<T> {
   }
 
  private:
-  /// What flash attention keeps for the backward (MATH.md 3.2).
+  /// What flash attention keeps for the backward (docs/formulas.md §3.2).
   struct Saved {
     Tensor<T> x, n, rstd, q, k, v, o, lse;
   };
@@ -206,7 +206,7 @@ Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u) {
 
 template <class T>
 void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du) {
-  // silu'(a) = s(a)(1 + a(1 - s(a))) (MATH.md 8.1).
+  // silu'(a) = s(a)(1 + a(1 - s(a))) (docs/formulas.md §8.1).
   da->resize(a.rows(), a.cols());
   du->resize(a.rows(), a.cols());
   for (int64_t i = 0; i < a.size(); ++i) {

@@ -1,5 +1,5 @@
 // Gradient synchronisation and one optimizer step on a rank, sharded over the
-// data-parallel groups as the recipe's ZeRO stage says (MATH.md 2.2, 7.2 "DP",
+// data-parallel groups as the recipe's ZeRO stage says (docs/formulas.md §2.2, 7.2 "DP",
 // 9.3). The executor moves and keeps what the step needs; the counters and
 // memory tags measure it for comparison with the planner and estimator.
 //

@@ -1,5 +1,5 @@
 // Vocab-parallel embedding, and the final norm + column-parallel head +
-// vocab-parallel cross-entropy (MATH.md 8.3, Megatron cross_entropy.py).
+// vocab-parallel cross-entropy (docs/formulas.md §8.3, Megatron cross_entropy.py).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -17,7 +17,7 @@ Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : 
 
 template <class T>
 Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
-  // Token ids stay alive for the backward (int64, MATH.md 3.4).
+  // Token ids stay alive for the backward (int64, docs/formulas.md §3.4).
   ctx.rank->set_what(CommWhat::kEmbedding);
   ids_.Open(ctx.microbatch) = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
@@ -58,7 +58,7 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
   s.targets = targets;
   SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
   Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-  // The bf16 logits are transient but live at the stage's activation peak (MATH.md 3.4: 2V/t per token).
+  // The bf16 logits are transient but live at the stage's activation peak (docs/formulas.md §3.4: 2V/t per token).
   Tensor<T> logits(ctx.mem(), SimCategory::kActivations, ab, MatMulTransB(ctx, n_full.m, weight_->value.m));
   n_full.Release();
   const int64_t tokens = logits.m.rows(), cols = logits.m.cols(), first = ctx.tp_rank * cols;

@@ -1,4 +1,4 @@
-// The numerics of the Mamba-2 mixer core (MATH.md 8.1-8.2), as free
+// The numerics of the Mamba-2 mixer core (docs/formulas.md §8.1-8.2), as free
 // functions so that tests can check them against each other: the causal
 // depthwise conv1d, the SSM recurrence in its sequential form (the scan) and
 // in its chunked SSD form, and the scan's backward. The block that uses them
@@ -8,7 +8,7 @@
 // row = position * batch + b (the executor's row order). Per row:
 //   x [heads * P] (head eta at columns eta*P..), dt [heads] (after softplus),
 //   B, C [groups * N] (group gamma at columns gamma*N..).
-// Head eta reads group eta / (heads / groups) (MATH.md 8.2).
+// Head eta reads group eta / (heads / groups) (docs/formulas.md §8.2).
 // An SSM state is [batch * heads, P * N]: row b*heads + eta holds that head's
 // P x N state row-major (mamba_ssm's (batch, nheads, headdim, dstate)).
 #pragma once
@@ -34,7 +34,7 @@ struct SsmInputs {
   Mat<T> x, dt, b, c, a, d;
 };
 
-/// The recurrence, one position at a time (MATH.md 8.2; mamba_ssm's
+/// The recurrence, one position at a time (docs/formulas.md §8.2; mamba_ssm's
 /// `selective_state_update` / ssd_minimal's reference):
 ///   h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t.
 /// Starts from `h0` and writes the state after the last position to `h_final`.
@@ -59,12 +59,12 @@ struct SsmGrads {
 /// Backward of SsmScan for output gradient `dy` and gradient `dh_final` of the
 /// final state (zero when nothing downstream reads it). The states h_t are
 /// recomputed from `h0`, as the fused kernel recomputes its chunk states
-/// (MATH.md 3.2: they are not saved).
+/// (docs/formulas.md §3.2: they are not saved).
 template <class T>
 SsmGrads<T> SsmScanBackward(const SsmShape& s, const SsmInputs<T>& in, const Mat<T>& h0, const Mat<T>& dy,
                             const Mat<T>& dh_final);
 
-/// Causal depthwise conv1d without its activation (MATH.md 8.1): `ext` holds
+/// Causal depthwise conv1d without its activation (docs/formulas.md §8.1): `ext` holds
 /// K-1 positions of history (zeros at the sequence start, or the state handed
 /// over) followed by the L positions of the segment; `w` is [channels, K],
 /// `bias` [1, channels]. out[t] = bias + sum_k w[:, k] * ext[t + k] (ext row

@@ -1,4 +1,4 @@
-// M: the Mamba-2 mixer (MATH.md 1.4, 3.2, 8.2, 8.3), forward and backward,
+// M: the Mamba-2 mixer (docs/formulas.md §1.4, 3.2, 8.2, 8.3), forward and backward,
 // sharded over TP by heads and groups as Megatron's mamba_mixer.py, and over
 // CP either by Megatron's all-to-all (mamba_context_parallel.py) or by a state
 // hand-off along the CP chain [OURS].
@@ -13,12 +13,12 @@
 //
 // The SSD: the forward runs the chunked form (chunk Q = Dims::mamba_chunk),
 // as mamba_ssm's kernel does; the backward differentiates the recurrence
-// (MATH.md 8.2's sequential form), recomputing the conv output and every
+// (docs/formulas.md §8.2's sequential form), recomputing the conv output and every
 // state from the saved kernel input, as the fused kernel recomputes its chunk
-// states (MATH.md 3.2). Tests check that the scan and the chunked form agree
+// states (docs/formulas.md §3.2). Tests check that the scan and the chunked form agree
 // to 1e-12 and the backward against finite differences of this forward.
 //
-// Saved for backward (MATH.md 3.2 a_M; mamba_ssm MambaSplitConv1dScanCombinedFn
+// Saved for backward (docs/formulas.md §3.2 a_M; mamba_ssm MambaSplitConv1dScanCombinedFn
 // saves zxbcdt, out_x and the norm rstd): pre-norm input, in_proj input,
 // pre-norm rstd (fp32), zxBCdt (the kernel input, in the kernel's layout),
 // out_x (y before the gate), the per-group rstd (fp32) and, on Megatron's path
@@ -190,7 +190,7 @@ using mamba::SsmInputs;
 using mamba::SsmShape;
 
 /// Mamba's gated RMSNorm epsilon: Megatron builds ExtendedRMSNorm(eps=1e-5)
-/// (mamba_mixer.py; MATH.md 8.1).
+/// (mamba_mixer.py; docs/formulas.md §8.1).
 constexpr double kGroupNormEps = 1e-5;
 
 /// Column (or row) ranges [offset, length) of a packed dimension.
@@ -247,7 +247,7 @@ Mat<T> Silu(const Mat<T>& v) {
   return v.unaryExpr([](T a) { return a * Sigmoid(a); });
 }
 
-/// d silu(v) / dv = s(v)(1 + v(1 - s(v))) (MATH.md 8.1).
+/// d silu(v) / dv = s(v)(1 + v(1 - s(v))) (docs/formulas.md §8.1).
 template <class T>
 Mat<T> SiluGrad(const Mat<T>& v) {
   return v.unaryExpr([](T a) {
@@ -302,7 +302,7 @@ struct Segment {
 };
 
 /// The kernel's inputs of one segment: the conv input with its history
-/// (`ext`, MATH.md 8.1), the conv output before SiLU, and the SSM inputs.
+/// (`ext`, docs/formulas.md §8.1), the conv output before SiLU, and the SSM inputs.
 template <class T>
 struct KernelIn {
   Mat<T> ext, pre;
@@ -409,7 +409,7 @@ Mat<T> GroupNormBackward(const Mat<T>& dy, const Mat<T>& v, const Mat<T>& w, int
 }
 
 /// Global row of each local row of every CP rank (its chunks in ascending
-/// order, MATH.md 3.4): out[j][i].
+/// order, docs/formulas.md §3.4): out[j][i].
 std::vector<std::vector<int64_t>> GlobalRows(const Ctx& ctx, int64_t local_rows, int64_t batch) {
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(ctx.cp_size));
   for (int j = 0; j < ctx.cp_size; ++j) {
@@ -532,7 +532,7 @@ class MambaBlock final : public Block<T> {
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
     const Mat<T> z = s.zxbcdt.m.leftCols(kernel_.inner());
-    if (fused_) {  // the fused kernel recomputes the gate and the norm (MATH.md 3.2, MS path)
+    if (fused_) {  // the fused kernel recomputes the gate and the norm (docs/formulas.md §3.2, MS path)
       s.gated = Tensor<T>(ctx.mem(), tmp, ab, SwiGlu(z, s.out_x.m));
       s.normed =
           Tensor<T>(ctx.mem(), tmp, ab, GroupNormApply(s.gated.m, norm_w_->value.m, group_size_, s.rstd_groups.m));
@@ -581,7 +581,7 @@ class MambaBlock final : public Block<T> {
     Require(h % t == 0, "Mamba heads (" + str(h) + ") must be divisible by tp (" + str(t) + ")");
     Require(g % t == 0, "Mamba groups (" + str(g) + ") must be divisible by tp (" + str(t) + ")");
     if (c <= 1 || ctx.cp_recurrent != CpRecurrent::kAllToAll) return;
-    // Megatron mamba_context_parallel.py (MATH.md 1.4).
+    // Megatron mamba_context_parallel.py (docs/formulas.md §1.4).
     Require(h % (t * c) == 0, "Mamba all-to-all CP needs heads divisible by tp*cp = " + str(t * c));
     Require((g / t) % c == 0 || c % (g / t) == 0, "Mamba all-to-all CP needs groups/tp (" + str(g / t) +
                                                       ") to divide or be divisible by cp (" + str(c) + ")");
@@ -669,7 +669,7 @@ class MambaBlock final : public Block<T> {
   }
 
   /// The runs of the recurrence on this rank. One over all rows unless the
-  /// CP hand-off is on: then one per run of consecutive chunks (MATH.md 3.4:
+  /// CP hand-off is on: then one per run of consecutive chunks (docs/formulas.md §3.4:
   /// chunks r and 2c-1-r are apart except on rank c-1), whose neighbours are
   /// the owners of the chunks just before and after it.
   std::vector<Segment> Segments(const Ctx& ctx, int64_t rows) const {
@@ -694,7 +694,7 @@ class MambaBlock final : public Block<T> {
 
   /// The two messages of a hand-off edge [OURS]: the conv tail in the
   /// activation dtype and the SSM state in fp32 (mamba_ssm keeps
-  /// ssm_state fp32; MATH.md 6's state per sequence).
+  /// ssm_state fp32; docs/formulas.md §6's state per sequence).
   void SendCarry(Ctx& ctx, int dest, const Carry<T>& c) {
     ctx.rank->set_what(CommWhat::kMambaState);
     if (c.conv.size() > 0) ctx.rank->Send(ctx.cp->axis, dest, c.conv.data(), c.conv.size(), ctx.bytes.activation);

@@ -1,6 +1,6 @@
 // E: MoE FFN with a softmax top-k router, capacity with token dropping (or
 // dropless, or padded to capacity), SwiGLU experts placed over EP and split
-// over expert-TP, and a shared expert over TP (MATH.md 5, 8.2, 8.3).
+// over expert-TP, and a shared expert over TP (docs/formulas.md §5, 8.2, 8.3).
 //
 // Data flow on a rank (forward): route the local tokens; order the kept
 // token-expert pairs by (destination EP rank, local expert, token) = (expert,
@@ -201,7 +201,7 @@ class MoeBlock final : public Block<T> {
 
  private:
   /// Top-k selection, softmax over the selected logits, capacity per router
-  /// group (earliest tokens kept, MATH.md 5), and the send order.
+  /// group (earliest tokens kept, docs/formulas.md §5), and the send order.
   void Route(Ctx& ctx) {
     const SimCategory act = SimCategory::kActivations;
     const int64_t tokens = s_.n.m.rows(), k = d_.top_k, experts = d_.experts;
@@ -211,7 +211,7 @@ class MoeBlock final : public Block<T> {
     for (int64_t t = 0; t < tokens; ++t) {
       std::vector<int64_t> order(static_cast<size_t>(experts));
       std::iota(order.begin(), order.end(), 0);
-      // Ties go to the lower expert id (MATH.md 8.2).
+      // Ties go to the lower expert id (docs/formulas.md §8.2).
       std::stable_sort(order.begin(), order.end(),
                        [&](int64_t a, int64_t b) { return s_.logits.m(t, a) > s_.logits.m(t, b); });
       T mx = s_.logits.m(t, order[0]), sum = 0;
@@ -222,7 +222,7 @@ class MoeBlock final : public Block<T> {
         probs(t, e) = std::exp(s_.logits.m(t, e) - mx) / sum;
       }
     }
-    // Capacity per router-call group: C = ceil(T_g k / E * cf) (MATH.md 5, Megatron get_capacity).
+    // Capacity per router-call group: C = ceil(T_g k / E * cf) (docs/formulas.md §5, Megatron get_capacity).
     const int64_t groups = ctx.router_groups, per_group = tokens / groups;
     const int64_t capacity =
         d_.dropless ? tokens * k

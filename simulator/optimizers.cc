@@ -1,4 +1,4 @@
-// AdamW and Muon math of the reference executor (MATH.md 9). Sources and
+// AdamW and Muon math of the reference executor (docs/formulas.md §9). Sources and
 // conventions are in optimizers.h.
 #include "optimizers.h"
 

@@ -1,4 +1,4 @@
-// Optimizer math of the reference executor (MATH.md 9): one AdamW step and
+// Optimizer math of the reference executor (docs/formulas.md §9): one AdamW step and
 // the pieces of one Muon step, as pure functions the distributed optimizer
 // calls on whatever part of the state a rank owns.
 //
@@ -7,12 +7,12 @@
 // gives bitwise the values the whole buffer would get. NewtonSchulz5 is not:
 // it must see the FULL, DP-averaged matrix in its global shape, so the caller
 // gathers the momentum-updated shards first (Moonshot "Distributed Muon",
-// Megatron TP "duplicated"; MATH.md 9.3). NS of a block is not the block of
+// Megatron TP "duplicated"; docs/formulas.md §9.3). NS of a block is not the block of
 // NS, and NS of a partly reduced matrix is not NS of the average: DeepSpeed
 // issue #7807 (ZeRO-1/2 with reduce_scatter ran NS on a matrix whose slices
 // outside the rank's partition were its own unreduced gradients).
 //
-// Orientation. Our Linear stores W as (in x out), Y = X*W (MATH.md 8.1);
+// Orientation. Our Linear stores W as (in x out), Y = X*W (docs/formulas.md §8.1);
 // PyTorch stores the same weight as (out, in), so W_torch = W^T. Newton-Schulz
 // commutes with transposition (NS(W^T) = NS(W)^T), so NS runs on our matrix
 // as it is. The scale rules are defined on the PyTorch (out, in) shape;
@@ -20,7 +20,7 @@
 //
 // Precision. KJ muon.py runs NS in bf16 on the GPU; here everything runs in T
 // (fp64 or fp32), so a sharded run can equal the unsharded one to 1e-10
-// (fp64) / 1e-5 (fp32) (MATH.md 8). The modelled bytes are the caller's
+// (fp64) / 1e-5 (fp32) (docs/formulas.md §8). The modelled bytes are the caller's
 // business. NS is ill-conditioned along small singular values: its slope at 0
 // is a = 3.4445 per step, so an input perturbation there grows by up to
 // a^5 ~ 485. Gradients of the scaled-down models are low-rank (rank <= tokens),
@@ -36,7 +36,7 @@
 namespace preflight::sim {
 
 /// AdamW with decoupled weight decay, epsilon added after bias correction
-/// (KJ muon.py adam_update + MuonWithAuxAdam.step, PyTorch AdamW; MATH.md 9.1):
+/// (KJ muon.py adam_update + MuonWithAuxAdam.step, PyTorch AdamW; docs/formulas.md §9.1):
 ///   m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2
 ///   W <- W (1 - lr wd) - lr * (m / (1-b1^k)) / (sqrt(v / (1-b2^k)) + eps)
 struct AdamWConfig {
@@ -58,7 +58,7 @@ enum class MuonScaleRule {
   kMatchAdamWRms,
 };
 
-/// Muon (KJ muon.py, MATH.md 9.2). Defaults are KJ's except weight_decay
+/// Muon (KJ muon.py, docs/formulas.md §9.2). Defaults are KJ's except weight_decay
 /// (KJ 0, Moonlight toy_train.py 0.1).
 struct MuonConfig {
   double lr = 0.02;

@@ -1,5 +1,5 @@
 // Parameters, matrix products with FLOP counts, the TP conjugate operators and
-// RMSNorm (MATH.md 8.1, 8.3).
+// RMSNorm (docs/formulas.md §8.1, 8.3).
 #include <cmath>
 
 #include "blocks.h"
@@ -243,7 +243,7 @@ Mat<T> RmsNormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* rstd
 
 template <class T>
 Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, const Mat<T>& w, Mat<T>* dw) {
-  // MATH.md 8.1: dx = r (g.w - xhat mean(g.w.xhat)), dw = sum_tokens g.xhat.
+  // docs/formulas.md §8.1: dx = r (g.w - xhat mean(g.w.xhat)), dw = sum_tokens g.xhat.
   const int64_t h = x.cols();
   Mat<T> dx(x.rows(), h);
   for (int64_t i = 0; i < x.rows(); ++i) {

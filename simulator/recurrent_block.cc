@@ -1,7 +1,7 @@
 // R: the RG-LRU recurrent block after Griffin (De et al. 2024,
-// arXiv:2402.19427), forward and hand-written backward (MATH.md 1.6, 8.2 "R"),
-// tensor-parallel by whole gate blocks (MATH.md 8.3) and context-parallel in
-// two ways (MATH.md 7.2, [OURS]).
+// arXiv:2402.19427), forward and hand-written backward (docs/formulas.md §1.6, 8.2 "R"),
+// tensor-parallel by whole gate blocks (docs/formulas.md §8.3) and context-parallel in
+// two ways (docs/formulas.md §7.2, [OURS]).
 //
 // Forward on a rank, rows = tokens (row = position * batch + b):
 //   n = RMSNorm(x)                                   residual stream (SP rows)
@@ -13,7 +13,7 @@
 //   y = h ⊙ GeLU(g_pre); x + y W_o                   row-parallel, then g (AR, or RS with SP)
 // GeLU is the tanh approximation, as in Griffin's reference code
 // (google-deepmind/recurrentgemma; HF RecurrentGemmaConfig.hidden_activation
-// defaults to "gelu_pytorch_tanh"). As MATH.md 8.2 we leave out two details of
+// defaults to "gelu_pytorch_tanh"). As docs/formulas.md §8.2 we leave out two details of
 // that code: the √(1 - a²) multiplier is not reset to 1 at a document start,
 // and the derivative of the square root is not clipped (fp64 needs neither).
 //
@@ -30,7 +30,7 @@
 //    last K_r - 1 positions (activation dtype) and h (fp32). The backward
 //    sends the gradient of the same two tensors back along the chain.
 //
-// Saved for the backward (MATH.md 3.2 a_R = 4h + 16 d_r, plus the norm rstd
+// Saved for the backward (docs/formulas.md §3.2 a_R = 4h + 16 d_r, plus the norm rstd
 // that ResidualTerms charges): x, n (2h each, SP rows), rstd (fp32), g_pre,
 // u, ũ, r_pre, i_pre (2 d_r each), h (fp32, 4 d_r) and the W_o input y
 // (2 d_r). Under the all-to-all the scan tensors are kept channel-split
@@ -47,7 +47,7 @@
 namespace preflight::sim {
 namespace {
 
-constexpr double kGateExponent = 8.0;  // c_R (Griffin section 2.4; MATH.md 8.2)
+constexpr double kGateExponent = 8.0;  // c_R (Griffin section 2.4; docs/formulas.md §8.2)
 
 /// log σ(z), without overflow for large |z|.
 template <class T>
@@ -141,7 +141,7 @@ void AddGrads(const MixerParams<T>& p, Channels ch, const MixerSlice<T>& g) {
   p.lambda->grad.m.middleCols(ch.begin, ch.count) += g.lambda;
 }
 
-/// What a run of positions hands to the next one (MATH.md 6 "R state"):
+/// What a run of positions hands to the next one (docs/formulas.md §6 "R state"):
 /// the conv input of the last K_r - 1 positions ((K_r - 1) * batch rows,
 /// position-major) and the recurrent state h (batch rows). Also used for the
 /// gradient of that state in the backward.
@@ -170,7 +170,7 @@ ScanState<T> StateAfter(const Mat<T>& ext, const Mat<T>& h, int64_t tail_rows, i
   return {ext.bottomRows(tail_rows), h.bottomRows(batch)};
 }
 
-// ---- causal depthwise conv (MATH.md 8.1, without the silu) ----
+// ---- causal depthwise conv (docs/formulas.md §8.1, without the silu) ----
 
 /// ũ[τ] = b + Σ_κ w[κ] ⊙ u[τ - K + 1 + κ], with ext = [tail; u] so that
 /// u[τ - K + 1 + κ] = ext[τ + κ]. `w` is channels x K, `bias` 1 x channels.
@@ -227,7 +227,7 @@ void BlockDiagBackward(Ctx& ctx, const Mat<T>& dz, const Mat<T>& x, const Mat<T>
   dbias->row(0) += dz.colwise().sum();
 }
 
-// ---- the RG-LRU scan (Griffin eq. 4-6, MATH.md 8.2) ----
+// ---- the RG-LRU scan (Griffin eq. 4-6, docs/formulas.md §8.2) ----
 
 /// The gates of one channel at one position.
 template <class T>
@@ -464,7 +464,7 @@ class RecurrentBlock final : public Block<T> {
     }
     if (n_b % ctx.tp_size != 0) {
       throw SimUnsupported("tp = " + std::to_string(ctx.tp_size) + " does not divide the " + std::to_string(n_b) +
-                           " recurrent gate blocks (they are split whole over TP, MATH.md 1.6)");
+                           " recurrent gate blocks (they are split whole over TP, docs/formulas.md §1.6)");
     }
     if (ctx.cp_size > 1 && ctx.cp_recurrent == CpRecurrent::kAllToAll && n_b % (ctx.tp_size * ctx.cp_size) != 0) {
       throw SimUnsupported("recurrent all-to-all CP splits the " + std::to_string(n_b) + " gate blocks over tp*cp = " +

@@ -31,7 +31,7 @@ std::vector<BlockKind> ExpandLayers(const ModelConfig& m) {
 
 /// The recipe's dp when the world fits in max_dp, else the largest divisor
 /// dp' <= max_dp of it for which the expert folding divides, (tp cp dp') %
-/// (ep expert_tp) == 0 (MATH.md 7.3); when none does, the smallest that does.
+/// (ep expert_tp) == 0 (docs/formulas.md §7.3); when none does, the smallest that does.
 int64_t ScaledDp(const ParallelConfig& p, int64_t dp, int64_t max_dp) {
   const auto valid = [&](int64_t d) { return dp % d == 0 && (p.tp * p.cp * d) % (p.ep * p.expert_tp) == 0; };
   for (int64_t d = std::min(dp, max_dp); d >= 1; --d) {

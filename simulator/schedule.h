@@ -1,6 +1,6 @@
 // Pipeline schedules of the reference executor: the order in which one
 // pipeline rank runs the forward and backward of its (chunk, micro-batch)
-// pairs, as Megatron's schedules.py orders them (MATH.md 4.1).
+// pairs, as Megatron's schedules.py orders them (docs/formulas.md §4.1).
 #pragma once
 
 #include <cstdint>

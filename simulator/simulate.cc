@@ -1,7 +1,7 @@
 // The verifier: runs one training step of a (scaled) recipe on the layout's
 // simulated ranks -- pipeline schedule over the micro-batches of every
 // data-parallel replica, gradient synchronisation, one optimizer step -- and
-// the same step on one unsharded rank, then compares (MATH.md 8.3,
+// the same step on one unsharded rank, then compares (docs/formulas.md §8.3,
 // "Equivalence tests"): per micro-batch loss, final hidden states, every
 // parameter gradient (assembled from the shards before any reduction) and
 // every parameter update (assembled per data-parallel replica after the step).
@@ -98,7 +98,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.capacity_factor = m.moe.capacity_factor;
   d.dropless = m.moe.dropless;
   d.pad_to_capacity = m.moe.pad_to_capacity;
-  // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (MATH.md 0).
+  // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (docs/formulas.md §0).
   d.vocab = RoundUp(m.vocab, m.vocab_pad_multiple * tp);
   const MambaConfig& mc = m.mamba;
   d.mamba_inner = mc.expand * m.hidden;
@@ -161,7 +161,7 @@ struct Spec {
   SimOptions opt;
   OptimizerSettings optim;
   /// The unsharded reference routes each micro-batch's tokens in the groups
-  /// the sharded ranks route them in (MATH.md 8.3 (3)): the group of each row.
+  /// the sharded ranks route them in (docs/formulas.md §8.3 (3)): the group of each row.
   std::vector<int64_t> router_group_of_row;
   int64_t router_groups = 1;
 };
@@ -186,7 +186,7 @@ struct RankResult {
   double flops = 0;
 };
 
-/// A model chunk a pipeline rank holds (MATH.md 4.3): its layers, and the
+/// A model chunk a pipeline rank holds (docs/formulas.md §4.3): its layers, and the
 /// embedding (first chunk) or the head (last chunk).
 template <class T>
 struct ModelChunk {

@@ -1,5 +1,5 @@
 // Where each simulated rank sits in the layout and which process groups it
-// belongs to (MATH.md 7.3). The executor derives this itself from the recipe's
+// belongs to (docs/formulas.md §7.3). The executor derives this itself from the recipe's
 // degrees and rank order; it does not call the planner's placer, so a
 // disagreement between the two shows up as a byte or numerics mismatch.
 #pragma once
@@ -37,7 +37,7 @@ struct Topology {
 Topology TopologyOf(const Recipe& recipe);
 
 /// The groups one rank belongs to. `dp_cp` is the d*c group dense gradients
-/// are reduced over (Megatron's intra_dp_cp_group, MATH.md 2.2), ordered
+/// are reduced over (Megatron's intra_dp_cp_group, docs/formulas.md §2.2), ordered
 /// i_cp + c i_dp; the pipeline neighbours are global ranks or -1.
 struct RankGroups {
   const Group* tp = nullptr;

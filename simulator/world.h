@@ -15,7 +15,7 @@
 // all-to-all and send/recv = direct copies), and every chunk copy adds its
 // size to the sender's bytes_sent and the receiver's bytes_received. Bytes are
 // elements x the *modeled* element size the caller gives (bf16 = 2), not
-// sizeof(double). No formula of the planner is used here (GUIDE.md 6).
+// sizeof(double). No formula of the planner is used here (docs/architecture.md).
 #pragma once
 
 #include <condition_variable>

@@ -67,7 +67,7 @@ std::string DefaultWith(const std::string& cluster_tail) {
 
 std::string Original() { return DefaultWith(kClusterLine); }
 // reserve_gib 3.0 -> 6.0: runtime_reserve grows by exactly 3 GiB on every rank
-// (the reserve is a fixed per-GPU figure, DESIGN.md "runtime reserve").
+// (the reserve is a fixed per-GPU figure, docs/formulas.md §2.4).
 std::string LargerReserve() { return DefaultWith("reserve_gib: 6.0, min_headroom_gib: 4.0}"); }
 std::string InvalidTp() {
   std::string text = Original();

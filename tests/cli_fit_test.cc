@@ -50,7 +50,7 @@ TEST(CliFit, DefaultRecipeFits) {
 
 TEST(CliFit, OverCapacityIsExit1) {
   // 2 GPUs cannot hold the default recipe's ~30 B parameters with 14-18 bytes of
-  // model state each (MATH.md 2.1): > 200 GiB per GPU against 140 GiB.
+  // model state each (docs/formulas.md §2.1): > 200 GiB per GPU against 140 GiB.
   const auto r = RunPreflight({"fit", kDefault, "--set", "cluster.nodes=1", "--set", "cluster.gpus_per_node=2",
                                "--set", "parallel.tp=2", "--set", "parallel.pp=1", "--set", "parallel.ep=2",
                                "--set", "training.global_batch=8"});

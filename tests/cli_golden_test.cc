@@ -1,6 +1,6 @@
 // Golden files for `fit` and `plan`, table and JSON, on example recipes: a
 // golden diff in review shows exactly what a change does to what users see
-// (GUIDE.md 7). PREFLIGHT_UPDATE_GOLDEN=1 rewrites them. The figures inside
+// (docs/architecture.md). PREFLIGHT_UPDATE_GOLDEN=1 rewrites them. The figures inside
 // are pinned against independent sources by the estimator_*/planner_* tests;
 // these files pin the rendering and catch any unintended movement.
 #include <string>

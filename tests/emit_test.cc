@@ -359,9 +359,9 @@ struct WarningCase {
 const WarningCase kWarningCases[] = {
     // Megatron's layer symbols are M * - E (examples/mamba/README.md): no R.
     {"Megatron_Recurrent", EmitTarget::kMegatron, "nam56r-h200", {}, "model.pattern", "R (recurrent)"},
-    // Recipe chunk 256; Megatron's MambaMixer uses 128 and has no flag (MATH.md 0).
+    // Recipe chunk 256; Megatron's MambaMixer uses 128 and has no flag (docs/formulas.md §0).
     {"Megatron_MambaChunk", EmitTarget::kMegatron, "nam56r-h200", {}, "model.mamba.chunk", "SSD chunk"},
-    // MATH.md 9.4: Megatron's Muon takes the router; the recipe gives it to AdamW.
+    // docs/formulas.md §9.4: Megatron's Muon takes the router; the recipe gives it to AdamW.
     {"Megatron_MuonRouter", EmitTarget::kMegatron, "mixtral-8x7b-h200", {}, "training.optimizer.router", "router"},
     {"Megatron_DualPipe", EmitTarget::kMegatron, "deepseek-v3-h200", {}, "parallel.schedule", "DualPipe"},
     {"Megatron_DualPipeV", EmitTarget::kMegatron, "deepseek-v3-h200", {"parallel.schedule=dualpipev"},

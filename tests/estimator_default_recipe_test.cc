@@ -29,13 +29,13 @@ TEST(DefaultRecipe, FitsOnH200) {
   ASSERT_EQ(est.stages.size(), 4u);
   EXPECT_TRUE(est.verdict.fits) << est.verdict.reason;
   EXPECT_TRUE(est.verdict.headroom_ok) << est.verdict.reason;
-  // H200 as CUDA reports it: 143771 MiB (DESIGN.md).
+  // H200 as CUDA reports it: 143771 MiB (docs/formulas.md §2.4).
   for (const RankMemory& m : est.stages) EXPECT_EQ(m.capacity.count(), 143771 * kMiB);
 }
 
 TEST(DefaultRecipe, StageZeroHandCounts) {
   // Stage 0 of 4 holds layers 0-11 = one AEMEAEMEAEMR period: 3 A, 3 M, 5 E, 1 R.
-  // Routed experts (MATH.md 1.5): 64 x 3 x 4096 x 2048 = 1,610,612,736 per E
+  // Routed experts (docs/formulas.md §1.5): 64 x 3 x 4096 x 2048 = 1,610,612,736 per E
   // layer; 5 layers / ep 8 x 2 B (bf16) = 2,013,265,920 B.
   // 1F1B at p 4, m = 512 / (1 x dp 4) = 128: rank 0 holds min(m, p) = 4 micro-batches.
   const Inventory inv = DefaultInventory();

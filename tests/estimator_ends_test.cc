@@ -1,5 +1,5 @@
-// Pipeline-end parameters and activations (MATH.md 1.1, 3.4), sharding of
-// dense vs expert state over their own data-parallel groups (MATH.md 2.2),
+// Pipeline-end parameters and activations (docs/formulas.md §1.1, 3.4), sharding of
+// dense vs expert state over their own data-parallel groups (docs/formulas.md §2.2),
 // and the verdict. Expected values are hand counts in the comments.
 #include <cstdint>
 #include <string>
@@ -44,7 +44,7 @@ TEST(Ends, VocabPaddingAndOwnership) {
 }
 
 TEST(Ends, TiedEmbeddingKeepsASecondCopyOnTheLastStage) {
-  // Tied, pp 2: Megatron keeps a V*h/t copy on the last stage (MATH.md 1.1).
+  // Tied, pp 2: Megatron keeps a V*h/t copy on the last stage (docs/formulas.md §1.1).
   const Inventory inv = TwoLayers(true);
   const Layout l = testing::LayoutFor(inv.recipe, 8, 4, 2, 1);
   const StagePlan plan = EqualStagePlan(2, 2, 1);

@@ -1,5 +1,5 @@
 // Micro-batches in flight per pipeline rank against hand-worked schedules
-// (MATH.md 4.1; Megatron schedules.py get_pp_rank_microbatches), and their
+// (docs/formulas.md §4.1; Megatron schedules.py get_pp_rank_microbatches), and their
 // effect on a rank's activations.
 #include <algorithm>
 #include <array>
@@ -110,7 +110,7 @@ TEST(InterleavedReplay, HandWorkedUnequalChunks) {
 }
 
 /// The replay written out op by op, with no period skipping: the oracle for
-/// the closed-form table and the skip (MATH.md 4.1, Megatron schedules.py).
+/// the closed-form table and the skip (docs/formulas.md §4.1, Megatron schedules.py).
 InterleavedPeak NaiveReplay(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g,
                             const std::vector<ChunkActivation>& a) {
   std::vector<int64_t> table;  // chunk of each entry

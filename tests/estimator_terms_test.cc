@@ -1,4 +1,4 @@
-// Per-term formulas against MATH.md's hand-worked examples and the MoE
+// Per-term formulas against docs/formulas.md's hand-worked examples and the MoE
 // capacity example of the estimator brief. Every expected value is worked out
 // by hand in the comment beside it.
 #include <cstdint>
@@ -12,7 +12,7 @@
 namespace preflight {
 namespace {
 
-/// MATH.md 3.2's example shape: h 4096, 32 query / 8 KV heads of 128; Mamba
+/// docs/formulas.md §3.2's example shape: h 4096, 32 query / 8 KV heads of 128; Mamba
 /// d_i 8192 (expand 2), P 64 -> H 128, G 8, N 128; bf16 activations, RMSNorm.
 Recipe MathRecipe() {
   Recipe r = testing::SmallRecipe();
@@ -23,17 +23,17 @@ Recipe MathRecipe() {
 }
 
 TEST(ActivationPerToken, GqaAttentionMathExample) {
-  // MATH.md 3.2: a_A = 4h + 2(2n_q + 2n_kv)d_h + 4n_q + 4
+  // docs/formulas.md §3.2: a_A = 4h + 2(2n_q + 2n_kv)d_h + 4n_q + 4
   //            = 16384 + 2*80*128 + 128 + 4 = 36,996 B/token.
   const TokenBytes a = SavedBytesPerToken(MathRecipe(), BlockKind::kAttention, Recompute::kNone, 1, 1);
   EXPECT_EQ(a.total(), 36'996);
-  // Selective (core_attn) drops only the fp32 LSE, 4 n_q = 128 B (MATH.md 3.3).
+  // Selective (core_attn) drops only the fp32 LSE, 4 n_q = 128 B (docs/formulas.md §3.3).
   EXPECT_EQ(SavedBytesPerToken(MathRecipe(), BlockKind::kAttention, Recompute::kSelective, 1, 1).total(),
             36'996 - 128);
 }
 
 TEST(ActivationPerToken, KorthikantiAssumptionsOneAtATime) {
-  // From a_A = 36,996 (MATH.md 3.2, s 8192):
+  // From a_A = 36,996 (docs/formulas.md §3.2, s 8192):
   // - no flash, no dropout: the LSE (4 n_q = 128) goes, the bf16 softmax output
   //   n_q * s * 2 = 32 * 8192 * 2 = 524,288 B/token comes: 561,156;
   // - flash with dropout 0.1: no s-term (flash regenerates its mask), but the
@@ -48,11 +48,11 @@ TEST(ActivationPerToken, KorthikantiAssumptionsOneAtATime) {
 }
 
 TEST(ActivationPerToken, MlaDeepSeekV3Shape) {
-  // MATH.md 3.2, MLA, no recompute, at DeepSeek-V3's shape (h 7168, n_q 128,
+  // docs/formulas.md §3.2, MLA, no recompute, at DeepSeek-V3's shape (h 7168, n_q 128,
   // d_cq 1536, d_c 512, d_rope 64, d_nope 128, d_v 128), bf16:
   // 2h + 2h + 2(d_cq + d_c + d_rope) + 2(d_cq + d_c) + 2 n_q (2(d_nope + d_rope) + d_v)
   // + 2 n_q d_v + 4 n_q = 14336 + 14336 + 4224 + 4096 + 131072 + 32768 + 512 = 201,344,
-  // + fp32 rstd of the pre-norm, q-norm and kv-norm (3 x 4 B, not in MATH.md).
+  // + fp32 rstd of the pre-norm, q-norm and kv-norm (3 x 4 B, not in docs/formulas.md).
   Recipe r = MathRecipe();
   r.model.hidden = 7168;
   r.model.mla = MlaConfig{};
@@ -62,8 +62,8 @@ TEST(ActivationPerToken, MlaDeepSeekV3Shape) {
 }
 
 TEST(ActivationPerToken, MambaMegatronAndFusedPaths) {
-  // MATH.md 3.2: a_M (MG) = 4h + 10d_i + 4GN + 2H + 4G = 102,688 B/token;
-  // fused (MS) 4h + 6d_i + 4GN + 2H + 4G = 69,920. MATH.md's a_M omits the
+  // docs/formulas.md §3.2: a_M (MG) = 4h + 10d_i + 4GN + 2H + 4G = 102,688 B/token;
+  // fused (MS) 4h + 6d_i + 4GN + 2H + 4G = 69,920. docs/formulas.md's a_M omits the
   // pre-norm rstd (fp32, 4 B) that its a_A counts; we charge it to every
   // block, so both add 4.
   Recipe r = MathRecipe();
@@ -73,7 +73,7 @@ TEST(ActivationPerToken, MambaMegatronAndFusedPaths) {
 }
 
 TEST(RecipeKnobs, FusedMambaPathAndCapacityOverride) {
-  // nam56r's Mamba is MATH.md's example shape; the fused path gives
+  // nam56r's Mamba is docs/formulas.md's example shape; the fused path gives
   // 69,920 + 4 B/token (see above). cluster.capacity_mib overrides the preset
   // (H100 80GB HBM3 as nvidia-smi shows it: 81559 MiB).
   const LoadResult loaded = LoadRecipeFile(testing::SourcePath("recipes/nam56r-h200.yaml"),
@@ -88,7 +88,7 @@ TEST(RecipeKnobs, FusedMambaPathAndCapacityOverride) {
 
 TEST(ActivationPerToken, MambaGroupRepeatUnderContextParallel) {
   // G 8 over t 4 leaves 2 groups per TP rank; c 8 > 2 repeats B and C
-  // r_g = 8/2 = 4 times (MATH.md 1.4): the 4GN term becomes 4GN*4,
+  // r_g = 8/2 = 4 times (docs/formulas.md §1.4): the 4GN term becomes 4GN*4,
   // 4*8*128*3 = 12,288 B more per token.
   EXPECT_EQ(MambaGroupRepeat(MathRecipe().model.mamba, 4, 8), 4);
   EXPECT_EQ(SavedBytesPerToken(MathRecipe(), BlockKind::kMamba, Recompute::kNone, 4, 8).total(),
@@ -124,7 +124,7 @@ TEST(ActivationPerToken, MambaHandoffKeepsTheReceivedStatesAndRepeatsNothing) {
 }
 
 TEST(ActivationPerToken, RecurrentAndDense) {
-  // MATH.md 3.2: a_R = 4h + 16d_r, d_r = 4096: 16384 + 65536 = 81,920, + 4 rstd.
+  // docs/formulas.md §3.2: a_R = 4h + 16d_r, d_r = 4096: 16384 + 65536 = 81,920, + 4 rstd.
   Recipe r = MathRecipe();
   r.model.recurrent.width = 4096;
   EXPECT_EQ(SavedBytesPerToken(r, BlockKind::kRecurrent, Recompute::kNone, 1, 1).total(), 81'920 + 4);
@@ -135,8 +135,8 @@ TEST(ActivationPerToken, RecurrentAndDense) {
 }
 
 TEST(ActivationPerLayer, MoeUniformRouting) {
-  // MATH.md 3.2, E, uniform routing, t_e = 1: per router token
-  // 4h + 9E + 16k + 6f_sh + k(4h + 6f_e + 4), + 4 rstd (not in MATH.md's a_E).
+  // docs/formulas.md §3.2, E, uniform routing, t_e = 1: per router token
+  // 4h + 9E + 16k + 6f_sh + k(4h + 6f_e + 4), + 4 rstd (not in docs/formulas.md's a_E).
   // h 4096, E 64, k 2, f_e 2048, f_sh 2048:
   // 16384 + 576 + 32 + 12288 + 2*(16384 + 12288 + 4) + 4 = 86,636 B/token.
   // s 8192, b 1, t 1: 8192 * 86,636 = 709,722,112 B. Dropless with skew 1.0 is
@@ -208,7 +208,7 @@ TEST(MoeRouting, DroplessSkewAndWorstCase) {
 }
 
 TEST(ServingState, KvCacheGqa) {
-  // MATH.md 6: GQA 8 x 128 bf16: 2 * 8 * 128 * 2 = 4096 B per token per layer.
+  // docs/formulas.md §6: GQA 8 x 128 bf16: 2 * 8 * 128 * 2 = 4096 B per token per layer.
   const ModelConfig m = MathRecipe().model;
   EXPECT_EQ(KvBytesPerToken(m, 1, DType::kBf16), 4096);
   EXPECT_EQ(KvBytesPerToken(m, 4, DType::kBf16), 1024);  // 2 KV heads per rank
@@ -216,7 +216,7 @@ TEST(ServingState, KvCacheGqa) {
 }
 
 TEST(ServingState, MlaLatent) {
-  // MATH.md 6: DeepSeek-V3 latent (512 + 64) x 2 B = 1152 B, replicated per TP rank.
+  // docs/formulas.md §6: DeepSeek-V3 latent (512 + 64) x 2 B = 1152 B, replicated per TP rank.
   ModelConfig m = MathRecipe().model;
   m.mla = MlaConfig{};
   EXPECT_EQ(KvBytesPerToken(m, 1, DType::kBf16), 1152);
@@ -224,7 +224,7 @@ TEST(ServingState, MlaLatent) {
 }
 
 TEST(ServingState, MambaState) {
-  // MATH.md 6: conv (K-1)(d_i + 2GN) bf16 = 3 * 10240 * 2 = 61,440 B, SSM
+  // docs/formulas.md §6: conv (K-1)(d_i + 2GN) bf16 = 3 * 10240 * 2 = 61,440 B, SSM
   // H*P*N fp32 = 128 * 64 * 128 * 4 = 4,194,304 B; 4,255,744 B = 4.06 MiB.
   const ModelConfig m = MathRecipe().model;
   EXPECT_EQ(MambaStateBytesPerSequence(m, 1, DType::kBf16, DType::kFp32), 4'255'744);
@@ -232,14 +232,14 @@ TEST(ServingState, MambaState) {
 }
 
 TEST(ServingState, RecurrentState) {
-  // MATH.md 6: (K_r - 1) d_r beta + 4 d_r, d_r 4096, K_r 4, bf16: 24,576 + 16,384 = 40,960.
+  // docs/formulas.md §6: (K_r - 1) d_r beta + 4 d_r, d_r 4096, K_r 4, bf16: 24,576 + 16,384 = 40,960.
   ModelConfig m = MathRecipe().model;
   m.recurrent = {4096, 32, 4};
   EXPECT_EQ(RecurrentStateBytesPerSequence(m, 1, DType::kBf16), 40'960);
 }
 
 TEST(ContextParallel, AttentionSplitsTheSequenceAndAddsRingBuffers) {
-  // MATH.md 3.4: with CP every saved attention tensor is /c. s 8192, c 2, t 1,
+  // docs/formulas.md §3.4: with CP every saved attention tensor is /c. s 8192, c 2, t 1,
   // no recompute: 4096 tokens x 36,996 B = 151,535,616 B. The p2p ring keeps
   // two KV chunks in flight: 2 x 2 x (s/c) x b x (n_kv/t) x d_h x 2 B
   // = 2 x 2 x 4096 x 8 x 128 x 2 = 33,554,432 B. All-gather CP holds the whole
@@ -258,7 +258,7 @@ TEST(ContextParallel, AttentionSplitsTheSequenceAndAddsRingBuffers) {
 }
 
 TEST(Workspace, MambaChunkStates) {
-  // MATH.md 3.2: s 8192, Q 128, H 128, P 64, N 128, t = c = 1: the fp32 chunk
+  // docs/formulas.md §3.2: s 8192, Q 128, H 128, P 64, N 128, t = c = 1: the fp32 chunk
   // states alone are 64 * 128 * 64 * 128 * 4 = 256 MiB. With the bf16 copy
   // (128 MiB), CB 4*8192*128*8 = 32 MiB and dA_cumsum/dt 8*8192*128 = 8 MiB: 424 MiB.
   Recipe r = MathRecipe();

@@ -2,7 +2,7 @@
 // alias bombs, huge and non-finite numbers, bytes that are not UTF-8, and
 // floods of errors. Each must be rejected with a clear, located, bounded
 // message (exit 2 at the CLI), never a crash, a hang or a number. Time is not
-// asserted here (GUIDE.md: speed lives in bench/); ctest's per-test timeout
+// asserted here (speed lives in bench/); ctest's per-test timeout
 // and the sanitizer run catch a hang or a memory error.
 #include <cstdint>
 #include <string>

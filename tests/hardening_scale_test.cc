@@ -1,4 +1,4 @@
-// Extreme scale (issue 9, DESIGN.md "Bad input"): a 10-trillion-parameter
+// Extreme scale (issue 9, docs/recipe.md "Diagnostics"): a 10-trillion-parameter
 // recipe on a million GPUs must give exact figures, and sizes whose products
 // leave int64 must raise ArithmeticOverflow, never wrap. Expected values are
 // hand computations written out beside them.

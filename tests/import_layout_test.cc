@@ -76,7 +76,7 @@ TEST(DefaultLayout, CandidatesComeInPreferenceOrder) {
 }
 
 TEST(DefaultLayout, OneMambaGroupForbidsTensorParallelism) {
-  // Jamba's Mamba stand-in has 1 B/C group: groups % tp == 0 only for tp 1 (MATH.md 1.4).
+  // Jamba's Mamba stand-in has 1 B/C group: groups % tp == 0 only for tp 1 (docs/formulas.md §1.4).
   const auto l = DefaultH200Layout(ImportedInventory("jamba-v0.1.json"));
   ASSERT_TRUE(l.has_value());
   EXPECT_EQ(l->tp, 1);

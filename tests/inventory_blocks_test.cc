@@ -1,5 +1,5 @@
 // Per-block parameter counts, shapes, splits and optimizers against hand
-// counts written out beside each expected value (MATH.md section 1).
+// counts written out beside each expected value (docs/formulas.md §1).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -39,7 +39,7 @@ constexpr auto kMuon = OptimizerKind::kMuon;
 constexpr auto kAdamW = OptimizerKind::kAdamW;
 
 TEST(InventoryBlocks, MambaMatchesMathExample) {
-  // MATH.md 1.4 example: h=4096, d_i=8192, P=64 -> H=128, G=8, N=128, K=4: P_M = 109,640,064.
+  // docs/formulas.md §1.4 example: h=4096, d_i=8192, P=64 -> H=128, G=8, N=128, K=4: P_M = 109,640,064.
   Recipe r = OneBlock('M', 4096);
   r.model.mamba = MambaConfig{.d_state = 128, .d_conv = 4, .expand = 2, .head_dim = 64, .groups = 8, .chunk = 256};
   const Inventory inv = BuildInventory(r);
@@ -106,7 +106,7 @@ TEST(InventoryBlocks, SmallGqaBlock) {
 }
 
 TEST(InventoryBlocks, MlaMatchesDeepSeekV3Table) {
-  // MATH.md 1.3 with DeepSeek-V3 ranks (h=7168, n_q=128, d_cq=1536, d_c=512, nope 128, rope 64, v 128):
+  // docs/formulas.md §1.3 with DeepSeek-V3 ranks (h=7168, n_q=128, d_cq=1536, d_c=512, nope 128, rope 64, v 128):
   // W_dq 7168*1536 = 11,010,048; q-norm 1,536; W_uq 1536*128*192 = 37,748,736;
   // W_dkv 7168*576 = 4,128,768; kv-norm 512; W_ukv 512*128*256 = 16,777,216; W_o 16384*7168 = 117,440,512;
   // sum 187,107,328, plus the 7,168 pre-norm = 187,114,496.
@@ -140,7 +140,7 @@ TEST(InventoryBlocks, MlaWithoutQueryCompression) {
 }
 
 TEST(InventoryBlocks, RecurrentMatchesMathFormula) {
-  // MATH.md 1.6, h=64, d_r=96, n_b=4, K_r=4:
+  // docs/formulas.md §1.6, h=64, d_r=96, n_b=4, K_r=4:
   // P_R = h + 2 h d_r + d_r (K_r+1) + 2 (d_r^2/n_b + d_r) + d_r + d_r h
   //     = 64 + 12,288 + 480 + 2 (2,304 + 96) + 96 + 6,144 = 23,872.
   Recipe r = OneBlock('R', 64);
@@ -178,7 +178,7 @@ TEST(InventoryBlocks, MoeWithSharedExpertRouterBiasAndGate) {
   EXPECT_EQ(e.totals.of(kTp), 6'144);
   EXPECT_EQ(e.totals.of(kEp), 24'576);
   EXPECT_EQ(e.totals.of(kEp, kMuon), 24'576);
-  EXPECT_EQ(e.totals.of(kRep, kAdamW), 388);  // the router goes to AdamW by default (DESIGN.md)
+  EXPECT_EQ(e.totals.of(kRep, kAdamW), 388);  // the router goes to AdamW by default (docs/formulas.md §2.4)
   // Active: all but routed experts, plus k * 3 h f_e = 2 * 3 * 64 * 32 = 12,288 -> 6,532 + 12,288.
   EXPECT_EQ(e.active_elements, 18'820);
   EXPECT_EQ(Find(e, "mlp.experts.gate_up_proj").shape, (std::vector<int64_t>{4, 64, 64}));

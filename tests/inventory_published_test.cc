@@ -64,7 +64,7 @@ TEST(InventoryPublished, Mixtral8x7B) {
 
 TEST(InventoryPublished, Mamba2_2_7B) {
   const Inventory inv = BuildInventory(Load("mamba2-2.7b-h200.yaml"));
-  // Hand count (MATH.md 1.4 with h=2560, d_i=5120, H=80, G=1, N=128, K=4):
+  // Hand count (docs/formulas.md §1.4 with h=2560, d_i=5120, H=80, G=1, N=128, K=4):
   // per layer 2560*10576 + 5376*5 + 3*80 + 5120 + 5120*2560 + 2560 = 40,216,560;
   // 64 layers 2,573,859,840 + tied embedding 50,288*2560 = 128,737,280 + final norm 2,560.
   EXPECT_EQ(inv.total_params, 2'702'599'680);
@@ -94,11 +94,11 @@ TEST(InventoryPublished, DeepSeekV3) {
 }
 
 TEST(InventoryPublished, DefaultRecipeHandCount) {
-  // recipes/nam56r-h200.yaml, AEMEAEMEAEMR x 4 at h = 4096 (MATH.md 1.2-1.6):
+  // recipes/nam56r-h200.yaml, AEMEAEMEAEMR x 4 at h = 4096 (docs/formulas.md §1.2-1.6):
   //   A: 4096 x 6144 + 4096 x 4096 + 4096                                  =     41,947,136
   //   E: router 64 x 4096 = 262,144; routed 64 x 3 x 4096 x 2048 = 1,610,612,736;
   //      shared 3 x 4096 x 2048 = 25,165,824; norm 4096                    =  1,636,044,800
-  //   M: MATH.md 1.4 example                                               =    109,640,064
+  //   M: docs/formulas.md §1.4 example                                               =    109,640,064
   //   R: 4096 + 2 x 4096^2 + 4096 x 5 + 2 (4096^2/32 + 4096) + 4096 + 4096^2 =   51,417,088
   //   period (A E M E A E M E A E M R) 3A + 5E + 3M + R = 8,686,402,688; x 4 = 34,745,610,752
   //   + embedding and head 2 x 131,072 x 4096 = 1,073,741,824 + final norm 4096.

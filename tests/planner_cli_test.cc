@@ -102,7 +102,7 @@ TEST(PlannerCli, ContextParallelOnRecurrentRejected) {
 
 // --emit prints the launch configuration instead of the report: Megatron
 // arguments (a shell block) or torchtitan TOML on stdout, what the framework
-// cannot express as warnings on stderr (nam56r's R block, MATH.md 0: Megatron's
+// cannot express as warnings on stderr (nam56r's R block, docs/formulas.md §0: Megatron's
 // layer symbols are M * - E).
 TEST(PlannerCli, EmitMegatron) {
   const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron"});

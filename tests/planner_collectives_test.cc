@@ -1,5 +1,5 @@
 // Collective volumes, link times and bubble fractions against the NCCL
-// conventions (MATH.md 7.1, nccl-tests PERFORMANCE.md) and MATH.md 4.2,
+// conventions (docs/formulas.md §7.1, nccl-tests PERFORMANCE.md) and docs/formulas.md §4.2,
 // with the arithmetic done by hand in the comments.
 #include <gtest/gtest.h>
 
@@ -52,7 +52,7 @@ TEST(PlannerCollectives, IntraNodeAllReduceTime) {
 }
 
 // A ring with one member per node runs at min(eta_nvl*450, 1*eta_ib*50) = 40 GB/s
-// (MATH.md 7.1 B_eff): AG of 1 GiB over 4 ranks: 3 * 8e-6 + 805306368 / 40e9.
+// (docs/formulas.md §7.1 B_eff): AG of 1 GiB over 4 ranks: 3 * 8e-6 + 805306368 / 40e9.
 TEST(PlannerCollectives, SpanningRingUsesIb) {
   AxisLocality loc;
   loc.size = 4;
@@ -74,7 +74,7 @@ TEST(PlannerCollectives, SpanningAllToAllSplitsNvlinkAndIb) {
   EXPECT_TRUE(RelativelyClose(t, 15 * 8e-6 + 0.02, 1e-12)) << t;
 }
 
-// MATH.md 4.2: 1F1B bubble (p-1)(t_F+t_B) against m(t_F+t_B) of work, so the
+// docs/formulas.md §4.2: 1F1B bubble (p-1)(t_F+t_B) against m(t_F+t_B) of work, so the
 // share of the step is (p-1)/(m+p-1): p = 4, m = 8 -> 3/11. Interleaved divides
 // the bubble by v: (p-1)/(v*m+p-1) = 3/19 for v = 2. Megatron paper
 // (Narayanan et al. 2021, eq. 1): bubble/ideal = (p-1)/m, the same quantity
@@ -88,7 +88,7 @@ TEST(PlannerBubble, OneFOneBAndInterleaved) {
   EXPECT_DOUBLE_EQ(BubbleFraction(Schedule::k1F1B, 8, 1, 32), 7.0 / 39.0);
 }
 
-// DualPipe (DS3 table, MATH.md 4.2): (p/2-1)(F&B + B - 3W). With F&B = F+B,
+// DualPipe (DS3 table, docs/formulas.md §4.2): (p/2-1)(F&B + B - 3W). With F&B = F+B,
 // B = 2F, W = B/2 = F: (p/2-1)(F + 2F + 2F - 3F) = (p/2-1)*2F. Against
 // m(F+B) = 3mF: p = 16, m = 20 -> 7*2/(60 + 14) = 14/74.
 TEST(PlannerBubble, DualPipe) {

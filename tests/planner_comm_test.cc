@@ -43,7 +43,7 @@ TEST(PlannerComm, TensorParallelWithoutSpIsFourAllReducesPerLayer) {
 }
 
 // With SP each region is fwd AG + RS and bwd AG + RS + AG (re-gather of the
-// saved input, MATH.md 7.2): 5 * 3/4 * X = 5 * 196608 = 983040 per region
+// saved input, docs/formulas.md §7.2): 5 * 3/4 * X = 5 * 196608 = 983040 per region
 // per micro-batch, against Korthikanti's 4 (the same volume as 2 AR).
 TEST(PlannerComm, TensorParallelWithSpIsFiveGathersPerRegion) {
   const auto inv = TinyInventory("ADAD");
@@ -64,7 +64,7 @@ TEST(PlannerComm, TensorParallelWithSpIsFiveGathersPerRegion) {
   EXPECT_EQ(Sent(sc, Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads), 1920);
 }
 
-// EP (MATH.md 7.2): per MoE layer per micro-batch 2 A2A forward (dispatch,
+// EP (docs/formulas.md §7.2): per MoE layer per micro-batch 2 A2A forward (dispatch,
 // combine) and 2 backward of k*T*h*beta_a with T = s*b/(c*t) = 2048:
 // 2*2048*64*2 = 524288 bytes, of which (e-1)/e = 3/4 leaves: 393216.
 TEST(PlannerComm, ExpertParallelAllToAll) {
@@ -96,7 +96,7 @@ TEST(PlannerComm, ExpertTensorParallelGathers) {
   EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch), 262144);  // 1/2 * 524288
 }
 
-// PP (MATH.md 7.2): one activation message X/t_sp per micro-batch per
+// PP (docs/formulas.md §7.2): one activation message X/t_sp per micro-batch per
 // boundary forward and one gradient backward. pp 2, m 4, t 1: rank 0 sends
 // 4 * 262144 forward and receives 4 gradients; rank 1 the mirror.
 TEST(PlannerComm, PipelineP2pOneFOneB) {
@@ -126,7 +126,7 @@ TEST(PlannerComm, PipelineP2pInterleaved) {
   EXPECT_EQ(Sent(p.comm[1], Axis::kPp, Collective::kSendRecv, Pass::kBackward, CommWhat::kActivationGrads), 8 * kX / 2);
 }
 
-// CP p2p ring (MATH.md 7.2): K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a
+// CP p2p ring (docs/formulas.md §7.2): K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a
 // = 2*512*2*4*8*2 = 131072. Forward c-1 = 1 send per A layer per
 // micro-batch; backward 2(c-1) = 2. m = 3, one A layer.
 TEST(PlannerComm, ContextParallelP2p) {
@@ -136,7 +136,7 @@ TEST(PlannerComm, ContextParallelP2p) {
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kBackward, CommWhat::kAttentionKv), 3 * 2 * 131072);
 }
 
-// Mamba all-to-all CP (MATH.md 7.2): (c-1)/c * (s/c)*b*(3d_i + 2GN*r_g + H)*beta_a/t.
+// Mamba all-to-all CP (docs/formulas.md §7.2): (c-1)/c * (s/c)*b*(3d_i + 2GN*r_g + H)*beta_a/t.
 // d_i 128, G 2, N 16, H 8, c 2, t 1 (groups/t = 2 = c, so r_g = 1):
 // width 384 + 64 + 8 = 456; payload 512*2*456*2 = 933888; sent 1/2 = 466944.
 TEST(PlannerComm, ContextParallelMambaAllToAll) {
@@ -267,7 +267,7 @@ TEST(PlannerComm, ContextParallelHandoffTime) {
   }
 }
 
-// ZeRO-1 DP over d = 2 (MATH.md 7.2 "DP"), one stage holding everything:
+// ZeRO-1 DP over d = 2 (docs/formulas.md §7.2 "DP"), one stage holding everything:
 // dense elements = norms 64+64 + final norm 64 + TP 12288+24576
 // + embedding 1024*64 (vocab 1000 padded to 128) + head 1024*64 = 168128.
 // RS of fp32 grads: 1/2 * 168128*4 = 336256; AG of bf16 params 1/2 * 168128*2 = 168128.

@@ -1,4 +1,4 @@
-// Mesh placement against hand-written rank tables (MATH.md 7.3 formulas,
+// Mesh placement against hand-written rank tables (docs/formulas.md §7.3 formulas,
 // worked out by hand in the comments).
 #include <gtest/gtest.h>
 
@@ -90,7 +90,7 @@ TEST(PlannerMesh, ContextParallelAndDpCpGroups) {
   EXPECT_EQ(GroupsOf(m, Axis::kPp)[0], (std::vector<int64_t>{0, 8}));
 }
 
-// Expert folding (MATH.md 7.3): tp 4, dp 2, pp 2, ep 8 on 16 GPUs. Within a
+// Expert folding (docs/formulas.md §7.3): tp 4, dp 2, pp 2, ep 8 on 16 GPUs. Within a
 // stage i = i_tp + 4*i_dp covers 8 ranks; ep = i mod 8 -> one EP group per
 // stage. Megatron order: stage 0 is ranks 0-7 (node 0), inside a node.
 // Llama order: stage 0 is ranks {0-3, 8-11}, 4 on each node.

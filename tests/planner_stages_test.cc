@@ -49,7 +49,7 @@ TEST(PlannerStages, PartitionBeatsEqualSplitWithHeavyHead) {
   EXPECT_LT(priced_best.time.step_s, priced_equal.time.step_s);
 }
 
-// Attention costs grow with s, Mamba's do not (MATH.md 4.3): at s = 1024 an
+// Attention costs grow with s, Mamba's do not (docs/formulas.md §4.3): at s = 1024 an
 // A layer is 2*12352 + 2*8*8*1024 = 155776 FLOPs a token; Mamba is
 // 2*20064 + scan (64*2*16 + 64*8*16 + 4*8*16*16 = 18432) = 58560. With
 // selective recompute (the attention core once more) an A layer weighs
@@ -107,13 +107,13 @@ TEST(PlannerStepTime, OneFOneBBubble) {
   const double per_mb = p.time.steady_s / 8.0;
   const double p2p = 8e-6 + 262144.0 / 360e9;
   EXPECT_TRUE(RelativelyClose(p.time.bubble_s, 3.0 * per_mb + 6.0 * p2p, 1e-12));
-  // Without the p2p term this is the MATH.md 4.2 share (p-1)/(m+p-1) = 3/11.
+  // Without the p2p term this is the docs/formulas.md §4.2 share (p-1)/(m+p-1) = 3/11.
   EXPECT_TRUE(RelativelyClose((p.time.bubble_s - 6.0 * p2p) / (p.time.steady_s + p.time.bubble_s - 6.0 * p2p),
                               BubbleFraction(Schedule::k1F1B, 4, 1, 8), 1e-12));
   EXPECT_EQ(p.time.slowest_stage, 0);
 }
 
-// Interleaved (MATH.md 4.2): the bubble shrinks to (p-1)/v micro-batch
+// Interleaved (docs/formulas.md §4.2): the bubble shrinks to (p-1)/v micro-batch
 // times; the fill/drain crosses p*v - 1 chunk boundaries each way. Eight
 // equal layers, pp 2, vpp 2 (four chunks of two), m 4:
 // bubble = (1/2) * steady/4 + 2*3 sends of 262144 B on NVLink.

@@ -17,7 +17,7 @@ bool HasError(const std::vector<Diagnostic>& ds, const std::string& key, const s
   return false;
 }
 
-// R blocks split their 4 gate blocks over tp*cp (MATH.md 7.2 [OURS]): cp 8 does not divide 4.
+// R blocks split their 4 gate blocks over tp*cp (docs/formulas.md §7.2 [OURS]): cp 8 does not divide 4.
 TEST(PlannerValidate, ContextParallelOnRecurrentNeedsDivisibleGateBlocks) {
   const auto inv = TinyInventory("AR");
   const auto ds = ValidateForPlan(inv.recipe, TinyLayout(1, 8, 1, 1, 1));
@@ -26,7 +26,7 @@ TEST(PlannerValidate, ContextParallelOnRecurrentNeedsDivisibleGateBlocks) {
   EXPECT_TRUE(ValidateForPlan(inv.recipe, TinyLayout(1, 4, 1, 1, 1)).empty());
 }
 
-// Mamba all-to-all CP (MATH.md 1.4): 8 heads, 2 groups. cp 4: 8 % 4 == 0 and
+// Mamba all-to-all CP (docs/formulas.md §1.4): 8 heads, 2 groups. cp 4: 8 % 4 == 0 and
 // cp % groups == 0, priced; cp 3: 8 % 3 != 0, rejected.
 TEST(PlannerValidate, ContextParallelOnMamba) {
   const auto inv = TinyInventory("MD");

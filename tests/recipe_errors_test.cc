@@ -1,6 +1,6 @@
 // Malformed recipes: each must fail with an exit-2 style diagnostic naming
 // file, line, column (1-based, counted by hand from the YAML text in the
-// case), key path and what would be valid (GUIDE.md 3, DESIGN.md "Bad input").
+// case), key path and what would be valid (docs/recipe.md "Diagnostics").
 // Unset keys take the header defaults: pattern AEMEAEMEAEMR x 4, hidden 4096,
 // attention 32/8 heads, Mamba 128 heads / 8 groups, 64 experts, recurrent
 // 4096 wide / 32 blocks, 8 x 8 H200s, global batch 512, micro-batch 1.
@@ -118,7 +118,7 @@ const Case kCases[] = {
     // tp 4, cp 3 on 48 GPUs: heads/tp = 32 is not divisible by 3; groups/tp = 2 allows cp 2 or 4.
     {"MambaCp", "parallel: {tp: 4, cp: 3}\ncluster: {nodes: 6}\n", 1, 23, "parallel.cp",
      "Mamba all-to-all context parallelism needs heads/tp (32) divisible by cp and groups/tp (2) divisible by cp "
-     "or dividing it (MATH.md 1.4); try 2 or 4, or set parallel.cp_recurrent: handoff"},
+     "or dividing it (docs/formulas.md §1.4); try 2 or 4, or set parallel.cp_recurrent: handoff"},
     // Default R layers: 32 gate blocks; 2 blocks over cp 4 do not split (Mamba 128 heads / 8 groups do).
     {"RecurrentCpAllToAll", "model:\n  recurrent: {width: 4096, heads: 2}\nparallel: {cp: 4}\n", 3, 16,
      "parallel.cp",
@@ -218,7 +218,7 @@ TEST_P(MalformedRecipe, FailsWithLocatedDiagnostic) {
 INSTANTIATE_TEST_SUITE_P(All, MalformedRecipe, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
-// Whole messages, caret line included (GUIDE.md 3, ninja style).
+// Whole messages, caret line included (docs/recipe.md "Diagnostics", ninja style).
 LoadResult Load(const std::string& yaml) { return LoadRecipeFromString(yaml, "recipes/x.yaml"); }
 
 std::string FirstError(const LoadResult& r) {
@@ -246,7 +246,7 @@ TEST(DiagnosticFormat, UnknownKeyWithSuggestion) {
 }
 
 TEST(DiagnosticFormat, TpMustDivideHeads) {
-  // The GUIDE.md 3 example: tp 6 on 48 GPUs (6 | 48), seq_len 8196 = 6 x 1366.
+  // The docs/recipe.md "Diagnostics" example: tp 6 on 48 GPUs (6 | 48), seq_len 8196 = 6 x 1366.
   const auto r = Load("cluster: {nodes: 6}\ntraining: {seq_len: 8196}\nparallel:\n  tp: 6\n");
   EXPECT_EQ(FirstError(r),
             "recipes/x.yaml:4:7: parallel.tp = 6: must divide model.attention.heads (32) and kv_heads (8); try 4 "

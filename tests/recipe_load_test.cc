@@ -1,6 +1,6 @@
 // Loading valid recipes: the default recipe's values, layer expansion,
 // --set overrides, presets and warnings. Expected values are counted by hand
-// from the YAML in each test (and from DESIGN.md for the presets).
+// from the YAML in each test (and from docs/formulas.md §2.4 for the presets).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -63,7 +63,7 @@ TEST(DefaultRecipe, LoadsWithTheDocumentedValues) {
   EXPECT_EQ(recipe.parallel.schedule, Schedule::k1F1B);
   EXPECT_FALSE(recipe.model.mla.has_value());
   EXPECT_FALSE(recipe.serving.has_value());
-  // DESIGN.md: H200 as nvidia-smi reports it.
+  // H200 as nvidia-smi reports it (docs/formulas.md §2.4).
   EXPECT_EQ(recipe.cluster.spec.name, "h200");
   EXPECT_EQ(recipe.cluster.spec.capacity_mib, 143771);
   EXPECT_DOUBLE_EQ(recipe.cluster.reserve_gib, 3.0);
@@ -100,9 +100,9 @@ TEST(Files, AnchorsAndAliasesAreFine) {
 TEST(Presets, H200AndH100) {
   const auto h200 = GpuPreset("h200");
   ASSERT_TRUE(h200.has_value());
-  EXPECT_EQ(h200->capacity_mib, 143771);  // DESIGN.md / nvidia-smi
+  EXPECT_EQ(h200->capacity_mib, 143771);  // nvidia-smi
   EXPECT_DOUBLE_EQ(h200->bf16_dense_tflops, 989.0);
-  EXPECT_DOUBLE_EQ(h200->nvlink_gbps_per_dir, 450.0);  // MATH.md 7.1
+  EXPECT_DOUBLE_EQ(h200->nvlink_gbps_per_dir, 450.0);  // docs/formulas.md §7.1
   EXPECT_DOUBLE_EQ(h200->ib_gbps_per_dir, 50.0);
   const auto h100 = GpuPreset("h100");
   ASSERT_TRUE(h100.has_value());

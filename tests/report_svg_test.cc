@@ -62,7 +62,7 @@ TEST(MemorySvg, OneBarPerStageOneSegmentPerNonZeroCategory) {
 
 TEST(MemorySvg, CapacityLineAtTheDeviceCapacity) {
   const Rendered r = RenderDefault();
-  // H200 as nvidia-smi reports it: 143771 MiB = 140.40 GiB (DESIGN.md).
+  // H200 as nvidia-smi reports it: 143771 MiB = 140.40 GiB (docs/formulas.md §2.4).
   EXPECT_THAT(r.svg, HasSubstr("capacity 140.4 GiB"));
   EXPECT_EQ(Count(r.svg, "class=\"capacity\""), 1);
   EXPECT_EQ(Count(r.svg, "class=\"headroom-floor\""), 1);

@@ -109,7 +109,7 @@ namespace preflight {
 namespace {
 
 // Expert-TP 2: the executor applies the routing probs at the source after the
-// combine (MATH.md 8.3, Megatron's unpermute), so the expert output kept for
+// combine (docs/formulas.md §8.3, Megatron's unpermute), so the expert output kept for
 // d(probs) is held once per dispatched row, not per expert-TP-gathered row.
 // The estimator's MoE activations must equal what the executor measures,
 // byte for byte, for every block family on every rank.

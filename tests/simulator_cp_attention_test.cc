@@ -1,8 +1,8 @@
 // The A block under context parallelism (attention_core.h): every cp_comm
 // mode, cp 2 and 4, with and without causal load balancing, and tp x cp =
 // 2 x 2 with SP, against one rank; the bytes each rank sends per (pass,
-// label) against K_c worked by hand (MATH.md 7.2) and against the planner;
-// the saved tensors against MATH.md 3.2/3.4 and the estimator; and the two
+// label) against K_c worked by hand (docs/formulas.md §7.2) and against the planner;
+// the saved tensors against docs/formulas.md §3.2/3.4 and the estimator; and the two
 // facts ring attention rests on: attention without the K,V exchange is
 // wrong, and partial results merged by the log-sum-exp rule are exact.
 #include <fmt/format.h>
@@ -47,7 +47,7 @@ Dims CpDims() {
   return d;
 }
 
-constexpr double kTolerance = 1e-10;  // fp64, sharded vs one rank (MATH.md 8)
+constexpr double kTolerance = 1e-10;  // fp64, sharded vs one rank (docs/formulas.md §8)
 
 /// Bytes rank `rank` sent on axis "cp" per (kind, pass, label).
 using CpKey = std::tuple<CollectiveKind, Pass, CommWhat>;
@@ -78,7 +78,7 @@ constexpr auto kA2a = CollectiveKind::kAllToAll;
 constexpr auto kFwd = Pass::kForward;
 constexpr auto kBwd = Pass::kBackward;
 
-// K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a (MATH.md 7.2): one rank's K and V.
+// K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a (docs/formulas.md §7.2): one rank's K and V.
 //   c 2, t 1: 2*8*2*4*4*2 = 1024.   c 4, t 1: 2*4*2*4*4*2 = 512.   c 2, t 2: 2*8*2*2*4*2 = 512.
 // p2p (TE ring): fwd (c-1) K_c; bwd (c-1) K_c (K,V again) + (c-1) K_c (dK,dV home).
 // all_gather: fwd AG (c-1) K_c; bwd AG (c-1) K_c again (TE saves only the local K,V) + RS (c-1) K_c.
@@ -87,7 +87,7 @@ constexpr auto kBwd = Pass::kBackward;
 //   c 2, t 1: 1/2*16*24*4*2 = 1536 and 1/2*16*32*4*2 = 2048.
 //   c 4, t 1: 3/4*8*24*4*2 = 1152 and 3/4*8*32*4*2 = 1536.
 //   c 2, t 2: 1/2*16*12*4*2 = 768 and 1/2*16*16*4*2 = 1024.
-// Saved (MATH.md 3.2, flash attention, no recompute; 3.4: all /c): per token
+// Saved (docs/formulas.md §3.2, flash attention, no recompute; 3.4: all /c): per token
 // a residual 2h*beta_a + 4 (x and the norm output, the fp32 rstd) = 68, /t
 // with SP, and a sharded (2n_q + 2n_kv)*d_h*beta_a + 4 n_q (q, k, v, o and the
 // fp32 LSE) = 224, /t; over (s/c)*b tokens:

@@ -1,6 +1,6 @@
-// Sharded == unsharded (MATH.md 8.3 "Equivalence tests"): loss, final hidden
+// Sharded == unsharded (docs/formulas.md §8.3 "Equivalence tests"): loss, final hidden
 // state and every gathered parameter gradient within fp64 1e-10 relative
-// (MATH.md 8), and the bytes each simulated rank moved equal to counts derived
+// (docs/formulas.md §8), and the bytes each simulated rank moved equal to counts derived
 // by hand in the comments from the Megatron TP/SP/EP schedule.
 #include <gtest/gtest.h>
 
@@ -265,7 +265,7 @@ TEST(SimulatorEquivalence, Fp32RunAgreesToFp32Tolerance) {
   SimOptions opt;
   opt.precision = SimPrecision::kFp32;
   const SimulationReport rep = Simulate(Tiny("ADE", 2, true), opt);
-  // MATH.md 8: fp32 1e-5 relative.
+  // docs/formulas.md §8: fp32 1e-5 relative.
   EXPECT_LE(rep.loss.max_rel, 1e-5);
   EXPECT_LE(rep.output.max_rel, 1e-5);
   for (const ErrorStat& g : rep.gradients) EXPECT_LE(g.max_rel, 1e-5) << g.name;

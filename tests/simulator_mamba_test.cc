@@ -2,7 +2,7 @@
 // backward against finite differences, its parameters against the
 // inventory, its TP/SP/CP runs against one rank, its counted bytes against
 // hand counts and the planner, and its saved activations against the
-// estimator (MATH.md 1.4, 3.2, 7.2, 8.2, 8.3).
+// estimator (docs/formulas.md §1.4, 3.2, 7.2, 8.2, 8.3).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,7 +82,7 @@ int64_t PlannerSent(const Dims& d, const BlockLayout& b, Axis axis, Collective k
 }
 
 // ---------------------------------------------------------------------------
-// The SSD: sequential scan vs chunked form (MATH.md 8.2's second oracle).
+// The SSD: sequential scan vs chunked form (docs/formulas.md §8.2's second oracle).
 
 mamba::SsmInputs<double> RandomSsm(const mamba::SsmShape& s, int64_t len, uint64_t seed) {
   mamba::SsmInputs<double> in;
@@ -304,7 +304,7 @@ TEST(SimulatorMamba, TensorAndSequenceParallelEqualOneRank) {
   const Dims d = MambaDims();
   const Mat<double> x = Random(d.tokens(), d.hidden, 1), dy = Random(d.tokens(), d.hidden, 2);
   const BlockRun ref = RunBlock('M', d, BlockLayout{}, x, dy);
-  // X = T h beta = 32 tokens x 8 x 2 B = 512 B per call (MATH.md 7.2).
+  // X = T h beta = 32 tokens x 8 x 2 B = 512 B per call (docs/formulas.md §7.2).
   const int64_t kX = 32 * 8 * 2;
   for (int tp : {2, 4}) {
     for (bool sp : {false, true}) {
@@ -341,9 +341,9 @@ TEST(SimulatorMamba, TensorAndSequenceParallelEqualOneRank) {
 }
 
 // ---------------------------------------------------------------------------
-// Saved activations: the estimator's a_M (MATH.md 3.2) byte for byte.
+// Saved activations: the estimator's a_M (docs/formulas.md §3.2) byte for byte.
 
-/// Hand count of a_M per rank (MATH.md 3.2): residual terms x, n (h x 2 B) +
+/// Hand count of a_M per rank (docs/formulas.md §3.2): residual terms x, n (h x 2 B) +
 /// pre-norm rstd (4 B) per token, /t under SP; zxBCdt 2(2d_i + 2GN r_g + H),
 /// out_x 2d_i, [MG: gated y + norm out 4d_i], group rstd 4G per token, /t.
 int64_t HandActivations(const Dims& d, int tp, int cp, bool sp, int64_t repeat) {
@@ -384,7 +384,7 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
   struct Case {
     int tp, cp;
     bool balanced, sp;
-    int64_t repeat;  // r_g = c / (G/t) when c > G/t (MATH.md 1.4)
+    int64_t repeat;  // r_g = c / (G/t) when c > G/t (docs/formulas.md §1.4)
   };
   // G = 4: G/t = 4, 2, 1 at tp 1, 2, 4.
   const Case cases[] = {{1, 2, true, false, 1},  {1, 2, false, false, 1}, {1, 4, true, false, 1},
@@ -395,7 +395,7 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
     const std::string what = Describe(l);
     const BlockRun run = RunBlock('M', d, l, x, dy);
     ExpectSame(run, ref, what);
-    // Per rank per direction: (c-1)/c (s/c) b (3d_i + 2GN r_g + H) beta / t (MATH.md 7.2):
+    // Per rank per direction: (c-1)/c (s/c) b (3d_i + 2GN r_g + H) beta / t (docs/formulas.md §7.2):
     // zxBCdt out and y back in forward, dy out and d(zxBCdt) back in backward.
     const int64_t width = 3 * d.mamba_inner + 2 * d.mamba_groups * d.mamba_d_state * c.repeat + d.mamba_heads;
     const int64_t expected = (c.cp - 1) * (d.seq / c.cp) * d.batch * width * 2 / c.cp / c.tp;

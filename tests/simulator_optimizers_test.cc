@@ -58,7 +58,7 @@ TEST(AdamW, FirstStepFromZeroStateIsSignLike) {
 
 TEST(AdamW, TwoStepsOnThreeElements) {
   // lr 0.1, wd 0.01, betas (0.9, 0.95), eps 1e-8. Expected values by 40-digit
-  // decimal arithmetic of MATH.md 9.1. Element 2 by hand: step 1 has g = 0, so
+  // decimal arithmetic of docs/formulas.md §9.1. Element 2 by hand: step 1 has g = 0, so
   // m = v = 0, the update is 0 / (0 + eps) = 0 and p = 2 * 0.999 = 1.998. Step 2,
   // g = 3: m = 0.3, v = 0.45, m_hat = 0.3 / 0.19, v_hat = 0.45 / 0.0975,
   // p = 1.998 * 0.999 - 0.1 * 1.5789474 / (2.1483446 + 1e-8) = 1.9225060001.
@@ -218,7 +218,7 @@ TEST(NewtonSchulz5, CommutesWithTranspose) {
 }
 
 TEST(NewtonSchulz5, OurOrientationIsTheTransposeOfPytorch) {
-  // Ours: W is (in = 3) x (out = 5), Y = X W (MATH.md 8.1). PyTorch holds
+  // Ours: W is (in = 3) x (out = 5), Y = X W (docs/formulas.md §8.1). PyTorch holds
   // W_pt = W^T, shape (out, in) = (5, 3), and KJ muon_update gives
   // NS(W_pt) * sqrt(max(1, 5 / 3)) (hand: grad.size(-2) / grad.size(-1) = 5/3).
   // Our update must be exactly the transpose of that.
@@ -256,7 +256,7 @@ TEST(NewtonSchulz5, IgnoresTheScaleOfItsInput) {
 }
 
 TEST(NewtonSchulz5, CountsItsFlops) {
-  // MATH.md 9.2: each step costs 4 m^2 n + 2 m^3 with m = min dim. For 3 x 2
+  // docs/formulas.md §9.2: each step costs 4 m^2 n + 2 m^3 with m = min dim. For 3 x 2
   // (m = 2, n = 3): 48 + 16 = 64 per step, 320 for five.
   double flops = 0.0;
   NewtonSchulz5(Random(3, 2, 8), 5, &flops);
@@ -374,7 +374,7 @@ TEST(Sharding, NewtonSchulzNeedsTheFullMatrix) {
 // ---------------------------------------------------------------- fp32
 
 TEST(Fp32, AgreesWithFp64) {
-  // MATH.md 8: fp32 within 1e-5 relative of fp64.
+  // docs/formulas.md §8: fp32 within 1e-5 relative of fp64.
   constexpr int64_t kRows = 6, kCols = 10, kN = kRows * kCols;
   // Large learning rates, so the updates dwarf fp32's rounding of the weights (6e-8).
   MuonConfig mc;

@@ -2,7 +2,7 @@
 // replicas: sharded numerics (losses, gradients, AdamW and Muon updates)
 // equal the unsharded run, and every stage's counted bytes and measured
 // memory equal the planner's and the estimator's figures. Byte counts worked
-// by hand in the comments (MATH.md 7.2).
+// by hand in the comments (docs/formulas.md §7.2).
 #include <gtest/gtest.h>
 
 #include <string>

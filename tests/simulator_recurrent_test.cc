@@ -1,5 +1,5 @@
 // The R block (RG-LRU after Griffin, simulator/recurrent_block.cc): the
-// forward against a direct loop over MATH.md 8.2's formula, the hand-written
+// forward against a direct loop over docs/formulas.md §8.2's formula, the hand-written
 // backward against finite differences, TP and CP runs against one rank, the
 // bytes it moves against hand counts and the planner, the bytes it keeps
 // against hand counts and the estimator, its parameters against the inventory.
@@ -65,7 +65,7 @@ double GeluTanh(double z) {
   return 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (z + 0.044715 * z * z * z)));
 }
 
-/// MATH.md 8.2 "R", written out token by token for one batch element at a
+/// docs/formulas.md §8.2 "R", written out token by token for one batch element at a
 /// time, with a = σ(Λ)^(8r) (the block computes exp(8 r log σ(Λ))).
 Mat<double> DirectForward(Block<double>& block, const Dims& d, const Mat<double>& x) {
   const Mat<double>& norm = ParamNamed(block, "norm.weight").value.m;
@@ -304,7 +304,7 @@ int64_t TotalSent(const BlockRun& run, int rank) {
 }
 
 TEST(SimulatorRecurrent, TensorParallelBytesByHand) {
-  // One TP region (MATH.md 7.2): X = s*b*h*beta = 16*2*8*2 = 512 bytes.
+  // One TP region (docs/formulas.md §7.2): X = s*b*h*beta = 16*2*8*2 = 512 bytes.
   // No SP: fwd AR + bwd AR, 2(t-1)/t X each. SP: fwd AG + RS, bwd 2 AG + RS, (t-1)/t X each.
   using K = CollectiveKind;
   const Pass f = Pass::kForward, b = Pass::kBackward;
@@ -430,7 +430,7 @@ TEST(SimulatorRecurrent, ActivationsByHandAndTheEstimators) {
   // Per rank, N = s*b/c CP-local rows, N_sp = N/t under SP, D = d_r/t:
   //   x, n (2h each) + rstd (4) on N_sp rows = N_sp * (4*8 + 4) = 36 N_sp;
   //   g_pre, u, ũ, r_pre, i_pre, y (2 B each) + h (4 B) = 16 D per row: 16 N D
-  //   (MATH.md 3.2 a_R = 4h + 16 d_r, plus the rstd the estimator's ResidualTerms charges);
+  //   (docs/formulas.md §3.2 a_R = 4h + 16 d_r, plus the rstd the estimator's ResidualTerms charges);
   //   hand-off: + n_in * b * D * (3*2 + 4) for the n_in states received.
   struct Case {
     int tp, cp;

@@ -41,7 +41,7 @@ TEST(SimulatorSchedule, InterleavedByHand) {
 }
 
 TEST(SimulatorSchedule, PeakInFlightEqualsTheEstimatorsScheduleModel) {
-  // MATH.md 4.1, hand example: 1F1B p = 4, m = 8 holds 4, 3, 2, 1.
+  // docs/formulas.md §4.1, hand example: 1F1B p = 4, m = 8 holds 4, 3, 2, 1.
   for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(PeakInFlight(PipelineSchedule(Schedule::k1F1B, 4, 1, 8, r)), 4 - r);
   // The estimator's closed forms (independent code) over a grid.
   for (int64_t p : {1, 2, 3, 4, 8}) {

@@ -1,4 +1,4 @@
-// The agreement check of `preflight simulate` (GUIDE.md 6): counted bytes
+// The agreement check of `preflight simulate` (docs/architecture.md): counted bytes
 // against the planner, measured peaks against the estimator, for the same
 // scaled recipe. The executor never calls these models while it runs; this
 // file only puts their figures beside its measurements.
@@ -23,7 +23,7 @@
 // it prices the skewed expectation (moe.dropless_skew), and the measured peak
 // must be within kDroplessActivationTolerance of it. Routing scratch is
 // informational (transient buffers whose lifetimes the estimator models as
-// one peak, MATH.md 5).
+// one peak, docs/formulas.md §5).
 #include <algorithm>
 #include <cmath>
 #include <map>

@@ -1,5 +1,5 @@
 // preflight: the command-line entry point. Only dispatch lives here; each
-// verb is its own file (GUIDE.md 1).
+// verb is its own file (docs/architecture.md).
 #include <cstdio>
 #include <exception>
 #include <vector>

@@ -1,4 +1,4 @@
-// The table of verbs (GUIDE.md 1, ninja's Tool table). Each verb lives in its
+// The table of verbs (docs/architecture.md, ninja's Tool table). Each verb lives in its
 // own cmd_<verb>.cc and registers its options on a CLI11 subcommand; its run
 // callback stores the process exit code.
 #pragma once

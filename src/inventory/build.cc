@@ -1,9 +1,9 @@
 // BuildInventory: every parameter tensor of the model with its global shape,
-// split, optimizer and dtype (MATH.md 1 and 9.4), plus the per-layer totals
+// split, optimizer and dtype (docs/formulas.md §1 and 9.4), plus the per-layer totals
 // and prefix sums that let the estimator and planner price a layout with
 // plain arithmetic.
 //
-// Shapes are written input x output for linears (MATH.md 8.1, Y = X W), so a
+// Shapes are written input x output for linears (docs/formulas.md §8.1, Y = X W), so a
 // TP-column tensor splits its last dimension and a TP-row tensor its first.
 // Names follow the Megatron/HF habit: "layers.<i>.<module>.<tensor>".
 #include <cstddef>
@@ -17,11 +17,11 @@
 namespace preflight {
 namespace {
 
-/// Which optimizer owns each kind of tensor (MATH.md 9.4).
+/// Which optimizer owns each kind of tensor (docs/formulas.md §9.4).
 struct OptimizerPolicy {
   OptimizerKind matrix = OptimizerKind::kMuon;         // 2-D hidden matrices
   OptimizerKind mamba_in_proj = OptimizerKind::kAdamW;  // Megatron sets in_proj.use_muon = False
-  OptimizerKind router = OptimizerKind::kAdamW;        // DESIGN.md default
+  OptimizerKind router = OptimizerKind::kAdamW;        // the project's default (docs/formulas.md §9.4)
   // Embeddings, head, norms, biases, conv, A_log, D, dt_bias, Lambda and the R
   // gate blocks always use AdamW.
   OptimizerKind vector = OptimizerKind::kAdamW;
@@ -69,7 +69,7 @@ void AddNorm(TensorList& list, const std::string& name, int64_t hidden, NormKind
   if (kind == NormKind::kLayerNorm) list.Add(name + ".bias", {hidden}, Split::kReplicated, p.vector);
 }
 
-// GQA/MQA/MHA (MATH.md 1.2). The optional q/k norms are per-head RMSNorms
+// GQA/MQA/MHA (docs/formulas.md §1.2). The optional q/k norms are per-head RMSNorms
 // (their own kind, not model.norm).
 void AddGqa(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const AttentionConfig& a = m.attention;
@@ -82,9 +82,9 @@ void AddGqa(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   }
 }
 
-// MLA (MATH.md 1.3, DeepSeek-V2/V3 names). Down projections are replicated
+// MLA (docs/formulas.md §1.3, DeepSeek-V2/V3 names). Down projections are replicated
 // (Megatron's TELinear "duplicated"), up projections TP column, W_o TP row;
-// all of them are 2-D hidden matrices and go to Muon (MATH.md 9.4).
+// all of them are 2-D hidden matrices and go to Muon (docs/formulas.md §9.4).
 void AddMla(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const MlaConfig& a = *m.mla;
   const int64_t q_head = CheckedAdd(a.qk_nope_head_dim, a.qk_rope_head_dim);
@@ -104,7 +104,7 @@ void AddMla(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   list.Add("mixer.o_proj.weight", {CheckedMul(a.heads, a.v_head_dim), m.hidden}, Split::kTpRow, p.matrix);
 }
 
-// Mamba-2 mixer (MATH.md 1.4; mamba_ssm mamba2.py, Megatron mamba_mixer.py).
+// Mamba-2 mixer (docs/formulas.md §1.4; mamba_ssm mamba2.py, Megatron mamba_mixer.py).
 // in_proj packs [z, x, B, C, dt]; conv1d runs over [x, B, C]. Megatron keeps
 // A_log and D in fp32 whatever the parameter dtype.
 void AddMamba(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
@@ -129,9 +129,9 @@ int64_t RoutedExpertElements(const ModelConfig& m) {
   return CheckedMul(m.moe.experts, CheckedMul(3, CheckedMul(m.hidden, m.moe.ffn_hidden)));
 }
 
-// MoE FFN (MATH.md 1.5). Routed experts are SwiGLU, stacked with the expert
+// MoE FFN (docs/formulas.md §1.5). Routed experts are SwiGLU, stacked with the expert
 // count leading: gate+up [E, h, 2 f_e] and down [E, f_e, h]. Muon treats each
-// expert's matrix on its own (MATH.md 9.4).
+// expert's matrix on its own (docs/formulas.md §9.4).
 void AddMoe(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const MoeConfig& e = m.moe;
   list.Add("mlp.router.weight", {e.experts, m.hidden}, Split::kReplicated, p.router);
@@ -157,7 +157,7 @@ void AddDenseMlp(TensorList& list, const ModelConfig& m, const OptimizerPolicy& 
   list.Add("mlp.down_proj.weight", {f, m.hidden}, Split::kTpRow, p.matrix);
 }
 
-// RG-LRU block after Griffin (MATH.md 1.6). The gate matrices W_a, W_x are
+// RG-LRU block after Griffin (docs/formulas.md §1.6). The gate matrices W_a, W_x are
 // block-diagonal: n_b independent (d_r/n_b)^2 blocks stored as a 3-D stack.
 // They are not hidden matrices in Muon's sense (each block is a small
 // per-head map, TP-split by whole blocks), so they go to AdamW with the other
@@ -211,7 +211,7 @@ Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const Opti
   }
   layer.active_elements = layer.totals.total();
   if (kind == BlockKind::kMoe) {
-    // A token runs through top_k routed experts: k * 3 h f_e (MATH.md 1.5).
+    // A token runs through top_k routed experts: k * 3 h f_e (docs/formulas.md §1.5).
     const int64_t per_token = CheckedMul(m.moe.top_k, CheckedMul(3, CheckedMul(m.hidden, m.moe.ffn_hidden)));
     layer.active_elements = CheckedAdd(CheckedSub(layer.active_elements, RoutedExpertElements(m)), per_token);
   }

@@ -10,7 +10,7 @@
 namespace preflight {
 namespace {
 
-/// Heads of every kind the TP degree must divide (MATH.md 1.2-1.4 validity rules).
+/// Heads of every kind the TP degree must divide (docs/formulas.md §1.2-1.4 validity rules).
 std::vector<int64_t> TpDivisibilityConstraints(const ModelConfig& m, const std::vector<BlockKind>& layers) {
   std::vector<int64_t> out;
   const auto has = [&](BlockKind k) { return std::find(layers.begin(), layers.end(), k) != layers.end(); };

@@ -2,7 +2,7 @@
 //
 // Each architecture maps its config keys onto the recipe schema (recipe.h;
 // YAML keys == field names). Layer letters follow the block convention of
-// MATH.md section 0: one letter per pre-norm residual sublayer, so a Llama
+// docs/formulas.md §0: one letter per pre-norm residual sublayer, so a Llama
 // decoder layer is "AD", a Mixtral layer "AE", and Nemotron-H's
 // hybrid_override_pattern maps letter for letter (M->M, *->A, -->D, E->E).
 // Keys the recipe cannot represent are reported as warnings with the key,
@@ -363,7 +363,7 @@ void WarnRopeScaling(ConfigReader& r) {
 
 void WarnBiases(ConfigReader& r) {
   r.UnrepresentedUnless("attention_bias", Json(false), "bias vectors on the attention projections are not counted "
-                                                       "(recipe linears are bias-free, MATH.md 1)");
+                                                       "(recipe linears are bias-free, docs/formulas.md §1)");
   r.UnrepresentedUnless("mlp_bias", Json(false), "bias vectors on the MLP projections are not counted");
 }
 

@@ -55,11 +55,11 @@ const char* Name(CpRecurrent c) {
 namespace {
 
 // Capacities are what `nvidia-smi` reports as memory.total, not the marketing
-// figure (DESIGN.md; MATH.md 2.4): H200 141 GB HBM3e shows 143771 MiB, H100
+// figure (docs/formulas.md §2.4): H200 141 GB HBM3e shows 143771 MiB, H100
 // 80GB HBM3 SXM shows 81559 MiB.
 // bf16 dense peak: NVIDIA H100/H200 SXM datasheets give 1,979 TFLOPS "with
 // sparsity"; the dense figure is half, 989 TFLOPS (same Hopper SXM tensor cores).
-// Links (MATH.md 7.1): NVLink4 18 links x 50 GB/s = 900 GB/s bidirectional =
+// Links (docs/formulas.md §7.1): NVLink4 18 links x 50 GB/s = 900 GB/s bidirectional =
 // 450 GB/s per direction per GPU; InfiniBand NDR 400 Gb/s = 50 GB/s per
 // direction per GPU (one NIC per GPU, rail-optimised).
 const GpuSpec kPresets[] = {

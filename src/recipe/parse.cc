@@ -1,6 +1,6 @@
 // Recipe loading: YAML text -> overrides applied to the tree -> typed Recipe
 // (every map read against its exact key set) -> layer expansion -> semantic
-// validation. yaml-cpp stays inside this library (GUIDE.md 1, 4).
+// validation. yaml-cpp stays inside this library (docs/architecture.md).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -608,7 +608,7 @@ LoadResult LoadRecipeFromString(const std::string& yaml, const std::string& file
   try {
     return recipe_internal::Load(yaml, file, overrides);
   } catch (const std::exception& e) {
-    // No exception crosses the library boundary (GUIDE.md 4).
+    // No exception crosses the library boundary (docs/architecture.md).
     LoadResult result;
     result.diagnostics.push_back(Diagnostic{Severity::kError, file, {}, "", "", std::string("cannot read the recipe: ") + e.what(), ""});
     return result;

@@ -1,6 +1,6 @@
 // Reading a yaml-cpp tree against the recipe schema: every map is read
 // against its exact key set, every scalar is type- and range-checked, and
-// every problem becomes a Diagnostic (GUIDE.md 3). Private to preflight_recipe.
+// every problem becomes a Diagnostic (docs/recipe.md "Diagnostics"). Private to preflight_recipe.
 #pragma once
 
 #include <cstdint>

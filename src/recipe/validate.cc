@@ -1,4 +1,4 @@
-// Semantic checks (DESIGN.md "Bad input", MATH.md 1 and 7.3). Each check
+// Semantic checks (docs/recipe.md "Diagnostics", docs/formulas.md §1 and 7.3). Each check
 // names the key most likely to be wrong and what would be valid.
 #include "validate.h"
 
@@ -139,7 +139,7 @@ class Validator {
     }
   }
 
-  /// Mamba all-to-all CP (MATH.md 1.4): heads % (tp*cp) == 0, and the local
+  /// Mamba all-to-all CP (docs/formulas.md §1.4): heads % (tp*cp) == 0, and the local
   /// groups g = groups/tp satisfy g % cp == 0 or cp % g == 0. The hand-off
   /// mode (parallel.cp_recurrent: handoff) has no head rule.
   void CheckMambaCp(int64_t heads, int64_t groups) {
@@ -151,7 +151,7 @@ class Validator {
     if (valid(p_.cp)) return;
     ctx_.ErrorAt("parallel.cp", Str(p_.cp),
                  fmt::format("Mamba all-to-all context parallelism needs heads/tp ({}) divisible by cp and groups/tp "
-                             "({}) divisible by cp or dividing it (MATH.md 1.4); {}, or set parallel.cp_recurrent: "
+                             "({}) divisible by cp or dividing it (docs/formulas.md §1.4); {}, or set parallel.cp_recurrent: "
                              "handoff",
                              local_heads, local_groups, TryText(NearestValid(p_.cp, 1, local_heads, valid))));
   }
@@ -197,7 +197,7 @@ class Validator {
       CheckHandoffConvTail("model.recurrent.d_conv", rc.d_conv);
       return;
     }
-    // All-to-all CP [OURS, MATH.md 7.2] splits the gate blocks over tp*cp.
+    // All-to-all CP [OURS, docs/formulas.md §7.2] splits the gate blocks over tp*cp.
     const int64_t local_blocks = rc.heads / p_.tp;
     if (local_blocks % p_.cp == 0) return;
     ctx_.ErrorAt("parallel.cp", Str(p_.cp),

@@ -104,7 +104,7 @@ void ParallelFlags(const Context& c) {
   const Layout& l = c.p.layout;
   const bool moe = Has(c.r, BlockKind::kMoe);
   c.args.Flag("--tensor-model-parallel-size", l.tp);
-  // Megatron rejects MoE with tp > 1 and SP off (MATH.md 0); the plan priced SP on.
+  // Megatron rejects MoE with tp > 1 and SP off (docs/formulas.md §0); the plan priced SP on.
   const bool sp = l.sequence_parallel() || (moe && l.tp > 1);
   if (sp) c.args.Flag("--sequence-parallel");
   if (sp && !l.sequence_parallel()) {
@@ -244,7 +244,7 @@ void AttentionFlags(const Context& c) {
   }
   if (c.transformer) {
     c.args.Flag("--position-embedding-type", "rope");
-    c.notes.Note("--position-embedding-type rope: preflight's attention applies RoPE (MATH.md 8.1); the recipe has no "
+    c.notes.Note("--position-embedding-type rope: preflight's attention applies RoPE (docs/formulas.md §8.1); the recipe has no "
                  "key for its base or scaling (--rotary-base, --use-rope-scaling)");
   } else {
     c.args.Flag("--position-embedding-type", "none");
@@ -254,7 +254,7 @@ void AttentionFlags(const Context& c) {
   if (attention) c.args.Flag("--attention-backend", c.r.training.flash_attention ? "flash" : "unfused");
 }
 
-// Routed experts are SwiGLU (MATH.md 1.5) and Megatron has one activation
+// Routed experts are SwiGLU (docs/formulas.md §1.5) and Megatron has one activation
 // for dense and expert FFNs (--swiglu / --squared-relu; GeLU is its default).
 void ActivationFlags(const Context& c) {
   const bool moe = Has(c.r, BlockKind::kMoe);
@@ -281,7 +281,7 @@ void ModelFlags(const Context& c) {
   AttentionFlags(c);
   ActivationFlags(c);
   c.args.Flag("--normalization", m.norm == NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm");
-  // Every linear is bias-free (MATH.md 1); Megatron adds biases by default.
+  // Every linear is bias-free (docs/formulas.md §1); Megatron adds biases by default.
   c.args.Flag("--disable-bias-linear");
   // Megatron's dropouts default to 0.1; the recipe's is training.dropout.
   c.args.Flag("--attention-dropout", Number(c.r.training.dropout));
@@ -337,7 +337,7 @@ void MambaFlags(const Context& c) {
   c.args.Flag("--mamba-head-dim", mb.head_dim);
   c.args.Flag("--mamba-num-groups", mb.groups);
   c.args.Flag("--mamba-num-heads", mb.expand * c.r.model.hidden / mb.head_dim);
-  // arguments.py has neither flag; MambaMixer's defaults are K = 4, chunk 128 (MATH.md 0).
+  // arguments.py has neither flag; MambaMixer's defaults are K = 4, chunk 128 (docs/formulas.md §0).
   if (mb.d_conv != 4) {
     c.notes.Cannot("model.mamba.d_conv", std::to_string(mb.d_conv),
                    "arguments.py has no flag for the Mamba conv width (Megatron uses 4)");
@@ -448,11 +448,11 @@ void OptimizerFlags(const Context& c) {
     }
     if (moe && o.router == OptimizerKind::kAdamW) {
       c.notes.Cannot("training.optimizer.router", "adamw",
-                     "Megatron's Muon also takes the 2-D router weight; no flag gives it to Adam (MATH.md 9.4)");
+                     "Megatron's Muon also takes the 2-D router weight; no flag gives it to Adam (docs/formulas.md §9.4)");
     }
     if (Has(c.r, BlockKind::kMamba) && o.mamba_in_proj == OptimizerKind::kMuon) {
       c.notes.Cannot("training.optimizer.mamba_in_proj", "muon",
-                     "Megatron keeps the Mamba in_proj on Adam (MATH.md 9.4); no flag gives it to Muon");
+                     "Megatron keeps the Mamba in_proj on Adam (docs/formulas.md §9.4); no flag gives it to Muon");
     }
     if (o.muon_momentum != DType::kFp32) {
       c.notes.Cannot("training.optimizer.muon_momentum", Name(o.muon_momentum),

@@ -2,7 +2,7 @@
 // --emit torchtitan`). Section and key names, literals and defaults:
 // pytorch/torchtitan torchtitan/config/job_config.py (the versions with
 // expert_tensor_parallel_degree and module_fqns_per_model_part). Mesh order
-// [pp, dp_replicate, dp_shard, cp, tp] and the EP rules: MATH.md 1.5, 7.3 [TT].
+// [pp, dp_replicate, dp_shard, cp, tp] and the EP rules: docs/formulas.md §1.5, 7.3 [TT].
 #include <string>
 #include <vector>
 

@@ -1,6 +1,6 @@
 // Runs one block of the reference executor on tp x cp simulated ranks and
 // assembles global results, for block-level equivalence tests (sharded ==
-// one rank, MATH.md 8.3). Header-only: only simulator tests, which see the
+// one rank, docs/formulas.md §8.3). Header-only: only simulator tests, which see the
 // executor's internal headers and Eigen, include it.
 #pragma once
 

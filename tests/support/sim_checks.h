@@ -105,7 +105,7 @@ inline void ExpectBackwardMatchesFd(Ctx& ctx, Block<double>& block, const Dims& 
 }
 
 /// Sharded equals unsharded: output, input gradient and every parameter
-/// gradient within `tolerance` (Rel; fp64 1e-10 relative, MATH.md 8).
+/// gradient within `tolerance` (Rel; fp64 1e-10 relative, docs/formulas.md §8).
 inline void ExpectSame(const BlockRun& got, const BlockRun& ref, const std::string& what, double tolerance = 1e-10) {
   EXPECT_LT(Rel(got.y, ref.y), tolerance) << what << " y";
   EXPECT_LT(Rel(got.dx, ref.dx), tolerance) << what << " dx";

@@ -84,7 +84,7 @@ inline std::string Disagreements(const SimComparison& c) {
 /// stage's bytes and memory against the planner and estimator. Returns the
 /// comparison for further checks.
 inline SimComparison ExpectStepAgrees(const Recipe& r, const SimulationReport& rep) {
-  constexpr double kFp64Rel = 1e-10;  // MATH.md 8
+  constexpr double kFp64Rel = 1e-10;  // docs/formulas.md §8
   EXPECT_LE(rep.loss.max_rel, kFp64Rel);
   EXPECT_LE(rep.worst_gradient.max_rel, kFp64Rel) << rep.worst_gradient.name;
   EXPECT_LE(rep.worst_update.max_rel, kFp64Rel) << rep.worst_update.name;

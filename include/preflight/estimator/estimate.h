@@ -1,4 +1,4 @@
-// The capacity model: per-rank, per-stage memory geometry (DESIGN.md,
+// The capacity model: per-rank, per-stage memory geometry (docs/architecture.md,
 // "Memory geometry"). Pure functions of (inventory, layout, stage plan); no
 // I/O, no globals, and EstimateRank allocates nothing, so sweeps can call it
 // millions of times.
@@ -15,7 +15,7 @@
 
 namespace preflight {
 
-/// Memory categories, always in this order and always all shown (DESIGN.md).
+/// Memory categories, always in this order and always all shown (docs/formulas.md §2.4).
 enum class Category : int {
   kReplicatedParams = 0,
   kTpShardedParams,

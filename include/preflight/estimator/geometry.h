@@ -21,10 +21,10 @@ struct TokenGeometry {
 TokenGeometry TokensOf(const Recipe& recipe, const Layout& layout);
 
 /// Per-expert capacity C = ceil((T*k / E) * cf), computed in the order Megatron's
-/// get_capacity uses (MATH.md 5). T = tokens at this router call on this rank.
+/// get_capacity uses (docs/formulas.md §5). T = tokens at this router call on this rank.
 int64_t MoeCapacity(int64_t tokens, int64_t top_k, int64_t experts, double capacity_factor);
 
-/// Token counts and buffer sizes of one MoE layer call on one rank (MATH.md 5).
+/// Token counts and buffer sizes of one MoE layer call on one rank (docs/formulas.md §5).
 struct MoeRouting {
   int64_t tokens = 0;           // T: local tokens at the router
   int64_t capacity = 0;         // C per expert per source rank (0 when dropless)

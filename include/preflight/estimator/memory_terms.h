@@ -1,4 +1,4 @@
-// The formulas behind the capacity model, one function a term (MATH.md 3-6),
+// The formulas behind the capacity model, one function a term (docs/formulas.md §3-6),
 // public so that tests check each against its source and the planner can
 // price a stage without building a full RankMemory. Everything is per rank,
 // in checked int64 bytes; nothing here allocates.
@@ -14,7 +14,7 @@
 namespace preflight {
 
 /// Bytes per token one layer saves for backward, with global (unsharded)
-/// widths, split by how the tensor is divided over TP (MATH.md 3.2).
+/// widths, split by how the tensor is divided over TP (docs/formulas.md §3.2).
 struct TokenBytes {
   /// Residual-stream tensors (norm inputs/outputs, norm statistics, residual
   /// dropout masks): a full copy on every TP rank without SP, /t with SP.
@@ -28,10 +28,10 @@ struct TokenBytes {
 /// recipe's numerics (flash attention, dropout, norm kind, activation dtype).
 /// MoE layers: only the per-router-token terms; the routed-expert terms depend
 /// on the received token count (see MoeRouting). `cp` enters only through the
-/// Mamba B/C repeat factor r_g (MATH.md 1.4).
+/// Mamba B/C repeat factor r_g (docs/formulas.md §1.4).
 TokenBytes SavedBytesPerToken(const Recipe& recipe, BlockKind kind, Recompute recompute, int64_t tp, int64_t cp);
 
-/// Mamba B/C repeat factor under context parallelism: c / (G/t) when c > G/t, else 1 (MATH.md 1.4).
+/// Mamba B/C repeat factor under context parallelism: c / (G/t) when c > G/t, else 1 (docs/formulas.md §1.4).
 int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp);
 
 /// The cp that the Mamba B/C repeat sees: 1 under the CP hand-off
@@ -48,7 +48,7 @@ Bytes MambaHandoffStateBytes(const Recipe& recipe, const Layout& layout);
 
 
 /// Activation bytes one MoE layer saves for one micro-batch on one rank
-/// (MATH.md 3.2 table E): router-token terms on T, shared expert on s*b/c /t,
+/// (docs/formulas.md §3.2 table E): router-token terms on T, shared expert on s*b/c /t,
 /// routed-expert terms on R.
 Bytes MoeLayerActivations(const Recipe& recipe, const Layout& layout, Recompute recompute);
 
@@ -64,11 +64,11 @@ Bytes LayerActivations(const Recipe& recipe, const Layout& layout, BlockKind kin
 Bytes RecurrentHandoffStateBytes(const Recipe& recipe, const Layout& layout);
 
 /// Transient workspace of one layer while it runs, not summed over layers or
-/// micro-batches: Mamba SSD chunk states, CB and dA_cumsum (MATH.md 3.2), CP
-/// ring KV buffers for attention (MATH.md 3.4). Zero for the other families.
+/// micro-batches: Mamba SSD chunk states, CB and dA_cumsum (docs/formulas.md §3.2), CP
+/// ring KV buffers for attention (docs/formulas.md §3.4). Zero for the other families.
 Bytes LayerWorkspace(const Recipe& recipe, const Layout& layout, BlockKind kind);
 
-/// Pipeline-end terms for one micro-batch (MATH.md 3.4).
+/// Pipeline-end terms for one micro-batch (docs/formulas.md §3.4).
 /// First stage: int64 token ids (+ embedding dropout mask when dropout > 0).
 Bytes FirstStageActivations(const Recipe& recipe, const Layout& layout);
 /// Last stage: final-norm input and statistics, head input, fp32 softmax of the
@@ -84,7 +84,7 @@ Bytes HeadLogitsActivations(const Recipe& recipe, const Layout& layout, int64_t 
 /// not); ArithmeticOverflow past int64.
 int64_t CeilFraction(int64_t n, double f);
 
-// ---- pipeline schedule: micro-batches in flight (MATH.md 4.1) ----
+// ---- pipeline schedule: micro-batches in flight (docs/formulas.md §4.1) ----
 
 /// 1F1B: min(m, p - r) micro-batches live at rank r (Megatron warmup p - r - 1, plus the one in 1F1B).
 int64_t OneFOneBInFlight(int64_t p, int64_t m, int64_t r);
@@ -96,7 +96,7 @@ int64_t InterleavedLive(int64_t p, int64_t v, int64_t m, int64_t r, int64_t g);
 /// DualPipe / DualPipeV: p + 1 stage-micro-batches per device [DS3 table], at most m.
 int64_t DualPipeInFlight(int64_t p, int64_t m);
 
-// ---- serving state (MATH.md 6) ----
+// ---- serving state (docs/formulas.md §6) ----
 
 /// KV cache bytes per token per attention layer on one TP rank: GQA 2*(n_kv/t)*d_h*beta
 /// (one head, replicated, when t > n_kv); MLA latent (d_c + d_rope)*beta, replicated per TP rank.

@@ -1,5 +1,5 @@
 // The activation peak of one pipeline rank under Megatron's interleaved
-// schedule, found by replaying the schedule's order (MATH.md 4.1: "simulate
+// schedule, found by replaying the schedule's order (docs/formulas.md §4.1: "simulate
 // the MG schedule table per chunk for exact non-uniform hybrid chunks"
 // [OURS]). Counting the first warmup+1 forward units per chunk is exact only
 // when every chunk keeps the same bytes per micro-batch; a hybrid model's

@@ -32,7 +32,7 @@ struct LayoutPins {
   std::optional<int64_t> ep;
 };
 
-/// Static budget of the rule: half of an H200's 143771 MiB (DESIGN.md), the
+/// Static budget of the rule: half of an H200's 143771 MiB (docs/formulas.md §2.4), the
 /// other half left for activations, transients and the runtime reserve.
 inline constexpr int64_t kDefaultStaticBudgetBytes = 143771LL * 1048576LL / 2;
 
@@ -42,7 +42,7 @@ inline constexpr int64_t kDefaultStaticBudgetBytes = 143771LL * 1048576LL / 2;
 /// every head count; on more than one node dp >= 2), with ep the largest power of two dividing the expert
 /// count and the tp*dp ranks (at most 64). Model state per parameter with
 /// bf16 params, fp32 grads and an AdamW distributed optimizer (ZeRO-1):
-/// 6 + 12/D bytes, D the data-parallel degree of that parameter (MATH.md 2.2).
+/// 6 + 12/D bytes, D the data-parallel degree of that parameter (docs/formulas.md §2.2).
 /// nullopt when even 128 nodes do not suffice (or nothing keeps the pins).
 std::optional<DefaultLayout> DefaultH200Layout(const Inventory& inventory, const LayoutPins& pins = {});
 

@@ -1,15 +1,15 @@
 // The model inventory: one source of truth, built once per recipe and
 // independent of the layout, so a sweep prices millions of layouts from it
-// with plain arithmetic (DESIGN.md, "The data flow").
+// with plain arithmetic (docs/architecture.md).
 //
 // Conventions (src/inventory/build.cc):
-// - Linear weights are written input x output (MATH.md 8.1, Y = X W), so TP
+// - Linear weights are written input x output (docs/formulas.md §8.1, Y = X W), so TP
 //   column splits the last dimension and TP row the first. Routed experts are
 //   stacks [E, h, 2 f_e] (gate+up) and [E, f_e, h].
 // - Names: "layers.<i>.norm.weight" (pre-norm), "layers.<i>.mixer.*" (A, M, R),
 //   "layers.<i>.mlp.*" (E, D), "embedding.word_embeddings.weight",
 //   "final_norm.weight", "output_layer.weight".
-// - Optimizers (MATH.md 9.4): 2-D hidden matrices -> training.optimizer.matrices
+// - Optimizers (docs/formulas.md §9.4): 2-D hidden matrices -> training.optimizer.matrices
 //   (Muon by default), Mamba in_proj -> optimizer.mamba_in_proj, router ->
 //   optimizer.router (both fall back to AdamW when matrices is AdamW);
 //   everything else AdamW, including the R block's block-diagonal gate stacks
@@ -28,7 +28,7 @@
 
 namespace preflight {
 
-/// How a parameter tensor is split across ranks (MATH.md 1).
+/// How a parameter tensor is split across ranks (docs/formulas.md §1).
 enum class Split {
   kReplicated,  // REP: full copy on every TP rank
   kTpColumn,    // split on the output dimension over TP
@@ -134,8 +134,8 @@ struct Inventory {
   /// prefix_family_layers[i][f] = count of family-f layers in layers[0..i); size layers.size() + 1.
   std::vector<std::array<int64_t, 5>> prefix_family_layers;
   /// Elements of the largest single Muon-managed matrix (routed experts: one
-  /// expert's matrix, never the stack; MATH.md 9.4), global. 0 when no Muon.
-  /// Sets the Muon Newton-Schulz transient (MATH.md 2.2).
+  /// expert's matrix, never the stack; docs/formulas.md §9.4), global. 0 when no Muon.
+  /// Sets the Muon Newton-Schulz transient (docs/formulas.md §2.2).
   int64_t max_muon_matrix_elements = 0;
 
   /// Totals of layers [first, end) in O(1).

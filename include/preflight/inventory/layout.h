@@ -1,6 +1,6 @@
 // A layout: the parallel degrees and batch/recompute choices that a sweep
 // varies, separate from the recipe so that one inventory is priced under
-// millions of layouts without re-parsing (DESIGN.md, "Order of work").
+// millions of layouts without re-parsing (docs/architecture.md).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct Layout {
   bool cp_load_balance = true;
 
   int64_t world() const { return tp * cp * pp * dp; }
-  /// Expert-data-parallel degree d_e = tp*cp*dp / (ep*expert_tp) (MATH.md 0).
+  /// Expert-data-parallel degree d_e = tp*cp*dp / (ep*expert_tp) (docs/formulas.md §0).
   int64_t expert_dp() const { return tp * cp * dp / (ep * expert_tp); }
   /// True when sequence parallelism is in effect (needs tp > 1).
   bool sequence_parallel() const { return sp && tp > 1; }

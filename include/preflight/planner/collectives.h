@@ -12,7 +12,7 @@
 namespace preflight {
 
 // ---------------------------------------------------------------------------
-// Collectives (MATH.md 7.1, NCCL ring convention). Payload S is the full
+// Collectives (docs/formulas.md §7.1, NCCL ring convention). Payload S is the full
 // buffer of one call: the input of an all-reduce, the gathered output of an
 // all-gather, the unscattered input of a reduce-scatter, and the local send
 // buffer of an all-to-all. Results floor when n does not divide the product
@@ -32,15 +32,15 @@ Bytes SendBytes(Collective kind, Bytes payload, int64_t n);
 /// Sequential steps of the ring algorithm (latency term): AR 2(n-1), AG/RS/A2A n-1, p2p 1.
 int64_t RingSteps(Collective kind, int64_t n);
 
-/// Cost-model knobs; every default is [OURS] (MATH.md 7.1 "calibrate").
+/// Cost-model knobs; every default is [OURS] (docs/formulas.md §7.1 "calibrate").
 struct CostModel {
   /// Achieved fraction of the dense bf16 peak for the model's FLOPs. 0.5 sits
   /// between the 38-43% BF16 MFU of Llama 3 405B (Llama 3 paper, Table 4) and
   /// the ~55% reached by tuned dense Megatron runs.
   double compute_efficiency = 0.5;
-  double nvlink_efficiency = 0.8;   // eta_nvl, MATH.md 7.1 (0.75-0.85)
+  double nvlink_efficiency = 0.8;   // eta_nvl, docs/formulas.md §7.1 (0.75-0.85)
   double ib_efficiency = 0.8;       // eta_ib
-  double latency_s = 8e-6;          // alpha per ring step, MATH.md 7.1 (5-10 us)
+  double latency_s = 8e-6;          // alpha per ring step, docs/formulas.md §7.1 (5-10 us)
   /// Gradient bucket (elements); Megatron DDP's default bucket_size is
   /// max(40M, 1M * dp) parameters. The last bucket's reduce is exposed.
   int64_t dp_bucket_elements = 40'000'000;
@@ -53,7 +53,7 @@ struct Links {
 };
 Links LinksOf(const GpuSpec& spec);
 
-/// Time of one collective call on a group with `locality` (MATH.md 7.1):
+/// Time of one collective call on a group with `locality` (docs/formulas.md §7.1):
 /// alpha * steps + wire / B_eff, with B_eff = eta_nvl*NVLink inside a node,
 /// min(eta_nvl*NVLink, g_loc*eta_ib*IB) for a spanning ring, and the
 /// NVLink/IB split of a spanning all-to-all.

@@ -41,7 +41,7 @@ int64_t CpHandoffChainMessages(int64_t cp, bool load_balance);
 
 
 // ---------------------------------------------------------------------------
-// Communication per step (MATH.md 7.2)
+// Communication per step (docs/formulas.md §7.2)
 
 
 /// One collective stream of one rank in one training step: `calls` calls of

@@ -13,7 +13,7 @@
 namespace preflight {
 
 // ---------------------------------------------------------------------------
-// Mesh placement (MATH.md 7.3)
+// Mesh placement (docs/formulas.md §7.3)
 
 
 /// Where one global rank sits and its coordinate on every axis.
@@ -32,7 +32,7 @@ struct AxisLocality {
   int64_t groups = 0;               // number of groups
   bool intra_node = true;           // every group inside one node (NVLink only)
   int64_t max_nodes_spanned = 1;    // over all groups
-  /// Fewest members a spanning group has on one of its nodes (g_loc of MATH.md
+  /// Fewest members a spanning group has on one of its nodes (g_loc of docs/formulas.md
   /// 7.1 B_eff; NCCL spreads a ring's channels over that many NICs). Equals
   /// `size` for intra-node axes.
   int64_t min_members_per_node = 1;
@@ -54,7 +54,7 @@ struct Mesh {
 /// tp->cp->dp->pp: i_tp + t*(i_cp + c*(i_dp + d*i_pp)) (Megatron default);
 /// tp->cp->pp->dp: i_tp + t*(i_cp + c*(i_pp + p*i_dp)) (Llama 3).
 int64_t RankOf(const Layout& layout, int64_t tp, int64_t cp, int64_t dp, int64_t pp);
-/// Coordinates of `rank`, expert view included (MoE folding, MATH.md 7.3).
+/// Coordinates of `rank`, expert view included (MoE folding, docs/formulas.md §7.3).
 RankCoord CoordOf(const Layout& layout, int64_t rank, int64_t gpus_per_node);
 /// Every rank and group of the layout, with locality per axis.
 /// `tied_embedding` adds the kEmbedding groups when pp > 1.

@@ -56,7 +56,7 @@ struct Plan {
 };
 
 
-/// Planner validation beyond the recipe parser's (MATH.md 7.2/7.3): CP on
+/// Planner validation beyond the recipe parser's (docs/formulas.md §7.2/7.3): CP on
 /// Mamba/R layers (all-to-all head split), DualPipe degrees, micro-batch
 /// count vs pp, pinned boundaries. Errors carry key path and line from
 /// recipe.source.

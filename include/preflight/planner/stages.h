@@ -14,7 +14,7 @@
 namespace preflight {
 
 // ---------------------------------------------------------------------------
-// Pipeline stages (MATH.md 4.3)
+// Pipeline stages (docs/formulas.md §4.3)
 
 /// Forward+backward(+recompute) time of each layer, and of the embedding and
 /// head+loss ends, for one micro-batch on one rank under `layout`; the

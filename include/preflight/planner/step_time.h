@@ -18,9 +18,9 @@
 namespace preflight {
 
 // ---------------------------------------------------------------------------
-// Step time (MATH.md 4.2, 7.1)
+// Step time (docs/formulas.md §4.2, 7.1)
 
-/// Bubble as a fraction of the whole step (MATH.md 4.2 "fraction of the
+/// Bubble as a fraction of the whole step (docs/formulas.md §4.2 "fraction of the
 /// total step", bubble/(m(t_F+t_B)+bubble)) for equal stages:
 /// 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v*m+p-1);
 /// DualPipe (p/2-1)(F+2B-3W)/(m(F+B)+that) with B=2F, W=B/2 [OURS].

@@ -1,4 +1,4 @@
-// The layout sweep (`preflight sweep`, DESIGN.md): every combination of
+// The layout sweep (`preflight sweep`, docs/architecture.md): every combination of
 // parallel degrees, micro-batch, recompute and ZeRO stage for a GPU count,
 // checked with the recipe validator's own rules (ValidateRecipe on a
 // per-thread recipe copy, then the planner's ValidateForPlan), priced with the

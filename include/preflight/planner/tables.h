@@ -26,7 +26,7 @@ struct FamilyCost {
   /// Sequence-length-independent non-matmul work per token (Mamba-2 SSD
   /// chunked scan, [OURS]): Q*G*N + Q*H*P + 4*H*P*N.
   double scan_flops = 0;
-  int64_t tp_regions = 0;  // column-in -> row-out pairs (MATH.md 7.2)
+  int64_t tp_regions = 0;  // column-in -> row-out pairs (docs/formulas.md §7.2)
   /// CP exchange width, elements per token, unsharded: attention K and V
   /// (p2p / all_gather), the Ulysses Q,K,V,O width (a2a), or Mamba/R
   /// all-to-all hand-off width.
@@ -56,7 +56,7 @@ struct PlanTables {
   int64_t head_params = 0;        // V*h when untied, else 0
   int64_t final_norm_params = 0;
   double head_flops = 0;          // forward per token: 2*V*h (+ loss, negligible)
-  double muon_ns_head_flops = 0;  // 0: embedding/head are AdamW (MATH.md 9.4)
+  double muon_ns_head_flops = 0;  // 0: embedding/head are AdamW (docs/formulas.md §9.4)
 };
 
 PlanTables BuildPlanTables(const Inventory& inventory);

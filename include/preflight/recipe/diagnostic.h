@@ -1,5 +1,5 @@
 // Diagnostics: every bad-input message names file, line, column, key path,
-// the bad value and what would be valid (GUIDE.md 3).
+// the bad value and what would be valid (docs/recipe.md "Diagnostics").
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// The recipe: a validated, typed copy of the recipe YAML (DESIGN.md, "Recipe").
+// The recipe: a validated, typed copy of the recipe YAML (docs/architecture.md).
 // Plain structs only; yaml-cpp stays inside preflight_recipe.
 #pragma once
 
@@ -16,7 +16,7 @@
 namespace preflight {
 
 /// One letter of the layer pattern. Each letter is one pre-norm residual
-/// sublayer x <- x + F(RMSNorm(x)) (MATH.md section 0).
+/// sublayer x <- x + F(RMSNorm(x)) (docs/formulas.md §0).
 enum class BlockKind : char {
   kAttention = 'A',  // GQA/MQA/MHA or MLA self-attention
   kMamba = 'M',      // Mamba-2 mixer
@@ -51,11 +51,11 @@ enum class OptimizerKind { kAdamW, kMuon };
 const char* Name(OptimizerKind o);
 enum class Schedule { k1F1B, kInterleaved, kDualPipe, kDualPipeV };
 const char* Name(Schedule s);
-/// Rank order, innermost axis first (MATH.md 7.3).
+/// Rank order, innermost axis first (docs/formulas.md §7.3).
 enum class AxisOrder { kTpCpDpPp, kTpCpPpDp };
 enum class CpComm { kP2p, kAllGather, kA2a };
 /// How M and R blocks run under context parallelism: Megatron's all-to-all
-/// (sequence-split -> head-split around the mixer, MATH.md 7.2) or a state
+/// (sequence-split -> head-split around the mixer, docs/formulas.md §7.2) or a state
 /// hand-off along the CP chain (conv tail + recurrent state, [OURS]).
 enum class CpRecurrent { kAllToAll, kHandoff };
 /// "all_to_all", "handoff" (the recipe's parallel.cp_recurrent values).
@@ -69,7 +69,7 @@ struct AttentionConfig {  // GQA (kv_heads < heads), MQA (kv_heads 1), MHA (kv_h
   bool qk_norm = false;  // two d_h RMSNorm weights, replicated
 };
 
-struct MlaConfig {  // DeepSeek-V2/V3 multi-head latent attention (MATH.md 1.3)
+struct MlaConfig {  // DeepSeek-V2/V3 multi-head latent attention (docs/formulas.md §1.3)
   int64_t heads = 128;
   int64_t q_lora_rank = 1536;  // 0 = no query compression (W_q is h x heads*(nope+rope))
   int64_t kv_lora_rank = 512;
@@ -83,7 +83,7 @@ struct MlpConfig {  // the D block
   FfnActivation activation = FfnActivation::kSwiglu;
 };
 
-struct MoeConfig {  // the E block (MATH.md 1.5, 5)
+struct MoeConfig {  // the E block (docs/formulas.md §1.5, 5)
   int64_t experts = 64;
   int64_t top_k = 2;
   int64_t ffn_hidden = 2048;          // per routed expert
@@ -103,7 +103,7 @@ struct MoeConfig {  // the E block (MATH.md 1.5, 5)
   int64_t SharedWidth() const { return shared_ffn_hidden > 0 ? shared_ffn_hidden : shared_experts * ffn_hidden; }
 };
 
-struct MambaConfig {  // Mamba-2 mixer (MATH.md 1.4)
+struct MambaConfig {  // Mamba-2 mixer (docs/formulas.md §1.4)
   int64_t d_state = 128;
   int64_t d_conv = 4;
   int64_t expand = 2;
@@ -112,11 +112,11 @@ struct MambaConfig {  // Mamba-2 mixer (MATH.md 1.4)
   int64_t chunk = 256;
   /// true: state-spaces/mamba's fused kernel (gated norm + out_proj inside, both
   /// recomputed in backward); false: Megatron's mamba_mixer path, which keeps
-  /// the gated y and the norm output for backward (MATH.md 3.2) [OURS: knob].
+  /// the gated y and the norm output for backward (docs/formulas.md §3.2) [OURS: knob].
   bool fused_norm_out_proj = false;
 };
 
-struct RecurrentConfig {  // RG-LRU block after Griffin (MATH.md 1.6)
+struct RecurrentConfig {  // RG-LRU block after Griffin (docs/formulas.md §1.6)
   int64_t width = 4096;  // d_r
   int64_t heads = 32;    // n_b, blocks of the block-diagonal gate matrices
   int64_t d_conv = 4;    // K_r
@@ -152,7 +152,7 @@ struct OptimizerConfig {
   OptimizerKind other = OptimizerKind::kAdamW;     // everything else (fixed: AdamW)
   DType muon_momentum = DType::kFp32;
   OptimizerKind mamba_in_proj = OptimizerKind::kAdamW;  // Megatron excludes in_proj from Muon
-  OptimizerKind router = OptimizerKind::kAdamW;         // DESIGN.md default
+  OptimizerKind router = OptimizerKind::kAdamW;         // the project's default (docs/formulas.md §9.4)
 };
 
 struct TrainingConfig {
@@ -185,7 +185,7 @@ struct ParallelConfig {
   std::vector<int64_t> stage_boundaries;
 };
 
-/// Hardware preset values (DESIGN.md: device capacity as CUDA reports it).
+/// Hardware preset values (docs/formulas.md §2.4: device capacity as CUDA reports it).
 struct GpuSpec {
   std::string name;
   int64_t capacity_mib = 0;

@@ -1,5 +1,5 @@
 // Quantities as types: byte counts are checked 64-bit integers, so an
-// overflow is an error, never a wrap-around (DESIGN.md, "Bad input").
+// overflow is an error, never a wrap-around (docs/recipe.md, "Diagnostics").
 #pragma once
 
 #include <compare>

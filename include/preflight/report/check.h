@@ -1,7 +1,7 @@
 // `preflight check`, the CI gate: judging a set of recipes (fit verdict,
 // headroom floor, regression against a baseline) and rendering the result as
 // a table, JSON, a Markdown pull-request summary and JUnit XML. Judging is
-// pure (the CLI loads files and runs git); renderers are separate (GUIDE.md 7)
+// pure (the CLI loads files and runs git); renderers are separate (docs/architecture.md)
 // and deterministic, so golden files pin them.
 #pragma once
 

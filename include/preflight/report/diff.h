@@ -2,7 +2,7 @@
 // which communication axes moved between two recipes, and why: each differing
 // recipe key is applied alone to A and its effect measured, the rest is the
 // interaction of the changes together. Pure (texts in, report out);
-// renderers separate (GUIDE.md 7).
+// renderers separate (docs/architecture.md).
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// Human formatting of quantities; only renderers call these (GUIDE.md 2:
+// Human formatting of quantities; only renderers call these (docs/architecture.md:
 // binary units for capacity, decimal for link rates).
 #pragma once
 

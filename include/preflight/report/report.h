@@ -1,4 +1,4 @@
-// Reports: results are structs, renderers are separate (GUIDE.md 7). The
+// Reports: results are structs, renderers are separate (docs/architecture.md). The
 // renderers are deterministic (fixed precision, no timestamps or absolute
 // paths) so golden files pin them.
 #pragma once

@@ -1,4 +1,4 @@
-// Renderers of `preflight simulate` (GUIDE.md 7): results are structs, these
+// Renderers of `preflight simulate` (docs/architecture.md): results are structs, these
 // only format them.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The reference executor (DESIGN.md "simulator/"): runs a scaled copy of a
+// The reference executor (docs/architecture.md): runs a scaled copy of a
 // recipe's blocks on simulated ranks inside one process and reports what it
 // measured. Plain structs only; Eigen stays inside preflight_simulator.
 #pragma once
@@ -55,7 +55,7 @@ struct RankMeasurement {
   int rank = 0;
   int pipeline_rank = 0;
   /// Most (chunk, micro-batch) forwards whose backward had not run yet: the
-  /// micro-batches in flight under the pipeline schedule (MATH.md 4.1).
+  /// micro-batches in flight under the pipeline schedule (docs/formulas.md §4.1).
   int64_t peak_in_flight = 0;
   std::vector<CommCount> comm;                         // sorted by (axis, kind, pass, what)
   std::array<int64_t, kNumSimCategories> peak_bytes{};  // per category
@@ -108,7 +108,7 @@ struct SimulationReport {
   double flops = 0.0;                  // multiply-adds x2 of the sharded run's matmuls, all ranks
 };
 
-/// Numerics tolerance of MATH.md 8: max relative error 1e-10 in fp64, 1e-5 in
+/// Numerics tolerance of docs/formulas.md §8: max relative error 1e-10 in fp64, 1e-5 in
 /// fp32, for the loss, the output and every gradient (relative to the largest
 /// magnitude of the reference tensor). Parameter updates in fp32 get more room:
 /// Newton-Schulz amplifies small input differences by up to a^5 ~ 485
@@ -122,7 +122,7 @@ NumericsTolerance ToleranceFor(SimPrecision p);
 /// True when loss, output and every gradient are within `tol`.
 bool NumericsAgree(const SimulationReport& report, const NumericsTolerance& tol);
 
-/// One bucket of counted bytes beside the model's figure (GUIDE.md 6).
+/// One bucket of counted bytes beside the model's figure (docs/architecture.md).
 struct CommAgreement {
   std::string axis, kind, pass, what;
   int64_t calls = 0;          // measured, on the busiest rank of the stage
