@@ -53,8 +53,10 @@ int main(int argc, char** argv) {
   std::string baseline;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--baseline" && i + 1 < argc) baseline = argv[++i];
-    else path = a;
+    if (a == "--baseline" && i + 1 < argc)
+      baseline = argv[++i];
+    else
+      path = a;
   }
   std::string error;
   const std::vector<Case> cases = preflight::fidelity::LoadCases(path, &error);
@@ -64,8 +66,8 @@ int main(int argc, char** argv) {
   }
   std::map<std::string, Dist> dist;
   nlohmann::json bands = nlohmann::json::object();
-  std::printf("%-95s %-8s %9s %9s %8s %9s %9s %8s  %s\n", "case", "family", "static", "model", "err%", "peak",
-              "model", "err%", "not represented / unknown");
+  std::printf("%-95s %-8s %9s %9s %8s %9s %9s %8s  %s\n", "case", "family", "static", "model", "err%", "peak", "model",
+              "err%", "not represented / unknown");
   for (const Case& c : cases) {
     const Outcome o = preflight::fidelity::Run(c);
     const std::string family = c.family == "nemotron" ? "hybrid" : c.family;
@@ -96,17 +98,18 @@ int main(int argc, char** argv) {
   std::printf("\n%-8s %9s %12s %10s %10s %12s %10s %10s\n", "family", "imported", "static med", "p90", "worst",
               "peak med", "p90", "worst");
   for (const auto& [name, d] : dist) {
-    std::printf("%-8s %4zu/%-4d %11.1f%% %9.1f%% %9.1f%% %11.1f%% %9.1f%% %9.1f%%\n", name.c_str(), d.s.size(),
-                d.total, Quantile(d.s, 0.5), Quantile(d.s, 0.9), Quantile(d.s, 1.0), Quantile(d.p, 0.5),
-                Quantile(d.p, 0.9), Quantile(d.p, 1.0));
+    std::printf("%-8s %4zu/%-4d %11.1f%% %9.1f%% %9.1f%% %11.1f%% %9.1f%% %9.1f%%\n", name.c_str(), d.s.size(), d.total,
+                Quantile(d.s, 0.5), Quantile(d.s, 0.9), Quantile(d.s, 1.0), Quantile(d.p, 0.5), Quantile(d.p, 0.9),
+                Quantile(d.p, 1.0));
   }
   if (!baseline.empty()) {
     std::FILE* f = std::fopen(baseline.c_str(), "wb");
     if (f == nullptr) return 2;
     const std::string text =
-        nlohmann::json({{"about", "signed error % of the modeled allocator figures per case at the baseline "
-                                  "(bench/fidelity --baseline); tests/fidelity_test.cc fails a case whose error "
-                                  "grows past its band"},
+        nlohmann::json({{"about",
+                         "signed error % of the modeled allocator figures per case at the baseline "
+                         "(bench/fidelity --baseline); tests/fidelity_test.cc fails a case whose error "
+                         "grows past its band"},
                         {"bands", bands}})
             .dump(1) +
         "\n";

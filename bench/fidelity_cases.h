@@ -30,7 +30,7 @@ struct Case {
   std::string device;  // h100, gb200
   int64_t nodes = 1;
   int64_t gpus_per_node = 8;
-  nlohmann::json args;  // flag -> value (true for store flags)
+  nlohmann::json args;          // flag -> value (true for store flags)
   int64_t measured_static = 0;  // allocated_bytes_last
   int64_t measured_peak = 0;    // peak_allocated_bytes
 };
@@ -60,10 +60,9 @@ inline std::vector<Case> LoadCases(const std::string& path, std::string* error) 
   }
   std::vector<Case> out;
   for (const auto& c : doc.at("cases")) {
-    out.push_back({c.at("id").get<std::string>(), c.at("family").get<std::string>(),
-                   c.at("device").get<std::string>(), c.at("nodes").get<int64_t>(),
-                   c.at("gpus_per_node").get<int64_t>(), c.at("args"), c.at("measured_static_bytes").get<int64_t>(),
-                   c.at("measured_peak_bytes").get<int64_t>()});
+    out.push_back({c.at("id").get<std::string>(), c.at("family").get<std::string>(), c.at("device").get<std::string>(),
+                   c.at("nodes").get<int64_t>(), c.at("gpus_per_node").get<int64_t>(), c.at("args"),
+                   c.at("measured_static_bytes").get<int64_t>(), c.at("measured_peak_bytes").get<int64_t>()});
   }
   return out;
 }

@@ -129,7 +129,6 @@ TokenBytes DenseTokenBytes(const Recipe& r) {
   return out;
 }
 
-
 /// Bytes of a per-token split over one micro-batch: replicated terms /t under
 /// SP, sharded terms /t always (worst rank rounds up).
 int64_t SpreadTokens(const TokenBytes& per_token, int64_t tokens, const Layout& l) {
@@ -160,7 +159,6 @@ TokenBytes SavedBytesPerToken(const Recipe& r, BlockKind kind, Recompute recompu
   }
   return {};
 }
-
 
 // 128-bit intermediate for n * (fraction in millionths); GCC/Clang builtin.
 __extension__ typedef __int128 Int128;

@@ -301,7 +301,8 @@ void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std
       // Ulysses (AttnFuncWithCPAndQKVOA2A), each pass's all-to-alls as one
       // call of their total width: forward Q, K, V and O; backward O, dO,
       // dQ, dK and dV.
-      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kAttentionQkvo, width_bytes(a.cp_a2a_width), n_a);
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kAttentionQkvo,
+                 width_bytes(a.cp_a2a_width), n_a);
       items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kAttentionQkvo,
                  width_bytes(a.cp_a2a_bwd_width), n_a);
       break;
@@ -321,13 +322,15 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
   if (l.cp_recurrent == CpRecurrent::kAllToAll) {
     const FamilyCost& m = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))];
     const int64_t repeat_extra = (MambaGroupRepeat(mc, l) - 1) * 2 * mc.groups * mc.d_state;
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kMamba, width_bytes(m.cp_a2a_width + repeat_extra),
-               n_m);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kMamba,
+               width_bytes(m.cp_a2a_width + repeat_extra), n_m);
     items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMamba,
                width_bytes(m.cp_a2a_bwd_width + repeat_extra), n_m);
     const FamilyCost& r = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))];
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_width), n_r);
-    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_bwd_width), n_r);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_width),
+               n_r);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_bwd_width),
+               n_r);
     return;
   }
   const int64_t sends = CpHandoffMaxSends(l.cp, l.cp_load_balance);
@@ -670,12 +673,13 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   const int64_t muon_tp_global = p.of(ShardClass::kTpSharded, OptimizerKind::kMuon);
   const int64_t muon_ep_local_full = p.of(ShardClass::kEpSharded, OptimizerKind::kMuon) / l.ep;
   if (l.zero >= 1) {
-    items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather, BytesOf(buffers.muon[0], s.muon),
-               1);
+    items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather,
+               BytesOf(buffers.muon[0], s.muon), 1);
     items->Add(Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather,
                BytesOf(buffers.muon[1], s.muon), 1);
   }
-  items->Add(Axis::kTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonTpGather, BytesOf(muon_tp_global, s.muon), 1);
+  items->Add(Axis::kTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonTpGather,
+             BytesOf(muon_tp_global, s.muon), 1);
   items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertTpGather,
              BytesOf(muon_ep_local_full, s.muon), 1);
 

@@ -44,7 +44,8 @@ bool IsParamGather(const CommItem& i) {
 bool IsPerUnit(const CommItem& i) {
   if (i.pass == Pass::kOptimizer) return false;
   if (i.what == CommWhat::kParams || i.what == CommWhat::kExpertParams) return true;
-  return i.pass == Pass::kBackward && (i.what == CommWhat::kGrads || i.what == CommWhat::kExpertGrads || i.what == CommWhat::kReplicatedGrads);
+  return i.pass == Pass::kBackward &&
+         (i.what == CommWhat::kGrads || i.what == CommWhat::kExpertGrads || i.what == CommWhat::kReplicatedGrads);
 }
 
 // Time of one gradient bucket on the item's group: the part of the reduce
@@ -231,7 +232,8 @@ double PipelineBubble(const Layout& l, const StagePlan& stages, double steady_s,
     bubble = (p / 2.0 - 1.0) * (max_chunk_forward_s + 0.5 * max_chunk_backward_s);
   } else {
     // (p-1)/v micro-batch times of the slowest stage (docs/formulas.md §4.2).
-    bubble = (p - 1.0) / static_cast<double>(l.vpp) * steady_s / static_cast<double>(std::max<int64_t>(1, l.micro_batches));
+    bubble =
+        (p - 1.0) / static_cast<double>(l.vpp) * steady_s / static_cast<double>(std::max<int64_t>(1, l.micro_batches));
   }
   // The first micro-batch's activations and the last one's gradients cross
   // every chunk boundary once with nothing to hide under.
@@ -250,8 +252,8 @@ void SetThroughput(const Inventory& inv, const PlanTables& t, const Layout& l, S
     const FamilyCost& fc = t.family[f];
     per_token += 3.0 * static_cast<double>(all[f]) * (fc.matmul_flops + fc.scan_flops + fc.flops_per_token_per_seq * seq);
   }
-  const double tokens = seq * static_cast<double>(l.micro_batch) * static_cast<double>(l.micro_batches) *
-                        static_cast<double>(l.dp);
+  const double tokens =
+      seq * static_cast<double>(l.micro_batch) * static_cast<double>(l.micro_batches) * static_cast<double>(l.dp);
   st.model_flops = per_token * tokens;
   if (st.step_s > 0) {
     st.tokens_per_s = tokens / st.step_s;
@@ -281,8 +283,8 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak);
     st.dp_exposed_s = std::max(st.dp_exposed_s, ex.dp_tail_s);
     st.optimizer_s = std::max(st.optimizer_s, ex.optimizer_s + rc.muon_flops / peak);
-    st.stages.push_back({r, rc.forward_s / per_mb, rc.backward_s / per_mb, rc.recompute_s / per_mb,
-                         ex.in_pipeline_s / per_mb});
+    st.stages.push_back(
+        {r, rc.forward_s / per_mb, rc.backward_s / per_mb, rc.recompute_s / per_mb, ex.in_pipeline_s / per_mb});
   }
   // Steady state: the busiest rank sets the pace.
   for (int64_t r = 0; r < l.pp; ++r) {

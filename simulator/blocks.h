@@ -124,7 +124,7 @@ struct Ctx {
   SeqLayout seq;
   /// The micro-batch being run: blocks keep saved tensors per micro-batch.
   int64_t microbatch = 0;
-  int64_t router_groups = 1; // capacity groups among this rank's local tokens (docs/formulas.md §8.3 (3))
+  int64_t router_groups = 1;  // capacity groups among this rank's local tokens (docs/formulas.md §8.3 (3))
   /// When set, the capacity group of each local row (the unsharded reference
   /// groups tokens as the sharded ranks do, which with CP load balancing is
   /// not a contiguous split); else rows split into router_groups equal runs.

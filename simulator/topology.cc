@@ -59,9 +59,8 @@ namespace {
 
 /// One group per value of the coordinates `key` leaves fixed; members ordered
 /// by `index`. `key` and `index` map a rank to (group key, position).
-void AddGroups(World& world, const Topology& topo, Axis axis, int size,
-               const std::function<long(int)>& key, const std::function<int(int)>& index,
-               const Group* RankGroups::*field, std::vector<RankGroups>* out) {
+void AddGroups(World& world, const Topology& topo, Axis axis, int size, const std::function<long(int)>& key,
+               const std::function<int(int)>& index, const Group* RankGroups::*field, std::vector<RankGroups>* out) {
   std::vector<long> keys;
   std::vector<std::vector<int>> members;
   for (int r = 0; r < topo.world(); ++r) {
@@ -90,18 +89,52 @@ std::vector<RankGroups> MakeGroups(World& world, const Topology& topo) {
     for (int x : xs) k = k * 4096 + x;
     return k;
   };
-  AddGroups(world, topo, Axis::kTp, topo.tp, [&](int r) { auto x = c(r); return pack({x.cp, x.dp, x.pp}); },
-            [&](int r) { return c(r).tp; }, &RankGroups::tp, &out);
-  AddGroups(world, topo, Axis::kCp, topo.cp, [&](int r) { auto x = c(r); return pack({x.tp, x.dp, x.pp}); },
-            [&](int r) { return c(r).cp; }, &RankGroups::cp, &out);
-  AddGroups(world, topo, Axis::kDpCp, topo.dp * topo.cp, [&](int r) { auto x = c(r); return pack({x.tp, x.pp}); },
-            [&](int r) { auto x = c(r); return x.cp + topo.cp * x.dp; }, &RankGroups::dp_cp, &out);
-  AddGroups(world, topo, Axis::kEp, topo.ep, [&](int r) { auto x = c(r); return pack({x.etp, x.edp, x.pp}); },
-            [&](int r) { return c(r).ep; }, &RankGroups::ep, &out);
-  AddGroups(world, topo, Axis::kExpertTp, topo.etp, [&](int r) { auto x = c(r); return pack({x.ep, x.edp, x.pp}); },
-            [&](int r) { return c(r).etp; }, &RankGroups::etp, &out);
-  AddGroups(world, topo, Axis::kExpertDp, topo.edp, [&](int r) { auto x = c(r); return pack({x.etp, x.ep, x.pp}); },
-            [&](int r) { return c(r).edp; }, &RankGroups::edp, &out);
+  AddGroups(
+      world, topo, Axis::kTp, topo.tp,
+      [&](int r) {
+        auto x = c(r);
+        return pack({x.cp, x.dp, x.pp});
+      },
+      [&](int r) { return c(r).tp; }, &RankGroups::tp, &out);
+  AddGroups(
+      world, topo, Axis::kCp, topo.cp,
+      [&](int r) {
+        auto x = c(r);
+        return pack({x.tp, x.dp, x.pp});
+      },
+      [&](int r) { return c(r).cp; }, &RankGroups::cp, &out);
+  AddGroups(
+      world, topo, Axis::kDpCp, topo.dp * topo.cp,
+      [&](int r) {
+        auto x = c(r);
+        return pack({x.tp, x.pp});
+      },
+      [&](int r) {
+        auto x = c(r);
+        return x.cp + topo.cp * x.dp;
+      },
+      &RankGroups::dp_cp, &out);
+  AddGroups(
+      world, topo, Axis::kEp, topo.ep,
+      [&](int r) {
+        auto x = c(r);
+        return pack({x.etp, x.edp, x.pp});
+      },
+      [&](int r) { return c(r).ep; }, &RankGroups::ep, &out);
+  AddGroups(
+      world, topo, Axis::kExpertTp, topo.etp,
+      [&](int r) {
+        auto x = c(r);
+        return pack({x.ep, x.edp, x.pp});
+      },
+      [&](int r) { return c(r).etp; }, &RankGroups::etp, &out);
+  AddGroups(
+      world, topo, Axis::kExpertDp, topo.edp,
+      [&](int r) {
+        auto x = c(r);
+        return pack({x.etp, x.ep, x.pp});
+      },
+      [&](int r) { return c(r).edp; }, &RankGroups::edp, &out);
   for (int r = 0; r < topo.world(); ++r) {
     const Topology::Coord x = c(r);
     RankGroups& g = out[static_cast<size_t>(r)];

@@ -274,8 +274,7 @@ void World::Collective(const Group& g, Post post, const Executor& exec) {
   Rendezvous(group_channels_.at(g.id), g.members, index, std::move(post), GroupName(g.axis, g.members), exec);
 }
 
-void World::PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
-                         bool eager) {
+void World::PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, const Executor& exec, bool eager) {
   Channel* ch = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -223,8 +223,7 @@ class World {
   void Collective(const Group& g, Post post, const Executor& exec);
   /// Point-to-point rendezvous on the channel src -> dst. With `eager`, a
   /// member that arrives first does not wait (its post must own its data).
-  void PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, const Executor& exec,
-                    bool eager = false);
+  void PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, const Executor& exec, bool eager = false);
 
  private:
   struct Slot {

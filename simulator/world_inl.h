@@ -35,8 +35,8 @@ void Transfer(const T* from, T* to, int64_t n, Rank* src, Rank* dst, Axis axis, 
 /// accumulates in ring order c+1, c+2, ..., c: fixed, so results are deterministic.
 template <class T>
 void RingReduceScatter(std::vector<std::vector<T>>& work, const std::vector<int64_t>& counts,
-                       const std::vector<Rank*>& ranks, Axis axis, CollectiveKind kind,
-                       int64_t elem_bytes, ReduceOp op) {
+                       const std::vector<Rank*>& ranks, Axis axis, CollectiveKind kind, int64_t elem_bytes,
+                       ReduceOp op) {
   const int n = static_cast<int>(ranks.size());
   const std::vector<int64_t> off = Offsets(counts);
   std::vector<T> message;
@@ -65,8 +65,7 @@ void RingReduceScatter(std::vector<std::vector<T>>& work, const std::vector<int6
 /// step k, the chunk (i - k) it got last step.
 template <class T>
 void RingAllGather(std::vector<std::vector<T>>& work, const std::vector<int64_t>& counts,
-                   const std::vector<Rank*>& ranks, Axis axis, CollectiveKind kind,
-                   int64_t elem_bytes) {
+                   const std::vector<Rank*>& ranks, Axis axis, CollectiveKind kind, int64_t elem_bytes) {
   const int n = static_cast<int>(ranks.size());
   const std::vector<int64_t> off = Offsets(counts);
   for (int step = 0; step < n - 1; ++step) {

@@ -47,8 +47,8 @@ TEST(AllocatedFigures, StaticIsEighteenBytesAParameterAndPeakAddsActivations) {
   const RankMemory& m = est.stages.front();
   // DDP with mixed precision: bf16 param 2 + fp32 grad 4 + fp32 master 4 + two fp32 moments 8.
   EXPECT_EQ(m.allocated_static.count(), 18 * params);
-  EXPECT_EQ(m.allocated_peak.count(), 18 * params + m.of(Category::kActivations).count() +
-                                          m.of(Category::kRoutingScratch).count());
+  EXPECT_EQ(m.allocated_peak.count(),
+            18 * params + m.of(Category::kActivations).count() + m.of(Category::kRoutingScratch).count());
   EXPECT_GT(m.of(Category::kActivations).count(), 0);
   // Neither figure contains what max_memory_allocated does not see.
   EXPECT_EQ(m.allocated_peak, m.total() - m.of(Category::kRuntimeReserve) - m.of(Category::kAllocatorOverhead));

@@ -45,10 +45,10 @@ TEST(Fidelity, ImportsAndStaysWithinTheBaselineBands) {
     ASSERT_TRUE(bands.contains(c.id)) << c.id << " imports now: add its band (bench/fidelity --baseline)";
     const double static_band = std::fabs(bands.at(c.id).at("static_error_pct").get<double>()) + kSlackPct;
     const double peak_band = std::fabs(bands.at(c.id).at("peak_error_pct").get<double>()) + kSlackPct;
-    EXPECT_LE(std::fabs(o.static_error_pct), static_band) << c.id << " static: modeled " << o.modeled_static
-                                                          << " vs measured " << c.measured_static;
-    EXPECT_LE(std::fabs(o.peak_error_pct), peak_band) << c.id << " peak: modeled " << o.modeled_peak
-                                                      << " vs measured " << c.measured_peak;
+    EXPECT_LE(std::fabs(o.static_error_pct), static_band)
+        << c.id << " static: modeled " << o.modeled_static << " vs measured " << c.measured_static;
+    EXPECT_LE(std::fabs(o.peak_error_pct), peak_band)
+        << c.id << " peak: modeled " << o.modeled_peak << " vs measured " << c.measured_peak;
   }
   EXPECT_GE(static_cast<double>(imported), 0.95 * static_cast<double>(cases.size()));
 }

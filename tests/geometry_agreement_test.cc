@@ -90,14 +90,16 @@ TEST(GeometryAgreement, EveryShippedRecipeOnAGridOfLayouts) {
         for (const char* cf : {"0.5", "1.25"}) {
           for (const char* dropless : {"true", "false"}) {
             for (const char* micro : {"1", "2"}) {
-              const std::vector<Override> overrides = {
-                  {"parallel.tp", tp},        {"parallel.sp", std::string(tp) == "1" ? "false" : "true"},
-                  {"parallel.ep", ep},        {"model.moe.capacity_factor", cf},
-                  {"model.moe.dropless", dropless}, {"training.micro_batch", micro}};
+              const std::vector<Override> overrides = {{"parallel.tp", tp},
+                                                       {"parallel.sp", std::string(tp) == "1" ? "false" : "true"},
+                                                       {"parallel.ep", ep},
+                                                       {"model.moe.capacity_factor", cf},
+                                                       {"model.moe.dropless", dropless},
+                                                       {"training.micro_batch", micro}};
               const LoadResult loaded = LoadRecipeFile(path, overrides);
               if (!loaded.recipe || !HasMoe(*loaded.recipe)) continue;
-              const std::string label = path + " tp" + tp + " ep" + ep + " cf" + cf + " dropless " + dropless +
-                                        " micro " + micro;
+              const std::string label =
+                  path + " tp" + tp + " ep" + ep + " cf" + cf + " dropless " + dropless + " micro " + micro;
               if (CheckLayout(*loaded.recipe, label)) ++compared;
             }
           }
@@ -113,9 +115,8 @@ TEST(GeometryAgreement, EveryShippedRecipeOnAGridOfLayouts) {
 // 0.5) = 512 per expert, E*C = 4096 slots < k*T = 8192 copies, so 4096 token
 // copies leave the rank (Megatron drops the rest), in plan and fit alike.
 TEST(GeometryAgreement, MixtralCapacityHalfDispatchesTheCapacityNotEveryCopy) {
-  const LoadResult loaded =
-      LoadRecipeFile(SourcePath("recipes/mixtral-8x7b-h200.yaml"),
-                     {{"model.moe.capacity_factor", "0.5"}, {"model.moe.dropless", "false"}});
+  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/mixtral-8x7b-h200.yaml"),
+                                           {{"model.moe.capacity_factor", "0.5"}, {"model.moe.dropless", "false"}});
   ASSERT_TRUE(loaded.recipe);
   const Recipe& r = *loaded.recipe;
   ASSERT_EQ(r.training.seq_len * r.training.micro_batch, 4096);

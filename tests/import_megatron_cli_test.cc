@@ -1,9 +1,9 @@
 // `preflight import megatron` on the command line: stdin, -o, --name,
 // --layout, warnings on stderr with file:line, and exit 2 on malformed input.
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -39,16 +39,17 @@ TEST(ImportMegatronCli, ReadsStdinAndWritesAValidRecipe) {
 }
 
 TEST(ImportMegatronCli, LayoutKeysAndOutputFile) {
-  const std::string in = (std::filesystem::temp_directory_path() /
-                          ("mg-args-" + std::to_string(::getpid()) + ".yaml")).string();
+  const std::string in =
+      (std::filesystem::temp_directory_path() / ("mg-args-" + std::to_string(::getpid()) + ".yaml")).string();
   const std::string out = in + ".recipe.yaml";
   {
     std::FILE* f = std::fopen(in.c_str(), "w");
     ASSERT_NE(f, nullptr);
-    std::fputs("MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 256\n  --num-attention-heads: 4\n"
-               "  --seq-length: 256\n  --tokenizer-type: NullTokenizer\n  --vocab-size: 999\n"
-               "  --tensor-model-parallel-size: 2\n  --global-batch-size: 8\n",
-               f);
+    std::fputs(
+        "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 256\n  --num-attention-heads: 4\n"
+        "  --seq-length: 256\n  --tokenizer-type: NullTokenizer\n  --vocab-size: 999\n"
+        "  --tensor-model-parallel-size: 2\n  --global-batch-size: 8\n",
+        f);
     std::fclose(f);
   }
   const auto r = RunPreflight({"import", "megatron", in, "-o", out, "--layout", "cluster.nodes=2", "--layout",
@@ -67,8 +68,8 @@ TEST(ImportMegatronCli, LayoutKeysAndOutputFile) {
 }
 
 TEST(ImportMegatronCli, MalformedInputExitsTwoWithLineAndFlag) {
-  const auto r = RunPreflight({"import", "megatron", "-"},
-                              "pretrain_gpt.py \\\n  --num-layers 4 \\\n  --hidden-size 5x12\n");
+  const auto r =
+      RunPreflight({"import", "megatron", "-"}, "pretrain_gpt.py \\\n  --num-layers 4 \\\n  --hidden-size 5x12\n");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("<stdin>:3:1: --hidden-size = 5x12: must be an integer"));
   EXPECT_TRUE(r.out.empty());

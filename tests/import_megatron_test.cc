@@ -133,9 +133,9 @@ TEST(ImportMegatron, CommandLineWithContinuationsCommentsAndVariables) {
   const MegatronImport m = ImportMegatronArgs(text, "run.sh");
   ASSERT_TRUE(m.ok());
   const Recipe r = Load(m);
-  EXPECT_EQ(r.cluster.nodes, 2);          // from torchrun
+  EXPECT_EQ(r.cluster.nodes, 2);  // from torchrun
   EXPECT_EQ(r.cluster.gpus_per_node, 4);
-  EXPECT_EQ(r.model.vocab, 50257);        // GPT-2 BPE
+  EXPECT_EQ(r.model.vocab, 50257);  // GPT-2 BPE
   EXPECT_EQ(r.training.seq_len, 128);
   EXPECT_EQ(r.model.mlp.ffn_hidden, 1024);  // 4h, GeLU
   EXPECT_EQ(r.model.norm, NormKind::kLayerNorm);

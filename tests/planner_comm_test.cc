@@ -93,7 +93,8 @@ TEST(PlannerComm, ExpertTensorParallelGathers) {
   const auto& sc = p.comm[0];
   EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kAllGather, Pass::kForward, CommWhat::kMoeExperts), 524288);
   EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMoeExperts), 524288);
-  EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch), 262144);  // 1/2 * 524288
+  EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch),
+            262144);  // 1/2 * 524288
 }
 
 // PP (docs/formulas.md §7.2): one activation message X/t_sp per micro-batch per
@@ -157,7 +158,8 @@ TEST(PlannerComm, ContextParallelAllGather) {
   const auto p = Price(inv, l);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kForward, CommWhat::kAttentionKv), 3 * 131072);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttentionKv), 3 * 131072);
-  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kAttentionKv), 3 * 131072);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kAttentionKv),
+            3 * 131072);
 }
 
 // a2a (Ulysses, TE AttnFuncWithCPAndQKVOA2A): forward Q, K, V, O, width
@@ -410,8 +412,9 @@ TEST(PlannerComm, ZeroThreeExposedTimeIsTheFloorOrTheExcess) {
   const StageTime& st = p.time.stages[0];
   double seconds[2] = {0, 0}, floor[2] = {0, 0}, exposed[2] = {0, 0};
   for (const CommItem& i : p.comm[0].items) {
-    const bool per_unit = (i.what == CommWhat::kParams || i.what == CommWhat::kExpertParams || i.what == CommWhat::kGrads ||
-                           i.what == CommWhat::kExpertGrads) && i.pass != Pass::kOptimizer;
+    const bool per_unit = (i.what == CommWhat::kParams || i.what == CommWhat::kExpertParams ||
+                           i.what == CommWhat::kGrads || i.what == CommWhat::kExpertGrads) &&
+                          i.pass != Pass::kOptimizer;
     if (!per_unit) continue;
     const size_t k = i.pass == Pass::kForward ? 0 : 1;
     seconds[k] += i.seconds;
@@ -437,7 +440,9 @@ TEST(PlannerComm, ZeroTwoReplicatedGradsPerUnit) {
   inv.layers[1].totals.elements[0][0] = 62;
   auto l = TinyLayout(4, 1, 1, 1, 3);
   l.sp = true;
-  EXPECT_EQ(Sent(Price(inv, l).comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads), 1128);
+  EXPECT_EQ(
+      Sent(Price(inv, l).comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads),
+      1128);
   l.zero = 2;
   const auto p = Price(inv, l);
   EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kReplicatedGrads), 3456);

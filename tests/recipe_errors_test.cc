@@ -34,7 +34,8 @@ const Case kCases[] = {
      "must be written as a plain decimal integer in [1, 16777216]"},
     {"HexForInt", "model:\n  hidden: 0x100\n", 2, 11, "model.hidden", "must be an integer in [1, 16777216]"},
     {"QuotedInt", "parallel: {tp: \"2\"}\n", 1, 16, "parallel.tp", "got a quoted string"},
-    {"MapForInt", "model:\n  hidden: {a: 1}\n", 2, 11, "model.hidden", "must be an integer in [1, 16777216], got a map"},
+    {"MapForInt", "model:\n  hidden: {a: 1}\n", 2, 11, "model.hidden",
+     "must be an integer in [1, 16777216], got a map"},
     {"ListForSection", "parallel: [1, 2]\n", 1, 11, "parallel", "must be a map with keys tp, sp, cp, pp"},
     {"NullValue", "parallel:\n  tp:\n", 2, 3, "parallel.tp", "has no value; expected an integer in [1, 16777216]"},
     {"BadBool", "model: {tie_embeddings: maybe}\n", 1, 25, "model.tie_embeddings", "must be true or false"},
@@ -43,7 +44,8 @@ const Case kCases[] = {
     {"NumberForEnum", "training: {recompute: 3}\n", 1, 23, "training.recompute",
      "must be one of: none, selective, full"},
     // Negative, zero and out-of-range sizes.
-    {"NegativeHidden", "model:\n  hidden: -4096\n", 2, 11, "model.hidden", "must be positive; valid range is [1, 16777216]"},
+    {"NegativeHidden", "model:\n  hidden: -4096\n", 2, 11, "model.hidden",
+     "must be positive; valid range is [1, 16777216]"},
     {"ZeroVocab", "model:\n  vocab: 0\n", 2, 10, "model.vocab", "must be positive; valid range is [1, 4294967296]"},
     {"ZeroTp", "parallel: {tp: 0}\n", 1, 16, "parallel.tp", "must be positive"},
     {"NegativeSharedExperts", "model:\n  moe: {shared_experts: -1}\n", 2, 25, "model.moe.shared_experts",
@@ -63,7 +65,8 @@ const Case kCases[] = {
     {"MergeKey", "parallel:\n  <<: {tp: 2}\n", 2, 3, "parallel.<<", "YAML merge keys ('<<') are not supported"},
     {"UnknownTopLevelKey", "modle:\n  hidden: 8\n", 1, 1, "modle", "unknown key; did you mean 'model'?"},
     // Enums.
-    {"BadEnum", "training: {recompute: partial}\n", 1, 23, "training.recompute", "must be one of: none, selective, full"},
+    {"BadEnum", "training: {recompute: partial}\n", 1, 23, "training.recompute",
+     "must be one of: none, selective, full"},
     {"EnumCase", "parallel: {schedule: 1F1B}\n", 1, 22, "parallel.schedule",
      "must be one of: 1f1b, interleaved, dualpipe, dualpipev; did you mean '1f1b'?"},
     {"BadOrder", "parallel: {order: dp-tp}\n", 1, 19, "parallel.order", "must be one of: tp-cp-dp-pp, tp-cp-pp-dp"},
@@ -71,7 +74,8 @@ const Case kCases[] = {
      "must be one of: all_to_all, handoff"},
     {"BadCpLoadBalance", "parallel: {cp_load_balance: maybe}\n", 1, 29, "parallel.cp_load_balance",
      "must be true or false"},
-    {"MuonForOther", "training:\n  optimizer: {other: muon}\n", 2, 22, "training.optimizer.other", "must be one of: adamw"},
+    {"MuonForOther", "training:\n  optimizer: {other: muon}\n", 2, 22, "training.optimizer.other",
+     "must be one of: adamw"},
     {"UnknownGpu", "cluster: {gpu: a100}\n", 1, 16, "cluster.gpu", "unknown GPU; valid presets: h200, h100"},
     // Layer pattern and list.
     {"BadPatternLetterQuoted", "model:\n  pattern: \"AEXM\"\n", 2, 15, "model.pattern",
@@ -101,8 +105,8 @@ const Case kCases[] = {
     {"AttentionAndMla", "model:\n  attention: {heads: 8}\n  mla: {heads: 8}\n", 3, 3, "model.mla",
      "mutually exclusive with model.attention (line 2)"},
     // Semantic checks, each with the nearest valid values.
-    {"HeadsNotDivisibleByKvHeads", "model:\n  attention: {heads: 32, kv_heads: 6}\n", 2, 36,
-     "model.attention.kv_heads", "must divide model.attention.heads (32) for grouped-query attention; try 4 or 8"},
+    {"HeadsNotDivisibleByKvHeads", "model:\n  attention: {heads: 32, kv_heads: 6}\n", 2, 36, "model.attention.kv_heads",
+     "must divide model.attention.heads (32) for grouped-query attention; try 4 or 8"},
     // world 24 = 3 x 8 so only the head rule breaks for tp 3; gcd(32, 8) = 8 has divisors 2, 4 around 3.
     {"TpNotDividingHeads", "parallel: {tp: 3}\ncluster: {nodes: 3}\n", 1, 16, "parallel.tp",
      "must divide model.attention.heads (32) and kv_heads (8); try 2 or 4"},
@@ -120,8 +124,7 @@ const Case kCases[] = {
      "Mamba all-to-all context parallelism needs heads/tp (32) divisible by cp and groups/tp (2) divisible by cp "
      "or dividing it (docs/formulas.md §1.4); try 2 or 4, or set parallel.cp_recurrent: handoff"},
     // Default R layers: 32 gate blocks; 2 blocks over cp 4 do not split (Mamba 128 heads / 8 groups do).
-    {"RecurrentCpAllToAll", "model:\n  recurrent: {width: 4096, heads: 2}\nparallel: {cp: 4}\n", 3, 16,
-     "parallel.cp",
+    {"RecurrentCpAllToAll", "model:\n  recurrent: {width: 4096, heads: 2}\nparallel: {cp: 4}\n", 3, 16, "parallel.cp",
      "recurrent all-to-all context parallelism needs model.recurrent.heads/tp (2) divisible by cp; try 2, or set "
      "parallel.cp_recurrent: handoff"},
     // seq_len 8 over 2 x cp = 4 chunks: 2 positions each, fewer than the conv tail d_conv - 1 = 3;
@@ -138,7 +141,8 @@ const Case kCases[] = {
     // 1002 = 2 x 3 x 167.
     {"DenseFfnTp", "model: {pattern: AD, mlp: {ffn_hidden: 1002}}\nparallel: {tp: 8}\n", 2, 16, "parallel.tp",
      "must divide model.mlp.ffn_hidden (1002) of the dense D layers; try 6 or 167"},
-    {"EpNotDividingExperts", "parallel: {ep: 6}\n", 1, 16, "parallel.ep", "must divide model.moe.experts (64); try 4 or 8"},
+    {"EpNotDividingExperts", "parallel: {ep: 6}\n", 1, 16, "parallel.ep",
+     "must divide model.moe.experts (64); try 4 or 8"},
     // No MoE layers, but the expert mesh must still fold: 64 ranks / (ep 1 x expert_tp 3).
     {"ExpertMeshWithoutMoe", "model: {pattern: AD}\nparallel: {expert_tp: 3}\n", 2, 23, "parallel.expert_tp",
      "ep x expert_tp = 1 x 3 must divide tp x cp x dp = 64 (the ranks of one pipeline stage, Megatron's MoE "
@@ -179,16 +183,18 @@ const Case kCases[] = {
     {"DualPipeFewMicroBatches", "training: {global_batch: 96}\nparallel: {pp: 4, schedule: dualpipe}\n", 1, 26,
      "training.global_batch", "dualpipe needs an even m >= 2 x pp = 8; try global_batch 128"},
     // DualPipeV: pp 3 on 48 GPUs -> dp 16; global batch 64 -> m = 4 < 2 x 3; 6 x 16 = 96.
-    {"DualPipeVFewMicroBatches", "training: {global_batch: 64}\nparallel: {pp: 3, schedule: dualpipev}\n"
-     "cluster: {nodes: 6}\n", 1, 26, "training.global_batch", "dualpipev needs m >= 2 x pp = 6; try global_batch 96"},
+    {"DualPipeVFewMicroBatches",
+     "training: {global_batch: 64}\nparallel: {pp: 3, schedule: dualpipev}\n"
+     "cluster: {nodes: 6}\n",
+     1, 26, "training.global_batch", "dualpipev needs m >= 2 x pp = 6; try global_batch 96"},
     {"DualPipeWithVpp", "parallel: {pp: 2, vpp: 2, schedule: dualpipe}\n", 1, 24, "parallel.vpp",
      "dualpipe places two model chunks per rank itself; set vpp 1"},
     {"PpExceedsLayers", "model: {pattern: AEM, repeat: 1}\nparallel: {pp: 4}\n", 2, 16, "parallel.pp",
      "pp x vpp = 4 x 1 model chunks exceed the 3 layers"},
     {"StageBoundaryCount", "parallel: {pp: 4, stage_boundaries: [12, 24]}\n", 1, 37, "parallel.stage_boundaries",
      "has 2 entries; pp x vpp = 4 x 1 stages need exactly 3"},
-    {"StageBoundaryOrder", "parallel: {pp: 4, stage_boundaries: [12, 30, 20]}\n", 1, 46,
-     "parallel.stage_boundaries[2]", "must increase strictly inside (0, 48) layers; valid here: [31, 47]"},
+    {"StageBoundaryOrder", "parallel: {pp: 4, stage_boundaries: [12, 30, 20]}\n", 1, 46, "parallel.stage_boundaries[2]",
+     "must increase strictly inside (0, 48) layers; valid here: [31, 47]"},
     {"StageBoundaryZero", "parallel: {pp: 2, stage_boundaries: [0]}\n", 1, 38, "parallel.stage_boundaries[0]",
      "valid here: [1, 47]"},
 };

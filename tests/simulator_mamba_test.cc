@@ -74,8 +74,7 @@ Recipe MambaRecipe(const Dims& d) {
 }
 
 /// The planner's send bytes of one bucket for the block's layout.
-int64_t PlannerSent(const Dims& d, const BlockLayout& b, Axis axis, Collective kind, Pass pass,
-                    CommWhat what) {
+int64_t PlannerSent(const Dims& d, const BlockLayout& b, Axis axis, Collective kind, Pass pass, CommWhat what) {
   const Inventory inv = BuildInventory(MambaRecipe(d));
   const auto priced = preflight::testing::Price(inv, ModelLayout(d, b));
   return preflight::testing::Sent(priced.comm[0], axis, kind, pass, what);
@@ -403,7 +402,8 @@ TEST(SimulatorMamba, AllToAllContextParallelEqualsOneRank) {
     EXPECT_EQ(planner, expected) << what;
     for (const auto& counts : run.comm) {
       EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), expected) << what;
-      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), expected) << what;
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kBackward, CommWhat::kMamba), expected)
+          << what;
     }
     // Saved: the same a_M with B and C repeated r_g times in zxBCdt (the estimator's r_g).
     const int64_t hand = HandActivations(d, c.tp, c.cp, c.sp, c.repeat);
@@ -492,9 +492,11 @@ TEST(SimulatorMamba, HandoffContextParallelEqualsOneRank) {
       for (int64_t ch : s.chunks) sent_fwd += ch + 1 < s.num_chunks() && s.OwnerOf(ch + 1) != cp_rank ? 1 : 0;
       const int64_t received = Edges(c.cp, cp_rank, c.balanced);
       const auto& counts = run.comm[static_cast<size_t>(r)];
-      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState), sent_fwd * (tail + state))
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kMambaState),
+                sent_fwd * (tail + state))
           << what << " rank " << r;
-      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState), received * (tail + state))
+      EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kSend, Pass::kBackward, CommWhat::kMambaState),
+                received * (tail + state))
           << what << " rank " << r;
       EXPECT_EQ(Sent(counts, Axis::kCp, CollectiveKind::kAllToAll, Pass::kForward, CommWhat::kMamba), 0) << what;
       // Saved: a_M (no repeat) + the received states.
@@ -516,7 +518,8 @@ TEST(SimulatorMamba, HandoffBytesByHandAtCp4) {
   const int64_t expected[] = {864, 2 * 864, 2 * 864, 864};
   for (int r = 0; r < 4; ++r) {
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-      EXPECT_EQ(Sent(run.comm[static_cast<size_t>(r)], Axis::kCp, CollectiveKind::kSend, pass, CommWhat::kMambaState), expected[r]);
+      EXPECT_EQ(Sent(run.comm[static_cast<size_t>(r)], Axis::kCp, CollectiveKind::kSend, pass, CommWhat::kMambaState),
+                expected[r]);
     }
   }
 }

@@ -38,11 +38,13 @@ TEST(SimulatorPipeline, OneFOneBOverTwoStagesAndTwoReplicas) {
   const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
   // Stage 0 sends each micro-batch's activations forward: s b h beta / t
   // (SP-sharded) = 8 x 16 x 2 / 2 = 128 B, 4 micro-batches: 512 B.
-  const CommAgreement* fwd = FindComm(Stage(c, 0), Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations);
+  const CommAgreement* fwd =
+      FindComm(Stage(c, 0), Axis::kPp, Collective::kSendRecv, Pass::kForward, CommWhat::kActivations);
   ASSERT_NE(fwd, nullptr);
   EXPECT_EQ(fwd->measured_sent, 512);
   // and stage 1 sends the gradients back, the same bytes.
-  const CommAgreement* bwd = FindComm(Stage(c, 1), Axis::kPp, Collective::kSendRecv, Pass::kBackward, CommWhat::kActivationGrads);
+  const CommAgreement* bwd =
+      FindComm(Stage(c, 1), Axis::kPp, Collective::kSendRecv, Pass::kBackward, CommWhat::kActivationGrads);
   ASSERT_NE(bwd, nullptr);
   EXPECT_EQ(bwd->measured_sent, 512);
   // 1F1B with m = 4 >= p = 2: stage 0 holds 2 micro-batches, stage 1 one.
@@ -67,8 +69,10 @@ TEST(SimulatorPipeline, DataParallelGradientsAllReducedWithoutZero) {
   ExpectAgree(r, rep);
   const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
   EXPECT_NE(FindComm(Stage(c, 0), Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kGrads), nullptr);
-  EXPECT_EQ(FindComm(Stage(c, 0), Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kGrads), nullptr);
-  EXPECT_EQ(FindComm(Stage(c, 0), Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather), nullptr);
+  EXPECT_EQ(FindComm(Stage(c, 0), Axis::kDpCp, Collective::kReduceScatter, Pass::kOptimizer, CommWhat::kGrads),
+            nullptr);
+  EXPECT_EQ(FindComm(Stage(c, 0), Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather),
+            nullptr);
 }
 
 TEST(SimulatorPipeline, ZeroOneShardsStateAndGathersMuonMatrices) {
@@ -85,12 +89,14 @@ TEST(SimulatorPipeline, ZeroOneShardsStateAndGathersMuonMatrices) {
   EXPECT_EQ(FindMemory(Stage(c, 1), "optimizer_muon").measured, 192 * 8);
   // The momentum-updated shares are gathered back (Moonshot Distributed
   // Muon): (d-1)/d x 384 elements x 4 B = 768 B.
-  const CommAgreement* g = FindComm(Stage(c, 1), Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather);
+  const CommAgreement* g =
+      FindComm(Stage(c, 1), Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather);
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(g->measured_sent, 768);
   // Then each TP-sharded Muon matrix is gathered over TP in its global shape
   // ("duplicated"): (t-1)/t x 768 global elements x 4 B = 1536 B.
-  const CommAgreement* t = FindComm(Stage(c, 1), Axis::kTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonTpGather);
+  const CommAgreement* t =
+      FindComm(Stage(c, 1), Axis::kTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonTpGather);
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->measured_sent, 1536);
 }

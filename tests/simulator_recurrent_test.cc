@@ -313,13 +313,19 @@ TEST(SimulatorRecurrent, TensorParallelBytesByHand) {
     const BlockRun ar = RunBlock('R', RDims(), MakeBlockLayout(tp, 1, false), Input(), OutputGrad());
     const BlockRun sp = RunBlock('R', RDims(), MakeBlockLayout(tp, 1, true), Input(), OutputGrad());
     for (int r = 0; r < tp; ++r) {
-      EXPECT_EQ(SentAndCalls(ar.comm.at(r), Axis::kTp, K::kAllReduce, f, CommWhat::kRecurrent), std::make_pair(2 * ring, int64_t{1}));
-      EXPECT_EQ(SentAndCalls(ar.comm.at(r), Axis::kTp, K::kAllReduce, b, CommWhat::kRecurrent), std::make_pair(2 * ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(ar.comm.at(r), Axis::kTp, K::kAllReduce, f, CommWhat::kRecurrent),
+                std::make_pair(2 * ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(ar.comm.at(r), Axis::kTp, K::kAllReduce, b, CommWhat::kRecurrent),
+                std::make_pair(2 * ring, int64_t{1}));
       EXPECT_EQ(TotalSent(ar, r), 4 * ring);
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kAllGather, f, CommWhat::kRecurrent), std::make_pair(ring, int64_t{1}));
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kReduceScatter, f, CommWhat::kRecurrent), std::make_pair(ring, int64_t{1}));
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kAllGather, b, CommWhat::kRecurrent), std::make_pair(2 * ring, int64_t{2}));
-      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kReduceScatter, b, CommWhat::kRecurrent), std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kAllGather, f, CommWhat::kRecurrent),
+                std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kReduceScatter, f, CommWhat::kRecurrent),
+                std::make_pair(ring, int64_t{1}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kAllGather, b, CommWhat::kRecurrent),
+                std::make_pair(2 * ring, int64_t{2}));
+      EXPECT_EQ(SentAndCalls(sp.comm.at(r), Axis::kTp, K::kReduceScatter, b, CommWhat::kRecurrent),
+                std::make_pair(ring, int64_t{1}));
       EXPECT_EQ(TotalSent(sp, r), 5 * ring);
     }
   }
@@ -360,8 +366,9 @@ TEST(SimulatorRecurrent, AllToAllBytesEqualThePlanners) {
       const BlockRun run = RunBlock('R', RDims(), MakeBlockLayout(tp, cp, sp), Input(), OutputGrad());
       for (Pass pass : {Pass::kForward, Pass::kBackward}) {
         const Pass sim_pass = pass == Pass::kForward ? Pass::kForward : Pass::kBackward;
-        EXPECT_EQ(Sent(run.comm.at(0), Axis::kCp, CollectiveKind::kAllToAll, sim_pass, CommWhat::kRecurrent),
-                  preflight::testing::Sent(priced.comm[0], Axis::kCp, Collective::kAllToAll, pass, CommWhat::kRecurrent))
+        EXPECT_EQ(
+            Sent(run.comm.at(0), Axis::kCp, CollectiveKind::kAllToAll, sim_pass, CommWhat::kRecurrent),
+            preflight::testing::Sent(priced.comm[0], Axis::kCp, Collective::kAllToAll, pass, CommWhat::kRecurrent))
             << "tp " << tp << " sp " << sp;
         // The TP region too (X of one CP rank: (s/c)*b*h*beta).
         int64_t tp_sent = 0, tp_model = 0;
@@ -394,11 +401,13 @@ TEST(SimulatorRecurrent, HandOffBytesByHand) {
         RunBlock('R', RDims(), MakeBlockLayout(1, 4, false, CpRecurrent::kHandoff, c.balance), Input(), OutputGrad());
     for (int r = 0; r < 4; ++r) {
       const size_t i = static_cast<size_t>(r);
-      EXPECT_EQ(SentAndCalls(run.comm.at(r), Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kRecurrentState),
-                std::make_pair(c.fwd_edges[i] * edge, 2 * c.fwd_edges[i]))
+      EXPECT_EQ(
+          SentAndCalls(run.comm.at(r), Axis::kCp, CollectiveKind::kSend, Pass::kForward, CommWhat::kRecurrentState),
+          std::make_pair(c.fwd_edges[i] * edge, 2 * c.fwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
-      EXPECT_EQ(SentAndCalls(run.comm.at(r), Axis::kCp, CollectiveKind::kSend, Pass::kBackward, CommWhat::kRecurrentState),
-                std::make_pair(c.bwd_edges[i] * edge, 2 * c.bwd_edges[i]))
+      EXPECT_EQ(
+          SentAndCalls(run.comm.at(r), Axis::kCp, CollectiveKind::kSend, Pass::kBackward, CommWhat::kRecurrentState),
+          std::make_pair(c.bwd_edges[i] * edge, 2 * c.bwd_edges[i]))
           << "rank " << r << " balanced " << c.balance;
       EXPECT_EQ(TotalSent(run, r), (c.fwd_edges[i] + c.bwd_edges[i]) * edge);  // nothing else on the wire
     }

@@ -66,7 +66,8 @@ void ExpectNoBucket(const StageComparison& s, Axis axis, Collective kind, Pass p
 /// is the embedding and A, stage 1 E, M, D and the head).
 const StageComparison& ExpertStage(const SimComparison& c) {
   for (const StageComparison& s : c.stages) {
-    const CommAgreement* a = FindComm(s, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather);
+    const CommAgreement* a =
+        FindComm(s, Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather);
     if (a != nullptr && a->measured_sent > 0) return s;
   }
   ADD_FAILURE() << "no stage with expert buffers";
@@ -100,7 +101,8 @@ TEST(SimulatorZero, ZeroTwoSmallHybrid) {
     ExpectExactBucket(st, Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kParams);
     EXPECT_EQ(FindMemory(st, "gradients").measured, FindMemory(st, "gradients").modeled);
   }
-  ExpectExactBucket(ExpertStage(c), Axis::kExpertDp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kExpertGrads);
+  ExpectExactBucket(ExpertStage(c), Axis::kExpertDp, Collective::kReduceScatter, Pass::kBackward,
+                    CommWhat::kExpertGrads);
 }
 
 TEST(SimulatorZero, ZeroTwoOddBuffers) {

@@ -43,13 +43,11 @@ namespace {
 
 constexpr double kDroplessActivationTolerance = 0.50;
 
-
 bool RoutingDependent(const Recipe& r) {
   bool moe = false;
   for (BlockKind k : r.model.layers) moe = moe || k == BlockKind::kMoe;
   return moe && (r.model.moe.dropless || !r.model.moe.pad_to_capacity);
 }
-
 
 bool IsRoutedBucket(CommWhat what) {
   return what == CommWhat::kMoeDispatch || what == CommWhat::kMoeCombine || what == CommWhat::kMoeExperts ||

@@ -6,30 +6,30 @@
 // validate, nothing is written and the exit code is 2.
 #include <algorithm>
 #include <cctype>
-#include <iostream>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <system_error>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "preflight/inventory/default_layout.h"
-#include "preflight/recipe/diagnostic.h"
+#include "common.h"
 #include "preflight/estimator/estimate.h"
-#include "preflight/recipe/import.h"
-#include "preflight/recipe/import_megatron.h"
+#include "preflight/inventory/default_layout.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/import.h"
+#include "preflight/recipe/import_megatron.h"
 #include "preflight/recipe/recipe.h"
-#include "common.h"
 #include "verbs.h"
 
 namespace preflight::cli {

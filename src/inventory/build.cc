@@ -21,7 +21,7 @@ namespace {
 struct OptimizerPolicy {
   OptimizerKind matrix = OptimizerKind::kMuon;         // 2-D hidden matrices
   OptimizerKind mamba_in_proj = OptimizerKind::kAdamW;  // Megatron sets in_proj.use_muon = False
-  OptimizerKind router = OptimizerKind::kAdamW;        // the project's default (docs/formulas.md §9.4)
+  OptimizerKind router = OptimizerKind::kAdamW;         // the project's default (docs/formulas.md §9.4)
   // Embeddings, head, norms, biases, conv, A_log, D, dt_bias, Lambda and the R
   // gate blocks always use AdamW.
   OptimizerKind vector = OptimizerKind::kAdamW;

@@ -362,8 +362,9 @@ void WarnRopeScaling(ConfigReader& r) {
 }
 
 void WarnBiases(ConfigReader& r) {
-  r.UnrepresentedUnless("attention_bias", Json(false), "bias vectors on the attention projections are not counted "
-                                                       "(recipe linears are bias-free, docs/formulas.md §1)");
+  r.UnrepresentedUnless("attention_bias", Json(false),
+                        "bias vectors on the attention projections are not counted "
+                        "(recipe linears are bias-free, docs/formulas.md §1)");
   r.UnrepresentedUnless("mlp_bias", Json(false), "bias vectors on the MLP projections are not counted");
 }
 

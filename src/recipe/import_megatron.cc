@@ -33,69 +33,173 @@ namespace {
 // checkpointing, the learning-rate schedule, initialization, numerics of
 // values (not of storage), determinism and process bookkeeping.
 const std::set<std::string> kQuiet = {
-    "--log-throughput", "--log-params-norm", "--log-num-zeros-in-grad", "--log-validation-ppl-to-tensorboard",
-    "--log-timers-to-tensorboard", "--log-memory-to-tensorboard", "--log-interval", "--logging-level",
-    "--tensorboard-dir", "--timing-log-level", "--train-iters", "--train-samples", "--exit-interval",
-    "--exit-duration-in-mins", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples",
-    "--lr-warmup-fraction", "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style",
-    "--decoupled-lr", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps",
-    "--muon-momentum", "--muon-extra-scale-factor", "--muon-scale-mode", "--save", "--load", "--save-interval",
-    "--eval-interval", "--eval-iters", "--split", "--data-path", "--data-cache-path", "--mock-data",
-    "--merge-file", "--distributed-backend", "--distributed-timeout-minutes", "--ckpt-format",
-    "--dist-ckpt-strictness", "--dist-ckpt-optim-fully-reshardable", "--ckpt-fully-parallel-load",
-    "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save", "--ckpt-assume-constant-structure",
-    "--ckpt-fully-parallel-load-per-rank-objects", "--no-ckpt-load-validate-sharding-integrity",
-    "--ckpt-drop-redundant-extra-state", "--async-save", "--async-strategy", "--async-ckpt-use-cpu-shm",
-    "--use-persistent-ckpt-worker", "--use-checkpoint-opt_param-scheduler", "--override-opt_param-scheduler",
-    "--override-opt-param-scheduler", "--finetune", "--no-load-optim", "--no-load-rng", "--verify-integrity",
-    "--deterministic-mode", "--use-mcore-models", "--init-method-std", "--seed", "--rotary-base",
-    "--rotary-scaling-factor", "--rotary-percent", "--rotary-interleaved", "--no-rope-fusion", "--mscale",
-    "--mscale-all-dim", "--norm-epsilon", "--manual-gc", "--manual-gc-interval",
-    "--check-weight-hash-across-dp-replicas-interval", "--no-check-for-nan-in-loss-and-grad", "--test-mode",
-    "--rerun-mode", "--no-mmap-bin-files", "--dataloader-type", "--num-workers", "--fim-data", "--fim-rate",
-    "--fim-spm-rate", "--moe-aux-loss-coeff", "--moe-router-load-balancing-type", "--moe-router-topk-scaling-factor",
-    "--moe-router-bias-update-rate", "--moe-router-pre-softmax", "--moe-router-num-groups",
-    "--moe-router-group-topk", "--moe-token-drop-policy", "--moe-permute-fusion", "--moe-router-fusion",
-    "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32", "--calculate-per-token-loss",
-    "--ddp-average-in-collective", "--no-create-attention-mask-in-dataloader", "--disable-gloo-process-groups",
-    "--te-rng-tracker", "--use-fused-weighted-squared-relu", "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
-    "--no-bias-dropout-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm", "--export-default-te-spec",
-    "--export-model-type", "--spec", "--is-hybrid-model", "--use-tp-pp-dp-mapping",
-    "--max-position-embeddings", "--enable-experimental", "--no-use-layer-wise-param-layout", "--vocab-file",
-    "--tokenizer-type", "--tokenizer-model", "--cross-entropy-fusion-impl", "--main-grads-dtype",
-    "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype",
+    "--log-throughput",
+    "--log-params-norm",
+    "--log-num-zeros-in-grad",
+    "--log-validation-ppl-to-tensorboard",
+    "--log-timers-to-tensorboard",
+    "--log-memory-to-tensorboard",
+    "--log-interval",
+    "--logging-level",
+    "--tensorboard-dir",
+    "--timing-log-level",
+    "--train-iters",
+    "--train-samples",
+    "--exit-interval",
+    "--exit-duration-in-mins",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-decay-iters",
+    "--lr-decay-samples",
+    "--lr-warmup-fraction",
+    "--lr-warmup-iters",
+    "--lr-warmup-samples",
+    "--lr-warmup-init",
+    "--lr-wsd-decay-style",
+    "--decoupled-lr",
+    "--weight-decay",
+    "--clip-grad",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--adam-eps",
+    "--muon-momentum",
+    "--muon-extra-scale-factor",
+    "--muon-scale-mode",
+    "--save",
+    "--load",
+    "--save-interval",
+    "--eval-interval",
+    "--eval-iters",
+    "--split",
+    "--data-path",
+    "--data-cache-path",
+    "--mock-data",
+    "--merge-file",
+    "--distributed-backend",
+    "--distributed-timeout-minutes",
+    "--ckpt-format",
+    "--dist-ckpt-strictness",
+    "--dist-ckpt-optim-fully-reshardable",
+    "--ckpt-fully-parallel-load",
+    "--ckpt-fully-parallel-save",
+    "--no-ckpt-fully-parallel-save",
+    "--ckpt-assume-constant-structure",
+    "--ckpt-fully-parallel-load-per-rank-objects",
+    "--no-ckpt-load-validate-sharding-integrity",
+    "--ckpt-drop-redundant-extra-state",
+    "--async-save",
+    "--async-strategy",
+    "--async-ckpt-use-cpu-shm",
+    "--use-persistent-ckpt-worker",
+    "--use-checkpoint-opt_param-scheduler",
+    "--override-opt_param-scheduler",
+    "--override-opt-param-scheduler",
+    "--finetune",
+    "--no-load-optim",
+    "--no-load-rng",
+    "--verify-integrity",
+    "--deterministic-mode",
+    "--use-mcore-models",
+    "--init-method-std",
+    "--seed",
+    "--rotary-base",
+    "--rotary-scaling-factor",
+    "--rotary-percent",
+    "--rotary-interleaved",
+    "--no-rope-fusion",
+    "--mscale",
+    "--mscale-all-dim",
+    "--norm-epsilon",
+    "--manual-gc",
+    "--manual-gc-interval",
+    "--check-weight-hash-across-dp-replicas-interval",
+    "--no-check-for-nan-in-loss-and-grad",
+    "--test-mode",
+    "--rerun-mode",
+    "--no-mmap-bin-files",
+    "--dataloader-type",
+    "--num-workers",
+    "--fim-data",
+    "--fim-rate",
+    "--fim-spm-rate",
+    "--moe-aux-loss-coeff",
+    "--moe-router-load-balancing-type",
+    "--moe-router-topk-scaling-factor",
+    "--moe-router-bias-update-rate",
+    "--moe-router-pre-softmax",
+    "--moe-router-num-groups",
+    "--moe-router-group-topk",
+    "--moe-token-drop-policy",
+    "--moe-permute-fusion",
+    "--moe-router-fusion",
+    "--apply-query-key-layer-scaling",
+    "--attention-softmax-in-fp32",
+    "--calculate-per-token-loss",
+    "--ddp-average-in-collective",
+    "--no-create-attention-mask-in-dataloader",
+    "--disable-gloo-process-groups",
+    "--te-rng-tracker",
+    "--use-fused-weighted-squared-relu",
+    "--no-bias-gelu-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-masked-softmax-fusion",
+    "--no-persist-layer-norm",
+    "--export-default-te-spec",
+    "--export-model-type",
+    "--spec",
+    "--is-hybrid-model",
+    "--use-tp-pp-dp-mapping",
+    "--max-position-embeddings",
+    "--enable-experimental",
+    "--no-use-layer-wise-param-layout",
+    "--vocab-file",
+    "--tokenizer-type",
+    "--tokenizer-model",
+    "--cross-entropy-fusion-impl",
+    "--main-grads-dtype",
+    "--main-params-dtype",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
 };
 
 // Arguments that change memory or time but have no recipe counterpart: what
 // each would change. (New recipe keys come with the key-table rework.)
 const std::map<std::string, std::string>& Unrepresentable() {
   static const std::map<std::string, std::string> kMap = {
-      {"--mtp-num-layers", "multi-token-prediction layers (a transformer layer, a projection and a second "
-                           "output head + loss on the last stage) are not counted"},
+      {"--mtp-num-layers",
+       "multi-token-prediction layers (a transformer layer, a projection and a second "
+       "output head + loss on the last stage) are not counted"},
       {"--mtp-use-repeated-layer", "MTP layer sharing; MTP is not counted"},
       {"--mtp-loss-scaling-factor", "MTP loss weight; MTP is not counted"},
-      {"--fp8-format", "FP8 GEMMs: TE keeps FP8 copies / transposes of weights and FP8 activations for "
-                       "backward, and amax histories; the recipe prices bf16 compute"},
-      {"--fp8-recipe", "FP8 scaling recipe (delayed / tensorwise / blockwise / mxfp8) changes the scale "
-                       "tensors and cached transposes"},
+      {"--fp8-format",
+       "FP8 GEMMs: TE keeps FP8 copies / transposes of weights and FP8 activations for "
+       "backward, and amax histories; the recipe prices bf16 compute"},
+      {"--fp8-recipe",
+       "FP8 scaling recipe (delayed / tensorwise / blockwise / mxfp8) changes the scale "
+       "tensors and cached transposes"},
       {"--fp8-param-gather", "FP8 parameter all-gather: parameters stored in FP8 with a bf16/fp32 master"},
       {"--first-last-layers-bf16", "first/last layers kept in bf16 under FP8"},
-      {"--fine-grained-activation-offloading", "activations offloaded to host memory are still counted on "
-                                               "the device"},
+      {"--fine-grained-activation-offloading",
+       "activations offloaded to host memory are still counted on "
+       "the device"},
       {"--offload-modules", "per-module activation offloading is not modeled"},
       {"--cuda-graph-impl", "CUDA graphs keep static input/output buffers and a private memory pool"},
       {"--cuda-graph-modules", "CUDA graph capture scope"},
       {"--recompute-modules", "per-module selective recompute; the recipe has one selective policy"},
       {"--recompute-method", "uniform/block recompute of a layer subset; the recipe recomputes every layer"},
       {"--recompute-num-layers", "recompute of a layer subset; the recipe recomputes every layer"},
-      {"--pipeline-model-parallel-layout", "explicit per-stage layer layout (with embedding/loss stages); "
-                                           "stages are balanced by the recipe instead"},
+      {"--pipeline-model-parallel-layout",
+       "explicit per-stage layer layout (with embedding/loss stages); "
+       "stages are balanced by the recipe instead"},
       {"--account-for-embedding-in-pipeline-split", "the embedding counted as a layer in the stage split"},
       {"--account-for-loss-in-pipeline-split", "the loss counted as a layer in the stage split"},
       {"--decoder-first-pipeline-num-layers", "uneven first stage"},
       {"--decoder-last-pipeline-num-layers", "uneven last stage"},
-      {"--num-distributed-optimizer-instances", "several distributed-optimizer instances (optimizer state "
-                                                "sharded over a part of DP, replicated across instances)"},
+      {"--num-distributed-optimizer-instances",
+       "several distributed-optimizer instances (optimizer state "
+       "sharded over a part of DP, replicated across instances)"},
       {"--use-megatron-fsdp", "Megatron-FSDP buffers (per-bucket all-gather/reduce-scatter staging)"},
       {"--megatron-fsdp-main-params-dtype", "Megatron-FSDP main-parameter dtype"},
       {"--megatron-fsdp-main-grads-dtype", "Megatron-FSDP main-gradient dtype"},
@@ -104,23 +208,29 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--moe-router-dtype", "router logits and probabilities in fp32 (small per-token buffers)"},
       {"--moe-grouped-gemm", "grouped expert GEMM (time; expert weights stored as one tensor)"},
       {"--moe-token-dispatcher-type", "the dispatcher's buffers: the recipe prices all-to-all dispatch"},
-      {"--overlap-moe-expert-parallel-comm", "overlap of expert all-to-all with compute (a second micro-batch "
-                                             "in flight)"},
+      {"--overlap-moe-expert-parallel-comm",
+       "overlap of expert all-to-all with compute (a second micro-batch "
+       "in flight)"},
       {"--moe-shared-expert-overlap", "shared-expert compute overlapped with dispatch"},
       {"--delay-wgrad-compute", "weight gradients computed later (their inputs live longer)"},
-      {"--defer-embedding-wgrad-compute", "embedding weight gradients deferred (inputs of the output layer "
-                                          "kept for several micro-batches)"},
+      {"--defer-embedding-wgrad-compute",
+       "embedding weight gradients deferred (inputs of the output layer "
+       "kept for several micro-batches)"},
       {"--wgrad-deferral-limit", "number of deferred embedding weight-gradient micro-batches"},
       {"--overlap-p2p-communication-warmup-flush", "pipeline P2P overlap in warm-up/flush (time)"},
-      {"--microbatch-group-size-per-virtual-pipeline-stage", "interleaved schedule grouping; changes the "
-                                                             "in-flight micro-batches"},
+      {"--microbatch-group-size-per-virtual-pipeline-stage",
+       "interleaved schedule grouping; changes the "
+       "in-flight micro-batches"},
       {"--overlap-param-gather-with-optimizer-step", "parameter all-gather overlapped with the optimizer step"},
-      {"--overlap-grad-reduce", "gradient reduce-scatter overlapped with backward (time; bucketed, no extra "
-                                "buffer in the recipe)"},
-      {"--overlap-param-gather", "parameter all-gather overlapped with forward (time; the distributed "
-                                 "optimizer's param buffer is not modeled separately)"},
-      {"--no-gradient-accumulation-fusion", "without the fused wgrad kernel each linear allocates a bf16 "
-                                            "weight gradient before adding it to main_grad (a transient)"},
+      {"--overlap-grad-reduce",
+       "gradient reduce-scatter overlapped with backward (time; bucketed, no extra "
+       "buffer in the recipe)"},
+      {"--overlap-param-gather",
+       "parameter all-gather overlapped with forward (time; the distributed "
+       "optimizer's param buffer is not modeled separately)"},
+      {"--no-gradient-accumulation-fusion",
+       "without the fused wgrad kernel each linear allocates a bf16 "
+       "weight gradient before adding it to main_grad (a transient)"},
       {"--cross-entropy-loss-fusion", "fused cross entropy does not materialize the fp32 logits"},
       {"--hybrid-attention-ratio", "hybrid layer allocation by ratio; give --hybrid-layer-pattern"},
       {"--hybrid-mlp-ratio", "hybrid layer allocation by ratio; give --hybrid-layer-pattern"},
@@ -131,21 +241,68 @@ const std::map<std::string, std::string>& Unrepresentable() {
 
 // Arguments the mapping below reads (so they are neither unknown nor quiet).
 const std::set<std::string> kMapped = {
-    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
-    "--num-query-groups", "--kv-channels", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
-    "--qk-layernorm", "--normalization", "--position-embedding-type", "--disable-bias-linear", "--add-bias-linear",
-    "--vocab-size", "--make-vocab-size-divisible-by", "--num-experts", "--moe-layer-freq", "--moe-router-topk",
-    "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size", "--moe-expert-capacity-factor",
-    "--moe-pad-expert-input-to-capacity", "--moe-router-score-function", "--moe-router-enable-expert-bias",
-    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
-    "--v-head-dim", "--hybrid-layer-pattern", "--hybrid-override-pattern", "--mamba-num-heads", "--mamba-head-dim",
-    "--mamba-state-dim", "--mamba-num-groups", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-    "--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage", "--virtual-pipeline-model-parallel-size",
-    "--num-virtual-stages-per-pipeline-rank", "--sequence-parallel", "--use-distributed-optimizer",
-    "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--grad-reduce-in-bf16", "--optimizer",
-    "--recompute-granularity", "--recompute-activations", "--micro-batch-size", "--global-batch-size",
-    "--seq-length", "--attention-dropout", "--hidden-dropout", "--attention-backend", "--transformer-impl",
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--kv-channels",
+    "--swiglu",
+    "--squared-relu",
+    "--untie-embeddings-and-output-weights",
+    "--qk-layernorm",
+    "--normalization",
+    "--position-embedding-type",
+    "--disable-bias-linear",
+    "--add-bias-linear",
+    "--vocab-size",
+    "--make-vocab-size-divisible-by",
+    "--num-experts",
+    "--moe-layer-freq",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-expert-capacity-factor",
+    "--moe-pad-expert-input-to-capacity",
+    "--moe-router-score-function",
+    "--moe-router-enable-expert-bias",
+    "--multi-latent-attention",
+    "--q-lora-rank",
+    "--kv-lora-rank",
+    "--qk-head-dim",
+    "--qk-pos-emb-head-dim",
+    "--v-head-dim",
+    "--hybrid-layer-pattern",
+    "--hybrid-override-pattern",
+    "--mamba-num-heads",
+    "--mamba-head-dim",
+    "--mamba-state-dim",
+    "--mamba-num-groups",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--virtual-pipeline-model-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--data-parallel-sharding-strategy",
+    "--bf16",
+    "--fp16",
+    "--grad-reduce-in-bf16",
+    "--optimizer",
+    "--recompute-granularity",
+    "--recompute-activations",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--seq-length",
+    "--attention-dropout",
+    "--hidden-dropout",
+    "--attention-backend",
+    "--transformer-impl",
 };
 
 constexpr int64_t kGpt2BpeVocab = 50257;  // GPT-2 encoder.json / vocab.json entries
@@ -312,7 +469,8 @@ void ReadLauncher(const std::vector<Token>& tokens, size_t end, MegatronImport* 
       flag = flag.substr(0, eq);
     }
     std::replace(flag.begin(), flag.end(), '_', '-');
-    if (flag == "--nproc-per-node") out->layout.push_back({"cluster.gpus_per_node", value, "torchrun --nproc-per-node"});
+    if (flag == "--nproc-per-node")
+      out->layout.push_back({"cluster.gpus_per_node", value, "torchrun --nproc-per-node"});
     if (flag == "--nnodes") out->layout.push_back({"cluster.nodes", value, "torchrun --nnodes"});
   }
 }
@@ -526,8 +684,7 @@ void Add(std::vector<YamlEntry>* out, const std::string& key, int64_t value, con
 std::string Bool(bool b) { return b ? "true" : "false"; }
 
 /// Hybrid-pattern letters (with '|' cuts) -> recipe letters and cut positions.
-bool MapHybrid(const std::string& pattern, std::string* letters, std::vector<int64_t>* cuts, bool* mtp,
-               char* bad) {
+bool MapHybrid(const std::string& pattern, std::string* letters, std::vector<int64_t>* cuts, bool* mtp, char* bad) {
   for (char c : pattern) {
     if (c == '/') {  // the MTP part follows (mamba_hybrid_layer_allocation.py)
       *mtp = true;
@@ -560,7 +717,7 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   std::vector<YamlEntry>& l = out->layout;
 
   // Layer stack.
-  const std::string hybrid_flag = a.Has("--hybrid-layer-pattern") ? "--hybrid-layer-pattern"
+  const std::string hybrid_flag = a.Has("--hybrid-layer-pattern")      ? "--hybrid-layer-pattern"
                                   : a.Has("--hybrid-override-pattern") ? "--hybrid-override-pattern"
                                                                        : "";
   const bool is_hybrid = !hybrid_flag.empty();
@@ -578,7 +735,8 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     char bad = 0;
     if (!MapHybrid(a.Str(hybrid_flag, ""), &letters, &cuts, &mtp, &bad)) {
       a.Fail(hybrid_flag, fmt::format("letter '{}' is not one of M (Mamba), * (attention), - (MLP), E (MoE), "
-                                      "| (pipeline cut), / (MTP part)", bad));
+                                      "| (pipeline cut), / (MTP part)",
+                                      bad));
       return;
     }
     if (mtp) a.Warn(hybrid_flag, "the MTP part after '/' is not counted");
@@ -634,16 +792,19 @@ void MapArguments(const std::string& file, MegatronImport* out) {
            "the vocabulary size is unknown: give --vocab-size (NullTokenizer) or a GPT-2 --vocab-file");
     vocab = 1;
   }
-  Add(&m, "model.vocab", vocab, tokenizer == "NullTokenizer" ? "NullTokenizer: --vocab-size + 1 (EOD)"
-                                : tokenizer == "GPT2BPETokenizer" ? "GPT-2 BPE vocab.json" : "");
+  Add(&m, "model.vocab", vocab,
+      tokenizer == "NullTokenizer"      ? "NullTokenizer: --vocab-size + 1 (EOD)"
+      : tokenizer == "GPT2BPETokenizer" ? "GPT-2 BPE vocab.json"
+                                        : "");
   Add(&m, "model.vocab_pad_multiple", a.Int("--make-vocab-size-divisible-by", 128), "times TP (Megatron)");
   Add(&m, "model.tie_embeddings", Bool(!a.Flag("--untie-embeddings-and-output-weights")));
   const std::string norm = a.Str("--normalization", "LayerNorm");
   if (norm != "LayerNorm" && norm != "RMSNorm") a.Warn("--normalization", "not LayerNorm/RMSNorm; priced as RMSNorm");
   Add(&m, "model.norm", norm == "LayerNorm" ? "layernorm" : "rmsnorm");
   if (!a.Flag("--disable-bias-linear")) {
-    a.Warn("--disable-bias-linear", "absent: Megatron adds biases to every linear layer; the recipe's linears "
-                                    "are bias-free, so those bias vectors are not counted");
+    a.Warn("--disable-bias-linear",
+           "absent: Megatron adds biases to every linear layer; the recipe's linears "
+           "are bias-free, so those bias vectors are not counted");
     out->unrepresented.push_back("(linear biases)");
   }
   const std::string pos = a.Str("--position-embedding-type", "learned_absolute");
@@ -695,12 +856,14 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     Add(&m, "model.moe.router", a.Str("--moe-router-score-function", "softmax") == "sigmoid" ? "sigmoid" : "softmax");
     Add(&m, "model.moe.router_bias", Bool(a.Flag("--moe-router-enable-expert-bias")));
     if (!swiglu && a.Flag("--squared-relu")) {
-      a.Warn("--squared-relu", "experts are squared-ReLU MLPs (two matrices); the recipe's experts are SwiGLU "
-                               "(three), so expert parameters are over-counted by half");
+      a.Warn("--squared-relu",
+             "experts are squared-ReLU MLPs (two matrices); the recipe's experts are SwiGLU "
+             "(three), so expert parameters are over-counted by half");
       out->unrepresented.push_back("--squared-relu");
     } else if (!swiglu) {
-      a.Warn("--num-experts", "experts are GeLU MLPs (two matrices); the recipe's experts are SwiGLU (three), so "
-                              "expert parameters are over-counted by half");
+      a.Warn("--num-experts",
+             "experts are GeLU MLPs (two matrices); the recipe's experts are SwiGLU (three), so "
+             "expert parameters are over-counted by half");
       out->unrepresented.push_back("(non-gated experts)");
     }
   }
@@ -710,7 +873,8 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     const int64_t mheads = a.Int("--mamba-num-heads", 2 * hidden / head_dim);
     if ((mheads * head_dim) % hidden != 0) {
       a.Fail("--mamba-num-heads", fmt::format("mamba heads x head dim = {} must be a multiple of --hidden-size {} "
-                                              "(model.mamba.expand)", mheads * head_dim, hidden));
+                                              "(model.mamba.expand)",
+                                              mheads * head_dim, hidden));
     }
     Add(&m, "model.mamba.d_state", a.Int("--mamba-state-dim", 128));
     Add(&m, "model.mamba.d_conv", 4);
@@ -796,8 +960,8 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     if (static_cast<int64_t>(cuts.size()) == stages - 1) {
       boundaries = cuts;
     } else {
-      a.Warn(hybrid_flag, fmt::format("{} '|' cuts for {} pipeline stages; stages are balanced by the recipe",
-                                      cuts.size(), stages));
+      a.Warn(hybrid_flag,
+             fmt::format("{} '|' cuts for {} pipeline stages; stages are balanced by the recipe", cuts.size(), stages));
     }
   } else if (stages > 1 && layers % stages == 0 && !a.Has("--pipeline-model-parallel-layout") &&
              !a.Has("--decoder-first-pipeline-num-layers") && !a.Has("--decoder-last-pipeline-num-layers")) {
@@ -815,10 +979,11 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     if (!seen.insert(arg.flag).second) continue;
     if (kMapped.count(arg.flag) != 0 || kQuiet.count(arg.flag) != 0) continue;
     // Values that ask for what the recipe already prices change nothing.
-    static const std::map<std::string, std::string> kNeutral = {
-        {"--num-distributed-optimizer-instances", "1"}, {"--outer-dp-sharding-strategy", "no_shard"},
-        {"--moe-token-dispatcher-type", "alltoall"},    {"--mtp-num-layers", "0"},
-        {"--moe-router-dtype", "None"}};
+    static const std::map<std::string, std::string> kNeutral = {{"--num-distributed-optimizer-instances", "1"},
+                                                                {"--outer-dp-sharding-strategy", "no_shard"},
+                                                                {"--moe-token-dispatcher-type", "alltoall"},
+                                                                {"--mtp-num-layers", "0"},
+                                                                {"--moe-router-dtype", "None"}};
     const auto neutral = kNeutral.find(arg.flag);
     if (neutral != kNeutral.end() && neutral->second == a.Str(arg.flag, "")) continue;
     const auto it = Unrepresentable().find(arg.flag);
@@ -867,8 +1032,10 @@ MegatronImport ImportMegatronArgs(const std::string& text, const std::string& fi
     out.diagnostics.push_back(Error(file, 1, "", "", "empty input: give MODEL_ARGS YAML or a command line"));
     return out;
   }
-  if (IsYamlForm(text)) ReadYamlForm(text, file, &out);
-  else ReadCommandLine(text, file, &out);
+  if (IsYamlForm(text))
+    ReadYamlForm(text, file, &out);
+  else
+    ReadCommandLine(text, file, &out);
   if (!out.ok()) return out;
   // Launcher entries (torchrun) go after the defaults so they win.
   std::vector<YamlEntry> launcher = std::move(out.layout);

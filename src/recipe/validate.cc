@@ -149,11 +149,12 @@ class Validator {
       return local_heads % c == 0 && (local_groups % c == 0 || c % local_groups == 0);
     };
     if (valid(p_.cp)) return;
-    ctx_.ErrorAt("parallel.cp", Str(p_.cp),
-                 fmt::format("Mamba all-to-all context parallelism needs heads/tp ({}) divisible by cp and groups/tp "
-                             "({}) divisible by cp or dividing it (docs/formulas.md §1.4); {}, or set parallel.cp_recurrent: "
-                             "handoff",
-                             local_heads, local_groups, TryText(NearestValid(p_.cp, 1, local_heads, valid))));
+    ctx_.ErrorAt(
+        "parallel.cp", Str(p_.cp),
+        fmt::format("Mamba all-to-all context parallelism needs heads/tp ({}) divisible by cp and groups/tp "
+                    "({}) divisible by cp or dividing it (docs/formulas.md §1.4); {}, or set parallel.cp_recurrent: "
+                    "handoff",
+                    local_heads, local_groups, TryText(NearestValid(p_.cp, 1, local_heads, valid))));
   }
 
   /// Sequence chunks a CP rank's positions are cut into: 2*cp with causal

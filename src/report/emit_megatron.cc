@@ -244,8 +244,9 @@ void AttentionFlags(const Context& c) {
   }
   if (c.transformer) {
     c.args.Flag("--position-embedding-type", "rope");
-    c.notes.Note("--position-embedding-type rope: preflight's attention applies RoPE (docs/formulas.md §8.1); the recipe has no "
-                 "key for its base or scaling (--rotary-base, --use-rope-scaling)");
+    c.notes.Note(
+        "--position-embedding-type rope: preflight's attention applies RoPE (docs/formulas.md §8.1); the recipe has no "
+        "key for its base or scaling (--rotary-base, --use-rope-scaling)");
   } else {
     c.args.Flag("--position-embedding-type", "none");
     c.notes.Note("--position-embedding-type none: as Megatron's hybrid examples (examples/mamba/train.sh) and "
@@ -447,8 +448,9 @@ void OptimizerFlags(const Context& c) {
                    "prices it (arguments.py's default is blockwise)");
     }
     if (moe && o.router == OptimizerKind::kAdamW) {
-      c.notes.Cannot("training.optimizer.router", "adamw",
-                     "Megatron's Muon also takes the 2-D router weight; no flag gives it to Adam (docs/formulas.md §9.4)");
+      c.notes.Cannot(
+          "training.optimizer.router", "adamw",
+          "Megatron's Muon also takes the 2-D router weight; no flag gives it to Adam (docs/formulas.md §9.4)");
     }
     if (Has(c.r, BlockKind::kMamba) && o.mamba_in_proj == OptimizerKind::kMuon) {
       c.notes.Cannot("training.optimizer.mamba_in_proj", "muon",

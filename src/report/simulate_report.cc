@@ -135,8 +135,13 @@ std::string RenderSimulationJson(const Recipe& scaled, const SimulationReport& r
   for (const RankMeasurement& m : r.per_rank) {
     ordered_json comm = ordered_json::array();
     for (const CommCount& k : m.comm) {
-      comm.push_back({{"axis", Key(k.axis)}, {"kind", Name(k.kind)}, {"pass", Key(k.pass)}, {"what", Key(k.what)},
-                      {"calls", k.calls}, {"bytes_sent", k.bytes_sent}, {"bytes_received", k.bytes_received}});
+      comm.push_back({{"axis", Key(k.axis)},
+                      {"kind", Name(k.kind)},
+                      {"pass", Key(k.pass)},
+                      {"what", Key(k.what)},
+                      {"calls", k.calls},
+                      {"bytes_sent", k.bytes_sent},
+                      {"bytes_received", k.bytes_received}});
     }
     ordered_json peaks;
     for (int k = 0; k < kNumSimCategories; ++k) peaks[Key(static_cast<SimCategory>(k))] = m.peak_bytes[static_cast<size_t>(k)];

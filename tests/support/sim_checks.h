@@ -148,8 +148,8 @@ inline std::string Describe(const BlockLayout& l) {
 }
 
 /// Bytes a rank sent in the (axis, kind, pass, what) bucket, and its calls.
-inline std::pair<int64_t, int64_t> SentAndCalls(const std::vector<CommCount>& counts, Axis axis,
-                                                CollectiveKind kind, Pass pass, CommWhat what) {
+inline std::pair<int64_t, int64_t> SentAndCalls(const std::vector<CommCount>& counts, Axis axis, CollectiveKind kind,
+                                                Pass pass, CommWhat what) {
   std::pair<int64_t, int64_t> out{0, 0};
   for (const CommCount& c : counts) {
     if (c.axis == axis && c.kind == kind && c.pass == pass && c.what == what) {
@@ -161,8 +161,7 @@ inline std::pair<int64_t, int64_t> SentAndCalls(const std::vector<CommCount>& co
 }
 
 /// Bytes a rank sent in the (axis, kind, pass, what) bucket.
-inline int64_t Sent(const std::vector<CommCount>& counts, Axis axis, CollectiveKind kind, Pass pass,
-                    CommWhat what) {
+inline int64_t Sent(const std::vector<CommCount>& counts, Axis axis, CollectiveKind kind, Pass pass, CommWhat what) {
   return SentAndCalls(counts, axis, kind, pass, what).first;
 }
 

@@ -46,7 +46,6 @@ int64_t MambaRepeatCp(const Layout& layout);
 /// c >= 3, else 1). Zero otherwise. LayerActivations includes it.
 Bytes MambaHandoffStateBytes(const Recipe& recipe, const Layout& layout);
 
-
 /// Activation bytes one MoE layer saves for one micro-batch on one rank
 /// (docs/formulas.md §3.2 table E): router-token terms on T, shared expert on s*b/c /t,
 /// routed-expert terms on R.

@@ -28,35 +28,35 @@ const char* Key(Pass p);
 
 /// What a message carries: the block or buffer that issued it.
 enum class CommWhat {
-  kAttention,            // TP/SP regions of an attention block
-  kAttentionKv,          // CP: K,V ring (p2p) or all-gather
-  kAttentionQkvo,        // CP: Ulysses all-to-all of Q, K, V and O
-  kMamba,                // TP/SP regions (and CP all-to-all) of a Mamba-2 mixer
-  kMambaState,           // CP hand-off of conv tails and SSM states
-  kMlp,                  // TP/SP regions of a dense MLP
-  kMoeSharedExpert,      // TP/SP regions around the MoE layer
-  kMoeDispatch,          // EP all-to-all of routed tokens
-  kMoeCombine,           // EP all-to-all of expert outputs back
-  kMoeCounts,            // EP exchange of per-expert token counts
-  kMoeExperts,           // expert-TP gather/scatter of received tokens
-  kRecurrent,            // TP/SP regions (and CP all-to-all) of a recurrent block
-  kRecurrentState,       // CP hand-off of recurrent states
-  kEmbedding,            // vocab-parallel embedding
-  kHead,                 // vocab-parallel output layer
-  kLoss,                 // cross-entropy statistics over the vocab shards
-  kActivations,          // pipeline: activations sent forward
-  kActivationGrads,      // pipeline: their gradients sent back
-  kParams,               // DP: dense parameters gathered (ZeRO)
-  kExpertParams,         // DP: expert parameters gathered (ZeRO)
-  kGrads,                // DP: dense gradients reduced
-  kExpertGrads,          // DP: expert gradients reduced
-  kReplicatedGrads,      // TP: gradients of TP-replicated parameters (SP norms)
-  kTiedEmbedding,        // embedding group: tied word-embedding gradient
-  kMuonGather,           // distributed Muon: dense momentum shares gathered
-  kMuonExpertGather,     // distributed Muon: expert momentum shares gathered
-  kMuonTpGather,         // Muon: TP-sharded dense matrices gathered for Newton-Schulz
-  kMuonExpertTpGather,   // Muon: expert-TP-sharded matrices gathered
-  kUnlabeled,            // executor only: traffic no block labeled (runtime tests)
+  kAttention,           // TP/SP regions of an attention block
+  kAttentionKv,         // CP: K,V ring (p2p) or all-gather
+  kAttentionQkvo,       // CP: Ulysses all-to-all of Q, K, V and O
+  kMamba,               // TP/SP regions (and CP all-to-all) of a Mamba-2 mixer
+  kMambaState,          // CP hand-off of conv tails and SSM states
+  kMlp,                 // TP/SP regions of a dense MLP
+  kMoeSharedExpert,     // TP/SP regions around the MoE layer
+  kMoeDispatch,         // EP all-to-all of routed tokens
+  kMoeCombine,          // EP all-to-all of expert outputs back
+  kMoeCounts,           // EP exchange of per-expert token counts
+  kMoeExperts,          // expert-TP gather/scatter of received tokens
+  kRecurrent,           // TP/SP regions (and CP all-to-all) of a recurrent block
+  kRecurrentState,      // CP hand-off of recurrent states
+  kEmbedding,           // vocab-parallel embedding
+  kHead,                // vocab-parallel output layer
+  kLoss,                // cross-entropy statistics over the vocab shards
+  kActivations,         // pipeline: activations sent forward
+  kActivationGrads,     // pipeline: their gradients sent back
+  kParams,              // DP: dense parameters gathered (ZeRO)
+  kExpertParams,        // DP: expert parameters gathered (ZeRO)
+  kGrads,               // DP: dense gradients reduced
+  kExpertGrads,         // DP: expert gradients reduced
+  kReplicatedGrads,     // TP: gradients of TP-replicated parameters (SP norms)
+  kTiedEmbedding,       // embedding group: tied word-embedding gradient
+  kMuonGather,          // distributed Muon: dense momentum shares gathered
+  kMuonExpertGather,    // distributed Muon: expert momentum shares gathered
+  kMuonTpGather,        // Muon: TP-sharded dense matrices gathered for Newton-Schulz
+  kMuonExpertTpGather,  // Muon: expert-TP-sharded matrices gathered
+  kUnlabeled,           // executor only: traffic no block labeled (runtime tests)
 };
 inline constexpr int kNumCommWhats = 29;
 /// Stable snake_case key: "attention", "moe_dispatch", "muon_gather", ...

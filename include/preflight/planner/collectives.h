@@ -18,7 +18,6 @@ namespace preflight {
 // buffer of an all-to-all. Results floor when n does not divide the product
 // (NCCL then sends uneven chunks; the floor is the per-rank mean).
 
-
 /// 2(n-1)/n * S.
 Bytes RingAllReduceSendBytes(Bytes payload, int64_t n);
 /// (n-1)/n * S.
@@ -38,9 +37,9 @@ struct CostModel {
   /// between the 38-43% BF16 MFU of Llama 3 405B (Llama 3 paper, Table 4) and
   /// the ~55% reached by tuned dense Megatron runs.
   double compute_efficiency = 0.5;
-  double nvlink_efficiency = 0.8;   // eta_nvl, docs/formulas.md §7.1 (0.75-0.85)
-  double ib_efficiency = 0.8;       // eta_ib
-  double latency_s = 8e-6;          // alpha per ring step, docs/formulas.md §7.1 (5-10 us)
+  double nvlink_efficiency = 0.8;  // eta_nvl, docs/formulas.md §7.1 (0.75-0.85)
+  double ib_efficiency = 0.8;      // eta_ib
+  double latency_s = 8e-6;         // alpha per ring step, docs/formulas.md §7.1 (5-10 us)
   /// Gradient bucket (elements); Megatron DDP's default bucket_size is
   /// max(40M, 1M * dp) parameters. The last bucket's reduce is exposed.
   int64_t dp_bucket_elements = 40'000'000;

@@ -39,10 +39,8 @@ int64_t CpHandoffMaxSends(int64_t cp, bool load_balance);
 /// c - 1 unbalanced, 2c - 2 balanced (chunks c-1 and c share a rank).
 int64_t CpHandoffChainMessages(int64_t cp, bool load_balance);
 
-
 // ---------------------------------------------------------------------------
 // Communication per step (docs/formulas.md §7.2)
-
 
 /// One collective stream of one rank in one training step: `calls` calls of
 /// `payload` each. The simulator counts its real messages per (axis, kind,
@@ -53,11 +51,11 @@ struct CommItem {
   Pass pass = Pass::kForward;
   CommWhat what = CommWhat::kAttention;
   int64_t group_size = 1;
-  Bytes payload;          // S of one call (see Collective)
-  int64_t calls = 0;      // per step on this rank
-  Bytes send;             // calls * SendBytes(kind, payload, group_size)
-  Bytes recv;             // ring/a2a symmetric: == send; p2p: what the rank receives
-  double seconds = 0;     // all calls, before overlap
+  Bytes payload;               // S of one call (see Collective)
+  int64_t calls = 0;           // per step on this rank
+  Bytes send;                  // calls * SendBytes(kind, payload, group_size)
+  Bytes recv;                  // ring/a2a symmetric: == send; p2p: what the rank receives
+  double seconds = 0;          // all calls, before overlap
   double exposed_seconds = 0;  // after the overlap assumptions (docs/plan.md)
   /// Of `seconds`, the part no overlap can hide, the floor of exposed_seconds;
   /// set for traffic issued unit by unit (ZeRO 2/3: the collectives of each

@@ -15,7 +15,6 @@ namespace preflight {
 // ---------------------------------------------------------------------------
 // Mesh placement (docs/formulas.md §7.3)
 
-
 /// Where one global rank sits and its coordinate on every axis.
 struct RankCoord {
   int64_t rank = 0;
@@ -28,10 +27,10 @@ struct RankCoord {
 /// Summary of the groups of one axis.
 struct AxisLocality {
   Axis axis = Axis::kTp;
-  int64_t size = 1;                 // ranks per group
-  int64_t groups = 0;               // number of groups
-  bool intra_node = true;           // every group inside one node (NVLink only)
-  int64_t max_nodes_spanned = 1;    // over all groups
+  int64_t size = 1;               // ranks per group
+  int64_t groups = 0;             // number of groups
+  bool intra_node = true;         // every group inside one node (NVLink only)
+  int64_t max_nodes_spanned = 1;  // over all groups
   /// Fewest members a spanning group has on one of its nodes (g_loc of docs/formulas.md
   /// 7.1 B_eff; NCCL spreads a ring's channels over that many NICs). Equals
   /// `size` for intra-node axes.

@@ -19,16 +19,16 @@
 #include <string_view>
 #include <vector>
 
-#include "preflight/recipe/diagnostic.h"
 #include "preflight/estimator/estimate.h"
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
 #include "preflight/planner/collectives.h"
 #include "preflight/planner/comm.h"
 #include "preflight/planner/mesh.h"
 #include "preflight/planner/stages.h"
 #include "preflight/planner/step_time.h"
 #include "preflight/planner/tables.h"
-#include "preflight/inventory/inventory.h"
-#include "preflight/inventory/layout.h"
+#include "preflight/recipe/diagnostic.h"
 #include "preflight/recipe/recipe.h"
 #include "preflight/recipe/units.h"
 
@@ -54,7 +54,6 @@ struct Plan {
   std::optional<MemoryEstimate> memory;
   std::vector<Diagnostic> warnings;
 };
-
 
 /// Planner validation beyond the recipe parser's (docs/formulas.md §7.2/7.3): CP on
 /// Mamba/R layers (all-to-all head split), DualPipe degrees, micro-batch

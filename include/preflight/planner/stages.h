@@ -45,7 +45,6 @@ int64_t ChunkCount(const Layout& layout);
 /// c mod pp; DualPipeV's V shape).
 int64_t PipelineRankOfChunk(const Layout& layout, int64_t chunk, int64_t chunks);
 
-
 /// The stage cuts MakePlan chooses among, in its order: the time-balanced
 /// cut (PartitionStages), the parameter-balanced cut and (except DualPipeV)
 /// the equal-layer cut. MakePlan takes the first when it fits in memory, else

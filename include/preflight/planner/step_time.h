@@ -28,7 +28,7 @@ double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m);
 
 struct StageTime {
   int64_t pipeline_rank = 0;
-  double forward_s = 0;       // compute, per micro-batch, all chunks on the rank
+  double forward_s = 0;  // compute, per micro-batch, all chunks on the rank
   double backward_s = 0;
   double recompute_s = 0;
   double exposed_comm_s = 0;  // TP + CP + EP exposed, per micro-batch
@@ -38,19 +38,18 @@ struct StageTime {
 struct StepTime {
   std::vector<StageTime> stages;
   int64_t slowest_stage = 0;
-  double steady_s = 0;        // m * slowest per-micro-batch time (DualPipe: pair time)
-  double bubble_s = 0;        // schedule bubble, incl. PP p2p of fill/drain
-  double dp_exposed_s = 0;    // gradient reduce + param gather not hidden
-  double optimizer_s = 0;     // Muon gathers + Newton-Schulz + small all-reduces
+  double steady_s = 0;      // m * slowest per-micro-batch time (DualPipe: pair time)
+  double bubble_s = 0;      // schedule bubble, incl. PP p2p of fill/drain
+  double dp_exposed_s = 0;  // gradient reduce + param gather not hidden
+  double optimizer_s = 0;   // Muon gathers + Newton-Schulz + small all-reduces
   double step_s = 0;
-  double bubble_fraction = 0; // bubble_s / step_s
-  double model_flops = 0;     // per step, whole cluster, no recompute (MFU numerator)
+  double bubble_fraction = 0;  // bubble_s / step_s
+  double model_flops = 0;      // per step, whole cluster, no recompute (MFU numerator)
   double tokens_per_s = 0;
-  double mfu = 0;             // model_flops / (step_s * world * peak)
+  double mfu = 0;  // model_flops / (step_s * world * peak)
   /// Exposed seconds per axis over the step (the slowest stage's rank).
   std::array<double, kNumAxes> exposed_by_axis{};
 };
-
 
 /// Fills each item's exposed_seconds (the overlap rules of docs/plan.md) and
 /// returns the step time.

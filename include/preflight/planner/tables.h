@@ -43,7 +43,7 @@ struct FamilyCost {
 struct PlanTables {
   int64_t layers = 0;
   std::vector<BlockKind> kinds;
-  std::array<FamilyCost, 5> family{};              // indexed by FamilyIndex
+  std::array<FamilyCost, 5> family{};  // indexed by FamilyIndex
   /// Prefix sums over layers (size layers + 1): entry i covers layers [0, i).
   std::vector<std::array<int64_t, 5>> family_count_prefix;
   std::vector<ParamTotals> params_prefix;
@@ -52,8 +52,8 @@ struct PlanTables {
   /// matrices (full matrix) and of all experts' matrices (divide by ep).
   std::vector<double> muon_ns_dense_flops_prefix;
   std::vector<double> muon_ns_expert_flops_prefix;
-  int64_t embedding_params = 0;   // V*h (logical)
-  int64_t head_params = 0;        // V*h when untied, else 0
+  int64_t embedding_params = 0;  // V*h (logical)
+  int64_t head_params = 0;       // V*h when untied, else 0
   int64_t final_norm_params = 0;
   double head_flops = 0;          // forward per token: 2*V*h (+ loss, negligible)
   double muon_ns_head_flops = 0;  // 0: embedding/head are AdamW (docs/formulas.md §9.4)

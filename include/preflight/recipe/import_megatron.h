@@ -27,10 +27,10 @@ struct MegatronArg {
 
 /// What ImportMegatronArgs read and wrote.
 struct MegatronImport {
-  std::string model_kind;          // "GPTModel" or "HybridModel" (Megatron's model classes)
-  std::vector<MegatronArg> args;   // as read, in input order
-  std::vector<YamlEntry> model;    // model.* entries in schema order
-  std::vector<YamlEntry> layout;   // training.*, parallel.*, cluster.* entries the arguments set
+  std::string model_kind;                  // "GPTModel" or "HybridModel" (Megatron's model classes)
+  std::vector<MegatronArg> args;           // as read, in input order
+  std::vector<YamlEntry> model;            // model.* entries in schema order
+  std::vector<YamlEntry> layout;           // training.*, parallel.*, cluster.* entries the arguments set
   std::vector<std::string> unrepresented;  // flags with a warning: not representable
   std::vector<std::string> unknown;        // flags the importer does not know
   std::vector<Diagnostic> diagnostics;     // warnings (file:line) and errors
