@@ -69,6 +69,29 @@ const GpuSpec kPresets[] = {
 
 }  // namespace
 
+const char* Name(FfnActivation a) {
+  switch (a) {
+    case FfnActivation::kSwiglu: return "swiglu";
+    case FfnActivation::kGelu: return "gelu";
+    case FfnActivation::kRelu2: return "relu2";
+  }
+  return "swiglu";
+}
+const char* Name(NormKind n) { return n == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
+const char* Name(RouterScore r) { return r == RouterScore::kSoftmax ? "softmax" : "sigmoid"; }
+const char* Name(AxisOrder o) { return o == AxisOrder::kTpCpDpPp ? "tp-cp-dp-pp" : "tp-cp-pp-dp"; }
+const char* Name(CpComm c) {
+  switch (c) {
+    case CpComm::kP2p:
+      return "p2p";
+    case CpComm::kAllGather:
+      return "all_gather";
+    case CpComm::kA2a:
+      return "a2a";
+  }
+  return "p2p";
+}
+
 std::optional<GpuSpec> GpuPreset(const std::string& name) {
   for (const GpuSpec& spec : kPresets) {
     if (spec.name == name) return spec;

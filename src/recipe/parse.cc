@@ -74,10 +74,10 @@ void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
   r->Int("ffn_hidden", &m->ffn_hidden);
   r->Int("shared_experts", &m->shared_experts);
   r->Int("shared_ffn_hidden", &m->shared_ffn_hidden);
-  r->Double("capacity_factor", &m->capacity_factor, 0.01, 1024.0);
+  r->Double("capacity_factor", &m->capacity_factor);
   r->Bool("dropless", &m->dropless);
   r->Bool("pad_to_capacity", &m->pad_to_capacity);
-  r->Double("dropless_skew", &m->dropless_skew, 1.0, 1024.0);
+  r->Double("dropless_skew", &m->dropless_skew);
   r->Enum<RouterScore>("router", &m->router, {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}});
   r->Bool("router_bias", &m->router_bias);
   r->Bool("shared_gate", &m->shared_gate);
@@ -318,7 +318,7 @@ void ParseTraining(MapReader& top, TrainingConfig* t) {
   r->Enum<Recompute>("recompute", &t->recompute,
                      {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
   r->Bool("flash_attention", &t->flash_attention);
-  r->Double("dropout", &t->dropout, 0.0, 1.0, /*max_exclusive=*/true);
+  r->Double("dropout", &t->dropout);
   if (auto p = r->Section("precision"); p && p->ok()) {
     p->Enum<DType>("params", &t->precision.params, kDTypes);
     p->Enum<DType>("grads", &t->precision.grads, kDTypes);
@@ -396,9 +396,9 @@ void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
   if (read) {
     r->Int("nodes", &c->nodes);
     r->Int("gpus_per_node", &c->gpus_per_node);
-    r->Double("reserve_gib", &c->reserve_gib, 0.0, 1e6);
-    r->Double("min_headroom_gib", &c->min_headroom_gib, 0.0, 1e6);
-    r->Double("allocator_overhead", &c->allocator_overhead, 0.0, 1.0, /*max_exclusive=*/true);
+    r->Double("reserve_gib", &c->reserve_gib);
+    r->Double("min_headroom_gib", &c->min_headroom_gib);
+    r->Double("allocator_overhead", &c->allocator_overhead);
     r->Int("capacity_mib", &c->capacity_mib);
     if (!r->String("gpu", &c->gpu, kMaxNameLength)) return;
   }

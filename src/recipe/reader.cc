@@ -4,9 +4,11 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "preflight/recipe/fields.h"
 #include "schema.h"
 #include "suggest.h"
 #include "text_check.h"
@@ -256,6 +258,12 @@ bool MapReader::Int(const std::string& key, int64_t* out) {
   }
   *out = *value;
   return true;
+}
+
+bool MapReader::Double(const std::string& key, double* out) {
+  const RecipeField* f = FindRecipeField(PathOf(key));
+  if (f == nullptr || f->kind != FieldKind::kReal) throw std::logic_error("no number field " + PathOf(key));
+  return Double(key, out, f->real_min, f->real_max, f->max_exclusive);
 }
 
 bool MapReader::Double(const std::string& key, double* out, double min, double max, bool max_exclusive) {

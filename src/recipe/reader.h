@@ -111,6 +111,8 @@ class MapReader {
   /// (and reports) when present but bad.
   bool Int(const std::string& key, int64_t* out);
   /// Finite number in [min, max]; `max_exclusive` makes the upper bound open.
+  /// Number in the field table's range for this key.
+  bool Double(const std::string& key, double* out);
   bool Double(const std::string& key, double* out, double min, double max, bool max_exclusive = false);
   bool Bool(const std::string& key, bool* out);
   /// Non-empty string of at most `max_length` characters.

@@ -1,5 +1,7 @@
-// The recipe schema: the exact key set of every map (YAML keys == field names
-// of recipe.h). Every map is read against its set, so typos fail loudly.
+// The recipe schema as the parser asks for it: the exact key set of every map
+// and the range of every integer key, both read off the field table
+// (include/preflight/recipe/fields.h). Every map is read against its set, so
+// typos fail loudly.
 #pragma once
 
 #include <cstdint>

@@ -11,38 +11,13 @@
 
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
+#include "preflight/recipe/fields.h"
 
 namespace preflight {
 namespace {
 
 using Flat = std::vector<std::pair<std::string, std::string>>;
 
-std::string Bool(bool b) { return b ? "true" : "false"; }
-// Shortest text that reads back to the same double ("3", "1.25").
-std::string Real(double x) { return fmt::format("{}", x); }
-
-const char* Name(FfnActivation a) {
-  switch (a) {
-    case FfnActivation::kSwiglu: return "swiglu";
-    case FfnActivation::kGelu: return "gelu";
-    case FfnActivation::kRelu2: return "relu2";
-  }
-  return "swiglu";
-}
-const char* Name(NormKind n) { return n == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
-const char* Name(RouterScore r) { return r == RouterScore::kSoftmax ? "softmax" : "sigmoid"; }
-const char* Name(AxisOrder o) { return o == AxisOrder::kTpCpDpPp ? "tp-cp-dp-pp" : "tp-cp-pp-dp"; }
-const char* Name(CpComm c) {
-  switch (c) {
-    case CpComm::kP2p:
-      return "p2p";
-    case CpComm::kAllGather:
-      return "all_gather";
-    case CpComm::kA2a:
-      return "a2a";
-  }
-  return "p2p";
-}
 
 /// "{k: v, k: v}" of (key, value) pairs.
 std::string FlowMap(const Flat& fields) {
@@ -55,105 +30,29 @@ std::string FlowMap(const Flat& fields) {
 
 constexpr const char* kAbsent = "(absent)";
 
+/// An optional section's keys as one "{k: v, ...}" value.
+std::string SectionMap(std::string_view section, const Recipe& r) {
+  Flat fields;
+  for (const RecipeField& field : RecipeFields()) {
+    if (field.parent() == section && field.text != nullptr) fields.emplace_back(field.key(), field.text(r));
+  }
+  return FlowMap(fields);
+}
+
 }  // namespace
 
 Flat FlattenRecipe(const Recipe& r) {
+  // One line per key of the field table, in its order. model.attention and
+  // model.mla are mutually exclusive in a recipe: the one present is listed,
+  // MLA and serving (optional sections) as one flow map each.
   Flat f;
-  auto add = [&f](std::string key, std::string value) { f.emplace_back(std::move(key), std::move(value)); };
-  const ModelConfig& m = r.model;
-  add("name", r.name);
-  add("model.pattern", m.pattern);
-  add("model.repeat", fmt::format("{}", m.repeat));
-  add("model.hidden", fmt::format("{}", m.hidden));
-  add("model.vocab", fmt::format("{}", m.vocab));
-  add("model.vocab_pad_multiple", fmt::format("{}", m.vocab_pad_multiple));
-  add("model.tie_embeddings", Bool(m.tie_embeddings));
-  add("model.norm", Name(m.norm));
-  if (!m.mla) {  // model.attention and model.mla are mutually exclusive in a recipe
-    add("model.attention.heads", fmt::format("{}", m.attention.heads));
-    add("model.attention.kv_heads", fmt::format("{}", m.attention.kv_heads));
-    add("model.attention.head_dim", fmt::format("{}", m.attention.head_dim));
-    add("model.attention.qk_norm", Bool(m.attention.qk_norm));
-  } else {
-    add("model.mla", FlowMap({{"heads", fmt::format("{}", m.mla->heads)},
-                              {"q_lora_rank", fmt::format("{}", m.mla->q_lora_rank)},
-                              {"kv_lora_rank", fmt::format("{}", m.mla->kv_lora_rank)},
-                              {"qk_rope_head_dim", fmt::format("{}", m.mla->qk_rope_head_dim)},
-                              {"qk_nope_head_dim", fmt::format("{}", m.mla->qk_nope_head_dim)},
-                              {"v_head_dim", fmt::format("{}", m.mla->v_head_dim)}}));
-  }
-  add("model.mlp.ffn_hidden", fmt::format("{}", m.mlp.ffn_hidden));
-  add("model.mlp.activation", Name(m.mlp.activation));
-  const MoeConfig& e = m.moe;
-  add("model.moe.experts", fmt::format("{}", e.experts));
-  add("model.moe.top_k", fmt::format("{}", e.top_k));
-  add("model.moe.ffn_hidden", fmt::format("{}", e.ffn_hidden));
-  add("model.moe.shared_experts", fmt::format("{}", e.shared_experts));
-  add("model.moe.shared_ffn_hidden", fmt::format("{}", e.shared_ffn_hidden));
-  add("model.moe.capacity_factor", Real(e.capacity_factor));
-  add("model.moe.dropless", Bool(e.dropless));
-  add("model.moe.pad_to_capacity", Bool(e.pad_to_capacity));
-  add("model.moe.dropless_skew", Real(e.dropless_skew));
-  add("model.moe.router", Name(e.router));
-  add("model.moe.router_bias", Bool(e.router_bias));
-  add("model.moe.shared_gate", Bool(e.shared_gate));
-  add("model.moe.first_k_dense", fmt::format("{}", e.first_k_dense));
-  add("model.moe.layer_freq", fmt::format("{}", e.layer_freq));
-  add("model.moe.layer_offset", fmt::format("{}", e.layer_offset));
-  add("model.mamba.d_state", fmt::format("{}", m.mamba.d_state));
-  add("model.mamba.d_conv", fmt::format("{}", m.mamba.d_conv));
-  add("model.mamba.expand", fmt::format("{}", m.mamba.expand));
-  add("model.mamba.head_dim", fmt::format("{}", m.mamba.head_dim));
-  add("model.mamba.groups", fmt::format("{}", m.mamba.groups));
-  add("model.mamba.chunk", fmt::format("{}", m.mamba.chunk));
-  add("model.mamba.fused_norm_out_proj", Bool(m.mamba.fused_norm_out_proj));
-  add("model.recurrent.width", fmt::format("{}", m.recurrent.width));
-  add("model.recurrent.heads", fmt::format("{}", m.recurrent.heads));
-  add("model.recurrent.d_conv", fmt::format("{}", m.recurrent.d_conv));
-  const TrainingConfig& t = r.training;
-  add("training.seq_len", fmt::format("{}", t.seq_len));
-  add("training.micro_batch", fmt::format("{}", t.micro_batch));
-  add("training.global_batch", fmt::format("{}", t.global_batch));
-  add("training.recompute", Name(t.recompute));
-  add("training.flash_attention", Bool(t.flash_attention));
-  add("training.dropout", Real(t.dropout));
-  add("training.precision.params", Name(t.precision.params));
-  add("training.precision.grads", Name(t.precision.grads));
-  add("training.precision.master", t.precision.master ? Name(*t.precision.master) : "none");
-  add("training.precision.activations", Name(t.precision.activations));
-  add("training.optimizer.matrices", Name(t.optimizer.matrices));
-  add("training.optimizer.other", Name(t.optimizer.other));
-  add("training.optimizer.muon_momentum", Name(t.optimizer.muon_momentum));
-  add("training.optimizer.mamba_in_proj", Name(t.optimizer.mamba_in_proj));
-  add("training.optimizer.router", Name(t.optimizer.router));
-  const ParallelConfig& p = r.parallel;
-  add("parallel.tp", fmt::format("{}", p.tp));
-  add("parallel.sp", Bool(p.sp));
-  add("parallel.cp", fmt::format("{}", p.cp));
-  add("parallel.pp", fmt::format("{}", p.pp));
-  add("parallel.vpp", fmt::format("{}", p.vpp));
-  add("parallel.ep", fmt::format("{}", p.ep));
-  add("parallel.expert_tp", fmt::format("{}", p.expert_tp));
-  add("parallel.zero", fmt::format("{}", p.zero));
-  add("parallel.schedule", Name(p.schedule));
-  add("parallel.order", Name(p.order));
-  add("parallel.cp_comm", Name(p.cp_comm));
-  add("parallel.cp_recurrent", Name(p.cp_recurrent));
-  add("parallel.cp_load_balance", Bool(p.cp_load_balance));
-  add("parallel.stage_boundaries", fmt::format("[{}]", fmt::join(p.stage_boundaries, ", ")));
-  const ClusterConfig& c = r.cluster;
-  add("cluster.gpu", c.gpu);
-  add("cluster.nodes", fmt::format("{}", c.nodes));
-  add("cluster.gpus_per_node", fmt::format("{}", c.gpus_per_node));
-  add("cluster.reserve_gib", Real(c.reserve_gib));
-  add("cluster.min_headroom_gib", Real(c.min_headroom_gib));
-  add("cluster.allocator_overhead", Real(c.allocator_overhead));
-  add("cluster.capacity_mib", fmt::format("{}", c.capacity_mib));
-  if (r.serving) {
-    add("serving", FlowMap({{"batch", fmt::format("{}", r.serving->batch)},
-                            {"context", fmt::format("{}", r.serving->context)},
-                            {"kv_dtype", Name(r.serving->kv_dtype)},
-                            {"ssm_dtype", Name(r.serving->ssm_dtype)}}));
+  for (const RecipeField& field : RecipeFields()) {
+    const std::string_view parent = field.parent();
+    if (field.path == "model.mla" && r.model.mla) f.emplace_back(field.path, SectionMap(field.path, r));
+    if (field.path == "serving" && r.serving) f.emplace_back(field.path, SectionMap(field.path, r));
+    if (field.text == nullptr || parent == "model.mla" || parent == "serving") continue;
+    if (parent == "model.attention" && r.model.mla) continue;
+    f.emplace_back(field.path, field.text(r));
   }
   return f;
 }

@@ -46,14 +46,18 @@ const char* Name(Recompute r);
 /// Dense-MLP activation: SwiGLU is gated (three matrices); GeLU and squared
 /// ReLU (Nemotron-H's relu2) are not (two matrices: up, down).
 enum class FfnActivation { kSwiglu, kGelu, kRelu2 };
+const char* Name(FfnActivation a);
 enum class NormKind { kRmsNorm, kLayerNorm };
+const char* Name(NormKind n);
 enum class OptimizerKind { kAdamW, kMuon };
 const char* Name(OptimizerKind o);
 enum class Schedule { k1F1B, kInterleaved, kDualPipe, kDualPipeV };
 const char* Name(Schedule s);
 /// Rank order, innermost axis first (docs/formulas.md §7.3).
 enum class AxisOrder { kTpCpDpPp, kTpCpPpDp };
+const char* Name(AxisOrder o);
 enum class CpComm { kP2p, kAllGather, kA2a };
+const char* Name(CpComm c);
 /// How M and R blocks run under context parallelism: Megatron's all-to-all
 /// (sequence-split -> head-split around the mixer, docs/formulas.md §7.2) or a state
 /// hand-off along the CP chain (conv tail + recurrent state, [OURS]).
@@ -61,6 +65,7 @@ enum class CpRecurrent { kAllToAll, kHandoff };
 /// "all_to_all", "handoff" (the recipe's parallel.cp_recurrent values).
 const char* Name(CpRecurrent c);
 enum class RouterScore { kSoftmax, kSigmoid };
+const char* Name(RouterScore r);
 
 struct AttentionConfig {  // GQA (kv_heads < heads), MQA (kv_heads 1), MHA (kv_heads == heads)
   int64_t heads = 32;

@@ -1,0 +1,48 @@
+// The recipe field table: every recipe key declared once, with its kind,
+// unit and valid range, and how to read its value off a typed Recipe. The
+// parser's exact key sets and ranges, `--set` path checking, `diff`'s
+// flattening and the docs/recipe.md check all read this table, so a new key
+// is one entry here plus the model code that uses it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "preflight/recipe/recipe.h"
+
+namespace preflight {
+
+enum class FieldKind {
+  kSection,  // a map of further keys ("model.moe")
+  kString,
+  kInt,      // integer in [min, max]
+  kReal,     // number in [real_min, real_max] (or [real_min, real_max))
+  kBool,
+  kEnum,     // one word of a fixed list (the parser holds the list)
+  kLetters,  // layer letters: a pattern string or a list of letters
+  kIntList,  // a list of integers
+};
+
+struct RecipeField {
+  std::string_view path;  // "parallel.tp"; a section's path names the map
+  FieldKind kind = FieldKind::kString;
+  std::string_view unit;  // as docs/recipe.md writes it ("ranks", "GiB", "bool", "enum")
+  int64_t min = 0, max = 0;
+  double real_min = 0, real_max = 0;
+  bool max_exclusive = false;
+  /// The value as a recipe would write it ("4", "true", "1f1b", "1.25");
+  /// nullptr for sections and for keys with no value of their own (model.layers).
+  std::string (*text)(const Recipe&) = nullptr;
+
+  std::string_view key() const;     // last component ("tp")
+  std::string_view parent() const;  // the map holding it ("parallel"; "" at the top)
+};
+
+/// Every key and section, in the order a recipe lists them (and `diff` prints them).
+const std::vector<RecipeField>& RecipeFields();
+/// The field at `path`, or nullptr.
+const RecipeField* FindRecipeField(std::string_view path);
+
+}  // namespace preflight
