@@ -129,8 +129,8 @@ TEST(RecipeFields, DiffFlattensExactlyTheTablesKeys) {
   // The integer ranges the parser enforces come from the table too.
   const RecipeField* tp = FindRecipeField("parallel.tp");
   ASSERT_NE(tp, nullptr);
-  const LoadResult over = LoadRecipeFromString("name: fields\n", "fields.yaml",
-                                               {{"parallel.tp", std::to_string(tp->max + 1)}});
+  const LoadResult over =
+      LoadRecipeFromString("name: fields\n", "fields.yaml", {{"parallel.tp", std::to_string(tp->max + 1)}});
   EXPECT_FALSE(over.recipe);
 }
 

@@ -82,12 +82,9 @@ const char* Name(RouterScore r) { return r == RouterScore::kSoftmax ? "softmax" 
 const char* Name(AxisOrder o) { return o == AxisOrder::kTpCpDpPp ? "tp-cp-dp-pp" : "tp-cp-pp-dp"; }
 const char* Name(CpComm c) {
   switch (c) {
-    case CpComm::kP2p:
-      return "p2p";
-    case CpComm::kAllGather:
-      return "all_gather";
-    case CpComm::kA2a:
-      return "a2a";
+    case CpComm::kP2p: return "p2p";
+    case CpComm::kAllGather: return "all_gather";
+    case CpComm::kA2a: return "a2a";
   }
   return "p2p";
 }

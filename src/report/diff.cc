@@ -18,7 +18,6 @@ namespace {
 
 using Flat = std::vector<std::pair<std::string, std::string>>;
 
-
 /// "{k: v, k: v}" of (key, value) pairs.
 std::string FlowMap(const Flat& fields) {
   std::string out = "{";

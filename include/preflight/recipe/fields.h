@@ -17,8 +17,8 @@ namespace preflight {
 enum class FieldKind {
   kSection,  // a map of further keys ("model.moe")
   kString,
-  kInt,      // integer in [min, max]
-  kReal,     // number in [real_min, real_max] (or [real_min, real_max))
+  kInt,   // integer in [min, max]
+  kReal,  // number in [real_min, real_max] (or [real_min, real_max))
   kBool,
   kEnum,     // one word of a fixed list (the parser holds the list)
   kLetters,  // layer letters: a pattern string or a list of letters
