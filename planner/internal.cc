@@ -1,5 +1,7 @@
 #include "internal.h"
 
+#include "preflight/estimator/geometry.h"
+
 namespace preflight::planner_internal {
 
 std::vector<RankChunk> ChunksOn(const StagePlan& plan, const Layout& layout, int64_t pipeline_rank) {
@@ -41,8 +43,8 @@ double AchievableFlops(const Inventory& inv, const CostModel& cost) {
 }
 
 double TokensPerRank(const Inventory& inv, const Layout& layout) {
-  return static_cast<double>(inv.recipe.training.seq_len) * static_cast<double>(layout.micro_batch) /
-         static_cast<double>(layout.cp * layout.tp);
+  // A CP rank's tokens (the shared geometry), their work split over TP.
+  return static_cast<double>(TokensOf(inv.recipe, layout).cp_rank) / static_cast<double>(layout.tp);
 }
 
 bool EffectiveSp(const Inventory& inv, const Layout& layout) {
