@@ -138,26 +138,25 @@ void ExposePerUnit(std::array<std::vector<CommItem*>, 2>& per_unit, const RankCo
   }
 }
 
+/// Exposes the part of `items` that runs past `window_s`, and at least one
+/// bucket's time `bucket_s`; returns it.
+double ExposeTail(std::vector<CommItem*>& items, double bucket_s, double window_s) {
+  if (items.empty()) return 0;
+  double total = 0;
+  for (const CommItem* i : items) total += i->seconds;
+  const double e = std::max(bucket_s, total - window_s);
+  Distribute(items, e);
+  return e;
+}
+
 /// Gradient reduce overlaps the last micro-batch's backward except the last
 /// bucket; the parameter gather overlaps the next step's forward except the
 /// first bucket (Megatron overlap_grad_reduce / overlap_param_gather).
 void ExposeDataParallel(OverlapGroups& g, const RankCompute& rc, const Layout& l, RankExposure& out) {
   const int64_t m = l.micro_batches;
   const double mbs = static_cast<double>(std::max<int64_t>(1, l.schedule == Schedule::kDualPipe ? m / 2 : m));
-  if (!g.grads.empty()) {
-    double total = 0;
-    for (const CommItem* i : g.grads) total += i->seconds;
-    const double e = std::max(g.grads_bucket, total - rc.backward_s / mbs);
-    Distribute(g.grads, e);
-    out.dp_tail_s += e;
-  }
-  if (!g.gathers.empty()) {
-    double total = 0;
-    for (const CommItem* i : g.gathers) total += i->seconds;
-    const double e = std::max(g.gathers_bucket, total - rc.forward_s / mbs);
-    Distribute(g.gathers, e);
-    out.dp_tail_s += e;
-  }
+  out.dp_tail_s += ExposeTail(g.grads, g.grads_bucket, rc.backward_s / mbs);
+  out.dp_tail_s += ExposeTail(g.gathers, g.gathers_bucket, rc.forward_s / mbs);
   for (const CommItem* i : g.grads) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
   for (const CommItem* i : g.gathers) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
 }

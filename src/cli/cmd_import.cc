@@ -48,6 +48,20 @@ void Print(const std::vector<Diagnostic>& ds) {
 }
 
 /// The layout entries of the default rule (keys the user did not set keep these).
+/// Parses each `--layout KEY=VALUE` into `out`; false (with the reason on
+/// stderr, `example` showing the form) at the first malformed one.
+bool ParseLayout(const std::vector<std::string>& layout, const char* example, std::vector<Override>* out) {
+  for (const std::string& kv : layout) {
+    const std::optional<Override> parsed = ParseOverride(kv);
+    if (!parsed) {
+      std::fprintf(stderr, "--layout %s: expected KEY=VALUE, e.g. %s\n", kv.c_str(), example);
+      return false;
+    }
+    out->push_back(*parsed);
+  }
+  return true;
+}
+
 std::vector<YamlEntry> DefaultEntries(const DefaultLayout& l) {
   const auto n = [](int64_t v) { return std::to_string(v); };
   return {
@@ -173,14 +187,7 @@ int RunImportHf(const ImportHfOptions& o) {
   if (!imported.ok()) return kBadInput;
 
   std::vector<Override> overrides;
-  for (const std::string& kv : o.layout) {
-    const std::optional<Override> parsed = ParseOverride(kv);
-    if (!parsed) {
-      std::fprintf(stderr, "--layout %s: expected KEY=VALUE, e.g. parallel.tp=8\n", kv.c_str());
-      return kBadInput;
-    }
-    overrides.push_back(*parsed);
-  }
+  if (!ParseLayout(o.layout, "parallel.tp=8", &overrides)) return kBadInput;
   std::vector<Diagnostic> layout_errors;
   const std::vector<YamlEntry> user_layout = MergeLayout({}, overrides, &layout_errors);
   Print(layout_errors);
@@ -289,14 +296,7 @@ int RunImportMegatron(const ImportMegatronOptions& o) {
   Print(imported.diagnostics);
   if (!imported.ok()) return kBadInput;
   std::vector<Override> overrides;
-  for (const std::string& kv : o.layout) {
-    const std::optional<Override> parsed = ParseOverride(kv);
-    if (!parsed) {
-      std::fprintf(stderr, "--layout %s: expected KEY=VALUE, e.g. cluster.nodes=2\n", kv.c_str());
-      return kBadInput;
-    }
-    overrides.push_back(*parsed);
-  }
+  if (!ParseLayout(o.layout, "cluster.nodes=2", &overrides)) return kBadInput;
   std::vector<Diagnostic> layout_errors;
   const std::string yaml =
       EmitMegatronRecipe(imported, overrides, o.name.empty() ? NameFromPath(o.input) : o.name, file, &layout_errors);

@@ -61,15 +61,6 @@ const char* CpCommType(CpComm c) {
   return "p2p";
 }
 
-const char* ActivationName(FfnActivation a) {
-  switch (a) {
-    case FfnActivation::kSwiglu: return "swiglu";
-    case FfnActivation::kGelu: return "gelu";
-    case FfnActivation::kRelu2: return "relu2";
-  }
-  return "?";
-}
-
 // Megatron's hybrid layer symbols (examples/mamba/README.md); R has none.
 char HybridSymbol(BlockKind k) {
   switch (k) {
@@ -262,10 +253,10 @@ void ActivationFlags(const Context& c) {
   const bool dense = Has(c.r, BlockKind::kDenseMlp);
   const FfnActivation act = c.r.model.mlp.activation;
   if (moe && dense && act != FfnActivation::kSwiglu) {
-    c.notes.Cannot("model.mlp.activation", ActivationName(act),
+    c.notes.Cannot("model.mlp.activation", Name(act),
                    fmt::format("Megatron uses one activation for dense and expert FFNs; the experts are SwiGLU, the "
                                "dense MLP {}: --swiglu emitted",
-                               ActivationName(act)));
+                               Name(act)));
   }
   if (moe || (dense && act == FfnActivation::kSwiglu)) {
     c.args.Flag("--swiglu");

@@ -13,16 +13,6 @@ namespace {
 
 using nlohmann::ordered_json;
 
-const char* OrderKey(AxisOrder o) { return o == AxisOrder::kTpCpPpDp ? "tp-cp-pp-dp" : "tp-cp-dp-pp"; }
-const char* CpCommKey(CpComm c) {
-  switch (c) {
-    case CpComm::kP2p: return "p2p";
-    case CpComm::kAllGather: return "all_gather";
-    case CpComm::kA2a: return "a2a";
-  }
-  return "?";
-}
-
 std::string Pattern(const Recipe& r, const StageChunk& c) {
   std::string out;
   for (int64_t l = c.first_layer; l < c.end_layer && l < static_cast<int64_t>(r.model.layers.size()); ++l) {
@@ -84,12 +74,12 @@ std::string LayoutLine(const Recipe& r, const Plan& p) {
   const Layout& l = p.layout;
   const std::string experts =
       HasMoe(r) ? fmt::format(" · ep {} · expert_tp {} · expert_dp {}", l.ep, l.expert_tp, l.expert_dp()) : "";
-  return fmt::format("tp {}{} · cp {} ({}, {}, {}) · pp {} · vpp {} · dp {}{} · zero {} · {} · order {} · {} "
-                     "micro-batches of {} · recompute {}",
-                     l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, CpCommKey(l.cp_comm), Name(l.cp_recurrent),
-                     l.cp_load_balance ? "balanced" : "unbalanced", l.pp, l.vpp, l.dp,
-                     experts, l.zero, Name(l.schedule), OrderKey(l.order), l.micro_batches, l.micro_batch,
-                     Name(l.recompute));
+  return fmt::format(
+      "tp {}{} · cp {} ({}, {}, {}) · pp {} · vpp {} · dp {}{} · zero {} · {} · order {} · {} "
+      "micro-batches of {} · recompute {}",
+      l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, Name(l.cp_comm), Name(l.cp_recurrent),
+      l.cp_load_balance ? "balanced" : "unbalanced", l.pp, l.vpp, l.dp, experts, l.zero, Name(l.schedule),
+      Name(l.order), l.micro_batches, l.micro_batch, Name(l.recompute));
 }
 
 }  // namespace
@@ -207,7 +197,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
   j["layout"] = {{"tp", l.tp},
                  {"sp", l.sequence_parallel()},
                  {"cp", l.cp},
-                 {"cp_comm", CpCommKey(l.cp_comm)},
+                 {"cp_comm", Name(l.cp_comm)},
                  {"cp_recurrent", Name(l.cp_recurrent)},
                  {"cp_load_balance", l.cp_load_balance},
                  {"pp", l.pp},
@@ -218,7 +208,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                  {"expert_dp", l.expert_dp()},
                  {"zero", l.zero},
                  {"schedule", Name(l.schedule)},
-                 {"order", OrderKey(l.order)},
+                 {"order", Name(l.order)},
                  {"micro_batch", l.micro_batch},
                  {"micro_batches", l.micro_batches},
                  {"recompute", Name(l.recompute)}};
