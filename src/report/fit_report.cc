@@ -152,13 +152,18 @@ std::string RenderFitTable(const FitReport& r) {
       out += Row("  of which embedding/head", ends);
     }
   }
-  std::vector<std::string> total, cap, head;
+  std::vector<std::string> total, cap, head, allocated_static, allocated_peak;
   for (const auto& st : est.stages) {
     total.push_back(Gib(st.total()));
     cap.push_back(Gib(st.capacity));
     head.push_back(Gib(st.headroom()));
+    allocated_static.push_back(Gib(st.allocated_static));
+    allocated_peak.push_back(Gib(st.allocated_peak));
   }
   out += Row("total", total);
+  // What PyTorch's allocator will report (docs/allocated.md): no reserve, no fragmentation.
+  out += Row("  allocated between steps", allocated_static);
+  out += Row("  allocated at the peak", allocated_peak);
   out += Row("capacity", cap);
   out += Row("headroom", head);
   out += "\n";
