@@ -5,10 +5,11 @@
 // max_memory_allocated), the signed error, the flags not represented, and the
 // distribution (coverage, median / p90 / worst absolute error per family).
 //
-//   build/fidelity [CASES.json] [--baseline OUT.json]
+//   build/fidelity [CASES.json] [--baseline OUT.json] [--bytes OUT.tsv]
 //
 // --baseline writes each case's current errors (the regression bands of
-// tests/fidelity_test.cc). Needs nothing outside the repository.
+// tests/fidelity_test.cc); --bytes writes measured and modeled bytes per case
+// (tab-separated) for diagnosis. Needs nothing outside the repository.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -50,11 +51,13 @@ std::string Join(const std::vector<std::string>& v) {
 
 int main(int argc, char** argv) {
   std::string path = std::string(PREFLIGHT_SOURCE_DIR) + "/tests/data/megatron_ci/cases.json";
-  std::string baseline;
+  std::string baseline, bytes_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--baseline" && i + 1 < argc)
       baseline = argv[++i];
+    else if (a == "--bytes" && i + 1 < argc)
+      bytes_path = argv[++i];
     else
       path = a;
   }
@@ -65,6 +68,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::map<std::string, Dist> dist;
+  std::FILE* bytes = bytes_path.empty() ? nullptr : std::fopen(bytes_path.c_str(), "wb");
+  if (!bytes_path.empty() && bytes == nullptr) return 2;
+  if (bytes) std::fprintf(bytes, "case\tfamily\tstatic\tmodel_static\tpeak\tmodel_peak\n");
   nlohmann::json bands = nlohmann::json::object();
   std::printf("%-95s %-8s %9s %9s %8s %9s %9s %8s  %s\n", "case", "family", "static", "model", "err%", "peak", "model",
               "err%", "not represented / unknown");
@@ -86,6 +92,11 @@ int main(int argc, char** argv) {
                   "-", "-", o.error.substr(0, o.error.find('\n')).c_str());
       continue;
     }
+    if (bytes) {
+      std::fprintf(bytes, "%s\t%s\t%lld\t%lld\t%lld\t%lld\n", c.id.c_str(), c.family.c_str(),
+                   static_cast<long long>(c.measured_static), static_cast<long long>(o.modeled_static),
+                   static_cast<long long>(c.measured_peak), static_cast<long long>(o.modeled_peak));
+    }
     std::string notes = Join(o.unrepresented);
     if (!o.unknown.empty()) notes += " | unknown: " + Join(o.unknown);
     std::printf("%-95s %-8s %9.2f %9.2f %+8.1f %9.2f %9.2f %+8.1f  %s\n", c.id.c_str(), c.family.c_str(),
@@ -102,6 +113,7 @@ int main(int argc, char** argv) {
                 Quantile(d.s, 0.5), Quantile(d.s, 0.9), Quantile(d.s, 1.0), Quantile(d.p, 0.5), Quantile(d.p, 0.9),
                 Quantile(d.p, 1.0));
   }
+  if (bytes) std::fclose(bytes);
   if (!baseline.empty()) {
     std::FILE* f = std::fopen(baseline.c_str(), "wb");
     if (f == nullptr) return 2;

@@ -14,6 +14,7 @@ const char* Key(Category c) {
     case Category::kActivations: return "activations";
     case Category::kRoutingScratch: return "routing_scratch";
     case Category::kServingState: return "serving_state";
+    case Category::kLibraryWorkspaces: return "library_workspaces";
     case Category::kRuntimeReserve: return "runtime_reserve";
     case Category::kAllocatorOverhead: return "allocator_overhead";
   }
@@ -31,6 +32,7 @@ const char* Label(Category c) {
     case Category::kActivations: return "activations";
     case Category::kRoutingScratch: return "MoE routing scratch";
     case Category::kServingState: return "serving KV + state pool";
+    case Category::kLibraryWorkspaces: return "library workspaces";
     case Category::kRuntimeReserve: return "runtime reserve";
     case Category::kAllocatorOverhead: return "allocator overhead";
   }

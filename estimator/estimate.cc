@@ -86,15 +86,56 @@ using estimator_detail::UnitOf;
 using estimator_detail::Walk;
 using estimator_detail::WalkRank;
 
-/// Runtime reserve: memory outside the caching allocator. Default 3 GiB
+/// Runtime reserve: memory outside PyTorch's caching allocator. Default 3 GiB
 /// (cluster.reserve_gib): the CUDA context takes ~0.5 GiB on Hopper (PyTorch
 /// "CUDA semantics" notes, visible as the gap between nvidia-smi and
 /// memory_allocated), NCCL keeps per-communicator channel buffers
 /// (NCCL_BUFFSIZE 4 MiB per channel per peer; a rank sits in TP, CP, DP, EP,
-/// PP and embedding groups), cuBLAS keeps 32 MiB workspaces per handle
-/// (CUBLAS_WORKSPACE_CONFIG :4096:8) and TE its GEMM workspaces; docs/formulas.md §2.4
-/// puts the sum at 2-3 GiB, to be calibrated with torch.cuda.mem_get_info.
+/// PP and embedding groups); docs/formulas.md §2.4 puts the sum at 2-3 GiB,
+/// to be calibrated with torch.cuda.mem_get_info. The cuBLAS workspaces go
+/// through the allocator and are their own row (PriceWorkspaces).
 Bytes RuntimeReserve(const Recipe& rc) { return GiB(rc.cluster.reserve_gib); }
+
+/// cuBLAS workspaces the libraries allocate once through PyTorch's caching
+/// allocator (so they show in memory_allocated and stay between steps):
+/// - PyTorch keeps one per (cuBLAS handle, stream) that ran a GEMM
+///   (ATen/cuda/CublasHandlePool.cpp, cublas_handle_stream_to_workspace;
+///   cuBLASLt shares it under TORCH_CUBLASLT_UNIFIED_WORKSPACE, the default).
+///   Handles are per thread and autograd runs the backward on its own device
+///   thread, so a rank that runs torch GEMMs holds two. Those GEMMs are every
+///   linear without Transformer Engine; with TE, Megatron's output layer
+///   (ColumnParallelLinear, a torch matmul) and the MoE router.
+/// - Transformer Engine keeps one for all its GEMMs (pytorch/module/base.py
+///   get_workspace) and, for grouped-GEMM experts (GroupedLinear),
+///   get_multi_stream_cublas_workspace: num_cublas_streams = 4 more.
+/// Each is cluster.cublas_workspace_mib (32 MiB on Hopper and later).
+struct Workspaces {
+  int64_t torch = 0, te = 0, te_grouped = 0;
+  int64_t count() const { return torch + te + te_grouped; }
+};
+Workspaces WorkspacesOf(const Recipe& rc, const Walk& w) {
+  const bool te = rc.training.transformer_engine;
+  const bool moe = w.layer_count[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
+  Workspaces out;
+  out.torch = !te || w.head || moe ? 2 : 0;
+  out.te = te ? 1 : 0;
+  out.te_grouped = te && moe && rc.model.moe.grouped_gemm ? 4 : 0;
+  return out;
+}
+
+void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, Sink* sink) {
+  const Workspaces ws = WorkspacesOf(rc, w);
+  const Bytes b = MiB(Mul(ws.count(), rc.cluster.cublas_workspace_mib));
+  out.bytes[static_cast<int>(Category::kLibraryWorkspaces)] = b;
+  if (sink && b.count() > 0) {
+    Note(sink, Category::kLibraryWorkspaces,
+         "cuBLAS workspaces: PyTorch's per (thread handle, stream), TE's, TE grouped GEMM's per stream",
+         "(torch + te + te_grouped) * cublas_workspace_mib * 2^20",
+         Inputs({{"torch", ws.torch}, {"te", ws.te}, {"te_grouped", ws.te_grouped},
+                 {"cublas_workspace_mib", rc.cluster.cublas_workspace_mib}}),
+         b);
+  }
+}
 
 RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, Sink* sink) {
   const Recipe& rc = inv.recipe;
@@ -124,6 +165,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   PriceActivations(out, w, inv, l, rates, sink);
   PriceRoutingScratch(out, w, rc, l, sink);
   PriceServing(out, w, rc, l, sink);
+  PriceWorkspaces(out, w, rc, sink);
 
   const Bytes managed = out.total();
   // Allocator figures: everything priced so far goes through PyTorch's caching
@@ -133,7 +175,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   out.allocated_static = out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) +
                          out.of(Category::kEpShardedParams) + out.of(Category::kGradients) +
                          out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
-                         out.of(Category::kServingState);
+                         out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces);
   out.bytes[static_cast<int>(Category::kRuntimeReserve)] = RuntimeReserve(rc);
   // Fragmentation of the caching allocator, a fraction of what it manages
   // (Megatron's estimator multiplies activations by 1.05; docs/formulas.md §2.4).
@@ -141,11 +183,11 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
       Bytes(CeilFraction(managed.count(), rc.cluster.allocator_overhead));
   out.capacity = MiB(rc.cluster.capacity_mib > 0 ? rc.cluster.capacity_mib : rc.cluster.spec.capacity_mib);
   if (sink) {
-    Note(sink, Category::kRuntimeReserve, "CUDA context + NCCL buffers + cuBLAS/TE workspaces",
+    Note(sink, Category::kRuntimeReserve, "CUDA context + NCCL buffers (outside the caching allocator)",
          "cluster.reserve_gib * 2^30", Cat({"reserve_gib=", Decimal(rc.cluster.reserve_gib)}),
          out.of(Category::kRuntimeReserve));
     Note(sink, Category::kAllocatorOverhead, "caching-allocator fragmentation",
-         "ceil(allocator_overhead * (params + grads + optimizer + activations + scratch + serving))",
+         "ceil(allocator_overhead * (params + grads + optimizer + activations + scratch + serving + workspaces))",
          Cat({"allocator_overhead=", Decimal(rc.cluster.allocator_overhead), " ",
               Inputs({{"managed", managed.count()}})}),
          out.of(Category::kAllocatorOverhead));

@@ -100,8 +100,9 @@ TokenBytes MoeTokenBytes(const Recipe& r) {
   // Router scores and dense probs (fp32) and the routing map (bool): 9E;
   // top-k indices and permutation indices (int64): 16k.
   out.replicated = Add(Add(ResidualTerms(r), Mul(9, e.experts)), Mul(16, e.top_k));
-  // Shared expert, TP column/row like a dense SwiGLU MLP: fc1 out (gate, up) + fc2 in.
-  out.sharded = Mul(Mul(3, e.SharedWidth()), beta);
+  // Shared expert, TP column/row like a dense MLP: SwiGLU fc1 out (gate, up) +
+  // fc2 in; non-gated activation input + output.
+  out.sharded = Mul(Mul(e.activation == FfnActivation::kSwiglu ? 3 : 2, e.SharedWidth()), beta);
   return out;
 }
 
@@ -180,7 +181,7 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   int64_t out = SpreadTokens(per_token, TokensOf(r, l).cp_rank, l);
   if (recompute == Recompute::kFull) return Bytes(out);
   // Routed experts on the R rows they process: fc1 input, fc1 out (gate, up)
-  // and SwiGLU out. The expert output kept for d(probs) and the fp32 permuted
+  // and SwiGLU out (non-gated: activation input and output). The expert output kept for d(probs) and the fp32 permuted
   // probs live at the source: Megatron multiplies the probs in unpermute, after
   // the combine all-to-all (and the expert-TP reduce-scatter), so they take the
   // N_send rows this rank dispatched, not the t_e-times-gathered R rows
@@ -188,7 +189,8 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   const MoeRouting routing = RouteMoeOn(r, l);
   const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
-  const int64_t per_expert_row = Mul(Add(r.model.hidden, Mul(3, f_local)), beta);
+  const int64_t gated = r.model.moe.activation == FfnActivation::kSwiglu ? 3 : 2;
+  const int64_t per_expert_row = Mul(Add(r.model.hidden, Mul(gated, f_local)), beta);
   const int64_t per_source_row = Add(Mul(r.model.hidden, beta), 4);
   out = Add(out, Mul(routing.expert_tokens, per_expert_row));
   out = Add(out, Mul(routing.send_tokens, per_source_row));

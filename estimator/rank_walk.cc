@@ -189,7 +189,10 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
 
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w) {
   Ends e;
-  if (w.embedding) AddTensor(e.embedding, inv.embedding, inv, l);
+  if (w.embedding) {
+    AddTensor(e.embedding, inv.embedding, inv, l);
+    for (const ParamTensor& t : inv.positions) AddTensor(e.embedding, t, inv, l);
+  }
   if (w.head) {
     if (inv.final_norms.empty()) AddTensor(e.final_norm, inv.final_norm, inv, l);
     for (const ParamTensor& t : inv.final_norms) AddTensor(e.final_norm, t, inv, l);

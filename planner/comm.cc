@@ -560,6 +560,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
     if (c.range.owns_embedding) {
       LocalUnit u;
       AddEndTensor(inv.embedding, inv, l, &u);
+      for (const ParamTensor& p : inv.positions) AddEndTensor(p, inv, l, &u);
       embedding = UnitBuffers(u, dg);
       b += embedding;
     }

@@ -55,6 +55,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(r.training.flash_attention,
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
   Require(!r.model.attention.qk_norm, "qk_norm is not in the executor");
+  Require(!r.model.linear_bias, "linear biases are not in the executor (set model.linear_bias: false)");
+  Require(r.model.learned_positions == 0,
+          "learned position embeddings are not in the executor (set model.learned_positions: 0)");
   bool has_moe = false;
   for (char c : letters) {
     Require(c == 'A' || c == 'D' || c == 'E' || c == 'M' || c == 'R', std::string("block '") + c + "' is not in the executor");
@@ -70,6 +73,7 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   const bool sp = p.sp && p.tp > 1;
   if (has_moe) {
     Require(m.moe.router == RouterScore::kSoftmax, "only the softmax router is in the executor");
+    Require(m.moe.activation == FfnActivation::kSwiglu, "only SwiGLU experts are in the executor (moe.activation)");
     Require(!m.moe.router_bias && !m.moe.shared_gate, "router bias and the shared-expert gate are not in the executor");
     Require(p.tp == 1 || sp, "MoE with tp > 1 needs sequence parallel (Megatron requires it)");
     Require(m.moe.experts % p.ep == 0, "moe.experts must be divisible by parallel.ep");

@@ -45,13 +45,42 @@ TEST(AllocatedFigures, StaticIsEighteenBytesAParameterAndPeakAddsActivations) {
   const Layout layout = LayoutOf(*loaded.recipe);
   const MemoryEstimate est = EstimateMemory(inv, layout, EqualStagePlan(4, 1, 1));
   const RankMemory& m = est.stages.front();
-  // DDP with mixed precision: bf16 param 2 + fp32 grad 4 + fp32 master 4 + two fp32 moments 8.
-  EXPECT_EQ(m.allocated_static.count(), 18 * params);
-  EXPECT_EQ(m.allocated_peak.count(),
-            18 * params + m.of(Category::kActivations).count() + m.of(Category::kRoutingScratch).count());
+  // DDP with mixed precision: bf16 param 2 + fp32 grad 4 + fp32 master 4 + two fp32 moments 8,
+  // plus three 32 MiB cuBLAS workspaces: Transformer Engine's one and PyTorch's two (the
+  // output layer's torch matmul on the forward thread and on autograd's backward thread).
+  const int64_t workspaces = 3 * 32 * 1024 * 1024;
+  EXPECT_EQ(m.of(Category::kLibraryWorkspaces).count(), workspaces);
+  EXPECT_EQ(m.allocated_static.count(), 18 * params + workspaces);
+  EXPECT_EQ(m.allocated_peak.count(), 18 * params + workspaces + m.of(Category::kActivations).count() +
+                                          m.of(Category::kRoutingScratch).count());
   EXPECT_GT(m.of(Category::kActivations).count(), 0);
   // Neither figure contains what max_memory_allocated does not see.
   EXPECT_EQ(m.allocated_peak, m.total() - m.of(Category::kRuntimeReserve) - m.of(Category::kAllocatorOverhead));
+}
+
+// The workspace count by mechanism, over the switches that change it.
+TEST(AllocatedFigures, LibraryWorkspacesFollowTheLibrariesThatRunGemms) {
+  // Each edit replaces one piece of kRecipe.
+  const auto mib = [](const std::vector<std::pair<std::string, std::string>>& edits) {
+    std::string text = kRecipe;
+    for (const auto& [from, to] : edits) text.replace(text.find(from), from.size(), to);
+    const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
+    EXPECT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
+    const Inventory inv = BuildInventory(*loaded.recipe);
+    const MemoryEstimate est = EstimateMemory(inv, LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1));
+    return est.stages.front().of(Category::kLibraryWorkspaces).count() / (1024 * 1024);
+  };
+  EXPECT_EQ(mib({}), 3 * 32);
+  // Without TE every linear is a torch GEMM: PyTorch's two handles, no TE workspace.
+  EXPECT_EQ(mib({{"recompute: none", "recompute: none\n  transformer_engine: false"}}), 2 * 32);
+  // Pre-Hopper workspaces are 4 MiB.
+  EXPECT_EQ(mib({{"gpus_per_node: 1}", "gpus_per_node: 1, cublas_workspace_mib: 4}"}}), 3 * 4);
+  // Grouped-GEMM experts on TE add GroupedLinear's four per-stream workspaces.
+  const std::pair<std::string, std::string> moe_layer{"\"ADAD\"", "\"ADAE\""};
+  const std::string mlp = "activation: swiglu}";
+  EXPECT_EQ(mib({moe_layer, {mlp, mlp + "\n  moe: {experts: 4, top_k: 1, ffn_hidden: 64}"}}), (3 + 4) * 32);
+  EXPECT_EQ(mib({moe_layer, {mlp, mlp + "\n  moe: {experts: 4, top_k: 1, ffn_hidden: 64, grouped_gemm: false}"}}),
+            3 * 32);
 }
 
 }  // namespace

@@ -172,9 +172,10 @@ TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {
   EXPECT_EQ(Letters(listed), "ADAEAEAE");
   const Recipe every_other = Load(ImportMegatronArgs(base + "  --moe-layer-freq: 2\n", "m.yaml"));
   EXPECT_EQ(Letters(every_other), "AEADAEAD");  // layer i is MoE iff i % 2 == 0
-  // Hand count of one E sublayer: norm 2h + router E x h + 8 SwiGLU experts 3 h f_e.
+  // Hand count of one E sublayer: norm 2h + router E x h + 8 SwiGLU experts 3 h f_e,
+  // each with its fc1 (2 f_e) and fc2 (h) biases (no --disable-bias-linear).
   const Inventory inv = BuildInventory(every_other);
-  const int64_t e_sublayer = 2 * 64 + 8 * 64 + 8 * 3 * 64 * 32;
+  const int64_t e_sublayer = 2 * 64 + 8 * 64 + 8 * 3 * 64 * 32 + 8 * (2 * 32 + 64);
   EXPECT_EQ(inv.family_params[2], 2 * e_sublayer);  // family order A, M, E, R, D
   EXPECT_TRUE(listed.model.moe.dropless);
 }
@@ -237,13 +238,13 @@ TEST(ImportMegatron, CorpusGpt7bParameterCount) {
   const Recipe r = Load(ImportMegatronArgs(fidelity::ModelArgsYaml(c), c.id), fidelity::ClusterOf(c));
   // h 4096, 32 heads of 128, 8 query groups, ffn 4h GeLU, LayerNorm (weight + bias), untied,
   // NullTokenizer 131073 + 1. Per layer: q 4096^2 + k,v 2 x 4096 x 1024 + o 4096^2 + MLP
-  // 2 x 4096 x 16384 + two LayerNorms 2 x 8192 = 176,177,152. Linear biases and the learned
-  // position table are not counted (warned).
-  const int64_t per_layer = 4096LL * 4096 * 2 + 2LL * 4096 * 1024 + 2LL * 4096 * 16384 + 2 * 8192;
-  ASSERT_EQ(per_layer, 176177152);
-  const int64_t expected = 32 * per_layer + 2LL * 131074 * 4096 + 8192;
+  // 2 x 4096 x 16384 + two LayerNorms 2 x 8192 = 176,177,152; linear biases qkv 6144 + o 4096 +
+  // fc1 16384 + fc2 4096 = 30,720; learned positions 8192 (--max-position-embeddings) x 4096.
+  const int64_t per_layer = 4096LL * 4096 * 2 + 2LL * 4096 * 1024 + 2LL * 4096 * 16384 + 2 * 8192 + 30720;
+  ASSERT_EQ(per_layer, 176207872);
+  const int64_t expected = 32 * per_layer + 2LL * 131074 * 4096 + 8192 + 8192LL * 4096;
   EXPECT_EQ(BuildInventory(r).total_params, expected);
-  EXPECT_EQ(expected, 6711435264);
+  EXPECT_EQ(expected, 6745972736);
 }
 
 TEST(ImportMegatron, CorpusHybridParameterCount) {
@@ -255,9 +256,12 @@ TEST(ImportMegatron, CorpusHybridParameterCount) {
   // = 6,324,224; conv1d (2048 + 2048) x 4 + 4096 bias; dt_bias, A_log, D 3 x 32; gated norm 2048;
   // out_proj 2048 x 1024; pre-norm 2048.
   const int64_t mamba = 1024LL * 6176 + 4096 * 4 + 4096 + 3 * 32 + 2048 + 2048LL * 1024 + 2048;
-  const int64_t mlp = 2LL * 1024 * 4096 + 2048;
-  const int64_t attention = 2LL * 1024 * 1024 + 2LL * 1024 * 512 + 2048;  // 16 heads of 64, 8 groups
-  const int64_t expected = 20 * mamba + 20 * mlp + 4 * attention + 50257LL * 1024 + 2048;
+  // MLP and attention linears carry biases (no --disable-bias-linear; Mamba's have none):
+  // fc1 4096 + fc2 1024, qkv 2048 + o 1024. MambaModel keeps the learned absolute position
+  // table (the default --position-embedding-type): 1024 positions x 1024.
+  const int64_t mlp = 2LL * 1024 * 4096 + 2048 + 4096 + 1024;
+  const int64_t attention = 2LL * 1024 * 1024 + 2LL * 1024 * 512 + 2048 + 2048 + 1024;  // 16 heads of 64, 8 groups
+  const int64_t expected = 20 * mamba + 20 * mlp + 4 * attention + 50257LL * 1024 + 2048 + 1024LL * 1024;
   EXPECT_EQ(BuildInventory(r).total_params, expected);
 }
 

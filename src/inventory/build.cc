@@ -76,6 +76,12 @@ void AddGqa(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const int64_t qkv_out = CheckedMul(CheckedAdd(a.heads, CheckedMul(2, a.kv_heads)), a.head_dim);
   list.Add("mixer.qkv_proj.weight", {m.hidden, qkv_out}, Split::kTpColumn, p.matrix);
   list.Add("mixer.o_proj.weight", {CheckedMul(a.heads, a.head_dim), m.hidden}, Split::kTpRow, p.matrix);
+  if (m.linear_bias) {
+    // Megatron's ColumnParallelLinear splits its bias with the output; a
+    // RowParallelLinear adds its full bias after the reduction (replicated).
+    list.Add("mixer.qkv_proj.bias", {qkv_out}, Split::kTpChannel, p.vector);
+    list.Add("mixer.o_proj.bias", {m.hidden}, Split::kReplicated, p.vector);
+  }
   if (a.qk_norm) {
     list.Add("mixer.q_norm.weight", {a.head_dim}, Split::kReplicated, p.vector);
     list.Add("mixer.k_norm.weight", {a.head_dim}, Split::kReplicated, p.vector);
@@ -124,23 +130,39 @@ void AddMamba(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) 
   list.Add("mixer.out_proj.weight", {d_inner, m.hidden}, Split::kTpRow, p.matrix);
 }
 
-/// Elements of all routed experts (the part a token touches only top_k of).
-int64_t RoutedExpertElements(const ModelConfig& m) {
-  return CheckedMul(m.moe.experts, CheckedMul(3, CheckedMul(m.hidden, m.moe.ffn_hidden)));
+/// Weight matrices of an FFN: gate, up and down with SwiGLU; up and down otherwise.
+int64_t FfnMatrices(FfnActivation a) { return a == FfnActivation::kSwiglu ? 3 : 2; }
+
+/// Elements of one routed expert's weights and biases (what a token touches top_k of).
+int64_t ExpertElements(const ModelConfig& m) {
+  const int64_t f = m.moe.ffn_hidden;
+  const int64_t weights = CheckedMul(FfnMatrices(m.moe.activation), CheckedMul(m.hidden, f));
+  if (!m.linear_bias) return weights;
+  return CheckedAdd(weights, CheckedAdd(CheckedMul(FfnMatrices(m.moe.activation) - 1, f), m.hidden));
 }
 
-// MoE FFN (docs/formulas.md §1.5). Routed experts are SwiGLU, stacked with the expert
-// count leading: gate+up [E, h, 2 f_e] and down [E, f_e, h]. Muon treats each
-// expert's matrix on its own (docs/formulas.md §9.4).
+// MoE FFN (docs/formulas.md §1.5). Routed experts are stacked with the expert
+// count leading: gate+up [E, h, 2 f_e] (SwiGLU) or up [E, h, f_e], and down
+// [E, f_e, h]; with linear_bias each expert has its fc1 and fc2 biases.
+// Muon treats each expert's matrix on its own (docs/formulas.md §9.4).
 void AddMoe(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const MoeConfig& e = m.moe;
   list.Add("mlp.router.weight", {e.experts, m.hidden}, Split::kReplicated, p.router);
   if (e.router_bias) list.Add("mlp.router.expert_bias", {e.experts}, Split::kReplicated, p.vector);
-  list.Add("mlp.experts.gate_up_proj", {e.experts, m.hidden, CheckedMul(2, e.ffn_hidden)}, Split::kExpert, p.matrix);
+  const bool gated = e.activation == FfnActivation::kSwiglu;
+  const int64_t fc1 = gated ? CheckedMul(2, e.ffn_hidden) : e.ffn_hidden;
+  list.Add(gated ? "mlp.experts.gate_up_proj" : "mlp.experts.up_proj", {e.experts, m.hidden, fc1}, Split::kExpert,
+           p.matrix);
   list.Add("mlp.experts.down_proj", {e.experts, e.ffn_hidden, m.hidden}, Split::kExpert, p.matrix);
+  if (m.linear_bias) {
+    list.Add("mlp.experts.fc1_bias", {e.experts, fc1}, Split::kExpert, p.vector);
+    list.Add("mlp.experts.fc2_bias", {e.experts, m.hidden}, Split::kExpert, p.vector);
+  }
   const int64_t shared = e.SharedWidth();
   if (shared > 0) {
-    list.Add("mlp.shared_expert.gate_up_proj.weight", {m.hidden, CheckedMul(2, shared)}, Split::kTpColumn, p.matrix);
+    // Megatron's shared expert is an MLP with the experts' activation.
+    list.Add(gated ? "mlp.shared_expert.gate_up_proj.weight" : "mlp.shared_expert.up_proj.weight",
+             {m.hidden, gated ? CheckedMul(2, shared) : shared}, Split::kTpColumn, p.matrix);
     list.Add("mlp.shared_expert.down_proj.weight", {shared, m.hidden}, Split::kTpRow, p.matrix);
   }
   if (e.shared_gate) list.Add("mlp.shared_expert_gate.weight", {m.hidden}, Split::kReplicated, p.vector);
@@ -149,12 +171,14 @@ void AddMoe(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
 // Dense MLP: SwiGLU packs gate and up in one column-parallel matrix.
 void AddDenseMlp(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const int64_t f = m.mlp.ffn_hidden;
-  if (m.mlp.activation == FfnActivation::kSwiglu) {
-    list.Add("mlp.gate_up_proj.weight", {m.hidden, CheckedMul(2, f)}, Split::kTpColumn, p.matrix);
-  } else {
-    list.Add("mlp.up_proj.weight", {m.hidden, f}, Split::kTpColumn, p.matrix);
-  }
+  const bool gated = m.mlp.activation == FfnActivation::kSwiglu;
+  const int64_t fc1 = gated ? CheckedMul(2, f) : f;
+  list.Add(gated ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight", {m.hidden, fc1}, Split::kTpColumn, p.matrix);
   list.Add("mlp.down_proj.weight", {f, m.hidden}, Split::kTpRow, p.matrix);
+  if (m.linear_bias) {
+    list.Add("mlp.up_proj.bias", {fc1}, Split::kTpChannel, p.vector);
+    list.Add("mlp.down_proj.bias", {m.hidden}, Split::kReplicated, p.vector);
+  }
 }
 
 // RG-LRU block after Griffin (docs/formulas.md §1.6). The gate matrices W_a, W_x are
@@ -211,9 +235,10 @@ Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const Opti
   }
   layer.active_elements = layer.totals.total();
   if (kind == BlockKind::kMoe) {
-    // A token runs through top_k routed experts: k * 3 h f_e (docs/formulas.md §1.5).
-    const int64_t per_token = CheckedMul(m.moe.top_k, CheckedMul(3, CheckedMul(m.hidden, m.moe.ffn_hidden)));
-    layer.active_elements = CheckedAdd(CheckedSub(layer.active_elements, RoutedExpertElements(m)), per_token);
+    // A token runs through top_k routed experts (docs/formulas.md §1.5).
+    const int64_t expert = ExpertElements(m);
+    layer.active_elements = CheckedAdd(CheckedSub(layer.active_elements, CheckedMul(m.moe.experts, expert)),
+                                       CheckedMul(m.moe.top_k, expert));
   }
   return layer;
 }
@@ -225,6 +250,10 @@ void AddModelEnds(const Recipe& recipe, const OptimizerPolicy& p, Inventory& inv
   TensorList(std::string(), dtype, &embedding)
       .Add("embedding.word_embeddings.weight", {m.vocab, m.hidden}, Split::kVocab, p.vector);
   inv.embedding = embedding.front();
+  if (m.learned_positions > 0) {
+    TensorList(std::string(), dtype, &inv.positions)
+        .Add("embedding.position_embeddings.weight", {m.learned_positions, m.hidden}, Split::kReplicated, p.vector);
+  }
 
   TensorList norms(std::string(), dtype, &inv.final_norms);
   AddNorm(norms, "final_norm", m.hidden, m.norm, p);
@@ -262,6 +291,7 @@ std::vector<BlockKind> ExpandedLayers(const ModelConfig& m) {
 void RecomputeDerived(Inventory& inv) {
   inv.embedding_totals = ParamTotals{};
   inv.embedding_totals.Add(inv.embedding);
+  for (const ParamTensor& t : inv.positions) inv.embedding_totals.Add(t);
   inv.final_norm_totals = ParamTotals{};
   if (inv.final_norms.empty()) {
     inv.final_norm_totals.Add(inv.final_norm);

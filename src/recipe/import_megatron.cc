@@ -206,7 +206,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--megatron-fsdp-grad-comm-dtype", "Megatron-FSDP gradient communication dtype"},
       {"--outer-dp-sharding-strategy", "hierarchical (HSDP) sharding across an outer DP group"},
       {"--moe-router-dtype", "router logits and probabilities in fp32 (small per-token buffers)"},
-      {"--moe-grouped-gemm", "grouped expert GEMM (time; expert weights stored as one tensor)"},
       {"--moe-token-dispatcher-type", "the dispatcher's buffers: the recipe prices all-to-all dispatch"},
       {"--overlap-moe-expert-parallel-comm",
        "overlap of expert all-to-all with compute (a second micro-batch "
@@ -255,6 +254,7 @@ const std::set<std::string> kMapped = {
     "--normalization",
     "--position-embedding-type",
     "--disable-bias-linear",
+    "--moe-grouped-gemm",
     "--add-bias-linear",
     "--vocab-size",
     "--make-vocab-size-divisible-by",
@@ -801,19 +801,14 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   const std::string norm = a.Str("--normalization", "LayerNorm");
   if (norm != "LayerNorm" && norm != "RMSNorm") a.Warn("--normalization", "not LayerNorm/RMSNorm; priced as RMSNorm");
   Add(&m, "model.norm", norm == "LayerNorm" ? "layernorm" : "rmsnorm");
-  if (!a.Flag("--disable-bias-linear")) {
-    a.Warn("--disable-bias-linear",
-           "absent: Megatron adds biases to every linear layer; the recipe's linears "
-           "are bias-free, so those bias vectors are not counted");
-    out->unrepresented.push_back("(linear biases)");
-  }
+  // add_bias_linear defaults to True; --disable-bias-linear stores False into it.
+  Add(&m, "model.linear_bias", Bool(!a.Flag("--disable-bias-linear")), "Megatron adds biases unless --disable-bias-linear");
+  // LanguageModelEmbedding builds nn.Embedding(max_sequence_length, hidden) for learned_absolute,
+  // max_sequence_length being --max-position-embeddings (validate_args defaults it to --seq-length).
   const std::string pos = a.Str("--position-embedding-type", "learned_absolute");
-  if (pos == "learned_absolute") {
-    a.Warn("--position-embedding-type",
-           fmt::format("learned absolute position embeddings ({} x {} on the first stage) are not counted",
-                       a.Str("--max-position-embeddings", "seq-length"), hidden));
-    out->unrepresented.push_back("--position-embedding-type");
-  }
+  Add(&m, "model.learned_positions",
+      pos == "learned_absolute" ? a.Int("--max-position-embeddings", a.Int("--seq-length", 1)) : 0,
+      "--position-embedding-type " + pos);
 
   const bool has_attention = letters.find('A') != std::string::npos;
   if (has_attention && a.Flag("--multi-latent-attention")) {
@@ -832,10 +827,12 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     Add(&m, "model.attention.head_dim", a.Int("--kv-channels", hidden / heads));
     Add(&m, "model.attention.qk_norm", Bool(a.Flag("--qk-layernorm")));
   }
+  // One activation for the dense MLP and the experts (TransformerConfig's
+  // gated_linear_unit / activation_func serve both).
+  const char* activation = swiglu ? "swiglu" : a.Flag("--squared-relu") ? "relu2" : "gelu";
   if (letters.find('D') != std::string::npos || (letters.find('E') != std::string::npos)) {
     Add(&m, "model.mlp.ffn_hidden", ffn);
-    const bool relu2 = a.Flag("--squared-relu");
-    Add(&m, "model.mlp.activation", swiglu ? "swiglu" : relu2 ? "relu2" : "gelu");
+    Add(&m, "model.mlp.activation", activation);
   }
   if (letters.find('E') != std::string::npos) {
     if (experts <= 0) {
@@ -855,17 +852,8 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     Add(&m, "model.moe.pad_to_capacity", Bool(a.Flag("--moe-pad-expert-input-to-capacity")));
     Add(&m, "model.moe.router", a.Str("--moe-router-score-function", "softmax") == "sigmoid" ? "sigmoid" : "softmax");
     Add(&m, "model.moe.router_bias", Bool(a.Flag("--moe-router-enable-expert-bias")));
-    if (!swiglu && a.Flag("--squared-relu")) {
-      a.Warn("--squared-relu",
-             "experts are squared-ReLU MLPs (two matrices); the recipe's experts are SwiGLU "
-             "(three), so expert parameters are over-counted by half");
-      out->unrepresented.push_back("--squared-relu");
-    } else if (!swiglu) {
-      a.Warn("--num-experts",
-             "experts are GeLU MLPs (two matrices); the recipe's experts are SwiGLU (three), so "
-             "expert parameters are over-counted by half");
-      out->unrepresented.push_back("(non-gated experts)");
-    }
+    Add(&m, "model.moe.activation", activation);
+    Add(&m, "model.moe.grouped_gemm", Bool(a.Flag("--moe-grouped-gemm")));
   }
   if (letters.find('M') != std::string::npos) {
     const int64_t head_dim = a.Int("--mamba-head-dim", 64);
@@ -922,6 +910,7 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   const bool flash = backend != "unfused" && backend != "local" && impl != "local";
   Add(&l, "training.flash_attention", Bool(flash),
       impl == "local" ? "--transformer-impl local" : "--attention-backend " + backend);
+  Add(&l, "training.transformer_engine", Bool(impl == "transformer_engine"), "--transformer-impl " + impl);
 
   // Parallelism.
   const int64_t tp = a.Int("--tensor-model-parallel-size", 1);

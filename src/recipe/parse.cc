@@ -28,6 +28,8 @@ namespace {
 
 const std::vector<std::pair<std::string, DType>> kDTypes = {
     {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}, {"fp8", DType::kFp8}};
+const std::vector<std::pair<std::string, FfnActivation>> kFfnActivations = {
+    {"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu}, {"relu2", FfnActivation::kRelu2}};
 const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {{"muon", OptimizerKind::kMuon},
                                                                         {"adamw", OptimizerKind::kAdamW}};
 
@@ -61,9 +63,7 @@ void ParseMlp(MapReader& model, MlpConfig* m) {
   auto r = model.Section("mlp");
   if (!r || !r->ok()) return;
   r->Int("ffn_hidden", &m->ffn_hidden);
-  r->Enum<FfnActivation>("activation", &m->activation,
-                         {{"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu},
-                          {"relu2", FfnActivation::kRelu2}});
+  r->Enum<FfnActivation>("activation", &m->activation, kFfnActivations);
 }
 
 void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
@@ -81,6 +81,8 @@ void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
   r->Enum<RouterScore>("router", &m->router, {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}});
   r->Bool("router_bias", &m->router_bias);
   r->Bool("shared_gate", &m->shared_gate);
+  r->Enum<FfnActivation>("activation", &m->activation, kFfnActivations);
+  r->Bool("grouped_gemm", &m->grouped_gemm);
   r->Int("first_k_dense", &m->first_k_dense);
   const bool freq_ok = r->Int("layer_freq", &m->layer_freq);
   if (r->Int("layer_offset", &m->layer_offset) && freq_ok && m->layer_offset >= m->layer_freq) {
@@ -275,6 +277,8 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
   r->Int("vocab", &m->vocab);
   r->Int("vocab_pad_multiple", &m->vocab_pad_multiple);
   r->Bool("tie_embeddings", &m->tie_embeddings);
+  r->Bool("linear_bias", &m->linear_bias);
+  r->Int("learned_positions", &m->learned_positions);
   r->Enum<NormKind>("norm", &m->norm, {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", NormKind::kLayerNorm}});
   if (r->Has("attention") && r->Has("mla")) {
     const bool mla_later = r->KeyMark("mla").line >= r->KeyMark("attention").line;
@@ -319,6 +323,7 @@ void ParseTraining(MapReader& top, TrainingConfig* t) {
                      {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
   r->Bool("flash_attention", &t->flash_attention);
   r->Double("dropout", &t->dropout);
+  r->Bool("transformer_engine", &t->transformer_engine);
   if (auto p = r->Section("precision"); p && p->ok()) {
     p->Enum<DType>("params", &t->precision.params, kDTypes);
     p->Enum<DType>("grads", &t->precision.grads, kDTypes);
@@ -400,6 +405,7 @@ void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
     r->Double("min_headroom_gib", &c->min_headroom_gib);
     r->Double("allocator_overhead", &c->allocator_overhead);
     r->Int("capacity_mib", &c->capacity_mib);
+    r->Int("cublas_workspace_mib", &c->cublas_workspace_mib);
     if (!r->String("gpu", &c->gpu, kMaxNameLength)) return;
   }
   const auto preset = GpuPreset(c->gpu);

@@ -13,7 +13,7 @@ namespace {
 constexpr Category kAllCategories[] = {
     Category::kReplicatedParams, Category::kTpShardedParams, Category::kEpShardedParams,
     Category::kGradients,        Category::kOptimizerMuon,   Category::kOptimizerAdamW,
-    Category::kActivations,      Category::kRoutingScratch,  Category::kServingState,
+    Category::kActivations,      Category::kRoutingScratch,  Category::kServingState, Category::kLibraryWorkspaces,
     Category::kRuntimeReserve,   Category::kAllocatorOverhead,
 };
 

@@ -20,7 +20,8 @@ constexpr Style kStyles[] = {
     {Category::kEpShardedParams, "#08519c"},  {Category::kGradients, "#74c476"},
     {Category::kOptimizerMuon, "#31a354"},    {Category::kOptimizerAdamW, "#006d2c"},
     {Category::kActivations, "#fd8d3c"},      {Category::kRoutingScratch, "#9e9ac8"},
-    {Category::kServingState, "#6a51a3"},     {Category::kRuntimeReserve, "#969696"},
+    {Category::kServingState, "#6a51a3"},     {Category::kLibraryWorkspaces, "#737373"},
+    {Category::kRuntimeReserve, "#969696"},
     {Category::kAllocatorOverhead, "#cccccc"},
 };
 

@@ -26,10 +26,11 @@ enum class Category : int {
   kActivations,      // saved for backward, x in-flight micro-batches of the schedule
   kRoutingScratch,   // MoE dispatch/combine buffers (transient, peak layer)
   kServingState,     // KV cache + Mamba conv/SSM state + R state (serving block only)
-  kRuntimeReserve,   // CUDA context, NCCL, library workspaces
+  kLibraryWorkspaces,  // cuBLAS workspaces of PyTorch and Transformer Engine (allocator-managed)
+  kRuntimeReserve,   // CUDA context, NCCL buffers
   kAllocatorOverhead,  // fragmentation of allocator-managed bytes
 };
-inline constexpr int kNumCategories = 11;
+inline constexpr int kNumCategories = 12;
 /// Stable snake_case key ("replicated_params"), used in JSON and CSV.
 const char* Key(Category c);
 /// Human label ("replicated params").

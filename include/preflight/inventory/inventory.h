@@ -104,6 +104,9 @@ struct Inventory {
   Recipe recipe;                   // the recipe the inventory was built from
   std::vector<Layer> layers;       // in model order
   ParamTensor embedding;           // [vocab, hidden], Split::kVocab (logical, unpadded vocab)
+  /// Learned absolute position embeddings [positions, hidden], REP, on the
+  /// first stage with the word embedding; empty without (RoPE).
+  std::vector<ParamTensor> positions;
   ParamTensor final_norm;          // [hidden], REP
   std::vector<ParamTensor> head;   // [vocab, hidden] output projection; empty when tied
   int64_t total_params = 0;        // logical (unpadded) parameter count of the whole model
@@ -120,7 +123,7 @@ struct Inventory {
   /// All final-norm tensors: the weight (== final_norm), plus a bias with LayerNorm.
   std::vector<ParamTensor> final_norms;
   /// Totals of the non-layer tensors, each by class x optimizer.
-  ParamTotals embedding_totals;   // the embedding (kVocab -> kTpSharded, logical vocab)
+  ParamTotals embedding_totals;   // the embedding (kVocab -> kTpSharded, logical vocab) + positions
   ParamTotals final_norm_totals;  // every final-norm tensor
   ParamTotals head_totals;        // the untied head; zero when tied
   /// Sum of everything in `layers` by class x optimizer.

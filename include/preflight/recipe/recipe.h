@@ -104,6 +104,13 @@ struct MoeConfig {  // the E block (docs/formulas.md §1.5, 5)
   int64_t first_k_dense = 0;          // the first k E slots become dense D blocks
   int64_t layer_freq = 1;             // E slot j (after first_k_dense) is MoE iff j % layer_freq == layer_offset
   int64_t layer_offset = 0;
+  /// Routed experts' FFN: swiglu (gate + up, 3 matrices) or a non-gated gelu /
+  /// relu2 (2 matrices); Megatron's --swiglu sets experts and dense MLP alike.
+  FfnActivation activation = FfnActivation::kSwiglu;
+  /// Experts run as one grouped GEMM (Megatron --moe-grouped-gemm; with
+  /// Transformer Engine that is TE GroupedLinear, which keeps its own
+  /// per-stream cuBLAS workspaces).
+  bool grouped_gemm = true;
   /// Width of the shared expert FFN (0 = none).
   int64_t SharedWidth() const { return shared_ffn_hidden > 0 ? shared_ffn_hidden : shared_experts * ffn_hidden; }
 };
@@ -136,6 +143,13 @@ struct ModelConfig {
   int64_t vocab = 131072;
   int64_t vocab_pad_multiple = 128;  // padded to a multiple of this times TP (Megatron)
   bool tie_embeddings = false;
+  /// Biases on every linear of A, D and E blocks (Megatron's default unless
+  /// --disable-bias-linear); false for Llama-style models.
+  bool linear_bias = false;
+  /// Learned absolute position embeddings [positions, hidden] on the first
+  /// stage (Megatron --position-embedding-type learned_absolute with
+  /// --max-position-embeddings); 0 = none (RoPE).
+  int64_t learned_positions = 0;
   NormKind norm = NormKind::kRmsNorm;
   AttentionConfig attention;
   std::optional<MlaConfig> mla;  // when set, A layers are MLA
@@ -167,6 +181,9 @@ struct TrainingConfig {
   Recompute recompute = Recompute::kSelective;
   bool flash_attention = true;   // false adds the s^2 softmax terms of Korthikanti
   double dropout = 0.0;          // > 0 saves dropout masks (Korthikanti's assumption)
+  /// Layers run on Transformer Engine (Megatron --transformer-impl
+  /// transformer_engine, its default); TE keeps its own cuBLAS workspace.
+  bool transformer_engine = true;
   PrecisionConfig precision;
   OptimizerConfig optimizer;
 };
@@ -204,10 +221,14 @@ struct ClusterConfig {
   GpuSpec spec;                    // filled from the preset
   int64_t nodes = 8;
   int64_t gpus_per_node = 8;
-  double reserve_gib = 3.0;        // CUDA context + NCCL + library workspaces
+  double reserve_gib = 3.0;        // CUDA context + NCCL buffers (outside the caching allocator)
   double min_headroom_gib = 4.0;   // floor below which fit warns / check fails
   double allocator_overhead = 0.05;  // fraction of allocator-managed bytes lost to fragmentation
   int64_t capacity_mib = 0;        // device capacity override in MiB; 0 = the preset's (spec.capacity_mib)
+  /// One cuBLAS workspace in MiB: 32 on Hopper and later (cuBLAS's
+  /// recommendation, TE's get_cublas_workspace_size_bytes, and
+  /// CUBLAS_WORKSPACE_CONFIG=:4096:8), 4 before.
+  int64_t cublas_workspace_mib = 32;
   int64_t world() const { return nodes * gpus_per_node; }
 };
 
