@@ -3,8 +3,42 @@
 #include <algorithm>
 
 #include "internal.h"
+#include "preflight/estimator/geometry.h"
 
 namespace preflight::estimator_detail {
+
+namespace {
+
+/// Megatron's --defer-embedding-wgrad-compute: the output layer's forward
+/// appends its input to embedding_activation_buffer and its backward appends
+/// grad_output to grad_output_buffer instead of computing the weight gradient,
+/// for the first wgrad_deferral_limit micro-batches (0 = all;
+/// core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication);
+/// the schedule computes them at the pipeline flush, so at the last backward
+/// every deferred pair is still held: the SP-sharded input [s/c/(SP ? t : 1), b, h]
+/// and the gradient [s/c, b, V_pad/t], both in the activation dtype.
+void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, int64_t vocab, Sink* sink) {
+  const TrainingConfig& t = rc.training;
+  if (!t.defer_head_wgrad) return;
+  const int64_t limit = t.head_wgrad_deferral_limit;
+  const int64_t deferred = limit == 0 ? l.micro_batches : std::min(limit, l.micro_batches);
+  const int64_t tokens = TokensOf(rc, l).cp_rank;
+  const int64_t beta = SizeOf(t.precision.activations);
+  const int64_t per_micro_batch = Add(CeilDiv(Mul(Mul(tokens, rc.model.hidden), beta), l.sequence_parallel() ? l.tp : 1),
+                                      Mul(Mul(tokens, CeilDiv(vocab, l.tp)), beta));
+  const Bytes b(Mul(deferred, per_micro_batch));
+  out.activations_ends += b;
+  if (sink) {
+    Note(sink, Category::kActivations,
+         "last stage: deferred output-layer weight gradients (input and grad_output per deferred micro-batch)",
+         "deferred * s*b/c * (h/(SP ? t : 1) + V_pad/t) * beta; deferred = limit or every micro-batch",
+         Inputs({{"s", t.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp}, {"h", rc.model.hidden},
+                 {"V_pad", vocab}, {"deferred", deferred}, {"micro_batches", l.micro_batches}}),
+         b);
+  }
+}
+
+}  // namespace
 
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink) {
@@ -66,6 +100,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     const int64_t vocab = PaddedVocab(rc.model, l.tp);
     const Bytes last = rates.HeadSaved() * w.head_units + (w.head_logits ? rates.HeadLogits() : Bytes(0));
     out.activations_ends += last;
+    PriceDeferredHeadWgrad(out, rc, l, vocab, sink);
     if (sink) {
       Note(sink, Category::kActivations,
            "last stage: final-norm and head inputs, fp32 CE softmax (per micro-batch in flight), transient logits "

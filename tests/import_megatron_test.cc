@@ -148,6 +148,39 @@ TEST(ImportMegatron, CommandLineWithContinuationsCommentsAndVariables) {
     }
   }
   EXPECT_TRUE(modules);
+  // Megatron's defaults the recipe now holds: biases on every linear, a learned
+  // position table of --max-position-embeddings (defaulting to --seq-length) rows,
+  // Transformer Engine.
+  EXPECT_TRUE(r.model.linear_bias);
+  EXPECT_EQ(r.model.learned_positions, 128);
+  EXPECT_TRUE(r.training.transformer_engine);
+  EXPECT_FALSE(r.training.defer_head_wgrad);
+}
+
+// The flags that set the mechanisms fit now prices, each to its recipe key.
+TEST(ImportMegatron, KernelAndDeferralFlagsMapToTheirKeys) {
+  const std::string base =
+      "MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
+      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n"
+      "  --max-position-embeddings: 256\n  --pipeline-model-parallel-size: 2\n  --num-experts: 8\n"
+      "  --moe-ffn-hidden-size: 32\n";
+  const Recipe gelu = Load(ImportMegatronArgs(base, "m.yaml"), {{"cluster.gpus_per_node", "2"}});
+  EXPECT_EQ(gelu.model.moe.activation, FfnActivation::kGelu);  // no --swiglu: GeLU experts, two matrices
+  EXPECT_FALSE(gelu.model.moe.grouped_gemm);
+  EXPECT_EQ(gelu.model.learned_positions, 256);
+  const Recipe r = Load(ImportMegatronArgs(base + "  --swiglu: true\n  --moe-grouped-gemm: true\n"
+                                                  "  --disable-bias-linear: true\n  --position-embedding-type: rope\n"
+                                                  "  --transformer-impl: local\n"
+                                                  "  --defer-embedding-wgrad-compute: true\n  --wgrad-deferral-limit: 3\n",
+                                           "m.yaml"),
+                        {{"cluster.gpus_per_node", "2"}});
+  EXPECT_EQ(r.model.moe.activation, FfnActivation::kSwiglu);
+  EXPECT_TRUE(r.model.moe.grouped_gemm);
+  EXPECT_FALSE(r.model.linear_bias);
+  EXPECT_EQ(r.model.learned_positions, 0);
+  EXPECT_FALSE(r.training.transformer_engine);
+  EXPECT_TRUE(r.training.defer_head_wgrad);
+  EXPECT_EQ(r.training.head_wgrad_deferral_limit, 3);
 }
 
 TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {

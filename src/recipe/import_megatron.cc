@@ -212,10 +212,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
        "in flight)"},
       {"--moe-shared-expert-overlap", "shared-expert compute overlapped with dispatch"},
       {"--delay-wgrad-compute", "weight gradients computed later (their inputs live longer)"},
-      {"--defer-embedding-wgrad-compute",
-       "embedding weight gradients deferred (inputs of the output layer "
-       "kept for several micro-batches)"},
-      {"--wgrad-deferral-limit", "number of deferred embedding weight-gradient micro-batches"},
       {"--overlap-p2p-communication-warmup-flush", "pipeline P2P overlap in warm-up/flush (time)"},
       {"--microbatch-group-size-per-virtual-pipeline-stage",
        "interleaved schedule grouping; changes the "
@@ -255,6 +251,8 @@ const std::set<std::string> kMapped = {
     "--position-embedding-type",
     "--disable-bias-linear",
     "--moe-grouped-gemm",
+    "--defer-embedding-wgrad-compute",
+    "--wgrad-deferral-limit",
     "--add-bias-linear",
     "--vocab-size",
     "--make-vocab-size-divisible-by",
@@ -911,6 +909,10 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   Add(&l, "training.flash_attention", Bool(flash),
       impl == "local" ? "--transformer-impl local" : "--attention-backend " + backend);
   Add(&l, "training.transformer_engine", Bool(impl == "transformer_engine"), "--transformer-impl " + impl);
+  if (a.Flag("--defer-embedding-wgrad-compute")) {
+    Add(&l, "training.defer_head_wgrad", "true", "--defer-embedding-wgrad-compute");
+    Add(&l, "training.head_wgrad_deferral_limit", a.Int("--wgrad-deferral-limit", 0, 0), "0 = every micro-batch");
+  }
 
   // Parallelism.
   const int64_t tp = a.Int("--tensor-model-parallel-size", 1);

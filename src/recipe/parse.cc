@@ -324,6 +324,8 @@ void ParseTraining(MapReader& top, TrainingConfig* t) {
   r->Bool("flash_attention", &t->flash_attention);
   r->Double("dropout", &t->dropout);
   r->Bool("transformer_engine", &t->transformer_engine);
+  r->Bool("defer_head_wgrad", &t->defer_head_wgrad);
+  r->Int("head_wgrad_deferral_limit", &t->head_wgrad_deferral_limit);
   if (auto p = r->Section("precision"); p && p->ok()) {
     p->Enum<DType>("params", &t->precision.params, kDTypes);
     p->Enum<DType>("grads", &t->precision.grads, kDTypes);

@@ -39,6 +39,7 @@ class Validator {
       }
     }
     CheckSequence();
+    CheckHeadWgrad();
     if (CheckWorld()) {
       // Always: Megatron builds the expert mesh even without MoE layers and
       // raises unless world % (expert_tp * ep * pp) == 0 [MG parallel_state.py
@@ -250,8 +251,24 @@ class Validator {
     }
   }
 
+  /// Megatron's ModelParallelConfig raises "Cannot defer embedding wgrad
+  /// compute when pipeline model parallel is not used".
+  void CheckHeadWgrad() {
+    if (!r_.training.defer_head_wgrad || Bad({"training.defer_head_wgrad", "parallel.pp"}) || p_.pp > 1) return;
+    ctx_.ErrorAt("training.defer_head_wgrad", "true",
+                 "needs parallel.pp > 1: the deferred weight gradients fill the pipeline flush, and Megatron refuses "
+                 "the flag without pipeline parallelism; set it to false");
+  }
+
   void CheckSequence() {
     const int64_t s = r_.training.seq_len;
+    const int64_t positions = r_.model.learned_positions;
+    if (positions > 0 && !Bad({"training.seq_len", "model.learned_positions"}) && positions < s) {
+      ctx_.ErrorAt("model.learned_positions", Str(positions),
+                   fmt::format("must be 0 (no learned table) or at least training.seq_len ({}): a learned table "
+                               "has one row per position",
+                               s));
+    }
     if (Bad({"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sp", "parallel.cp_load_balance"})) return;
     if (p_.cp > 1 && p_.cp_load_balance && s % (2 * p_.cp) != 0) {
       ctx_.ErrorAt("training.seq_len", Str(s),

@@ -199,7 +199,9 @@ void BatchFlags(const Context& c) {
   c.args.Flag("--micro-batch-size", c.p.layout.micro_batch);
   c.args.Flag("--global-batch-size", c.r.training.global_batch);
   c.args.Flag("--seq-length", c.r.training.seq_len);
-  c.args.Flag("--max-position-embeddings", c.r.training.seq_len);
+  // A learned table has learned_positions rows; otherwise the sequence length.
+  const int64_t positions = c.r.model.learned_positions;
+  c.args.Flag("--max-position-embeddings", positions > 0 ? positions : c.r.training.seq_len);
 }
 
 void MlaFlags(const Context& c, const MlaConfig& a) {
@@ -233,7 +235,9 @@ void AttentionFlags(const Context& c) {
     c.args.Flag("--kv-channels", m.attention.head_dim);
     if (m.attention.qk_norm) c.args.Flag("--qk-layernorm");
   }
-  if (c.transformer) {
+  if (m.learned_positions > 0) {
+    c.args.Flag("--position-embedding-type", "learned_absolute");
+  } else if (c.transformer) {
     c.args.Flag("--position-embedding-type", "rope");
     c.notes.Note(
         "--position-embedding-type rope: preflight's attention applies RoPE (docs/formulas.md §8.1); the recipe has no "
@@ -246,21 +250,23 @@ void AttentionFlags(const Context& c) {
   if (attention) c.args.Flag("--attention-backend", c.r.training.flash_attention ? "flash" : "unfused");
 }
 
-// Routed experts are SwiGLU (docs/formulas.md §1.5) and Megatron has one activation
-// for dense and expert FFNs (--swiglu / --squared-relu; GeLU is its default).
+// Megatron has one activation for dense and expert FFNs (--swiglu /
+// --squared-relu; GeLU is its default); the experts' wins when they differ.
 void ActivationFlags(const Context& c) {
   const bool moe = Has(c.r, BlockKind::kMoe);
   const bool dense = Has(c.r, BlockKind::kDenseMlp);
-  const FfnActivation act = c.r.model.mlp.activation;
-  if (moe && dense && act != FfnActivation::kSwiglu) {
-    c.notes.Cannot("model.mlp.activation", Name(act),
-                   fmt::format("Megatron uses one activation for dense and expert FFNs; the experts are SwiGLU, the "
-                               "dense MLP {}: --swiglu emitted",
-                               Name(act)));
+  const FfnActivation dense_act = c.r.model.mlp.activation;
+  const FfnActivation act = moe ? c.r.model.moe.activation : dense_act;
+  if (moe && dense && dense_act != act) {
+    c.notes.Cannot("model.mlp.activation", Name(dense_act),
+                   fmt::format("Megatron uses one activation for dense and expert FFNs; the experts are {}, the "
+                               "dense MLP {}: the experts' emitted",
+                               Name(act), Name(dense_act)));
   }
-  if (moe || (dense && act == FfnActivation::kSwiglu)) {
+  if (!moe && !dense) return;
+  if (act == FfnActivation::kSwiglu) {
     c.args.Flag("--swiglu");
-  } else if (dense && act == FfnActivation::kRelu2) {
+  } else if (act == FfnActivation::kRelu2) {
     c.args.Flag("--squared-relu");
   }
 }
@@ -273,8 +279,9 @@ void ModelFlags(const Context& c) {
   AttentionFlags(c);
   ActivationFlags(c);
   c.args.Flag("--normalization", m.norm == NormKind::kRmsNorm ? "RMSNorm" : "LayerNorm");
-  // Every linear is bias-free (docs/formulas.md §1); Megatron adds biases by default.
-  c.args.Flag("--disable-bias-linear");
+  // Megatron adds biases by default (add_bias_linear).
+  if (!m.linear_bias) c.args.Flag("--disable-bias-linear");
+  if (!c.r.training.transformer_engine) c.args.Flag("--transformer-impl", "local");
   // Megatron's dropouts default to 0.1; the recipe's is training.dropout.
   c.args.Flag("--attention-dropout", Number(c.r.training.dropout));
   c.args.Flag("--hidden-dropout", Number(c.r.training.dropout));
@@ -308,6 +315,7 @@ void MoeFlags(const Context& c) {
   if (e.shared_gate) c.notes.Cannot("model.moe.shared_gate", "true", "arguments.py has no flag for a gated shared expert");
   c.args.Flag("--moe-router-score-function", e.router == RouterScore::kSigmoid ? "sigmoid" : "softmax");
   if (e.router_bias) c.args.Flag("--moe-router-enable-expert-bias");
+  if (e.grouped_gemm) c.args.Flag("--moe-grouped-gemm");
   // The plan prices the EP dispatch as all-to-all; arguments.py recommends it with EP.
   c.args.Flag("--moe-token-dispatcher-type", "alltoall");
   if (e.dropless) {
@@ -455,6 +463,12 @@ void OptimizerFlags(const Context& c) {
   ZeroFlags(c, muon);
 }
 
+void HeadWgradFlags(const Context& c) {
+  if (!c.r.training.defer_head_wgrad) return;
+  c.args.Flag("--defer-embedding-wgrad-compute");
+  c.args.Flag("--wgrad-deferral-limit", c.r.training.head_wgrad_deferral_limit);
+}
+
 void RecomputeFlags(const Context& c) {
   switch (c.p.layout.recompute) {
     case Recompute::kNone: break;
@@ -487,6 +501,7 @@ Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   PrecisionFlags(c);
   OptimizerFlags(c);
   RecomputeFlags(c);
+  HeadWgradFlags(c);
   Emission out;
   out.text = notes.Render("# ") + args.Render();
   out.warnings = notes.TakeWarnings();

@@ -184,6 +184,12 @@ struct TrainingConfig {
   /// Layers run on Transformer Engine (Megatron --transformer-impl
   /// transformer_engine, its default); TE keeps its own cuBLAS workspace.
   bool transformer_engine = true;
+  /// The output layer's weight gradient waits for the pipeline flush
+  /// (Megatron --defer-embedding-wgrad-compute): the last stage keeps the
+  /// layer's input and output gradient of the first deferred micro-batches.
+  bool defer_head_wgrad = false;
+  /// Micro-batches deferred (Megatron --wgrad-deferral-limit); 0 = all of them.
+  int64_t head_wgrad_deferral_limit = 0;
   PrecisionConfig precision;
   OptimizerConfig optimizer;
 };
