@@ -131,7 +131,9 @@ void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, Sink* sin
     Note(sink, Category::kLibraryWorkspaces,
          "cuBLAS workspaces: PyTorch's per (thread handle, stream), TE's, TE grouped GEMM's per stream",
          "(torch + te + te_grouped) * cublas_workspace_mib * 2^20",
-         Inputs({{"torch", ws.torch}, {"te", ws.te}, {"te_grouped", ws.te_grouped},
+         Inputs({{"torch", ws.torch},
+                 {"te", ws.te},
+                 {"te_grouped", ws.te_grouped},
                  {"cublas_workspace_mib", rc.cluster.cublas_workspace_mib}}),
          b);
   }

@@ -24,16 +24,23 @@ void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, 
   const int64_t deferred = limit == 0 ? l.micro_batches : std::min(limit, l.micro_batches);
   const int64_t tokens = TokensOf(rc, l).cp_rank;
   const int64_t beta = SizeOf(t.precision.activations);
-  const int64_t per_micro_batch = Add(CeilDiv(Mul(Mul(tokens, rc.model.hidden), beta), l.sequence_parallel() ? l.tp : 1),
-                                      Mul(Mul(tokens, CeilDiv(vocab, l.tp)), beta));
+  const int64_t per_micro_batch =
+      Add(CeilDiv(Mul(Mul(tokens, rc.model.hidden), beta), l.sequence_parallel() ? l.tp : 1),
+          Mul(Mul(tokens, CeilDiv(vocab, l.tp)), beta));
   const Bytes b(Mul(deferred, per_micro_batch));
   out.activations_ends += b;
   if (sink) {
     Note(sink, Category::kActivations,
          "last stage: deferred output-layer weight gradients (input and grad_output per deferred micro-batch)",
          "deferred * s*b/c * (h/(SP ? t : 1) + V_pad/t) * beta; deferred = limit or every micro-batch",
-         Inputs({{"s", t.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp}, {"h", rc.model.hidden},
-                 {"V_pad", vocab}, {"deferred", deferred}, {"micro_batches", l.micro_batches}}),
+         Inputs({{"s", t.seq_len},
+                 {"b", l.micro_batch},
+                 {"c", l.cp},
+                 {"t", l.tp},
+                 {"h", rc.model.hidden},
+                 {"V_pad", vocab},
+                 {"deferred", deferred},
+                 {"micro_batches", l.micro_batches}}),
          b);
   }
 }

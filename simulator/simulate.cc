@@ -56,8 +56,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
   Require(!r.model.attention.qk_norm, "qk_norm is not in the executor");
   Require(!r.model.linear_bias, "linear biases are not in the executor (set model.linear_bias: false)");
-  Require(!r.training.defer_head_wgrad, "deferred head weight gradients are not in the executor "
-                                       "(set training.defer_head_wgrad: false)");
+  Require(!r.training.defer_head_wgrad,
+          "deferred head weight gradients are not in the executor "
+          "(set training.defer_head_wgrad: false)");
   Require(r.model.learned_positions == 0,
           "learned position embeddings are not in the executor (set model.learned_positions: 0)");
   bool has_moe = false;

@@ -51,8 +51,8 @@ TEST(AllocatedFigures, StaticIsEighteenBytesAParameterAndPeakAddsActivations) {
   const int64_t workspaces = 3 * 32 * 1024 * 1024;
   EXPECT_EQ(m.of(Category::kLibraryWorkspaces).count(), workspaces);
   EXPECT_EQ(m.allocated_static.count(), 18 * params + workspaces);
-  EXPECT_EQ(m.allocated_peak.count(), 18 * params + workspaces + m.of(Category::kActivations).count() +
-                                          m.of(Category::kRoutingScratch).count());
+  EXPECT_EQ(m.allocated_peak.count(),
+            18 * params + workspaces + m.of(Category::kActivations).count() + m.of(Category::kRoutingScratch).count());
   EXPECT_GT(m.of(Category::kActivations).count(), 0);
   // Neither figure contains what max_memory_allocated does not see.
   EXPECT_EQ(m.allocated_peak, m.total() - m.of(Category::kRuntimeReserve) - m.of(Category::kAllocatorOverhead));

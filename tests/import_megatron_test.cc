@@ -168,12 +168,13 @@ TEST(ImportMegatron, KernelAndDeferralFlagsMapToTheirKeys) {
   EXPECT_EQ(gelu.model.moe.activation, FfnActivation::kGelu);  // no --swiglu: GeLU experts, two matrices
   EXPECT_FALSE(gelu.model.moe.grouped_gemm);
   EXPECT_EQ(gelu.model.learned_positions, 256);
-  const Recipe r = Load(ImportMegatronArgs(base + "  --swiglu: true\n  --moe-grouped-gemm: true\n"
-                                                  "  --disable-bias-linear: true\n  --position-embedding-type: rope\n"
-                                                  "  --transformer-impl: local\n"
-                                                  "  --defer-embedding-wgrad-compute: true\n  --wgrad-deferral-limit: 3\n",
-                                           "m.yaml"),
-                        {{"cluster.gpus_per_node", "2"}});
+  const Recipe r =
+      Load(ImportMegatronArgs(base + "  --swiglu: true\n  --moe-grouped-gemm: true\n"
+                                     "  --disable-bias-linear: true\n  --position-embedding-type: rope\n"
+                                     "  --transformer-impl: local\n"
+                                     "  --defer-embedding-wgrad-compute: true\n  --wgrad-deferral-limit: 3\n",
+                              "m.yaml"),
+           {{"cluster.gpus_per_node", "2"}});
   EXPECT_EQ(r.model.moe.activation, FfnActivation::kSwiglu);
   EXPECT_TRUE(r.model.moe.grouped_gemm);
   EXPECT_FALSE(r.model.linear_bias);

@@ -800,7 +800,8 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   if (norm != "LayerNorm" && norm != "RMSNorm") a.Warn("--normalization", "not LayerNorm/RMSNorm; priced as RMSNorm");
   Add(&m, "model.norm", norm == "LayerNorm" ? "layernorm" : "rmsnorm");
   // add_bias_linear defaults to True; --disable-bias-linear stores False into it.
-  Add(&m, "model.linear_bias", Bool(!a.Flag("--disable-bias-linear")), "Megatron adds biases unless --disable-bias-linear");
+  Add(&m, "model.linear_bias", Bool(!a.Flag("--disable-bias-linear")),
+      "Megatron adds biases unless --disable-bias-linear");
   // LanguageModelEmbedding builds nn.Embedding(max_sequence_length, hidden) for learned_absolute,
   // max_sequence_length being --max-position-embeddings (validate_args defaults it to --seq-length).
   const std::string pos = a.Str("--position-embedding-type", "learned_absolute");

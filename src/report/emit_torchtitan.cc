@@ -93,8 +93,9 @@ void ModelSupport(const Context& c) {
                    "torchtitan's decoders use RoPE, no learned position table");
   }
   if (c.r.training.transformer_engine) {
-    c.notes.Note("training.transformer_engine: the plan prices Transformer Engine's cuBLAS workspaces; torchtitan "
-                 "runs plain PyTorch (set it to false to price that)");
+    c.notes.Note(
+        "training.transformer_engine: the plan prices Transformer Engine's cuBLAS workspaces; torchtitan "
+        "runs plain PyTorch (set it to false to price that)");
   }
   if (c.r.training.defer_head_wgrad) {
     c.notes.Cannot("training.defer_head_wgrad", "true", "torchtitan has no deferred output-layer weight gradient");

@@ -11,10 +11,9 @@ namespace preflight {
 namespace {
 
 constexpr Category kAllCategories[] = {
-    Category::kReplicatedParams, Category::kTpShardedParams, Category::kEpShardedParams,
-    Category::kGradients,        Category::kOptimizerMuon,   Category::kOptimizerAdamW,
-    Category::kActivations,      Category::kRoutingScratch,  Category::kServingState, Category::kLibraryWorkspaces,
-    Category::kRuntimeReserve,   Category::kAllocatorOverhead,
+    Category::kReplicatedParams, Category::kTpShardedParams,   Category::kEpShardedParams, Category::kGradients,
+    Category::kOptimizerMuon,    Category::kOptimizerAdamW,    Category::kActivations,     Category::kRoutingScratch,
+    Category::kServingState,     Category::kLibraryWorkspaces, Category::kRuntimeReserve,  Category::kAllocatorOverhead,
 };
 
 std::string FamilyCounts(const Inventory& inv) {

@@ -21,8 +21,7 @@ constexpr Style kStyles[] = {
     {Category::kOptimizerMuon, "#31a354"},    {Category::kOptimizerAdamW, "#006d2c"},
     {Category::kActivations, "#fd8d3c"},      {Category::kRoutingScratch, "#9e9ac8"},
     {Category::kServingState, "#6a51a3"},     {Category::kLibraryWorkspaces, "#737373"},
-    {Category::kRuntimeReserve, "#969696"},
-    {Category::kAllocatorOverhead, "#cccccc"},
+    {Category::kRuntimeReserve, "#969696"},   {Category::kAllocatorOverhead, "#cccccc"},
 };
 
 constexpr int kTop = 50, kPlotHeight = 420, kLeft = 70, kBarWidth = 90, kGap = 50, kKeyWidth = 260;

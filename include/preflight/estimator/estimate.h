@@ -21,13 +21,13 @@ enum class Category : int {
   kTpShardedParams,
   kEpShardedParams,
   kGradients,
-  kOptimizerMuon,    // momentum (+ fp32 master of Muon-owned params)
-  kOptimizerAdamW,   // two moments (+ fp32 master of AdamW-owned params)
-  kActivations,      // saved for backward, x in-flight micro-batches of the schedule
-  kRoutingScratch,   // MoE dispatch/combine buffers (transient, peak layer)
-  kServingState,     // KV cache + Mamba conv/SSM state + R state (serving block only)
+  kOptimizerMuon,      // momentum (+ fp32 master of Muon-owned params)
+  kOptimizerAdamW,     // two moments (+ fp32 master of AdamW-owned params)
+  kActivations,        // saved for backward, x in-flight micro-batches of the schedule
+  kRoutingScratch,     // MoE dispatch/combine buffers (transient, peak layer)
+  kServingState,       // KV cache + Mamba conv/SSM state + R state (serving block only)
   kLibraryWorkspaces,  // cuBLAS workspaces of PyTorch and Transformer Engine (allocator-managed)
-  kRuntimeReserve,   // CUDA context, NCCL buffers
+  kRuntimeReserve,     // CUDA context, NCCL buffers
   kAllocatorOverhead,  // fragmentation of allocator-managed bytes
 };
 inline constexpr int kNumCategories = 12;
