@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "recipe_bounds.h"
+#include "preflight/recipe/fields.h"
 #include "preflight/recipe/recipe.h"
 #include "reader.h"
 #include "schema.h"
@@ -26,91 +27,31 @@ namespace recipe_internal {
 namespace {
 
 
-const std::vector<std::pair<std::string, DType>> kDTypes = {
-    {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}, {"fp8", DType::kFp8}};
-const std::vector<std::pair<std::string, FfnActivation>> kFfnActivations = {
-    {"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu}, {"relu2", FfnActivation::kRelu2}};
-const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {{"muon", OptimizerKind::kMuon},
-                                                                        {"adamw", OptimizerKind::kAdamW}};
-
 // ---- model ---------------------------------------------------------------
 
-void ParseAttention(MapReader& model, AttentionConfig* a) {
-  auto r = model.Section("attention");
-  if (!r || !r->ok()) return;
-  r->Int("heads", &a->heads);
-  r->Int("kv_heads", &a->kv_heads);
-  r->Int("head_dim", &a->head_dim);
-  r->Bool("qk_norm", &a->qk_norm);
-}
-
-void ParseMla(MapReader& model, std::optional<MlaConfig>* out) {
-  auto r = model.Section("mla");
-  if (!r) return;
-  MlaConfig m;
-  if (r->ok()) {
-    r->Int("heads", &m.heads);
-    r->Int("q_lora_rank", &m.q_lora_rank);
-    r->Int("kv_lora_rank", &m.kv_lora_rank);
-    r->Int("qk_rope_head_dim", &m.qk_rope_head_dim);
-    r->Int("qk_nope_head_dim", &m.qk_nope_head_dim);
-    r->Int("v_head_dim", &m.v_head_dim);
-  }
-  *out = m;
-}
-
-void ParseMlp(MapReader& model, MlpConfig* m) {
-  auto r = model.Section("mlp");
-  if (!r || !r->ok()) return;
-  r->Int("ffn_hidden", &m->ffn_hidden);
-  r->Enum<FfnActivation>("activation", &m->activation, kFfnActivations);
-}
-
-void ParseMoe(MapReader& model, MoeConfig* m, Context& ctx) {
-  auto r = model.Section("moe");
-  if (!r || !r->ok()) return;
-  r->Int("experts", &m->experts);
-  r->Int("top_k", &m->top_k);
-  r->Int("ffn_hidden", &m->ffn_hidden);
-  r->Int("shared_experts", &m->shared_experts);
-  r->Int("shared_ffn_hidden", &m->shared_ffn_hidden);
-  r->Double("capacity_factor", &m->capacity_factor);
-  r->Bool("dropless", &m->dropless);
-  r->Bool("pad_to_capacity", &m->pad_to_capacity);
-  r->Double("dropless_skew", &m->dropless_skew);
-  r->Enum<RouterScore>("router", &m->router, {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}});
-  r->Bool("router_bias", &m->router_bias);
-  r->Bool("shared_gate", &m->shared_gate);
-  r->Enum<FfnActivation>("activation", &m->activation, kFfnActivations);
-  r->Bool("grouped_gemm", &m->grouped_gemm);
-  r->Int("first_k_dense", &m->first_k_dense);
-  const bool freq_ok = r->Int("layer_freq", &m->layer_freq);
-  if (r->Int("layer_offset", &m->layer_offset) && freq_ok && m->layer_offset >= m->layer_freq) {
-    ctx.MarkBad("model.moe.layer_offset");
-    ctx.Error("model.moe.layer_offset", r->ValueMark("layer_offset"), std::to_string(m->layer_offset),
-              fmt::format("must be less than model.moe.layer_freq ({}); valid range is [0, {}]", m->layer_freq,
-                          m->layer_freq - 1));
+/// Reads every key of the map `r` that the field table reads (RecipeField::read),
+/// and each sub-map through its own reader, in table order.
+void ReadFields(MapReader& r, Recipe* recipe) {
+  for (const RecipeField& f : RecipeFields()) {
+    if (f.parent() != r.path()) continue;
+    if (f.kind != FieldKind::kSection) {
+      if (f.read) f.read(r, *recipe);
+      continue;
+    }
+    auto sub = r.Section(std::string(f.key()));
+    if (!sub) continue;
+    if (f.open) f.open(*recipe);
+    if (sub->ok()) ReadFields(*sub, recipe);
   }
 }
 
-void ParseMamba(MapReader& model, MambaConfig* m) {
-  auto r = model.Section("mamba");
-  if (!r || !r->ok()) return;
-  r->Int("d_state", &m->d_state);
-  r->Int("d_conv", &m->d_conv);
-  r->Int("expand", &m->expand);
-  r->Int("head_dim", &m->head_dim);
-  r->Int("groups", &m->groups);
-  r->Int("chunk", &m->chunk);
-  r->Bool("fused_norm_out_proj", &m->fused_norm_out_proj);
-}
-
-void ParseRecurrent(MapReader& model, RecurrentConfig* rc) {
-  auto r = model.Section("recurrent");
-  if (!r || !r->ok()) return;
-  r->Int("width", &rc->width);
-  r->Int("heads", &rc->heads);
-  r->Int("d_conv", &rc->d_conv);
+/// model.moe.layer_offset must name a slot of the layer_freq period.
+void CheckMoeOffset(Context& ctx, const MoeConfig& m) {
+  if (ctx.IsBad("model.moe.layer_freq") || ctx.IsBad("model.moe.layer_offset") || m.layer_offset < m.layer_freq) return;
+  ctx.MarkBad("model.moe.layer_offset");
+  ctx.ErrorAt("model.moe.layer_offset", std::to_string(m.layer_offset),
+              fmt::format("must be less than model.moe.layer_freq ({}); valid range is [0, {}]", m.layer_freq,
+                          m.layer_freq - 1));
 }
 
 /// "line 7", or the override that set the key ("--set model.pattern=AEM").
@@ -263,7 +204,8 @@ void ApplyMoeLayout(const MoeConfig& moe, std::vector<BlockKind>* layers) {
   }
 }
 
-bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
+bool ParseModel(MapReader& top, Context& ctx, Recipe* recipe) {
+  ModelConfig* m = &recipe->model;
   auto r = top.Section("model");
   if (!r) {  // all defaults: the default pattern
     for (int64_t i = 0; i < m->repeat; ++i) {
@@ -273,13 +215,6 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
     return true;
   }
   if (!r->ok()) return false;
-  r->Int("hidden", &m->hidden);
-  r->Int("vocab", &m->vocab);
-  r->Int("vocab_pad_multiple", &m->vocab_pad_multiple);
-  r->Bool("tie_embeddings", &m->tie_embeddings);
-  r->Bool("linear_bias", &m->linear_bias);
-  r->Int("learned_positions", &m->learned_positions);
-  r->Enum<NormKind>("norm", &m->norm, {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", NormKind::kLayerNorm}});
   if (r->Has("attention") && r->Has("mla")) {
     const bool mla_later = r->KeyMark("mla").line >= r->KeyMark("attention").line;
     const std::string later = mla_later ? "mla" : "attention";
@@ -288,12 +223,8 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
               fmt::format("mutually exclusive with model.{} ({}): with mla, A layers are MLA; keep one", earlier,
                           WhereIs(ctx, *r, earlier)));
   }
-  ParseAttention(*r, &m->attention);
-  ParseMla(*r, &m->mla);
-  ParseMlp(*r, &m->mlp);
-  ParseMoe(*r, &m->moe, ctx);
-  ParseMamba(*r, &m->mamba);
-  ParseRecurrent(*r, &m->recurrent);
+  ReadFields(*r, recipe);
+  if (r->Has("moe")) CheckMoeOffset(ctx, m->moe);
   const bool ok = r->Has("layers") ? ReadExplicitLayers(*r, ctx, &m->layers) : ReadPatternLayers(*r, ctx, m);
   if (!ok) {
     ctx.MarkBad("model.layers");
@@ -312,37 +243,6 @@ bool ParseModel(MapReader& top, Context& ctx, ModelConfig* m) {
 }
 
 // ---- training, parallel, cluster, serving ---------------------------------
-
-void ParseTraining(MapReader& top, TrainingConfig* t) {
-  auto r = top.Section("training");
-  if (!r || !r->ok()) return;
-  r->Int("seq_len", &t->seq_len);
-  r->Int("micro_batch", &t->micro_batch);
-  r->Int("global_batch", &t->global_batch);
-  r->Enum<Recompute>("recompute", &t->recompute,
-                     {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
-  r->Bool("flash_attention", &t->flash_attention);
-  r->Double("dropout", &t->dropout);
-  r->Bool("transformer_engine", &t->transformer_engine);
-  r->Bool("defer_head_wgrad", &t->defer_head_wgrad);
-  r->Int("head_wgrad_deferral_limit", &t->head_wgrad_deferral_limit);
-  if (auto p = r->Section("precision"); p && p->ok()) {
-    p->Enum<DType>("params", &t->precision.params, kDTypes);
-    p->Enum<DType>("grads", &t->precision.grads, kDTypes);
-    p->Enum<std::optional<DType>>("master", &t->precision.master,
-                                  {{"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16},
-                                   {"fp8", DType::kFp8}, {"none", std::nullopt}});
-    p->Enum<DType>("activations", &t->precision.activations, kDTypes);
-  }
-  if (auto o = r->Section("optimizer"); o && o->ok()) {
-    o->Enum<OptimizerKind>("matrices", &t->optimizer.matrices, kOptimizers);
-    // Muon only orthogonalises 2-D hidden matrices; everything else is AdamW.
-    o->Enum<OptimizerKind>("other", &t->optimizer.other, {{"adamw", OptimizerKind::kAdamW}});
-    o->Enum<DType>("muon_momentum", &t->optimizer.muon_momentum, kDTypes);
-    o->Enum<OptimizerKind>("mamba_in_proj", &t->optimizer.mamba_in_proj, kOptimizers);
-    o->Enum<OptimizerKind>("router", &t->optimizer.router, kOptimizers);
-  }
-}
 
 /// parallel.stage_boundaries: a list of layer indices (checked in Validate).
 void ReadStageBoundaries(MapReader& r, Context& ctx, std::vector<int64_t>* out) {
@@ -374,42 +274,18 @@ void ReadStageBoundaries(MapReader& r, Context& ctx, std::vector<int64_t>* out) 
   }
 }
 
-void ParseParallel(MapReader& top, Context& ctx, ParallelConfig* p) {
-  auto r = top.Section("parallel");
-  if (!r || !r->ok()) return;
-  r->Int("tp", &p->tp);
-  r->Bool("sp", &p->sp);
-  r->Int("cp", &p->cp);
-  r->Int("pp", &p->pp);
-  r->Int("vpp", &p->vpp);
-  r->Int("ep", &p->ep);
-  r->Int("expert_tp", &p->expert_tp);
-  r->Int("zero", &p->zero);
-  r->Enum<Schedule>("schedule", &p->schedule,
-                    {{"1f1b", Schedule::k1F1B}, {"interleaved", Schedule::kInterleaved},
-                     {"dualpipe", Schedule::kDualPipe}, {"dualpipev", Schedule::kDualPipeV}});
-  r->Enum<AxisOrder>("order", &p->order, {{"tp-cp-dp-pp", AxisOrder::kTpCpDpPp}, {"tp-cp-pp-dp", AxisOrder::kTpCpPpDp}});
-  r->Enum<CpComm>("cp_comm", &p->cp_comm,
-                  {{"p2p", CpComm::kP2p}, {"all_gather", CpComm::kAllGather}, {"a2a", CpComm::kA2a}});
-  r->Enum<CpRecurrent>("cp_recurrent", &p->cp_recurrent,
-                       {{"all_to_all", CpRecurrent::kAllToAll}, {"handoff", CpRecurrent::kHandoff}});
-  r->Bool("cp_load_balance", &p->cp_load_balance);
-  ReadStageBoundaries(*r, ctx, &p->stage_boundaries);
+/// A top-level map read through the field table; nullopt when absent.
+std::optional<MapReader> ReadSection(MapReader& top, const std::string& key, Recipe* recipe) {
+  auto r = top.Section(key);
+  if (!r) return r;
+  if (const RecipeField* f = FindRecipeField(key); f && f->open) f->open(*recipe);
+  if (r->ok()) ReadFields(*r, recipe);
+  return r;
 }
 
-void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
-  auto r = top.Section("cluster");
-  const bool read = r && r->ok();
-  if (read) {
-    r->Int("nodes", &c->nodes);
-    r->Int("gpus_per_node", &c->gpus_per_node);
-    r->Double("reserve_gib", &c->reserve_gib);
-    r->Double("min_headroom_gib", &c->min_headroom_gib);
-    r->Double("allocator_overhead", &c->allocator_overhead);
-    r->Int("capacity_mib", &c->capacity_mib);
-    r->Int("cublas_workspace_mib", &c->cublas_workspace_mib);
-    if (!r->String("gpu", &c->gpu, kMaxNameLength)) return;
-  }
+/// cluster.gpu names a preset; its figures fill cluster.spec.
+void ReadGpuPreset(std::optional<MapReader>& r, Context& ctx, ClusterConfig* c) {
+  if (r && r->ok() && !r->String("gpu", &c->gpu, kMaxNameLength)) return;
   const auto preset = GpuPreset(c->gpu);
   if (!preset) {
     std::string message = "unknown GPU; valid presets: " + JoinNames(GpuPresetNames());
@@ -420,19 +296,6 @@ void ParseCluster(MapReader& top, Context& ctx, ClusterConfig* c) {
   }
   c->spec = *preset;
   if (c->capacity_mib > 0) c->spec.capacity_mib = c->capacity_mib;
-}
-
-void ParseServing(MapReader& top, std::optional<ServingConfig>* out) {
-  auto r = top.Section("serving");
-  if (!r) return;
-  ServingConfig s;
-  if (r->ok()) {
-    r->Int("batch", &s.batch);
-    r->Int("context", &s.context);
-    r->Enum<DType>("kv_dtype", &s.kv_dtype, kDTypes);
-    r->Enum<DType>("ssm_dtype", &s.ssm_dtype, kDTypes);
-  }
-  *out = s;
 }
 
 // ---- overrides -------------------------------------------------------------
@@ -518,15 +381,18 @@ void ParseRecipe(const YAML::Node& root, Context& ctx, Recipe* recipe) {
   MapReader top(ctx, root, "");
   if (!top.ok()) return;
   top.String("name", &recipe->name, kMaxNameLength);
-  const bool layers_ok = ParseModel(top, ctx, &recipe->model);
-  ParseTraining(top, &recipe->training);
-  ParseParallel(top, ctx, &recipe->parallel);
+  const bool layers_ok = ParseModel(top, ctx, recipe);
+  ReadSection(top, "training", recipe);
+  if (auto parallel = ReadSection(top, "parallel", recipe); parallel && parallel->ok()) {
+    ReadStageBoundaries(*parallel, ctx, &recipe->parallel.stage_boundaries);
+  }
   // Megatron runs 1F1B with virtual stages as its interleaved schedule.
   if (recipe->parallel.schedule == Schedule::k1F1B && recipe->parallel.vpp > 1) {
     recipe->parallel.schedule = Schedule::kInterleaved;
   }
-  ParseCluster(top, ctx, &recipe->cluster);
-  ParseServing(top, &recipe->serving);
+  auto cluster = ReadSection(top, "cluster", recipe);
+  ReadGpuPreset(cluster, ctx, &recipe->cluster);
+  ReadSection(top, "serving", recipe);
   recipe->source = ctx.source();
   Reporter reporter(ctx.source(), &ctx.diagnostics(), &ctx);
   Validate(*recipe, layers_ok, reporter);

@@ -1,11 +1,12 @@
 // The recipe field table: every recipe key declared once, with its kind,
-// unit and valid range, and how to read its value off a typed Recipe. The
-// parser's exact key sets and ranges, `--set` path checking, `diff`'s
-// flattening and the docs/recipe.md check all read this table, so a new key
-// is one entry here plus the model code that uses it.
+// unit, valid range or names, and the Recipe member it lives in. The parser
+// reads every plain key through it; its exact key sets and ranges, `--set`
+// path checking, `diff`'s flattening and the docs/recipe.md check all read
+// this table, so a new key is one entry here plus the model code that uses it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,9 @@
 #include "preflight/recipe/recipe.h"
 
 namespace preflight {
+namespace recipe_internal {
+class MapReader;
+}
 
 enum class FieldKind {
   kSection,  // a map of further keys ("model.moe")
@@ -20,7 +24,7 @@ enum class FieldKind {
   kInt,   // integer in [min, max]
   kReal,  // number in [real_min, real_max] (or [real_min, real_max))
   kBool,
-  kEnum,     // one word of a fixed list (the parser holds the list)
+  kEnum,     // one word of a fixed list (RecipeField::names)
   kLetters,  // layer letters: a pattern string or a list of letters
   kIntList,  // a list of integers
 };
@@ -32,9 +36,19 @@ struct RecipeField {
   int64_t min = 0, max = 0;
   double real_min = 0, real_max = 0;
   bool max_exclusive = false;
+  /// An enum's words, in the order the parser lists them.
+  std::vector<std::string> names{};
   /// The value as a recipe would write it ("4", "true", "1f1b", "1.25");
-  /// nullptr for sections and for keys with no value of their own (model.layers).
-  std::string (*text)(const Recipe&) = nullptr;
+  /// empty for sections and for keys with no value of their own (model.layers).
+  std::function<std::string(const Recipe&)> text{};
+  /// Reads the key from the reader of its map into the recipe (type and
+  /// range checked, reported there); empty for the keys the parser reads by
+  /// hand (name, model.pattern / repeat / layers, parallel.stage_boundaries,
+  /// cluster.gpu). False when the value was present but bad.
+  std::function<bool(recipe_internal::MapReader&, Recipe&)> read{};
+  /// Sections only: what a present section switches on (model.mla and
+  /// serving exist only when written).
+  std::function<void(Recipe&)> open{};
 
   std::string_view key() const;     // last component ("tp")
   std::string_view parent() const;  // the map holding it ("parallel"; "" at the top)
