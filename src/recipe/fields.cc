@@ -12,7 +12,6 @@ namespace preflight {
 namespace {
 
 using K = FieldKind;
-using recipe_internal::MapReader;
 using recipe_internal::kMaxBatch;
 using recipe_internal::kMaxConv;
 using recipe_internal::kMaxDegree;
@@ -24,6 +23,7 @@ using recipe_internal::kMaxNodes;
 using recipe_internal::kMaxSeqLen;
 using recipe_internal::kMaxVocab;
 using recipe_internal::kMaxWidth;
+using recipe_internal::MapReader;
 
 // Optional sections read as their defaults when absent (docs/recipe.md lists
 // those defaults); the parser opens them (RecipeField::open) when written.
@@ -41,9 +41,13 @@ ServingConfig& ServingOf(Recipe& r) { return r.serving ? *r.serving : r.serving.
 // Each enum's words, as recipes write them.
 template <class E>
 using Names = std::vector<std::pair<std::string, E>>;
-const Names<DType> kDTypes = {{"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}, {"fp8", DType::kFp8}};
-const Names<std::optional<DType>> kMasterDTypes = {
-    {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}, {"fp8", DType::kFp8}, {"none", std::nullopt}};
+const Names<DType> kDTypes = {
+    {"fp32", DType::kFp32}, {"bf16", DType::kBf16}, {"fp16", DType::kFp16}, {"fp8", DType::kFp8}};
+const Names<std::optional<DType>> kMasterDTypes = {{"fp32", DType::kFp32},
+                                                   {"bf16", DType::kBf16},
+                                                   {"fp16", DType::kFp16},
+                                                   {"fp8", DType::kFp8},
+                                                   {"none", std::nullopt}};
 const Names<OptimizerKind> kOptimizers = {{"muon", OptimizerKind::kMuon}, {"adamw", OptimizerKind::kAdamW}};
 // Muon only orthogonalises 2-D hidden matrices; everything else is AdamW.
 const Names<OptimizerKind> kAdamWOnly = {{"adamw", OptimizerKind::kAdamW}};
@@ -138,145 +142,223 @@ std::vector<RecipeField> MakeFields() {
       Field("name", K::kString, "—", [](const Recipe& r) { return r.name; }),
       Section("model"),
       Field("model.pattern", K::kLetters, "letters", [](const Recipe& r) { return r.model.pattern; }),
-      ByHand(IntField("model.repeat", "count", 1, kMaxLayers, [](auto& r) -> auto& { return r.model.repeat; })),
+      ByHand(IntField(
+          "model.repeat", "count", 1, kMaxLayers, [](auto& r) -> auto& { return r.model.repeat; })),
       Field("model.layers", K::kLetters, "letters", nullptr),
-      IntField("model.hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.hidden; }),
-      IntField("model.vocab", "tokens", 1, kMaxVocab, [](auto& r) -> auto& { return r.model.vocab; }),
-      IntField("model.vocab_pad_multiple", "tokens", 1, kMaxWidth,
-               [](auto& r) -> auto& { return r.model.vocab_pad_multiple; }),
-      BoolField("model.tie_embeddings", [](auto& r) -> auto& { return r.model.tie_embeddings; }),
-      BoolField("model.linear_bias", [](auto& r) -> auto& { return r.model.linear_bias; }),
-      IntField("model.learned_positions", "positions", 0, kMaxSeqLen,
-               [](auto& r) -> auto& { return r.model.learned_positions; }),
-      EnumField("model.norm", "enum", kNorms, [](auto& r) -> auto& { return r.model.norm; }),
+      IntField(
+          "model.hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.hidden; }),
+      IntField(
+          "model.vocab", "tokens", 1, kMaxVocab, [](auto& r) -> auto& { return r.model.vocab; }),
+      IntField(
+          "model.vocab_pad_multiple", "tokens", 1, kMaxWidth,
+          [](auto& r) -> auto& { return r.model.vocab_pad_multiple; }),
+      BoolField(
+          "model.tie_embeddings", [](auto& r) -> auto& { return r.model.tie_embeddings; }),
+      BoolField(
+          "model.linear_bias", [](auto& r) -> auto& { return r.model.linear_bias; }),
+      IntField(
+          "model.learned_positions", "positions", 0, kMaxSeqLen,
+          [](auto& r) -> auto& { return r.model.learned_positions; }),
+      EnumField(
+          "model.norm", "enum", kNorms, [](auto& r) -> auto& { return r.model.norm; }),
       Section("model.attention"),
-      IntField("model.attention.heads", "heads", 1, kMaxHeads,
-               [](auto& r) -> auto& { return r.model.attention.heads; }),
-      IntField("model.attention.kv_heads", "heads", 1, kMaxHeads,
-               [](auto& r) -> auto& { return r.model.attention.kv_heads; }),
-      IntField("model.attention.head_dim", "elements", 1, kMaxHeadDim,
-               [](auto& r) -> auto& { return r.model.attention.head_dim; }),
-      BoolField("model.attention.qk_norm", [](auto& r) -> auto& { return r.model.attention.qk_norm; }),
+      IntField(
+          "model.attention.heads", "heads", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.attention.heads; }),
+      IntField(
+          "model.attention.kv_heads", "heads", 1, kMaxHeads,
+          [](auto& r) -> auto& { return r.model.attention.kv_heads; }),
+      IntField(
+          "model.attention.head_dim", "elements", 1, kMaxHeadDim,
+          [](auto& r) -> auto& { return r.model.attention.head_dim; }),
+      BoolField(
+          "model.attention.qk_norm", [](auto& r) -> auto& { return r.model.attention.qk_norm; }),
       Section("model.mla", [](Recipe& r) { r.model.mla.emplace(); }),
-      IntField("model.mla.heads", "heads", 1, kMaxHeads, [](auto& r) -> auto& { return MlaOf(r).heads; }),
-      IntField("model.mla.q_lora_rank", "elements", 0, kMaxWidth,
-               [](auto& r) -> auto& { return MlaOf(r).q_lora_rank; }),
-      IntField("model.mla.kv_lora_rank", "elements", 1, kMaxWidth,
-               [](auto& r) -> auto& { return MlaOf(r).kv_lora_rank; }),
-      IntField("model.mla.qk_rope_head_dim", "elements", 1, kMaxHeadDim,
-               [](auto& r) -> auto& { return MlaOf(r).qk_rope_head_dim; }),
-      IntField("model.mla.qk_nope_head_dim", "elements", 1, kMaxHeadDim,
-               [](auto& r) -> auto& { return MlaOf(r).qk_nope_head_dim; }),
-      IntField("model.mla.v_head_dim", "elements", 1, kMaxHeadDim,
-               [](auto& r) -> auto& { return MlaOf(r).v_head_dim; }),
+      IntField(
+          "model.mla.heads", "heads", 1, kMaxHeads, [](auto& r) -> auto& { return MlaOf(r).heads; }),
+      IntField(
+          "model.mla.q_lora_rank", "elements", 0, kMaxWidth, [](auto& r) -> auto& { return MlaOf(r).q_lora_rank; }),
+      IntField(
+          "model.mla.kv_lora_rank", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return MlaOf(r).kv_lora_rank; }),
+      IntField(
+          "model.mla.qk_rope_head_dim", "elements", 1, kMaxHeadDim,
+          [](auto& r) -> auto& { return MlaOf(r).qk_rope_head_dim; }),
+      IntField(
+          "model.mla.qk_nope_head_dim", "elements", 1, kMaxHeadDim,
+          [](auto& r) -> auto& { return MlaOf(r).qk_nope_head_dim; }),
+      IntField(
+          "model.mla.v_head_dim", "elements", 1, kMaxHeadDim, [](auto& r) -> auto& { return MlaOf(r).v_head_dim; }),
       Section("model.mlp"),
-      IntField("model.mlp.ffn_hidden", "elements", 1, kMaxWidth,
-               [](auto& r) -> auto& { return r.model.mlp.ffn_hidden; }),
-      EnumField("model.mlp.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.mlp.activation; }),
+      IntField(
+          "model.mlp.ffn_hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.mlp.ffn_hidden; }),
+      EnumField(
+          "model.mlp.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.mlp.activation; }),
       Section("model.moe"),
-      IntField("model.moe.experts", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.experts; }),
-      IntField("model.moe.top_k", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.top_k; }),
-      IntField("model.moe.ffn_hidden", "elements", 1, kMaxWidth,
-               [](auto& r) -> auto& { return r.model.moe.ffn_hidden; }),
-      IntField("model.moe.shared_experts", "experts", 0, 1024,
-               [](auto& r) -> auto& { return r.model.moe.shared_experts; }),
-      IntField("model.moe.shared_ffn_hidden", "elements", 0, kMaxWidth,
-               [](auto& r) -> auto& { return r.model.moe.shared_ffn_hidden; }),
-      RealField("model.moe.capacity_factor", "factor", 0.01, 1024.0, false,
-                [](auto& r) -> auto& { return r.model.moe.capacity_factor; }),
-      BoolField("model.moe.dropless", [](auto& r) -> auto& { return r.model.moe.dropless; }),
-      BoolField("model.moe.pad_to_capacity", [](auto& r) -> auto& { return r.model.moe.pad_to_capacity; }),
-      RealField("model.moe.dropless_skew", "factor", 1.0, 1024.0, false,
-                [](auto& r) -> auto& { return r.model.moe.dropless_skew; }),
-      EnumField("model.moe.router", "enum", kRouterScores, [](auto& r) -> auto& { return r.model.moe.router; }),
-      BoolField("model.moe.router_bias", [](auto& r) -> auto& { return r.model.moe.router_bias; }),
-      BoolField("model.moe.shared_gate", [](auto& r) -> auto& { return r.model.moe.shared_gate; }),
-      EnumField("model.moe.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.moe.activation; }),
-      BoolField("model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
-      IntField("model.moe.first_k_dense", "E slots", 0, kMaxLayers,
-               [](auto& r) -> auto& { return r.model.moe.first_k_dense; }),
-      IntField("model.moe.layer_freq", "E slots", 1, kMaxLayers,
-               [](auto& r) -> auto& { return r.model.moe.layer_freq; }),
-      IntField("model.moe.layer_offset", "E slots", 0, kMaxLayers,
-               [](auto& r) -> auto& { return r.model.moe.layer_offset; }),
+      IntField(
+          "model.moe.experts", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.experts; }),
+      IntField(
+          "model.moe.top_k", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.top_k; }),
+      IntField(
+          "model.moe.ffn_hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.moe.ffn_hidden; }),
+      IntField(
+          "model.moe.shared_experts", "experts", 0, 1024, [](auto& r) -> auto& { return r.model.moe.shared_experts; }),
+      IntField(
+          "model.moe.shared_ffn_hidden", "elements", 0, kMaxWidth,
+          [](auto& r) -> auto& { return r.model.moe.shared_ffn_hidden; }),
+      RealField(
+          "model.moe.capacity_factor", "factor", 0.01, 1024.0, false,
+          [](auto& r) -> auto& { return r.model.moe.capacity_factor; }),
+      BoolField(
+          "model.moe.dropless", [](auto& r) -> auto& { return r.model.moe.dropless; }),
+      BoolField(
+          "model.moe.pad_to_capacity", [](auto& r) -> auto& { return r.model.moe.pad_to_capacity; }),
+      RealField(
+          "model.moe.dropless_skew", "factor", 1.0, 1024.0, false,
+          [](auto& r) -> auto& { return r.model.moe.dropless_skew; }),
+      EnumField(
+          "model.moe.router", "enum", kRouterScores, [](auto& r) -> auto& { return r.model.moe.router; }),
+      BoolField(
+          "model.moe.router_bias", [](auto& r) -> auto& { return r.model.moe.router_bias; }),
+      BoolField(
+          "model.moe.shared_gate", [](auto& r) -> auto& { return r.model.moe.shared_gate; }),
+      EnumField(
+          "model.moe.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.moe.activation; }),
+      BoolField(
+          "model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
+      IntField(
+          "model.moe.first_k_dense", "E slots", 0, kMaxLayers,
+          [](auto& r) -> auto& { return r.model.moe.first_k_dense; }),
+      IntField(
+          "model.moe.layer_freq", "E slots", 1, kMaxLayers, [](auto& r) -> auto& { return r.model.moe.layer_freq; }),
+      IntField(
+          "model.moe.layer_offset", "E slots", 0, kMaxLayers,
+          [](auto& r) -> auto& { return r.model.moe.layer_offset; }),
       Section("model.mamba"),
-      IntField("model.mamba.d_state", "elements", 1, kMaxHeadDim,
-               [](auto& r) -> auto& { return r.model.mamba.d_state; }),
-      IntField("model.mamba.d_conv", "taps", 1, kMaxConv, [](auto& r) -> auto& { return r.model.mamba.d_conv; }),
-      IntField("model.mamba.expand", "factor", 1, 1024, [](auto& r) -> auto& { return r.model.mamba.expand; }),
-      IntField("model.mamba.head_dim", "elements", 1, kMaxHeadDim,
-               [](auto& r) -> auto& { return r.model.mamba.head_dim; }),
-      IntField("model.mamba.groups", "groups", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.mamba.groups; }),
-      IntField("model.mamba.chunk", "tokens", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.mamba.chunk; }),
-      BoolField("model.mamba.fused_norm_out_proj", [](auto& r) -> auto& { return r.model.mamba.fused_norm_out_proj; }),
+      IntField(
+          "model.mamba.d_state", "elements", 1, kMaxHeadDim, [](auto& r) -> auto& { return r.model.mamba.d_state; }),
+      IntField(
+          "model.mamba.d_conv", "taps", 1, kMaxConv, [](auto& r) -> auto& { return r.model.mamba.d_conv; }),
+      IntField(
+          "model.mamba.expand", "factor", 1, 1024, [](auto& r) -> auto& { return r.model.mamba.expand; }),
+      IntField(
+          "model.mamba.head_dim", "elements", 1, kMaxHeadDim, [](auto& r) -> auto& { return r.model.mamba.head_dim; }),
+      IntField(
+          "model.mamba.groups", "groups", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.mamba.groups; }),
+      IntField(
+          "model.mamba.chunk", "tokens", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.mamba.chunk; }),
+      BoolField(
+          "model.mamba.fused_norm_out_proj", [](auto& r) -> auto& { return r.model.mamba.fused_norm_out_proj; }),
       Section("model.recurrent"),
-      IntField("model.recurrent.width", "elements", 1, kMaxWidth,
-               [](auto& r) -> auto& { return r.model.recurrent.width; }),
-      IntField("model.recurrent.heads", "blocks", 1, kMaxHeads,
-               [](auto& r) -> auto& { return r.model.recurrent.heads; }),
-      IntField("model.recurrent.d_conv", "taps", 1, kMaxConv,
-               [](auto& r) -> auto& { return r.model.recurrent.d_conv; }),
+      IntField(
+          "model.recurrent.width", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.recurrent.width; }),
+      IntField(
+          "model.recurrent.heads", "blocks", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.recurrent.heads; }),
+      IntField(
+          "model.recurrent.d_conv", "taps", 1, kMaxConv, [](auto& r) -> auto& { return r.model.recurrent.d_conv; }),
       Section("training"),
-      IntField("training.seq_len", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return r.training.seq_len; }),
-      IntField("training.micro_batch", "sequences", 1, kMaxBatch,
-               [](auto& r) -> auto& { return r.training.micro_batch; }),
-      IntField("training.global_batch", "sequences", 1, kMaxBatch,
-               [](auto& r) -> auto& { return r.training.global_batch; }),
-      EnumField("training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
-      BoolField("training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
-      RealField("training.dropout", "fraction", 0.0, 1.0, true,
-                [](auto& r) -> auto& { return r.training.dropout; }),
-      BoolField("training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
-      BoolField("training.defer_head_wgrad", [](auto& r) -> auto& { return r.training.defer_head_wgrad; }),
-      IntField("training.head_wgrad_deferral_limit", "micro-batches", 0, kMaxBatch,
-               [](auto& r) -> auto& { return r.training.head_wgrad_deferral_limit; }),
+      IntField(
+          "training.seq_len", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return r.training.seq_len; }),
+      IntField(
+          "training.micro_batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return r.training.micro_batch; }),
+      IntField(
+          "training.global_batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return r.training.global_batch; }),
+      EnumField(
+          "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
+      BoolField(
+          "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
+      RealField(
+          "training.dropout", "fraction", 0.0, 1.0, true, [](auto& r) -> auto& { return r.training.dropout; }),
+      BoolField(
+          "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
+      BoolField(
+          "training.defer_head_wgrad", [](auto& r) -> auto& { return r.training.defer_head_wgrad; }),
+      IntField(
+          "training.head_wgrad_deferral_limit", "micro-batches", 0, kMaxBatch,
+          [](auto& r) -> auto& { return r.training.head_wgrad_deferral_limit; }),
       Section("training.precision"),
-      EnumField("training.precision.params", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.precision.params; }),
-      EnumField("training.precision.grads", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.precision.grads; }),
-      EnumField("training.precision.master", "dtype", kMasterDTypes,
-                [](auto& r) -> auto& { return r.training.precision.master; }),
-      EnumField("training.precision.activations", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.precision.activations; }),
+      EnumField(
+          "training.precision.params", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.precision.params; }),
+      EnumField(
+          "training.precision.grads", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.precision.grads; }),
+      EnumField(
+          "training.precision.master", "dtype", kMasterDTypes,
+          [](auto& r) -> auto& { return r.training.precision.master; }),
+      EnumField(
+          "training.precision.activations", "dtype", kDTypes,
+          [](auto& r) -> auto& { return r.training.precision.activations; }),
       Section("training.optimizer"),
-      EnumField("training.optimizer.matrices", "optimizer", kOptimizers, [](auto& r) -> auto& { return r.training.optimizer.matrices; }),
-      EnumField("training.optimizer.other", "optimizer", kAdamWOnly, [](auto& r) -> auto& { return r.training.optimizer.other; }),
-      EnumField("training.optimizer.muon_momentum", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.optimizer.muon_momentum; }),
-      EnumField("training.optimizer.mamba_in_proj", "optimizer", kOptimizers, [](auto& r) -> auto& { return r.training.optimizer.mamba_in_proj; }),
-      EnumField("training.optimizer.router", "optimizer", kOptimizers, [](auto& r) -> auto& { return r.training.optimizer.router; }),
+      EnumField(
+          "training.optimizer.matrices", "optimizer", kOptimizers,
+          [](auto& r) -> auto& { return r.training.optimizer.matrices; }),
+      EnumField(
+          "training.optimizer.other", "optimizer", kAdamWOnly,
+          [](auto& r) -> auto& { return r.training.optimizer.other; }),
+      EnumField(
+          "training.optimizer.muon_momentum", "dtype", kDTypes,
+          [](auto& r) -> auto& { return r.training.optimizer.muon_momentum; }),
+      EnumField(
+          "training.optimizer.mamba_in_proj", "optimizer", kOptimizers,
+          [](auto& r) -> auto& { return r.training.optimizer.mamba_in_proj; }),
+      EnumField(
+          "training.optimizer.router", "optimizer", kOptimizers,
+          [](auto& r) -> auto& { return r.training.optimizer.router; }),
       Section("parallel"),
-      IntField("parallel.tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.tp; }),
-      BoolField("parallel.sp", [](auto& r) -> auto& { return r.parallel.sp; }),
-      IntField("parallel.cp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.cp; }),
-      IntField("parallel.pp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.pp; }),
-      IntField("parallel.vpp", "chunks", 1, kMaxLayers, [](auto& r) -> auto& { return r.parallel.vpp; }),
-      IntField("parallel.ep", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.ep; }),
-      IntField("parallel.expert_tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.expert_tp; }),
-      IntField("parallel.zero", "stage", 0, 3, [](auto& r) -> auto& { return r.parallel.zero; }),
-      EnumField("parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
-      EnumField("parallel.order", "enum", kAxisOrders, [](auto& r) -> auto& { return r.parallel.order; }),
-      EnumField("parallel.cp_comm", "enum", kCpComms, [](auto& r) -> auto& { return r.parallel.cp_comm; }),
-      EnumField("parallel.cp_recurrent", "enum", kCpRecurrents, [](auto& r) -> auto& { return r.parallel.cp_recurrent; }),
-      BoolField("parallel.cp_load_balance", [](auto& r) -> auto& { return r.parallel.cp_load_balance; }),
+      IntField(
+          "parallel.tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.tp; }),
+      BoolField(
+          "parallel.sp", [](auto& r) -> auto& { return r.parallel.sp; }),
+      IntField(
+          "parallel.cp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.cp; }),
+      IntField(
+          "parallel.pp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.pp; }),
+      IntField(
+          "parallel.vpp", "chunks", 1, kMaxLayers, [](auto& r) -> auto& { return r.parallel.vpp; }),
+      IntField(
+          "parallel.ep", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.ep; }),
+      IntField(
+          "parallel.expert_tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.expert_tp; }),
+      IntField(
+          "parallel.zero", "stage", 0, 3, [](auto& r) -> auto& { return r.parallel.zero; }),
+      EnumField(
+          "parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
+      EnumField(
+          "parallel.order", "enum", kAxisOrders, [](auto& r) -> auto& { return r.parallel.order; }),
+      EnumField(
+          "parallel.cp_comm", "enum", kCpComms, [](auto& r) -> auto& { return r.parallel.cp_comm; }),
+      EnumField(
+          "parallel.cp_recurrent", "enum", kCpRecurrents, [](auto& r) -> auto& { return r.parallel.cp_recurrent; }),
+      BoolField(
+          "parallel.cp_load_balance", [](auto& r) -> auto& { return r.parallel.cp_load_balance; }),
       Field("parallel.stage_boundaries", K::kIntList, "layer indices",
             [](const Recipe& r) { return fmt::format("[{}]", fmt::join(r.parallel.stage_boundaries, ", ")); }),
       Section("cluster"),
       Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }),
-      IntField("cluster.nodes", "nodes", 1, kMaxNodes, [](auto& r) -> auto& { return r.cluster.nodes; }),
-      IntField("cluster.gpus_per_node", "GPUs", 1, kMaxGpusPerNode,
-               [](auto& r) -> auto& { return r.cluster.gpus_per_node; }),
-      RealField("cluster.reserve_gib", "GiB", 0.0, 1e6, false,
-                [](auto& r) -> auto& { return r.cluster.reserve_gib; }),
-      RealField("cluster.min_headroom_gib", "GiB", 0.0, 1e6, false,
-                [](auto& r) -> auto& { return r.cluster.min_headroom_gib; }),
-      RealField("cluster.allocator_overhead", "fraction", 0.0, 1.0, true,
-                [](auto& r) -> auto& { return r.cluster.allocator_overhead; }),
-      IntField("cluster.capacity_mib", "MiB", 0, kNoLimit, [](auto& r) -> auto& { return r.cluster.capacity_mib; }),
-      IntField("cluster.cublas_workspace_mib", "MiB", 0, 4096,
-               [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
+      IntField(
+          "cluster.nodes", "nodes", 1, kMaxNodes, [](auto& r) -> auto& { return r.cluster.nodes; }),
+      IntField(
+          "cluster.gpus_per_node", "GPUs", 1, kMaxGpusPerNode,
+          [](auto& r) -> auto& { return r.cluster.gpus_per_node; }),
+      RealField(
+          "cluster.reserve_gib", "GiB", 0.0, 1e6, false, [](auto& r) -> auto& { return r.cluster.reserve_gib; }),
+      RealField(
+          "cluster.min_headroom_gib", "GiB", 0.0, 1e6, false,
+          [](auto& r) -> auto& { return r.cluster.min_headroom_gib; }),
+      RealField(
+          "cluster.allocator_overhead", "fraction", 0.0, 1.0, true,
+          [](auto& r) -> auto& { return r.cluster.allocator_overhead; }),
+      IntField(
+          "cluster.capacity_mib", "MiB", 0, kNoLimit, [](auto& r) -> auto& { return r.cluster.capacity_mib; }),
+      IntField(
+          "cluster.cublas_workspace_mib", "MiB", 0, 4096,
+          [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
       Section("serving", [](Recipe& r) { r.serving.emplace(); }),
-      IntField("serving.batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return ServingOf(r).batch; }),
-      IntField("serving.context", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return ServingOf(r).context; }),
-      EnumField("serving.kv_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).kv_dtype; }),
-      EnumField("serving.ssm_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).ssm_dtype; }),
+      IntField(
+          "serving.batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return ServingOf(r).batch; }),
+      IntField(
+          "serving.context", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return ServingOf(r).context; }),
+      EnumField(
+          "serving.kv_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).kv_dtype; }),
+      EnumField(
+          "serving.ssm_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).ssm_dtype; }),
   };
 }
 

@@ -11,10 +11,10 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "recipe_bounds.h"
 #include "preflight/recipe/fields.h"
 #include "preflight/recipe/recipe.h"
 #include "reader.h"
+#include "recipe_bounds.h"
 #include "schema.h"
 #include "suggest.h"
 #include "text_check.h"
@@ -25,7 +25,6 @@ namespace preflight {
 
 namespace recipe_internal {
 namespace {
-
 
 // ---- model ---------------------------------------------------------------
 
