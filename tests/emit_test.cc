@@ -14,10 +14,11 @@
 
 #include <gtest/gtest.h>
 
-#include "preflight/report/emit.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/planner/plan.h"
+#include "preflight/recipe/fields.h"
 #include "preflight/recipe/recipe.h"
+#include "preflight/report/emit.h"
 #include "support/test_support.h"
 
 namespace preflight {
@@ -389,6 +390,44 @@ const WarningCase kWarningCases[] = {
      {"parallel.cp=2", "parallel.cp_comm=a2a"},
      "parallel.cp_comm",
      "all-to-all"},
+    // Keys the field table marks as having no framework setting (kNoCounterpart).
+    {"Megatron_Handoff",
+     EmitTarget::kMegatron,
+     "nemotron-h-8b-h200",
+     {"parallel.cp=2", "parallel.cp_recurrent=handoff"},
+     "parallel.cp_recurrent",
+     "no setting for parallel.cp_recurrent = handoff"},
+    {"Megatron_NoLoadBalance",
+     EmitTarget::kMegatron,
+     "llama3-8b-h200",
+     {"parallel.cp=2", "parallel.cp_load_balance=false"},
+     "parallel.cp_load_balance",
+     "no setting for parallel.cp_load_balance = false"},
+    {"Megatron_MuonMomentum",
+     EmitTarget::kMegatron,
+     "llama3-8b-h200",
+     {"training.optimizer.muon_momentum=bf16"},
+     "training.optimizer.muon_momentum",
+     "= bf16"},
+    // Issue "launch configs": fp8 activations priced 18 GiB lower, emitted text unchanged.
+    {"Megatron_Fp8Activations",
+     EmitTarget::kMegatron,
+     "llama3-8b-h200",
+     {"training.precision.activations=fp8"},
+     "training.precision.activations",
+     "activations in the bf16 compute dtype"},
+    {"Torchtitan_Biases",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {"model.linear_bias=true"},
+     "model.linear_bias",
+     "no setting for model.linear_bias = true"},
+    {"Torchtitan_ExpertTp",
+     EmitTarget::kTorchtitan,
+     "mixtral-8x7b-h200",
+     {"parallel.expert_tp=2"},
+     "parallel.expert_tp",
+     "= 2"},
     // job_config.py: with etp 1, EP needs ep % (cp x tp) == 0 and ep | dp_shard x cp x tp;
     // DDP (zero 0) leaves dp_shard 1, so 8 experts ranks cannot be found.
     {"Torchtitan_EpNeedsShard",
@@ -411,6 +450,24 @@ TEST_P(EmitWarning, NamesTheKey) {
 
 INSTANTIATE_TEST_SUITE_P(All, EmitWarning, ::testing::ValuesIn(kWarningCases),
                          [](const auto& test_info) { return std::string(test_info.param.name); });
+
+// Every key says how each framework spells it, or that it has no setting
+// (the emitters' "cannot express" check reads it), or that it is preflight's own.
+TEST(EmitWarning, EveryRecipeKeyHasBothSpellings) {
+  for (const RecipeField& f : RecipeFields()) {
+    if (f.kind == FieldKind::kSection) continue;
+    EXPECT_FALSE(f.megatron.empty()) << f.path;
+    EXPECT_FALSE(f.torchtitan.empty()) << f.path;
+  }
+}
+
+// A key without a setting at its default, or where it does not matter, says nothing.
+TEST(EmitWarning, DefaultOrIrrelevantKeysSayNothing) {
+  // cp_recurrent only matters with M or R layers under CP; Llama 3 has neither.
+  const Emission e = EmitFor(EmitTarget::kMegatron, "llama3-8b-h200",
+                             {"training.optimizer.matrices=adamw", "parallel.zero=0", "parallel.cp_recurrent=handoff"});
+  EXPECT_EQ(e.text.find("cannot express"), std::string::npos) << e.text;
+}
 
 TEST(EmitWarning, NoneForAPlainTransformer) {
   // Llama 3 8B at tp 1, pp 1 with AdamW and ZeRO-0: Megatron expresses all of it.

@@ -123,6 +123,13 @@ RecipeField EnumField(std::string_view path, std::string_view unit, const Names<
   f.read = [member, &names, key = KeyOf(path)](MapReader& m, Recipe& r) { return m.Enum(key, &member(r), names); };
   return f;
 }
+constexpr std::string_view kNone = kNoCounterpart;
+constexpr std::string_view kOurs = kPreflightOnly;
+RecipeField Spell(RecipeField f, std::string_view megatron, std::string_view torchtitan) {
+  f.megatron = megatron;
+  f.torchtitan = torchtitan;
+  return f;
+}
 /// A typed key whose reading the parser does by hand, with its neighbours.
 RecipeField ByHand(RecipeField f) {
   f.read = nullptr;
@@ -139,226 +146,338 @@ RecipeField Field(std::string_view path, FieldKind kind, std::string_view unit,
 std::vector<RecipeField> MakeFields() {
   const int64_t kNoLimit = int64_t{1} << 40;
   return {
-      Field("name", K::kString, "—", [](const Recipe& r) { return r.name; }),
+      Spell(Field("name", K::kString, "—", [](const Recipe& r) { return r.name; }), kOurs, kOurs),
       Section("model"),
-      Field("model.pattern", K::kLetters, "letters", [](const Recipe& r) { return r.model.pattern; }),
-      ByHand(IntField(
-          "model.repeat", "count", 1, kMaxLayers, [](auto& r) -> auto& { return r.model.repeat; })),
-      Field("model.layers", K::kLetters, "letters", nullptr),
-      IntField(
-          "model.hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.hidden; }),
-      IntField(
-          "model.vocab", "tokens", 1, kMaxVocab, [](auto& r) -> auto& { return r.model.vocab; }),
-      IntField(
-          "model.vocab_pad_multiple", "tokens", 1, kMaxWidth,
-          [](auto& r) -> auto& { return r.model.vocab_pad_multiple; }),
-      BoolField(
-          "model.tie_embeddings", [](auto& r) -> auto& { return r.model.tie_embeddings; }),
-      BoolField(
-          "model.linear_bias", [](auto& r) -> auto& { return r.model.linear_bias; }),
-      IntField(
-          "model.learned_positions", "positions", 0, kMaxSeqLen,
-          [](auto& r) -> auto& { return r.model.learned_positions; }),
-      EnumField(
-          "model.norm", "enum", kNorms, [](auto& r) -> auto& { return r.model.norm; }),
+      Spell(Field("model.pattern", K::kLetters, "letters", [](const Recipe& r) { return r.model.pattern; }),
+            "--num-layers / --hybrid-layer-pattern", "(model flavor)"),
+      Spell(ByHand(IntField(
+                "model.repeat", "count", 1, kMaxLayers, [](auto& r) -> auto& { return r.model.repeat; })),
+            "--num-layers / --hybrid-layer-pattern", "(model flavor)"),
+      Spell(Field("model.layers", K::kLetters, "letters", nullptr), "--num-layers / --hybrid-layer-pattern",
+            "(model flavor)"),
+      Spell(IntField(
+                "model.hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.hidden; }),
+            "--hidden-size", "(model flavor)"),
+      Spell(IntField(
+                "model.vocab", "tokens", 1, kMaxVocab, [](auto& r) -> auto& { return r.model.vocab; }),
+            "--vocab-size", "(model flavor)"),
+      Spell(IntField(
+                "model.vocab_pad_multiple", "tokens", 1, kMaxWidth,
+                [](auto& r) -> auto& { return r.model.vocab_pad_multiple; }),
+            "--make-vocab-size-divisible-by", "(model flavor)"),
+      Spell(BoolField(
+                "model.tie_embeddings", [](auto& r) -> auto& { return r.model.tie_embeddings; }),
+            "--untie-embeddings-and-output-weights", "(model flavor)"),
+      Spell(BoolField(
+                "model.linear_bias", [](auto& r) -> auto& { return r.model.linear_bias; }),
+            "--disable-bias-linear", kNone),
+      Spell(IntField(
+                "model.learned_positions", "positions", 0, kMaxSeqLen,
+                [](auto& r) -> auto& { return r.model.learned_positions; }),
+            "--position-embedding-type learned_absolute, --max-position-embeddings", kNone),
+      Spell(EnumField(
+                "model.norm", "enum", kNorms, [](auto& r) -> auto& { return r.model.norm; }),
+            "--normalization", "(model flavor)"),
       Section("model.attention"),
-      IntField(
-          "model.attention.heads", "heads", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.attention.heads; }),
-      IntField(
-          "model.attention.kv_heads", "heads", 1, kMaxHeads,
-          [](auto& r) -> auto& { return r.model.attention.kv_heads; }),
-      IntField(
-          "model.attention.head_dim", "elements", 1, kMaxHeadDim,
-          [](auto& r) -> auto& { return r.model.attention.head_dim; }),
-      BoolField(
-          "model.attention.qk_norm", [](auto& r) -> auto& { return r.model.attention.qk_norm; }),
+      Spell(
+          IntField(
+              "model.attention.heads", "heads", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.attention.heads; }),
+          "--num-attention-heads", "(model flavor)"),
+      Spell(IntField(
+                "model.attention.kv_heads", "heads", 1, kMaxHeads,
+                [](auto& r) -> auto& { return r.model.attention.kv_heads; }),
+            "--num-query-groups", "(model flavor)"),
+      Spell(IntField(
+                "model.attention.head_dim", "elements", 1, kMaxHeadDim,
+                [](auto& r) -> auto& { return r.model.attention.head_dim; }),
+            "--kv-channels", "(model flavor)"),
+      Spell(BoolField(
+                "model.attention.qk_norm", [](auto& r) -> auto& { return r.model.attention.qk_norm; }),
+            "--qk-layernorm", "(model flavor)"),
       Section("model.mla", [](Recipe& r) { r.model.mla.emplace(); }),
-      IntField(
-          "model.mla.heads", "heads", 1, kMaxHeads, [](auto& r) -> auto& { return MlaOf(r).heads; }),
-      IntField(
-          "model.mla.q_lora_rank", "elements", 0, kMaxWidth, [](auto& r) -> auto& { return MlaOf(r).q_lora_rank; }),
-      IntField(
-          "model.mla.kv_lora_rank", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return MlaOf(r).kv_lora_rank; }),
-      IntField(
-          "model.mla.qk_rope_head_dim", "elements", 1, kMaxHeadDim,
-          [](auto& r) -> auto& { return MlaOf(r).qk_rope_head_dim; }),
-      IntField(
-          "model.mla.qk_nope_head_dim", "elements", 1, kMaxHeadDim,
-          [](auto& r) -> auto& { return MlaOf(r).qk_nope_head_dim; }),
-      IntField(
-          "model.mla.v_head_dim", "elements", 1, kMaxHeadDim, [](auto& r) -> auto& { return MlaOf(r).v_head_dim; }),
+      Spell(IntField(
+                "model.mla.heads", "heads", 1, kMaxHeads, [](auto& r) -> auto& { return MlaOf(r).heads; }),
+            "--num-attention-heads", "(model flavor)"),
+      Spell(
+          IntField(
+              "model.mla.q_lora_rank", "elements", 0, kMaxWidth, [](auto& r) -> auto& { return MlaOf(r).q_lora_rank; }),
+          "--q-lora-rank", "(model flavor)"),
+      Spell(IntField(
+                "model.mla.kv_lora_rank", "elements", 1, kMaxWidth,
+                [](auto& r) -> auto& { return MlaOf(r).kv_lora_rank; }),
+            "--kv-lora-rank", "(model flavor)"),
+      Spell(IntField(
+                "model.mla.qk_rope_head_dim", "elements", 1, kMaxHeadDim,
+                [](auto& r) -> auto& { return MlaOf(r).qk_rope_head_dim; }),
+            "--qk-pos-emb-head-dim", "(model flavor)"),
+      Spell(IntField(
+                "model.mla.qk_nope_head_dim", "elements", 1, kMaxHeadDim,
+                [](auto& r) -> auto& { return MlaOf(r).qk_nope_head_dim; }),
+            "--qk-head-dim", "(model flavor)"),
+      Spell(
+          IntField(
+              "model.mla.v_head_dim", "elements", 1, kMaxHeadDim, [](auto& r) -> auto& { return MlaOf(r).v_head_dim; }),
+          "--v-head-dim", "(model flavor)"),
       Section("model.mlp"),
-      IntField(
-          "model.mlp.ffn_hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.mlp.ffn_hidden; }),
-      EnumField(
-          "model.mlp.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.mlp.activation; }),
+      Spell(IntField(
+                "model.mlp.ffn_hidden", "elements", 1, kMaxWidth,
+                [](auto& r) -> auto& { return r.model.mlp.ffn_hidden; }),
+            "--ffn-hidden-size", "(model flavor)"),
+      Spell(
+          EnumField(
+              "model.mlp.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.mlp.activation; }),
+          "--swiglu / --squared-relu", "(model flavor)"),
       Section("model.moe"),
-      IntField(
-          "model.moe.experts", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.experts; }),
-      IntField(
-          "model.moe.top_k", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.top_k; }),
-      IntField(
-          "model.moe.ffn_hidden", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.moe.ffn_hidden; }),
-      IntField(
-          "model.moe.shared_experts", "experts", 0, 1024, [](auto& r) -> auto& { return r.model.moe.shared_experts; }),
-      IntField(
-          "model.moe.shared_ffn_hidden", "elements", 0, kMaxWidth,
-          [](auto& r) -> auto& { return r.model.moe.shared_ffn_hidden; }),
-      RealField(
-          "model.moe.capacity_factor", "factor", 0.01, 1024.0, false,
-          [](auto& r) -> auto& { return r.model.moe.capacity_factor; }),
-      BoolField(
-          "model.moe.dropless", [](auto& r) -> auto& { return r.model.moe.dropless; }),
-      BoolField(
-          "model.moe.pad_to_capacity", [](auto& r) -> auto& { return r.model.moe.pad_to_capacity; }),
-      RealField(
-          "model.moe.dropless_skew", "factor", 1.0, 1024.0, false,
-          [](auto& r) -> auto& { return r.model.moe.dropless_skew; }),
-      EnumField(
-          "model.moe.router", "enum", kRouterScores, [](auto& r) -> auto& { return r.model.moe.router; }),
-      BoolField(
-          "model.moe.router_bias", [](auto& r) -> auto& { return r.model.moe.router_bias; }),
-      BoolField(
-          "model.moe.shared_gate", [](auto& r) -> auto& { return r.model.moe.shared_gate; }),
-      EnumField(
-          "model.moe.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.moe.activation; }),
-      BoolField(
-          "model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
-      IntField(
-          "model.moe.first_k_dense", "E slots", 0, kMaxLayers,
-          [](auto& r) -> auto& { return r.model.moe.first_k_dense; }),
-      IntField(
-          "model.moe.layer_freq", "E slots", 1, kMaxLayers, [](auto& r) -> auto& { return r.model.moe.layer_freq; }),
-      IntField(
-          "model.moe.layer_offset", "E slots", 0, kMaxLayers,
-          [](auto& r) -> auto& { return r.model.moe.layer_offset; }),
+      Spell(IntField(
+                "model.moe.experts", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.experts; }),
+            "--num-experts", "(model flavor)"),
+      Spell(IntField(
+                "model.moe.top_k", "experts", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.moe.top_k; }),
+            "--moe-router-topk", "(model flavor)"),
+      Spell(IntField(
+                "model.moe.ffn_hidden", "elements", 1, kMaxWidth,
+                [](auto& r) -> auto& { return r.model.moe.ffn_hidden; }),
+            "--moe-ffn-hidden-size", "(model flavor)"),
+      Spell(IntField(
+                "model.moe.shared_experts", "experts", 0, 1024,
+                [](auto& r) -> auto& { return r.model.moe.shared_experts; }),
+            "--moe-shared-expert-intermediate-size", "(model flavor)"),
+      Spell(IntField(
+                "model.moe.shared_ffn_hidden", "elements", 0, kMaxWidth,
+                [](auto& r) -> auto& { return r.model.moe.shared_ffn_hidden; }),
+            "--moe-shared-expert-intermediate-size", "(model flavor)"),
+      Spell(RealField(
+                "model.moe.capacity_factor", "factor", 0.01, 1024.0, false,
+                [](auto& r) -> auto& { return r.model.moe.capacity_factor; }),
+            "--moe-expert-capacity-factor", "(model flavor)"),
+      Spell(BoolField(
+                "model.moe.dropless", [](auto& r) -> auto& { return r.model.moe.dropless; }),
+            "--moe-expert-capacity-factor (absent)", "(model flavor)"),
+      Spell(BoolField(
+                "model.moe.pad_to_capacity", [](auto& r) -> auto& { return r.model.moe.pad_to_capacity; }),
+            "--moe-pad-expert-input-to-capacity", "(model flavor)"),
+      Spell(RealField(
+                "model.moe.dropless_skew", "factor", 1.0, 1024.0, false,
+                [](auto& r) -> auto& { return r.model.moe.dropless_skew; }),
+            kOurs, kOurs),
+      Spell(EnumField(
+                "model.moe.router", "enum", kRouterScores, [](auto& r) -> auto& { return r.model.moe.router; }),
+            "--moe-router-score-function", "(model flavor)"),
+      Spell(BoolField(
+                "model.moe.router_bias", [](auto& r) -> auto& { return r.model.moe.router_bias; }),
+            "--moe-router-enable-expert-bias", "(model flavor)"),
+      Spell(BoolField(
+                "model.moe.shared_gate", [](auto& r) -> auto& { return r.model.moe.shared_gate; }),
+            "--moe-shared-expert-gate", "(model flavor)"),
+      Spell(
+          EnumField(
+              "model.moe.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.moe.activation; }),
+          "--swiglu / --squared-relu", "(model flavor)"),
+      Spell(BoolField(
+                "model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
+            "--moe-grouped-gemm", "(model flavor)"),
+      Spell(IntField(
+                "model.moe.first_k_dense", "E slots", 0, kMaxLayers,
+                [](auto& r) -> auto& { return r.model.moe.first_k_dense; }),
+            "--moe-layer-freq", "(model flavor)"),
+      Spell(IntField(
+                "model.moe.layer_freq", "E slots", 1, kMaxLayers,
+                [](auto& r) -> auto& { return r.model.moe.layer_freq; }),
+            "--moe-layer-freq", "(model flavor)"),
+      Spell(IntField(
+                "model.moe.layer_offset", "E slots", 0, kMaxLayers,
+                [](auto& r) -> auto& { return r.model.moe.layer_offset; }),
+            "--moe-layer-freq", "(model flavor)"),
       Section("model.mamba"),
-      IntField(
-          "model.mamba.d_state", "elements", 1, kMaxHeadDim, [](auto& r) -> auto& { return r.model.mamba.d_state; }),
-      IntField(
-          "model.mamba.d_conv", "taps", 1, kMaxConv, [](auto& r) -> auto& { return r.model.mamba.d_conv; }),
-      IntField(
-          "model.mamba.expand", "factor", 1, 1024, [](auto& r) -> auto& { return r.model.mamba.expand; }),
-      IntField(
-          "model.mamba.head_dim", "elements", 1, kMaxHeadDim, [](auto& r) -> auto& { return r.model.mamba.head_dim; }),
-      IntField(
-          "model.mamba.groups", "groups", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.mamba.groups; }),
-      IntField(
-          "model.mamba.chunk", "tokens", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.mamba.chunk; }),
-      BoolField(
-          "model.mamba.fused_norm_out_proj", [](auto& r) -> auto& { return r.model.mamba.fused_norm_out_proj; }),
+      Spell(IntField(
+                "model.mamba.d_state", "elements", 1, kMaxHeadDim,
+                [](auto& r) -> auto& { return r.model.mamba.d_state; }),
+            "--mamba-state-dim", "(no Mamba or R block)"),
+      Spell(IntField(
+                "model.mamba.d_conv", "taps", 1, kMaxConv, [](auto& r) -> auto& { return r.model.mamba.d_conv; }),
+            "(fixed: 4)", "(no Mamba or R block)"),
+      Spell(IntField(
+                "model.mamba.expand", "factor", 1, 1024, [](auto& r) -> auto& { return r.model.mamba.expand; }),
+            "--mamba-num-heads", "(no Mamba or R block)"),
+      Spell(IntField(
+                "model.mamba.head_dim", "elements", 1, kMaxHeadDim,
+                [](auto& r) -> auto& { return r.model.mamba.head_dim; }),
+            "--mamba-head-dim", "(no Mamba or R block)"),
+      Spell(IntField(
+                "model.mamba.groups", "groups", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.mamba.groups; }),
+            "--mamba-num-groups", "(no Mamba or R block)"),
+      Spell(IntField(
+                "model.mamba.chunk", "tokens", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.mamba.chunk; }),
+            "(fixed: 128)", "(no Mamba or R block)"),
+      Spell(BoolField(
+                "model.mamba.fused_norm_out_proj", [](auto& r) -> auto& { return r.model.mamba.fused_norm_out_proj; }),
+            kNone, "(no Mamba or R block)"),
       Section("model.recurrent"),
-      IntField(
-          "model.recurrent.width", "elements", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.recurrent.width; }),
-      IntField(
-          "model.recurrent.heads", "blocks", 1, kMaxHeads, [](auto& r) -> auto& { return r.model.recurrent.heads; }),
-      IntField(
-          "model.recurrent.d_conv", "taps", 1, kMaxConv, [](auto& r) -> auto& { return r.model.recurrent.d_conv; }),
+      Spell(IntField(
+                "model.recurrent.width", "elements", 1, kMaxWidth,
+                [](auto& r) -> auto& { return r.model.recurrent.width; }),
+            "(no R block)", "(no Mamba or R block)"),
+      Spell(IntField(
+                "model.recurrent.heads", "blocks", 1, kMaxHeads,
+                [](auto& r) -> auto& { return r.model.recurrent.heads; }),
+            "(no R block)", "(no Mamba or R block)"),
+      Spell(
+          IntField(
+              "model.recurrent.d_conv", "taps", 1, kMaxConv, [](auto& r) -> auto& { return r.model.recurrent.d_conv; }),
+          "(no R block)", "(no Mamba or R block)"),
       Section("training"),
-      IntField(
-          "training.seq_len", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return r.training.seq_len; }),
-      IntField(
-          "training.micro_batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return r.training.micro_batch; }),
-      IntField(
-          "training.global_batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return r.training.global_batch; }),
-      EnumField(
-          "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
-      BoolField(
-          "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
-      RealField(
-          "training.dropout", "fraction", 0.0, 1.0, true, [](auto& r) -> auto& { return r.training.dropout; }),
-      BoolField(
-          "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
-      BoolField(
-          "training.defer_head_wgrad", [](auto& r) -> auto& { return r.training.defer_head_wgrad; }),
-      IntField(
-          "training.head_wgrad_deferral_limit", "micro-batches", 0, kMaxBatch,
-          [](auto& r) -> auto& { return r.training.head_wgrad_deferral_limit; }),
+      Spell(IntField(
+                "training.seq_len", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return r.training.seq_len; }),
+            "--seq-length", "training.seq_len"),
+      Spell(IntField(
+                "training.micro_batch", "sequences", 1, kMaxBatch,
+                [](auto& r) -> auto& { return r.training.micro_batch; }),
+            "--micro-batch-size", "training.local_batch_size"),
+      Spell(IntField(
+                "training.global_batch", "sequences", 1, kMaxBatch,
+                [](auto& r) -> auto& { return r.training.global_batch; }),
+            "--global-batch-size", "training.global_batch_size"),
+      Spell(EnumField(
+                "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
+            "--recompute-granularity", "activation_checkpoint.mode"),
+      Spell(BoolField(
+                "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
+            "--attention-backend", "(model flavor)"),
+      Spell(RealField(
+                "training.dropout", "fraction", 0.0, 1.0, true, [](auto& r) -> auto& { return r.training.dropout; }),
+            "--hidden-dropout, --attention-dropout", "(model flavor)"),
+      Spell(BoolField(
+                "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
+            "--transformer-impl", "(plain PyTorch)"),
+      Spell(BoolField(
+                "training.defer_head_wgrad", [](auto& r) -> auto& { return r.training.defer_head_wgrad; }),
+            "--defer-embedding-wgrad-compute", kNone),
+      Spell(IntField(
+                "training.head_wgrad_deferral_limit", "micro-batches", 0, kMaxBatch,
+                [](auto& r) -> auto& { return r.training.head_wgrad_deferral_limit; }),
+            "--wgrad-deferral-limit", kNone),
       Section("training.precision"),
-      EnumField(
-          "training.precision.params", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.precision.params; }),
-      EnumField(
-          "training.precision.grads", "dtype", kDTypes, [](auto& r) -> auto& { return r.training.precision.grads; }),
-      EnumField(
-          "training.precision.master", "dtype", kMasterDTypes,
-          [](auto& r) -> auto& { return r.training.precision.master; }),
-      EnumField(
-          "training.precision.activations", "dtype", kDTypes,
-          [](auto& r) -> auto& { return r.training.precision.activations; }),
+      Spell(EnumField(
+                "training.precision.params", "dtype", kDTypes,
+                [](auto& r) -> auto& { return r.training.precision.params; }),
+            "--bf16 / --fp16", "training.mixed_precision_param"),
+      Spell(EnumField(
+                "training.precision.grads", "dtype", kDTypes,
+                [](auto& r) -> auto& { return r.training.precision.grads; }),
+            "--grad-reduce-in-bf16", "training.mixed_precision_reduce"),
+      Spell(EnumField(
+                "training.precision.master", "dtype", kMasterDTypes,
+                [](auto& r) -> auto& { return r.training.precision.master; }),
+            "--bf16 / --fp16 (fp32 main params)", "(FSDP2 fp32 shards)"),
+      Spell(EnumField(
+                "training.precision.activations", "dtype", kDTypes,
+                [](auto& r) -> auto& { return r.training.precision.activations; }),
+            "--bf16 / --fp16", "training.mixed_precision_param"),
       Section("training.optimizer"),
-      EnumField(
-          "training.optimizer.matrices", "optimizer", kOptimizers,
-          [](auto& r) -> auto& { return r.training.optimizer.matrices; }),
-      EnumField(
-          "training.optimizer.other", "optimizer", kAdamWOnly,
-          [](auto& r) -> auto& { return r.training.optimizer.other; }),
-      EnumField(
-          "training.optimizer.muon_momentum", "dtype", kDTypes,
-          [](auto& r) -> auto& { return r.training.optimizer.muon_momentum; }),
-      EnumField(
-          "training.optimizer.mamba_in_proj", "optimizer", kOptimizers,
-          [](auto& r) -> auto& { return r.training.optimizer.mamba_in_proj; }),
-      EnumField(
-          "training.optimizer.router", "optimizer", kOptimizers,
-          [](auto& r) -> auto& { return r.training.optimizer.router; }),
+      Spell(EnumField(
+                "training.optimizer.matrices", "optimizer", kOptimizers,
+                [](auto& r) -> auto& { return r.training.optimizer.matrices; }),
+            "--optimizer", "optimizer.name"),
+      Spell(EnumField(
+                "training.optimizer.other", "optimizer", kAdamWOnly,
+                [](auto& r) -> auto& { return r.training.optimizer.other; }),
+            "--optimizer", "optimizer.name"),
+      Spell(EnumField(
+                "training.optimizer.muon_momentum", "dtype", kDTypes,
+                [](auto& r) -> auto& { return r.training.optimizer.muon_momentum; }),
+            kNone, kNone),
+      Spell(EnumField(
+                "training.optimizer.mamba_in_proj", "optimizer", kOptimizers,
+                [](auto& r) -> auto& { return r.training.optimizer.mamba_in_proj; }),
+            kNone, kNone),
+      Spell(EnumField(
+                "training.optimizer.router", "optimizer", kOptimizers,
+                [](auto& r) -> auto& { return r.training.optimizer.router; }),
+            "(Muon takes the router)", kNone),
       Section("parallel"),
-      IntField(
-          "parallel.tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.tp; }),
-      BoolField(
-          "parallel.sp", [](auto& r) -> auto& { return r.parallel.sp; }),
-      IntField(
-          "parallel.cp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.cp; }),
-      IntField(
-          "parallel.pp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.pp; }),
-      IntField(
-          "parallel.vpp", "chunks", 1, kMaxLayers, [](auto& r) -> auto& { return r.parallel.vpp; }),
-      IntField(
-          "parallel.ep", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.ep; }),
-      IntField(
-          "parallel.expert_tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.expert_tp; }),
-      IntField(
-          "parallel.zero", "stage", 0, 3, [](auto& r) -> auto& { return r.parallel.zero; }),
-      EnumField(
-          "parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
-      EnumField(
-          "parallel.order", "enum", kAxisOrders, [](auto& r) -> auto& { return r.parallel.order; }),
-      EnumField(
-          "parallel.cp_comm", "enum", kCpComms, [](auto& r) -> auto& { return r.parallel.cp_comm; }),
-      EnumField(
-          "parallel.cp_recurrent", "enum", kCpRecurrents, [](auto& r) -> auto& { return r.parallel.cp_recurrent; }),
-      BoolField(
-          "parallel.cp_load_balance", [](auto& r) -> auto& { return r.parallel.cp_load_balance; }),
-      Field("parallel.stage_boundaries", K::kIntList, "layer indices",
-            [](const Recipe& r) { return fmt::format("[{}]", fmt::join(r.parallel.stage_boundaries, ", ")); }),
+      Spell(IntField(
+                "parallel.tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.tp; }),
+            "--tensor-model-parallel-size", "parallelism.tensor_parallel_degree"),
+      Spell(BoolField(
+                "parallel.sp", [](auto& r) -> auto& { return r.parallel.sp; }),
+            "--sequence-parallel", "(on with tensor parallelism)"),
+      Spell(IntField(
+                "parallel.cp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.cp; }),
+            "--context-parallel-size", "parallelism.context_parallel_degree"),
+      Spell(IntField(
+                "parallel.pp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.pp; }),
+            "--pipeline-model-parallel-size", "parallelism.pipeline_parallel_degree"),
+      Spell(IntField(
+                "parallel.vpp", "chunks", 1, kMaxLayers, [](auto& r) -> auto& { return r.parallel.vpp; }),
+            "--num-virtual-stages-per-pipeline-rank", "parallelism.pipeline_parallel_schedule"),
+      Spell(IntField(
+                "parallel.ep", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.ep; }),
+            "--expert-model-parallel-size", "parallelism.expert_parallel_degree"),
+      Spell(IntField(
+                "parallel.expert_tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.expert_tp; }),
+            "--expert-tensor-parallel-size", kNone),
+      Spell(IntField(
+                "parallel.zero", "stage", 0, 3, [](auto& r) -> auto& { return r.parallel.zero; }),
+            "--use-distributed-optimizer, --data-parallel-sharding-strategy", "parallelism.data_parallel_shard_degree"),
+      Spell(EnumField(
+                "parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
+            "(1F1B, interleaved)", "parallelism.pipeline_parallel_schedule"),
+      Spell(EnumField(
+                "parallel.order", "enum", kAxisOrders, [](auto& r) -> auto& { return r.parallel.order; }),
+            "--use-tp-pp-dp-mapping", "(tp-cp-dp-pp mesh)"),
+      Spell(EnumField(
+                "parallel.cp_comm", "enum", kCpComms, [](auto& r) -> auto& { return r.parallel.cp_comm; }),
+            "--cp-comm-type", "parallelism.context_parallel_rotate_method"),
+      Spell(
+          EnumField(
+              "parallel.cp_recurrent", "enum", kCpRecurrents, [](auto& r) -> auto& { return r.parallel.cp_recurrent; }),
+          kNone, kNone),
+      Spell(BoolField(
+                "parallel.cp_load_balance", [](auto& r) -> auto& { return r.parallel.cp_load_balance; }),
+            kNone, kNone),
+      Spell(Field("parallel.stage_boundaries", K::kIntList, "layer indices",
+                  [](const Recipe& r) { return fmt::format("[{}]", fmt::join(r.parallel.stage_boundaries, ", ")); }),
+            "--pipeline-model-parallel-layout", "parallelism.module_fqns_per_model_part"),
       Section("cluster"),
-      Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }),
-      IntField(
-          "cluster.nodes", "nodes", 1, kMaxNodes, [](auto& r) -> auto& { return r.cluster.nodes; }),
-      IntField(
-          "cluster.gpus_per_node", "GPUs", 1, kMaxGpusPerNode,
-          [](auto& r) -> auto& { return r.cluster.gpus_per_node; }),
-      RealField(
-          "cluster.reserve_gib", "GiB", 0.0, 1e6, false, [](auto& r) -> auto& { return r.cluster.reserve_gib; }),
-      RealField(
-          "cluster.min_headroom_gib", "GiB", 0.0, 1e6, false,
-          [](auto& r) -> auto& { return r.cluster.min_headroom_gib; }),
-      RealField(
-          "cluster.allocator_overhead", "fraction", 0.0, 1.0, true,
-          [](auto& r) -> auto& { return r.cluster.allocator_overhead; }),
-      IntField(
-          "cluster.capacity_mib", "MiB", 0, kNoLimit, [](auto& r) -> auto& { return r.cluster.capacity_mib; }),
-      IntField(
-          "cluster.cublas_workspace_mib", "MiB", 0, 4096,
-          [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
+      Spell(Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }), kOurs, kOurs),
+      Spell(IntField(
+                "cluster.nodes", "nodes", 1, kMaxNodes, [](auto& r) -> auto& { return r.cluster.nodes; }),
+            kOurs, kOurs),
+      Spell(IntField(
+                "cluster.gpus_per_node", "GPUs", 1, kMaxGpusPerNode,
+                [](auto& r) -> auto& { return r.cluster.gpus_per_node; }),
+            kOurs, kOurs),
+      Spell(RealField(
+                "cluster.reserve_gib", "GiB", 0.0, 1e6, false, [](auto& r) -> auto& { return r.cluster.reserve_gib; }),
+            kOurs, kOurs),
+      Spell(RealField(
+                "cluster.min_headroom_gib", "GiB", 0.0, 1e6, false,
+                [](auto& r) -> auto& { return r.cluster.min_headroom_gib; }),
+            kOurs, kOurs),
+      Spell(RealField(
+                "cluster.allocator_overhead", "fraction", 0.0, 1.0, true,
+                [](auto& r) -> auto& { return r.cluster.allocator_overhead; }),
+            kOurs, kOurs),
+      Spell(IntField(
+                "cluster.capacity_mib", "MiB", 0, kNoLimit, [](auto& r) -> auto& { return r.cluster.capacity_mib; }),
+            kOurs, kOurs),
+      Spell(IntField(
+                "cluster.cublas_workspace_mib", "MiB", 0, 4096,
+                [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
+            kOurs, kOurs),
       Section("serving", [](Recipe& r) { r.serving.emplace(); }),
-      IntField(
-          "serving.batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return ServingOf(r).batch; }),
-      IntField(
-          "serving.context", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return ServingOf(r).context; }),
-      EnumField(
-          "serving.kv_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).kv_dtype; }),
-      EnumField(
-          "serving.ssm_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).ssm_dtype; }),
+      Spell(IntField(
+                "serving.batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return ServingOf(r).batch; }),
+            kOurs, kOurs),
+      Spell(IntField(
+                "serving.context", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return ServingOf(r).context; }),
+            kOurs, kOurs),
+      Spell(EnumField(
+                "serving.kv_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).kv_dtype; }),
+            kOurs, kOurs),
+      Spell(EnumField(
+                "serving.ssm_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).ssm_dtype; }),
+            kOurs, kOurs),
   };
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "preflight/recipe/fields.h"
+
 namespace preflight::emit {
 
 bool Has(const Recipe& r, BlockKind kind) {
@@ -49,6 +51,47 @@ std::string ChunkRanges(const StagePlan& stages) {
 }
 
 std::string Number(double x) { return fmt::format("{:g}", x); }
+
+namespace {
+
+bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+/// Whether `path` changes the job this recipe describes: a block's keys
+/// matter only with that block, a knob only with what it tunes.
+bool Matters(const Recipe& r, std::string_view path) {
+  const bool muon = r.training.optimizer.matrices == OptimizerKind::kMuon;
+  if (StartsWith(path, "model.moe.") || path == "parallel.expert_tp") return Has(r, BlockKind::kMoe);
+  if (StartsWith(path, "model.mamba.")) return Has(r, BlockKind::kMamba);
+  if (StartsWith(path, "model.recurrent.")) return Has(r, BlockKind::kRecurrent);
+  if (StartsWith(path, "model.mla.")) return Has(r, BlockKind::kAttention) && r.model.mla.has_value();
+  if (StartsWith(path, "model.attention.")) return Has(r, BlockKind::kAttention) && !r.model.mla.has_value();
+  if (StartsWith(path, "model.mlp.")) return Has(r, BlockKind::kDenseMlp);
+  if (path == "training.head_wgrad_deferral_limit") return r.training.defer_head_wgrad;
+  if (path == "training.optimizer.muon_momentum") return muon;
+  if (path == "training.optimizer.mamba_in_proj") return muon && Has(r, BlockKind::kMamba);
+  if (path == "training.optimizer.router") return muon && Has(r, BlockKind::kMoe);
+  if (path == "parallel.cp_load_balance") return r.parallel.cp > 1;
+  if (path == "parallel.cp_recurrent") {
+    return r.parallel.cp > 1 && (Has(r, BlockKind::kMamba) || Has(r, BlockKind::kRecurrent));
+  }
+  return true;
+}
+
+}  // namespace
+
+void NoteKeysWithoutCounterpart(const Recipe& r, Framework framework, Notes& notes) {
+  static const Recipe kDefaults;
+  const char* name = framework == Framework::kMegatron ? "Megatron-LM" : "torchtitan";
+  for (const RecipeField& f : RecipeFields()) {
+    const std::string_view spelling = framework == Framework::kMegatron ? f.megatron : f.torchtitan;
+    if (spelling != kNoCounterpart || !f.text || !Matters(r, f.path)) continue;
+    const std::string value = f.text(r);
+    if (value == f.text(kDefaults)) continue;
+    notes.Cannot(std::string(f.path), value,
+                 fmt::format("{} has no setting for {} = {} (the plan prices it; the framework runs {})", name, f.path,
+                             value, f.text(kDefaults)));
+  }
+}
 
 void Notes::Cannot(const std::string& key, const std::string& value, const std::string& what) {
   lines_.push_back(fmt::format("cannot express: {}", what));

@@ -43,6 +43,16 @@ std::string ChunkRanges(const StagePlan& stages);
 /// `{:g}` of a double ("0", "0.1", "1.25").
 std::string Number(double x);
 
+class Notes;
+
+enum class Framework { kMegatron, kTorchtitan };
+
+/// The field table's verdict: every key the framework has no setting for
+/// (RecipeField spelling kNoCounterpart) that this recipe sets away from its
+/// default, where the key matters (an MoE key with MoE layers, ...), becomes
+/// a "cannot express" note and warning.
+void NoteKeysWithoutCounterpart(const Recipe& r, Framework framework, Notes& notes);
+
 /// Collects the header comment lines and the warnings of one emission.
 class Notes {
  public:

@@ -312,7 +312,7 @@ void MoeFlags(const Context& c) {
   c.args.Flag("--moe-router-topk", e.top_k);
   c.args.Flag("--moe-ffn-hidden-size", e.ffn_hidden);
   if (e.SharedWidth() > 0) c.args.Flag("--moe-shared-expert-intermediate-size", e.SharedWidth());
-  if (e.shared_gate) c.notes.Cannot("model.moe.shared_gate", "true", "arguments.py has no flag for a gated shared expert");
+  if (e.shared_gate) c.args.Flag("--moe-shared-expert-gate");
   c.args.Flag("--moe-router-score-function", e.router == RouterScore::kSigmoid ? "sigmoid" : "softmax");
   if (e.router_bias) c.args.Flag("--moe-router-enable-expert-bias");
   if (e.grouped_gemm) c.args.Flag("--moe-grouped-gemm");
@@ -398,6 +398,14 @@ void PrecisionFlags(const Context& c) {
     c.notes.Cannot("training.precision.grads", Name(pr.grads),
                    "Megatron keeps gradients in fp32 or, with --grad-reduce-in-bf16, bf16");
   }
+  // Megatron's activations follow the autocast dtype: bf16 with --bf16 and
+  // with fp8 weights (TE's FP8 GEMMs cast on the fly), fp16 with --fp16.
+  const DType runs = pr.params == DType::kFp8 ? DType::kBf16 : pr.params;
+  if (pr.activations != runs) {
+    c.notes.Cannot("training.precision.activations", Name(pr.activations),
+                   fmt::format("Megatron keeps activations in the {} compute dtype; the plan prices them in {}",
+                               Name(runs), Name(pr.activations)));
+  }
   if (!pr.master && pr.params != DType::kFp32) {
     c.notes.Cannot("training.precision.master", "none",
                    "Megatron keeps fp32 main parameters beside low-precision weights; no flag drops them");
@@ -451,14 +459,6 @@ void OptimizerFlags(const Context& c) {
           "training.optimizer.router", "adamw",
           "Megatron's Muon also takes the 2-D router weight; no flag gives it to Adam (docs/formulas.md §9.4)");
     }
-    if (Has(c.r, BlockKind::kMamba) && o.mamba_in_proj == OptimizerKind::kMuon) {
-      c.notes.Cannot("training.optimizer.mamba_in_proj", "muon",
-                     "Megatron keeps the Mamba in_proj on Adam (docs/formulas.md §9.4); no flag gives it to Muon");
-    }
-    if (o.muon_momentum != DType::kFp32) {
-      c.notes.Cannot("training.optimizer.muon_momentum", Name(o.muon_momentum),
-                     "arguments.py has no flag for the Muon momentum dtype (fp32)");
-    }
   }
   ZeroFlags(c, muon);
 }
@@ -491,6 +491,7 @@ Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   Args args;
   const Context c{recipe, plan, emit::IsTransformerStack(recipe.model.layers), notes, args};
   Header(c);
+  emit::NoteKeysWithoutCounterpart(recipe, emit::Framework::kMegatron, notes);
   ParallelFlags(c);
   PipelineFlags(c);
   BatchFlags(c);

@@ -86,19 +86,10 @@ void ModelSupport(const Context& c) {
     c.notes.Cannot("model.pattern", c.r.model.pattern,
                    "torchtitan's decoders are (attention, FFN) pairs; this pattern needs a custom model");
   }
-  const ModelConfig& m = c.r.model;
-  if (m.linear_bias) c.notes.Cannot("model.linear_bias", "true", "torchtitan's decoders have bias-free linears");
-  if (m.learned_positions > 0) {
-    c.notes.Cannot("model.learned_positions", std::to_string(m.learned_positions),
-                   "torchtitan's decoders use RoPE, no learned position table");
-  }
   if (c.r.training.transformer_engine) {
     c.notes.Note(
         "training.transformer_engine: the plan prices Transformer Engine's cuBLAS workspaces; torchtitan "
         "runs plain PyTorch (set it to false to price that)");
-  }
-  if (c.r.training.defer_head_wgrad) {
-    c.notes.Cannot("training.defer_head_wgrad", "true", "torchtitan has no deferred output-layer weight gradient");
   }
 }
 
@@ -315,6 +306,7 @@ Emission EmitTorchtitan(const Recipe& recipe, const Plan& plan) {
   const Context c{recipe, plan, emit::IsTransformerStack(recipe.model.layers), notes, toml};
   Header(c);
   ModelSupport(c);
+  emit::NoteKeysWithoutCounterpart(c.r, emit::Framework::kTorchtitan, c.notes);
   ParallelismSection(c);
   TrainingSection(c);
   ActivationCheckpointSection(c);

@@ -29,6 +29,14 @@ enum class FieldKind {
   kIntList,  // a list of integers
 };
 
+/// A framework spelling (RecipeField::megatron, ::torchtitan) is the flag or
+/// key that sets the value, or one of these two.
+/// The framework has no setting: a value other than the default cannot be
+/// expressed (the emitters say so for every such key).
+inline constexpr std::string_view kNoCounterpart = "-";
+/// preflight's own pricing and cluster keys: nothing to emit.
+inline constexpr std::string_view kPreflightOnly = "(preflight)";
+
 struct RecipeField {
   std::string_view path;  // "parallel.tp"; a section's path names the map
   FieldKind kind = FieldKind::kString;
@@ -36,6 +44,10 @@ struct RecipeField {
   int64_t min = 0, max = 0;
   double real_min = 0, real_max = 0;
   bool max_exclusive = false;
+  /// How Megatron-LM and torchtitan spell the setting (see kNoCounterpart);
+  /// "(model flavor)" for architecture keys torchtitan builds in code.
+  std::string_view megatron{};
+  std::string_view torchtitan{};
   /// An enum's words, in the order the parser lists them.
   std::vector<std::string> names{};
   /// The value as a recipe would write it ("4", "true", "1f1b", "1.25");
