@@ -935,8 +935,13 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   Add(&l, "parallel.cp", a.Int("--context-parallel-size", 1));
   Add(&l, "parallel.pp", pp);
   Add(&l, "parallel.vpp", vpp);
-  Add(&l, "parallel.ep", a.Int("--expert-model-parallel-size", 1));
-  Add(&l, "parallel.expert_tp", a.Int("--expert-tensor-parallel-size", tp), "Megatron default: = tp");
+  // Expert degrees only where there are experts (the recipe warns about unused ones).
+  if (letters.find('E') != std::string::npos || a.Has("--expert-model-parallel-size")) {
+    Add(&l, "parallel.ep", a.Int("--expert-model-parallel-size", 1));
+  }
+  if (letters.find('E') != std::string::npos || a.Has("--expert-tensor-parallel-size")) {
+    Add(&l, "parallel.expert_tp", a.Int("--expert-tensor-parallel-size", tp), "Megatron default: = tp");
+  }
   int64_t zero = a.Flag("--use-distributed-optimizer") ? 1 : 0;
   if (a.Has("--data-parallel-sharding-strategy")) {
     const std::string s = a.Str("--data-parallel-sharding-strategy", "");
