@@ -11,7 +11,6 @@
 namespace preflight {
 
 using planner_internal::ChunksOn;
-using planner_internal::EffectiveSp;
 using planner_internal::FamilyCounts;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
@@ -226,10 +225,10 @@ Sizes SizesOf(const Inventory& inv, const Layout& l) {
 }
 
 // TP regions of the layer families, the embedding, head and loss (docs/formulas.md §7.2 "TP").
-void AddTp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
+void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
            ItemList* items) {
   if (l.tp <= 1) return;
-  const bool sp = EffectiveSp(inv, l);
+  const bool sp = l.sequence_parallel();
   std::array<int64_t, 5> regions{};
   int64_t emb_mb = 0, head_mb = 0;
   for (const RankChunk& c : chunks) {
@@ -363,10 +362,9 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
 
 // PP boundaries: a chunk sends activations forward unless it is the last
 // chunk and gradients backward unless it is the first (docs/formulas.md §7.2 "PP").
-void AddPp(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks, int64_t n_chunks,
-           ItemList* items) {
+void AddPp(const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks, int64_t n_chunks, ItemList* items) {
   if (l.pp <= 1) return;
-  const int64_t t_sp = EffectiveSp(inv, l) ? l.tp : 1;
+  const int64_t t_sp = l.sequence_parallel() ? l.tp : 1;
   const Bytes msg = s.x / t_sp;
   // DualPipeV keeps chunks p-1 and p on one device: no message between them.
   const bool v_shape = l.schedule == Schedule::kDualPipeV;
@@ -688,13 +686,13 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   // (norms, router): one coalesced all-reduce over TP (docs/formulas.md §7.2), padded
   // to a multiple of t like the DP buffers; ZeRO 2/3 all-reduce each unit's
   // before its reduce-scatter, in every micro-batch.
-  if (EffectiveSp(inv, l) && per_unit_grads) {
+  if (l.sequence_parallel() && per_unit_grads) {
     const auto rep = [&](const DpBuffers& b) {
       return UnitCalls{BytesOf(b.replicated_padded, s.grad), b.replicated_units};
     };
     items->AddPerUnit(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kReplicatedGrads, rep(buffers),
                       rep(rb.first), rounds);
-  } else if (EffectiveSp(inv, l)) {
+  } else if (l.sequence_parallel()) {
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads,
                BytesOf(RoundUp(buffers.replicated, l.tp), s.grad), 1);
   }
@@ -718,9 +716,9 @@ std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t,
     sc.pipeline_rank = r;
     ItemList items(locality, links, cost, &sc.items);
     const std::vector<RankChunk> chunks = ChunksOn(stages, l, r);
-    AddTp(inv, t, l, s, chunks, &items);
+    AddTp(t, l, s, chunks, &items);
     AddCp(inv, t, l, s, chunks, &items);
-    AddPp(inv, l, s, chunks, n_chunks, &items);
+    AddPp(l, s, chunks, n_chunks, &items);
     AddEp(inv, t, l, s, chunks, &items);
     AddOptimizer(inv, t, l, s, chunks, &items);
   }

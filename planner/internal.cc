@@ -47,11 +47,6 @@ double TokensPerRank(const Inventory& inv, const Layout& layout) {
   return static_cast<double>(TokensOf(inv.recipe, layout).cp_rank) / static_cast<double>(layout.tp);
 }
 
-bool EffectiveSp(const Inventory& inv, const Layout& layout) {
-  if (layout.tp <= 1) return false;
-  return layout.sp || inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
-}
-
 ChunkCompute ComputeOf(const Inventory& inv, const PlanTables& t, const Layout& layout, const StageChunk& range,
                        const CostModel& cost) {
   const double seq = static_cast<double>(inv.recipe.training.seq_len);

@@ -38,7 +38,5 @@ ChunkCompute ComputeOf(const Inventory& inv, const PlanTables& t, const Layout& 
 double AchievableFlops(const Inventory& inv, const CostModel& cost);
 /// Tokens one rank holds per micro-batch in SP regions: s*b/(c*t).
 double TokensPerRank(const Inventory& inv, const Layout& layout);
-/// True when SP is in effect; MoE with TP > 1 forces it (docs/formulas.md §0, Megatron moe_layer.py).
-bool EffectiveSp(const Inventory& inv, const Layout& layout);
 
 }  // namespace preflight::planner_internal

@@ -203,9 +203,18 @@ std::vector<Diagnostic> ValidateForPlan(const Recipe& r, const Layout& l) {
   return out;
 }
 
-PlanResult MakePlan(const Inventory& inv, const Layout& layout, const CostModel& cost) {
+/// The layout as Megatron runs it: MoE layers force sequence parallelism on
+/// when tp > 1 (moe_layer.py); the plan warns and prices that (the recipe
+/// validator refuses such a recipe; a Layout built in code can still ask).
+Layout AsRun(const Inventory& inv, Layout layout) {
+  if (layout.tp > 1 && inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0) layout.sp = true;
+  return layout;
+}
+
+PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostModel& cost) {
   PlanResult result;
   const Recipe& r = inv.recipe;
+  const Layout layout = AsRun(inv, requested);
   result.diagnostics = ValidateForPlan(r, layout);
   if (HasErrors(result.diagnostics)) return result;
   Plan plan;
@@ -256,7 +265,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& layout, const CostModel&
     plan.memory = std::move(best->memory);
   }
   const bool moe = inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
-  AddLocalityWarnings(r, layout, plan.mesh, moe, &plan.warnings);
+  AddLocalityWarnings(r, requested, plan.mesh, moe, &plan.warnings);
   for (const Diagnostic& d : result.diagnostics) plan.warnings.push_back(d);
   result.plan = std::move(plan);
   return result;
