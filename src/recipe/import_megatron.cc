@@ -709,39 +709,38 @@ std::string JoinInts(const std::vector<int64_t>& v) {
   return out + "]";
 }
 
-void MapArguments(const std::string& file, MegatronImport* out) {
-  Args a(*out, file, &out->diagnostics);
-  std::vector<YamlEntry>& m = out->model;
-  std::vector<YamlEntry>& l = out->layout;
-
-  // Layer stack.
-  const std::string hybrid_flag = a.Has("--hybrid-layer-pattern")      ? "--hybrid-layer-pattern"
-                                  : a.Has("--hybrid-override-pattern") ? "--hybrid-override-pattern"
-                                                                       : "";
-  const bool is_hybrid = !hybrid_flag.empty();
-  out->model_kind = is_hybrid ? "HybridModel" : "GPTModel";
-  const int64_t hidden = a.Require("--hidden-size");
-  const int64_t heads = a.Require("--num-attention-heads");
-  const bool swiglu = a.Flag("--swiglu");
-  const int64_t ffn = a.Int("--ffn-hidden-size", swiglu ? (4 * hidden * 2 / 3) / 64 * 64 : 4 * hidden);
-  const int64_t experts = a.Int("--num-experts", 0, 0);
+/// The layer stack: the hybrid pattern (and its '|' cuts), or --num-layers
+/// attention + MLP/MoE pairs with --moe-layer-freq. False when it cannot be read.
+struct Stack {
+  std::string flag;  // the hybrid pattern's flag; empty for GPT
   std::string letters;
   std::vector<int64_t> cuts;
   int64_t layers = 0;
-  if (is_hybrid) {
+  bool hybrid() const { return !flag.empty(); }
+  bool Has(char letter) const { return letters.find(letter) != std::string::npos; }
+};
+
+bool MapStack(Args& a, int64_t experts, Stack* st) {
+  st->flag = a.Has("--hybrid-layer-pattern")      ? "--hybrid-layer-pattern"
+             : a.Has("--hybrid-override-pattern") ? "--hybrid-override-pattern"
+                                                  : "";
+  const std::string& hybrid_flag = st->flag;
+  std::string& letters = st->letters;
+  int64_t& layers = st->layers;
+  if (st->hybrid()) {
     bool mtp = false;
     char bad = 0;
-    if (!MapHybrid(a.Str(hybrid_flag, ""), &letters, &cuts, &mtp, &bad)) {
+    if (!MapHybrid(a.Str(hybrid_flag, ""), &letters, &st->cuts, &mtp, &bad)) {
       a.Fail(hybrid_flag, fmt::format("letter '{}' is not one of M (Mamba), * (attention), - (MLP), E (MoE), "
                                       "| (pipeline cut), / (MTP part)",
                                       bad));
-      return;
+      return false;
     }
     if (mtp) a.Warn(hybrid_flag, "the MTP part after '/' is not counted");
     layers = static_cast<int64_t>(letters.size());
     if (letters.empty()) {
       a.Fail(hybrid_flag, "no layers in the pattern");
-      return;
+      return false;
     }
     if (a.Has("--num-layers") && a.Int("--num-layers", layers) != layers) {
       // The pattern builds the stack (mamba_hybrid_layer_allocation.py); the count is only checked there.
@@ -751,7 +750,7 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     layers = a.Require("--num-layers");
     if (layers > recipe_internal::kMaxLayers / 2) {
       a.Fail("--num-layers", fmt::format("at most {} layers", recipe_internal::kMaxLayers / 2));
-      return;
+      return false;
     }
     std::vector<int> is_moe(static_cast<size_t>(layers), experts > 0 ? 1 : 0);
     if (experts > 0 && a.Has("--moe-layer-freq")) {
@@ -759,11 +758,11 @@ void MapArguments(const std::string& file, MegatronImport* out) {
       int64_t period = 1;
       if (!ParseMoeLayerFreq(a.Str("--moe-layer-freq", ""), &list, &period)) {
         a.Fail("--moe-layer-freq", "must be an integer or a Python list expression such as ([0]*3+[1]*9)");
-        return;
+        return false;
       }
       if (!list.empty() && static_cast<int64_t>(list.size()) != layers) {
         a.Fail("--moe-layer-freq", fmt::format("the list has {} entries but --num-layers is {}", list.size(), layers));
-        return;
+        return false;
       }
       for (int64_t i = 0; i < layers; ++i) {
         // megatron/core/models/gpt/moe_module_specs / transformer_block: int k -> layer i is MoE iff i % k == 0.
@@ -772,10 +771,11 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     }
     for (int64_t i = 0; i < layers; ++i) letters += is_moe[static_cast<size_t>(i)] ? "AE" : "AD";
   }
-  Add(&m, "model.layers", "\"" + letters + "\"",
-      is_hybrid ? "hybrid pattern: M->M, *->A, -->D, E->E" : "per GPT layer: attention + MLP (D) or MoE (E)");
-  Add(&m, "model.hidden", hidden);
+  return true;
+}
 
+/// Vocabulary, embeddings, norms and biases.
+void MapEmbeddings(Args& a, std::vector<YamlEntry>& m) {
   // Vocabulary: GPT-2 BPE, or NullTokenizer(vocab_size) whose vocab_size property is vocab_size + 1 (EOD).
   int64_t vocab = 0;
   const std::string tokenizer = a.Str("--tokenizer-type", a.Has("--vocab-file") ? "GPT2BPETokenizer" : "");
@@ -808,8 +808,16 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   Add(&m, "model.learned_positions",
       pos == "learned_absolute" ? a.Int("--max-position-embeddings", a.Int("--seq-length", 1)) : 0,
       "--position-embedding-type " + pos);
+}
 
-  const bool has_attention = letters.find('A') != std::string::npos;
+/// The blocks' shapes: attention or MLA, the dense MLP, MoE, Mamba. False
+/// when a needed argument is missing.
+bool MapBlocks(Args& a, const Stack& st, int64_t hidden, std::vector<YamlEntry>& m) {
+  const int64_t heads = a.Require("--num-attention-heads");
+  const bool swiglu = a.Flag("--swiglu");
+  const int64_t ffn = a.Int("--ffn-hidden-size", swiglu ? (4 * hidden * 2 / 3) / 64 * 64 : 4 * hidden);
+  const int64_t experts = a.Int("--num-experts", 0, 0);
+  const bool has_attention = st.Has('A');
   if (has_attention && a.Flag("--multi-latent-attention")) {
     // megatron/core/transformer/transformer_config.py MLATransformerConfig defaults.
     Add(&m, "model.mla.heads", heads);
@@ -829,14 +837,14 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   // One activation for the dense MLP and the experts (TransformerConfig's
   // gated_linear_unit / activation_func serve both).
   const char* activation = swiglu ? "swiglu" : a.Flag("--squared-relu") ? "relu2" : "gelu";
-  if (letters.find('D') != std::string::npos || (letters.find('E') != std::string::npos)) {
+  if (st.Has('D') || st.Has('E')) {
     Add(&m, "model.mlp.ffn_hidden", ffn);
     Add(&m, "model.mlp.activation", activation);
   }
-  if (letters.find('E') != std::string::npos) {
+  if (st.Has('E')) {
     if (experts <= 0) {
       a.Fail("--num-experts", "MoE layers (E) need --num-experts");
-      return;
+      return false;
     }
     Add(&m, "model.moe.experts", experts);
     Add(&m, "model.moe.top_k", a.Int("--moe-router-topk", 2));
@@ -854,7 +862,7 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     Add(&m, "model.moe.activation", activation);
     Add(&m, "model.moe.grouped_gemm", Bool(a.Flag("--moe-grouped-gemm")));
   }
-  if (letters.find('M') != std::string::npos) {
+  if (st.Has('M')) {
     const int64_t head_dim = a.Int("--mamba-head-dim", 64);
     // megatron/core/ssm/mamba_mixer.py: d_inner = expand (2) * hidden; nheads = d_inner / headdim.
     const int64_t mheads = a.Int("--mamba-num-heads", 2 * hidden / head_dim);
@@ -870,8 +878,12 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     Add(&m, "model.mamba.groups", a.Int("--mamba-num-groups", 8));
     Add(&m, "model.mamba.chunk", 128, "mamba_mixer.py chunk_size");
   }
+  return true;
+}
 
-  // Training.
+/// Batch, recompute, precision, optimizer and kernels.
+void MapTraining(Args& a, MegatronImport* out) {
+  std::vector<YamlEntry>& l = out->layout;
   const int64_t seq = a.Require("--seq-length");
   const int64_t micro = a.Int("--micro-batch-size", 1);
   Add(&l, "training.seq_len", seq);
@@ -914,18 +926,21 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     Add(&l, "training.defer_head_wgrad", "true", "--defer-embedding-wgrad-compute");
     Add(&l, "training.head_wgrad_deferral_limit", a.Int("--wgrad-deferral-limit", 0, 0), "0 = every micro-batch");
   }
+  if (bf16 && fp16) a.Fail("--fp16", "--bf16 and --fp16 are exclusive");
+}
 
-  // Parallelism.
+/// Degrees, ZeRO, schedule, rank order, stage cuts and the cluster defaults.
+void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
   const int64_t tp = a.Int("--tensor-model-parallel-size", 1);
   const int64_t pp = a.Int("--pipeline-model-parallel-size", 1);
   int64_t vpp = 1;
   if (a.Has("--num-layers-per-virtual-pipeline-stage")) {
     const int64_t per = a.Int("--num-layers-per-virtual-pipeline-stage", 1);
-    if (layers % (pp * per) != 0) {
+    if (st.layers % (pp * per) != 0) {
       a.Fail("--num-layers-per-virtual-pipeline-stage",
-             fmt::format("--num-layers {} is not a multiple of pp {} x this", layers, pp));
+             fmt::format("--num-layers {} is not a multiple of pp {} x this", st.layers, pp));
     } else {
-      vpp = layers / (pp * per);
+      vpp = st.layers / (pp * per);
     }
   }
   if (a.Has("--virtual-pipeline-model-parallel-size")) vpp = a.Int("--virtual-pipeline-model-parallel-size", 1);
@@ -936,10 +951,10 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   Add(&l, "parallel.pp", pp);
   Add(&l, "parallel.vpp", vpp);
   // Expert degrees only where there are experts (the recipe warns about unused ones).
-  if (letters.find('E') != std::string::npos || a.Has("--expert-model-parallel-size")) {
+  if (st.Has('E') || a.Has("--expert-model-parallel-size")) {
     Add(&l, "parallel.ep", a.Int("--expert-model-parallel-size", 1));
   }
-  if (letters.find('E') != std::string::npos || a.Has("--expert-tensor-parallel-size")) {
+  if (st.Has('E') || a.Has("--expert-tensor-parallel-size")) {
     Add(&l, "parallel.expert_tp", a.Int("--expert-tensor-parallel-size", tp), "Megatron default: = tp");
   }
   int64_t zero = a.Flag("--use-distributed-optimizer") ? 1 : 0;
@@ -953,24 +968,27 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   // Stage cuts: the hybrid pattern's '|' (when it gives every cut), else Megatron's even layer split.
   const int64_t stages = pp * vpp;
   std::vector<int64_t> boundaries;
-  if (is_hybrid && !cuts.empty()) {
-    if (static_cast<int64_t>(cuts.size()) == stages - 1) {
-      boundaries = cuts;
+  if (st.hybrid() && !st.cuts.empty()) {
+    if (static_cast<int64_t>(st.cuts.size()) == stages - 1) {
+      boundaries = st.cuts;
     } else {
-      a.Warn(hybrid_flag,
-             fmt::format("{} '|' cuts for {} pipeline stages; stages are balanced by the recipe", cuts.size(), stages));
+      a.Warn(st.flag, fmt::format("{} '|' cuts for {} pipeline stages; stages are balanced by the recipe",
+                                  st.cuts.size(), stages));
     }
-  } else if (stages > 1 && layers % stages == 0 && !a.Has("--pipeline-model-parallel-layout") &&
+  } else if (stages > 1 && st.layers % stages == 0 && !a.Has("--pipeline-model-parallel-layout") &&
              !a.Has("--decoder-first-pipeline-num-layers") && !a.Has("--decoder-last-pipeline-num-layers")) {
-    const int64_t per_stage = static_cast<int64_t>(letters.size()) / stages;
+    const int64_t per_stage = static_cast<int64_t>(st.letters.size()) / stages;
     for (int64_t s = 1; s < stages; ++s) boundaries.push_back(s * per_stage);
   }
   if (!boundaries.empty()) Add(&l, "parallel.stage_boundaries", JoinInts(boundaries), "Megatron's stage split");
   Add(&l, "cluster.gpu", "h100", "DGX H100 unless --layout cluster.gpu=...");
   Add(&l, "cluster.nodes", 1);
   Add(&l, "cluster.gpus_per_node", 8);
+}
 
-  // What is left: warnings for the unrepresentable, a list of the unknown.
+/// What is left: a warning for each argument the recipe cannot represent, a
+/// list of the unknown ones.
+void WarnTheRest(Args& a, MegatronImport* out) {
   std::set<std::string> seen;
   for (const MegatronArg& arg : out->args) {
     if (!seen.insert(arg.flag).second) continue;
@@ -992,7 +1010,23 @@ void MapArguments(const std::string& file, MegatronImport* out) {
     a.Warn(arg.flag, "unknown argument: not imported");
     out->unknown.push_back(arg.flag);
   }
-  if (bf16 && fp16) a.Fail("--fp16", "--bf16 and --fp16 are exclusive");
+}
+
+void MapArguments(const std::string& file, MegatronImport* out) {
+  Args a(*out, file, &out->diagnostics);
+  std::vector<YamlEntry>& m = out->model;
+  Stack st;
+  if (!MapStack(a, a.Int("--num-experts", 0, 0), &st)) return;
+  out->model_kind = st.hybrid() ? "HybridModel" : "GPTModel";
+  Add(&m, "model.layers", "\"" + st.letters + "\"",
+      st.hybrid() ? "hybrid pattern: M->M, *->A, -->D, E->E" : "per GPT layer: attention + MLP (D) or MoE (E)");
+  const int64_t hidden = a.Require("--hidden-size");
+  Add(&m, "model.hidden", hidden);
+  MapEmbeddings(a, m);
+  if (!MapBlocks(a, st, hidden, m)) return;
+  MapTraining(a, out);
+  MapParallel(a, st, out->layout);
+  WarnTheRest(a, out);
 }
 
 /// Order of layout keys: LayoutKeyPaths() first, then the other keys the
