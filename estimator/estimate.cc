@@ -142,8 +142,9 @@ void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, Sink* sin
 RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, Sink* sink) {
   const Recipe& rc = inv.recipe;
   Context x;
-  x.dense_group = Mul(l.dp, l.cp);
-  x.expert_group = std::max<int64_t>(1, l.expert_dp());
+  // ZeRO shards over one HSDP replica's ranks (all of d*c without HSDP).
+  x.dense_group = l.zero_group();
+  x.expert_group = std::max<int64_t>(1, l.expert_zero_group());
   x.beta_g = SizeOf(rc.training.precision.grads);
   x.beta_p = SizeOf(rc.training.precision.params);
   x.zero3 = l.zero >= 3;

@@ -490,7 +490,7 @@ struct DpBuffers {
 
 // The groups and element size the buffers of one layout are padded with.
 struct DpGroups {
-  std::array<int64_t, 2> size{};  // D: [dense d*c, expert d_e]
+  std::array<int64_t, 2> size{};  // D: the ZeRO groups [dense d*c, expert d_e] (per HSDP replica)
   int64_t beta_p = 2;
   int64_t tp = 1;                 // the replicated gradients' all-reduce is padded to a multiple of t
 };
@@ -545,7 +545,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
   const bool edges = l.zero >= 2;
   DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
-  const DpGroups dg{{CheckedMul(l.dp, l.cp), std::max<int64_t>(1, l.expert_dp())}, s.param, l.tp};
+  const DpGroups dg{{l.zero_group(), std::max<int64_t>(1, l.expert_zero_group())}, s.param, l.tp};
   struct Memo {
     const ParamTotals* totals = nullptr;
     DpBuffers buffers;
@@ -614,6 +614,11 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
 // - ZeRO 3 (FSDP, reshard after forward): grads as ZeRO 2; each unit's params
 //   are all-gathered before its forward and again before its backward in
 //   every micro-batch, and not after the step.
+// - HSDP (dp_replicate r > 1): all of the above runs inside each replica's
+//   ZeRO group; every reduce-scatter is followed by an all-reduce of the
+//   rank's shard (a 1/D slice of the same buffers) across the r replicas
+//   (Megatron: the inter-instance all-reduce after the intra-instance
+//   reduce-scatter; FSDP2 HSDP likewise).
 void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
                   const std::vector<RankChunk>& chunks, ItemList* items) {
   ParamTotals p;
@@ -634,24 +639,41 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
 
   struct Group {
     Axis axis;
+    Axis replicas;
     size_t index;
     CommWhat grads;
     CommWhat params;
+    CommWhat replica_grads;
   };
-  const Group groups[] = {{Axis::kDpCp, 0, CommWhat::kGrads, CommWhat::kParams},
-                          {Axis::kExpertDp, 1, CommWhat::kExpertGrads, CommWhat::kExpertParams}};
+  const Group groups[] = {
+      {Axis::kDpCp, Axis::kDpReplica, 0, CommWhat::kGrads, CommWhat::kParams, CommWhat::kReplicaGrads},
+      {Axis::kExpertDp, Axis::kExpertDpReplica, 1, CommWhat::kExpertGrads, CommWhat::kExpertParams,
+       CommWhat::kExpertReplicaGrads}};
+  const bool hsdp = l.zero >= 1 && l.dp_replicate > 1;
+  const std::array<int64_t, 2> zero_group = {l.zero_group(), std::max<int64_t>(1, l.expert_zero_group())};
   for (const Group& g : groups) {
     const size_t k = g.index;
     const auto grads = [&](const DpBuffers& b) { return UnitCalls{BytesOf(b.padded[k], s.grad), b.units[k]}; };
     const auto params = [&](const DpBuffers& b) { return UnitCalls{Bytes(b.param_bytes[k]), b.units[k]}; };
+    // The rank's shard of the same buffers (padded to a multiple of D, so exact).
+    const auto shard = [&](const DpBuffers& b) {
+      return UnitCalls{BytesOf(b.padded[k] / zero_group[k], s.grad), b.units[k]};
+    };
     if (l.zero == 0) {
       items->Add(g.axis, Collective::kAllReduce, Pass::kOptimizer, g.grads, grads(buffers).payload, 1);
     } else if (!per_unit_grads) {
       items->Add(g.axis, Collective::kReduceScatter, Pass::kOptimizer, g.grads, grads(buffers).payload, 1);
+      if (hsdp) {
+        items->Add(g.replicas, Collective::kAllReduce, Pass::kOptimizer, g.replica_grads, shard(buffers).payload, 1);
+      }
     } else {
       // The chunk's first unit is reduced last, after the chunk's backward.
       items->AddPerUnit(g.axis, Collective::kReduceScatter, Pass::kBackward, g.grads, grads(buffers), grads(rb.first),
                         rounds);
+      if (hsdp) {
+        items->AddPerUnit(g.replicas, Collective::kAllReduce, Pass::kBackward, g.replica_grads, shard(buffers),
+                          shard(rb.first), rounds);
+      }
     }
     if (l.zero == 3) {
       // Prefetched one unit ahead: the first unit of each pass waits for its gather.

@@ -52,8 +52,27 @@ GroupSlot SlotOf(const Layout& l, const RankCoord& c, Axis a) {
     case Axis::kPp: return {i, c.pp};
     case Axis::kExpertTp: return {c.pp * (stage_ranks / l.expert_tp) + i / l.expert_tp, c.expert_tp};
     case Axis::kEp: return {c.pp * (stage_ranks / l.ep) + c.expert_tp + l.expert_tp * c.expert_dp, c.ep};
-    case Axis::kExpertDp: return {c.pp * (l.expert_tp * l.ep) + c.expert_tp + l.expert_tp * c.ep, c.expert_dp};
-    case Axis::kDpCp: return {c.tp + l.tp * c.pp, c.cp + l.cp * c.dp};
+    // HSDP: a replica is a block of consecutive positions of the d*c (d_e)
+    // group; the shard axes group inside a replica, the replica axes across
+    // (Megatron parallel_state.py: intra/inter partial data-parallel groups).
+    case Axis::kExpertDp: {
+      const int64_t shard = l.expert_dp() / l.dp_replicate;
+      const int64_t group = c.pp * (l.expert_tp * l.ep) + c.expert_tp + l.expert_tp * c.ep;
+      return {group * l.dp_replicate + c.expert_dp / shard, c.expert_dp % shard};
+    }
+    case Axis::kExpertDpReplica: {
+      const int64_t shard = l.expert_dp() / l.dp_replicate;
+      const int64_t group = c.pp * (l.expert_tp * l.ep) + c.expert_tp + l.expert_tp * c.ep;
+      return {group * shard + c.expert_dp % shard, c.expert_dp / shard};
+    }
+    case Axis::kDpCp: {
+      const int64_t j = c.cp + l.cp * c.dp, shard = l.zero_group();
+      return {(c.tp + l.tp * c.pp) * l.dp_replicate + j / shard, j % shard};
+    }
+    case Axis::kDpReplica: {
+      const int64_t j = c.cp + l.cp * c.dp, shard = l.zero_group();
+      return {(c.tp + l.tp * c.pp) * shard + j % shard, j / shard};
+    }
     case Axis::kEmbedding: return {i, c.pp == 0 ? 0 : 1};
   }
   return {};
@@ -67,9 +86,11 @@ int64_t AxisSize(const Layout& l, Axis a) {
     case Axis::kPp: return l.pp;
     case Axis::kEp: return l.ep;
     case Axis::kExpertTp: return l.expert_tp;
-    case Axis::kExpertDp: return l.expert_dp();
-    case Axis::kDpCp: return l.dp * l.cp;
+    case Axis::kExpertDp: return l.expert_zero_group();
+    case Axis::kDpCp: return l.zero_group();
     case Axis::kEmbedding: return 2;
+    case Axis::kDpReplica: return l.dp_replicate;
+    case Axis::kExpertDpReplica: return l.dp_replicate;
   }
   return 1;
 }

@@ -220,6 +220,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     layout.vpp = p.vpp;
     layout.ep = p.ep;
     layout.expert_tp = p.expert_tp;
+    layout.dp_replicate = p.dp_replicate;
     layout.micro_batch = r.training.micro_batch;
     layout.schedule = p.schedule;
     layout.order = p.order;
@@ -253,6 +254,10 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       row.item = static_cast<int32_t>(item);
       row.recompute = rc;
       row.zero = static_cast<int8_t>(z);
+      if (z == 0 && layout.dp_replicate > 1) {  // as the recipe check: replicas need zero >= 1
+        row.status = SweepStatus::kInvalid;
+        continue;
+      }
       Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
       if (best.capacity < best.peak) {
         // As MakePlan: when the time-balanced cut overflows a device, the
@@ -366,7 +371,9 @@ SweepSpace DefaultSweepSpace(const Recipe& r, SweepSpace s) {
   if (s.expert_tp.empty()) s.expert_tp = moe ? PowersOfTwoUpTo(gpn) : std::vector<int64_t>{1};
   if (s.micro_batch.empty()) s.micro_batch = PowersOfTwoUpTo(std::min<int64_t>(8, r.training.global_batch));
   if (s.recompute.empty()) s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
-  if (s.zero.empty()) s.zero = {0, 1, 2, 3};
+  // HSDP replicas need a ZeRO group to shard over (zero >= 1).
+  if (s.zero.empty())
+    s.zero = r.parallel.dp_replicate > 1 ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{0, 1, 2, 3};
   return s;
 }
 

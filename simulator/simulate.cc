@@ -55,6 +55,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(r.training.flash_attention,
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
   Require(!r.model.attention.qk_norm, "qk_norm is not in the executor");
+  Require(r.parallel.dp_replicate == 1,
+          "HSDP replicas are not in the executor (its distributed optimizer shards over the whole data-parallel "
+          "group; set parallel.dp_replicate: 1)");
   Require(!r.model.linear_bias, "linear biases are not in the executor (set model.linear_bias: false)");
   Require(!r.training.defer_head_wgrad,
           "deferred head weight gradients are not in the executor "

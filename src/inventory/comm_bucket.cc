@@ -14,6 +14,8 @@ const char* Key(Axis a) {
     case Axis::kExpertDp: return "expert_dp";
     case Axis::kDpCp: return "dp_cp";
     case Axis::kEmbedding: return "embedding";
+    case Axis::kDpReplica: return "dp_replica";
+    case Axis::kExpertDpReplica: return "expert_dp_replica";
   }
   return "?";
 }
@@ -68,6 +70,8 @@ const char* Key(CommWhat w) {
     case CommWhat::kMuonExpertGather: return "muon_expert_gather";
     case CommWhat::kMuonTpGather: return "muon_tp_gather";
     case CommWhat::kMuonExpertTpGather: return "muon_expert_tp_gather";
+    case CommWhat::kReplicaGrads: return "replica_grads";
+    case CommWhat::kExpertReplicaGrads: return "expert_replica_grads";
     case CommWhat::kUnlabeled: return "";
   }
   return "?";

@@ -15,6 +15,7 @@ Layout LayoutOf(const Recipe& r) {
   l.ep = r.parallel.ep;
   l.expert_tp = r.parallel.expert_tp;
   l.zero = r.parallel.zero;
+  l.dp_replicate = r.parallel.dp_replicate;
   l.micro_batch = r.training.micro_batch;
   l.micro_batches = r.micro_batches();
   l.recompute = r.training.recompute;

@@ -419,6 +419,10 @@ std::vector<RecipeField> MakeFields() {
       Spell(IntField(
                 "parallel.zero", "stage", 0, 3, [](auto& r) -> auto& { return r.parallel.zero; }),
             "--use-distributed-optimizer, --data-parallel-sharding-strategy", "parallelism.data_parallel_shard_degree"),
+      Spell(IntField(
+                "parallel.dp_replicate", "replicas", 1, kMaxDegree,
+                [](auto& r) -> auto& { return r.parallel.dp_replicate; }),
+            "--num-distributed-optimizer-instances", "parallelism.data_parallel_replicate_degree"),
       Spell(EnumField(
                 "parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
             "(1F1B, interleaved)", "parallelism.pipeline_parallel_schedule"),

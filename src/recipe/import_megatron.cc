@@ -197,9 +197,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--account-for-loss-in-pipeline-split", "the loss counted as a layer in the stage split"},
       {"--decoder-first-pipeline-num-layers", "uneven first stage"},
       {"--decoder-last-pipeline-num-layers", "uneven last stage"},
-      {"--num-distributed-optimizer-instances",
-       "several distributed-optimizer instances (optimizer state "
-       "sharded over a part of DP, replicated across instances)"},
       {"--use-megatron-fsdp", "Megatron-FSDP buffers (per-bucket all-gather/reduce-scatter staging)"},
       {"--megatron-fsdp-main-params-dtype", "Megatron-FSDP main-parameter dtype"},
       {"--megatron-fsdp-main-grads-dtype", "Megatron-FSDP main-gradient dtype"},
@@ -251,6 +248,7 @@ const std::set<std::string> kMapped = {
     "--position-embedding-type",
     "--disable-bias-linear",
     "--moe-grouped-gemm",
+    "--num-distributed-optimizer-instances",
     "--defer-embedding-wgrad-compute",
     "--wgrad-deferral-limit",
     "--add-bias-linear",
@@ -963,6 +961,10 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
     zero = s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
   }
   Add(&l, "parallel.zero", zero, zero == 1 ? "--use-distributed-optimizer" : "");
+  if (a.Has("--num-distributed-optimizer-instances")) {
+    Add(&l, "parallel.dp_replicate", a.Int("--num-distributed-optimizer-instances", 1),
+        "--num-distributed-optimizer-instances: ZeRO shards inside each instance");
+  }
   Add(&l, "parallel.schedule", vpp > 1 ? "interleaved" : "1f1b");
   if (a.Flag("--use-tp-pp-dp-mapping")) Add(&l, "parallel.order", "tp-cp-pp-dp", "--use-tp-pp-dp-mapping");
   // Stage cuts: the hybrid pattern's '|' (when it gives every cut), else Megatron's even layer split.
@@ -994,8 +996,7 @@ void WarnTheRest(Args& a, MegatronImport* out) {
     if (!seen.insert(arg.flag).second) continue;
     if (kMapped.count(arg.flag) != 0 || kQuiet.count(arg.flag) != 0) continue;
     // Values that ask for what the recipe already prices change nothing.
-    static const std::map<std::string, std::string> kNeutral = {{"--num-distributed-optimizer-instances", "1"},
-                                                                {"--outer-dp-sharding-strategy", "no_shard"},
+    static const std::map<std::string, std::string> kNeutral = {{"--outer-dp-sharding-strategy", "no_shard"},
                                                                 {"--moe-token-dispatcher-type", "alltoall"},
                                                                 {"--mtp-num-layers", "0"},
                                                                 {"--moe-router-dtype", "None"}};

@@ -46,6 +46,7 @@ class Validator {
       // initialize_model_parallel]; Recipe::expert_dp() must stay a positive
       // integer for every caller.
       CheckExpertMesh();
+      CheckReplicas(layers_ok && Has(r_.model.layers, BlockKind::kMoe));
       if (CheckGlobalBatch()) CheckSchedule(layers_ok);
     }
     if (layers_ok) CheckStageBoundaries();
@@ -336,6 +337,26 @@ class Validator {
                              "stage, Megatron's MoE folding){}",
                              p_.ep, p_.expert_tp, dense_ranks,
                              dense_ranks % other == 0 ? TryDivisorsOf(dense_ranks / other, value) : ""));
+  }
+
+  /// HSDP replicas split the d*c ZeRO group, and the expert one, evenly
+  /// (Megatron parallel_state.py asserts both).
+  void CheckReplicas(bool moe) {
+    const int64_t r = p_.dp_replicate;
+    if (r == 1 || Bad({"parallel.dp_replicate", "parallel.ep", "parallel.expert_tp", "parallel.zero"})) return;
+    if (p_.zero == 0) {
+      ctx_.ErrorAt("parallel.dp_replicate", Str(r),
+                   "needs parallel.zero >= 1: replicas of a ZeRO group shard inside and all-reduce across; with zero 0 "
+                   "every rank already holds a full replica (Megatron asserts the distributed optimizer); set it to 1");
+      return;
+    }
+    const int64_t dense = p_.cp * r_.dp();
+    const int64_t expert = p_.tp * p_.cp * r_.dp() / (p_.ep * p_.expert_tp);
+    const int64_t group = dense % r != 0 ? dense : moe && expert % r != 0 ? expert : 0;
+    if (group == 0) return;
+    ctx_.ErrorAt("parallel.dp_replicate", Str(r),
+                 fmt::format("must divide the {} data-parallel group ({} ranks) into equal replicas{}",
+                             group == dense ? "dense (dp x cp)" : "expert", group, TryDivisorsOf(group, r)));
   }
 
   bool CheckGlobalBatch() {

@@ -437,6 +437,9 @@ void ZeroFlags(const Context& c, bool muon) {
       }
       break;
   }
+  // HSDP: the distributed optimizer (and Megatron-FSDP, whose outer DP group
+  // replicates by default: --outer-dp-sharding-strategy no_shard) per instance.
+  if (c.p.layout.dp_replicate > 1) c.args.Flag("--num-distributed-optimizer-instances", c.p.layout.dp_replicate);
 }
 
 void OptimizerFlags(const Context& c) {

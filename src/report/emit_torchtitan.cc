@@ -101,8 +101,9 @@ void ModelSupport(const Context& c) {
 void DataParallelKeys(const Context& c) {
   const Layout& l = c.p.layout;
   const int64_t zero = l.zero;
-  c.toml.Int("data_parallel_replicate_degree", zero == 0 ? l.dp : 1);
-  c.toml.Int("data_parallel_shard_degree", zero == 0 ? 1 : l.dp);
+  // HSDP: dp_replicate replicas, FSDP inside each.
+  c.toml.Int("data_parallel_replicate_degree", zero == 0 ? l.dp : l.dp_replicate);
+  c.toml.Int("data_parallel_shard_degree", zero == 0 ? 1 : l.dp / l.dp_replicate);
   if (zero == 3 && l.dp > 1) c.toml.Str("fsdp_reshard_after_forward", "always");
   if ((zero == 1 || zero == 2) && l.dp > 1) {
     c.toml.Str("fsdp_reshard_after_forward", "never");

@@ -18,6 +18,7 @@ nlohmann::json LayoutJson(const Layout& l) {
       {"expert_tp", l.expert_tp},
       {"expert_dp", l.expert_dp()},
       {"zero", l.zero},
+      {"dp_replicate", l.dp_replicate},
       {"micro_batch", l.micro_batch},
       {"micro_batches", l.micro_batches},
       {"recompute", Name(l.recompute)},
@@ -26,10 +27,14 @@ nlohmann::json LayoutJson(const Layout& l) {
   };
 }
 
+std::string ReplicaText(const Layout& l) {
+  return l.dp_replicate > 1 ? fmt::format(" (HSDP: {} replicas of {})", l.dp_replicate, l.dp / l.dp_replicate) : "";
+}
+
 std::string LayoutSummary(const Layout& l) {
   std::string out = fmt::format("tp {}{} · cp {} · pp {}", l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, l.pp);
   if (l.vpp > 1) out += fmt::format(" (vpp {})", l.vpp);
-  out += fmt::format(" · dp {} · ep {} · etp {} · edp {}", l.dp, l.ep, l.expert_tp, l.expert_dp());
+  out += fmt::format(" · dp {}{} · ep {} · etp {} · edp {}", l.dp, ReplicaText(l), l.ep, l.expert_tp, l.expert_dp());
   return out;
 }
 

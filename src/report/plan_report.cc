@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "preflight/report/format.h"
+#include "preflight/report/report.h"
 
 namespace preflight {
 namespace {
@@ -67,7 +68,7 @@ bool HasMoe(const Recipe& r) {
 
 // The expert axes only mean something when the model has MoE layers.
 bool Shown(const Recipe& r, Axis a) {
-  return HasMoe(r) || (a != Axis::kEp && a != Axis::kExpertTp && a != Axis::kExpertDp);
+  return HasMoe(r) || (a != Axis::kEp && a != Axis::kExpertTp && a != Axis::kExpertDp && a != Axis::kExpertDpReplica);
 }
 
 std::string LayoutLine(const Recipe& r, const Plan& p) {
@@ -78,8 +79,8 @@ std::string LayoutLine(const Recipe& r, const Plan& p) {
       "tp {}{} · cp {} ({}, {}, {}) · pp {} · vpp {} · dp {}{} · zero {} · {} · order {} · {} "
       "micro-batches of {} · recompute {}",
       l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, Name(l.cp_comm), Name(l.cp_recurrent),
-      l.cp_load_balance ? "balanced" : "unbalanced", l.pp, l.vpp, l.dp, experts, l.zero, Name(l.schedule),
-      Name(l.order), l.micro_batches, l.micro_batch, Name(l.recompute));
+      l.cp_load_balance ? "balanced" : "unbalanced", l.pp, l.vpp, l.dp, ReplicaText(l) + experts, l.zero,
+      Name(l.schedule), Name(l.order), l.micro_batches, l.micro_batch, Name(l.recompute));
 }
 
 }  // namespace
@@ -207,6 +208,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                  {"expert_tp", l.expert_tp},
                  {"expert_dp", l.expert_dp()},
                  {"zero", l.zero},
+                 {"dp_replicate", l.dp_replicate},
                  {"schedule", Name(l.schedule)},
                  {"order", Name(l.order)},
                  {"micro_batch", l.micro_batch},

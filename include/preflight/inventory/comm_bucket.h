@@ -8,12 +8,29 @@
 namespace preflight {
 
 /// Process-group axes. The expert axes are the MoE folding of the same t*c*d
-/// ranks of a pipeline stage; kDpCp is the d*c group dense gradients are
-/// reduced over (Megatron's intra_dp_cp_group); kEmbedding is the 2-rank
-/// tied-embedding group (first and last pipeline stage).
-enum class Axis : int { kTp = 0, kCp, kDp, kPp, kEp, kExpertTp, kExpertDp, kDpCp, kEmbedding };
-inline constexpr int kNumAxes = 9;
-/// Stable snake_case key: "tp", "cp", "dp", "pp", "ep", "expert_tp", "expert_dp", "dp_cp", "embedding".
+/// ranks of a pipeline stage; kDpCp is the group dense gradients are reduced
+/// and ZeRO state is sharded over: the d*c ranks, or with HSDP the d*c /
+/// dp_replicate consecutive ones of a replica (Megatron's intra_dp_cp_group);
+/// kExpertDp likewise for experts. kDpReplica and kExpertDpReplica join the
+/// same shard of each replica (Megatron's inter-instance groups; one rank
+/// without HSDP). kEmbedding is the 2-rank tied-embedding group (first and last
+/// pipeline stage).
+enum class Axis : int {
+  kTp = 0,
+  kCp,
+  kDp,
+  kPp,
+  kEp,
+  kExpertTp,
+  kExpertDp,
+  kDpCp,
+  kEmbedding,
+  kDpReplica,
+  kExpertDpReplica
+};
+inline constexpr int kNumAxes = 11;
+/// Stable snake_case key: "tp", "cp", "dp", "pp", "ep", "expert_tp", "expert_dp", "dp_cp", "embedding",
+/// "dp_replica", "expert_dp_replica".
 const char* Key(Axis a);
 
 /// Collectives as NCCL offers them; kSendRecv is one point-to-point message.
@@ -56,9 +73,11 @@ enum class CommWhat {
   kMuonExpertGather,    // distributed Muon: expert momentum shares gathered
   kMuonTpGather,        // Muon: TP-sharded dense matrices gathered for Newton-Schulz
   kMuonExpertTpGather,  // Muon: expert-TP-sharded matrices gathered
+  kReplicaGrads,        // HSDP: dense gradient shards all-reduced across replicas
+  kExpertReplicaGrads,  // HSDP: expert gradient shards all-reduced across replicas
   kUnlabeled,           // executor only: traffic no block labeled (runtime tests)
 };
-inline constexpr int kNumCommWhats = 29;
+inline constexpr int kNumCommWhats = 31;
 /// Stable snake_case key: "attention", "moe_dispatch", "muon_gather", ...
 const char* Key(CommWhat w);
 

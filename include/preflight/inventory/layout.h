@@ -20,6 +20,7 @@ struct Layout {
   int64_t ep = 1;
   int64_t expert_tp = 1;
   int64_t zero = 1;        // 0..3
+  int64_t dp_replicate = 1;  // HSDP replicas of the ZeRO group (ParallelConfig::dp_replicate)
   int64_t micro_batch = 1;
   int64_t micro_batches = 1;  // per step per pipeline = global_batch / (micro_batch * dp)
   Recompute recompute = Recompute::kSelective;
@@ -32,6 +33,11 @@ struct Layout {
   int64_t world() const { return tp * cp * pp * dp; }
   /// Expert-data-parallel degree d_e = tp*cp*dp / (ep*expert_tp) (docs/formulas.md §0).
   int64_t expert_dp() const { return tp * cp * dp / (ep * expert_tp); }
+  /// The dense ZeRO group: the d*c ranks of one replica (Megatron's
+  /// intra_dp_cp group); d*c without HSDP.
+  int64_t zero_group() const { return dp * cp / dp_replicate; }
+  /// The expert ZeRO group: d_e / dp_replicate ranks.
+  int64_t expert_zero_group() const { return expert_dp() / dp_replicate; }
   /// True when sequence parallelism is in effect (needs tp > 1).
   bool sequence_parallel() const { return sp && tp > 1; }
 };

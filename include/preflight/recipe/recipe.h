@@ -203,6 +203,11 @@ struct ParallelConfig {
   int64_t ep = 1;
   int64_t expert_tp = 1;
   int64_t zero = 1;  // 0 DDP, 1 optimizer, 2 +grads, 3 +params (FSDP)
+  /// HSDP: the d*c data-parallel ranks form this many replicas; ZeRO shards
+  /// inside each replica (d*c / dp_replicate ranks, consecutive), replicas
+  /// all-reduce their shards (Megatron --num-distributed-optimizer-instances,
+  /// torchtitan data_parallel_replicate_degree).
+  int64_t dp_replicate = 1;
   Schedule schedule = Schedule::k1F1B;
   AxisOrder order = AxisOrder::kTpCpDpPp;
   CpComm cp_comm = CpComm::kP2p;

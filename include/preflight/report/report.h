@@ -43,5 +43,7 @@ std::string RenderMemorySvg(const FitReport& report);
 nlohmann::json LayoutJson(const Layout& layout);
 /// "tp 4 (sp) · cp 1 · pp 4 · dp 4 · ep 8 · etp 1 · edp 2" one-line summary.
 std::string LayoutSummary(const Layout& layout);
+/// " (HSDP: r replicas of d/r)" with HSDP, else empty.
+std::string ReplicaText(const Layout& layout);
 
 }  // namespace preflight
