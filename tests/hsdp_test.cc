@@ -21,8 +21,8 @@ using testing::SourcePath;
 
 LoadResult Llama8b(const std::vector<std::string>& sets) {
   std::vector<Override> overrides;
-  for (const char* s :
-       {"training.optimizer.matrices=adamw", "training.global_batch=16", "cluster.nodes=2", "cluster.gpus_per_node=4"}) {
+  for (const char* s : {"training.optimizer.matrices=adamw", "training.global_batch=16", "cluster.nodes=2",
+                        "cluster.gpus_per_node=4"}) {
     overrides.push_back(*ParseOverride(s));
   }
   for (const std::string& s : sets) overrides.push_back(*ParseOverride(s));
