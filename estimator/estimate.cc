@@ -175,10 +175,17 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   // allocator; the reserve and fragmentation below do not show in
   // torch.cuda.max_memory_allocated() (docs/allocated.md).
   out.allocated_peak = managed;
+  // Between steps ZeRO 3 has resharded every gathered unit and ZeRO 2/3 have
+  // reduce-scattered (and freed) every unit's full gradients: only the shares
+  // stay (FSDP2 reshard_after_forward/backward; Megatron-FSDP frees its
+  // unsharded bucket buffers; DeepSpeed stage 2 its reduction buckets).
+  Bytes step_transients;
+  for (int64_t g : w.gathered) step_transients += Bytes(g);
+  if (l.zero >= 2) step_transients += Bytes(w.grad_unit.grads);
   out.allocated_static = out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) +
                          out.of(Category::kEpShardedParams) + out.of(Category::kGradients) +
                          out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
-                         out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces);
+                         out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces) - step_transients;
   out.bytes[static_cast<int>(Category::kRuntimeReserve)] = RuntimeReserve(rc);
   // Fragmentation of the caching allocator, a fraction of what it manages
   // (Megatron's estimator multiplies activations by 1.05; docs/formulas.md §2.4).
