@@ -17,8 +17,10 @@
 
 #include <fmt/format.h>
 
-#include "preflight/estimator/estimate.h"
 #include <mutex>
+
+#include "preflight/estimator/estimate.h"
+#include "preflight/recipe/fields.h"
 
 namespace preflight {
 namespace {
@@ -476,6 +478,35 @@ std::vector<int64_t> ParetoFront(const std::vector<SweepRow>& rows) {
   return front;
 }
 
+namespace {
+
+/// The layout keys a sweep varies (SweepSpace's axes).
+bool Swept(std::string_view path) {
+  for (std::string_view axis : {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.vpp", "parallel.ep",
+                                "parallel.expert_tp", "parallel.zero", "training.micro_batch", "training.recompute"}) {
+    if (path == axis) return true;
+  }
+  return false;
+}
+
+/// Keys away from their defaults only: the defaults are documented, and a
+/// recipe's own choice (sp: false, say) is what can bias a search.
+std::vector<std::string> HeldFixed(const Recipe& r) {
+  static const Recipe kDefaults;
+  std::vector<std::string> out;
+  for (const RecipeField& f : RecipeFields()) {
+    const bool layout_key = f.path.rfind("parallel.", 0) == 0 || f.path.rfind("training.", 0) == 0;
+    if (!layout_key || f.kind == FieldKind::kSection || !f.text || f.affects == kAffectsNothing || Swept(f.path)) {
+      continue;
+    }
+    const std::string value = f.text(r);
+    if (value != f.text(kDefaults)) out.push_back(fmt::format("{}={}", f.path, value));
+  }
+  return out;
+}
+
+}  // namespace
+
 SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const SweepOptions& options) {
   const Recipe& r = inventory.recipe;
   SweepResult out;
@@ -486,6 +517,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.capacity = EstimateRank(inventory, Layout{}, EqualStagePlan(static_cast<int64_t>(r.model.layers.size()), 1, 1), 0)
                      .capacity;
   out.min_headroom = GiB(r.cluster.min_headroom_gib);  // EstimateMemory's floor
+  out.held_fixed = HeldFixed(r);
   const ItemSpace items(space);
   out.items.resize(static_cast<size_t>(items.count));
   out.item_errors.resize(static_cast<size_t>(items.count));

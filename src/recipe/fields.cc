@@ -81,6 +81,7 @@ std::string KeyOf(std::string_view path) {
 RecipeField Section(std::string_view path, std::function<void(Recipe&)> open = nullptr) {
   RecipeField f{path, K::kSection, "map"};
   f.open = std::move(open);
+  f.affects = kAffectsNothing;
   return f;
 }
 template <class Member>
@@ -130,6 +131,11 @@ RecipeField Spell(RecipeField f, std::string_view megatron, std::string_view tor
   f.torchtitan = torchtitan;
   return f;
 }
+/// A key that moves fewer figures than both (RecipeField::affects).
+RecipeField Moves(Affects affects, RecipeField f) {
+  f.affects = affects;
+  return f;
+}
 /// A typed key whose reading the parser does by hand, with its neighbours.
 RecipeField ByHand(RecipeField f) {
   f.read = nullptr;
@@ -146,7 +152,8 @@ RecipeField Field(std::string_view path, FieldKind kind, std::string_view unit,
 std::vector<RecipeField> MakeFields() {
   const int64_t kNoLimit = int64_t{1} << 40;
   return {
-      Spell(Field("name", K::kString, "—", [](const Recipe& r) { return r.name; }), kOurs, kOurs),
+      Moves(kAffectsNothing,
+            Spell(Field("name", K::kString, "—", [](const Recipe& r) { return r.name; }), kOurs, kOurs)),
       Section("model"),
       Spell(Field("model.pattern", K::kLetters, "letters", [](const Recipe& r) { return r.model.pattern; }),
             "--num-layers / --hybrid-layer-pattern", "(model flavor)"),
@@ -256,13 +263,14 @@ std::vector<RecipeField> MakeFields() {
       Spell(BoolField(
                 "model.moe.pad_to_capacity", [](auto& r) -> auto& { return r.model.moe.pad_to_capacity; }),
             "--moe-pad-expert-input-to-capacity", "(model flavor)"),
-      Spell(RealField(
-                "model.moe.dropless_skew", "factor", 1.0, 1024.0, false,
-                [](auto& r) -> auto& { return r.model.moe.dropless_skew; }),
-            kOurs, kOurs),
-      Spell(EnumField(
-                "model.moe.router", "enum", kRouterScores, [](auto& r) -> auto& { return r.model.moe.router; }),
-            "--moe-router-score-function", "(model flavor)"),
+      Moves(kAffectsMemory, Spell(RealField(
+                                      "model.moe.dropless_skew", "factor", 1.0, 1024.0, false,
+                                      [](auto& r) -> auto& { return r.model.moe.dropless_skew; }),
+                                  kOurs, kOurs)),
+      Moves(kAffectsNothing,
+            Spell(EnumField(
+                      "model.moe.router", "enum", kRouterScores, [](auto& r) -> auto& { return r.model.moe.router; }),
+                  "--moe-router-score-function", "(model flavor)")),
       Spell(BoolField(
                 "model.moe.router_bias", [](auto& r) -> auto& { return r.model.moe.router_bias; }),
             "--moe-router-enable-expert-bias", "(model flavor)"),
@@ -273,9 +281,10 @@ std::vector<RecipeField> MakeFields() {
           EnumField(
               "model.moe.activation", "enum", kFfnActivations, [](auto& r) -> auto& { return r.model.moe.activation; }),
           "--swiglu / --squared-relu", "(model flavor)"),
-      Spell(BoolField(
-                "model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
-            "--moe-grouped-gemm", "(model flavor)"),
+      Moves(kAffectsMemory,
+            Spell(BoolField(
+                      "model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
+                  "--moe-grouped-gemm", "(model flavor)")),
       Spell(IntField(
                 "model.moe.first_k_dense", "E slots", 0, kMaxLayers,
                 [](auto& r) -> auto& { return r.model.moe.first_k_dense; }),
@@ -309,9 +318,10 @@ std::vector<RecipeField> MakeFields() {
       Spell(IntField(
                 "model.mamba.chunk", "tokens", 1, kMaxWidth, [](auto& r) -> auto& { return r.model.mamba.chunk; }),
             "(fixed: 128)", "(no Mamba or R block)"),
-      Spell(BoolField(
-                "model.mamba.fused_norm_out_proj", [](auto& r) -> auto& { return r.model.mamba.fused_norm_out_proj; }),
-            kNone, "(no Mamba or R block)"),
+      Moves(kAffectsMemory, Spell(BoolField(
+                                      "model.mamba.fused_norm_out_proj",
+                                      [](auto& r) -> auto& { return r.model.mamba.fused_norm_out_proj; }),
+                                  kNone, "(no Mamba or R block)")),
       Section("model.recurrent"),
       Spell(IntField(
                 "model.recurrent.width", "elements", 1, kMaxWidth,
@@ -340,22 +350,26 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
             "--recompute-granularity", "activation_checkpoint.mode"),
-      Spell(BoolField(
-                "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
-            "--attention-backend", "(model flavor)"),
-      Spell(RealField(
-                "training.dropout", "fraction", 0.0, 1.0, true, [](auto& r) -> auto& { return r.training.dropout; }),
-            "--hidden-dropout, --attention-dropout", "(model flavor)"),
-      Spell(BoolField(
-                "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
-            "--transformer-impl", "(plain PyTorch)"),
-      Spell(BoolField(
-                "training.defer_head_wgrad", [](auto& r) -> auto& { return r.training.defer_head_wgrad; }),
-            "--defer-embedding-wgrad-compute", kNone),
-      Spell(IntField(
-                "training.head_wgrad_deferral_limit", "micro-batches", 0, kMaxBatch,
-                [](auto& r) -> auto& { return r.training.head_wgrad_deferral_limit; }),
-            "--wgrad-deferral-limit", kNone),
+      Moves(kAffectsMemory,
+            Spell(BoolField(
+                      "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
+                  "--attention-backend", "(model flavor)")),
+      Moves(kAffectsMemory, Spell(RealField(
+                                      "training.dropout", "fraction", 0.0, 1.0, true,
+                                      [](auto& r) -> auto& { return r.training.dropout; }),
+                                  "--hidden-dropout, --attention-dropout", "(model flavor)")),
+      Moves(kAffectsMemory,
+            Spell(BoolField(
+                      "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
+                  "--transformer-impl", "(plain PyTorch)")),
+      Moves(kAffectsMemory,
+            Spell(BoolField(
+                      "training.defer_head_wgrad", [](auto& r) -> auto& { return r.training.defer_head_wgrad; }),
+                  "--defer-embedding-wgrad-compute", kNone)),
+      Moves(kAffectsMemory, Spell(IntField(
+                                      "training.head_wgrad_deferral_limit", "micro-batches", 0, kMaxBatch,
+                                      [](auto& r) -> auto& { return r.training.head_wgrad_deferral_limit; }),
+                                  "--wgrad-deferral-limit", kNone)),
       Section("training.precision"),
       Spell(EnumField(
                 "training.precision.params", "dtype", kDTypes,
@@ -365,10 +379,10 @@ std::vector<RecipeField> MakeFields() {
                 "training.precision.grads", "dtype", kDTypes,
                 [](auto& r) -> auto& { return r.training.precision.grads; }),
             "--grad-reduce-in-bf16", "training.mixed_precision_reduce"),
-      Spell(EnumField(
-                "training.precision.master", "dtype", kMasterDTypes,
-                [](auto& r) -> auto& { return r.training.precision.master; }),
-            "--bf16 / --fp16 (fp32 main params)", "(FSDP2 fp32 shards)"),
+      Moves(kAffectsMemory, Spell(EnumField(
+                                      "training.precision.master", "dtype", kMasterDTypes,
+                                      [](auto& r) -> auto& { return r.training.precision.master; }),
+                                  "--bf16 / --fp16 (fp32 main params)", "(FSDP2 fp32 shards)")),
       Spell(EnumField(
                 "training.precision.activations", "dtype", kDTypes,
                 [](auto& r) -> auto& { return r.training.precision.activations; }),
@@ -426,9 +440,10 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
             "(1F1B, interleaved)", "parallelism.pipeline_parallel_schedule"),
-      Spell(EnumField(
-                "parallel.order", "enum", kAxisOrders, [](auto& r) -> auto& { return r.parallel.order; }),
-            "--use-tp-pp-dp-mapping", "(tp-cp-dp-pp mesh)"),
+      Moves(kAffectsTime,
+            Spell(EnumField(
+                      "parallel.order", "enum", kAxisOrders, [](auto& r) -> auto& { return r.parallel.order; }),
+                  "--use-tp-pp-dp-mapping", "(tp-cp-dp-pp mesh)")),
       Spell(EnumField(
                 "parallel.cp_comm", "enum", kCpComms, [](auto& r) -> auto& { return r.parallel.cp_comm; }),
             "--cp-comm-type", "parallelism.context_parallel_rotate_method"),
@@ -443,7 +458,9 @@ std::vector<RecipeField> MakeFields() {
                   [](const Recipe& r) { return fmt::format("[{}]", fmt::join(r.parallel.stage_boundaries, ", ")); }),
             "--pipeline-model-parallel-layout", "parallelism.module_fqns_per_model_part"),
       Section("cluster"),
-      Spell(Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }), kOurs, kOurs),
+      Moves(kAffectsNothing,
+            Spell(Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }), kOurs,
+                  kOurs)),
       Spell(IntField(
                 "cluster.nodes", "nodes", 1, kMaxNodes, [](auto& r) -> auto& { return r.cluster.nodes; }),
             kOurs, kOurs),
@@ -451,37 +468,42 @@ std::vector<RecipeField> MakeFields() {
                 "cluster.gpus_per_node", "GPUs", 1, kMaxGpusPerNode,
                 [](auto& r) -> auto& { return r.cluster.gpus_per_node; }),
             kOurs, kOurs),
-      Spell(RealField(
-                "cluster.reserve_gib", "GiB", 0.0, 1e6, false, [](auto& r) -> auto& { return r.cluster.reserve_gib; }),
-            kOurs, kOurs),
-      Spell(RealField(
-                "cluster.min_headroom_gib", "GiB", 0.0, 1e6, false,
-                [](auto& r) -> auto& { return r.cluster.min_headroom_gib; }),
-            kOurs, kOurs),
-      Spell(RealField(
-                "cluster.allocator_overhead", "fraction", 0.0, 1.0, true,
-                [](auto& r) -> auto& { return r.cluster.allocator_overhead; }),
-            kOurs, kOurs),
-      Spell(IntField(
-                "cluster.capacity_mib", "MiB", 0, kNoLimit, [](auto& r) -> auto& { return r.cluster.capacity_mib; }),
-            kOurs, kOurs),
-      Spell(IntField(
-                "cluster.cublas_workspace_mib", "MiB", 0, 4096,
-                [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
-            kOurs, kOurs),
+      Moves(kAffectsMemory, Spell(RealField(
+                                      "cluster.reserve_gib", "GiB", 0.0, 1e6, false,
+                                      [](auto& r) -> auto& { return r.cluster.reserve_gib; }),
+                                  kOurs, kOurs)),
+      Moves(kAffectsNothing, Spell(RealField(
+                                       "cluster.min_headroom_gib", "GiB", 0.0, 1e6, false,
+                                       [](auto& r) -> auto& { return r.cluster.min_headroom_gib; }),
+                                   kOurs, kOurs)),
+      Moves(kAffectsMemory, Spell(RealField(
+                                      "cluster.allocator_overhead", "fraction", 0.0, 1.0, true,
+                                      [](auto& r) -> auto& { return r.cluster.allocator_overhead; }),
+                                  kOurs, kOurs)),
+      Moves(kAffectsNothing, Spell(IntField(
+                                       "cluster.capacity_mib", "MiB", 0, kNoLimit,
+                                       [](auto& r) -> auto& { return r.cluster.capacity_mib; }),
+                                   kOurs, kOurs)),
+      Moves(kAffectsMemory, Spell(IntField(
+                                      "cluster.cublas_workspace_mib", "MiB", 0, 4096,
+                                      [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
+                                  kOurs, kOurs)),
       Section("serving", [](Recipe& r) { r.serving.emplace(); }),
       Spell(IntField(
                 "serving.batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return ServingOf(r).batch; }),
             kOurs, kOurs),
-      Spell(IntField(
-                "serving.context", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return ServingOf(r).context; }),
-            kOurs, kOurs),
-      Spell(EnumField(
-                "serving.kv_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).kv_dtype; }),
-            kOurs, kOurs),
-      Spell(EnumField(
-                "serving.ssm_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).ssm_dtype; }),
-            kOurs, kOurs),
+      Moves(kAffectsMemory, Spell(IntField(
+                                      "serving.context", "tokens", 1, kMaxSeqLen,
+                                      [](auto& r) -> auto& { return ServingOf(r).context; }),
+                                  kOurs, kOurs)),
+      Moves(kAffectsMemory,
+            Spell(EnumField(
+                      "serving.kv_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).kv_dtype; }),
+                  kOurs, kOurs)),
+      Moves(kAffectsMemory,
+            Spell(EnumField(
+                      "serving.ssm_dtype", "enum", kDTypes, [](auto& r) -> auto& { return ServingOf(r).ssm_dtype; }),
+                  kOurs, kOurs)),
   };
 }
 

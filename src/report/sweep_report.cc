@@ -75,6 +75,9 @@ std::string RenderSweepTable(const SweepResult& r, const std::string& file) {
       file, r.gpus, r.nodes, r.gpus_per_node, FormatGiB(r.capacity), FormatGiB(r.min_headroom), r.rows.size(),
       r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
       r.CountOf(SweepStatus::kInvalid));
+  if (!r.held_fixed.empty()) {
+    out += fmt::format("held at the recipe's values (not varied): {}\n", fmt::join(r.held_fixed, ", "));
+  }
   if (r.top.empty()) {
     out += "\nno layout fits; widen the ranges (--tp, --pp, --zero, --recompute) or add GPUs\n";
     return out;
@@ -112,10 +115,11 @@ std::string SweepJson(const SweepResult& r, const std::string& file) {
   std::string out = fmt::format(
       "{{\n  \"recipe\": {},\n  \"gpus\": {},\n  \"nodes\": {},\n  \"gpus_per_node\": {},\n  \"capacity_bytes\": {},\n"
       "  \"min_headroom_bytes\": {},\n  \"evaluated\": {},\n  \"counts\": {{\"fits\": {}, \"tight\": {}, "
-      "\"over_capacity\": {}, \"invalid\": {}}},\n  \"top\": {},\n  \"pareto\": {},\n  \"layouts\": [",
+      "\"over_capacity\": {}, \"invalid\": {}}},\n  \"held_fixed\": {},\n  \"top\": {},\n  \"pareto\": {},\n  "
+      "\"layouts\": [",
       JsonString(file), r.gpus, r.nodes, r.gpus_per_node, r.capacity.count(), r.min_headroom.count(), r.rows.size(),
       r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
-      r.CountOf(SweepStatus::kInvalid), IndexList(r.top), IndexList(r.pareto));
+      r.CountOf(SweepStatus::kInvalid), nlohmann::json(r.held_fixed).dump(), IndexList(r.top), IndexList(r.pareto));
   for (size_t i = 0; i < r.rows.size(); ++i) {
     out += i ? ",\n    " : "\n    ";
     out += RowJson(r, r.rows[i]);

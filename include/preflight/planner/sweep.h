@@ -89,6 +89,11 @@ struct SweepResult {
   /// Indices into rows: the fitting layouts no other fitting layout beats on
   /// both peak memory and step time, by ascending peak.
   std::vector<int64_t> pareto;
+  /// The recipe's training and parallel keys that move memory or time
+  /// (RecipeField::affects), that the sweep does not vary and that the recipe
+  /// sets away from their defaults, as "parallel.sp=false": every row holds
+  /// them fixed.
+  std::vector<std::string> held_fixed;
 
   int64_t CountOf(SweepStatus s) const;
   /// The full layout of a row.

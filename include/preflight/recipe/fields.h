@@ -37,6 +37,12 @@ inline constexpr std::string_view kNoCounterpart = "-";
 /// preflight's own pricing and cluster keys: nothing to emit.
 inline constexpr std::string_view kPreflightOnly = "(preflight)";
 
+/// Which of preflight's figures a key moves: the memory of some rank (any
+/// category), the step time, both, or neither (a verdict threshold, a name).
+/// recipe_fields_test holds every declaration against the estimator and the
+/// planner.
+enum Affects : unsigned { kAffectsNothing = 0, kAffectsMemory = 1, kAffectsTime = 2, kAffectsBoth = 3 };
+
 struct RecipeField {
   std::string_view path;  // "parallel.tp"; a section's path names the map
   FieldKind kind = FieldKind::kString;
@@ -48,6 +54,8 @@ struct RecipeField {
   /// "(model flavor)" for architecture keys torchtitan builds in code.
   std::string_view megatron{};
   std::string_view torchtitan{};
+  /// Which figures the key moves (sections: kAffectsNothing).
+  Affects affects = kAffectsBoth;
   /// An enum's words, in the order the parser lists them.
   std::vector<std::string> names{};
   /// The value as a recipe would write it ("4", "true", "1f1b", "1.25");
