@@ -186,34 +186,31 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
   return out;
 }
 
-std::string RenderPlanJson(const Recipe& r, const Plan& p) {
-  const Layout& l = p.layout;
-  const Mesh& m = p.mesh;
-  ordered_json j;
-  j["name"] = p.name;
-  j["world"] = m.world;
-  j["nodes"] = m.nodes;
-  j["gpus_per_node"] = m.gpus_per_node;
-  j["gpu"] = p.gpu.name;
-  j["layout"] = {{"tp", l.tp},
-                 {"sp", l.sequence_parallel()},
-                 {"cp", l.cp},
-                 {"cp_comm", Name(l.cp_comm)},
-                 {"cp_recurrent", Name(l.cp_recurrent)},
-                 {"cp_load_balance", l.cp_load_balance},
-                 {"pp", l.pp},
-                 {"vpp", l.vpp},
-                 {"dp", l.dp},
-                 {"ep", l.ep},
-                 {"expert_tp", l.expert_tp},
-                 {"expert_dp", l.expert_dp()},
-                 {"zero", l.zero},
-                 {"dp_replicate", l.dp_replicate},
-                 {"schedule", Name(l.schedule)},
-                 {"order", Name(l.order)},
-                 {"micro_batch", l.micro_batch},
-                 {"micro_batches", l.micro_batches},
-                 {"recompute", Name(l.recompute)}};
+namespace {
+
+ordered_json PlanLayoutJson(const Layout& l) {
+  return {{"tp", l.tp},
+          {"sp", l.sequence_parallel()},
+          {"cp", l.cp},
+          {"cp_comm", Name(l.cp_comm)},
+          {"cp_recurrent", Name(l.cp_recurrent)},
+          {"cp_load_balance", l.cp_load_balance},
+          {"pp", l.pp},
+          {"vpp", l.vpp},
+          {"dp", l.dp},
+          {"ep", l.ep},
+          {"expert_tp", l.expert_tp},
+          {"expert_dp", l.expert_dp()},
+          {"zero", l.zero},
+          {"dp_replicate", l.dp_replicate},
+          {"schedule", Name(l.schedule)},
+          {"order", Name(l.order)},
+          {"micro_batch", l.micro_batch},
+          {"micro_batches", l.micro_batches},
+          {"recompute", Name(l.recompute)}};
+}
+
+ordered_json RankMapJson(const Mesh& m) {
   ordered_json nodes = ordered_json::array();
   for (const NodeRow& row : NodeRows(m)) {
     nodes.push_back({{"node", row.node},
@@ -224,7 +221,10 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                      {"dp", row.dp},
                      {"pp", row.pp}});
   }
-  j["rank_map"] = nodes;
+  return nodes;
+}
+
+ordered_json GroupsJson(const Mesh& m) {
   ordered_json groups = ordered_json::array();
   for (const AxisLocality& a : m.locality) {
     if (a.groups == 0) continue;
@@ -236,9 +236,10 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                       {"min_members_per_node", a.min_members_per_node},
                       {"first_group", m.groups[static_cast<size_t>(a.axis)].front()}});
   }
-  j["groups"] = groups;
-  j["stages_pinned"] = p.stages_pinned;
-  j["partition"] = p.partition;
+  return groups;
+}
+
+ordered_json StagesJson(const Recipe& r, const Plan& p) {
   ordered_json stages = ordered_json::array();
   for (const StageTime& s : p.time.stages) {
     ordered_json chunks = ordered_json::array();
@@ -266,7 +267,10 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
     }
     stages.push_back(stage);
   }
-  j["stages"] = stages;
+  return stages;
+}
+
+ordered_json CommunicationJson(const Plan& p) {
   ordered_json comm = ordered_json::array();
   for (const StageComm& sc : p.comm) {
     ordered_json items = ordered_json::array();
@@ -287,7 +291,53 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
     for (int a = 0; a < kNumAxes; ++a) by_axis[Key(static_cast<Axis>(a))] = sc.send_on(static_cast<Axis>(a)).count();
     comm.push_back({{"pipeline_rank", sc.pipeline_rank}, {"send_bytes_by_axis", by_axis}, {"items", items}});
   }
-  j["communication"] = comm;
+  return comm;
+}
+
+ordered_json StepJson(const StepTime& t) {
+  ordered_json exposed = ordered_json::object();
+  for (int a = 0; a < kNumAxes; ++a) exposed[Key(static_cast<Axis>(a))] = t.exposed_by_axis[static_cast<size_t>(a)];
+  return {{"step_s", t.step_s},
+          {"steady_s", t.steady_s},
+          {"bubble_s", t.bubble_s},
+          {"bubble_fraction", t.bubble_fraction},
+          {"dp_exposed_s", t.dp_exposed_s},
+          {"optimizer_s", t.optimizer_s},
+          {"slowest_stage", t.slowest_stage},
+          {"exposed_by_axis_s", exposed},
+          {"model_flops", t.model_flops},
+          {"tokens_per_s", t.tokens_per_s},
+          {"mfu", t.mfu}};
+}
+
+ordered_json CostModelJson(const Plan& p) {
+  return {{"compute_efficiency", p.cost.compute_efficiency},
+          {"nvlink_efficiency", p.cost.nvlink_efficiency},
+          {"ib_efficiency", p.cost.ib_efficiency},
+          {"latency_s", p.cost.latency_s},
+          {"dp_bucket_elements", p.cost.dp_bucket_elements},
+          {"bf16_dense_tflops", p.gpu.bf16_dense_tflops},
+          {"nvlink_gbps_per_dir", p.gpu.nvlink_gbps_per_dir},
+          {"ib_gbps_per_dir", p.gpu.ib_gbps_per_dir}};
+}
+
+}  // namespace
+
+std::string RenderPlanJson(const Recipe& r, const Plan& p) {
+  const Mesh& m = p.mesh;
+  ordered_json j;
+  j["name"] = p.name;
+  j["world"] = m.world;
+  j["nodes"] = m.nodes;
+  j["gpus_per_node"] = m.gpus_per_node;
+  j["gpu"] = p.gpu.name;
+  j["layout"] = PlanLayoutJson(p.layout);
+  j["rank_map"] = RankMapJson(m);
+  j["groups"] = GroupsJson(m);
+  j["stages_pinned"] = p.stages_pinned;
+  j["partition"] = p.partition;
+  j["stages"] = StagesJson(r, p);
+  j["communication"] = CommunicationJson(p);
   if (p.memory) {
     j["memory_verdict"] = {{"fits", p.memory->verdict.fits},
                            {"headroom_ok", p.memory->verdict.headroom_ok},
@@ -295,28 +345,8 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                            {"headroom_bytes", p.memory->verdict.headroom.count()},
                            {"reason", p.memory->verdict.reason}};
   }
-  const StepTime& t = p.time;
-  ordered_json exposed = ordered_json::object();
-  for (int a = 0; a < kNumAxes; ++a) exposed[Key(static_cast<Axis>(a))] = t.exposed_by_axis[static_cast<size_t>(a)];
-  j["step"] = {{"step_s", t.step_s},
-               {"steady_s", t.steady_s},
-               {"bubble_s", t.bubble_s},
-               {"bubble_fraction", t.bubble_fraction},
-               {"dp_exposed_s", t.dp_exposed_s},
-               {"optimizer_s", t.optimizer_s},
-               {"slowest_stage", t.slowest_stage},
-               {"exposed_by_axis_s", exposed},
-               {"model_flops", t.model_flops},
-               {"tokens_per_s", t.tokens_per_s},
-               {"mfu", t.mfu}};
-  j["cost_model"] = {{"compute_efficiency", p.cost.compute_efficiency},
-                     {"nvlink_efficiency", p.cost.nvlink_efficiency},
-                     {"ib_efficiency", p.cost.ib_efficiency},
-                     {"latency_s", p.cost.latency_s},
-                     {"dp_bucket_elements", p.cost.dp_bucket_elements},
-                     {"bf16_dense_tflops", p.gpu.bf16_dense_tflops},
-                     {"nvlink_gbps_per_dir", p.gpu.nvlink_gbps_per_dir},
-                     {"ib_gbps_per_dir", p.gpu.ib_gbps_per_dir}};
+  j["step"] = StepJson(p.time);
+  j["cost_model"] = CostModelJson(p);
   ordered_json warnings = ordered_json::array();
   for (const Diagnostic& d : p.warnings) warnings.push_back(Format(d));
   j["warnings"] = warnings;
