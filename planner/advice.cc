@@ -70,6 +70,7 @@ const char* Key(AdviceMove m) {
     case AdviceMove::kZeroUp: return "zero_up";
     case AdviceMove::kMoreRecompute: return "more_recompute";
     case AdviceMove::kSmallerMicroBatch: return "smaller_micro_batch";
+    case AdviceMove::kFewerReplicas: return "fewer_replicas";
   }
   return "?";
 }
@@ -130,6 +131,12 @@ std::optional<Recipe> ApplyMove(const Recipe& recipe, AdviceMove move, AdviceCha
       if (r.training.micro_batch == 1) return std::nullopt;
       set("training.micro_batch", r.training.micro_batch, r.training.micro_batch / 2);
       r.training.micro_batch /= 2;
+      break;
+    case AdviceMove::kFewerReplicas:
+      // Half the HSDP replicas: each ZeRO group twice as large, its shards half as big.
+      if (p.dp_replicate == 1) return std::nullopt;
+      set("parallel.dp_replicate", p.dp_replicate, p.dp_replicate / 2);
+      p.dp_replicate /= 2;
       break;
   }
   return r;

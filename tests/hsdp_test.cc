@@ -9,6 +9,7 @@
 
 #include "preflight/estimator/estimate.h"
 #include "preflight/inventory/inventory.h"
+#include "preflight/planner/advice.h"
 #include "preflight/planner/plan.h"
 #include "preflight/recipe/import_megatron.h"
 #include "preflight/recipe/recipe.h"
@@ -101,6 +102,38 @@ TEST(Hsdp, ReplicasMustSplitTheGroupAndNeedZero) {
   const LoadResult ddp = Llama8b({"parallel.tp=2", "parallel.zero=0", "parallel.dp_replicate=2"});
   ASSERT_FALSE(ddp.ok());
   EXPECT_EQ(ddp.diagnostics.front().key_path, "parallel.dp_replicate");
+}
+
+// A recipe that does not fit because its replicas shard too little hears
+// "fewer replicas" from fit's advice.
+TEST(Hsdp, AdviceProposesFewerReplicas) {
+  const auto worst_total = [](const std::vector<std::string>& sets) {
+    const LoadResult loaded = Llama8b(sets);
+    EXPECT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
+    const Inventory inv = BuildInventory(*loaded.recipe);
+    const Layout l = LayoutOf(*loaded.recipe);
+    const MemoryEstimate m = EstimateMemory(inv, l, PartitionStages(inv, l));
+    return m.stages[static_cast<size_t>(m.worst_stage)].total();
+  };
+  const Bytes eight = worst_total({"parallel.dp_replicate=8"});
+  const Bytes four = worst_total({"parallel.dp_replicate=4"});
+  ASSERT_GT(eight, four);
+  // A capacity between the two: 8 replicas (no sharding at all) overflow, 4 fit.
+  const int64_t capacity_mib = (eight.count() + four.count()) / 2 / (1024 * 1024);
+  const LoadResult loaded = Llama8b({"parallel.dp_replicate=8", "cluster.capacity_mib=" + std::to_string(capacity_mib),
+                                     "cluster.min_headroom_gib=0"});
+  ASSERT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  const Layout l = LayoutOf(*loaded.recipe);
+  const FitAdvice advice = AdviseFit(inv, l, PartitionStages(inv, l));
+  ASSERT_FALSE(advice.fits);
+  bool proposed = false;
+  for (const Suggestion& s : advice.suggestions) {
+    for (const AdviceChange& c : s.changes) {
+      proposed |= c.move == AdviceMove::kFewerReplicas && c.from == "8" && c.to == "4";
+    }
+  }
+  EXPECT_TRUE(proposed);
 }
 
 TEST(Hsdp, ImportedFromMegatronInstances) {

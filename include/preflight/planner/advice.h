@@ -20,17 +20,18 @@ namespace preflight {
 
 /// The moves searched, in this order (also the tiebreak order).
 enum class AdviceMove : int {
-  kMoreTp = 0,          // parallel.tp x2 (dp halves), within one node
-  kSequenceParallel,    // parallel.sp false -> true (tp > 1)
-  kMoreEp,              // parallel.ep x2 (MoE only)
-  kMorePp,              // parallel.pp x2 (dp halves; stages re-partitioned)
-  kZeroUp,              // parallel.zero + 1 (<= 3)
-  kMoreRecompute,       // training.recompute none -> selective -> full
-  kSmallerMicroBatch,   // training.micro_batch / 2 (more micro-batches)
+  kMoreTp = 0,         // parallel.tp x2 (dp halves), within one node
+  kSequenceParallel,   // parallel.sp false -> true (tp > 1)
+  kMoreEp,             // parallel.ep x2 (MoE only)
+  kMorePp,             // parallel.pp x2 (dp halves; stages re-partitioned)
+  kZeroUp,             // parallel.zero + 1 (<= 3)
+  kMoreRecompute,      // training.recompute none -> selective -> full
+  kSmallerMicroBatch,  // training.micro_batch / 2 (more micro-batches)
+  kFewerReplicas,      // parallel.dp_replicate / 2 (HSDP: larger ZeRO groups)
 };
-inline constexpr int kNumAdviceMoves = 7;
+inline constexpr int kNumAdviceMoves = 8;
 /// Stable key ("more_tp", "sequence_parallel", "more_ep", "more_pp", "zero_up",
-/// "more_recompute", "smaller_micro_batch").
+/// "more_recompute", "smaller_micro_batch", "fewer_replicas").
 const char* Key(AdviceMove m);
 
 /// One recipe key changed by a suggestion.
