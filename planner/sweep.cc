@@ -73,33 +73,33 @@ std::string FirstError(const std::vector<Diagnostic>& ds) {
 struct ItemSpace {
   const SweepSpace* space;
   int64_t count = 1;
-  std::array<const std::vector<int64_t>*, 7> axes{};
+  std::array<const std::vector<int64_t>*, 8> axes{};
 
   explicit ItemSpace(const SweepSpace& s) : space(&s) {
-    axes = {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.micro_batch};
+    axes = {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.dp_replicate, &s.micro_batch};
     for (const auto* a : axes) count *= static_cast<int64_t>(a->size());
   }
   // Digit i of item (the last axis varies fastest).
-  std::array<int64_t, 7> Digits(int64_t item) const {
-    std::array<int64_t, 7> d{};
-    for (int i = 6; i >= 0; --i) {
+  std::array<int64_t, 8> Digits(int64_t item) const {
+    std::array<int64_t, 8> d{};
+    for (int i = 7; i >= 0; --i) {
       const int64_t n = static_cast<int64_t>(axes[static_cast<size_t>(i)]->size());
       d[static_cast<size_t>(i)] = item % n;
       item /= n;
     }
     return d;
   }
-  std::array<int64_t, 7> Values(const std::array<int64_t, 7>& digits) const {
-    std::array<int64_t, 7> v{};
-    for (size_t i = 0; i < 7; ++i) v[i] = (*axes[i])[static_cast<size_t>(digits[i])];
+  std::array<int64_t, 8> Values(const std::array<int64_t, 8>& digits) const {
+    std::array<int64_t, 8> v{};
+    for (size_t i = 0; i < 8; ++i) v[i] = (*axes[i])[static_cast<size_t>(digits[i])];
     return v;
   }
-  // Mesh locality depends on (tp, cp, pp, ep, expert_tp) only (dp follows
-  // from them; vpp and micro_batch place nothing): its cache slot.
+  // Mesh locality depends on (tp, cp, pp, ep, expert_tp, dp_replicate) only
+  // (dp follows from them; vpp and micro_batch place nothing): its cache slot.
   int64_t LocalitySlots() const { return count / static_cast<int64_t>(space->vpp.size() * space->micro_batch.size()); }
-  int64_t LocalitySlot(const std::array<int64_t, 7>& d) const {
+  int64_t LocalitySlot(const std::array<int64_t, 8>& d) const {
     const auto n = [this](size_t i) { return static_cast<int64_t>(axes[i]->size()); };
-    return (((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(4) + d[4]) * n(5) + d[5];
+    return ((((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(4) + d[4]) * n(5) + d[5]) * n(6) + d[6];
   }
 };
 
@@ -190,7 +190,11 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   p.vpp = v[3];
   p.ep = v[4];
   p.expert_tp = v[5];
-  r.training.micro_batch = v[6];
+  p.dp_replicate = v[6];
+  // Replicas need a ZeRO group: the item is validated at zero >= 1; its zero-0
+  // rows are invalid (below).
+  p.zero = p.dp_replicate > 1 ? std::max<int64_t>(1, inv.recipe.parallel.zero) : inv.recipe.parallel.zero;
+  r.training.micro_batch = v[7];
   p.schedule = ScheduleFor(inv.recipe.parallel.schedule, p.vpp);
 
   const size_t per_item = space.recompute.size() * space.zero.size();
@@ -373,9 +377,11 @@ SweepSpace DefaultSweepSpace(const Recipe& r, SweepSpace s) {
   if (s.expert_tp.empty()) s.expert_tp = moe ? PowersOfTwoUpTo(gpn) : std::vector<int64_t>{1};
   if (s.micro_batch.empty()) s.micro_batch = PowersOfTwoUpTo(std::min<int64_t>(8, r.training.global_batch));
   if (s.recompute.empty()) s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  if (s.dp_replicate.empty()) s.dp_replicate = {r.parallel.dp_replicate};
   // HSDP replicas need a ZeRO group to shard over (zero >= 1).
-  if (s.zero.empty())
-    s.zero = r.parallel.dp_replicate > 1 ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{0, 1, 2, 3};
+  const bool replicas = std::any_of(s.dp_replicate.begin(), s.dp_replicate.end(), [](int64_t x) { return x > 1; });
+  const bool plain = std::any_of(s.dp_replicate.begin(), s.dp_replicate.end(), [](int64_t x) { return x == 1; });
+  if (s.zero.empty()) s.zero = replicas && !plain ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{0, 1, 2, 3};
   return s;
 }
 
@@ -402,7 +408,7 @@ std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::strin
 
 int64_t SweepSize(const SweepSpace& s) {
   int64_t n = 1;
-  for (const auto* a : {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.micro_batch, &s.zero}) {
+  for (const auto* a : {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.dp_replicate, &s.micro_batch, &s.zero}) {
     n *= static_cast<int64_t>(a->size());
   }
   return n * static_cast<int64_t>(s.recompute.size());
@@ -420,7 +426,14 @@ Layout SweepResult::LayoutOf(const SweepRow& row) const {
 }
 
 std::string SweepResult::ReasonOf(const SweepRow& row) const {
-  if (row.status == SweepStatus::kInvalid) return item_errors[static_cast<size_t>(row.item)];
+  if (row.status == SweepStatus::kInvalid) {
+    const std::string& error = item_errors[static_cast<size_t>(row.item)];
+    const int64_t replicas = items[static_cast<size_t>(row.item)].dp_replicate;
+    if (error.empty() && row.zero == 0 && replicas > 1) {
+      return fmt::format("parallel.dp_replicate = {}: needs parallel.zero >= 1", replicas);
+    }
+    return error;
+  }
   const Bytes headroom = HeadroomOf(row);
   if (row.status == SweepStatus::kOverCapacity) {
     return fmt::format("stage {} over capacity by {}", row.worst_stage, GiBText(Bytes(0) - headroom));
@@ -480,8 +493,10 @@ std::vector<int64_t> ParetoFront(const std::vector<SweepRow>& rows) {
 
 namespace {
 
-/// The layout keys a sweep varies (SweepSpace's axes).
-bool Swept(std::string_view path) {
+/// The layout keys a sweep varies (SweepSpace's axes; dp_replicate when it
+/// is given more than one value).
+bool Swept(std::string_view path, const SweepSpace& space) {
+  if (path == "parallel.dp_replicate") return space.dp_replicate.size() > 1;
   for (std::string_view axis : {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.vpp", "parallel.ep",
                                 "parallel.expert_tp", "parallel.zero", "training.micro_batch", "training.recompute"}) {
     if (path == axis) return true;
@@ -491,12 +506,13 @@ bool Swept(std::string_view path) {
 
 /// Keys away from their defaults only: the defaults are documented, and a
 /// recipe's own choice (sp: false, say) is what can bias a search.
-std::vector<std::string> HeldFixed(const Recipe& r) {
+std::vector<std::string> HeldFixed(const Recipe& r, const SweepSpace& space) {
   static const Recipe kDefaults;
   std::vector<std::string> out;
   for (const RecipeField& f : RecipeFields()) {
     const bool layout_key = f.path.rfind("parallel.", 0) == 0 || f.path.rfind("training.", 0) == 0;
-    if (!layout_key || f.kind == FieldKind::kSection || !f.text || f.affects == kAffectsNothing || Swept(f.path)) {
+    if (!layout_key || f.kind == FieldKind::kSection || !f.text || f.affects == kAffectsNothing ||
+        Swept(f.path, space)) {
       continue;
     }
     const std::string value = f.text(r);
@@ -517,7 +533,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.capacity = EstimateRank(inventory, Layout{}, EqualStagePlan(static_cast<int64_t>(r.model.layers.size()), 1, 1), 0)
                      .capacity;
   out.min_headroom = GiB(r.cluster.min_headroom_gib);  // EstimateMemory's floor
-  out.held_fixed = HeldFixed(r);
+  out.held_fixed = HeldFixed(r, space);
   const ItemSpace items(space);
   out.items.resize(static_cast<size_t>(items.count));
   out.item_errors.resize(static_cast<size_t>(items.count));

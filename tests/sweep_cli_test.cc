@@ -52,6 +52,40 @@ TEST(CliSweep, JsonGoldenHasEveryLayoutWithReasons) {
   EXPECT_EQ(invalid_with_reason, 80);
 }
 
+// HSDP replicas as an axis: on 8 GPUs at tp 1, 2, 4, 8 (dp 8, 4, 2, 1) with
+// replicas 1, 2, 4, an item is valid when the replicas divide dp (8: 1, 2, 4;
+// 4: 1, 2, 4; 2: 1, 2; 1: 1): 9 of 12; a zero-0 row with replicas is invalid
+// with its reason.
+TEST(CliSweep, VariesReplicasAndSaysWhyZeroZeroCannot) {
+  const auto r =
+      RunPreflight({"sweep",  kLlama, "--gpus",         "8",     "--tp",          "1,2,4,8", "--cp",        "1",
+                    "--pp",   "1",    "--vpp",          "1",     "--micro-batch", "1",       "--recompute", "full",
+                    "--zero", "0,1",  "--dp-replicate", "1,2,4", "--format",      "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["evaluated"], 4 * 3 * 2);
+  int valid_items = 0, zero_zero_refused = 0;
+  for (const auto& row : j["layouts"]) {
+    const int64_t dp = row["dp"], rep = row["dp_replicate"], zero = row["zero"];
+    const bool divides = dp % rep == 0;
+    if (zero == 1 && row["status"] != "invalid") ++valid_items;
+    if (zero == 1) {
+      EXPECT_EQ(row["status"] != "invalid", divides) << row.dump();
+    }
+    if (zero == 0 && rep > 1 && divides) {
+      EXPECT_EQ(row["status"], "invalid");
+      EXPECT_NE(row["reason"].get<std::string>().find("needs parallel.zero >= 1"), std::string::npos);
+      ++zero_zero_refused;
+    }
+  }
+  EXPECT_EQ(valid_items, 9);  // dp 8: 3, dp 4: 3, dp 2: 2, dp 1: 1
+  EXPECT_EQ(zero_zero_refused, 9 - 4);
+  // Varied, so not listed as held fixed.
+  for (const auto& held : j["held_fixed"]) {
+    EXPECT_EQ(held.get<std::string>().find("dp_replicate"), std::string::npos);
+  }
+}
+
 TEST(CliSweep, CsvHasEveryLayoutAndStableHeader) {
   const auto r = RunPreflight(Small({"--format", "csv", "--threads", "3"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -59,7 +93,8 @@ TEST(CliSweep, CsvHasEveryLayoutAndStableHeader) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line,
-            "tp,sp,cp,pp,vpp,dp,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,peak_bytes,"
+            "tp,sp,cp,pp,vpp,dp,dp_replicate,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,"
+            "peak_bytes,"
             "headroom_bytes,worst_stage,step_s,tokens_per_s,mfu,reason");
   int rows = 0;
   int invalid = 0;

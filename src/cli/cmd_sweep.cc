@@ -24,7 +24,7 @@ struct SweepArgs {
   RecipeArgs recipe;
   int64_t gpus = 0;
   // Axis texts as typed; empty = the default for that axis.
-  std::string tp, cp, pp, vpp, ep, expert_tp, micro_batch, recompute, zero;
+  std::string tp, cp, pp, vpp, ep, expert_tp, micro_batch, recompute, zero, dp_replicate;
   int64_t top = 10;
   int64_t threads = 0;  // 0 = every hardware thread
   OutputFormat format = OutputFormat::kTable;
@@ -57,11 +57,13 @@ int RunSweepVerb(const SweepArgs& args) {
   // could only be rejected one by one.
   constexpr int64_t kDegreeMax = int64_t{1} << 24;
   if (!ParseAxis("--tp", args.tp, 1, kDegreeMax, &space.tp) || !ParseAxis("--cp", args.cp, 1, kDegreeMax, &space.cp) ||
-      !ParseAxis("--pp", args.pp, 1, kDegreeMax, &space.pp) || !ParseAxis("--vpp", args.vpp, 1, kDegreeMax, &space.vpp) ||
+      !ParseAxis("--pp", args.pp, 1, kDegreeMax, &space.pp) ||
+      !ParseAxis("--vpp", args.vpp, 1, kDegreeMax, &space.vpp) ||
       !ParseAxis("--ep", args.ep, 1, kDegreeMax, &space.ep) ||
       !ParseAxis("--expert-tp", args.expert_tp, 1, kDegreeMax, &space.expert_tp) ||
       !ParseAxis("--micro-batch", args.micro_batch, 1, kDegreeMax, &space.micro_batch) ||
-      !ParseAxis("--zero", args.zero, 0, 3, &space.zero)) {
+      !ParseAxis("--zero", args.zero, 0, 3, &space.zero) ||
+      !ParseAxis("--dp-replicate", args.dp_replicate, 1, kDegreeMax, &space.dp_replicate)) {
     return bad;
   }
   if (!args.recompute.empty()) {
@@ -121,6 +123,8 @@ void SetupSweep(CLI::App& command, int& exit_code) {
   command.add_option("--micro-batch", args->micro_batch, std::string("Micro-batch sizes") + list);
   command.add_option("--recompute", args->recompute, "Recompute modes: none,selective,full (default all)");
   command.add_option("--zero", args->zero, "ZeRO stages within 0..3 (default all)");
+  command.add_option("--dp-replicate", args->dp_replicate,
+                     std::string("HSDP replica counts (default: the recipe's parallel.dp_replicate)") + list);
   command.add_option("--top", args->top, "Best layouts to show")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   command.add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));

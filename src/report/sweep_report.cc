@@ -23,31 +23,33 @@ std::string CsvQuote(const std::string& s) {
 std::string JsonString(const std::string& s) { return nlohmann::json(s).dump(); }
 
 void AppendTableRows(const SweepResult& r, const std::vector<int64_t>& indices, std::string* out) {
-  fmt::format_to(std::back_inserter(*out), "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>4} {:>3} {:>10} {:>5} "
+  fmt::format_to(std::back_inserter(*out),
+                 "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} "
                  "{:>10} {:>10} {:>9} {:>12} {:>6}\n",
-                 "#", "tp", "sp", "cp", "pp", "vpp", "dp", "ep", "etp", "mb", "recompute", "zero", "peak GiB",
+                 "#", "tp", "sp", "cp", "pp", "vpp", "dp", "rep", "ep", "etp", "mb", "recompute", "zero", "peak GiB",
                  "free GiB", "step s", "tokens/s", "MFU");
   int rank = 0;
   for (int64_t i : indices) {
     const SweepRow& row = r.rows[static_cast<size_t>(i)];
     const Layout l = r.LayoutOf(row);
     fmt::format_to(std::back_inserter(*out),
-                   "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>4} {:>3} {:>10} {:>5} {:>10.2f} {:>10.2f} "
+                   "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} {:>10.2f} {:>10.2f} "
                    "{:>9.3f} {:>12.0f} {:>5.1f}%\n",
-                   ++rank, l.tp, l.sequence_parallel() ? "on" : "-", l.cp, l.pp, l.vpp, l.dp, l.ep, l.expert_tp,
-                   l.micro_batch, Name(l.recompute), l.zero, row.peak.gib(), r.HeadroomOf(row).gib(), row.step_s,
-                   row.tokens_per_s, 100.0 * row.mfu);
+                   ++rank, l.tp, l.sequence_parallel() ? "on" : "-", l.cp, l.pp, l.vpp, l.dp, l.dp_replicate, l.ep,
+                   l.expert_tp, l.micro_batch, Name(l.recompute), l.zero, row.peak.gib(), r.HeadroomOf(row).gib(),
+                   row.step_s, row.tokens_per_s, 100.0 * row.mfu);
   }
 }
 
 std::string RowJson(const SweepResult& r, const SweepRow& row) {
   const Layout l = r.LayoutOf(row);
   std::string out = fmt::format(
-      "{{\"tp\": {}, \"sp\": {}, \"cp\": {}, \"pp\": {}, \"vpp\": {}, \"dp\": {}, \"ep\": {}, \"expert_tp\": {}, "
+      "{{\"tp\": {}, \"sp\": {}, \"cp\": {}, \"pp\": {}, \"vpp\": {}, \"dp\": {}, \"dp_replicate\": {}, \"ep\": {}, "
+      "\"expert_tp\": {}, "
       "\"micro_batch\": {}, \"micro_batches\": {}, \"recompute\": \"{}\", \"zero\": {}, \"schedule\": \"{}\", "
       "\"status\": \"{}\"",
-      l.tp, l.sequence_parallel() ? "true" : "false", l.cp, l.pp, l.vpp, l.dp, l.ep, l.expert_tp, l.micro_batch,
-      l.micro_batches, Name(l.recompute), l.zero, Name(l.schedule), Key(row.status));
+      l.tp, l.sequence_parallel() ? "true" : "false", l.cp, l.pp, l.vpp, l.dp, l.dp_replicate, l.ep, l.expert_tp,
+      l.micro_batch, l.micro_batches, Name(l.recompute), l.zero, Name(l.schedule), Key(row.status));
   if (row.status == SweepStatus::kInvalid) {
     out += ", \"peak_bytes\": null, \"headroom_bytes\": null, \"worst_stage\": null, \"step_s\": null, "
            "\"tokens_per_s\": null, \"mfu\": null";
@@ -91,14 +93,15 @@ std::string RenderSweepTable(const SweepResult& r, const std::string& file) {
 
 std::string SweepCsv(const SweepResult& r) {
   std::string out =
-      "tp,sp,cp,pp,vpp,dp,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,peak_bytes,"
+      "tp,sp,cp,pp,vpp,dp,dp_replicate,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,peak_"
+      "bytes,"
       "headroom_bytes,worst_stage,step_s,tokens_per_s,mfu,reason\n";
   for (const SweepRow& row : r.rows) {
     const Layout l = r.LayoutOf(row);
     auto it = std::back_inserter(out);
-    fmt::format_to(it, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},", l.tp, l.sequence_parallel() ? 1 : 0, l.cp, l.pp,
-                   l.vpp, l.dp, l.ep, l.expert_tp, l.micro_batch, l.micro_batches, Name(l.recompute), l.zero,
-                   Name(l.schedule), Key(row.status));
+    fmt::format_to(it, "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},", l.tp, l.sequence_parallel() ? 1 : 0, l.cp, l.pp,
+                   l.vpp, l.dp, l.dp_replicate, l.ep, l.expert_tp, l.micro_batch, l.micro_batches, Name(l.recompute),
+                   l.zero, Name(l.schedule), Key(row.status));
     if (row.status == SweepStatus::kInvalid) {
       out += ",,,,,,";
     } else {

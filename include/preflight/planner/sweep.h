@@ -25,6 +25,7 @@ namespace preflight {
 struct SweepSpace {
   int64_t gpus = 0;
   std::vector<int64_t> tp, cp, pp, vpp, ep, expert_tp, micro_batch, zero;
+  std::vector<int64_t> dp_replicate;  // HSDP replicas (parallel.dp_replicate)
   std::vector<Recompute> recompute;
 };
 
@@ -39,7 +40,8 @@ std::optional<std::vector<Recompute>> ParseRecomputeList(const std::string& text
 /// Fills the empty axes of `space` with powers of two within what the model
 /// and cluster allow: tp <= gpus_per_node, cp <= 8, pp <= layers, vpp <= 8
 /// (1 for DualPipe schedules), ep <= experts and expert_tp <= gpus_per_node
-/// (1 without MoE layers), micro_batch <= 8, every recompute mode, ZeRO 0..3.
+/// (1 without MoE layers), micro_batch <= 8, every recompute mode, ZeRO 0..3
+/// (1..3 when replicas are swept), dp_replicate the recipe's value.
 SweepSpace DefaultSweepSpace(const Recipe& recipe, SweepSpace space);
 
 /// The recipe a sweep prices: `recipe` on `gpus` GPUs (nodes = gpus /
@@ -75,13 +77,13 @@ struct SweepResult {
   int64_t gpus_per_node = 0;
   Bytes capacity;
   Bytes min_headroom;
-  /// One layout per (tp, cp, pp, vpp, ep, expert_tp, micro_batch), in the
+  /// One layout per (tp, cp, pp, vpp, ep, expert_tp, dp_replicate, micro_batch), in the
   /// canonical order, with the validator's first error ("parallel.tp = 3:
   /// must divide ...") beside it, or "" when valid.
   std::vector<Layout> items;
   std::vector<std::string> item_errors;
   /// Every evaluated layout in the canonical order (tp, cp, pp, vpp, ep,
-  /// expert_tp, micro_batch, recompute, zero), each axis ascending.
+  /// expert_tp, dp_replicate, micro_batch, recompute, zero), each axis ascending.
   std::vector<SweepRow> rows;
   /// Indices into rows: the best fitting layouts by tokens/s (ties: lower
   /// peak, then canonical order), at most `top`.
