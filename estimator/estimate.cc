@@ -115,7 +115,7 @@ struct Workspaces {
 };
 Workspaces WorkspacesOf(const Recipe& rc, const Walk& w) {
   const bool te = rc.training.transformer_engine;
-  const bool moe = w.layer_count[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
+  const bool moe = MoeOnRank(w, rc);
   Workspaces out;
   out.torch = !te || w.head || moe ? 2 : 0;
   out.te = te ? 1 : 0;

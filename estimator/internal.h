@@ -319,4 +319,11 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
 void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
 void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
 
+/// Whether the rank runs MoE layers: its own, or MTP modules at the head
+/// whose FFN is MoE (they repeat the model's last layer).
+inline bool MoeOnRank(const Walk& w, const Recipe& rc) {
+  if (w.layer_count[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0) return true;
+  return w.head && rc.model.mtp_layers > 0 && !rc.model.layers.empty() && rc.model.layers.back() == BlockKind::kMoe;
+}
+
 }  // namespace preflight::estimator_detail

@@ -45,6 +45,30 @@ void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, 
   }
 }
 
+/// MTP modules (Megatron multi_token_prediction.py), per micro-batch in flight
+/// at the head: each keeps its transformer layer's activations (the A and FFN
+/// families' per-layer sets), the saved inputs of enorm and hnorm (h each),
+/// of eh_proj (the 2h concatenation) and of its final norm (h) — 5h per
+/// token, split like the residual stream under SP — and its own head inputs
+/// and fp32 cross-entropy, as the main head.
+void PriceMtp(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
+              Sink* sink) {
+  const Recipe& rc = inv.recipe;
+  const int64_t n = rc.model.mtp_layers;
+  if (n == 0) return;
+  const int64_t per_token = Mul(Mul(5, rc.model.hidden), SizeOf(rc.training.precision.activations));
+  const int64_t inputs = CeilDiv(Mul(TokensOf(rc, l).cp_rank, per_token), l.sequence_parallel() ? l.tp : 1);
+  const Bytes per_module = rates.Layer(FamilyIndex(BlockKind::kAttention)) + rates.Layer(FamilyIndex(inv.mtp_ffn)) +
+                           Bytes(inputs) + rates.HeadSaved();
+  const Bytes b = per_module * Mul(n, w.head_units);
+  out.activations_ends += b;
+  if (sink) {
+    Note(sink, Category::kActivations, "last stage: MTP modules (layer, norms and projection inputs, head and loss)",
+         "mtp_layers * head_in_flight * (layer A + layer FFN + s*b/c*5h*beta/(SP ? t : 1) + head inputs and CE)",
+         Inputs({{"mtp_layers", n}, {"head_in_flight", w.head_units}, {"per_module", per_module.count()}}), b);
+  }
+}
+
 }  // namespace
 
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
@@ -108,6 +132,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     const Bytes last = rates.HeadSaved() * w.head_units + (w.head_logits ? rates.HeadLogits() : Bytes(0));
     out.activations_ends += last;
     PriceDeferredHeadWgrad(out, rc, l, vocab, sink);
+    PriceMtp(out, w, inv, l, rates, sink);
     if (sink) {
       Note(sink, Category::kActivations,
            "last stage: final-norm and head inputs, fp32 CE softmax (per micro-batch in flight), transient logits "
@@ -132,7 +157,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
 }
 
 void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
-  if (w.layer_count[FamilyIndex(BlockKind::kMoe)] == 0) return;
+  if (!MoeOnRank(w, rc)) return;
   const MoeRouting mr = RouteMoeOn(rc, l);
   out.bytes[static_cast<int>(Category::kRoutingScratch)] = mr.peak();
   if (sink) {

@@ -197,9 +197,12 @@ Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w) {
     if (inv.final_norms.empty()) AddTensor(e.final_norm, inv.final_norm, inv, l);
     for (const ParamTensor& t : inv.final_norms) AddTensor(e.final_norm, t, inv, l);
     for (const ParamTensor& t : inv.head) AddTensor(e.head, t, inv, l);
-    // Tied weights with the ends on different ranks: Megatron keeps a second
-    // V*h/t copy on the last stage and all-reduces its grad (docs/formulas.md §1.1).
-    if (inv.recipe.model.tie_embeddings && !w.embedding) {
+    for (const ParamTensor& t : inv.mtp) AddTensor(e.head, t, inv, l);
+    // Tied weights (or MTP, which embeds the shifted tokens: GPTModel builds
+    // its embedding on the MTP stage too) with the ends on different ranks:
+    // Megatron keeps a second V*h/t copy on the last stage and all-reduces
+    // its grad (docs/formulas.md §1.1).
+    if (inv.recipe.model.embedding_on_last_stage() && !w.embedding) {
       AddTensor(e.head, inv.embedding, inv, l);
       e.tied_copy = true;
     }

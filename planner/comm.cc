@@ -10,8 +10,8 @@
 
 namespace preflight {
 
+using planner_internal::ChunkCounts;
 using planner_internal::ChunksOn;
-using planner_internal::FamilyCounts;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
 
@@ -232,7 +232,7 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, const std::vect
   std::array<int64_t, 5> regions{};
   int64_t emb_mb = 0, head_mb = 0;
   for (const RankChunk& c : chunks) {
-    const auto counts = FamilyCounts(t, c.range.first_layer, c.range.end_layer);
+    const auto counts = ChunkCounts(t, c.range);
     for (size_t f = 0; f < 5; ++f) regions[f] += counts[f] * t.family[f].tp_regions * c.microbatches;
     if (c.range.owns_embedding) emb_mb += c.microbatches;
     if (c.range.owns_head) head_mb += c.microbatches;
@@ -251,20 +251,35 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, const std::vect
       items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, what, s.x, regions[f]);
     }
   }
+  // Every MTP module predicts through the head again, with its own loss, and
+  // embeds the shifted tokens.
+  const int64_t heads = head_mb * (1 + t.mtp_layers);
+  const int64_t mtp = head_mb * t.mtp_layers;
   if (sp) {
-    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kEmbedding, s.x, emb_mb);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kHead, s.x, head_mb);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kHead, s.x, head_mb);
-    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kHead, s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb + mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kEmbedding, s.x, emb_mb + mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kHead, s.x, heads);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kHead, s.x, heads);
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kHead, s.x, heads);
+    // eh_proj (column-parallel, 2h -> h, then gathered over TP and scattered
+    // back to the sequence): forward AG of its 2h input and of its output;
+    // backward AG (the scatter's), RS of the 2h dgrad, AG re-gathering the input.
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kMtpProjection, s.x * 2, mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kMtpProjection, s.x, mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x, mtp);
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
   } else {
-    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb);
-    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kHead, s.x, head_mb);
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb + mtp);
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kHead, s.x, heads);
+    // eh_proj: its output gathered forward; its 2h dgrad all-reduced backward.
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kMtpProjection, s.x, mtp);
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
   }
   // Vocab-parallel cross-entropy: AR of the max, the sum of exp and the
   // target logit, each fp32 per token (Megatron cross_entropy.py).
   const Bytes ce(CheckedMul(CheckedMul(s.seq / l.cp, s.micro), 4));
-  items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kLoss, ce, 3 * head_mb);
+  items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kLoss, ce, 3 * heads);
 }
 
 // Mamba all-to-all CP repeats B and C r_g = c/(G/t) times when c > G/t (docs/formulas.md §1.4).
@@ -347,7 +362,7 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
   if (l.cp <= 1) return;
   std::array<int64_t, 5> layers_mb{};
   for (const RankChunk& c : chunks) {
-    const auto counts = FamilyCounts(t, c.range.first_layer, c.range.end_layer);
+    const auto counts = ChunkCounts(t, c.range);
     for (size_t f = 0; f < 5; ++f) layers_mb[f] += counts[f] * c.microbatches;
   }
   const int64_t tokens = TokensOf(inv.recipe, l).cp_rank;
@@ -384,8 +399,7 @@ void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
            ItemList* items) {
   int64_t n_e = 0;
   for (const RankChunk& c : chunks) {
-    n_e += FamilyCounts(t, c.range.first_layer, c.range.end_layer)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] *
-           c.microbatches;
+    n_e += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] * c.microbatches;
   }
   if (n_e == 0) return;
   // Token copies this rank dispatches, from the shared geometry: k*T, E*C
@@ -583,9 +597,10 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
       if (inv.final_norms.empty()) AddEndTensor(inv.final_norm, inv, l, &u);
       for (const ParamTensor& t : inv.final_norms) AddEndTensor(t, inv, l, &u);
       for (const ParamTensor& t : inv.head) AddEndTensor(t, inv, l, &u);
-      // A tied head on a single-stage pipeline shares the embedding tensor;
-      // with pp > 1 the last stage keeps a second copy (docs/formulas.md §1.1).
-      if (m.tie_embeddings && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
+      for (const ParamTensor& t : inv.mtp) AddEndTensor(t, inv, l, &u);
+      // A tied head (or MTP) on a single-stage pipeline shares the embedding
+      // tensor; with pp > 1 the last stage keeps a second copy (docs/formulas.md §1.1).
+      if (m.embedding_on_last_stage() && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
       head = UnitBuffers(u, dg);
       b += head;
     }
@@ -718,8 +733,9 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads,
                BytesOf(RoundUp(buffers.replicated, l.tp), s.grad), 1);
   }
-  // Tied embedding: the first and last stage all-reduce the embedding gradient.
-  if (m.tie_embeddings && l.pp > 1 && (emb || head)) {
+  // Tied embedding (or MTP's copy): the first and last stage all-reduce the
+  // embedding gradient.
+  if (m.embedding_on_last_stage() && l.pp > 1 && (emb || head)) {
     items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kTiedEmbedding,
                BytesOf(vocab_local, s.grad), 1);
   }

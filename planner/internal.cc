@@ -28,6 +28,14 @@ std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t 
   return out;
 }
 
+std::array<int64_t, 5> ChunkCounts(const PlanTables& t, const StageChunk& range) {
+  std::array<int64_t, 5> out = FamilyCounts(t, range.first_layer, range.end_layer);
+  if (range.owns_head) {
+    for (size_t f = 0; f < 5; ++f) out[f] += t.mtp_counts[f];
+  }
+  return out;
+}
+
 ParamTotals ParamsOf(const PlanTables& t, int64_t first, int64_t end) {
   ParamTotals out;
   const ParamTotals& a = t.params_prefix[static_cast<size_t>(first)];
@@ -52,7 +60,7 @@ ChunkCompute ComputeOf(const Inventory& inv, const PlanTables& t, const Layout& 
   const double seq = static_cast<double>(inv.recipe.training.seq_len);
   const double tokens = TokensPerRank(inv, layout);
   const double peak = AchievableFlops(inv, cost);
-  const auto counts = FamilyCounts(t, range.first_layer, range.end_layer);
+  const auto counts = ChunkCounts(t, range);
   double fwd = 0, core = 0;
   for (size_t f = 0; f < 5; ++f) {
     const FamilyCost& fc = t.family[f];
@@ -63,7 +71,7 @@ ChunkCompute ComputeOf(const Inventory& inv, const PlanTables& t, const Layout& 
   double recompute = 0;
   if (layout.recompute == Recompute::kSelective) recompute = core;
   if (layout.recompute == Recompute::kFull) recompute = fwd;  // layers only; the head is not recomputed
-  if (range.owns_head) fwd += tokens * t.head_flops;
+  if (range.owns_head) fwd += tokens * (t.head_flops + t.mtp_extra_flops);
   ChunkCompute out;
   out.forward_s = fwd / peak;
   out.backward_s = 2.0 * fwd / peak;  // dgrad + wgrad, each the forward's FLOPs

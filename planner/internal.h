@@ -21,6 +21,9 @@ std::vector<RankChunk> ChunksOn(const StagePlan& plan, const Layout& layout, int
 
 /// Layers of each family in [first, end).
 std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t end);
+/// The layers a chunk runs by family: FamilyCounts, plus the MTP modules'
+/// layers when it owns the head.
+std::array<int64_t, 5> ChunkCounts(const PlanTables& t, const StageChunk& range);
 /// Parameter totals of [first, end).
 ParamTotals ParamsOf(const PlanTables& t, int64_t first, int64_t end);
 

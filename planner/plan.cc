@@ -222,7 +222,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostMod
   plan.layout = layout;
   plan.cost = cost;
   plan.gpu = r.cluster.spec;
-  plan.mesh = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.tie_embeddings);
+  plan.mesh = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage());
   const PlanTables tables = BuildPlanTables(inv);
   if (auto pinned = PinnedStagePlan(r)) {
     plan.stages = *pinned;

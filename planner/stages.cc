@@ -74,10 +74,20 @@ LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const L
     w.layer_params.push_back(tables.params_prefix[static_cast<size_t>(l + 1)].total() -
                              tables.params_prefix[static_cast<size_t>(l)].total());
   }
-  w.head_s = 3.0 * tokens * tables.head_flops / peak;
+  // The head's work: its projection and loss, and the MTP modules' (their
+  // layers, recomputed by the policy like any layer, and their extra FLOPs).
+  w.head_s = 3.0 * tokens * (tables.head_flops + tables.mtp_extra_flops) / peak;
+  for (size_t f = 0; f < 5; ++f) {
+    const double n = static_cast<double>(tables.mtp_counts[f]);
+    if (n == 0) continue;
+    w.head_s += n *
+                (3.0 * ForwardFlops(tables.family[f], tokens, seq) +
+                 RecomputeFlops(tables.family[f], tokens, seq, layout.recompute)) /
+                peak;
+  }
   w.embedding_s = 0.0;  // a lookup; its cost is memory (the parameter tiebreak)
   w.embedding_params = tables.embedding_params;
-  w.head_params = tables.head_params + tables.final_norm_params;
+  w.head_params = tables.head_params + tables.final_norm_params + tables.mtp_params;
   return w;
 }
 

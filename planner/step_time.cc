@@ -245,11 +245,12 @@ double PipelineBubble(const Layout& l, const StagePlan& stages, double steady_s,
 /// tokens per second and MFU against the raw dense bf16 peak.
 void SetThroughput(const Inventory& inv, const PlanTables& t, const Layout& l, StepTime& st) {
   const double seq = static_cast<double>(inv.recipe.training.seq_len);
-  double per_token = 3.0 * t.head_flops;
+  double per_token = 3.0 * (t.head_flops + t.mtp_extra_flops);
   const auto& all = t.family_count_prefix.back();
   for (size_t f = 0; f < 5; ++f) {
     const FamilyCost& fc = t.family[f];
-    per_token += 3.0 * static_cast<double>(all[f]) * (fc.matmul_flops + fc.scan_flops + fc.flops_per_token_per_seq * seq);
+    per_token += 3.0 * static_cast<double>(all[f] + t.mtp_counts[f]) *
+                 (fc.matmul_flops + fc.scan_flops + fc.flops_per_token_per_seq * seq);
   }
   const double tokens =
       seq * static_cast<double>(l.micro_batch) * static_cast<double>(l.micro_batches) * static_cast<double>(l.dp);

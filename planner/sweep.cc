@@ -246,7 +246,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   }
   const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
   std::call_once(cache.once[slot], [&] {
-    cache.locality[slot] = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.tie_embeddings).locality;
+    cache.locality[slot] = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage()).locality;
   });
   const MeshLocality& locality = cache.locality[slot];
   size_t k = first_row;

@@ -121,6 +121,14 @@ PlanTables BuildPlanTables(const Inventory& inv) {
   for (const ParamTensor& h : inv.head) t.head_params = CheckedAdd(t.head_params, h.elements());
   t.final_norm_params = inv.final_norm.elements();
   t.head_flops = 2.0 * static_cast<double>(m.vocab) * static_cast<double>(m.hidden);
+  if (m.mtp_layers > 0) {
+    t.mtp_layers = m.mtp_layers;
+    t.mtp_counts[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))] += m.mtp_layers;
+    t.mtp_counts[static_cast<size_t>(FamilyIndex(inv.mtp_ffn))] += m.mtp_layers;
+    const double h = static_cast<double>(m.hidden);
+    t.mtp_extra_flops = static_cast<double>(m.mtp_layers) * (2.0 * 2.0 * h * h + t.head_flops);
+    t.mtp_params = inv.mtp_totals.total();
+  }
   return t;
 }
 

@@ -85,6 +85,7 @@ TEST(ImportMegatron, ModelArgsYamlMapsShapeDegreesAndPrecision) {
       "  --bf16: true\n"
       "  --hidden-dropout: 0.0\n"
       "  --save: ${CHECKPOINT_SAVE_PATH}\n"
+      "  --cuda-graph-impl: local\n"
       "  --mtp-num-layers: 1\n"
       "  --my-new-flag: 3\n";
   const MegatronImport m = ImportMegatronArgs(text, "model.yaml");
@@ -109,12 +110,14 @@ TEST(ImportMegatron, ModelArgsYamlMapsShapeDegreesAndPrecision) {
   EXPECT_EQ(r.parallel.zero, 1);
   // Megatron's even split of 4 layers over 2 stages: layer 2 = sublayer 4.
   EXPECT_EQ(r.parallel.stage_boundaries, std::vector<int64_t>{4});
-  // MTP is a located warning; the unknown flag is listed; --save is quiet.
-  EXPECT_THAT(m.unrepresented, ::testing::Contains("--mtp-num-layers"));
+  // MTP modules map to the recipe; CUDA graphs are a located warning; the
+  // unknown flag is listed; --save is quiet.
+  EXPECT_EQ(r.model.mtp_layers, 1);
+  EXPECT_THAT(m.unrepresented, ::testing::Contains("--cuda-graph-impl"));
   EXPECT_EQ(m.unknown, std::vector<std::string>{"--my-new-flag"});
   bool located = false;
   for (const Diagnostic& d : m.diagnostics) {
-    if (d.key_path == "--mtp-num-layers") located = d.mark.line == 29 && d.severity == Severity::kWarning;
+    if (d.key_path == "--cuda-graph-impl") located = d.mark.line == 29 && d.severity == Severity::kWarning;
     EXPECT_NE(d.key_path, "--save");
   }
   EXPECT_TRUE(located);

@@ -207,12 +207,8 @@ int64_t MuonMatrixElements(const ParamTensor& t) {
   return t.elements();
 }
 
-Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const OptimizerPolicy& p) {
-  const ModelConfig& m = recipe.model;
-  Layer layer;
-  layer.index = index;
-  layer.kind = kind;
-  TensorList list("layers." + std::to_string(index) + ".", recipe.training.precision.params, &layer.params);
+/// One block's tensors: its pre-norm and its mixer or FFN.
+void AddBlock(TensorList& list, const ModelConfig& m, BlockKind kind, const OptimizerPolicy& p) {
   AddNorm(list, "norm", m.hidden, m.norm, p);
   switch (kind) {
     case BlockKind::kAttention:
@@ -227,6 +223,14 @@ Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const Opti
     case BlockKind::kRecurrent: AddRecurrent(list, m, p); break;
     case BlockKind::kDenseMlp: AddDenseMlp(list, m, p); break;
   }
+}
+
+Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const OptimizerPolicy& p) {
+  Layer layer;
+  layer.index = index;
+  layer.kind = kind;
+  TensorList list("layers." + std::to_string(index) + ".", recipe.training.precision.params, &layer.params);
+  AddBlock(list, recipe.model, kind, p);
   for (const ParamTensor& t : layer.params) {
     layer.totals.Add(t);
     if (t.optimizer == OptimizerKind::kMuon && MuonMatrixElements(t) > layer.max_muon_matrix_elements) {
@@ -236,6 +240,7 @@ Layer BuildLayer(const Recipe& recipe, int64_t index, BlockKind kind, const Opti
   layer.active_elements = layer.totals.total();
   if (kind == BlockKind::kMoe) {
     // A token runs through top_k routed experts (docs/formulas.md §1.5).
+    const ModelConfig& m = recipe.model;
     const int64_t expert = ExpertElements(m);
     layer.active_elements = CheckedAdd(CheckedSub(layer.active_elements, CheckedMul(m.moe.experts, expert)),
                                        CheckedMul(m.moe.top_k, expert));
@@ -262,6 +267,25 @@ void AddModelEnds(const Recipe& recipe, const OptimizerPolicy& p, Inventory& inv
   if (!m.tie_embeddings) {
     TensorList(std::string(), dtype, &inv.head)
         .Add("output_layer.weight", {m.vocab, m.hidden}, Split::kVocab, p.vector);
+  }
+  // MTP modules (Megatron multi_token_prediction.py MultiTokenPredictionLayer):
+  // enorm and hnorm, eh_proj [2h, h] column-parallel without bias, one
+  // transformer layer like the model's last (attention + its FFN), and a
+  // final norm; the embedding and output head are the model's.
+  for (int64_t k = 0; k < m.mtp_layers; ++k) {
+    TensorList list("mtp." + std::to_string(k) + ".", dtype, &inv.mtp);
+    AddNorm(list, "enorm", m.hidden, m.norm, p);
+    AddNorm(list, "hnorm", m.hidden, m.norm, p);
+    list.Add("eh_proj.weight", {CheckedMul(2, m.hidden), m.hidden}, Split::kTpColumn, p.matrix);
+    TensorList attention("mtp." + std::to_string(k) + ".attention.", dtype, &inv.mtp);
+    AddBlock(attention, m, BlockKind::kAttention, p);
+    TensorList ffn("mtp." + std::to_string(k) + ".ffn.", dtype, &inv.mtp);
+    AddBlock(ffn, m, inv.mtp_ffn, p);
+    AddNorm(list, "final_layernorm", m.hidden, m.norm, p);
+  }
+  // A token runs through top_k of an MTP MoE layer's experts.
+  if (inv.mtp_ffn == BlockKind::kMoe && m.mtp_layers > 0) {
+    inv.mtp_inactive = CheckedMul(m.mtp_layers, CheckedMul(m.moe.experts - m.moe.top_k, ExpertElements(m)));
   }
 }
 
@@ -300,6 +324,8 @@ void RecomputeDerived(Inventory& inv) {
   }
   inv.head_totals = ParamTotals{};
   for (const ParamTensor& t : inv.head) inv.head_totals.Add(t);
+  inv.mtp_totals = ParamTotals{};
+  for (const ParamTensor& t : inv.mtp) inv.mtp_totals.Add(t);
   inv.family_totals = {};
   inv.max_muon_matrix_elements = 0;
 
@@ -331,11 +357,12 @@ void RecomputeDerived(Inventory& inv) {
     inv.family_params[f] = inv.family_totals[f].total();
     inv.family_layers[f] = inv.prefix_family_layers[n][f];
   }
-  const int64_t ends = CheckedAdd(CheckedAdd(inv.embedding_totals.total(), inv.final_norm_totals.total()),
-                                  inv.head_totals.total());
+  const int64_t ends = CheckedAdd(
+      CheckedAdd(CheckedAdd(inv.embedding_totals.total(), inv.final_norm_totals.total()), inv.head_totals.total()),
+      inv.mtp_totals.total());
   inv.total_params = CheckedAdd(inv.layer_totals.total(), ends);
-  // Embedding, final norm and head are all used by every token.
-  inv.active_params = CheckedAdd(inv.prefix_active[n], ends);
+  // Embedding, final norm, head and MTP modules are used by every token.
+  inv.active_params = CheckedSub(CheckedAdd(inv.prefix_active[n], ends), inv.mtp_inactive);
 }
 
 Inventory BuildInventory(const Recipe& recipe) {
@@ -348,6 +375,8 @@ Inventory BuildInventory(const Recipe& recipe) {
   for (size_t i = 0; i < kinds.size(); ++i) {
     inv.layers.push_back(BuildLayer(recipe, static_cast<int64_t>(i), kinds[i], policy));
   }
+  // MTP layers repeat the model's last FFN kind (MoE or dense).
+  inv.mtp_ffn = kinds.empty() ? BlockKind::kDenseMlp : kinds.back();
   AddModelEnds(recipe, policy, inv);
   RecomputeDerived(inv);
   return inv;

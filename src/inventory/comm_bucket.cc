@@ -56,6 +56,7 @@ const char* Key(CommWhat w) {
     case CommWhat::kRecurrent: return "recurrent";
     case CommWhat::kRecurrentState: return "recurrent_state";
     case CommWhat::kEmbedding: return "embedding";
+    case CommWhat::kMtpProjection: return "mtp_projection";
     case CommWhat::kHead: return "head";
     case CommWhat::kLoss: return "loss";
     case CommWhat::kActivations: return "activations";

@@ -182,6 +182,9 @@ std::vector<RecipeField> MakeFields() {
                 "model.learned_positions", "positions", 0, kMaxSeqLen,
                 [](auto& r) -> auto& { return r.model.learned_positions; }),
             "--position-embedding-type learned_absolute, --max-position-embeddings", kNone),
+      Spell(IntField(
+                "model.mtp_layers", "modules", 0, 64, [](auto& r) -> auto& { return r.model.mtp_layers; }),
+            "--mtp-num-layers", kNone),
       Spell(EnumField(
                 "model.norm", "enum", kNorms, [](auto& r) -> auto& { return r.model.norm; }),
             "--normalization", "(model flavor)"),

@@ -168,11 +168,7 @@ const std::set<std::string> kQuiet = {
 // each would change. (New recipe keys come with the key-table rework.)
 const std::map<std::string, std::string>& Unrepresentable() {
   static const std::map<std::string, std::string> kMap = {
-      {"--mtp-num-layers",
-       "multi-token-prediction layers (a transformer layer, a projection and a second "
-       "output head + loss on the last stage) are not counted"},
-      {"--mtp-use-repeated-layer", "MTP layer sharing; MTP is not counted"},
-      {"--mtp-loss-scaling-factor", "MTP loss weight; MTP is not counted"},
+      {"--mtp-use-repeated-layer", "MTP modules sharing one layer's weights; priced as separate layers"},
       {"--fp8-format",
        "FP8 GEMMs: TE keeps FP8 copies / transposes of weights and FP8 activations for "
        "backward, and amax histories; the recipe prices bf16 compute"},
@@ -248,6 +244,8 @@ const std::set<std::string> kMapped = {
     "--position-embedding-type",
     "--disable-bias-linear",
     "--moe-grouped-gemm",
+    "--mtp-num-layers",
+    "--mtp-loss-scaling-factor",
     "--num-distributed-optimizer-instances",
     "--defer-embedding-wgrad-compute",
     "--wgrad-deferral-limit",
@@ -998,7 +996,6 @@ void WarnTheRest(Args& a, MegatronImport* out) {
     // Values that ask for what the recipe already prices change nothing.
     static const std::map<std::string, std::string> kNeutral = {{"--outer-dp-sharding-strategy", "no_shard"},
                                                                 {"--moe-token-dispatcher-type", "alltoall"},
-                                                                {"--mtp-num-layers", "0"},
                                                                 {"--moe-router-dtype", "None"}};
     const auto neutral = kNeutral.find(arg.flag);
     if (neutral != kNeutral.end() && neutral->second == a.Str(arg.flag, "")) continue;
@@ -1023,6 +1020,17 @@ void MapArguments(const std::string& file, MegatronImport* out) {
       st.hybrid() ? "hybrid pattern: M->M, *->A, -->D, E->E" : "per GPT layer: attention + MLP (D) or MoE (E)");
   const int64_t hidden = a.Require("--hidden-size");
   Add(&m, "model.hidden", hidden);
+  // GPT models build --mtp-num-layers MTP modules on the last stage; hybrid
+  // models take theirs from the pattern after '/' (warned by MapStack).
+  if (a.Int("--mtp-num-layers", 0, 0) > 0) {
+    if (st.hybrid()) {
+      a.Warn("--mtp-num-layers",
+             "not represented: a hybrid model's MTP modules (the pattern after '/') are not counted");
+      out->unrepresented.push_back("--mtp-num-layers");
+    } else {
+      Add(&m, "model.mtp_layers", a.Int("--mtp-num-layers", 0, 0), "--mtp-num-layers");
+    }
+  }
   MapEmbeddings(a, m);
   if (!MapBlocks(a, st, hidden, m)) return;
   MapTraining(a, out);

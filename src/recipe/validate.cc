@@ -40,6 +40,7 @@ class Validator {
     }
     CheckSequence();
     CheckHeadWgrad();
+    if (layers_ok) CheckMtp();
     if (CheckWorld()) {
       // Always: Megatron builds the expert mesh even without MoE layers and
       // raises unless world % (expert_tp * ep * pp) == 0 [MG parallel_state.py
@@ -250,6 +251,22 @@ class Validator {
         ctx_.WarningAt(key, Str(value), "has no effect: the layer list has no MoE (E) layers");
       }
     }
+  }
+
+  /// MTP modules repeat the model's last transformer layer: the stack must be
+  /// (attention, MLP or MoE) pairs.
+  void CheckMtp() {
+    const auto& layers = r_.model.layers;
+    if (r_.model.mtp_layers == 0 || Bad({"model.mtp_layers"})) return;
+    bool pairs = !layers.empty() && layers.size() % 2 == 0;
+    for (size_t i = 0; pairs && i < layers.size(); i += 2) {
+      pairs = layers[i] == BlockKind::kAttention &&
+              (layers[i + 1] == BlockKind::kDenseMlp || layers[i + 1] == BlockKind::kMoe);
+    }
+    if (pairs) return;
+    ctx_.ErrorAt("model.mtp_layers", Str(r_.model.mtp_layers),
+                 "MTP modules are priced for transformer stacks (attention + MLP/MoE pairs, as in Megatron's GPT "
+                 "model); this layer list is a hybrid (Megatron's hybrid models take MTP from the pattern after '/')");
   }
 
   /// Megatron's ModelParallelConfig raises "Cannot defer embedding wgrad

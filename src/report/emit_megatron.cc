@@ -286,6 +286,7 @@ void ModelFlags(const Context& c) {
   c.args.Flag("--attention-dropout", Number(c.r.training.dropout));
   c.args.Flag("--hidden-dropout", Number(c.r.training.dropout));
   if (!m.tie_embeddings) c.args.Flag("--untie-embeddings-and-output-weights");
+  if (m.mtp_layers > 0) c.args.Flag("--mtp-num-layers", m.mtp_layers);
   c.args.Flag("--make-vocab-size-divisible-by", m.vocab_pad_multiple);
 }
 

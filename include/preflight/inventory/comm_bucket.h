@@ -60,6 +60,7 @@ enum class CommWhat {
   kRecurrentState,      // CP hand-off of recurrent states
   kEmbedding,           // vocab-parallel embedding
   kHead,                // vocab-parallel output layer
+  kMtpProjection,       // MTP: eh_proj's input and output gathers
   kLoss,                // cross-entropy statistics over the vocab shards
   kActivations,         // pipeline: activations sent forward
   kActivationGrads,     // pipeline: their gradients sent back
@@ -77,7 +78,7 @@ enum class CommWhat {
   kExpertReplicaGrads,  // HSDP: expert gradient shards all-reduced across replicas
   kUnlabeled,           // executor only: traffic no block labeled (runtime tests)
 };
-inline constexpr int kNumCommWhats = 31;
+inline constexpr int kNumCommWhats = 32;
 /// Stable snake_case key: "attention", "moe_dispatch", "muon_gather", ...
 const char* Key(CommWhat w);
 

@@ -109,6 +109,10 @@ struct Inventory {
   std::vector<ParamTensor> positions;
   ParamTensor final_norm;          // [hidden], REP
   std::vector<ParamTensor> head;   // [vocab, hidden] output projection; empty when tied
+  /// MTP modules' tensors (model.mtp_layers), on the last stage with the head.
+  std::vector<ParamTensor> mtp;
+  BlockKind mtp_ffn = BlockKind::kDenseMlp;  // the FFN kind of an MTP layer (the model's last)
+  int64_t mtp_inactive = 0;                  // routed-expert elements of the MTP layers a token does not touch
   int64_t total_params = 0;        // logical (unpadded) parameter count of the whole model
   int64_t active_params = 0;       // parameters used per token (embedding, head included)
   /// Total element count per block family, indexed by the BlockKind letter order of kAllBlockKinds.
@@ -126,6 +130,7 @@ struct Inventory {
   ParamTotals embedding_totals;   // the embedding (kVocab -> kTpSharded, logical vocab) + positions
   ParamTotals final_norm_totals;  // every final-norm tensor
   ParamTotals head_totals;        // the untied head; zero when tied
+  ParamTotals mtp_totals;         // every MTP tensor
   /// Sum of everything in `layers` by class x optimizer.
   ParamTotals layer_totals;
   /// Per family (FamilyIndex), by class x optimizer.

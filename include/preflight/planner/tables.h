@@ -56,6 +56,13 @@ struct PlanTables {
   int64_t head_params = 0;       // V*h when untied, else 0
   int64_t final_norm_params = 0;
   double head_flops = 0;          // forward per token: 2*V*h (+ loss, negligible)
+  /// MTP modules at the head (model.mtp_layers): their layers by family, and
+  /// their forward FLOPs per token beyond those layers (eh_proj 2*2h*h and
+  /// their own head 2*V*h each).
+  int64_t mtp_layers = 0;
+  std::array<int64_t, 5> mtp_counts{};
+  double mtp_extra_flops = 0;
+  int64_t mtp_params = 0;
   double muon_ns_head_flops = 0;  // 0: embedding/head are AdamW (docs/formulas.md §9.4)
 };
 

@@ -150,6 +150,11 @@ struct ModelConfig {
   /// stage (Megatron --position-embedding-type learned_absolute with
   /// --max-position-embeddings); 0 = none (RoPE).
   int64_t learned_positions = 0;
+  /// Multi-token prediction modules on the last stage (Megatron
+  /// --mtp-num-layers; DeepSeek-V3): each an embedding of the shifted tokens,
+  /// two norms, a [2h, h] projection, one transformer layer like the model's
+  /// last, a final norm and the shared output head with its own loss.
+  int64_t mtp_layers = 0;
   NormKind norm = NormKind::kRmsNorm;
   AttentionConfig attention;
   std::optional<MlaConfig> mla;  // when set, A layers are MLA
@@ -157,6 +162,9 @@ struct ModelConfig {
   MoeConfig moe;
   MambaConfig mamba;
   RecurrentConfig recurrent;
+  /// The last pipeline stage holds the word embedding too (tied head, or MTP),
+  /// kept in step with the first stage's by the embedding group.
+  bool embedding_on_last_stage() const { return tie_embeddings || mtp_layers > 0; }
 };
 
 struct PrecisionConfig {
