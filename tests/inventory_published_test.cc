@@ -80,13 +80,26 @@ TEST(InventoryPublished, Mamba2_2_7B) {
 
 TEST(InventoryPublished, DeepSeekV3) {
   const Inventory inv = BuildInventory(Load("deepseek-v3-h200.yaml"));
-  // DeepSeek-V3 README_WEIGHTS.md: main model (without the 14B MTP module) 671B; the exact
+  // DeepSeek-V3 README_WEIGHTS.md: main model (without the MTP module) 671B; the exact
   // element count of the main-model tensors in the HF checkpoint is 671,026,419,200.
-  EXPECT_EQ(inv.total_params, 671'026'419'200);
-  ExpectRoundsTo(inv.total_params, 671e9, 0.5e9);
+  const int64_t mtp = inv.mtp_totals.total();
+  EXPECT_EQ(inv.total_params - mtp, 671'026'419'200);
+  ExpectRoundsTo(inv.total_params - mtp, 671e9, 0.5e9);
+  // The MTP module by hand: one more transformer layer like the last (MLA + MoE), enorm, hnorm
+  // and the final norm (h each), and eh_proj 2h x h.
+  const int64_t h = 7168;
+  const int64_t last_layer = inv.layers[120].totals.total() + inv.layers[121].totals.total();
+  EXPECT_EQ(mtp, last_layer + 3 * h + 2 * h * h);
+  // README_WEIGHTS.md: "11.5B unique parameters (excluding the shared 0.9B Embedding and 0.9B
+  // output Head)" and 2.4B activated including those two. Both match to their rounding without
+  // eh_proj (2h x h = 0.10B), which the README's figures leave out; with it they would read 11.6B
+  // and 2.5B.
+  ExpectRoundsTo(mtp - 2 * h * h, 11.5e9, 0.05e9);
+  const int64_t mtp_active = mtp - inv.mtp_inactive;
+  ExpectRoundsTo(mtp_active - 2 * h * h + 2 * inv.embedding.elements(), 2.4e9, 0.05e9);
   // README_WEIGHTS.md (commit 32950e4): "Activation parameters: 36.6B (including 0.9B for the output
   // Head)", i.e. without the input embedding, which our active_params includes.
-  ExpectRoundsTo(inv.active_params - inv.embedding.elements(), 36.6e9, 0.05e9);
+  ExpectRoundsTo(inv.active_params - mtp_active - inv.embedding.elements(), 36.6e9, 0.05e9);
   // The paper's headline "37B activated" (arXiv:2412.19437 abstract) is the same figure rounded.
   EXPECT_EQ(inv.family_layers[FamilyIndex(BlockKind::kDenseMlp)], 3);
   EXPECT_EQ(inv.family_layers[FamilyIndex(BlockKind::kMoe)], 58);
