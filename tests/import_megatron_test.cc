@@ -267,6 +267,17 @@ TEST(ImportMegatron, MalformedInputNamesLineAndFlag) {
 
   const MegatronImport stray = ImportMegatronArgs("pretrain_gpt.py --num-layers 2 extra 3", "s.sh");
   EXPECT_FALSE(stray.ok());
+
+  // A flag read by several parts of the mapping is reported once.
+  const MegatronImport twice = ImportMegatronArgs(
+      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 8\n  --num-attention-heads: 2\n  --vocab-size: 10\n"
+      "  --tokenizer-type: NullTokenizer\n  --seq-length: x8\n  --num-experts: y\n  --mtp-num-layers: z\n",
+      "t.yaml");
+  for (const char* flag : {"--seq-length", "--num-experts", "--mtp-num-layers"}) {
+    int errors = 0;
+    for (const Diagnostic& d : twice.diagnostics) errors += d.key_path == flag && d.severity == Severity::kError;
+    EXPECT_EQ(errors, 1) << flag;
+  }
 }
 
 // Parameter counts of corpus models, worked out by hand from the shapes.

@@ -771,7 +771,7 @@ bool MapStack(Args& a, int64_t experts, Stack* st) {
 }
 
 /// Vocabulary, embeddings, norms and biases.
-void MapEmbeddings(Args& a, std::vector<YamlEntry>& m) {
+void MapEmbeddings(Args& a, int64_t seq, std::vector<YamlEntry>& m) {
   // Vocabulary: GPT-2 BPE, or NullTokenizer(vocab_size) whose vocab_size property is vocab_size + 1 (EOD).
   int64_t vocab = 0;
   const std::string tokenizer = a.Str("--tokenizer-type", a.Has("--vocab-file") ? "GPT2BPETokenizer" : "");
@@ -801,18 +801,16 @@ void MapEmbeddings(Args& a, std::vector<YamlEntry>& m) {
   // LanguageModelEmbedding builds nn.Embedding(max_sequence_length, hidden) for learned_absolute,
   // max_sequence_length being --max-position-embeddings (validate_args defaults it to --seq-length).
   const std::string pos = a.Str("--position-embedding-type", "learned_absolute");
-  Add(&m, "model.learned_positions",
-      pos == "learned_absolute" ? a.Int("--max-position-embeddings", a.Int("--seq-length", 1)) : 0,
+  Add(&m, "model.learned_positions", pos == "learned_absolute" ? a.Int("--max-position-embeddings", seq) : 0,
       "--position-embedding-type " + pos);
 }
 
 /// The blocks' shapes: attention or MLA, the dense MLP, MoE, Mamba. False
 /// when a needed argument is missing.
-bool MapBlocks(Args& a, const Stack& st, int64_t hidden, std::vector<YamlEntry>& m) {
+bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::vector<YamlEntry>& m) {
   const int64_t heads = a.Require("--num-attention-heads");
   const bool swiglu = a.Flag("--swiglu");
   const int64_t ffn = a.Int("--ffn-hidden-size", swiglu ? (4 * hidden * 2 / 3) / 64 * 64 : 4 * hidden);
-  const int64_t experts = a.Int("--num-experts", 0, 0);
   const bool has_attention = st.Has('A');
   if (has_attention && a.Flag("--multi-latent-attention")) {
     // megatron/core/transformer/transformer_config.py MLATransformerConfig defaults.
@@ -878,9 +876,8 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, std::vector<YamlEntry>&
 }
 
 /// Batch, recompute, precision, optimizer and kernels.
-void MapTraining(Args& a, MegatronImport* out) {
+void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   std::vector<YamlEntry>& l = out->layout;
-  const int64_t seq = a.Require("--seq-length");
   const int64_t micro = a.Int("--micro-batch-size", 1);
   Add(&l, "training.seq_len", seq);
   Add(&l, "training.micro_batch", micro);
@@ -1014,26 +1011,29 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   Args a(*out, file, &out->diagnostics);
   std::vector<YamlEntry>& m = out->model;
   Stack st;
-  if (!MapStack(a, a.Int("--num-experts", 0, 0), &st)) return;
+  const int64_t experts = a.Int("--num-experts", 0, 0);
+  if (!MapStack(a, experts, &st)) return;
   out->model_kind = st.hybrid() ? "HybridModel" : "GPTModel";
   Add(&m, "model.layers", "\"" + st.letters + "\"",
       st.hybrid() ? "hybrid pattern: M->M, *->A, -->D, E->E" : "per GPT layer: attention + MLP (D) or MoE (E)");
   const int64_t hidden = a.Require("--hidden-size");
   Add(&m, "model.hidden", hidden);
   // GPT models build --mtp-num-layers MTP modules on the last stage; hybrid
-  // models take theirs from the pattern after '/' (warned by MapStack).
-  if (a.Int("--mtp-num-layers", 0, 0) > 0) {
+  // models take theirs from the pattern after '/', which MapStack warns about.
+  if (const int64_t mtp = a.Int("--mtp-num-layers", 0, 0); mtp > 0) {
     if (st.hybrid()) {
       a.Warn("--mtp-num-layers",
              "not represented: a hybrid model's MTP modules (the pattern after '/') are not counted");
       out->unrepresented.push_back("--mtp-num-layers");
     } else {
-      Add(&m, "model.mtp_layers", a.Int("--mtp-num-layers", 0, 0), "--mtp-num-layers");
+      Add(&m, "model.mtp_layers", mtp, "--mtp-num-layers");
     }
   }
-  MapEmbeddings(a, m);
-  if (!MapBlocks(a, st, hidden, m)) return;
-  MapTraining(a, out);
+  // Read once: the learned position table defaults to it too.
+  const int64_t seq = a.Require("--seq-length");
+  MapEmbeddings(a, seq, m);
+  if (!MapBlocks(a, st, hidden, experts, m)) return;
+  MapTraining(a, seq, out);
   MapParallel(a, st, out->layout);
   WarnTheRest(a, out);
 }
