@@ -509,6 +509,11 @@ struct DpGroups {
   int64_t tp = 1;                 // the replicated gradients' all-reduce is padded to a multiple of t
 };
 
+// The ZeRO groups [dense, expert] the buffers are sharded over (per HSDP replica).
+std::array<int64_t, 2> ZeroGroups(const Layout& l) {
+  return {l.zero_group(), std::max<int64_t>(1, l.expert_zero_group())};
+}
+
 // The padded buffers of one unit.
 DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
   const int rep = static_cast<int>(ShardClass::kReplicated), tp = static_cast<int>(ShardClass::kTpSharded);
@@ -559,7 +564,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
   const bool edges = l.zero >= 2;
   DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
-  const DpGroups dg{{l.zero_group(), std::max<int64_t>(1, l.expert_zero_group())}, s.param, l.tp};
+  const DpGroups dg{ZeroGroups(l), s.param, l.tp};
   struct Memo {
     const ParamTotals* totals = nullptr;
     DpBuffers buffers;
@@ -665,7 +670,7 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
       {Axis::kExpertDp, Axis::kExpertDpReplica, 1, CommWhat::kExpertGrads, CommWhat::kExpertParams,
        CommWhat::kExpertReplicaGrads}};
   const bool hsdp = l.zero >= 1 && l.dp_replicate > 1;
-  const std::array<int64_t, 2> zero_group = {l.zero_group(), std::max<int64_t>(1, l.expert_zero_group())};
+  const std::array<int64_t, 2> zero_group = ZeroGroups(l);
   for (const Group& g : groups) {
     const size_t k = g.index;
     const auto grads = [&](const DpBuffers& b) { return UnitCalls{BytesOf(b.padded[k], s.grad), b.units[k]}; };

@@ -507,7 +507,6 @@ bool Swept(std::string_view path, const SweepSpace& space) {
 /// Keys away from their defaults only: the defaults are documented, and a
 /// recipe's own choice (sp: false, say) is what can bias a search.
 std::vector<std::string> HeldFixed(const Recipe& r, const SweepSpace& space) {
-  static const Recipe kDefaults;
   std::vector<std::string> out;
   for (const RecipeField& f : RecipeFields()) {
     const bool layout_key = f.path.rfind("parallel.", 0) == 0 || f.path.rfind("training.", 0) == 0;
@@ -516,7 +515,7 @@ std::vector<std::string> HeldFixed(const Recipe& r, const SweepSpace& space) {
       continue;
     }
     const std::string value = f.text(r);
-    if (value != f.text(kDefaults)) out.push_back(fmt::format("{}={}", f.path, value));
+    if (value != DefaultText(f)) out.push_back(fmt::format("{}={}", f.path, value));
   }
   return out;
 }

@@ -527,6 +527,11 @@ const std::vector<RecipeField>& RecipeFields() {
   return kFields;
 }
 
+std::string DefaultText(const RecipeField& field) {
+  static const Recipe kDefaults;
+  return field.text ? field.text(kDefaults) : std::string();
+}
+
 const RecipeField* FindRecipeField(std::string_view path) {
   for (const RecipeField& f : RecipeFields()) {
     if (f.path == path) return &f;

@@ -368,7 +368,7 @@ class Validator {
       return;
     }
     const int64_t dense = p_.cp * r_.dp();
-    const int64_t expert = p_.tp * p_.cp * r_.dp() / (p_.ep * p_.expert_tp);
+    const int64_t expert = r_.expert_dp();
     const int64_t group = dense % r != 0 ? dense : moe && expert % r != 0 ? expert : 0;
     if (group == 0) return;
     ctx_.ErrorAt("parallel.dp_replicate", Str(r),

@@ -80,16 +80,16 @@ bool Matters(const Recipe& r, std::string_view path) {
 }  // namespace
 
 void NoteKeysWithoutCounterpart(const Recipe& r, Framework framework, Notes& notes) {
-  static const Recipe kDefaults;
   const char* name = framework == Framework::kMegatron ? "Megatron-LM" : "torchtitan";
   for (const RecipeField& f : RecipeFields()) {
     const std::string_view spelling = framework == Framework::kMegatron ? f.megatron : f.torchtitan;
     if (spelling != kNoCounterpart || !f.text || !Matters(r, f.path)) continue;
     const std::string value = f.text(r);
-    if (value == f.text(kDefaults)) continue;
+    const std::string runs = DefaultText(f);
+    if (value == runs) continue;
     notes.Cannot(std::string(f.path), value,
                  fmt::format("{} has no setting for {} = {} (the plan prices it; the framework runs {})", name, f.path,
-                             value, f.text(kDefaults)));
+                             value, runs));
   }
 }
 

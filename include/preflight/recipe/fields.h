@@ -76,6 +76,9 @@ struct RecipeField {
 
 /// Every key and section, in the order a recipe lists them (and `diff` prints them).
 const std::vector<RecipeField>& RecipeFields();
+/// The key's value in a recipe that does not set it ("true", "1f1b"); empty
+/// for keys without a value of their own (sections, model.layers).
+std::string DefaultText(const RecipeField& field);
 /// The field at `path`, or nullptr.
 const RecipeField* FindRecipeField(std::string_view path);
 
