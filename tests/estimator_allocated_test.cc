@@ -1,13 +1,16 @@
 // The allocator figures (docs/allocated.md): what stays allocated between
 // steps and what max_memory_allocated shows, on a dense model worked by hand.
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "preflight/estimator/estimate.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/recipe/recipe.h"
+#include "support/test_support.h"
 
 namespace preflight {
 namespace {
@@ -81,6 +84,28 @@ TEST(AllocatedFigures, LibraryWorkspacesFollowTheLibrariesThatRunGemms) {
   EXPECT_EQ(mib({moe_layer, {mlp, mlp + "\n  moe: {experts: 4, top_k: 1, ffn_hidden: 64}"}}), (3 + 4) * 32);
   EXPECT_EQ(mib({moe_layer, {mlp, mlp + "\n  moe: {experts: 4, top_k: 1, ffn_hidden: 64, grouped_gemm: false}"}}),
             3 * 32);
+}
+
+// The same switches against a measurement: PyTorch 2.11 on an H100 added
+// 32 MiB at the first forward GEMM and 32 MiB more at the first backward GEMM
+// (autograd's device thread has its own handle), nothing at the second step
+// (tests/data/device/h100_cublas_workspaces.json, measured with
+// bench/device/cublas_workspaces.py). A rank running every linear in torch
+// must carry exactly that.
+TEST(AllocatedFigures, TorchWorkspacesMatchTheH100Measurement) {
+  std::ifstream in(testing::SourcePath("tests/data/device/h100_cublas_workspaces.json"));
+  ASSERT_TRUE(in) << "missing measurement";
+  const nlohmann::json measured = nlohmann::json::parse(in);
+  EXPECT_EQ(measured.at("steady_state_extra_mib").get<double>(), 0.0);
+  const double measured_mib = measured.at("total_workspace_mib_after_fwd_bwd").get<double>();
+  std::string text = kRecipe;
+  text.replace(text.find("recompute: none"), 15, "recompute: none\n  transformer_engine: false");
+  const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
+  ASSERT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  const MemoryEstimate est = EstimateMemory(inv, LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1));
+  EXPECT_EQ(static_cast<double>(est.stages.front().of(Category::kLibraryWorkspaces).count()),
+            measured_mib * 1024 * 1024);
 }
 
 }  // namespace
