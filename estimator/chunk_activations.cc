@@ -37,7 +37,8 @@ Bytes ActivationRates::HeadSaved() {
 ChunkActivation ActivationRates::Chunk(const StageChunk& c) {
   ChunkActivation a;
   for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
-    a.saved = Add(a.saved, Layer(FamilyIndex(inv_.layers.at(static_cast<size_t>(i)).kind)).count());
+    const preflight::Layer& layer = inv_.layers.at(static_cast<size_t>(i));
+    if (KeepsActivations(layer, l_.recompute)) a.saved = Add(a.saved, Layer(FamilyIndex(layer.kind)).count());
   }
   if (c.owns_embedding) a.saved = Add(a.saved, Embedding().count());
   if (c.owns_head) {

@@ -144,6 +144,14 @@ struct Walk {
 
 /// Activation bytes one micro-batch keeps per piece of a chunk, fixed for one
 /// EstimateRank call; each figure is computed on first use.
+/// Whether a sublayer keeps saved activations: under full recompute only the
+/// first sublayer of a framework layer keeps one, the layer's input (Megatron
+/// checkpoints whole transformer layers, transformer_block.py
+/// _checkpointed_forward; Korthikanti et al.: 2sbh a layer).
+inline bool KeepsActivations(const Layer& layer, Recompute recompute) {
+  return recompute != Recompute::kFull || layer.starts_layer;
+}
+
 class ActivationRates {
  public:
   ActivationRates(const Inventory& inv, const Layout& l) : inv_(inv), l_(l) {}

@@ -71,6 +71,11 @@ void PriceMtp(RankMemory& out, const Walk& w, const Inventory& inv, const Layout
 
 }  // namespace
 
+/// Framework layers of two sublayers (attention + MLP): a transformer stack.
+bool PairedLayers(const Inventory& inv) {
+  return inv.layer_starts.size() >= 2 && inv.layer_starts.size() - 1 < inv.layers.size();
+}
+
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink) {
   const Recipe& rc = inv.recipe;
@@ -89,6 +94,13 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     Bytes transient = LayerWorkspace(rc, l, kind);
     if (l.recompute == Recompute::kFull) transient += LayerActivations(rc, none, kind);
     out.activations_transient = std::max(out.activations_transient, transient);
+    // A transformer layer recomputes attention and its MLP together: both
+    // sublayers' activations are live in its backward.
+    if (l.recompute == Recompute::kFull && PairedLayers(inv) && kind != BlockKind::kAttention) {
+      const Bytes pair = LayerActivations(rc, none, BlockKind::kAttention) + LayerActivations(rc, none, kind) +
+                         std::max(LayerWorkspace(rc, l, BlockKind::kAttention), LayerWorkspace(rc, l, kind));
+      out.activations_transient = std::max(out.activations_transient, pair);
+    }
     if (sink) {
       const TokenBytes tb =
           SavedBytesPerToken(rc, kind, l.recompute, l.tp, kind == BlockKind::kMamba ? MambaRepeatCp(l) : l.cp);
@@ -148,7 +160,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   sum += out.activations_transient;
   if (sink && out.activations_transient.count() > 0) {
     Note(sink, Category::kActivations, "one-layer transient (largest on this rank)",
-         l.recompute == Recompute::kFull ? "max over families of (no-recompute layer activations + workspace)"
+         l.recompute == Recompute::kFull ? "max over layers of (no-recompute layer activations + workspace)"
                                          : "max over families of workspace (Mamba SSD states, CP ring KV)",
          Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"t", l.tp}, {"c", l.cp}}),
          out.activations_transient);

@@ -163,7 +163,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
         AddTimes(w, e, 1);
       }
       w.layer_count[f] += 1;
-      w.units[f] = Add(w.units[f], in_flight);
+      if (KeepsActivations(layer, l.recompute)) w.units[f] = Add(w.units[f], in_flight);
       if (!mirrored) w.own_layers[f] += 1;
       if (e.unit.grads > w.grad_unit.grads) w.grad_unit = {e.unit.grads, i};
       if (x.zero3) w.gather.Layer(c, i, e.local.bytes);

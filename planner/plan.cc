@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "internal.h"
+#include "preflight/recipe/partition.h"
 
 namespace preflight {
 namespace {
@@ -56,11 +57,6 @@ void CheckCpOnRecurrentMixers(const Recipe& r, const Layout& l, std::vector<Diag
 
 void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
   const std::string sched = Name(l.schedule);
-  if (l.schedule == Schedule::kDualPipeV && !r.parallel.stage_boundaries.empty()) {
-    out->push_back(Make(r, Severity::kError, "parallel.stage_boundaries", "",
-                        "dualpipev splits the model into 2 x pp V-shaped chunks; pinned boundaries describe pp x vpp "
-                        "stages, so drop them and let the planner partition"));
-  }
   if (l.schedule == Schedule::kDualPipe) {
     if (l.pp % 2 != 0 || l.pp < 2) {
       out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
@@ -83,18 +79,29 @@ void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* ou
                                     "(Megatron schedules.py)",
                                     l.micro_batches, l.pp)));
   }
-  const int64_t layers = static_cast<int64_t>(r.model.layers.size());
-  if (ChunkCount(l) > layers) {
-    out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
-                        fmt::format("{} pipeline chunks for {} layers; every chunk needs at least one layer",
-                                    ChunkCount(l), layers)));
+}
+
+/// The framework's split of this layout (a sweep or an advice move changes
+/// pp, vpp and the schedule): refused as the framework refuses it.
+void CheckSplit(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
+  if (!r.parallel.stage_boundaries.empty()) return;  // CheckPinned
+  const int64_t layers = static_cast<int64_t>(LayerStarts(r.model.layers).size()) - 1;
+  if (r.parallel.partition == Partition::kBalanced) {
+    if (ChunkCount(l) > layers) {
+      out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
+                          fmt::format("{} pipeline chunks for {} layers; every chunk needs at least one layer",
+                                      ChunkCount(l), layers)));
+    }
+    return;
   }
+  const LayerSplit split = RecipeSplit(SplitFor(r.parallel, l.pp, l.vpp, l.schedule, layers), r.model.layers);
+  if (!split.ok()) out->push_back(Make(r, Severity::kError, split.key, split.value, split.error));
 }
 
 void CheckPinned(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
   const auto& b = r.parallel.stage_boundaries;
   if (b.empty()) return;
-  const int64_t layers = static_cast<int64_t>(r.model.layers.size());
+  const int64_t layers = static_cast<int64_t>(LayerStarts(r.model.layers).size()) - 1;
   const int64_t want = ChunkCount(l) - 1;
   const std::string key = "parallel.stage_boundaries";
   if (static_cast<int64_t>(b.size()) != want) {
@@ -104,10 +111,10 @@ void CheckPinned(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out)
   }
   int64_t prev = 0;
   for (size_t i = 0; i < b.size(); ++i) {
-    if (b[i] <= prev || b[i] >= layers) {
-      out->push_back(Make(r, Severity::kError, fmt::format("{}[{}]", key, i), std::to_string(b[i]),
-                          fmt::format("boundaries must increase strictly within (0, {}); the previous one is {}", layers,
-                                      prev)));
+    if (b[i] < prev || b[i] > layers) {
+      out->push_back(Make(
+          r, Severity::kError, fmt::format("{}[{}]", key, i), std::to_string(b[i]),
+          fmt::format("boundaries must not decrease and stay within [0, {}]; the previous one is {}", layers, prev)));
       return;
     }
     prev = b[i];
@@ -148,11 +155,6 @@ void AddLocalityWarnings(const Recipe& r, const Layout& l, const Mesh& mesh, boo
   }
 }
 
-struct Candidate {
-  const char* name;
-  StagePlan stages;
-};
-
 struct Priced {
   std::vector<StageComm> comm;
   StepTime time;
@@ -168,29 +170,90 @@ Priced PriceStages(const Inventory& inv, const PlanTables& tables, const Layout&
   return p;
 }
 
-// Memory as the partition's constraint (docs/formulas.md §4.3, "minimise max_j cost_j
-// subject to memory_j <= budget"): the time-balanced cut comes first; the
-// parameter-balanced cut (fewer layers beside the embedding and head) and the
-// equal-layer cut are the fallbacks the estimator judges.
-std::vector<Candidate> Candidates(const LayerWeights& w, const Layout& layout, int64_t layers) {
-  std::vector<Candidate> out;
-  out.push_back({"time", PartitionStages(w, layout)});
-  LayerWeights by_params = w;
-  for (size_t l = 0; l < w.layer_s.size(); ++l) by_params.layer_s[l] = static_cast<double>(w.layer_params[l]);
-  by_params.embedding_s = static_cast<double>(w.embedding_params);
-  by_params.head_s = static_cast<double>(w.head_params);
-  out.push_back({"parameters", PartitionStages(by_params, layout)});
-  if (layout.schedule != Schedule::kDualPipeV) {
-    out.push_back({"equal_layers", EqualStagePlan(layers, layout.pp, ChunkCount(layout) / layout.pp)});
+/// The fastest balanced cut that fits, else the time-balanced one; `chosen`
+/// is its index in `cuts`.
+Priced PriceBalanced(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                     const std::vector<NamedCut>& cuts, const MeshLocality& locality, const CostModel& cost,
+                     size_t* chosen) {
+  *chosen = 0;
+  std::optional<Priced> best;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    Priced priced = PriceStages(inv, tables, layout, cuts[i].stages, locality, cost);
+    if (i == 0) {
+      best = std::move(priced);
+      if (best->memory.verdict.fits) break;
+      continue;
+    }
+    const bool first_fit = !best->memory.verdict.fits;
+    if (priced.memory.verdict.fits && (first_fit || priced.time.step_s < best->time.step_s)) {
+      best = std::move(priced);
+      *chosen = i;
+    }
   }
-  return out;
+  return std::move(*best);
+}
+
+Bytes WorstTotal(const MemoryEstimate& m) {
+  return m.stages.empty() ? Bytes(0) : m.stages.at(static_cast<size_t>(m.worst_stage)).total();
+}
+
+/// The balanced cut, as advice beside a framework or pinned partition: said
+/// when it makes the layout fit, lowers the worst stage by a GiB or more
+/// without slowing the step by 1 %, or speeds the step by 1 % or more and
+/// still clears the headroom floor.
+std::optional<BalancedCut> AdviseBalancedCut(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                                             const Plan& plan, const CostModel& cost) {
+  if (ChunkCount(layout) <= 1 || ChunkCount(layout) > static_cast<int64_t>(inv.layer_starts.size()) - 1) {
+    return std::nullopt;
+  }
+  const std::vector<NamedCut> cuts = BalancedCuts(WeighLayers(inv, tables, layout, cost), layout, inv.layer_starts);
+  size_t chosen = 0;
+  const Priced priced = PriceBalanced(inv, tables, layout, cuts, plan.mesh.locality, cost, &chosen);
+  BalancedCut cut;
+  cut.basis = cuts[chosen].name;
+  cut.stages = cuts[chosen].stages;
+  cut.worst_before = WorstTotal(*plan.memory);
+  cut.worst_after = WorstTotal(priced.memory);
+  cut.step_before_s = plan.time.step_s;
+  cut.step_after_s = priced.time.step_s;
+  cut.fits_after = priced.memory.verdict.fits;
+  const double gib_saved = (cut.worst_before - cut.worst_after).gib();
+  const double step_saved = cut.step_before_s > 0 ? 1.0 - cut.step_after_s / cut.step_before_s : 0.0;
+  const bool fixes = !plan.memory->verdict.fits && cut.fits_after;
+  const bool lighter = gib_saved >= 1.0 && step_saved > -0.01;
+  const bool faster = step_saved >= 0.01 && priced.memory.verdict.headroom_ok;
+  if (!fixes && !lighter && !faster) return std::nullopt;
+  return cut;
 }
 
 }  // namespace
 
-std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout, int64_t layers) {
+std::vector<NamedCut> BalancedCuts(const LayerWeights& sublayer_weights, const Layout& layout,
+                                   const std::vector<int64_t>& layer_starts) {
+  // Memory as the partition's constraint (docs/formulas.md §4.3, "minimise
+  // max_j cost_j subject to memory_j <= budget"): the time-balanced cut comes
+  // first; the parameter-balanced cut (fewer layers beside the embedding and
+  // head) and the equal-layer cut are the fallbacks the estimator judges.
+  const LayerWeights w = WeighFrameworkLayers(sublayer_weights, layer_starts);
+  std::vector<NamedCut> out;
+  out.push_back({"time", ToSublayers(PartitionStages(w, layout), layer_starts)});
+  LayerWeights by_params = w;
+  for (size_t l = 0; l < w.layer_s.size(); ++l) by_params.layer_s[l] = static_cast<double>(w.layer_params[l]);
+  by_params.embedding_s = static_cast<double>(w.embedding_params);
+  by_params.head_s = static_cast<double>(w.head_params);
+  out.push_back({"parameters", ToSublayers(PartitionStages(by_params, layout), layer_starts)});
+  if (layout.schedule != Schedule::kDualPipeV) {
+    const int64_t layers = static_cast<int64_t>(layer_starts.size()) - 1;
+    out.push_back(
+        {"equal_layers", ToSublayers(EqualStagePlan(layers, layout.pp, ChunkCount(layout) / layout.pp), layer_starts)});
+  }
+  return out;
+}
+
+std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout,
+                                           const std::vector<int64_t>& layer_starts) {
   std::vector<StagePlan> out;
-  for (Candidate& c : Candidates(weights, layout, layers)) out.push_back(std::move(c.stages));
+  for (NamedCut& c : BalancedCuts(weights, layout, layer_starts)) out.push_back(std::move(c.stages));
   return out;
 }
 
@@ -199,6 +262,7 @@ std::vector<Diagnostic> ValidateForPlan(const Recipe& r, const Layout& l) {
   CheckCpOnRecurrentMixers(r, l, &out);
   CheckSchedule(r, l, &out);
   CheckPinned(r, l, &out);
+  CheckSplit(r, l, &out);
   CheckHardware(r, &out);
   return out;
 }
@@ -224,45 +288,32 @@ PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostMod
   plan.gpu = r.cluster.spec;
   plan.mesh = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage());
   const PlanTables tables = BuildPlanTables(inv);
-  if (auto pinned = PinnedStagePlan(r)) {
-    plan.stages = *pinned;
-    plan.stages_pinned = true;
-    plan.partition = "pinned";
+  if (auto fixed = RecipeStagePlan(inv, layout)) {
+    // The framework's split (or the pinned one): the job that will run.
+    plan.stages = *fixed;
+    plan.stages_pinned = !r.parallel.stage_boundaries.empty();
+    plan.partition = plan.stages_pinned ? "pinned" : Name(r.parallel.partition);
     Priced priced = PriceStages(inv, tables, layout, plan.stages, plan.mesh.locality, cost);
     plan.comm = std::move(priced.comm);
     plan.time = priced.time;
     plan.memory = std::move(priced.memory);
+    plan.balanced_cut = AdviseBalancedCut(inv, tables, layout, plan, cost);
   } else {
-    const LayerWeights w = WeighLayers(inv, tables, layout, cost);
-    std::vector<Candidate> candidates = Candidates(w, layout, tables.layers);
-    // The fastest candidate that fits; the time-balanced cut when none does.
+    std::vector<NamedCut> cuts = BalancedCuts(WeighLayers(inv, tables, layout, cost), layout, inv.layer_starts);
     size_t chosen = 0;
-    std::optional<Priced> best;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      Priced priced = PriceStages(inv, tables, layout, candidates[i].stages, plan.mesh.locality, cost);
-      if (i == 0) {
-        best = std::move(priced);
-        if (best->memory.verdict.fits) break;
-        continue;
-      }
-      const bool first_fit = !best->memory.verdict.fits;
-      if (priced.memory.verdict.fits && (first_fit || priced.time.step_s < best->time.step_s)) {
-        best = std::move(priced);
-        chosen = i;
-      }
-    }
+    Priced best = PriceBalanced(inv, tables, layout, cuts, plan.mesh.locality, cost, &chosen);
     if (chosen != 0) {
-      plan.warnings.push_back(Make(
-          r, Severity::kWarning, "parallel.pp", std::to_string(layout.pp),
-          fmt::format("the time-balanced stage partition does not fit in memory; using the {} partition, which "
-                      "does",
-                      candidates[chosen].name)));
+      plan.warnings.push_back(
+          Make(r, Severity::kWarning, "parallel.pp", std::to_string(layout.pp),
+               fmt::format("the time-balanced stage partition does not fit in memory; using the {} partition, which "
+                           "does",
+                           cuts[chosen].name)));
     }
-    plan.partition = candidates[chosen].name;
-    plan.stages = std::move(candidates[chosen].stages);
-    plan.comm = std::move(best->comm);
-    plan.time = best->time;
-    plan.memory = std::move(best->memory);
+    plan.partition = cuts[chosen].name;
+    plan.stages = std::move(cuts[chosen].stages);
+    plan.comm = std::move(best.comm);
+    plan.time = best.time;
+    plan.memory = std::move(best.memory);
   }
   const bool moe = inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] > 0;
   AddLocalityWarnings(r, requested, plan.mesh, moe, &plan.warnings);

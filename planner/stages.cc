@@ -2,22 +2,20 @@
 // chunks minimising the slowest one, by dynamic programming over prefix sums.
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "preflight/planner/stages.h"
 
+#include "preflight/recipe/partition.h"
+
 namespace preflight {
 
-int64_t ChunkCount(const Layout& l) {
-  if (l.schedule == Schedule::kDualPipe) return l.pp;
-  if (l.schedule == Schedule::kDualPipeV) return 2 * l.pp;
-  return l.pp * l.vpp;
-}
+int64_t ChunkCount(const Layout& l) { return ChunkCountOf(l.schedule, l.pp, l.vpp); }
 
 int64_t PipelineRankOfChunk(const Layout& l, int64_t chunk, int64_t chunks) {
   // DualPipeV [DS3 DualPipe README]: the V shape puts chunk c and chunk
   // 2p-1-c on device c.
-  if (l.schedule == Schedule::kDualPipeV) return chunk < chunks / 2 ? chunk : chunks - 1 - chunk;
-  return chunk % l.pp;
+  return PlaceChunk(chunk, chunks, l.pp, l.schedule).first;
 }
 
 namespace {
@@ -135,8 +133,7 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   }
   for (int64_t c = 0; c < k_chunks; ++c) {
     StageChunk chunk;
-    chunk.pipeline_rank = PipelineRankOfChunk(layout, c, k_chunks);
-    chunk.virtual_index = layout.schedule == Schedule::kDualPipeV ? (c < layout.pp ? 0 : 1) : c / layout.pp;
+    std::tie(chunk.pipeline_rank, chunk.virtual_index) = PlaceChunk(c, k_chunks, layout.pp, layout.schedule);
     chunk.first_layer = starts[static_cast<size_t>(c)];
     chunk.end_layer = c + 1 < k_chunks ? starts[static_cast<size_t>(c + 1)] : n;
     chunk.owns_embedding = c == 0;
@@ -146,9 +143,36 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   return plan;
 }
 
+LayerWeights WeighFrameworkLayers(const LayerWeights& w, const std::vector<int64_t>& starts) {
+  LayerWeights out;
+  out.embedding_s = w.embedding_s;
+  out.head_s = w.head_s;
+  out.embedding_params = w.embedding_params;
+  out.head_params = w.head_params;
+  const size_t n = starts.size() - 1;
+  out.layer_s.assign(n, 0.0);
+  out.layer_params.assign(n, 0);
+  for (size_t l = 0; l < n; ++l) {
+    for (int64_t i = starts[l]; i < starts[l + 1]; ++i) {
+      out.layer_s[l] += w.layer_s[static_cast<size_t>(i)];
+      out.layer_params[l] += w.layer_params[static_cast<size_t>(i)];
+    }
+  }
+  return out;
+}
+
+StagePlan ToSublayers(StagePlan plan, const std::vector<int64_t>& starts) {
+  for (StageChunk& c : plan.chunks) {
+    c.first_layer = starts.at(static_cast<size_t>(c.first_layer));
+    c.end_layer = starts.at(static_cast<size_t>(c.end_layer));
+  }
+  return plan;
+}
+
 StagePlan PartitionStages(const Inventory& inv, const Layout& layout) {
   const PlanTables tables = BuildPlanTables(inv);
-  return PartitionStages(WeighLayers(inv, tables, layout), layout);
+  return ToSublayers(PartitionStages(WeighFrameworkLayers(WeighLayers(inv, tables, layout), inv.layer_starts), layout),
+                     inv.layer_starts);
 }
 
 }  // namespace preflight

@@ -21,6 +21,7 @@
 
 #include "preflight/estimator/estimate.h"
 #include "preflight/recipe/fields.h"
+#include "preflight/recipe/partition.h"
 
 namespace preflight {
 namespace {
@@ -118,6 +119,8 @@ struct Worker {
   std::vector<StageComm> comm;
   /// Stage partitions by PartitionKey (see StagesFor).
   std::map<std::tuple<int, int64_t, int64_t, int, double>, StagePlan> partitions;
+  /// The framework's (or pinned) partitions by (pp, vpp, schedule).
+  std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
 };
 
 // The partition of a layout, cached exactly. WeighLayers depends on the
@@ -129,7 +132,16 @@ struct Worker {
 // partition: the key holds the mantissa of tokens, not tokens. PartitionStages
 // reads the layout only for pp, vpp and the schedule (chunk placement).
 const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout, const CostModel& cost,
-                           Worker& w) {
+                           Worker& w, bool* balanced) {
+  // As MakePlan: the framework's split (or the pinned one) unless the recipe
+  // asks for the balanced cut. Validation refused the layouts it cannot split.
+  *balanced = inv.recipe.parallel.partition == Partition::kBalanced && inv.recipe.parallel.stage_boundaries.empty();
+  if (!*balanced) {
+    const auto key = std::make_tuple(layout.pp, layout.vpp, static_cast<int>(layout.schedule));
+    auto it = w.fixed.find(key);
+    if (it == w.fixed.end()) it = w.fixed.emplace(key, RecipeStagePlan(inv, layout).value_or(StagePlan{})).first;
+    return it->second;
+  }
   const double tokens = static_cast<double>(inv.recipe.training.seq_len) * static_cast<double>(layout.micro_batch) /
                         static_cast<double>(layout.cp * layout.tp);
   int exponent = 0;
@@ -138,7 +150,12 @@ const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const
                                    static_cast<int>(layout.schedule), mantissa);
   auto it = w.partitions.find(key);
   if (it == w.partitions.end()) {
-    it = w.partitions.emplace(key, PartitionStages(WeighLayers(inv, tables, layout, cost), layout)).first;
+    it = w.partitions
+             .emplace(key, ToSublayers(PartitionStages(WeighFrameworkLayers(WeighLayers(inv, tables, layout, cost),
+                                                                            inv.layer_starts),
+                                                       layout),
+                                       inv.layer_starts))
+             .first;
   }
   return it->second;
 }
@@ -196,6 +213,11 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   p.zero = p.dp_replicate > 1 ? std::max<int64_t>(1, inv.recipe.parallel.zero) : inv.recipe.parallel.zero;
   r.training.micro_batch = v[7];
   p.schedule = ScheduleFor(inv.recipe.parallel.schedule, p.vpp);
+  // Megatron's uneven first/last stage re-derived for this pp (as MakePlan does).
+  const ParallelConfig split =
+      SplitFor(inv.recipe.parallel, p.pp, p.vpp, p.schedule, static_cast<int64_t>(inv.layer_starts.size()) - 1);
+  p.first_stage_layers = split.first_stage_layers;
+  p.last_stage_layers = split.last_stage_layers;
 
   const size_t per_item = space.recompute.size() * space.zero.size();
   const size_t first_row = static_cast<size_t>(item) * per_item;
@@ -252,7 +274,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;
-    const StagePlan& stages = StagesFor(inv, tables, layout, options.cost, w);
+    bool balanced = false;
+    const StagePlan& stages = StagesFor(inv, tables, layout, options.cost, w, &balanced);
     for (int64_t z : space.zero) {
       layout.zero = z;
       SweepRow& row = out.rows[k++];
@@ -265,11 +288,11 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         continue;
       }
       Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
-      if (best.capacity < best.peak) {
+      if (balanced && best.capacity < best.peak) {
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (PartitionCandidates).
         const std::vector<StagePlan> cuts =
-            PartitionCandidates(WeighLayers(inv, tables, layout, options.cost), layout, tables.layers);
+            PartitionCandidates(WeighLayers(inv, tables, layout, options.cost), layout, inv.layer_starts);
         bool found = false;
         for (size_t c = 1; c < cuts.size(); ++c) {
           const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, w);
@@ -497,6 +520,8 @@ namespace {
 /// is given more than one value).
 bool Swept(std::string_view path, const SweepSpace& space) {
   if (path == "parallel.dp_replicate") return space.dp_replicate.size() > 1;
+  // Megatron's uneven first/last stage follows pp (SplitFor).
+  if (path == "parallel.first_stage_layers" || path == "parallel.last_stage_layers") return space.pp.size() > 1;
   for (std::string_view axis : {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.vpp", "parallel.ep",
                                 "parallel.expert_tp", "parallel.zero", "training.micro_batch", "training.recompute"}) {
     if (path == axis) return true;
@@ -544,7 +569,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}};
+    Worker w{r, {}, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

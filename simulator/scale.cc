@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "preflight/recipe/partition.h"
 #include "preflight/simulator/sim.h"
 
 namespace preflight {
@@ -68,9 +69,13 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   m.mamba.d_state = s.mamba_d_state;
   m.mamba.chunk = s.mamba_chunk;
   m.recurrent.width = s.recurrent_width;
-  // Every pipeline chunk needs a layer.
-  const int64_t pattern = std::max<int64_t>(1, static_cast<int64_t>(m.pattern.size()));
-  m.repeat = std::max(s.repeat, (p.pp * p.vpp + pattern - 1) / pattern);
+  // Every pipeline chunk needs a layer (the framework's: a transformer layer
+  // is two letters).
+  std::vector<BlockKind> once;
+  for (char c : m.pattern) once.push_back(static_cast<BlockKind>(c));
+  const int64_t per_repeat = std::max<int64_t>(1, static_cast<int64_t>(LayerStarts(once).size()) - 1);
+  const int64_t chunks = ChunkCountOf(p.schedule, p.pp, p.vpp);
+  m.repeat = std::max(s.repeat, (chunks + per_repeat - 1) / per_repeat);
   m.layers = ExpandLayers(m);
   bool has_moe = false;
   for (BlockKind k : m.layers) has_moe = has_moe || k == BlockKind::kMoe;
@@ -79,6 +84,15 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
     p.expert_tp = 1;
   }
   p.stage_boundaries.clear();
+  // The framework's split when it splits the scaled stack, else the
+  // planner's balanced cut (the executor measures whichever the plan takes).
+  if (!RecipeSplit(p, m.layers).ok()) {
+    p.partition = Partition::kBalanced;
+    p.first_stage_layers = 0;
+    p.last_stage_layers = 0;
+    p.embedding_in_split = false;
+    p.loss_in_split = false;
+  }
 
   const int64_t min_chunk = std::max({m.mamba.d_conv, m.recurrent.d_conv, int64_t{2}}) - 1;
   r.training.seq_len = ScaledSeq(p, s.seq_len, min_chunk);

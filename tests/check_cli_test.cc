@@ -186,22 +186,21 @@ TEST(CheckExit, InvalidRecipeIsExit2AndOthersAreStillChecked) {
   EXPECT_EQ(j["summary"]["exit_code"], 2);
 }
 
-// Check prices what fit and plan price, so the planner's own validation
-// applies: dualpipev with pinned stage boundaries passes the parser's rules
-// (3 boundaries for pp 4, m = 128 >= 2 pp) but the planner rejects it (its
-// 2 x pp V-shaped chunks are the partitioner's).
+// Check prices the job the framework will run, so a stage split Megatron-LM
+// refuses is invalid: 5 layers on the first of 4 stages leaves 43 of the 48
+// for 3 middle stages, which do not divide them.
 TEST(CheckExit, RecipeThePlannerRejectsIsExit2) {
   TempDir dir;
   std::string text = Original();
   const std::string schedule = "schedule: 1f1b}";
-  text.replace(text.find(schedule), schedule.size(), "schedule: dualpipev, stage_boundaries: [12, 24, 36]}");
+  text.replace(text.find(schedule), schedule.size(), "schedule: 1f1b, first_stage_layers: 5}");
   WriteText(dir / "pinned.yaml", text);
   const auto r = RunPreflight({"check", dir / "pinned.yaml", kDefault, "--format", "json"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_THAT(r.err, HasSubstr("parallel.stage_boundaries"));
+  EXPECT_THAT(r.err, HasSubstr("parallel.first_stage_layers"));
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["recipes"][0]["status"], "invalid");
-  EXPECT_THAT(j["recipes"][0]["errors"][0].get<std::string>(), HasSubstr("V-shaped chunks"));
+  EXPECT_THAT(j["recipes"][0]["errors"][0].get<std::string>(), HasSubstr("leaves 43 layers for 3 middle stages"));
   EXPECT_EQ(j["recipes"][1]["status"], "pass");
 }
 

@@ -15,8 +15,10 @@
 #include <gtest/gtest.h>
 
 #include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
 #include "preflight/planner/plan.h"
 #include "preflight/recipe/fields.h"
+#include "preflight/recipe/import_megatron.h"
 #include "preflight/recipe/recipe.h"
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
@@ -157,8 +159,19 @@ const FlagCase kFlagCases[] = {
     {"Llama405B_Cp", "llama3-405b-h200", {}, "--context-parallel-size", "1"},
     // The recipe's DP-outermost order is Megatron's tp-cp-ep-pp-dp (arguments.py).
     {"Llama405B_Order", "llama3-405b-h200", {}, "--use-tp-pp-dp-mapping", ""},
-    // vpp 2 comes with the layout; arguments.py allows only one of the two.
-    {"Llama405B_NoVppFlag", "llama3-405b-h200", {}, "--num-virtual-stages-per-pipeline-rank", kAbsent},
+    // Megatron's own split: vpp 2 and the embedding and loss counted as layers
+    // (126 + 2 = 16 x 2 x 4), the paper's one-fewer-layer first and last stage.
+    {"Llama405B_VppFlag", "llama3-405b-h200", {}, "--num-virtual-stages-per-pipeline-rank", "2"},
+    {"Llama405B_AccountEmbedding", "llama3-405b-h200", {}, "--account-for-embedding-in-pipeline-split", ""},
+    {"Llama405B_AccountLoss", "llama3-405b-h200", {}, "--account-for-loss-in-pipeline-split", ""},
+    {"Llama405B_NoLayout", "llama3-405b-h200", {}, "--pipeline-model-parallel-layout", kAbsent},
+    // The balanced cut is written out; its layout carries vpp, and arguments.py
+    // allows only one of the two.
+    {"Llama405B_BalancedNoVppFlag",
+     "llama3-405b-h200",
+     {"parallel.partition=balanced", "parallel.embedding_in_split=false", "parallel.loss_in_split=false"},
+     "--num-virtual-stages-per-pipeline-rank",
+     kAbsent},
     {"Llama405B_MicroBatch", "llama3-405b-h200", {}, "--micro-batch-size", "1"},
     {"Llama405B_GlobalBatch", "llama3-405b-h200", {}, "--global-batch-size", "2048"},
     {"Llama405B_Layers", "llama3-405b-h200", {}, "--num-layers", "126"},
@@ -224,13 +237,19 @@ const FlagCase kFlagCases[] = {
     {"DeepSeek_OneLayer", "deepseek-v3-h200", {}, "--recompute-num-layers", "1"},
     // Nemotron-H 8B: the HF config's hybrid_override_pattern letter for letter
     // (tests/data/hf/nemotron-h-8b.json, quoted in the recipe), pp 1 so no '|'.
-    {"NemotronH_Pattern", "nemotron-h-8b-h200", {}, "--hybrid-layer-pattern",
+    {"NemotronH_Pattern",
+     "nemotron-h-8b-h200",
+     {},
+     "--hybrid-layer-pattern",
      "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"},
     // The pattern sets the layer count (examples/mamba/README.md).
     {"NemotronH_NoNumLayers", "nemotron-h-8b-h200", {}, "--num-layers", kAbsent},
     // 26 | 26: the first 26 letters of that pattern, then the other 26.
-    {"NemotronH_PinnedPp2", "nemotron-h-8b-h200", {"parallel.pp=2", "parallel.stage_boundaries=[26]"},
-     "--hybrid-layer-pattern", "M-M-M-M*-M-M-M-M-M*-M-M-M-|M-M*-M-M-M-M-M*-M-M-M-M-M-"},
+    {"NemotronH_PinnedPp2",
+     "nemotron-h-8b-h200",
+     {"parallel.pp=2", "parallel.stage_boundaries=[26]"},
+     "--hybrid-layer-pattern",
+     "M-M-M-M*-M-M-M-M-M*-M-M-M-|M-M*-M-M-M-M-M*-M-M-M-M-M-"},
     {"NemotronH_Relu2", "nemotron-h-8b-h200", {}, "--squared-relu", ""},
     {"NemotronH_NoSwiglu", "nemotron-h-8b-h200", {}, "--swiglu", kAbsent},
     {"NemotronH_Ffn", "nemotron-h-8b-h200", {}, "--ffn-hidden-size", "21504"},
@@ -255,24 +274,42 @@ const FlagCase kFlagCases[] = {
     // R has no Megatron symbol: no pattern at all rather than an invented one.
     {"Nam56r_NoPattern", "nam56r-h200", {}, "--hybrid-layer-pattern", kAbsent},
     // Llama 3 8B with pinned stages: cuts at sublayers 14, 32, 50 are layers
-    // 7, 16, 25 -> 7, 9, 9, 7 layers; embedding first, loss last.
-    {"Llama8B_PinnedLayout", "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[14, 32, 50]"},
-     "--pipeline-model-parallel-layout", "Et*7|t*9|t*9|t*7L"},
-    // Odd cuts (between attention and MLP) move one sublayer earlier:
-    // 15 -> 14 (layer 7), 49 -> 48 (layer 24): 7, 9, 8, 8.
-    {"Llama8B_OddCuts", "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[15, 32, 49]"},
-     "--pipeline-model-parallel-layout", "Et*7|t*9|t*8|t*8L"},
-    // 16 | 16 | 16 | 16 sublayers = 8 layers a stage: Megatron's even split.
-    {"Llama8B_EvenSplit", "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[16, 32, 48]"},
-     "--pipeline-model-parallel-layout", kAbsent},
-    {"Llama8B_EvenVpp", "llama3-8b-h200",
-     {"parallel.pp=2", "parallel.vpp=2", "parallel.schedule=interleaved", "parallel.stage_boundaries=[16, 32, 48]"},
-     "--num-virtual-stages-per-pipeline-rank", "2"},
+    // Boundaries 7, 16, 25 (layers) -> 7, 9, 9, 7 layers; embedding first, loss last.
+    {"Llama8B_PinnedLayout",
+     "llama3-8b-h200",
+     {"parallel.pp=4", "parallel.stage_boundaries=[7, 16, 25]"},
+     "--pipeline-model-parallel-layout",
+     "Et*7|t*9|t*9|t*7L"},
+    // Pinned 8 | 8 | 8 | 8 layers: Megatron's even split, no layout needed.
+    {"Llama8B_EvenSplit",
+     "llama3-8b-h200",
+     {"parallel.pp=4", "parallel.stage_boundaries=[8, 16, 24]"},
+     "--pipeline-model-parallel-layout",
+     kAbsent},
+    {"Llama8B_EvenVpp",
+     "llama3-8b-h200",
+     {"parallel.pp=2", "parallel.vpp=2", "parallel.schedule=interleaved", "parallel.stage_boundaries=[8, 16, 24]"},
+     "--num-virtual-stages-per-pipeline-rank",
+     "2"},
+    // Megatron's uneven first/last stage: the same flags reproduce it.
+    {"Llama8B_FirstStage",
+     "llama3-8b-h200",
+     {"parallel.pp=4", "parallel.first_stage_layers=5", "parallel.last_stage_layers=9"},
+     "--decoder-first-pipeline-num-layers",
+     "5"},
+    {"Llama8B_LastStage",
+     "llama3-8b-h200",
+     {"parallel.pp=4", "parallel.first_stage_layers=5", "parallel.last_stage_layers=9"},
+     "--decoder-last-pipeline-num-layers",
+     "9"},
     // ZeRO 0: DDP; 2 and 3: Megatron-FSDP, which needs the fsdp_dtensor format (arguments.py).
     {"Zero0_NoDistOpt", "llama3-8b-h200", {"parallel.zero=0"}, "--use-distributed-optimizer", kAbsent},
     {"Zero2_Fsdp", "llama3-8b-h200", {"parallel.zero=2"}, "--use-megatron-fsdp", ""},
     {"Zero2_Strategy", "llama3-8b-h200", {"parallel.zero=2"}, "--data-parallel-sharding-strategy", "optim_grads"},
-    {"Zero3_Strategy", "llama3-8b-h200", {"parallel.zero=3"}, "--data-parallel-sharding-strategy",
+    {"Zero3_Strategy",
+     "llama3-8b-h200",
+     {"parallel.zero=3"},
+     "--data-parallel-sharding-strategy",
      "optim_grads_params"},
     {"Zero3_CkptFormat", "llama3-8b-h200", {"parallel.zero=3"}, "--ckpt-format", "fsdp_dtensor"},
     // CP 2 with the all-gather exchange: arguments.py's --cp-comm-type spells it allgather.
@@ -317,7 +354,9 @@ TEST(EmitMegatron, ShellReadyBlock) {
 // 126 layers, the embedding on the first and the loss on the last, read with
 // Megatron's own unrolling rules.
 TEST(EmitMegatron, Llama405BLayoutHoldsThePlan) {
-  const Emission e = EmitFor(EmitTarget::kMegatron, "llama3-405b-h200");
+  const Emission e =
+      EmitFor(EmitTarget::kMegatron, "llama3-405b-h200",
+              {"parallel.partition=balanced", "parallel.embedding_in_split=false", "parallel.loss_in_split=false"});
   const std::string layout = MegatronFlags(e.text)["--pipeline-model-parallel-layout"];
   ASSERT_FALSE(layout.empty()) << e.text;
   std::string flat;
@@ -331,6 +370,61 @@ TEST(EmitMegatron, Llama405BLayoutHoldsThePlan) {
   EXPECT_EQ(total, 126) << layout;
   EXPECT_EQ(flat.front(), 'E') << flat;
   EXPECT_EQ(flat.back(), 'L') << flat;
+}
+
+/// Layers per chunk of the plan MakePlan prices for `r`.
+std::vector<int64_t> PlannedLayers(const Recipe& r) {
+  const Inventory inv = BuildInventory(r);
+  const PlanResult planned = MakePlan(inv, LayoutOf(r));
+  std::vector<int64_t> out;
+  if (!planned.plan) return out;
+  for (const StageChunk& c : planned.plan->stages.chunks) {
+    const LayerRange range = LayerRangeOf(c, inv.layer_starts);
+    out.push_back(range.end - range.first);
+  }
+  return out;
+}
+
+// The emitted arguments run the partition the plan priced: read back by
+// `import megatron` (with the tokenizer the emitter leaves out), the recipe
+// they make is priced on the same chunks, for Megatron's own split with the
+// embedding and loss accounted (405B), an uneven first/last stage, a pinned
+// cut and the balanced cut (both as --pipeline-model-parallel-layout) and a
+// hybrid's '|' cuts.
+TEST(EmitMegatron, EmittedStagesReadBackAsThePricedPartition) {
+  struct Case {
+    std::string recipe;
+    std::vector<std::string> sets;
+    int64_t nodes;
+  };
+  const std::vector<Case> cases = {
+      {"llama3-405b-h200", {}, 2048},
+      {"llama3-8b-h200", {"parallel.pp=4", "parallel.first_stage_layers=5", "parallel.last_stage_layers=9"}, 4},
+      {"llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[7, 16, 25]"}, 4},
+      {"llama3-8b-h200", {"parallel.pp=4", "parallel.partition=balanced"}, 4},
+      {"nemotron-h-8b-h200", {"parallel.pp=4", "cluster.nodes=4"}, 4},
+  };
+  for (const Case& c : cases) {
+    std::vector<Override> overrides;
+    for (const std::string& s : c.sets) overrides.push_back(*ParseOverride(s));
+    const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/" + c.recipe + ".yaml"), overrides);
+    ASSERT_TRUE(loaded.ok()) << c.recipe;
+    const Emission e = EmitFor(EmitTarget::kMegatron, c.recipe, c.sets);
+    // The emitter leaves the tokenizer to the user; NullTokenizer adds the EOD token.
+    const std::string args = e.text + " \\\n--tokenizer-type NullTokenizer \\\n--vocab-size " +
+                             std::to_string(loaded.recipe->model.vocab - 1) + "\n";
+    const MegatronImport imported = ImportMegatronArgs(args, "emitted.sh");
+    ASSERT_TRUE(imported.ok()) << c.recipe << "\n" << args;
+    std::vector<Diagnostic> errors;
+    const std::string yaml =
+        EmitMegatronRecipe(imported, {{"cluster.nodes", std::to_string(c.nodes)}}, "rt", "emitted.sh", &errors);
+    const LoadResult back = LoadRecipeFromString(yaml, "rt.yaml");
+    ASSERT_TRUE(back.ok()) << c.recipe << "\n" << yaml << Format(back.diagnostics.front());
+    const std::vector<int64_t> priced = PlannedLayers(*loaded.recipe);
+    ASSERT_EQ(static_cast<int64_t>(priced.size()), loaded.recipe->parallel.pp * loaded.recipe->parallel.vpp)
+        << c.recipe;
+    EXPECT_EQ(PlannedLayers(*back.recipe), priced) << c.recipe << "\n" << e.text;
+  }
 }
 
 // Whatever the partition, a hybrid pattern is the recipe's letters mapped
@@ -371,12 +465,6 @@ const WarningCase kWarningCases[] = {
      {"parallel.schedule=dualpipev"},
      "parallel.schedule",
      "DualPipeV"},
-    {"Megatron_OddCut",
-     EmitTarget::kMegatron,
-     "llama3-8b-h200",
-     {"parallel.pp=4", "parallel.stage_boundaries=[15, 32, 49]"},
-     "parallel.stage_boundaries",
-     "sublayer 15, 49"},
     // arguments.py @ 000c4ac: "Muon optimizer does not support Megatron-FSDP".
     {"Megatron_MuonFsdp", EmitTarget::kMegatron, "llama3-8b-h200", {"parallel.zero=3"}, "parallel.zero", "Muon"},
     {"Torchtitan_Hybrid", EmitTarget::kTorchtitan, "nemotron-h-8b-h200", {}, "model.pattern", "Mamba-2"},
@@ -559,11 +647,11 @@ TEST_P(TorchtitanKey, MatchesRecipe) {
 INSTANTIATE_TEST_SUITE_P(All, TorchtitanKey, ::testing::ValuesIn(kKeyCases),
                          [](const auto& test_info) { return std::string(test_info.param.name); });
 
-// Pinned Llama 3 8B stages, 7 | 9 | 9 | 7 layers (cuts 14, 32, 50 sublayers):
+// Pinned Llama 3 8B stages, 7 | 9 | 9 | 7 layers (boundaries 7, 16, 25):
 // one module list a stage, torchtitan's names.
 TEST(EmitTorchtitan, PinnedStagesAsModuleNames) {
   const Emission e =
-      EmitFor(EmitTarget::kTorchtitan, "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[14, 32, 50]"});
+      EmitFor(EmitTarget::kTorchtitan, "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[7, 16, 25]"});
   std::string expected = "module_fqns_per_model_part = [\n";
   const int sizes[] = {7, 9, 9, 7};
   int layer = 0;

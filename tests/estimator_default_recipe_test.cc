@@ -64,7 +64,7 @@ TEST(CheckedInRecipes, EveryRankEstimatesAndExplainsConsistently) {
     const Inventory inv = BuildInventory(*loaded.recipe);
     const Layout l = LayoutOf(inv.recipe);
     const StagePlan plan =
-        PinnedStagePlan(inv.recipe).value_or(EqualStagePlan(static_cast<int64_t>(inv.layers.size()), l.pp, l.vpp));
+        RecipeStagePlan(inv, l).value_or(EqualStagePlan(static_cast<int64_t>(inv.layers.size()), l.pp, l.vpp));
     const MemoryEstimate est = EstimateMemory(inv, l, plan);
     const RankMemory& worst = est.stages[static_cast<size_t>(est.worst_stage)];
     EXPECT_EQ(est.verdict.fits, worst.total() <= worst.capacity) << entry.path();

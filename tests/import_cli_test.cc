@@ -41,6 +41,23 @@ TEST(ImportCli, WritesAValidRecipeAndWarnsOnStderr) {
   std::filesystem::remove(out);
 }
 
+// Every fixture imports to a recipe whose stage split Megatron-LM builds:
+// DeepSeek-V3's 61 layers on pp 2 take the uneven first/last stage (30 + 31),
+// as no even split exists.
+TEST(ImportCli, EveryFixtureWritesASplitTheFrameworkRuns) {
+  for (const auto& entry : std::filesystem::directory_iterator(testing::SourcePath("tests/data/hf"))) {
+    const auto r = RunPreflight({"import", "hf", entry.path().string()});
+    ASSERT_EQ(r.exit_code, 0) << entry.path() << r.err;
+    const LoadResult loaded = LoadRecipeFromString(r.out, "stdout.yaml");
+    ASSERT_TRUE(loaded.ok()) << entry.path() << r.out;
+    if (entry.path().filename() == "deepseek-v3.json") {
+      EXPECT_EQ(loaded.recipe->parallel.pp, 2);
+      EXPECT_EQ(loaded.recipe->parallel.first_stage_layers, 30);
+      EXPECT_EQ(loaded.recipe->parallel.last_stage_layers, 31);
+    }
+  }
+}
+
 TEST(ImportCli, DefaultRuleGrowsTheClusterForLargeModels) {
   // Mixtral 8x7B, by hand. Routed experts 32 x 8 x 3 x 4096 x 14336 = 45.10e9, the rest 1.61e9;
   // budget half of 143771 MiB = 75.38e9 B.

@@ -10,6 +10,7 @@
 
 #include "../bench/fidelity_cases.h"
 #include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
 #include "preflight/recipe/import_megatron.h"
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
@@ -108,8 +109,10 @@ TEST(ImportMegatron, ModelArgsYamlMapsShapeDegreesAndPrecision) {
   EXPECT_EQ(r.parallel.tp, 2);
   EXPECT_TRUE(r.parallel.sp);
   EXPECT_EQ(r.parallel.zero, 1);
-  // Megatron's even split of 4 layers over 2 stages: layer 2 = sublayer 4.
-  EXPECT_EQ(r.parallel.stage_boundaries, std::vector<int64_t>{4});
+  // Megatron's even split of 4 layers over 2 stages is the recipe's default
+  // partition: nothing pinned.
+  EXPECT_TRUE(r.parallel.stage_boundaries.empty());
+  EXPECT_EQ(r.parallel.partition, Partition::kMegatron);
   // MTP modules map to the recipe; CUDA graphs are a located warning; the
   // unknown flag is listed; --save is quiet.
   EXPECT_EQ(r.model.mtp_layers, 1);
@@ -185,6 +188,55 @@ TEST(ImportMegatron, KernelAndDeferralFlagsMapToTheirKeys) {
   EXPECT_FALSE(r.training.transformer_engine);
   EXPECT_TRUE(r.training.defer_head_wgrad);
   EXPECT_EQ(r.training.head_wgrad_deferral_limit, 3);
+}
+
+// Megatron's stage-split flags become the recipe's partition keys, and the
+// recipe's split is then the one Megatron builds (hand-worked per case).
+TEST(ImportMegatron, StageSplitFlagsMapToThePartitionKeys) {
+  const std::string base =
+      "MODEL_ARGS:\n  --num-layers: 6\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
+      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n"
+      "  --max-position-embeddings: 64\n  --pipeline-model-parallel-size: 2\n  --swiglu: true\n";
+  const std::vector<Override> two_gpus = {{"cluster.gpus_per_node", "2"}};
+  auto layers_per_chunk = [](const Recipe& r) {
+    const Inventory inv = BuildInventory(r);
+    std::vector<int64_t> out;
+    const std::optional<StagePlan> plan = RecipeStagePlan(inv, LayoutOf(r));
+    if (!plan) return out;
+    for (const StageChunk& c : plan->chunks) {
+      const LayerRange range = LayerRangeOf(c, inv.layer_starts);
+      out.push_back(range.end - range.first);
+    }
+    return out;
+  };
+  // --decoder-first-pipeline-num-layers 2: rank 0 holds 2, rank 1 the other 4.
+  const Recipe first =
+      Load(ImportMegatronArgs(base + "  --decoder-first-pipeline-num-layers: 2\n", "m.yaml"), two_gpus);
+  EXPECT_EQ(first.parallel.first_stage_layers, 2);
+  EXPECT_EQ(layers_per_chunk(first), (std::vector<int64_t>{2, 4}));
+  // Embedding and loss accounted: (6 + 2) / 2 = 4 a rank, one fewer layer on each end.
+  const Recipe account = Load(ImportMegatronArgs(base + "  --account-for-embedding-in-pipeline-split: true\n"
+                                                        "  --account-for-loss-in-pipeline-split: true\n",
+                                                 "m.yaml"),
+                              two_gpus);
+  EXPECT_TRUE(account.parallel.embedding_in_split);
+  EXPECT_TRUE(account.parallel.loss_in_split);
+  EXPECT_EQ(layers_per_chunk(account), (std::vector<int64_t>{3, 3}));
+  // An explicit layout: (t|)*2 unrolls to t|t|; 4 chunks on pp 2 set vpp 2.
+  const Recipe layout =
+      Load(ImportMegatronArgs(base + "  --pipeline-model-parallel-layout: \"Et*2|(t|)*2,t*2L\"\n", "m.yaml"),
+           {{"cluster.gpus_per_node", "2"}, {"training.global_batch", "4"}});
+  EXPECT_EQ(layout.parallel.vpp, 2);
+  EXPECT_EQ(layout.parallel.stage_boundaries, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(layers_per_chunk(layout), (std::vector<int64_t>{2, 1, 1, 2}));
+  // A layout Megatron would reject is an error on the flag.
+  for (const std::string bad : {"Et*2|x|t*4L", "t*6|L", "Et*5|L", "E(t*3|t*3L"}) {
+    const MegatronImport m =
+        ImportMegatronArgs(base + "  --pipeline-model-parallel-layout: \"" + bad + "\"\n", "m.yaml");
+    const Diagnostic* e = FirstError(m);
+    ASSERT_NE(e, nullptr) << bad;
+    EXPECT_EQ(e->key_path, "--pipeline-model-parallel-layout") << bad;
+  }
 }
 
 TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {

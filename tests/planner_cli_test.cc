@@ -13,8 +13,8 @@ using testing::RunPreflight;
 TEST(PlannerCli, DefaultRecipeTable) {
   const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* section : {"rank map", "groups per axis", "stages (partitioned by time", "communication per step",
-                              "step time", "MFU"}) {
+  for (const char* section : {"rank map", "groups per axis", "stages (partitioned by megatron",
+                              "communication per step", "step time", "MFU"}) {
     EXPECT_NE(r.out.find(section), std::string::npos) << section << "\n" << r.out;
   }
 }
@@ -59,23 +59,53 @@ TEST(PlannerCli, ComputeEfficiencyKnob) {
   EXPECT_EQ(RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--compute-efficiency", "2"}).exit_code, 2);
 }
 
-// Memory as the partition's constraint (docs/plan.md): the default recipe's
-// time-balanced cut puts 14 layers and the embedding on stage 0 (the
+// Memory as the balanced partition's constraint (docs/plan.md): the default
+// recipe's time-balanced cut puts 14 layers and the embedding on stage 0 (the
 // estimator puts it at ~26.8 GiB); on a device of 26000 MiB (25.4 GiB) that
 // overflows, and the parameter-balanced cut (10 layers beside the embedding,
 // ~21.8 GiB) fits. With the real 143771 MiB the time cut stays.
-TEST(PlannerCli, MemoryConstrainsThePartition) {
-  const auto roomy = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json"});
+TEST(PlannerCli, MemoryConstrainsTheBalancedPartition) {
+  const auto roomy =
+      RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--set", "parallel.partition=balanced"});
   ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
   EXPECT_EQ(nlohmann::json::parse(roomy.out)["partition"], "time");
-  const auto tight =
-      RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--set", "cluster.capacity_mib=26000"});
+  const auto tight = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--set",
+                                   "cluster.capacity_mib=26000", "--set", "parallel.partition=balanced"});
   ASSERT_EQ(tight.exit_code, 0) << tight.err;
   const auto j = nlohmann::json::parse(tight.out);
   EXPECT_EQ(j["partition"], "parameters");
   EXPECT_TRUE(j["memory_verdict"]["fits"].get<bool>());
   EXPECT_LT(j["stages"][0]["chunks"][0]["end_layer"].get<int>(), 14);
   EXPECT_NE(tight.err.find("does not fit in memory"), std::string::npos) << tight.err;
+}
+
+// Megatron's split is priced as the job runs (12 layers a stage, stage 0
+// 23.65 GiB with the embedding); on a 24000 MiB device it is over, and the
+// plan says so rather than pricing another cut, then names the balanced cut
+// that fits (10 | 12 | 15 | 11 layers, the parameter-balanced one).
+TEST(PlannerCli, FrameworkPartitionIsPricedAndTheBalancedCutAdvised) {
+  const auto r =
+      RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--set", "cluster.capacity_mib=24000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["partition"], "megatron");
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(j["stages"][s]["chunks"][0]["first_layer"], 12 * s);
+    EXPECT_EQ(j["stages"][s]["chunks"][0]["end_layer"], 12 * s + 12);
+  }
+  EXPECT_FALSE(j["memory_verdict"]["fits"].get<bool>());
+  ASSERT_TRUE(j.contains("balanced_cut")) << r.out;
+  EXPECT_TRUE(j["balanced_cut"]["fits"].get<bool>());
+  EXPECT_EQ(j["balanced_cut"]["stage_boundaries"], (std::vector<int>{10, 22, 37}));
+  EXPECT_LT(j["balanced_cut"]["worst_stage_total_bytes_after"].get<int64_t>(),
+            j["balanced_cut"]["worst_stage_total_bytes_before"].get<int64_t>());
+  // Pinned as advised, the plan prices that cut and fits.
+  const auto pinned = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--format", "json", "--set",
+                                    "cluster.capacity_mib=24000", "--set", "parallel.stage_boundaries=[10,22,37]"});
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.err;
+  const auto p = nlohmann::json::parse(pinned.out);
+  EXPECT_TRUE(p["memory_verdict"]["fits"].get<bool>());
+  EXPECT_EQ(p["balanced_cut"], nullptr);
 }
 
 TEST(PlannerCli, BadInputExitsTwo) {

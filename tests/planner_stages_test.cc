@@ -73,7 +73,7 @@ TEST(PlannerStages, PinnedBoundariesPriced) {
   auto inv = TinyInventory("DDDDDDDD", 770);
   inv.recipe.parallel.pp = 4;
   inv.recipe.parallel.stage_boundaries = {3, 6, 7};
-  const auto pinned = PinnedStagePlan(inv.recipe);
+  const auto pinned = RecipeStagePlan(inv, LayoutOf(inv.recipe));
   ASSERT_TRUE(pinned.has_value());
   const auto layout = TinyLayout(1, 1, 1, 4, 8);
   const auto p = Price(inv, layout, &*pinned);

@@ -55,6 +55,9 @@ inline Inventory TinyInventory(const std::string& pattern, int64_t vocab = 1000)
   r.cluster.gpu = "h200";
   r.cluster.spec = GpuSpec{"h200", 143771, 989, 450, 50};
   r.cluster.gpus_per_node = 8;
+  // The planner's own balanced cut: these tests price partitions the
+  // framework rules would refuse (8 layers on pp 3, DualPipe).
+  r.parallel.partition = Partition::kBalanced;
   for (char c : pattern) {
     Layer layer;
     layer.index = static_cast<int64_t>(inv.layers.size());
@@ -70,6 +73,7 @@ inline Inventory TinyInventory(const std::string& pattern, int64_t vocab = 1000)
     inv.family_layers[static_cast<size_t>(FamilyIndex(layer.kind))] += 1;
     inv.layers.push_back(layer);
   }
+  SetLayerStarts(inv);
   inv.embedding = ParamTensor{"embedding.weight", {vocab, 64}, Split::kVocab, OptimizerKind::kAdamW, DType::kBf16};
   inv.final_norm = ParamTensor{"final_norm.weight", {64}, Split::kReplicated, OptimizerKind::kAdamW, DType::kBf16};
   inv.head = {ParamTensor{"output.weight", {vocab, 64}, Split::kVocab, OptimizerKind::kAdamW, DType::kBf16}};

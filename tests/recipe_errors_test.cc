@@ -191,13 +191,13 @@ const Case kCases[] = {
     {"DualPipeWithVpp", "parallel: {pp: 2, vpp: 2, schedule: dualpipe}\n", 1, 24, "parallel.vpp",
      "dualpipe places two model chunks per rank itself; set vpp 1"},
     {"PpExceedsLayers", "model: {pattern: AEM, repeat: 1}\nparallel: {pp: 4}\n", 2, 16, "parallel.pp",
-     "pp x vpp = 4 x 1 model chunks exceed the 3 layers"},
+     "Megatron-LM splits the 3 layers evenly over pipeline stages; 3 is not a multiple of pp = 4"},
     {"StageBoundaryCount", "parallel: {pp: 4, stage_boundaries: [12, 24]}\n", 1, 37, "parallel.stage_boundaries",
-     "has 2 entries; pp x vpp = 4 x 1 stages need exactly 3"},
+     "has 2 entries; the 4 model chunks (pp = 4, vpp = 1, schedule 1f1b) need exactly 3"},
     {"StageBoundaryOrder", "parallel: {pp: 4, stage_boundaries: [12, 30, 20]}\n", 1, 46, "parallel.stage_boundaries[2]",
-     "must increase strictly inside (0, 48) layers; valid here: [31, 47]"},
-    {"StageBoundaryZero", "parallel: {pp: 2, stage_boundaries: [0]}\n", 1, 38, "parallel.stage_boundaries[0]",
-     "valid here: [1, 47]"},
+     "must not decrease and stay within [0, 48] layers; valid here: [30, 48]"},
+    {"StageBoundaryPastTheEnd", "parallel: {pp: 2, stage_boundaries: [49]}\n", 1, 38, "parallel.stage_boundaries[0]",
+     "valid here: [0, 48]"},
 };
 
 class MalformedRecipe : public ::testing::TestWithParam<Case> {};

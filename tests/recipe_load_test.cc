@@ -256,13 +256,15 @@ TEST(Layers, MlaMakesALayersMla) {
 // ---- schedules -------------------------------------------------------------
 
 TEST(Schedule, OneFOneBWithVppIsInterleaved) {
-  const Recipe r = MustLoad("parallel: {pp: 4, vpp: 2, schedule: 1f1b}\n");
+  // The default hybrid pattern: Megatron needs '|' cuts for vpp, so the balanced cut.
+  const Recipe r = MustLoad("parallel: {pp: 4, vpp: 2, schedule: 1f1b, partition: balanced}\n");
   EXPECT_EQ(r.parallel.schedule, Schedule::kInterleaved);
 }
 
 TEST(Schedule, DualPipeValid) {
   // pp 4 -> dp 16, m = 512 / 16 = 32: even and >= 2 x pp.
-  const Recipe r = MustLoad("parallel: {pp: 4, schedule: dualpipe}\n");
+  // Neither framework runs DualPipe: the balanced cut.
+  const Recipe r = MustLoad("parallel: {pp: 4, schedule: dualpipe, partition: balanced}\n");
   EXPECT_EQ(r.parallel.schedule, Schedule::kDualPipe);
 }
 
@@ -273,7 +275,7 @@ TEST(Schedule, StageBoundaries) {
 
 TEST(Schedule, DualPipeVAllowsOddPp) {
   // DualPipeV asserts only m >= 2 pp: pp 3 on 48 GPUs -> dp 16, m = 512 / 16 = 32 >= 6.
-  const Recipe r = MustLoad("parallel: {pp: 3, schedule: dualpipev}\ncluster: {nodes: 6}\n");
+  const Recipe r = MustLoad("parallel: {pp: 3, schedule: dualpipev, partition: torchtitan}\ncluster: {nodes: 6}\n");
   EXPECT_EQ(r.parallel.schedule, Schedule::kDualPipeV);
   EXPECT_EQ(r.micro_batches(), 32);
 }

@@ -71,7 +71,7 @@ TEST(SimulateCli, JsonCarriesEveryRankEveryStageAndTheVerdict) {
 
 TEST(SimulateCli, DualPipeIsBadInput) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
-                               "parallel.schedule=dualpipe"});
+                               "parallel.schedule=dualpipe", "--set", "parallel.partition=balanced"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("the executor runs the 1f1b and interleaved schedules"), std::string::npos) << r.err;
 }

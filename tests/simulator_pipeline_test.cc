@@ -22,7 +22,8 @@ using testing_sim::Stage;
 
 void ExpectAgree(const Recipe& r, const SimulationReport& rep) { testing_sim::ExpectStepAgrees(r, rep); }
 
-/// Dense stack AD x 2 over pp 2, tp 2 (sp), dp 2: 8 ranks, 4 micro-batches.
+/// Dense stack AD x 2 (two transformer layers) over pp 2, tp 2 (sp), dp 2:
+/// 8 ranks, 4 micro-batches; Megatron's split puts one layer on each stage.
 Recipe DensePipeline(std::vector<Override> sets = {}) {
   sets.insert(sets.begin(), {{"model.pattern", "AD"}, {"parallel.pp", "2"}, {"parallel.tp", "2"}});
   return ScaledDefault(sets, /*max_world=*/8);
@@ -80,25 +81,27 @@ TEST(SimulatorPipeline, ZeroOneShardsStateAndGathersMuonMatrices) {
   const SimulationReport rep = Simulate(r);
   ExpectAgree(r, rep);
   const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
-  // The planner cuts A | D: stage 1 = layer D + final norm + head. Its only
-  // Muon buffer is D's: 3 x 16 x 16 / t = 384 local elements, 192 per rank
-  // over d x c = 2, at momentum 4 B + master 4 B.
+  // Megatron cuts between transformer layers: stage 1 = the second layer (A
+  // and D) + final norm + head. Its Muon buffers: A's W_qkv 16 x (32 + 2 x 8)
+  // x 4 = 3072 and W_o 128 x 16 = 2048, D's 3 x 16 x 16 = 768: 5888 global
+  // elements, 2944 local over t = 2, 1472 per rank over d x c = 2, at
+  // momentum 4 B + master 4 B.
   const StagePlan stages = SimulatedStages(r);
   ASSERT_EQ(stages.chunks.size(), 2u);
-  EXPECT_EQ(stages.chunks[1].first_layer, 1);
-  EXPECT_EQ(FindMemory(Stage(c, 1), "optimizer_muon").measured, 192 * 8);
+  EXPECT_EQ(stages.chunks[1].first_layer, 2);  // sublayer 2: the second layer's attention
+  EXPECT_EQ(FindMemory(Stage(c, 1), "optimizer_muon").measured, 1472 * 8);
   // The momentum-updated shares are gathered back (Moonshot Distributed
-  // Muon): (d-1)/d x 384 elements x 4 B = 768 B.
+  // Muon): (d-1)/d x 2944 elements x 4 B = 5888 B.
   const CommAgreement* g =
       FindComm(Stage(c, 1), Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather);
   ASSERT_NE(g, nullptr);
-  EXPECT_EQ(g->measured_sent, 768);
+  EXPECT_EQ(g->measured_sent, 5888);
   // Then each TP-sharded Muon matrix is gathered over TP in its global shape
-  // ("duplicated"): (t-1)/t x 768 global elements x 4 B = 1536 B.
+  // ("duplicated"): (t-1)/t x 5888 global elements x 4 B = 11776 B.
   const CommAgreement* t =
       FindComm(Stage(c, 1), Axis::kTp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonTpGather);
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->measured_sent, 1536);
+  EXPECT_EQ(t->measured_sent, 11776);
 }
 
 TEST(SimulatorPipeline, AdamWEverywhereHasNoMuonState) {

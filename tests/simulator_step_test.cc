@@ -87,11 +87,12 @@ TEST(SimulatorStep, InterleavedHybridChunksPeakExactly) {
   // micro-batches at the peak, not 7; rank 3 peaks with its two MoE chunks
   // full and nothing on its D + head chunk.
   const Recipe r = ScaledDefault({{"model.pattern", "AEDEAEDEAEDD"},
-                           {"model.moe.pad_to_capacity", "true"},
-                           {"cluster.nodes", "2"},
-                           {"parallel.ep", "4"},
-                           {"parallel.vpp", "3"},
-                           {"parallel.schedule", "interleaved"}});
+                                  {"model.moe.pad_to_capacity", "true"},
+                                  {"cluster.nodes", "2"},
+                                  {"parallel.ep", "4"},
+                                  {"parallel.vpp", "3"},
+                                  {"parallel.schedule", "interleaved"},
+                                  {"parallel.partition", "balanced"}});  // Megatron's hybrids need '|' cuts for vpp
   ExpectExactStep(r);
 }
 

@@ -35,6 +35,7 @@ int RunFit(const FitArgs& args) {
   auto plan = PlanOrReport(inventory, report.layout);
   if (!plan) return static_cast<int>(ExitCode::kBadInput);
   report.stages = plan->stages;
+  report.balanced_cut = plan->balanced_cut;
   report.estimate = plan->memory ? *plan->memory : EstimateMemory(inventory, report.layout, report.stages);
   if (args.explain) {
     report.explanations = ExplainRank(inventory, report.layout, report.stages, report.estimate.worst_stage);

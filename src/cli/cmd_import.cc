@@ -64,7 +64,7 @@ bool ParseLayout(const std::vector<std::string>& layout, const char* example, st
 
 std::vector<YamlEntry> DefaultEntries(const DefaultLayout& l) {
   const auto n = [](int64_t v) { return std::to_string(v); };
-  return {
+  std::vector<YamlEntry> out = {
       {"training.seq_len", n(l.seq_len), "tokens per sequence"},
       {"training.micro_batch", "1", ""},
       {"training.global_batch", n(l.global_batch), "sequences per step"},
@@ -87,6 +87,12 @@ std::vector<YamlEntry> DefaultEntries(const DefaultLayout& l) {
       {"cluster.nodes", n(l.nodes), fmt::format("dp = {}", l.dp)},
       {"cluster.gpus_per_node", "8", ""},
   };
+  if (l.first_stage_layers > 0) {  // MergeLayout puts them in schema order
+    out.push_back({"parallel.first_stage_layers", n(l.first_stage_layers),
+                   "Megatron's uneven split: pp does not divide the layers"});
+    out.push_back({"parallel.last_stage_layers", n(l.last_stage_layers), ""});
+  }
+  return out;
 }
 
 /// Candidates the memory estimate checks before giving up (in the rule's order).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "preflight/inventory/inventory.h"
+#include "preflight/recipe/partition.h"
 #include "preflight/recipe/units.h"
 
 namespace preflight {
@@ -312,7 +313,19 @@ std::vector<BlockKind> ExpandedLayers(const ModelConfig& m) {
   return out;
 }
 
+void SetLayerStarts(Inventory& inv) {
+  std::vector<BlockKind> kinds;
+  kinds.reserve(inv.layers.size());
+  for (const Layer& l : inv.layers) kinds.push_back(l.kind);
+  inv.layer_starts = LayerStarts(kinds);
+  for (Layer& l : inv.layers) l.starts_layer = false;
+  for (size_t i = 0; i + 1 < inv.layer_starts.size(); ++i) {
+    inv.layers[static_cast<size_t>(inv.layer_starts[i])].starts_layer = true;
+  }
+}
+
 void RecomputeDerived(Inventory& inv) {
+  SetLayerStarts(inv);
   inv.embedding_totals = ParamTotals{};
   inv.embedding_totals.Add(inv.embedding);
   for (const ParamTensor& t : inv.positions) inv.embedding_totals.Add(t);

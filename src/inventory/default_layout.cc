@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "preflight/recipe/partition.h"
+
 namespace preflight {
 namespace {
 
@@ -60,7 +62,8 @@ std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inv, const Layo
   const int64_t dense_params = inv.total_params - expert_params;
   const bool has_moe = expert_params > 0;
   const std::vector<int64_t> heads = TpDivisibilityConstraints(m, kinds);
-  const int64_t layer_count = static_cast<int64_t>(inv.layers.size());
+  // The framework's layers (a transformer layer is two sublayers).
+  const int64_t layer_count = static_cast<int64_t>(LayerStarts(kinds).size()) - 1;
   std::vector<int64_t> node_counts;
   for (int64_t nodes = 1; nodes <= 128; nodes *= 2) node_counts.push_back(nodes);
   if (pins.nodes) node_counts = {*pins.nodes};
@@ -87,7 +90,12 @@ std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inv, const Layo
         const int64_t expert_dp = tp * dp / ep;
         const double bytes = StateBytes(dense_params, tp * pp, dp) + StateBytes(expert_params, pp * ep, expert_dp);
         if (bytes > static_cast<double>(kDefaultStaticBudgetBytes)) continue;
+        // Megatron splits the layers evenly, else with uneven first/last stages.
+        const auto ends = UnevenEnds(layer_count, pp);
+        if (!ends) continue;
         DefaultLayout l;
+        l.first_stage_layers = ends->first;
+        l.last_stage_layers = ends->second;
         l.nodes = nodes;
         l.tp = tp;
         l.pp = pp;

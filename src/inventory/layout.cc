@@ -1,6 +1,11 @@
 #include "preflight/inventory/layout.h"
 
+#include <algorithm>
 #include <optional>
+#include <tuple>
+
+#include "preflight/inventory/inventory.h"
+#include "preflight/recipe/partition.h"
 
 namespace preflight {
 
@@ -45,6 +50,13 @@ StagePlan PlanFromStarts(const std::vector<int64_t>& starts, int64_t layers, int
 }
 }  // namespace
 
+LayerRange LayerRangeOf(const StageChunk& c, const std::vector<int64_t>& starts) {
+  auto index = [&](int64_t sublayer) {
+    return static_cast<int64_t>(std::lower_bound(starts.begin(), starts.end(), sublayer) - starts.begin());
+  };
+  return {index(c.first_layer), index(c.end_layer)};
+}
+
 std::vector<StageChunk> ChunksOfRank(const StagePlan& plan, int64_t pipeline_rank) {
   std::vector<StageChunk> out;
   for (const auto& c : plan.chunks) {
@@ -64,11 +76,41 @@ StagePlan EqualStagePlan(int64_t layers, int64_t pp, int64_t vpp) {
   return PlanFromStarts(starts, layers, pp);
 }
 
-std::optional<StagePlan> PinnedStagePlan(const Recipe& r) {
-  if (r.parallel.stage_boundaries.empty()) return std::nullopt;
-  std::vector<int64_t> starts{0};
-  starts.insert(starts.end(), r.parallel.stage_boundaries.begin(), r.parallel.stage_boundaries.end());
-  return PlanFromStarts(starts, static_cast<int64_t>(r.model.layers.size()), r.parallel.pp);
+std::pair<int64_t, int64_t> PlaceChunk(int64_t c, int64_t chunks, int64_t pp, Schedule schedule) {
+  if (schedule == Schedule::kDualPipeV) return {c < chunks / 2 ? c : chunks - 1 - c, c < chunks / 2 ? 0 : 1};
+  return {c % pp, c / pp};
+}
+
+StagePlan PlanFromLayerCounts(const std::vector<int64_t>& layers_per_chunk, const std::vector<int64_t>& layer_starts,
+                              int64_t pp, Schedule schedule) {
+  StagePlan plan;
+  const int64_t n = static_cast<int64_t>(layers_per_chunk.size());
+  int64_t layer = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    StageChunk chunk;
+    std::tie(chunk.pipeline_rank, chunk.virtual_index) = PlaceChunk(c, n, pp, schedule);
+    chunk.first_layer = layer_starts.at(static_cast<size_t>(layer));
+    layer += layers_per_chunk[static_cast<size_t>(c)];
+    chunk.end_layer = layer_starts.at(static_cast<size_t>(layer));
+    chunk.owns_embedding = c == 0;
+    chunk.owns_head = c == n - 1;
+    plan.chunks.push_back(chunk);
+  }
+  return plan;
+}
+
+std::optional<StagePlan> RecipeStagePlan(const Inventory& inv, const Layout& l) {
+  const int64_t layers = static_cast<int64_t>(inv.layer_starts.size()) - 1;
+  const ParallelConfig p = SplitFor(inv.recipe.parallel, l.pp, l.vpp, l.schedule, layers);
+  const LayerSplit split = RecipeSplit(p, inv.recipe.model.layers);
+  if (!split.ok() || split.layers.empty()) return std::nullopt;
+  int64_t total = 0;
+  for (const int64_t n : split.layers) total += n;
+  if (total != static_cast<int64_t>(inv.layer_starts.size()) - 1 ||
+      static_cast<int64_t>(split.layers.size()) != ChunkCountOf(l.schedule, l.pp, l.vpp)) {
+    return std::nullopt;  // a split of another stack or schedule: validation reports it
+  }
+  return PlanFromLayerCounts(split.layers, inv.layer_starts, l.pp, l.schedule);
 }
 
 }  // namespace preflight

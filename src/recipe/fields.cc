@@ -61,6 +61,8 @@ const Names<Schedule> kSchedules = {{"1f1b", Schedule::k1F1B},
                                     {"interleaved", Schedule::kInterleaved},
                                     {"dualpipe", Schedule::kDualPipe},
                                     {"dualpipev", Schedule::kDualPipeV}};
+const Names<Partition> kPartitions = {
+    {"megatron", Partition::kMegatron}, {"torchtitan", Partition::kTorchtitan}, {"balanced", Partition::kBalanced}};
 const Names<AxisOrder> kAxisOrders = {{"tp-cp-dp-pp", AxisOrder::kTpCpDpPp}, {"tp-cp-pp-dp", AxisOrder::kTpCpPpDp}};
 const Names<CpComm> kCpComms = {{"p2p", CpComm::kP2p}, {"all_gather", CpComm::kAllGather}, {"a2a", CpComm::kA2a}};
 const Names<CpRecurrent> kCpRecurrents = {{"all_to_all", CpRecurrent::kAllToAll}, {"handoff", CpRecurrent::kHandoff}};
@@ -460,6 +462,23 @@ std::vector<RecipeField> MakeFields() {
       Spell(Field("parallel.stage_boundaries", K::kIntList, "layer indices",
                   [](const Recipe& r) { return fmt::format("[{}]", fmt::join(r.parallel.stage_boundaries, ", ")); }),
             "--pipeline-model-parallel-layout", "parallelism.module_fqns_per_model_part"),
+      Spell(EnumField(
+                "parallel.partition", "enum", kPartitions, [](auto& r) -> auto& { return r.parallel.partition; }),
+            "--pipeline-model-parallel-layout", "parallelism.module_fqns_per_model_part"),
+      Spell(IntField(
+                "parallel.first_stage_layers", "layers", 0, kMaxLayers,
+                [](auto& r) -> auto& { return r.parallel.first_stage_layers; }),
+            "--decoder-first-pipeline-num-layers", "parallelism.module_fqns_per_model_part"),
+      Spell(IntField(
+                "parallel.last_stage_layers", "layers", 0, kMaxLayers,
+                [](auto& r) -> auto& { return r.parallel.last_stage_layers; }),
+            "--decoder-last-pipeline-num-layers", "parallelism.module_fqns_per_model_part"),
+      Spell(BoolField(
+                "parallel.embedding_in_split", [](auto& r) -> auto& { return r.parallel.embedding_in_split; }),
+            "--account-for-embedding-in-pipeline-split", "parallelism.module_fqns_per_model_part"),
+      Spell(BoolField(
+                "parallel.loss_in_split", [](auto& r) -> auto& { return r.parallel.loss_in_split; }),
+            "--account-for-loss-in-pipeline-split", "parallelism.module_fqns_per_model_part"),
       Section("cluster"),
       Moves(kAffectsNothing,
             Spell(Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }), kOurs,
@@ -492,9 +511,10 @@ std::vector<RecipeField> MakeFields() {
                                       [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
                                   kOurs, kOurs)),
       Section("serving", [](Recipe& r) { r.serving.emplace(); }),
-      Spell(IntField(
-                "serving.batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return ServingOf(r).batch; }),
-            kOurs, kOurs),
+      Moves(kAffectsMemory,
+            Spell(IntField(
+                      "serving.batch", "sequences", 1, kMaxBatch, [](auto& r) -> auto& { return ServingOf(r).batch; }),
+                  kOurs, kOurs)),
       Moves(kAffectsMemory, Spell(IntField(
                                       "serving.context", "tokens", 1, kMaxSeqLen,
                                       [](auto& r) -> auto& { return ServingOf(r).context; }),

@@ -186,13 +186,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--recompute-modules", "per-module selective recompute; the recipe has one selective policy"},
       {"--recompute-method", "uniform/block recompute of a layer subset; the recipe recomputes every layer"},
       {"--recompute-num-layers", "recompute of a layer subset; the recipe recomputes every layer"},
-      {"--pipeline-model-parallel-layout",
-       "explicit per-stage layer layout (with embedding/loss stages); "
-       "stages are balanced by the recipe instead"},
-      {"--account-for-embedding-in-pipeline-split", "the embedding counted as a layer in the stage split"},
-      {"--account-for-loss-in-pipeline-split", "the loss counted as a layer in the stage split"},
-      {"--decoder-first-pipeline-num-layers", "uneven first stage"},
-      {"--decoder-last-pipeline-num-layers", "uneven last stage"},
       {"--use-megatron-fsdp", "Megatron-FSDP buffers (per-bucket all-gather/reduce-scatter staging)"},
       {"--megatron-fsdp-main-params-dtype", "Megatron-FSDP main-parameter dtype"},
       {"--megatron-fsdp-main-grads-dtype", "Megatron-FSDP main-gradient dtype"},
@@ -229,6 +222,11 @@ const std::map<std::string, std::string>& Unrepresentable() {
 
 // Arguments the mapping below reads (so they are neither unknown nor quiet).
 const std::set<std::string> kMapped = {
+    "--pipeline-model-parallel-layout",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
     "--num-layers",
     "--hidden-size",
     "--ffn-hidden-size",
@@ -922,6 +920,115 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   if (bf16 && fp16) a.Fail("--fp16", "--bf16 and --fp16 are exclusive");
 }
 
+/// Decoder layers per chunk of a --pipeline-model-parallel-layout string
+/// (pipeline_parallel_layer_layout.py parse_str_to_list: ',' cosmetic,
+/// "(..)*n" then "x*n" unrolled, '|' between chunks, E embedding, t layer,
+/// m MTP, L loss), or an error. Unrolled text is capped: the string is input.
+std::optional<std::vector<int64_t>> ParseMegatronLayout(std::string text, std::string* error) {
+  constexpr size_t kMaxUnrolled = 1'000'000;
+  text.erase(std::remove(text.begin(), text.end(), ','), text.end());
+  auto unroll = [&](bool groups) {
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+      size_t body_begin = i, body_end = i + 1, after = i + 1;
+      if (groups && text[i] == '(') {
+        const size_t close = text.find(')', i);
+        if (close == std::string::npos) return false;
+        body_begin = i + 1;
+        body_end = close;
+        after = close + 1;
+      }
+      int64_t n = 1;
+      const bool repeated = after < text.size() && text[after] == '*' && (groups ? text[i] == '(' : true);
+      if (repeated) {
+        size_t digits = after + 1;
+        while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])) != 0) ++digits;
+        if (digits == after + 1 || digits - after > 8) return false;
+        n = std::stoll(text.substr(after + 1, digits - after - 1));
+        after = digits;
+      } else if (groups && text[i] == '(') {
+        return false;  // a group without its count
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        out.append(text, body_begin, body_end - body_begin);
+        if (out.size() > kMaxUnrolled) return false;
+      }
+      i = repeated || (groups && text[i] == '(') ? after : i + 1;
+    }
+    text = out;
+    return true;
+  };
+  if (!unroll(true) || !unroll(false)) {
+    *error =
+        "cannot unroll it: a '(...)' group needs '*n', an 'x*n' a count, and the unrolled layout at most 10^6 "
+        "symbols";
+    return std::nullopt;
+  }
+  std::vector<int64_t> layers{0};
+  for (const char c : text) {
+    if (c == '|') {
+      layers.push_back(0);
+    } else if (c == 't') {
+      ++layers.back();
+    } else if (c != 'E' && c != 'L' && c != 'm') {
+      *error = fmt::format("'{}' is not a layer symbol (E embedding, t layer, m MTP, L loss, | between chunks)", c);
+      return std::nullopt;
+    }
+  }
+  if (text.empty() || text.front() != 'E' || text.back() != 'L') {
+    *error = "must open with the embedding E and close with the loss L (Megatron asserts both)";
+    return std::nullopt;
+  }
+  return layers;
+}
+
+/// Megatron's stage split: the hybrid pattern's '|' cuts, an explicit
+/// --pipeline-model-parallel-layout, or its rule's keys (uneven first/last
+/// stage, the embedding and loss accounted). `vpp` may come from the layout.
+void MapStageSplit(Args& a, const Stack& st, int64_t pp, int64_t* vpp, std::vector<YamlEntry>& l) {
+  const int64_t stages = pp * *vpp;
+  std::vector<int64_t> boundaries;
+  if (st.hybrid() && !st.cuts.empty()) {
+    if (static_cast<int64_t>(st.cuts.size()) == stages - 1) {
+      boundaries = st.cuts;
+    } else {
+      a.Warn(st.flag, fmt::format("{} '|' cuts for {} pipeline stages; the recipe splits as Megatron does without "
+                                  "them",
+                                  st.cuts.size(), stages));
+    }
+  } else if (a.Has("--pipeline-model-parallel-layout")) {
+    const std::string flag = "--pipeline-model-parallel-layout";
+    std::string error;
+    const auto per_chunk = ParseMegatronLayout(a.Str(flag, ""), &error);
+    int64_t total = 0;
+    for (const int64_t n : per_chunk.value_or(std::vector<int64_t>{})) total += n;
+    if (!per_chunk) {
+      a.Fail(flag, error);
+    } else if (static_cast<int64_t>(per_chunk->size()) % pp != 0) {
+      a.Fail(flag,
+             fmt::format("has {} chunks, not a multiple of --pipeline-model-parallel-size {}", per_chunk->size(), pp));
+    } else if (total != st.layers) {
+      a.Fail(flag, fmt::format("holds {} layers (t), --num-layers is {}", total, st.layers));
+    } else {
+      *vpp = static_cast<int64_t>(per_chunk->size()) / pp;
+      for (size_t c = 0, at = 0; c + 1 < per_chunk->size(); ++c) {
+        at += static_cast<size_t>((*per_chunk)[c]);
+        boundaries.push_back(static_cast<int64_t>(at));
+      }
+    }
+  } else {
+    if (a.Has("--decoder-first-pipeline-num-layers")) {
+      Add(&l, "parallel.first_stage_layers", a.Int("--decoder-first-pipeline-num-layers", 0, 1));
+    }
+    if (a.Has("--decoder-last-pipeline-num-layers")) {
+      Add(&l, "parallel.last_stage_layers", a.Int("--decoder-last-pipeline-num-layers", 0, 1));
+    }
+    if (a.Flag("--account-for-embedding-in-pipeline-split")) Add(&l, "parallel.embedding_in_split", "true");
+    if (a.Flag("--account-for-loss-in-pipeline-split")) Add(&l, "parallel.loss_in_split", "true");
+  }
+  if (!boundaries.empty()) Add(&l, "parallel.stage_boundaries", JoinInts(boundaries), "Megatron's stage split");
+}
+
 /// Degrees, ZeRO, schedule, rank order, stage cuts and the cluster defaults.
 void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
   const int64_t tp = a.Int("--tensor-model-parallel-size", 1);
@@ -938,6 +1045,8 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
   }
   if (a.Has("--virtual-pipeline-model-parallel-size")) vpp = a.Int("--virtual-pipeline-model-parallel-size", 1);
   if (a.Has("--num-virtual-stages-per-pipeline-rank")) vpp = a.Int("--num-virtual-stages-per-pipeline-rank", 1);
+  std::vector<YamlEntry> split;
+  MapStageSplit(a, st, pp, &vpp, split);
   Add(&l, "parallel.tp", tp);
   Add(&l, "parallel.sp", Bool(a.Flag("--sequence-parallel") && tp > 1));
   Add(&l, "parallel.cp", a.Int("--context-parallel-size", 1));
@@ -962,22 +1071,7 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
   }
   Add(&l, "parallel.schedule", vpp > 1 ? "interleaved" : "1f1b");
   if (a.Flag("--use-tp-pp-dp-mapping")) Add(&l, "parallel.order", "tp-cp-pp-dp", "--use-tp-pp-dp-mapping");
-  // Stage cuts: the hybrid pattern's '|' (when it gives every cut), else Megatron's even layer split.
-  const int64_t stages = pp * vpp;
-  std::vector<int64_t> boundaries;
-  if (st.hybrid() && !st.cuts.empty()) {
-    if (static_cast<int64_t>(st.cuts.size()) == stages - 1) {
-      boundaries = st.cuts;
-    } else {
-      a.Warn(st.flag, fmt::format("{} '|' cuts for {} pipeline stages; stages are balanced by the recipe",
-                                  st.cuts.size(), stages));
-    }
-  } else if (stages > 1 && st.layers % stages == 0 && !a.Has("--pipeline-model-parallel-layout") &&
-             !a.Has("--decoder-first-pipeline-num-layers") && !a.Has("--decoder-last-pipeline-num-layers")) {
-    const int64_t per_stage = static_cast<int64_t>(st.letters.size()) / stages;
-    for (int64_t s = 1; s < stages; ++s) boundaries.push_back(s * per_stage);
-  }
-  if (!boundaries.empty()) Add(&l, "parallel.stage_boundaries", JoinInts(boundaries), "Megatron's stage split");
+  l.insert(l.end(), split.begin(), split.end());
   Add(&l, "cluster.gpu", "h100", "DGX H100 unless --layout cluster.gpu=...");
   Add(&l, "cluster.nodes", 1);
   Add(&l, "cluster.gpus_per_node", 8);

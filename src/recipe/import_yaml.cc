@@ -14,13 +14,34 @@
 namespace preflight {
 
 std::vector<std::string> LayoutKeyPaths() {
-  return {"training.seq_len",      "training.micro_batch",   "training.global_batch", "training.recompute",
-          "training.precision.params", "training.precision.grads", "training.precision.master",
-          "training.optimizer.matrices", "training.optimizer.other",
-          "parallel.tp",           "parallel.sp",            "parallel.cp",           "parallel.pp",
-          "parallel.vpp",          "parallel.ep",            "parallel.expert_tp",    "parallel.zero",
-          "parallel.schedule",     "cluster.gpu",            "cluster.nodes",         "cluster.gpus_per_node",
-          "cluster.reserve_gib",   "cluster.min_headroom_gib"};
+  return {"training.seq_len",
+          "training.micro_batch",
+          "training.global_batch",
+          "training.recompute",
+          "training.precision.params",
+          "training.precision.grads",
+          "training.precision.master",
+          "training.optimizer.matrices",
+          "training.optimizer.other",
+          "parallel.tp",
+          "parallel.sp",
+          "parallel.cp",
+          "parallel.pp",
+          "parallel.vpp",
+          "parallel.ep",
+          "parallel.expert_tp",
+          "parallel.zero",
+          "parallel.schedule",
+          "parallel.partition",
+          "parallel.first_stage_layers",
+          "parallel.last_stage_layers",
+          "parallel.embedding_in_split",
+          "parallel.loss_in_split",
+          "cluster.gpu",
+          "cluster.nodes",
+          "cluster.gpus_per_node",
+          "cluster.reserve_gib",
+          "cluster.min_headroom_gib"};
 }
 
 std::vector<YamlEntry> MergeLayout(const std::vector<YamlEntry>& defaults, const std::vector<Override>& overrides,

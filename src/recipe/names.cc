@@ -34,6 +34,15 @@ const char* Name(OptimizerKind o) {
   return "?";
 }
 
+const char* Name(Partition p) {
+  switch (p) {
+    case Partition::kMegatron: return "megatron";
+    case Partition::kTorchtitan: return "torchtitan";
+    case Partition::kBalanced: return "balanced";
+  }
+  return "?";
+}
+
 const char* Name(Schedule s) {
   switch (s) {
     case Schedule::k1F1B: return "1f1b";

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "preflight/recipe/partition.h"
 #include "recipe_bounds.h"
 #include "schema.h"
 #include "suggest.h"
@@ -50,7 +51,7 @@ class Validator {
       CheckReplicas(layers_ok && Has(r_.model.layers, BlockKind::kMoe));
       if (CheckGlobalBatch()) CheckSchedule(layers_ok);
     }
-    if (layers_ok) CheckStageBoundaries();
+    if (layers_ok) CheckPartition();
     if (!Bad({"parallel.sp", "parallel.tp"}) && ctx_.IsWritten("parallel.sp") && p_.sp && p_.tp == 1) {
       ctx_.WarningAt("parallel.sp", "true", "has no effect with parallel.tp = 1 (sequence parallelism splits over TP)");
     }
@@ -399,8 +400,8 @@ class Validator {
       ctx_.ErrorAt("parallel.vpp", Str(p_.vpp), "virtual pipeline stages need parallel.pp > 1; try vpp 1");
       return;
     }
-    if (layers_ok) {
-      const int64_t layers = static_cast<int64_t>(r_.model.layers.size());
+    if (layers_ok && p_.partition == Partition::kBalanced && p_.stage_boundaries.empty()) {
+      const int64_t layers = static_cast<int64_t>(LayerStarts(r_.model.layers).size()) - 1;
       const auto chunks = Mul(pp, p_.vpp);
       if (!chunks || *chunks > layers) {
         const char* key = p_.vpp > 1 ? "parallel.vpp" : "parallel.pp";
@@ -458,25 +459,60 @@ class Validator {
                              m, name, dualpipe ? "an even " : "", need, Mul(m_try, per_m).value_or(0)));
   }
 
+  /// The stage split: pinned boundaries, or the framework rule's (which
+  /// refuses what Megatron-LM / torchtitan refuse, naming the key to change).
+  void CheckPartition() {
+    if (Bad({"parallel.stage_boundaries", "parallel.pp", "parallel.vpp", "parallel.schedule", "parallel.partition",
+             "parallel.first_stage_layers", "parallel.last_stage_layers", "parallel.embedding_in_split",
+             "parallel.loss_in_split"})) {
+      return;
+    }
+    // Megatron's split keys shape nothing else: set beside pinned boundaries
+    // or another partition they would be silently ignored.
+    const bool megatron_rule = p_.stage_boundaries.empty() && p_.partition == Partition::kMegatron;
+    for (const auto& [key, set] :
+         {std::pair<const char*, bool>{"parallel.first_stage_layers", p_.first_stage_layers > 0},
+          {"parallel.last_stage_layers", p_.last_stage_layers > 0},
+          {"parallel.embedding_in_split", p_.embedding_in_split},
+          {"parallel.loss_in_split", p_.loss_in_split}}) {
+      if (set && !megatron_rule) {
+        ctx_.ErrorAt(key, "",
+                     p_.stage_boundaries.empty()
+                         ? fmt::format("shapes Megatron-LM's split; parallel.partition is {}", Name(p_.partition))
+                         : std::string("shapes Megatron-LM's split; parallel.stage_boundaries pins the stages"));
+        return;
+      }
+    }
+    if (!p_.stage_boundaries.empty()) {
+      CheckStageBoundaries();
+      return;
+    }
+    if (p_.partition == Partition::kBalanced) return;
+    const LayerSplit split = RecipeSplit(p_, r_.model.layers);
+    if (!split.ok()) ctx_.ErrorAt(split.key, split.value, split.error);
+  }
+
   void CheckStageBoundaries() {
     const std::vector<int64_t>& b = p_.stage_boundaries;
-    if (b.empty() || Bad({"parallel.stage_boundaries", "parallel.pp", "parallel.vpp"})) return;
-    const int64_t layers = static_cast<int64_t>(r_.model.layers.size());
-    const auto chunks = Mul(p_.pp, p_.vpp);
-    if (!chunks || static_cast<int64_t>(b.size()) != *chunks - 1) {
+    const int64_t layers = static_cast<int64_t>(LayerStarts(r_.model.layers).size()) - 1;
+    const int64_t chunks = ChunkCountOf(p_.schedule, p_.pp, p_.vpp);
+    if (static_cast<int64_t>(b.size()) != chunks - 1) {
       ctx_.ErrorAt("parallel.stage_boundaries", "",
-                   fmt::format("has {} entries; pp x vpp = {} x {} stages need exactly {} (the first layer of each "
-                               "stage after the first)",
-                               b.size(), p_.pp, p_.vpp, chunks ? Str(*chunks - 1) : std::string("pp x vpp - 1")));
+                   fmt::format("has {} entries; the {} model chunks (pp = {}, vpp = {}, schedule {}) need exactly {} "
+                               "(the first layer of each chunk after the first)",
+                               b.size(), chunks, p_.pp, p_.vpp, Name(p_.schedule), chunks - 1));
       return;
     }
     for (size_t i = 0; i < b.size(); ++i) {
       const std::string key = fmt::format("parallel.stage_boundaries[{}]", i);
-      const int64_t low = i == 0 ? 1 : b[i - 1] + 1;
-      if (b[i] < low || b[i] >= layers) {
+      // Megatron's layouts allow a chunk without layers (a standalone
+      // embedding or loss stage), so boundaries may repeat.
+      const int64_t low = i == 0 ? 0 : b[i - 1];
+      if (b[i] < low || b[i] > layers) {
         ctx_.ErrorAt(key, Str(b[i]),
-                     fmt::format("stage boundaries must increase strictly inside (0, {}) layers; valid here: [{}, {}]",
-                                 layers, low, layers - 1));
+                     fmt::format("stage boundaries must not decrease and stay within [0, {}] layers; valid here: [{}, "
+                                 "{}]",
+                                 layers, low, layers));
         return;
       }
     }

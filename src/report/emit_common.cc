@@ -12,40 +12,29 @@ bool Has(const Recipe& r, BlockKind kind) {
   return std::find(r.model.layers.begin(), r.model.layers.end(), kind) != r.model.layers.end();
 }
 
-bool IsTransformerStack(const std::vector<BlockKind>& layers) {
-  if (layers.empty() || layers.size() % 2 != 0) return false;
-  for (size_t i = 0; i < layers.size(); i += 2) {
-    const BlockKind ffn = layers[i + 1];
-    if (layers[i] != BlockKind::kAttention || (ffn != BlockKind::kDenseMlp && ffn != BlockKind::kMoe)) return false;
-  }
-  return true;
-}
-
 std::vector<int64_t> ChunkCuts(const StagePlan& stages) {
   std::vector<int64_t> cuts;
   for (size_t c = 1; c < stages.chunks.size(); ++c) cuts.push_back(stages.chunks[c].first_layer);
   return cuts;
 }
 
-TransformerCuts ToTransformerLayers(const StagePlan& stages, int64_t sublayers) {
-  TransformerCuts out;
-  int64_t previous = 0;
-  for (int64_t cut : ChunkCuts(stages)) {
-    if (cut % 2 != 0) out.moved.push_back(cut);
-    const int64_t layer = cut / 2;
-    out.sizes.push_back(layer - previous);
-    previous = layer;
+std::vector<int64_t> ChunkLayers(const StagePlan& stages, const std::vector<BlockKind>& sublayers) {
+  const std::vector<int64_t> starts = LayerStarts(sublayers);
+  std::vector<int64_t> out;
+  for (const StageChunk& c : stages.chunks) {
+    const LayerRange range = LayerRangeOf(c, starts);
+    out.push_back(range.end - range.first);
   }
-  out.sizes.push_back(sublayers / 2 - previous);
-  out.empty_chunk = std::any_of(out.sizes.begin(), out.sizes.end(), [](int64_t n) { return n <= 0; });
   return out;
 }
 
-std::string ChunkRanges(const StagePlan& stages) {
+std::string ChunkRanges(const StagePlan& stages, const std::vector<BlockKind>& sublayers) {
+  const std::vector<int64_t> starts = LayerStarts(sublayers);
   std::string out;
   for (const StageChunk& c : stages.chunks) {
     if (!out.empty()) out += ' ';
-    out += fmt::format("[{},{})", c.first_layer, c.end_layer);
+    const LayerRange range = LayerRangeOf(c, starts);
+    out += fmt::format("[{},{})", range.first, range.end);
   }
   return out;
 }

@@ -9,36 +9,24 @@
 #include <utility>
 #include <vector>
 
-#include "preflight/recipe/diagnostic.h"
 #include "preflight/planner/plan.h"
+#include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/partition.h"
 #include "preflight/recipe/recipe.h"
 
 namespace preflight::emit {
 
 bool Has(const Recipe& r, BlockKind kind);
 
-/// True when the layers are transformer layers as Megatron's GPT model and
-/// torchtitan's decoders build them: (attention, dense FFN or MoE) pairs.
-/// Each pair is one framework layer; every other stack is a hybrid.
-bool IsTransformerStack(const std::vector<BlockKind>& layers);
-
 /// The plan's chunk starts after the first, in model order, in preflight
 /// sublayers (one pattern letter each).
 std::vector<int64_t> ChunkCuts(const StagePlan& stages);
 
-/// Chunk sizes in transformer layers (pairs of sublayers). A cut between an
-/// attention sublayer and its FFN cannot be expressed by either framework:
-/// it moves to the nearest layer boundary, ties toward the earlier layer
-/// (cut c -> layer c / 2, rounded down), and is listed in `moved`.
-struct TransformerCuts {
-  std::vector<int64_t> sizes;  // layers per chunk, model order
-  std::vector<int64_t> moved;  // the sublayer cuts that were rounded
-  bool empty_chunk = false;    // rounding left a chunk without layers
-};
-TransformerCuts ToTransformerLayers(const StagePlan& stages, int64_t sublayers);
+/// Layers (the framework's unit, recipe/partition.h) per chunk, model order.
+std::vector<int64_t> ChunkLayers(const StagePlan& stages, const std::vector<BlockKind>& sublayers);
 
-/// "[0,14) [14,27) ..." for the header comment.
-std::string ChunkRanges(const StagePlan& stages);
+/// "[0,7) [7,14) ..." in layers, for the header comment.
+std::string ChunkRanges(const StagePlan& stages, const std::vector<BlockKind>& sublayers);
 
 /// `{:g}` of a double ("0", "0.1", "1.25").
 std::string Number(double x);

@@ -81,9 +81,10 @@ void Header(const Context& c) {
                              : "entry point: pretrain_hybrid.py (HybridModel); one pattern letter is one Megatron layer");
   c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l), l.zero,
                            Name(l.schedule), l.micro_batches, l.micro_batch, Name(l.recompute)));
-  c.notes.Note(fmt::format("stages ({}), preflight sublayers [first,end): {}",
-                           c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
-                           emit::ChunkRanges(c.p.stages)));
+  c.notes.Note(fmt::format(
+      "stages ({}), layers [first,end): {}",
+      c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
+      emit::ChunkRanges(c.p.stages, c.r.model.layers)));
   c.notes.Note("flag names: NVIDIA/Megatron-LM megatron/training/arguments.py; layer pattern: examples/mamba/README.md");
   c.notes.Note(fmt::format(
       "not emitted: data, tokenizer, learning rate, checkpointing. Megatron takes the vocabulary from the tokenizer and "
@@ -120,7 +121,7 @@ void ParallelFlags(const Context& c) {
 // is n layers; runs of three or more equal middle stages are written
 // "(t*n|)*k", which Megatron unrolls before parsing.
 std::string PipelineLayout(const std::vector<int64_t>& sizes) {
-  auto body = [](int64_t n) { return n == 1 ? std::string("t") : fmt::format("t*{}", n); };
+  auto body = [](int64_t n) { return n == 0 ? std::string() : n == 1 ? std::string("t") : fmt::format("t*{}", n); };
   std::string out = fmt::format("E{}|", body(sizes.front()));
   const size_t last = sizes.size() - 1;
   for (size_t i = 1; i < last;) {
@@ -135,16 +136,6 @@ std::string PipelineLayout(const std::vector<int64_t>& sizes) {
   }
   return fmt::format("{}{}L", out, body(sizes.back()));
 }
-
-bool EvenSplit(const std::vector<int64_t>& sizes) {
-  for (int64_t n : sizes) {
-    if (n != sizes.front()) return false;
-  }
-  return true;
-}
-
-// The key a stage-cut warning points at: the pinned boundaries, or pp.
-std::string StageKey(const Plan& p) { return p.stages_pinned ? "parallel.stage_boundaries" : "parallel.pp"; }
 
 std::string JoinInts(const std::vector<int64_t>& v) {
   return fmt::format("{}", fmt::join(v, ", "));
@@ -166,32 +157,33 @@ void PipelineFlags(const Context& c) {
     return;
   }
   if (c.p.stages.chunks.size() <= 1 || !c.transformer) return;
-  const emit::TransformerCuts cuts =
-      emit::ToTransformerLayers(c.p.stages, static_cast<int64_t>(c.r.model.layers.size()));
-  if (!cuts.moved.empty()) {
-    c.notes.Cannot(StageKey(c.p), "",
-                   fmt::format("the plan cuts between an attention sublayer and its FFN (sublayer {}); Megatron cuts "
-                               "between layers only, so those cuts move one sublayer earlier",
-                               JoinInts(cuts.moved)));
-  }
-  if (cuts.empty_chunk) {
-    c.notes.Cannot(StageKey(c.p), "",
-                   "at layer boundaries a stage would hold no layer; no stage layout emitted");
-    return;
-  }
-  if (EvenSplit(cuts.sizes)) {
+  const std::vector<int64_t> sizes = emit::ChunkLayers(c.p.stages, c.r.model.layers);
+  const bool even = std::all_of(sizes.begin(), sizes.end(), [&](int64_t n) { return n == sizes.front(); });
+  if (even && c.p.partition != Name(Partition::kMegatron)) {
     if (l.vpp > 1) c.args.Flag("--num-virtual-stages-per-pipeline-rank", l.vpp);
-    c.notes.Note(fmt::format("stages: Megatron's even split, {} layers a chunk{}", cuts.sizes.front(),
+    c.notes.Note(fmt::format("stages: {} layers a chunk, Megatron's even split{}", sizes.front(),
                              l.vpp > 1 ? " (older Megatron: --num-layers-per-virtual-pipeline-stage)" : ""));
     return;
   }
-  c.args.Quoted("--pipeline-model-parallel-layout", PipelineLayout(cuts.sizes));
+  if (c.p.partition == Name(Partition::kMegatron)) {
+    // Megatron's own split: the same flags reproduce it.
+    const ParallelConfig& p = c.r.parallel;
+    if (l.vpp > 1) c.args.Flag("--num-virtual-stages-per-pipeline-rank", l.vpp);
+    if (p.first_stage_layers > 0) c.args.Flag("--decoder-first-pipeline-num-layers", p.first_stage_layers);
+    if (p.last_stage_layers > 0) c.args.Flag("--decoder-last-pipeline-num-layers", p.last_stage_layers);
+    if (p.embedding_in_split) c.args.Flag("--account-for-embedding-in-pipeline-split");
+    if (p.loss_in_split) c.args.Flag("--account-for-loss-in-pipeline-split");
+    c.notes.Note(fmt::format("stages: Megatron's own split, {} layers per chunk{}", JoinInts(sizes),
+                             l.vpp > 1 ? " (older Megatron: --num-layers-per-virtual-pipeline-stage)" : ""));
+    return;
+  }
+  c.args.Quoted("--pipeline-model-parallel-layout", PipelineLayout(sizes));
   c.notes.Note(fmt::format(
       "--pipeline-model-parallel-layout pins the plan's stages (E embedding, t layer, L loss, | between chunks; chunk "
       "c runs on pipeline rank c mod pp){}",
       l.vpp > 1 ? fmt::format("; its {} chunks give {} virtual stages a rank, so no "
                               "--num-virtual-stages-per-pipeline-rank (arguments.py accepts only one of the two)",
-                              cuts.sizes.size(), l.vpp)
+                              sizes.size(), l.vpp)
                 : ""));
 }
 
@@ -493,7 +485,7 @@ void RecomputeFlags(const Context& c) {
 Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   Notes notes(recipe, "megatron");
   Args args;
-  const Context c{recipe, plan, emit::IsTransformerStack(recipe.model.layers), notes, args};
+  const Context c{recipe, plan, IsTransformerStack(recipe.model.layers), notes, args};
   Header(c);
   emit::NoteKeysWithoutCounterpart(recipe, emit::Framework::kMegatron, notes);
   ParallelFlags(c);

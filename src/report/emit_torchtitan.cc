@@ -66,9 +66,10 @@ void Header(const Context& c) {
                            c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, c.p.gpu.name));
   c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l), l.zero,
                            Name(l.schedule), l.micro_batches, l.micro_batch, Name(l.recompute)));
-  c.notes.Note(fmt::format("stages ({}), preflight sublayers [first,end): {}",
-                           c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
-                           emit::ChunkRanges(c.p.stages)));
+  c.notes.Note(fmt::format(
+      "stages ({}), layers [first,end): {}",
+      c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
+      emit::ChunkRanges(c.p.stages, c.r.model.layers)));
   c.notes.Note("keys: pytorch/torchtitan torchtitan/config/job_config.py");
   c.notes.Note(fmt::format("[model] not emitted: torchtitan builds the architecture in code (model.name, "
                            "model.flavor); pick the flavor with {}",
@@ -153,26 +154,14 @@ void StageKeys(const Context& c) {
     c.notes.Cannot("parallel.schedule", "dualpipe",
                    "torchtitan has DualPipeV but not DualPipe; the pp stages below run 1F1B");
   }
-  const std::string key = c.p.stages_pinned ? "parallel.stage_boundaries" : "parallel.pp";
   if (!c.transformer) {
     c.notes.Note("stage cuts above have no torchtitan module names without a model; give them as "
                  "module_fqns_per_model_part of that model");
     return;
   }
-  const emit::TransformerCuts cuts =
-      emit::ToTransformerLayers(c.p.stages, static_cast<int64_t>(c.r.model.layers.size()));
-  const std::string moved = fmt::format("{}", fmt::join(cuts.moved, ", "));
-  if (!cuts.moved.empty()) {
-    c.notes.Cannot(key, "",
-                   fmt::format("the plan cuts between an attention sublayer and its FFN (sublayer {}); torchtitan "
-                               "splits between layers only, so those cuts move one sublayer earlier",
-                               moved));
-  }
-  if (cuts.empty_chunk) {
-    c.notes.Cannot(key, "", "at layer boundaries a stage would hold no layer; no module_fqns_per_model_part");
-    return;
-  }
-  c.toml.Raw("module_fqns_per_model_part", ModuleFqns(cuts.sizes));
+  // torchtitan's own split needs no list (generate_llm_fqn_per_model_part).
+  if (c.p.partition == Name(Partition::kTorchtitan)) return;
+  c.toml.Raw("module_fqns_per_model_part", ModuleFqns(emit::ChunkLayers(c.p.stages, c.r.model.layers)));
 }
 
 void PipelineKeys(const Context& c) {
@@ -304,7 +293,7 @@ void OptimizerSection(const Context& c) {
 Emission EmitTorchtitan(const Recipe& recipe, const Plan& plan) {
   Notes notes(recipe, "torchtitan");
   Toml toml;
-  const Context c{recipe, plan, emit::IsTransformerStack(recipe.model.layers), notes, toml};
+  const Context c{recipe, plan, IsTransformerStack(recipe.model.layers), notes, toml};
   Header(c);
   ModelSupport(c);
   emit::NoteKeysWithoutCounterpart(c.r, emit::Framework::kTorchtitan, c.notes);

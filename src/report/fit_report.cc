@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "preflight/report/format.h"
+#include "preflight/report/plan_report.h"
 #include "preflight/report/report.h"
 
 namespace preflight {
@@ -25,11 +26,13 @@ std::string FamilyCounts(const Inventory& inv) {
   return out;
 }
 
-std::string ChunkRanges(const StagePlan& plan, int64_t pipeline_rank) {
+/// The rank's chunks in layers (the framework's unit): "0-3", "0-3,16-19".
+std::string ChunkRanges(const StagePlan& plan, int64_t pipeline_rank, const std::vector<int64_t>& layer_starts) {
   std::string out;
   for (const StageChunk& c : ChunksOfRank(plan, pipeline_rank)) {
     if (!out.empty()) out += ",";
-    out += fmt::format("{}-{}", c.first_layer, c.end_layer - 1);
+    const LayerRange range = LayerRangeOf(c, layer_starts);
+    out += range.end > range.first ? fmt::format("{}-{}", range.first, range.end - 1) : std::string("none");
   }
   return out;
 }
@@ -114,8 +117,12 @@ std::string RenderFitTable(const FitReport& r) {
   const MemoryEstimate& est = r.estimate;
   std::string out;
   out += fmt::format("preflight fit: {} ({})\n", recipe.name, r.file);
-  out += fmt::format("model     {} layers ({}), {} params total, {} active per token\n", inv.layers.size(),
-                     FamilyCounts(inv), FormatCount(inv.total_params), FormatCount(inv.active_params));
+  const size_t depth = inv.layer_starts.empty() ? inv.layers.size() : inv.layer_starts.size() - 1;
+  const std::string sublayers = depth == inv.layers.size()
+                                    ? FamilyCounts(inv)
+                                    : fmt::format("{} sublayers: {}", inv.layers.size(), FamilyCounts(inv));
+  out += fmt::format("model     {} layers ({}), {} params total, {} active per token\n", depth, sublayers,
+                     FormatCount(inv.total_params), FormatCount(inv.active_params));
   out += fmt::format("layout    {} | zero {} | {} m={} | recompute {}\n", LayoutSummary(r.layout), r.layout.zero,
                      Name(r.layout.schedule), r.layout.micro_batches, Name(r.layout.recompute));
   out += fmt::format("device    {} {} MiB ({:.2f} GiB), {} GPUs = {} nodes × {}\n", recipe.cluster.spec.name,
@@ -128,7 +135,7 @@ std::string RenderFitTable(const FitReport& r) {
   std::vector<std::string> header, layers, inflight;
   for (size_t s = 0; s < n; ++s) {
     header.push_back(fmt::format("stage {}", s));
-    layers.push_back(ChunkRanges(r.stages, static_cast<int64_t>(s)));
+    layers.push_back(ChunkRanges(r.stages, static_cast<int64_t>(s), r.inventory->layer_starts));
     inflight.push_back(fmt::format("{}", est.stages[s].in_flight_microbatches));
   }
   out += Row("memory per rank (GiB)", header);
@@ -179,6 +186,7 @@ std::string RenderFitTable(const FitReport& r) {
   const char* word = !v.fits ? "DOES NOT FIT" : (v.headroom_ok ? "fits" : "fits, below the headroom floor");
   out += fmt::format("verdict   {}: {}\n", word, v.reason);
   if (r.advice) out += RenderAdvice(*r.advice);
+  if (r.balanced_cut) out += "stages    " + DescribeBalancedCut(r.inventory->recipe, *r.balanced_cut) + "\n";
   return out;
 }
 
@@ -202,7 +210,8 @@ nlohmann::json FitJson(const FitReport& r) {
     acts["embedding_head"] = m.activations_ends.count();
     nlohmann::json chunks = nlohmann::json::array();
     for (const StageChunk& c : ChunksOfRank(r.stages, static_cast<int64_t>(s))) {
-      chunks.push_back({{"first_layer", c.first_layer}, {"end_layer", c.end_layer}});
+      const LayerRange range = LayerRangeOf(c, r.inventory->layer_starts);
+      chunks.push_back({{"first_layer", range.first}, {"end_layer", range.end}});
     }
     stages.push_back({{"pipeline_rank", s},
                       {"chunks", chunks},
@@ -245,6 +254,7 @@ nlohmann::json FitJson(const FitReport& r) {
   };
   if (!explain.empty()) out["explain"] = explain;
   if (r.advice) out["advice"] = AdviceJson(*r.advice);
+  if (r.balanced_cut) out["balanced_cut"] = BalancedCutJson(r.inventory->recipe, *r.balanced_cut);
   return out;
 }
 

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "emit_common.h"
+#include "preflight/recipe/partition.h"
 #include "preflight/report/format.h"
 #include "preflight/report/report.h"
 
@@ -83,40 +85,12 @@ std::string LayoutLine(const Recipe& r, const Plan& p) {
       Name(l.schedule), Name(l.order), l.micro_batches, l.micro_batch, Name(l.recompute));
 }
 
-}  // namespace
-
-std::string RenderPlanTable(const Recipe& r, const Plan& p) {
-  std::string out;
-  const Mesh& m = p.mesh;
-  out += fmt::format("plan: {} on {} GPUs ({} nodes x {} {})\n", p.name, m.world, m.nodes, m.gpus_per_node, p.gpu.name);
-  out += "layout: " + LayoutLine(r, p) + "\n";
-
-  out += "\nrank map (per node: the coordinates its GPUs hold)\n";
-  out += fmt::format("  {:<8} {:<13} {:<9} {:<9} {:<11} {:<9}\n", "node", "ranks", "tp", "cp", "dp", "pp");
-  const std::vector<NodeRow> rows = NodeRows(m);
-  const size_t shown = rows.size() <= 16 ? rows.size() : 8;
-  for (size_t n = 0; n < rows.size(); ++n) {
-    if (n == shown && n + 1 < rows.size()) {
-      out += fmt::format("  ... {} more nodes ...\n", rows.size() - shown - 1);
-      n = rows.size() - 1;
-    }
-    const NodeRow& row = rows[n];
-    out += fmt::format("  {:<8} {:<13} {:<9} {:<9} {:<11} {:<9}\n", row.node,
-                       fmt::format("{}-{}", row.first_rank, row.last_rank), RangeText(row.tp), RangeText(row.cp),
-                       RangeText(row.dp), RangeText(row.pp));
-  }
-
-  out += "\ngroups per axis\n";
-  out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", "axis", "size", "groups", "link", "max nodes",
-                     "min per node");
-  for (const AxisLocality& a : m.locality) {
-    if (a.groups == 0 || a.size <= 1 || !Shown(r, a.axis)) continue;
-    out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", Key(a.axis), a.size, a.groups,
-                       a.intra_node ? "NVLink" : "InfiniBand", a.max_nodes_spanned, a.min_members_per_node);
-  }
-
-  out += fmt::format("\nstages ({}; times per micro-batch)\n",
-                     p.stages_pinned ? "pinned in the recipe" : "partitioned by " + p.partition);
+/// The stage rows, the memory line, each chunk's pattern and the
+/// balanced-cut advice.
+std::string StagesTable(const Recipe& r, const Plan& p) {
+  const std::vector<int64_t> starts = LayerStarts(r.model.layers);
+  std::string out = fmt::format("\nstages ({}; times per micro-batch)\n",
+                                p.stages_pinned ? "pinned in the recipe" : "partitioned by " + p.partition);
   out += fmt::format("  {:<6} {:<28} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n", "stage", "chunks [first,end)",
                      "layers", "memory", "headroom", "fwd ms", "bwd ms", "recomp", "comm ms");
   for (const StageTime& s : p.time.stages) {
@@ -124,9 +98,10 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
     int64_t layers = 0;
     for (const StageChunk& c : p.stages.chunks) {
       if (c.pipeline_rank != s.pipeline_rank) continue;
-      chunks += fmt::format("{}[{},{}){}{}", chunks.empty() ? "" : " ", c.first_layer, c.end_layer,
+      const LayerRange range = LayerRangeOf(c, starts);
+      chunks += fmt::format("{}[{},{}){}{}", chunks.empty() ? "" : " ", range.first, range.end,
                             c.owns_embedding ? "+emb" : "", c.owns_head ? "+head" : "");
-      layers += c.end_layer - c.first_layer;
+      layers += range.end - range.first;
     }
     // DualPipe: the rank also runs stage p-1-r in the reverse direction.
     if (p.layout.schedule == Schedule::kDualPipe) chunks += fmt::format(" +stage {}", p.layout.pp - 1 - s.pipeline_rank);
@@ -150,7 +125,13 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
     out += fmt::format("  chunk {} (stage {}, virtual {}): {}\n", &c - p.stages.chunks.data(), c.pipeline_rank,
                        c.virtual_index, Pattern(r, c));
   }
+  if (p.balanced_cut) out += "  " + DescribeBalancedCut(r, *p.balanced_cut) + "\n";
+  return out;
+}
 
+/// The slowest stage's communication and the step-time breakdown.
+std::string CommAndStepTables(const Plan& p) {
+  std::string out;
   const StageComm& sc = p.comm[static_cast<size_t>(p.time.slowest_stage)];
   out += fmt::format("\ncommunication per step, stage {} (one rank)\n", sc.pipeline_rank);
   out += fmt::format("  {:<10} {:<15} {:<4} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", "axis", "collective",
@@ -184,6 +165,40 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
   out += fmt::format("  tokens/s {:.0f} · MFU {:.1f}% (compute efficiency {:.2f} of {:.0f} TFLOPS bf16 dense)\n",
                      t.tokens_per_s, 100.0 * t.mfu, p.cost.compute_efficiency, p.gpu.bf16_dense_tflops);
   return out;
+}
+}  // namespace
+
+std::string RenderPlanTable(const Recipe& r, const Plan& p) {
+  std::string out;
+  const Mesh& m = p.mesh;
+  out += fmt::format("plan: {} on {} GPUs ({} nodes x {} {})\n", p.name, m.world, m.nodes, m.gpus_per_node, p.gpu.name);
+  out += "layout: " + LayoutLine(r, p) + "\n";
+
+  out += "\nrank map (per node: the coordinates its GPUs hold)\n";
+  out += fmt::format("  {:<8} {:<13} {:<9} {:<9} {:<11} {:<9}\n", "node", "ranks", "tp", "cp", "dp", "pp");
+  const std::vector<NodeRow> rows = NodeRows(m);
+  const size_t shown = rows.size() <= 16 ? rows.size() : 8;
+  for (size_t n = 0; n < rows.size(); ++n) {
+    if (n == shown && n + 1 < rows.size()) {
+      out += fmt::format("  ... {} more nodes ...\n", rows.size() - shown - 1);
+      n = rows.size() - 1;
+    }
+    const NodeRow& row = rows[n];
+    out += fmt::format("  {:<8} {:<13} {:<9} {:<9} {:<11} {:<9}\n", row.node,
+                       fmt::format("{}-{}", row.first_rank, row.last_rank), RangeText(row.tp), RangeText(row.cp),
+                       RangeText(row.dp), RangeText(row.pp));
+  }
+
+  out += "\ngroups per axis\n";
+  out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", "axis", "size", "groups", "link", "max nodes",
+                     "min per node");
+  for (const AxisLocality& a : m.locality) {
+    if (a.groups == 0 || a.size <= 1 || !Shown(r, a.axis)) continue;
+    out += fmt::format("  {:<10} {:>6} {:>8}  {:<11} {:>11} {:>14}\n", Key(a.axis), a.size, a.groups,
+                       a.intra_node ? "NVLink" : "InfiniBand", a.max_nodes_spanned, a.min_members_per_node);
+  }
+  out += StagesTable(r, p);
+  return out + CommAndStepTables(p);
 }
 
 namespace {
@@ -240,14 +255,16 @@ ordered_json GroupsJson(const Mesh& m) {
 }
 
 ordered_json StagesJson(const Recipe& r, const Plan& p) {
+  const std::vector<int64_t> starts = LayerStarts(r.model.layers);
   ordered_json stages = ordered_json::array();
   for (const StageTime& s : p.time.stages) {
     ordered_json chunks = ordered_json::array();
     for (const StageChunk& c : p.stages.chunks) {
       if (c.pipeline_rank != s.pipeline_rank) continue;
+      const LayerRange range = LayerRangeOf(c, starts);
       chunks.push_back({{"virtual_index", c.virtual_index},
-                        {"first_layer", c.first_layer},
-                        {"end_layer", c.end_layer},
+                        {"first_layer", range.first},
+                        {"end_layer", range.end},
                         {"pattern", Pattern(r, c)},
                         {"owns_embedding", c.owns_embedding},
                         {"owns_head", c.owns_head}});
@@ -337,6 +354,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
   j["stages_pinned"] = p.stages_pinned;
   j["partition"] = p.partition;
   j["stages"] = StagesJson(r, p);
+  if (p.balanced_cut) j["balanced_cut"] = BalancedCutJson(r, *p.balanced_cut);
   j["communication"] = CommunicationJson(p);
   if (p.memory) {
     j["memory_verdict"] = {{"fits", p.memory->verdict.fits},
@@ -351,6 +369,44 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
   for (const Diagnostic& d : p.warnings) warnings.push_back(Format(d));
   j["warnings"] = warnings;
   return j.dump(2) + "\n";
+}
+
+namespace {
+
+/// The cut's chunk starts after the first, in layers (parallel.stage_boundaries).
+std::vector<int64_t> Boundaries(const Recipe& r, const BalancedCut& cut) {
+  const std::vector<int64_t> starts = LayerStarts(r.model.layers);
+  std::vector<int64_t> out;
+  for (size_t c = 1; c < cut.stages.chunks.size(); ++c) out.push_back(LayerRangeOf(cut.stages.chunks[c], starts).first);
+  return out;
+}
+
+}  // namespace
+
+std::string DescribeBalancedCut(const Recipe& r, const BalancedCut& cut) {
+  const double gib = (cut.worst_before - cut.worst_after).gib();
+  const double step = cut.step_before_s > 0 ? 100.0 * (1.0 - cut.step_after_s / cut.step_before_s) : 0.0;
+  auto change = [](const char* what, double saved, const char* unit) {
+    return fmt::format("{} {} by {:.2f}{}", saved >= 0 ? "lowers" : "raises", what, saved >= 0 ? saved : -saved, unit);
+  };
+  return fmt::format(
+      "balanced cut ({}-balanced{}): chunks at layers {}; it {} and {} (worst stage {} -> {}, step {} -> {} ms). "
+      "Pin it with parallel.stage_boundaries: [{}] (plan --emit megatron then writes it as "
+      "--pipeline-model-parallel-layout)",
+      cut.basis == std::string("equal_layers") ? "equal" : cut.basis, cut.fits_after ? ", fits" : "",
+      emit::ChunkRanges(cut.stages, r.model.layers), change("the worst stage", gib, " GiB"),
+      change("the step", step, " %"), FormatGiB(cut.worst_before), FormatGiB(cut.worst_after), Ms(cut.step_before_s),
+      Ms(cut.step_after_s), fmt::join(Boundaries(r, cut), ", "));
+}
+
+ordered_json BalancedCutJson(const Recipe& r, const BalancedCut& cut) {
+  return {{"basis", cut.basis},
+          {"stage_boundaries", Boundaries(r, cut)},
+          {"fits", cut.fits_after},
+          {"worst_stage_total_bytes_before", cut.worst_before.count()},
+          {"worst_stage_total_bytes_after", cut.worst_after.count()},
+          {"step_s_before", cut.step_before_s},
+          {"step_s_after", cut.step_after_s}};
 }
 
 }  // namespace preflight

@@ -73,8 +73,9 @@ void Check(const std::string& yaml, const std::vector<preflight::Override>& over
     const preflight::Inventory inventory = preflight::BuildInventory(recipe);
     if (inventory.total_params < 0) Fail("negative parameter count");
     const preflight::StagePlan stages =
-        preflight::PinnedStagePlan(recipe).value_or(preflight::EqualStagePlan(
-            static_cast<int64_t>(recipe.model.layers.size()), recipe.parallel.pp, recipe.parallel.vpp));
+        preflight::RecipeStagePlan(inventory, preflight::LayoutOf(recipe))
+            .value_or(preflight::EqualStagePlan(static_cast<int64_t>(recipe.model.layers.size()), recipe.parallel.pp,
+                                                recipe.parallel.vpp));
     const preflight::MemoryEstimate estimate =
         preflight::EstimateMemory(inventory, preflight::LayoutOf(recipe), stages);
     for (const preflight::RankMemory& rank : estimate.stages) {

@@ -17,6 +17,10 @@ struct DefaultLayout {
   int64_t pp = 1;
   int64_t ep = 1;
   int64_t dp = 1;             // 8 * nodes / (tp * pp)
+  /// Megatron's uneven first/last stage when pp does not divide the layers
+  /// (recipe/partition.h UnevenEnds); 0 = the even split.
+  int64_t first_stage_layers = 0;
+  int64_t last_stage_layers = 0;
   int64_t global_batch = 512;  // sequences per step
   int64_t seq_len = 8192;
   /// Model-state bytes per GPU the rule estimated (params + grads + sharded optimizer).

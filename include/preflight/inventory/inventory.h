@@ -98,11 +98,17 @@ struct Layer {
   /// Elements of this layer's largest single Muon matrix (one expert's, for a
   /// routed-expert stack), global; 0 when Muon owns nothing here.
   int64_t max_muon_matrix_elements = 0;
+  /// First sublayer of a framework layer (a transformer layer's attention, or
+  /// any hybrid symbol): full recompute keeps one checkpoint per layer, here.
+  bool starts_layer = true;
 };
 
 struct Inventory {
   Recipe recipe;                   // the recipe the inventory was built from
-  std::vector<Layer> layers;       // in model order
+  std::vector<Layer> layers;       // in model order (sublayers: one per pattern symbol)
+  /// Framework layers (recipe/partition.h LayerStarts): index of the sublayer
+  /// each starts at, then layers.size().
+  std::vector<int64_t> layer_starts;
   ParamTensor embedding;           // [vocab, hidden], Split::kVocab (logical, unpadded vocab)
   /// Learned absolute position embeddings [positions, hidden], REP, on the
   /// first stage with the word embedding; empty without (RoPE).
@@ -168,6 +174,9 @@ Inventory BuildInventory(const Recipe& recipe);
 /// (final_norms, or final_norm alone when final_norms is empty).
 /// BuildInventory calls it; test fixtures that edit layers by hand call it too.
 void RecomputeDerived(Inventory& inv);
+/// Inventory::layer_starts and Layer::starts_layer from the layers' kinds
+/// (part of RecomputeDerived; hand-built inventories call it alone).
+void SetLayerStarts(Inventory& inv);
 
 /// Padded vocabulary for TP degree `tp`: vocab rounded up to vocab_pad_multiple * tp (Megatron).
 int64_t PaddedVocab(const ModelConfig& m, int64_t tp);

@@ -4,9 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "preflight/recipe/recipe.h"
+
+namespace preflight {
+struct Inventory;
+}
 
 namespace preflight {
 
@@ -62,6 +67,15 @@ struct StagePlan {
   std::vector<StageChunk> chunks;
 };
 
+/// A chunk's layers in the framework's unit: [first, end) over
+/// `layer_starts` (Inventory::layer_starts; recipe/partition.h LayerStarts).
+/// A chunk that starts or ends inside a layer counts from the next layer.
+struct LayerRange {
+  int64_t first = 0;
+  int64_t end = 0;
+};
+LayerRange LayerRangeOf(const StageChunk& chunk, const std::vector<int64_t>& layer_starts);
+
 /// Chunks owned by one pipeline rank.
 std::vector<StageChunk> ChunksOfRank(const StagePlan& plan, int64_t pipeline_rank);
 
@@ -70,7 +84,21 @@ std::vector<StageChunk> ChunksOfRank(const StagePlan& plan, int64_t pipeline_ran
 /// partitioner result; the planner's partitioner is the default in the CLI.
 StagePlan EqualStagePlan(int64_t layers, int64_t pp, int64_t vpp);
 
-/// Stages pinned in the recipe (parallel.stage_boundaries), or nullopt.
-std::optional<StagePlan> PinnedStagePlan(const Recipe& recipe);
+/// Pipeline rank and virtual index of chunk `chunk` of `chunks`: c mod pp
+/// and c / pp (Megatron's interleaving), or DualPipeV's V (chunks c and
+/// 2p-1-c on device c).
+std::pair<int64_t, int64_t> PlaceChunk(int64_t chunk, int64_t chunks, int64_t pp, Schedule schedule);
+
+/// Chunks of `layers_per_chunk` framework layers each, in chunk order, as
+/// sublayer ranges (layer_starts: Inventory::layer_starts), placed on
+/// pipeline ranks as `schedule` places them (c mod pp; DualPipeV's V).
+StagePlan PlanFromLayerCounts(const std::vector<int64_t>& layers_per_chunk, const std::vector<int64_t>& layer_starts,
+                              int64_t pp, Schedule schedule);
+
+/// The stages the recipe fixes for `layout`: its pinned boundaries, else its
+/// framework's rule (parallel.partition). nullopt for a balanced partition
+/// (the planner's to compute) or a split the framework refuses (validation
+/// reports it).
+std::optional<StagePlan> RecipeStagePlan(const Inventory& inventory, const Layout& layout);
 
 }  // namespace preflight

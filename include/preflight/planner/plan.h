@@ -36,15 +36,31 @@ namespace preflight {
 
 /// Everything the plan prices for one layout. Warnings (groups crossing
 /// nodes, forced SP) go in `warnings`.
+/// A balanced cut on layer boundaries that beats the framework's (or the
+/// pinned) partition: advice, never priced silently in its place.
+struct BalancedCut {
+  std::string basis;   // "time", "parameters" or "equal_layers"
+  StagePlan stages;    // sublayer ranges, as Plan::stages
+  Bytes worst_before;  // worst stage's device total under the plan's partition
+  Bytes worst_after;   // and under this cut
+  double step_before_s = 0;
+  double step_after_s = 0;
+  bool fits_after = false;
+};
+
 struct Plan {
   std::string name;               // the recipe's name
   Layout layout;
   Mesh mesh;
   StagePlan stages;
   bool stages_pinned = false;
-  /// Which cut MakePlan took: "pinned", "time" (the partitioner's), or, when
-  /// that one does not fit in memory, "parameters" or "equal_layers".
+  /// Which cut MakePlan took: "pinned", the framework's rule ("megatron",
+  /// "torchtitan"), or with parallel.partition: balanced "time" (the
+  /// partitioner's) or, when that one does not fit, "parameters" or
+  /// "equal_layers".
   std::string partition = "time";
+  /// Under a framework or pinned partition: a balanced cut worth telling.
+  std::optional<BalancedCut> balanced_cut;
   std::vector<StageComm> comm;    // one per pipeline rank
   StepTime time;
   CostModel cost;

@@ -30,11 +30,12 @@ struct LayerWeights {
 LayerWeights WeighLayers(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                          const CostModel& cost = {});
 
-/// Cuts the layer list into ChunkCount(layout) contiguous chunks
+/// Cuts the weighted list into ChunkCount(layout) contiguous chunks
 /// minimising the slowest chunk (DP over prefix sums, O(L^2 * chunks)); ties
 /// go to the smaller largest parameter count. Embedding charged to the first
 /// chunk, head + loss to the last. Every chunk gets at least one layer.
 StagePlan PartitionStages(const LayerWeights& weights, const Layout& layout);
+/// The time-balanced cut of the inventory's framework layers (as sublayer ranges).
 StagePlan PartitionStages(const Inventory& inventory, const Layout& layout);
 
 /// Chunks the schedule has: pp*vpp for 1F1B/interleaved, pp for DualPipe
@@ -45,10 +46,24 @@ int64_t ChunkCount(const Layout& layout);
 /// c mod pp; DualPipeV's V shape).
 int64_t PipelineRankOfChunk(const Layout& layout, int64_t chunk, int64_t chunks);
 
-/// The stage cuts MakePlan chooses among, in its order: the time-balanced
-/// cut (PartitionStages), the parameter-balanced cut and (except DualPipeV)
-/// the equal-layer cut. MakePlan takes the first when it fits in memory, else
-/// the fastest that fits. For sweeps that price the same choice cheaply.
-std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout, int64_t layers);
+/// The weights of whole framework layers (Inventory::layer_starts): the
+/// partitioner cuts only between layers, as the frameworks do.
+LayerWeights WeighFrameworkLayers(const LayerWeights& sublayer_weights, const std::vector<int64_t>& layer_starts);
+/// A plan over framework layers as sublayer ranges.
+StagePlan ToSublayers(StagePlan plan, const std::vector<int64_t>& layer_starts);
+
+/// The balanced cuts on layer boundaries, in MakePlan's order: the
+/// time-balanced cut (PartitionStages), the parameter-balanced cut and
+/// (except DualPipeV) the equal-layer cut, with their names ("time",
+/// "parameters", "equal_layers"). `weights` are per sublayer (WeighLayers).
+struct NamedCut {
+  const char* name;
+  StagePlan stages;
+};
+std::vector<NamedCut> BalancedCuts(const LayerWeights& weights, const Layout& layout,
+                                   const std::vector<int64_t>& layer_starts);
+/// The stage plans of BalancedCuts (sweeps price the same choice cheaply).
+std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout,
+                                           const std::vector<int64_t>& layer_starts);
 
 }  // namespace preflight

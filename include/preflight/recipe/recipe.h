@@ -53,6 +53,12 @@ enum class OptimizerKind { kAdamW, kMuon };
 const char* Name(OptimizerKind o);
 enum class Schedule { k1F1B, kInterleaved, kDualPipe, kDualPipeV };
 const char* Name(Schedule s);
+/// Whose rule cuts the layers into pipeline stages when the recipe pins none:
+/// Megatron-LM's even split (with its first/last-stage and account-for keys),
+/// torchtitan's (embedding and output weighted as one layer each), or
+/// preflight's time-balanced cut on layer boundaries.
+enum class Partition { kMegatron, kTorchtitan, kBalanced };
+const char* Name(Partition p);
 /// Rank order, innermost axis first (docs/formulas.md §7.3).
 enum class AxisOrder { kTpCpDpPp, kTpCpPpDp };
 const char* Name(AxisOrder o);
@@ -224,6 +230,13 @@ struct ParallelConfig {
   bool cp_load_balance = true;
   /// Optional pinned stage boundaries: layer index where each stage after the first starts.
   std::vector<int64_t> stage_boundaries;
+  Partition partition = Partition::kMegatron;
+  /// Megatron's uneven first/last stage (--decoder-first/last-pipeline-num-layers); 0 = even.
+  int64_t first_stage_layers = 0;
+  int64_t last_stage_layers = 0;
+  /// Megatron's --account-for-embedding/loss-in-pipeline-split: each counts as a layer.
+  bool embedding_in_split = false;
+  bool loss_in_split = false;
 };
 
 /// Hardware preset values (docs/formulas.md §2.4: device capacity as CUDA reports it).

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "preflight/planner/plan.h"
 #include "preflight/recipe/recipe.h"
 
@@ -14,5 +16,12 @@ namespace preflight {
 std::string RenderPlanTable(const Recipe& recipe, const Plan& plan);
 /// The same content as JSON (2-space indent, keys in a fixed order).
 std::string RenderPlanJson(const Recipe& recipe, const Plan& plan);
+
+/// The balanced-cut advice as one paragraph: where it cuts (in layers), what
+/// it saves, and how to pin it.
+std::string DescribeBalancedCut(const Recipe& recipe, const BalancedCut& cut);
+/// The same as JSON: basis, boundaries (layers), the worst stage's bytes and
+/// the step before and after.
+nlohmann::ordered_json BalancedCutJson(const Recipe& recipe, const BalancedCut& cut);
 
 }  // namespace preflight

@@ -27,6 +27,8 @@ struct FitReport {
   /// Changes that would make it fit, or the dominant category when it fits
   /// (AdviseFit); rendered after the verdict and as JSON key `advice`.
   std::optional<FitAdvice> advice;
+  /// A balanced stage cut that beats the framework's partition (Plan::balanced_cut).
+  std::optional<BalancedCut> balanced_cut;
 };
 
 /// The readable table (default output of `fit`).
