@@ -6,6 +6,7 @@
 // share one path from arguments to figures.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "preflight/estimator/estimate.h"
+#include "preflight/estimator/geometry.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/planner/plan.h"
@@ -45,7 +47,21 @@ struct Outcome {
   int64_t modeled_peak = 0;
   double static_error_pct = 0;  // (modeled - measured) / measured * 100
   double peak_error_pct = 0;
+  /// MoE runs: the routing scratch in the modeled peak, and the design notes'
+  /// count of it (receive and combine buffers of C rows per local expert, C
+  /// the capacity or, dropless, the mean T*k/E, and the EP x ETP count surface).
+  int64_t modeled_routing = 0;
+  int64_t notes_routing = 0;
 };
+
+/// The design notes' routing scratch for one MoE layer (docs/formulas.md §5).
+inline int64_t NotesRouting(const Recipe& r, const Layout& l) {
+  const MoeRouting mr = RouteMoeOn(r, l);
+  const MoeConfig& e = r.model.moe;
+  const int64_t c = mr.capacity > 0 ? mr.capacity : (mr.tokens * e.top_k + e.experts - 1) / e.experts;
+  const int64_t rows = 2 * c * std::max<int64_t>(1, e.experts / l.ep);
+  return rows * r.model.hidden * SizeOf(r.training.precision.activations) + 8 * l.expert_tp * l.ep * e.experts;
+}
 
 inline std::vector<Case> LoadCases(const std::string& path, std::string* error) {
   std::ifstream in(path);
@@ -132,6 +148,8 @@ inline Outcome Run(const Case& c) {
   o.modeled_peak = last.allocated_peak.count();
   o.static_error_pct = ErrorPct(o.modeled_static, c.measured_static);
   o.peak_error_pct = ErrorPct(o.modeled_peak, c.measured_peak);
+  o.modeled_routing = last.of(Category::kRoutingScratch).count();
+  if (o.modeled_routing > 0) o.notes_routing = NotesRouting(*loaded.recipe, layout);
   return o;
 }
 

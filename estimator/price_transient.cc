@@ -168,31 +168,70 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   out.bytes[static_cast<int>(Category::kActivations)] = sum;
 }
 
+namespace {
+
+/// One MoE layer's routing scratch in three lines (they sum to the
+/// category): the top-k probabilities, the routing counts (their EP x ETP
+/// count surface named), and the larger of the dispatch and combine phases
+/// with the per-local-expert rows named. A local expert receives up to C
+/// rows from each of the e source ranks (C is per expert per source rank,
+/// Megatron get_capacity on local tokens), e*C in all, not C; and the
+/// phases also hold this rank's own send copy, the sort-by-expert copy and
+/// the unpermuted output (token_dispatcher.py).
+void NoteRoutingScratch(Sink* sink, const MoeRouting& mr, const Recipe& rc, const Layout& l) {
+  const MoeConfig& e = rc.model.moe;
+  const int64_t local_experts = std::max<int64_t>(1, e.experts / l.ep);
+  Note(sink, Category::kRoutingScratch, "MoE top-k probabilities (fp32)", "T*k*4",
+       Inputs({{"T", mr.tokens}, {"k", e.top_k}}), mr.topk_probs);
+  Note(sink, Category::kRoutingScratch, "MoE routing counts: tokens_per_expert + the count surface over ETP x EP",
+       "8E + 8*t_e*e*E (int64)",
+       Inputs({{"E", e.experts},
+               {"e", l.ep},
+               {"t_e", l.expert_tp},
+               {"count_surface", Mul(Mul(8, l.expert_tp), Mul(l.ep, e.experts))}}),
+       mr.counts);
+  const std::string mode = e.dropless          ? "dropless: N_recv = min(ceil(skew*T*k), T*e*min(k,E/e))"
+                           : e.pad_to_capacity ? "padded: N_send = N_recv = E*C"
+                                               : "capacity: N_send = min(T*k, E*C), N_recv = min(T*e*min(k,E/e), E*C)";
+  Note(sink, Category::kRoutingScratch,
+       Cat({"MoE dispatch/combine rows, the larger phase (", mode,
+            "; a local expert takes up to C from each of the e source ranks)"}),
+       "max(dispatch: N_send + N_recv [+ t_e*N_recv ETP] [+ t_e*N_recv sort], combine: [t_e*N_recv sort] + N_recv + "
+       "N_send + T) * h*beta",
+       Cat({Inputs({{"T", mr.tokens},
+                    {"k", e.top_k},
+                    {"E", e.experts},
+                    {"e", l.ep},
+                    {"t_e", l.expert_tp},
+                    {"local_experts", local_experts},
+                    {"C", mr.capacity},
+                    {"N_send", mr.send_tokens},
+                    {"N_recv", mr.recv_tokens},
+                    {"N_recv_per_local_expert", CeilDiv(mr.recv_tokens, local_experts)},
+                    {"N_recv_worst", mr.recv_worst},
+                    {"h", rc.model.hidden}}),
+            " cf=", Decimal(e.capacity_factor), " skew=", Decimal(e.dropless_skew)}),
+       mr.peak() - mr.topk_probs - mr.counts);
+}
+
+}  // namespace
+
 void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
   if (!MoeOnRank(w, rc)) return;
   const MoeRouting mr = RouteMoeOn(rc, l);
   out.bytes[static_cast<int>(Category::kRoutingScratch)] = mr.peak();
-  if (sink) {
-    const MoeConfig& e = rc.model.moe;
-    std::string mode = e.dropless ? "dropless: N_recv = min(ceil(skew*T*k), T*e*min(k,E/e))"
-                       : e.pad_to_capacity ? "padded: N_send = N_recv = E*C"
-                                           : "capacity: N_send = min(T*k, E*C), N_recv = min(T*e*min(k,E/e), E*C)";
-    Note(sink, Category::kRoutingScratch, Cat({"MoE dispatch/combine buffers (one layer, the peak; ", mode, ")"}),
-         "T*k*4 (top-k probs) + 8E(1 + t_e*e) (counts) + max(dispatch: (N_send + N_recv [+ t_e*N_recv ETP] "
-         "[+ t_e*N_recv sort]) , combine: ([t_e*N_recv sort] + N_recv + N_send + T)) * h*beta",
-         Cat({Inputs({{"T", mr.tokens}, {"k", e.top_k}, {"E", e.experts}, {"e", l.ep}, {"t_e", l.expert_tp},
-                 {"C", mr.capacity}, {"N_send", mr.send_tokens}, {"N_recv", mr.recv_tokens},
-                 {"N_recv_worst", mr.recv_worst}, {"h", rc.model.hidden}}),
-              " cf=", Decimal(e.capacity_factor), " skew=", Decimal(e.dropless_skew)}),
-         mr.peak());
-  }
+  if (sink) NoteRoutingScratch(sink, mr, rc, l);
 }
 
 void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
   if (!rc.serving) return;
   const ServingConfig& sv = *rc.serving;
   const DType conv = rc.training.precision.activations;
-  const int64_t tokens = Mul(sv.batch, sv.context);
+  // Context parallelism splits each sequence's positions, and with them the
+  // KV cache (a rank keeps the KV of the positions it holds; ring attention
+  // passes the others). Mamba and R state is per sequence, not per position.
+  const int64_t context_per_rank = CeilDiv(sv.context, l.cp);
+  const int64_t tokens = Mul(sv.batch, context_per_rank);
   const int64_t n_a = w.own_layers[FamilyIndex(BlockKind::kAttention)];
   const int64_t n_m = w.own_layers[FamilyIndex(BlockKind::kMamba)];
   const int64_t n_r = w.own_layers[FamilyIndex(BlockKind::kRecurrent)];
@@ -203,9 +242,13 @@ void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout
   if (!sink) return;
   if (n_a > 0) {
     Note(sink, Category::kServingState, "KV cache (attention layers only)",
-         rc.model.mla ? "n_A * batch * context * (d_c + d_rope) * beta_kv (latent, replicated per TP rank)"
-                      : "n_A * batch * context * 2 * max(n_kv/t, 1) * d_h * beta_kv",
-         Inputs({{"n_A", n_a}, {"batch", sv.batch}, {"context", sv.context}, {"t", l.tp},
+         rc.model.mla ? "n_A * batch * ceil(context/c) * (d_c + d_rope) * beta_kv (latent, replicated per TP rank)"
+                      : "n_A * batch * ceil(context/c) * 2 * max(n_kv/t, 1) * d_h * beta_kv",
+         Inputs({{"n_A", n_a},
+                 {"batch", sv.batch},
+                 {"context", sv.context},
+                 {"c", l.cp},
+                 {"t", l.tp},
                  {"per_token", KvBytesPerToken(rc.model, l.tp, sv.kv_dtype)}}),
          kv);
   }

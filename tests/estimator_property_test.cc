@@ -199,6 +199,20 @@ TEST(Explain, HybridServingChargesKvOnlyToAttentionLayers) {
   EXPECT_EQ(m.of(Category::kServingState).count(), 8'388'608 + 4'317'184 + 40'960);
 }
 
+// Context parallelism holds 1/c of every sequence's positions, so 1/c of the
+// KV cache (ceil); the Mamba and R state stays per sequence. cp 2: KV
+// 8,388,608 / 2; cp 3: ceil(1024 / 3) = 342 positions, 342 / 1024 of it.
+TEST(Explain, ServingKvIsShardedAlongTheSequenceByContextParallelism) {
+  Inventory inv = Hybrid();
+  inv.recipe.serving = ServingConfig{2, 1024, DType::kBf16, DType::kFp32};
+  const int64_t states = 4'317'184 + 40'960;
+  for (const auto& [cp, kv] : {std::pair<int64_t, int64_t>{2, 4'194'304}, {3, 8'388'608 / 1024 * 342}}) {
+    Layout l = Base(inv, 1, 1, 1, 1);
+    l.cp = cp;
+    EXPECT_EQ(Rank(inv, l, 0).of(Category::kServingState).count(), kv + states) << "cp " << cp;
+  }
+}
+
 TEST(Overflow, TenTrillionParamsOnAMillionGpus) {
   // 1000 dense layers of 1e10 TP-sharded params = 1e13 (10 T). tp 8, pp 125,
   // dp 1000 (world 1,000,000): a stage holds 8 layers, 8e10 / 8 = 1e10 local
