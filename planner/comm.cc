@@ -252,12 +252,14 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, const std::vect
     }
   }
   // Every MTP module predicts through the head again, with its own loss, and
-  // embeds the shifted tokens.
+  // embeds the shifted tokens. A replicated embedding looks up its own
+  // tokens on every TP rank: no collective.
   const int64_t heads = head_mb * (1 + t.mtp_layers);
   const int64_t mtp = head_mb * t.mtp_layers;
+  const int64_t lookups = t.replicated_embedding ? 0 : emb_mb + mtp;
   if (sp) {
-    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb + mtp);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kEmbedding, s.x, emb_mb + mtp);
+    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kEmbedding, s.x, lookups);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kEmbedding, s.x, lookups);
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kHead, s.x, heads);
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kHead, s.x, heads);
     items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kHead, s.x, heads);
@@ -270,7 +272,7 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, const std::vect
     items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
   } else {
-    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kEmbedding, s.x, emb_mb + mtp);
+    items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kEmbedding, s.x, lookups);
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kHead, s.x, heads);
     // eh_proj: its output gathered forward; its 2h dgrad all-reduced backward.
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kMtpProjection, s.x, mtp);

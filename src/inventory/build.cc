@@ -254,7 +254,8 @@ void AddModelEnds(const Recipe& recipe, const OptimizerPolicy& p, Inventory& inv
   const DType dtype = recipe.training.precision.params;
   std::vector<ParamTensor> embedding;
   TensorList(std::string(), dtype, &embedding)
-      .Add("embedding.word_embeddings.weight", {m.vocab, m.hidden}, Split::kVocab, p.vector);
+      .Add("embedding.word_embeddings.weight", {m.vocab, m.hidden},
+           recipe.parallel.embedding == EmbeddingSplit::kReplicated ? Split::kReplicated : Split::kVocab, p.vector);
   inv.embedding = embedding.front();
   if (m.learned_positions > 0) {
     TensorList(std::string(), dtype, &inv.positions)

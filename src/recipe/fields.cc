@@ -63,6 +63,8 @@ const Names<Schedule> kSchedules = {{"1f1b", Schedule::k1F1B},
                                     {"dualpipev", Schedule::kDualPipeV}};
 const Names<Partition> kPartitions = {
     {"megatron", Partition::kMegatron}, {"torchtitan", Partition::kTorchtitan}, {"balanced", Partition::kBalanced}};
+const Names<EmbeddingSplit> kEmbeddingSplits = {{"vocab_parallel", EmbeddingSplit::kVocabParallel},
+                                                {"replicated", EmbeddingSplit::kReplicated}};
 const Names<AxisOrder> kAxisOrders = {{"tp-cp-dp-pp", AxisOrder::kTpCpDpPp}, {"tp-cp-pp-dp", AxisOrder::kTpCpPpDp}};
 const Names<CpComm> kCpComms = {{"p2p", CpComm::kP2p}, {"all_gather", CpComm::kAllGather}, {"a2a", CpComm::kA2a}};
 const Names<CpRecurrent> kCpRecurrents = {{"all_to_all", CpRecurrent::kAllToAll}, {"handoff", CpRecurrent::kHandoff}};
@@ -479,6 +481,9 @@ std::vector<RecipeField> MakeFields() {
       Spell(BoolField(
                 "parallel.loss_in_split", [](auto& r) -> auto& { return r.parallel.loss_in_split; }),
             "--account-for-loss-in-pipeline-split", "parallelism.module_fqns_per_model_part"),
+      Spell(EnumField(
+                "parallel.embedding", "enum", kEmbeddingSplits, [](auto& r) -> auto& { return r.parallel.embedding; }),
+            kNone, kNone),
       Section("cluster"),
       Moves(kAffectsNothing,
             Spell(Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }), kOurs,

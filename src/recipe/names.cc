@@ -34,6 +34,14 @@ const char* Name(OptimizerKind o) {
   return "?";
 }
 
+const char* Name(EmbeddingSplit e) {
+  switch (e) {
+    case EmbeddingSplit::kVocabParallel: return "vocab_parallel";
+    case EmbeddingSplit::kReplicated: return "replicated";
+  }
+  return "?";
+}
+
 const char* Name(Partition p) {
   switch (p) {
     case Partition::kMegatron: return "megatron";

@@ -41,6 +41,7 @@ class Validator {
     }
     CheckSequence();
     CheckHeadWgrad();
+    CheckEmbedding();
     if (layers_ok) CheckMtp();
     if (CheckWorld()) {
       // Always: Megatron builds the expert mesh even without MoE layers and
@@ -272,6 +273,19 @@ class Validator {
 
   /// Megatron's ModelParallelConfig raises "Cannot defer embedding wgrad
   /// compute when pipeline model parallel is not used".
+  /// A tied output layer shares the word embedding's table: replicating it
+  /// would replicate the output layer (full-vocabulary logits on every TP
+  /// rank), which preflight does not price.
+  void CheckEmbedding() {
+    if (Bad({"parallel.embedding", "model.tie_embeddings"})) return;
+    if (p_.embedding == EmbeddingSplit::kReplicated && r_.model.tie_embeddings) {
+      ctx_.ErrorAt("parallel.embedding", "replicated",
+                   "a tied output layer shares the table, so it would be replicated too (full-vocabulary logits on "
+                   "every TP rank), which is not priced; untie the head (model.tie_embeddings: false) or keep "
+                   "vocab_parallel");
+    }
+  }
+
   void CheckHeadWgrad() {
     if (!r_.training.defer_head_wgrad || Bad({"training.defer_head_wgrad", "parallel.pp"}) || p_.pp > 1) return;
     ctx_.ErrorAt("training.defer_head_wgrad", "true",

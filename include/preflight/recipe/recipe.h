@@ -59,6 +59,11 @@ const char* Name(Schedule s);
 /// preflight's time-balanced cut on layer boundaries.
 enum class Partition { kMegatron, kTorchtitan, kBalanced };
 const char* Name(Partition p);
+/// How the word embedding sits on the TP ranks: vocab-parallel rows (Megatron
+/// VocabParallelEmbedding, torchtitan's sharded tok_embeddings) or a whole
+/// copy on each rank.
+enum class EmbeddingSplit { kVocabParallel, kReplicated };
+const char* Name(EmbeddingSplit e);
 /// Rank order, innermost axis first (docs/formulas.md §7.3).
 enum class AxisOrder { kTpCpDpPp, kTpCpPpDp };
 const char* Name(AxisOrder o);
@@ -228,6 +233,7 @@ struct ParallelConfig {
   CpRecurrent cp_recurrent = CpRecurrent::kAllToAll;
   /// Causal load balancing: 2c chunks, rank r holds r and 2c-1-r (TE/Megatron).
   bool cp_load_balance = true;
+  EmbeddingSplit embedding = EmbeddingSplit::kVocabParallel;
   /// Optional pinned stage boundaries: layer index where each stage after the first starts.
   std::vector<int64_t> stage_boundaries;
   Partition partition = Partition::kMegatron;
