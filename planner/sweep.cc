@@ -468,6 +468,34 @@ std::string SweepResult::ReasonOf(const SweepRow& row) const {
   return fmt::format("stage {} leaves {} headroom", row.worst_stage, GiBText(headroom));
 }
 
+NoFitReasons WhyNothingFits(const SweepResult& r, size_t most) {
+  NoFitReasons out;
+  std::map<std::string, NoFitReasons::Group> groups;
+  std::vector<std::string> order;  // keys in the canonical order of their first row
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const SweepRow& row = r.rows[i];
+    if (row.status == SweepStatus::kInvalid) {
+      ++out.invalid_rows;
+      const std::string reason = r.ReasonOf(row);
+      const std::string key = reason.substr(0, reason.find_first_of(" :"));
+      auto [it, added] = groups.try_emplace(key, NoFitReasons::Group{key, 0, reason});
+      if (added) order.push_back(key);
+      ++it->second.rows;
+    } else if (row.status != SweepStatus::kFits) {
+      ++out.over_rows;
+      // The smallest peak misses by least (every row has the same capacity).
+      if (!out.closest || row.peak < r.rows[static_cast<size_t>(*out.closest)].peak) {
+        out.closest = static_cast<int64_t>(i);
+      }
+    }
+  }
+  for (const std::string& key : order) out.invalid.push_back(groups.at(key));
+  std::stable_sort(out.invalid.begin(), out.invalid.end(),
+                   [](const NoFitReasons::Group& a, const NoFitReasons::Group& b) { return a.rows > b.rows; });
+  if (out.invalid.size() > most) out.invalid.resize(most);
+  return out;
+}
+
 std::vector<int64_t> RankByThroughput(const std::vector<SweepRow>& rows, int64_t top) {
   std::vector<int64_t> idx;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -533,7 +561,11 @@ bool Swept(std::string_view path, const SweepSpace& space) {
 /// recipe's own choice (sp: false, say) is what can bias a search.
 std::vector<std::string> HeldFixed(const Recipe& r, const SweepSpace& space) {
   std::vector<std::string> out;
+  // The schedule follows vpp (ScheduleFor) unless the recipe runs DualPipe(V).
+  const bool schedule_follows_vpp =
+      r.parallel.schedule != Schedule::kDualPipe && r.parallel.schedule != Schedule::kDualPipeV;
   for (const RecipeField& f : RecipeFields()) {
+    if (f.path == "parallel.schedule" && schedule_follows_vpp) continue;
     const bool layout_key = f.path.rfind("parallel.", 0) == 0 || f.path.rfind("training.", 0) == 0;
     if (!layout_key || f.kind == FieldKind::kSection || !f.text || f.affects == kAffectsNothing ||
         Swept(f.path, space)) {

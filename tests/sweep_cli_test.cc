@@ -1,5 +1,7 @@
 // `preflight sweep` through the built binary: exit codes, CSV/JSON with
 // invalid layouts and reasons, golden table and JSON on a small space.
+#include <cstdint>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -156,7 +158,39 @@ TEST(CliSweep, NothingFitsIsStillExit0) {
   const auto r = RunPreflight({"sweep", kLlama, "--gpus", "1", "--recompute", "none", "--zero", "0",
                                "--micro-batch", "8"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("no layout fits"));
+  EXPECT_THAT(r.out, HasSubstr("no layout fits. Why:"));
+  EXPECT_THAT(r.out, HasSubstr("over capacity or under the headroom floor; the closest"));
+}
+
+// The JSON says why too, and its counts are the rows' own reasons summed:
+// on 8 GPUs Llama 3 405B is invalid or over capacity everywhere.
+TEST(CliSweep, NothingFitsJsonGroupsTheRowsReasons) {
+  const auto r = RunPreflight({"sweep", "recipes/llama3-405b-h200.yaml", "--gpus", "8", "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("nothing_fits"));
+  std::map<std::string, int64_t> by_key;
+  int64_t invalid = 0, over = 0;
+  for (const auto& row : j["layouts"]) {
+    const std::string reason = row["reason"];
+    if (row["status"] == "invalid") {
+      ++invalid;
+      ++by_key[reason.substr(0, reason.find_first_of(" :"))];
+    } else {
+      ++over;
+    }
+  }
+  const auto& why = j["nothing_fits"];
+  EXPECT_EQ(why["invalid_rows"], invalid);
+  EXPECT_EQ(why["over_rows"], over);
+  ASSERT_FALSE(why["invalid"].empty());
+  int64_t previous = INT64_MAX;
+  for (const auto& g : why["invalid"]) {
+    EXPECT_EQ(g["rows"].get<int64_t>(), by_key[g["key"].get<std::string>()]) << g.dump();
+    EXPECT_LE(g["rows"].get<int64_t>(), previous);
+    previous = g["rows"].get<int64_t>();
+  }
+  EXPECT_NE(j["layouts"][why["closest"].get<size_t>()]["status"], "invalid");
 }
 
 TEST(CliSweep, OutWritesTheFile) {

@@ -1,5 +1,6 @@
 // The sweep library: axis parsing, hand-counted valid layouts, the Pareto
 // front and ranking of hand-made rows, determinism across thread counts.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,36 @@ TEST(SweepRun, HandCountedValidLayouts) {
     if (l.tp != 3 && l.micro_batch == 3) {
       EXPECT_EQ(result.ReasonOf(row).rfind("training.global_batch = 512", 0), 0u) << result.ReasonOf(row);
     }
+  }
+}
+
+// Why nothing fits, on the same hand-counted space: the 80 invalid rows blame
+// training.global_batch (micro-batch 3 with tp 1, 2, 4: 3 x 2 x 2 x 4 = 48)
+// before parallel.tp (tp 3: 2 x 2 x 2 x 4 = 32); the closest miss is the
+// non-fitting valid row with the smallest peak.
+TEST(SweepRun, WhyNothingFitsCountsTheBlamedKeys) {
+  std::string error;
+  const Recipe r = *SweepRecipe(Load("recipes/llama3-8b-h200.yaml"), 8, &error);
+  const SweepResult result = RunSweep(BuildInventory(r), DefaultSweepSpace(r, SmallSpace()), SweepOptions{});
+  const NoFitReasons why = WhyNothingFits(result);
+  EXPECT_EQ(why.invalid_rows, 80);
+  ASSERT_EQ(why.invalid.size(), 2u);
+  EXPECT_EQ(why.invalid[0].key, "training.global_batch");
+  EXPECT_EQ(why.invalid[0].rows, 48);
+  EXPECT_EQ(why.invalid[1].key, "parallel.tp");
+  EXPECT_EQ(why.invalid[1].rows, 32);
+  EXPECT_EQ(why.invalid[1].example.rfind("parallel.tp = 3", 0), 0u) << why.invalid[1].example;
+  int64_t over = 0;
+  std::optional<Bytes> least;
+  for (const SweepRow& row : result.rows) {
+    if (row.status == SweepStatus::kInvalid || row.status == SweepStatus::kFits) continue;
+    ++over;
+    if (!least || row.peak < *least) least = row.peak;
+  }
+  EXPECT_EQ(why.over_rows, over);
+  ASSERT_EQ(why.closest.has_value(), least.has_value());
+  if (least) {
+    EXPECT_EQ(result.rows[static_cast<size_t>(*why.closest)].peak, *least);
   }
 }
 

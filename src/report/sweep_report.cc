@@ -81,7 +81,21 @@ std::string RenderSweepTable(const SweepResult& r, const std::string& file) {
     out += fmt::format("held at the recipe's values (not varied): {}\n", fmt::join(r.held_fixed, ", "));
   }
   if (r.top.empty()) {
-    out += "\nno layout fits; widen the ranges (--tp, --pp, --zero, --recompute) or add GPUs\n";
+    out += "\nno layout fits. Why:\n";
+    const NoFitReasons why = WhyNothingFits(r);
+    if (why.invalid_rows > 0) {
+      out += fmt::format("  {} invalid; the keys most often to blame:\n", why.invalid_rows);
+      for (const NoFitReasons::Group& g : why.invalid) {
+        out += fmt::format("    {:>8}  {}, e.g. {}\n", g.rows, g.key, g.example);
+      }
+    }
+    if (why.closest) {
+      const SweepRow& row = r.rows[static_cast<size_t>(*why.closest)];
+      out += fmt::format("  {} over capacity or under the headroom floor; the closest ({}):\n", why.over_rows,
+                         r.ReasonOf(row));
+      AppendTableRows(r, {*why.closest}, &out);
+    }
+    out += "widen the ranges (--tp, --pp, --zero, --recompute) or add GPUs\n";
     return out;
   }
   out += fmt::format("\nbest {} by estimated tokens/s:\n", r.top.size());
@@ -123,6 +137,18 @@ std::string SweepJson(const SweepResult& r, const std::string& file) {
       JsonString(file), r.gpus, r.nodes, r.gpus_per_node, r.capacity.count(), r.min_headroom.count(), r.rows.size(),
       r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
       r.CountOf(SweepStatus::kInvalid), nlohmann::json(r.held_fixed).dump(), IndexList(r.top), IndexList(r.pareto));
+  if (r.top.empty()) {
+    // Inserted before "layouts": why nothing fits, as the table says it.
+    const NoFitReasons why = WhyNothingFits(r);
+    nlohmann::json j = {{"invalid_rows", why.invalid_rows}, {"over_rows", why.over_rows}};
+    j["invalid"] = nlohmann::json::array();
+    for (const NoFitReasons::Group& g : why.invalid) {
+      j["invalid"].push_back({{"key", g.key}, {"rows", g.rows}, {"example", g.example}});
+    }
+    j["closest"] = why.closest ? nlohmann::json(*why.closest) : nlohmann::json(nullptr);
+    const std::string layouts = "  \"layouts\": [";
+    out.insert(out.size() - layouts.size(), fmt::format("  \"nothing_fits\": {},\n", j.dump()));
+  }
   for (size_t i = 0; i < r.rows.size(); ++i) {
     out += i ? ",\n    " : "\n    ";
     out += RowJson(r, r.rows[i]);

@@ -106,6 +106,22 @@ struct SweepResult {
   std::string ReasonOf(const SweepRow& row) const;
 };
 
+/// Why a sweep found nothing that fits: the invalid rows grouped by the key
+/// their first error names (most first, with one reason as an example), and
+/// the over-capacity row that misses by least.
+struct NoFitReasons {
+  struct Group {
+    std::string key;  // "parallel.pp"
+    int64_t rows = 0;
+    std::string example;  // the first row's reason
+  };
+  std::vector<Group> invalid;  // at most `most` groups
+  int64_t invalid_rows = 0;
+  int64_t over_rows = 0;           // over capacity or under the headroom floor
+  std::optional<int64_t> closest;  // index into rows: the smallest overflow (or the tightest)
+};
+NoFitReasons WhyNothingFits(const SweepResult& result, size_t most = 3);
+
 struct SweepOptions {
   int64_t threads = 1;  // >= 1
   int64_t top = 10;
