@@ -239,6 +239,20 @@ TEST(ImportMegatron, StageSplitFlagsMapToThePartitionKeys) {
   }
 }
 
+// Optimizer CPU offload is not priced: a located warning naming the flag, not
+// silence and not an "unknown argument".
+TEST(ImportMegatron, OptimizerOffloadIsAWarningNotSilence) {
+  const MegatronImport m = ImportMegatronArgs(
+      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
+      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n"
+      "  --max-position-embeddings: 64\n  --optimizer-cpu-offload: true\n  --optimizer-offload-fraction: 0.5\n",
+      "m.yaml");
+  ASSERT_TRUE(m.ok());
+  EXPECT_THAT(m.unrepresented, ::testing::Contains("--optimizer-cpu-offload"));
+  EXPECT_THAT(m.unrepresented, ::testing::Contains("--optimizer-offload-fraction"));
+  EXPECT_TRUE(m.unknown.empty());
+}
+
 TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {
   std::vector<int> list;
   int64_t period = 0;

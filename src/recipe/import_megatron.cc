@@ -181,6 +181,11 @@ const std::map<std::string, std::string>& Unrepresentable() {
        "activations offloaded to host memory are still counted on "
        "the device"},
       {"--offload-modules", "per-module activation offloading is not modeled"},
+      {"--optimizer-cpu-offload",
+       "optimizer state offloaded to host memory (HybridDeviceOptimizer) is still counted on the device; host "
+       "memory and the PCIe transfers are not priced"},
+      {"--optimizer-offload-fraction", "the share of optimizer state offloaded to host memory"},
+      {"--overlap-cpu-optimizer-d2h-h2d", "overlap of the offloaded optimizer's host transfers (time)"},
       {"--cuda-graph-impl", "CUDA graphs keep static input/output buffers and a private memory pool"},
       {"--cuda-graph-modules", "CUDA graph capture scope"},
       {"--recompute-modules", "per-module selective recompute; the recipe has one selective policy"},
