@@ -225,6 +225,11 @@ std::vector<Explanation> ExplainRank(const Inventory& inventory, const Layout& l
   return out;
 }
 
+bool HostMemoryFits(const Recipe& r, Bytes heaviest_stage_host) {
+  return heaviest_stage_host.count() == 0 ||
+         heaviest_stage_host * r.cluster.gpus_per_node <= GiB(r.cluster.spec.host_memory_gib);
+}
+
 MemoryEstimate EstimateMemory(const Inventory& inventory, const Layout& layout, const StagePlan& stages) {
   MemoryEstimate est;
   est.stages.reserve(static_cast<size_t>(layout.pp));
@@ -238,6 +243,21 @@ MemoryEstimate EstimateMemory(const Inventory& inventory, const Layout& layout, 
   est.verdict.fits = worst.total() <= worst.capacity;
   est.verdict.headroom_ok = est.verdict.headroom >= floor;
   const std::string stage = Cat({"stage ", std::to_string(est.worst_stage)});
+  // Offloaded optimizer state: the heaviest stage's host bytes on every GPU
+  // of a node, against the node's host memory.
+  Bytes host;
+  for (const RankMemory& m : est.stages) host = std::max(host, m.host);
+  est.verdict.host_per_node = host * inventory.recipe.cluster.gpus_per_node;
+  const Bytes host_capacity = GiB(inventory.recipe.cluster.spec.host_memory_gib);
+  est.verdict.host_fits = HostMemoryFits(inventory.recipe, host);
+  if (!est.verdict.host_fits) {
+    est.verdict.fits = false;
+    est.verdict.reason =
+        Cat({"host memory: ", GiBText(est.verdict.host_per_node), " of offloaded optimizer state a node (",
+             std::to_string(inventory.recipe.cluster.gpus_per_node), " GPUs x ", GiBText(host), ") exceeds ",
+             GiBText(host_capacity)});
+    return est;
+  }
   if (!est.verdict.fits) {
     est.verdict.reason = Cat({stage, " over capacity by ", GiBText(Bytes(0) - est.verdict.headroom)});
   } else if (!est.verdict.headroom_ok) {

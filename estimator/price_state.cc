@@ -134,6 +134,7 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
   const int64_t master = prec.master && prec.params != DType::kFp32 ? SizeOf(*prec.master) : 0;
   const int64_t momentum = SizeOf(rc.training.optimizer.muon_momentum);
   const bool sharded = l.zero >= 1;
+  const double offload = rc.training.optimizer.offload_fraction;
   for (int o = 0; o < 2; ++o) {
     const bool muon = o == kMuon;
     const Category cat = muon ? Category::kOptimizerMuon : Category::kOptimizerAdamW;
@@ -146,15 +147,34 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
       // ZeRO >= 1: each unit's buffer of n elements is padded to a multiple
       // of D and the busiest rank keeps ceil(n/D) of it (Walk::shares).
       const int64_t kept = sharded ? w.shares.elements[o][expert] : elems;
-      const Bytes b(Mul(kept, per_elem));
+      // Megatron's HybridDeviceOptimizer moves whole params to the host until
+      // the offloaded elements reach fraction x the rank's (per optimizer:
+      // dense and expert); each keeps an fp32 param, grad, m and v there
+      // (cpu_offloading/hybrid_optimizer.py _get_sub_optimizer_param_groups).
+      const int64_t host = muon || offload <= 0 ? 0 : std::min(kept, CeilFraction(kept, offload));
+      const Bytes b(Mul(kept - host, per_elem));
       sum += b;
+      if (host > 0) {
+        const Bytes h(Mul(host, 16));
+        out.host += h;
+        if (sink) {
+          Note(sink, cat, Cat({"AdamW state offloaded to host memory", expert ? ", expert params" : ", dense params"}),
+               "ceil(offload_fraction * kept) elements leave the device; on the host 16 B each (fp32 param, grad, "
+               "m, v); shown here as 0 device bytes",
+               Inputs({{"kept", kept}, {"offloaded", host}, {"host_bytes", h.count()}}), Bytes(0));
+        }
+      }
       if (sink) {
         Note(sink, cat, Cat({muon ? "Muon" : "AdamW", expert ? " state, expert params" : " state, dense params"}),
-             Cat({sharded ? "sum over units and buffers of ceil(n/D)" : "P",
-                  muon ? " * (momentum + master)" : " * (m + v (fp32) + master)",
+             Cat({host > 0 ? "(" : "", sharded ? "sum over units and buffers of ceil(n/D)" : "P",
+                  host > 0 ? " - offloaded)" : "", muon ? " * (momentum + master)" : " * (m + v (fp32) + master)",
                   sharded ? " (ZeRO>=1: buffers padded to a multiple of D, rank 0 of the group)" : ""}),
-             Inputs({{"P", elems}, {"kept", kept}, {muon ? "momentum" : "m+v", muon ? momentum : 8},
-                     {"master", master}, {"D", sharded ? group : 1}}),
+             Cat({Inputs({{"P", elems},
+                          {"kept", kept},
+                          {muon ? "momentum" : "m+v", muon ? momentum : 8},
+                          {"master", master},
+                          {"D", sharded ? group : 1}}),
+                  host > 0 ? Cat({" offloaded=", std::to_string(host)}) : std::string()}),
              b);
       }
     }

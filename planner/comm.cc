@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "preflight/estimator/geometry.h"
+#include "preflight/estimator/memory_terms.h"
 
 namespace preflight {
 
@@ -642,7 +643,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
 //   (Megatron: the inter-instance all-reduce after the intra-instance
 //   reduce-scatter; FSDP2 HSDP likewise).
 void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
-                  const std::vector<RankChunk>& chunks, ItemList* items) {
+                  const std::vector<RankChunk>& chunks, ItemList* items, Bytes* host_transfer) {
   ParamTotals p;
   bool emb = false, head = false;
   for (const RankChunk& c : chunks) {
@@ -673,6 +674,16 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
        CommWhat::kExpertReplicaGrads}};
   const bool hsdp = l.zero >= 1 && l.dp_replicate > 1;
   const std::array<int64_t, 2> zero_group = ZeroGroups(l);
+  // Offloaded optimizer (validation: ZeRO >= 1, AdamW only): the offloaded
+  // share of this rank's shard sends its fp32 grads D2H and takes its fp32
+  // params back H2D each step (cpu_offloading/hybrid_optimizer.py).
+  const double offload = inv.recipe.training.optimizer.offload_fraction;
+  if (offload > 0 && l.zero >= 1) {
+    for (size_t k = 0; k < 2; ++k) {
+      const int64_t shard = (buffers.padded[k] - buffers.muon[k]) / zero_group[k];
+      *host_transfer += Bytes(CheckedMul(CeilFraction(shard, offload), 8));
+    }
+  }
   for (const Group& g : groups) {
     const size_t k = g.index;
     const auto grads = [&](const DpBuffers& b) { return UnitCalls{BytesOf(b.padded[k], s.grad), b.units[k]}; };
@@ -765,7 +776,7 @@ std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t,
     AddCp(inv, t, l, s, chunks, &items);
     AddPp(l, s, chunks, n_chunks, &items);
     AddEp(inv, t, l, s, chunks, &items);
-    AddOptimizer(inv, t, l, s, chunks, &items);
+    AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
   }
   return out;
 }

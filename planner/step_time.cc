@@ -280,7 +280,11 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
     by_axis[static_cast<size_t>(r)] = ex.by_axis;
     busy[static_cast<size_t>(r)] = rc.total_s() + ex.in_pipeline_s;
-    tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak);
+    const double host_link = inv.recipe.cluster.spec.host_link_gbps_per_dir * 1e9;
+    const double host_s =
+        host_link > 0 ? static_cast<double>((*comm)[static_cast<size_t>(r)].host_transfer.count()) / host_link : 0.0;
+    st.host_offload_s = std::max(st.host_offload_s, host_s);
+    tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak + host_s);
     st.dp_exposed_s = std::max(st.dp_exposed_s, ex.dp_tail_s);
     st.optimizer_s = std::max(st.optimizer_s, ex.optimizer_s + rc.muon_flops / peak);
     st.stages.push_back(

@@ -168,6 +168,8 @@ Schedule ScheduleFor(Schedule recipe_schedule, int64_t vpp) {
 struct Priced {
   Bytes peak;
   Bytes capacity;
+  Bytes host;  // the heaviest stage's offloaded optimizer state
+  bool fits() const { return peak <= capacity; }
   int64_t worst = 0;
   double step_s = 0;
   double tokens_per_s = 0;
@@ -181,6 +183,7 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
   Priced p;
   for (int64_t rank = 0; rank < layout.pp; ++rank) {
     const RankMemory m = EstimateRank(inv, layout, stages, rank);
+    p.host = std::max(p.host, m.host);
     if (rank == 0 || m.total() > p.peak) {
       p.peak = m.total();
       p.capacity = m.capacity;
@@ -288,7 +291,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         continue;
       }
       Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
-      if (balanced && best.capacity < best.peak) {
+      const auto fits = [&](const Priced& x) { return x.fits() && HostMemoryFits(inv.recipe, x.host); };
+      if (balanced && !fits(best)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (PartitionCandidates).
         const std::vector<StagePlan> cuts =
@@ -296,7 +300,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         bool found = false;
         for (size_t c = 1; c < cuts.size(); ++c) {
           const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, w);
-          if (priced.peak <= priced.capacity && (!found || priced.step_s < best.step_s)) {
+          if (fits(priced) && (!found || priced.step_s < best.step_s)) {
             best = priced;
             found = true;
           }
@@ -305,9 +309,10 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       row.peak = best.peak;
       row.worst_stage = static_cast<int16_t>(best.worst);
       const Bytes headroom = best.capacity - best.peak;
-      row.status = headroom < Bytes(0)            ? SweepStatus::kOverCapacity
-                   : headroom < out.min_headroom ? SweepStatus::kTight
-                                                 : SweepStatus::kFits;
+      // Host memory the offloaded optimizer overflows counts as over capacity.
+      row.status = headroom < Bytes(0) || !HostMemoryFits(inv.recipe, best.host) ? SweepStatus::kOverCapacity
+                   : headroom < out.min_headroom                                 ? SweepStatus::kTight
+                                                                                 : SweepStatus::kFits;
       row.step_s = best.step_s;
       row.tokens_per_s = best.tokens_per_s;
       row.mfu = best.mfu;
@@ -459,6 +464,7 @@ std::string SweepResult::ReasonOf(const SweepRow& row) const {
   }
   const Bytes headroom = HeadroomOf(row);
   if (row.status == SweepStatus::kOverCapacity) {
+    if (headroom >= Bytes(0)) return "the offloaded optimizer state exceeds the nodes' host memory";
     return fmt::format("stage {} over capacity by {}", row.worst_stage, GiBText(Bytes(0) - headroom));
   }
   if (row.status == SweepStatus::kTight) {

@@ -239,18 +239,24 @@ TEST(ImportMegatron, StageSplitFlagsMapToThePartitionKeys) {
   }
 }
 
-// Optimizer CPU offload is not priced: a located warning naming the flag, not
-// silence and not an "unknown argument".
-TEST(ImportMegatron, OptimizerOffloadIsAWarningNotSilence) {
+// Optimizer CPU offload maps to the recipe's offload fraction (Megatron's
+// default fraction is 1.0 when only --optimizer-cpu-offload is given).
+TEST(ImportMegatron, OptimizerOffloadMapsToTheOffloadFraction) {
   const MegatronImport m = ImportMegatronArgs(
       "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
       "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n"
-      "  --max-position-embeddings: 64\n  --optimizer-cpu-offload: true\n  --optimizer-offload-fraction: 0.5\n",
+      "  --max-position-embeddings: 64\n  --optimizer-cpu-offload: true\n  --optimizer-offload-fraction: 0.5\n"
+      "  --use-distributed-optimizer: true\n",
       "m.yaml");
   ASSERT_TRUE(m.ok());
-  EXPECT_THAT(m.unrepresented, ::testing::Contains("--optimizer-cpu-offload"));
-  EXPECT_THAT(m.unrepresented, ::testing::Contains("--optimizer-offload-fraction"));
   EXPECT_TRUE(m.unknown.empty());
+  EXPECT_EQ(Load(m, {{"cluster.gpus_per_node", "2"}}).training.optimizer.offload_fraction, 0.5);
+  const MegatronImport whole = ImportMegatronArgs(
+      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
+      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n"
+      "  --max-position-embeddings: 64\n  --optimizer-cpu-offload: true\n  --use-distributed-optimizer: true\n",
+      "m.yaml");
+  EXPECT_EQ(Load(whole, {{"cluster.gpus_per_node", "2"}}).training.optimizer.offload_fraction, 1.0);
 }
 
 TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {

@@ -415,6 +415,10 @@ std::vector<RecipeField> MakeFields() {
                 "training.optimizer.router", "optimizer", kOptimizers,
                 [](auto& r) -> auto& { return r.training.optimizer.router; }),
             "(Muon takes the router)", kNone),
+      Spell(RealField(
+                "training.optimizer.offload_fraction", "fraction", 0.0, 1.0, false,
+                [](auto& r) -> auto& { return r.training.optimizer.offload_fraction; }),
+            "--optimizer-offload-fraction", kNone),
       Section("parallel"),
       Spell(IntField(
                 "parallel.tp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.tp; }),
@@ -510,6 +514,10 @@ std::vector<RecipeField> MakeFields() {
       Moves(kAffectsNothing, Spell(IntField(
                                        "cluster.capacity_mib", "MiB", 0, kNoLimit,
                                        [](auto& r) -> auto& { return r.cluster.capacity_mib; }),
+                                   kOurs, kOurs)),
+      Moves(kAffectsNothing, Spell(RealField(
+                                       "cluster.host_memory_gib", "GiB", 0.0, 1e9, false,
+                                       [](auto& r) -> auto& { return r.cluster.host_memory_gib; }),
                                    kOurs, kOurs)),
       Moves(kAffectsMemory, Spell(IntField(
                                       "cluster.cublas_workspace_mib", "MiB", 0, 4096,

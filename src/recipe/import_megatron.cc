@@ -181,10 +181,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
        "activations offloaded to host memory are still counted on "
        "the device"},
       {"--offload-modules", "per-module activation offloading is not modeled"},
-      {"--optimizer-cpu-offload",
-       "optimizer state offloaded to host memory (HybridDeviceOptimizer) is still counted on the device; host "
-       "memory and the PCIe transfers are not priced"},
-      {"--optimizer-offload-fraction", "the share of optimizer state offloaded to host memory"},
       {"--overlap-cpu-optimizer-d2h-h2d", "overlap of the offloaded optimizer's host transfers (time)"},
       {"--cuda-graph-impl", "CUDA graphs keep static input/output buffers and a private memory pool"},
       {"--cuda-graph-modules", "CUDA graph capture scope"},
@@ -227,6 +223,8 @@ const std::map<std::string, std::string>& Unrepresentable() {
 
 // Arguments the mapping below reads (so they are neither unknown nor quiet).
 const std::set<std::string> kMapped = {
+    "--optimizer-cpu-offload",
+    "--optimizer-offload-fraction",
     "--pipeline-model-parallel-layout",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
@@ -907,6 +905,11 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   }
   Add(&l, "training.optimizer.matrices", optimizer == "muon" ? "muon" : "adamw");
   Add(&l, "training.optimizer.other", "adamw");
+  if (a.Flag("--optimizer-cpu-offload")) {
+    Add(&l, "training.optimizer.offload_fraction", a.Str("--optimizer-offload-fraction", "1.0"),
+        "--optimizer-cpu-offload (Megatron's default fraction 1.0)");
+    (void)a.Real("--optimizer-offload-fraction", 1.0, 0.0, 1.0);
+  }
   Add(&l, "training.dropout", a.Str("--hidden-dropout", "0.1"), "--hidden-dropout");
   (void)a.Real("--hidden-dropout", 0.1, 0.0, 0.999);
   // --transformer-impl local builds megatron/core/transformer/dot_product_attention.py (unfused:

@@ -79,9 +79,12 @@ namespace {
 // Links (docs/formulas.md §7.1): NVLink4 18 links x 50 GB/s = 900 GB/s bidirectional =
 // 450 GB/s per direction per GPU; InfiniBand NDR 400 Gb/s = 50 GB/s per
 // direction per GPU (one NIC per GPU, rail-optimised).
+// Host side (DGX H100 / H200 datasheets): each GPU on PCIe Gen5 x16, 32 GT/s
+// x 16 lanes, 128b/130b = 63 GB/s per direction; 2 TB (1863 GiB) of system
+// memory a node.
 const GpuSpec kPresets[] = {
-    {"h200", 143771, 989.0, 450.0, 50.0},
-    {"h100", 81559, 989.0, 450.0, 50.0},
+    {"h200", 143771, 989.0, 450.0, 50.0, 63.0, 1863.0},
+    {"h100", 81559, 989.0, 450.0, 50.0, 63.0, 1863.0},
 };
 
 }  // namespace

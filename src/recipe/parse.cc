@@ -295,6 +295,7 @@ void ReadGpuPreset(std::optional<MapReader>& r, Context& ctx, ClusterConfig* c) 
   }
   c->spec = *preset;
   if (c->capacity_mib > 0) c->spec.capacity_mib = c->capacity_mib;
+  if (c->host_memory_gib > 0) c->spec.host_memory_gib = c->host_memory_gib;
 }
 
 // ---- overrides -------------------------------------------------------------

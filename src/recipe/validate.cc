@@ -42,6 +42,7 @@ class Validator {
     CheckSequence();
     CheckHeadWgrad();
     CheckEmbedding();
+    CheckOffload();
     if (layers_ok) CheckMtp();
     if (CheckWorld()) {
       // Always: Megatron builds the expert mesh even without MoE layers and
@@ -283,6 +284,25 @@ class Validator {
                    "a tied output layer shares the table, so it would be replicated too (full-vocabulary logits on "
                    "every TP rank), which is not priced; untie the head (model.tie_embeddings: false) or keep "
                    "vocab_parallel");
+    }
+  }
+
+  /// Megatron's optimizer CPU offload (HybridDeviceOptimizer) wraps Adam
+  /// and runs on the distributed optimizer's path
+  /// (--use-precision-aware-optimizer needs --use-distributed-optimizer).
+  void CheckOffload() {
+    const OptimizerConfig& o = r_.training.optimizer;
+    if (o.offload_fraction <= 0 ||
+        Bad({"training.optimizer.offload_fraction", "training.optimizer.matrices", "parallel.zero"})) {
+      return;
+    }
+    if (o.matrices != OptimizerKind::kAdamW || o.other != OptimizerKind::kAdamW) {
+      ctx_.ErrorAt("training.optimizer.offload_fraction", fmt::format("{}", o.offload_fraction),
+                   "Megatron-LM offloads Adam state only (HybridDeviceOptimizer); set training.optimizer.matrices: "
+                   "adamw, or offload_fraction: 0");
+    } else if (p_.zero < 1) {
+      ctx_.ErrorAt("training.optimizer.offload_fraction", fmt::format("{}", o.offload_fraction),
+                   "Megatron-LM offloads the distributed optimizer's shards; set parallel.zero: 1 or more");
     }
   }
 

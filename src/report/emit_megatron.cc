@@ -442,6 +442,14 @@ void OptimizerFlags(const Context& c) {
   const bool moe = Has(c.r, BlockKind::kMoe);
   c.args.Flag("--optimizer", muon ? "muon" : "adam");
   if (!muon) c.notes.Note("AdamW: --optimizer adam (Megatron's Adam applies decoupled weight decay)");
+  if (o.offload_fraction > 0) {
+    c.args.Flag("--optimizer-cpu-offload");
+    c.args.Flag("--optimizer-offload-fraction", emit::Number(o.offload_fraction));
+    c.args.Flag("--use-precision-aware-optimizer");
+    c.notes.Note(
+        "optimizer CPU offload: Megatron runs it on the precision-aware optimizer path (arguments.py "
+        "asserts --use-precision-aware-optimizer)");
+  }
   if (muon) {
     c.notes.Note("Muon: Megatron gives every 2-D weight except embedding and output to Muon and the rest to Adam "
                  "(emerging_optimizers.py), as the recipe's optimizer.other = adamw");

@@ -172,6 +172,13 @@ std::string RenderFitTable(const FitReport& r) {
   out += Row("  allocated at the peak", allocated_peak);
   out += Row("capacity", cap);
   out += Row("headroom", head);
+  if (est.verdict.host_per_node.count() > 0) {
+    std::vector<std::string> host;
+    for (const auto& st : est.stages) host.push_back(Gib(st.host));
+    out += Row("host (offloaded optimizer)", host);
+    out += fmt::format("  host per node: {} GPUs x the heaviest stage = {} of {} GiB\n", recipe.cluster.gpus_per_node,
+                       FormatGiB(est.verdict.host_per_node), Gib(GiB(recipe.cluster.spec.host_memory_gib)));
+  }
   out += "\n";
   if (!r.explanations.empty()) {
     out += fmt::format("explain (stage {}, the worst rank)\n", est.worst_stage);
@@ -223,6 +230,7 @@ nlohmann::json FitJson(const FitReport& r) {
                       {"headroom_bytes", m.headroom().count()},
                       {"allocated_static_bytes", m.allocated_static.count()},
                       {"allocated_peak_bytes", m.allocated_peak.count()}});
+    if (m.host.count() > 0) stages.back()["host_bytes"] = m.host.count();
   }
   nlohmann::json explain = nlohmann::json::array();
   for (const auto& e : r.explanations) {
@@ -252,6 +260,11 @@ nlohmann::json FitJson(const FitReport& r) {
         {"min_headroom_bytes", GiB(recipe.cluster.min_headroom_gib).count()},
         {"reason", v.reason}}},
   };
+  if (v.host_per_node.count() > 0) {
+    out["verdict"]["host_per_node_bytes"] = v.host_per_node.count();
+    out["verdict"]["host_capacity_bytes"] = GiB(recipe.cluster.spec.host_memory_gib).count();
+    out["verdict"]["host_fits"] = v.host_fits;
+  }
   if (!explain.empty()) out["explain"] = explain;
   if (r.advice) out["advice"] = AdviceJson(*r.advice);
   if (r.balanced_cut) out["balanced_cut"] = BalancedCutJson(r.inventory->recipe, *r.balanced_cut);

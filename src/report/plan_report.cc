@@ -155,6 +155,10 @@ std::string CommAndStepTables(const Plan& p) {
                      100.0 * t.bubble_fraction);
   out += fmt::format("  data-parallel exposed        {:>10} ms\n", Ms(t.dp_exposed_s));
   out += fmt::format("  optimizer                    {:>10} ms\n", Ms(t.optimizer_s));
+  if (t.host_offload_s > 0) {
+    out += fmt::format("  offloaded optimizer, host   {:>10} ms  (grads down, params up; the CPU step not timed)\n",
+                       Ms(t.host_offload_s));
+  }
   out += fmt::format("  step                         {:>10} ms\n", Ms(t.step_s));
   out += "  exposed communication by axis:";
   for (int a = 0; a < kNumAxes; ++a) {
@@ -320,6 +324,7 @@ ordered_json StepJson(const StepTime& t) {
           {"bubble_fraction", t.bubble_fraction},
           {"dp_exposed_s", t.dp_exposed_s},
           {"optimizer_s", t.optimizer_s},
+          {"host_offload_s", t.host_offload_s},
           {"slowest_stage", t.slowest_stage},
           {"exposed_by_axis_s", exposed},
           {"model_flops", t.model_flops},

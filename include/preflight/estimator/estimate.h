@@ -56,6 +56,9 @@ struct RankMemory {
   /// torch.cuda.max_memory_allocated()).
   Bytes allocated_static;
   Bytes allocated_peak;
+  /// Host memory this rank's offloaded optimizer state takes
+  /// (training.optimizer.offload_fraction): fp32 param, grad, Adam m and v.
+  Bytes host;
   Bytes total() const;                 // sum of every category
   Bytes headroom() const { return capacity - total(); }
   Bytes of(Category c) const { return bytes[static_cast<int>(c)]; }
@@ -71,6 +74,11 @@ struct Verdict {
   bool headroom_ok = false;        // headroom >= recipe's min_headroom_gib
   Bytes headroom;                  // of the worst rank
   std::string reason;              // one line, e.g. "stage 0 over capacity by 3.20 GiB"
+  /// Offloaded optimizer state on one node: the heaviest stage's host bytes
+  /// times the GPUs of a node (an upper bound: a node's GPUs may hold
+  /// lighter stages), against cluster host memory. 0 without offload.
+  Bytes host_per_node;
+  bool host_fits = true;
 };
 
 struct MemoryEstimate {
@@ -78,6 +86,10 @@ struct MemoryEstimate {
   int64_t worst_stage = 0;         // pipeline rank with the largest total
   Verdict verdict;
 };
+
+/// Whether the node's offloaded optimizer state fits its host memory: the
+/// heaviest stage's host bytes on every GPU of a node (Verdict::host_fits).
+bool HostMemoryFits(const Recipe& recipe, Bytes heaviest_stage_host);
 
 /// Every pipeline rank, the worst one and the verdict against the recipe's
 /// capacity and headroom floor.

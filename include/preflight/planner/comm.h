@@ -66,6 +66,10 @@ struct CommItem {
 struct StageComm {
   int64_t pipeline_rank = 0;
   std::vector<CommItem> items;
+  /// Offloaded optimizer (training.optimizer.offload_fraction): bytes this
+  /// rank moves over its host link each step, the offloaded elements' fp32
+  /// gradients to the host and fp32 params back (4 B each way).
+  Bytes host_transfer;
   Bytes send_total() const;
   Bytes send_on(Axis a) const;
   Bytes recv_on(Axis a) const;

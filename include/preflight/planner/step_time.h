@@ -42,6 +42,10 @@ struct StepTime {
   double bubble_s = 0;      // schedule bubble, incl. PP p2p of fill/drain
   double dp_exposed_s = 0;  // gradient reduce + param gather not hidden
   double optimizer_s = 0;   // Muon gathers + Newton-Schulz + small all-reduces
+  /// Offloaded optimizer: the slowest rank's host transfers (StageComm::host_transfer
+  /// over the host link, not overlapped: Megatron's default). The CPU Adam
+  /// step itself is not timed.
+  double host_offload_s = 0;
   double step_s = 0;
   double bubble_fraction = 0;  // bubble_s / step_s
   double model_flops = 0;      // per step, whole cluster, no recompute (MFU numerator)

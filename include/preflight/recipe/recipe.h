@@ -191,6 +191,10 @@ struct OptimizerConfig {
   DType muon_momentum = DType::kFp32;
   OptimizerKind mamba_in_proj = OptimizerKind::kAdamW;  // Megatron excludes in_proj from Muon
   OptimizerKind router = OptimizerKind::kAdamW;         // the project's default (docs/formulas.md §9.4)
+  /// Share of each rank's optimizer elements whose fp32 param, grad and Adam
+  /// state live in host memory (Megatron --optimizer-cpu-offload
+  /// --optimizer-offload-fraction); 0 = none.
+  double offload_fraction = 0.0;
 };
 
 struct TrainingConfig {
@@ -252,6 +256,8 @@ struct GpuSpec {
   double bf16_dense_tflops = 0;      // peak dense bf16
   double nvlink_gbps_per_dir = 0;    // GB/s per GPU per direction
   double ib_gbps_per_dir = 0;        // GB/s per GPU per direction
+  double host_link_gbps_per_dir = 0;  // GPU <-> host (PCIe or C2C), GB/s per GPU per direction
+  double host_memory_gib = 0;         // host memory per node
 };
 
 struct ClusterConfig {
@@ -263,6 +269,7 @@ struct ClusterConfig {
   double min_headroom_gib = 4.0;   // floor below which fit warns / check fails
   double allocator_overhead = 0.05;  // fraction of allocator-managed bytes lost to fragmentation
   int64_t capacity_mib = 0;        // device capacity override in MiB; 0 = the preset's (spec.capacity_mib)
+  double host_memory_gib = 0;      // host memory per node override; 0 = the preset's (spec.host_memory_gib)
   /// One cuBLAS workspace in MiB: 32 on Hopper and later (cuBLAS's
   /// recommendation, TE's get_cublas_workspace_size_bytes, and
   /// CUBLAS_WORKSPACE_CONFIG=:4096:8), 4 before.
