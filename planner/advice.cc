@@ -113,7 +113,7 @@ std::optional<Recipe> ApplyMove(const Recipe& recipe, AdviceMove move, AdviceCha
       break;
     case AdviceMove::kMorePp:
       set("parallel.pp", p.pp, p.pp * 2);
-      p = SplitFor(p, p.pp * 2, p.vpp, p.schedule, static_cast<int64_t>(LayerStarts(r.model.layers).size()) - 1);
+      p = SplitFor(p, p.pp * 2, p.vpp, p.schedule, LayerCount(r.model.layers));
       p.stage_boundaries.clear();  // they described the old stages
       break;
     case AdviceMove::kZeroUp:

@@ -85,7 +85,7 @@ void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* ou
 /// pp, vpp and the schedule): refused as the framework refuses it.
 void CheckSplit(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
   if (!r.parallel.stage_boundaries.empty()) return;  // CheckPinned
-  const int64_t layers = static_cast<int64_t>(LayerStarts(r.model.layers).size()) - 1;
+  const int64_t layers = LayerCount(r.model.layers);
   if (r.parallel.partition == Partition::kBalanced) {
     if (ChunkCount(l) > layers) {
       out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
@@ -101,7 +101,7 @@ void CheckSplit(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) 
 void CheckPinned(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
   const auto& b = r.parallel.stage_boundaries;
   if (b.empty()) return;
-  const int64_t layers = static_cast<int64_t>(LayerStarts(r.model.layers).size()) - 1;
+  const int64_t layers = LayerCount(r.model.layers);
   const int64_t want = ChunkCount(l) - 1;
   const std::string key = "parallel.stage_boundaries";
   if (static_cast<int64_t>(b.size()) != want) {
@@ -203,7 +203,7 @@ Bytes WorstTotal(const MemoryEstimate& m) {
 /// still clears the headroom floor.
 std::optional<BalancedCut> AdviseBalancedCut(const Inventory& inv, const PlanTables& tables, const Layout& layout,
                                              const Plan& plan, const CostModel& cost) {
-  if (ChunkCount(layout) <= 1 || ChunkCount(layout) > static_cast<int64_t>(inv.layer_starts.size()) - 1) {
+  if (ChunkCount(layout) <= 1 || ChunkCount(layout) > inv.layer_count()) {
     return std::nullopt;
   }
   const std::vector<NamedCut> cuts = BalancedCuts(WeighLayers(inv, tables, layout, cost), layout, inv.layer_starts);

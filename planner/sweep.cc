@@ -169,7 +169,9 @@ struct Priced {
   Bytes peak;
   Bytes capacity;
   Bytes host;  // the heaviest stage's offloaded optimizer state
-  bool fits() const { return peak <= capacity; }
+  /// As EstimateMemory's verdict: the worst rank on the device, the offloaded
+  /// optimizer state in the node's host memory.
+  bool Fits(const Recipe& r) const { return peak <= capacity && HostMemoryFits(r, host); }
   int64_t worst = 0;
   double step_s = 0;
   double tokens_per_s = 0;
@@ -217,8 +219,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   r.training.micro_batch = v[7];
   p.schedule = ScheduleFor(inv.recipe.parallel.schedule, p.vpp);
   // Megatron's uneven first/last stage re-derived for this pp (as MakePlan does).
-  const ParallelConfig split =
-      SplitFor(inv.recipe.parallel, p.pp, p.vpp, p.schedule, static_cast<int64_t>(inv.layer_starts.size()) - 1);
+  const ParallelConfig split = SplitFor(inv.recipe.parallel, p.pp, p.vpp, p.schedule, inv.layer_count());
   p.first_stage_layers = split.first_stage_layers;
   p.last_stage_layers = split.last_stage_layers;
 
@@ -291,8 +292,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         continue;
       }
       Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
-      const auto fits = [&](const Priced& x) { return x.fits() && HostMemoryFits(inv.recipe, x.host); };
-      if (balanced && !fits(best)) {
+      if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (PartitionCandidates).
         const std::vector<StagePlan> cuts =
@@ -300,7 +300,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         bool found = false;
         for (size_t c = 1; c < cuts.size(); ++c) {
           const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, w);
-          if (fits(priced) && (!found || priced.step_s < best.step_s)) {
+          if (priced.Fits(inv.recipe) && (!found || priced.step_s < best.step_s)) {
             best = priced;
             found = true;
           }

@@ -73,7 +73,7 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   // is two letters).
   std::vector<BlockKind> once;
   for (char c : m.pattern) once.push_back(static_cast<BlockKind>(c));
-  const int64_t per_repeat = std::max<int64_t>(1, static_cast<int64_t>(LayerStarts(once).size()) - 1);
+  const int64_t per_repeat = std::max<int64_t>(1, LayerCount(once));
   const int64_t chunks = ChunkCountOf(p.schedule, p.pp, p.vpp);
   m.repeat = std::max(s.repeat, (chunks + per_repeat - 1) / per_repeat);
   m.layers = ExpandLayers(m);

@@ -84,7 +84,7 @@ TEST(Partition, EveryShippedRecipeIsPricedOnItsFrameworksSplit) {
   int megatron = 0;
   for (const auto& entry : std::filesystem::directory_iterator(SourcePath("recipes"))) {
     const Recipe r = Load(entry.path().filename().string());
-    const int64_t layers = static_cast<int64_t>(LayerStarts(r.model.layers).size()) - 1;
+    const int64_t layers = LayerCount(r.model.layers);
     const auto chunks = PlannedChunks(r);
     ASSERT_EQ(static_cast<int64_t>(chunks.size()), ChunkCountOf(r.parallel.schedule, r.parallel.pp, r.parallel.vpp));
     EXPECT_EQ(chunks.back().second, layers) << r.name;

@@ -63,7 +63,7 @@ std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inv, const Layo
   const bool has_moe = expert_params > 0;
   const std::vector<int64_t> heads = TpDivisibilityConstraints(m, kinds);
   // The framework's layers (a transformer layer is two sublayers).
-  const int64_t layer_count = static_cast<int64_t>(LayerStarts(kinds).size()) - 1;
+  const int64_t layer_count = LayerCount(kinds);
   std::vector<int64_t> node_counts;
   for (int64_t nodes = 1; nodes <= 128; nodes *= 2) node_counts.push_back(nodes);
   if (pins.nodes) node_counts = {*pins.nodes};

@@ -1,6 +1,7 @@
 #include "preflight/inventory/layout.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -32,24 +33,6 @@ Layout LayoutOf(const Recipe& r) {
   return l;
 }
 
-namespace {
-StagePlan PlanFromStarts(const std::vector<int64_t>& starts, int64_t layers, int64_t pp) {
-  StagePlan plan;
-  const int64_t n = static_cast<int64_t>(starts.size());
-  for (int64_t c = 0; c < n; ++c) {
-    StageChunk chunk;
-    chunk.pipeline_rank = c % pp;
-    chunk.virtual_index = c / pp;
-    chunk.first_layer = starts[static_cast<size_t>(c)];
-    chunk.end_layer = c + 1 < n ? starts[static_cast<size_t>(c + 1)] : layers;
-    chunk.owns_embedding = c == 0;
-    chunk.owns_head = c == n - 1;
-    plan.chunks.push_back(chunk);
-  }
-  return plan;
-}
-}  // namespace
-
 LayerRange LayerRangeOf(const StageChunk& c, const std::vector<int64_t>& starts) {
   auto index = [&](int64_t sublayer) {
     return static_cast<int64_t>(std::lower_bound(starts.begin(), starts.end(), sublayer) - starts.begin());
@@ -67,13 +50,11 @@ std::vector<StageChunk> ChunksOfRank(const StagePlan& plan, int64_t pipeline_ran
 
 StagePlan EqualStagePlan(int64_t layers, int64_t pp, int64_t vpp) {
   const int64_t n = pp * vpp;
-  std::vector<int64_t> starts;
-  int64_t at = 0;
-  for (int64_t c = 0; c < n; ++c) {
-    starts.push_back(at);
-    at += layers / n + (c < layers % n ? 1 : 0);
-  }
-  return PlanFromStarts(starts, layers, pp);
+  std::vector<int64_t> counts;
+  for (int64_t c = 0; c < n; ++c) counts.push_back(layers / n + (c < layers % n ? 1 : 0));
+  std::vector<int64_t> units(static_cast<size_t>(layers + 1));
+  std::iota(units.begin(), units.end(), int64_t{0});  // each unit its own start
+  return PlanFromLayerCounts(counts, units, pp, Schedule::k1F1B);
 }
 
 std::pair<int64_t, int64_t> PlaceChunk(int64_t c, int64_t chunks, int64_t pp, Schedule schedule) {
@@ -100,14 +81,13 @@ StagePlan PlanFromLayerCounts(const std::vector<int64_t>& layers_per_chunk, cons
 }
 
 std::optional<StagePlan> RecipeStagePlan(const Inventory& inv, const Layout& l) {
-  const int64_t layers = static_cast<int64_t>(inv.layer_starts.size()) - 1;
+  const int64_t layers = inv.layer_count();
   const ParallelConfig p = SplitFor(inv.recipe.parallel, l.pp, l.vpp, l.schedule, layers);
   const LayerSplit split = RecipeSplit(p, inv.recipe.model.layers);
   if (!split.ok() || split.layers.empty()) return std::nullopt;
   int64_t total = 0;
   for (const int64_t n : split.layers) total += n;
-  if (total != static_cast<int64_t>(inv.layer_starts.size()) - 1 ||
-      static_cast<int64_t>(split.layers.size()) != ChunkCountOf(l.schedule, l.pp, l.vpp)) {
+  if (total != layers || static_cast<int64_t>(split.layers.size()) != ChunkCountOf(l.schedule, l.pp, l.vpp)) {
     return std::nullopt;  // a split of another stack or schedule: validation reports it
   }
   return PlanFromLayerCounts(split.layers, inv.layer_starts, l.pp, l.schedule);

@@ -162,6 +162,11 @@ std::vector<int64_t> LayerStarts(const std::vector<BlockKind>& sublayers) {
   return out;
 }
 
+int64_t LayerCount(const std::vector<BlockKind>& sublayers) {
+  const int64_t n = static_cast<int64_t>(sublayers.size());
+  return IsTransformerStack(sublayers) ? n / 2 : n;
+}
+
 std::optional<std::pair<int64_t, int64_t>> UnevenEnds(int64_t layers, int64_t pp) {
   if (pp <= 1 || layers % pp == 0) return std::pair<int64_t, int64_t>{0, 0};
   for (const int64_t middle : {(layers + pp - 1) / pp, layers / pp}) {
@@ -198,7 +203,7 @@ LayerSplit RuleSplit(const ParallelConfig& p, int64_t layers, bool transformer_s
 }
 
 LayerSplit RecipeSplit(const ParallelConfig& p, const std::vector<BlockKind>& sublayers) {
-  const int64_t layers = static_cast<int64_t>(LayerStarts(sublayers).size()) - 1;
+  const int64_t layers = LayerCount(sublayers);
   const std::vector<int64_t>& b = p.stage_boundaries;
   LayerSplit s;
   if (!b.empty()) {

@@ -435,7 +435,7 @@ class Validator {
       return;
     }
     if (layers_ok && p_.partition == Partition::kBalanced && p_.stage_boundaries.empty()) {
-      const int64_t layers = static_cast<int64_t>(LayerStarts(r_.model.layers).size()) - 1;
+      const int64_t layers = LayerCount(r_.model.layers);
       const auto chunks = Mul(pp, p_.vpp);
       if (!chunks || *chunks > layers) {
         const char* key = p_.vpp > 1 ? "parallel.vpp" : "parallel.pp";
@@ -528,7 +528,7 @@ class Validator {
 
   void CheckStageBoundaries() {
     const std::vector<int64_t>& b = p_.stage_boundaries;
-    const int64_t layers = static_cast<int64_t>(LayerStarts(r_.model.layers).size()) - 1;
+    const int64_t layers = LayerCount(r_.model.layers);
     const int64_t chunks = ChunkCountOf(p_.schedule, p_.pp, p_.vpp);
     if (static_cast<int64_t>(b.size()) != chunks - 1) {
       ctx_.ErrorAt("parallel.stage_boundaries", "",

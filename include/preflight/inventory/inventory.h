@@ -109,6 +109,7 @@ struct Inventory {
   /// Framework layers (recipe/partition.h LayerStarts): index of the sublayer
   /// each starts at, then layers.size().
   std::vector<int64_t> layer_starts;
+  int64_t layer_count() const { return layer_starts.empty() ? 0 : static_cast<int64_t>(layer_starts.size()) - 1; }
   ParamTensor embedding;           // [vocab, hidden], Split::kVocab (logical, unpadded vocab)
   /// Learned absolute position embeddings [positions, hidden], REP, on the
   /// first stage with the word embedding; empty without (RoPE).

@@ -22,6 +22,8 @@ bool IsTransformerStack(const std::vector<BlockKind>& sublayers);
 /// Index of the sublayer where each layer starts, then the sublayer count
 /// (size = layers + 1).
 std::vector<int64_t> LayerStarts(const std::vector<BlockKind>& sublayers);
+/// The number of layers (LayerStarts(sublayers).size() - 1).
+int64_t LayerCount(const std::vector<BlockKind>& sublayers);
 
 /// Model chunks a schedule runs: pp x vpp for 1F1B / interleaved, pp for
 /// DualPipe (the mirrored chunks are copies), 2 pp for DualPipeV.
