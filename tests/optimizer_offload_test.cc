@@ -5,6 +5,7 @@
 // param, grad, m, v), and move 8 B each over the host link every step
 // (grads down, params up; PCIe Gen5 x16, 63 GB/s per direction).
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,19 @@ TEST(OptimizerOffload, HalfTheShardLeavesTheDeviceForTheHost) {
   const double expected = static_cast<double>(offloaded) * 8.0 / 63e9;
   EXPECT_NEAR(half.time.host_offload_s, expected, 1e-12 * expected);
   EXPECT_NEAR(half.time.step_s - base.time.step_s, expected, 1e-9 * base.time.step_s);
+}
+
+// The presets' host side, from the specifications: PCIe 5.0 runs 32 GT/s a
+// lane with 128b/130b encoding, so x16 carries 32e9 x 16 x 128/130 / 8 =
+// 63.0 GB/s per direction; a DGX H100 / H200 has 2 TB of system memory
+// (NVIDIA DGX H100/H200 datasheets) = 2e12 / 2^30 = 1862.6 GiB.
+TEST(OptimizerOffload, PresetHostSideFollowsTheSpecifications) {
+  for (const char* gpu : {"h100", "h200"}) {
+    const std::optional<GpuSpec> spec = GpuPreset(gpu);
+    ASSERT_TRUE(spec.has_value()) << gpu;
+    EXPECT_NEAR(spec->host_link_gbps_per_dir, 32e9 * 16 * 128 / 130 / 8 / 1e9, 0.05) << gpu;
+    EXPECT_NEAR(spec->host_memory_gib, 2e12 / 1073741824.0, 0.5) << gpu;
+  }
 }
 
 TEST(OptimizerOffload, HostMemoryIsAVerdict) {
