@@ -31,7 +31,7 @@ inline Recipe SmallRecipe() {
   r.training.seq_len = 4096;
   r.training.micro_batch = 1;
   r.training.global_batch = 64;
-  r.cluster.spec = GpuSpec{"h200", 143771, 989.0, 450.0, 50.0};
+  r.cluster.spec = *GpuPreset("h200");
   return r;
 }
 

@@ -53,7 +53,7 @@ inline Inventory TinyInventory(const std::string& pattern, int64_t vocab = 1000)
   r.training.seq_len = 1024;
   r.training.micro_batch = 2;
   r.cluster.gpu = "h200";
-  r.cluster.spec = GpuSpec{"h200", 143771, 989, 450, 50};
+  r.cluster.spec = *GpuPreset("h200");
   r.cluster.gpus_per_node = 8;
   // The planner's own balanced cut: these tests price partitions the
   // framework rules would refuse (8 layers on pp 3, DualPipe).

@@ -77,7 +77,8 @@ const Case kCases[] = {
      "must be true or false"},
     {"MuonForOther", "training:\n  optimizer: {other: muon}\n", 2, 22, "training.optimizer.other",
      "must be one of: adamw"},
-    {"UnknownGpu", "cluster: {gpu: a100}\n", 1, 16, "cluster.gpu", "unknown GPU; valid presets: h200, h100"},
+    {"UnknownGpu", "cluster: {gpu: v100}\n", 1, 16, "cluster.gpu",
+     "unknown GPU; valid presets: h200, h100, h100-nvl, a100, b200, gb200"},
     // Layer pattern and list.
     {"BadPatternLetterQuoted", "model:\n  pattern: \"AEXM\"\n", 2, 15, "model.pattern",
      "bad layer letter 'X' at position 3; valid letters: A (attention), M (Mamba-2), E (MoE), R (recurrent), D "

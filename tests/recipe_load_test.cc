@@ -2,6 +2,7 @@
 // --set overrides, presets and warnings. Expected values are counted by hand
 // from the YAML in each test (and from docs/formulas.md §2.4 for the presets).
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -107,8 +108,53 @@ TEST(Presets, H200AndH100) {
   const auto h100 = GpuPreset("h100");
   ASSERT_TRUE(h100.has_value());
   EXPECT_EQ(h100->capacity_mib, 81559);
-  EXPECT_FALSE(GpuPreset("a100").has_value());
-  EXPECT_EQ(GpuPresetNames(), (std::vector<std::string>{"h200", "h100"}));
+  EXPECT_FALSE(GpuPreset("v100").has_value());
+  EXPECT_EQ(GpuPresetNames(), (std::vector<std::string>{"h200", "h100", "h100-nvl", "a100", "b200", "gb200"}));
+}
+
+// Each preset against its datasheet, re-derived here: dense = the sparse
+// figure / 2, links = lanes x rate, MiB from decimal GB where no nvidia-smi
+// figure exists.
+TEST(Presets, DerivedFromTheirDatasheets) {
+  const auto get = [](const char* name) { return *GpuPreset(name); };
+  // H200 and H100 SXM: the same Hopper die, more and faster HBM on H200.
+  EXPECT_DOUBLE_EQ(get("h200").bf16_dense_tflops, get("h100").bf16_dense_tflops);
+  EXPECT_DOUBLE_EQ(get("h100").fp8_dense_tflops, 3958.0 / 2);  // "3,958 TFLOPS*" with sparsity
+  EXPECT_DOUBLE_EQ(get("h100").hbm_gbps, 3350.0);
+  EXPECT_DOUBLE_EQ(get("h200").hbm_gbps, 4800.0);
+  EXPECT_DOUBLE_EQ(get("h100").fp4_dense_tflops, 0.0);
+  // H100 NVL: 1,671 / 3,341 TFLOPS sparse bf16 / fp8; 94 GB; a bridged pair.
+  EXPECT_DOUBLE_EQ(get("h100-nvl").bf16_dense_tflops, std::floor(1671.0 / 2));
+  EXPECT_EQ(get("h100-nvl").capacity_mib, static_cast<int64_t>(94e9 / (1 << 20)));
+  EXPECT_EQ(get("h100-nvl").nvlink_domain, 2);
+  // A100 SXM: 624 sparse bf16, no fp8; NVLink3 12 links x 25 GB/s a direction;
+  // PCIe Gen4 x16: 16 GT/s x 16 lanes x 128/130 / 8 bits.
+  EXPECT_DOUBLE_EQ(get("a100").bf16_dense_tflops, 624.0 / 2);
+  EXPECT_DOUBLE_EQ(get("a100").fp8_dense_tflops, 0.0);
+  EXPECT_DOUBLE_EQ(get("a100").nvlink_gbps_per_dir, 12 * 25.0);
+  EXPECT_NEAR(get("a100").host_link_gbps_per_dir, 16.0 * 16 * 128 / 130 / 8, 0.1);
+  // B200 / GB200: NVLink5 18 links x 50 GB/s; 4.5 / 9 PF sparse bf16 (B200),
+  // 5 PF (GB200); fp4 4x bf16; one NVLink domain of 72 on NVL72.
+  for (const char* b : {"b200", "gb200"}) {
+    EXPECT_DOUBLE_EQ(get(b).nvlink_gbps_per_dir, 18 * 50.0) << b;
+    EXPECT_DOUBLE_EQ(get(b).fp4_dense_tflops, 4 * get(b).bf16_dense_tflops) << b;
+    EXPECT_DOUBLE_EQ(get(b).fp8_dense_tflops, 2 * get(b).bf16_dense_tflops) << b;
+  }
+  EXPECT_DOUBLE_EQ(get("b200").bf16_dense_tflops, 4500.0 / 2);
+  EXPECT_DOUBLE_EQ(get("gb200").bf16_dense_tflops, 5000.0 / 2);
+  EXPECT_EQ(get("gb200").nvlink_domain, 72);
+  EXPECT_EQ(get("gb200").capacity_mib, static_cast<int64_t>(186e9 / (1 << 20)));
+  // 7680-bit bus x 3996 MHz x 2 (DDR) / 8 bits.
+  EXPECT_NEAR(get("b200").hbm_gbps, 7680.0 * 3996e6 * 2 / 8 / 1e9, 1.0);
+  // Every preset can price a step: peaks, HBM, links and kernel rates present.
+  for (const std::string& name : GpuPresetNames()) {
+    const GpuSpec g = get(name.c_str());
+    EXPECT_GT(g.hbm_gbps, 0) << name;
+    EXPECT_GT(g.rates.gemm, 0) << name;
+    EXPECT_GT(g.rates.hbm, 0) << name;
+    EXPECT_GT(g.rates.attention_fused, 0) << name;
+    EXPECT_EQ(g.fp8_dense_tflops > 0, g.rates.gemm_fp8 > 0) << name;
+  }
 }
 
 TEST(Presets, CapacityOverride) {

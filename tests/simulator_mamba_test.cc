@@ -68,7 +68,7 @@ Recipe MambaRecipe(const Dims& d) {
   r.training.seq_len = d.seq;
   r.training.micro_batch = d.batch;
   r.cluster.gpu = "h200";
-  r.cluster.spec = GpuSpec{"h200", 143771, 989, 450, 50};
+  r.cluster.spec = *GpuPreset("h200");
   r.cluster.gpus_per_node = 8;
   return r;
 }

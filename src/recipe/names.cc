@@ -71,20 +71,60 @@ const char* Name(CpRecurrent c) {
 
 namespace {
 
-// Capacities are what `nvidia-smi` reports as memory.total, not the marketing
-// figure (docs/formulas.md §2.4): H200 141 GB HBM3e shows 143771 MiB, H100
-// 80GB HBM3 SXM shows 81559 MiB.
-// bf16 dense peak: NVIDIA H100/H200 SXM datasheets give 1,979 TFLOPS "with
-// sparsity"; the dense figure is half, 989 TFLOPS (same Hopper SXM tensor cores).
-// Links (docs/formulas.md §7.1): NVLink4 18 links x 50 GB/s = 900 GB/s bidirectional =
-// 450 GB/s per direction per GPU; InfiniBand NDR 400 Gb/s = 50 GB/s per
-// direction per GPU (one NIC per GPU, rail-optimised).
-// Host side (DGX H100 / H200 datasheets): each GPU on PCIe Gen5 x16, 32 GT/s
-// x 16 lanes, 128b/130b = 63 GB/s per direction; 2 TB (1863 GiB) of system
-// memory a node.
+// One row per device; every figure with its source. Units: MiB as
+// `nvidia-smi` reports memory.total (not the marketing GB: docs/formulas.md
+// §2.4), dense TFLOP/s (datasheets print "with sparsity": dense is half),
+// GB/s per GPU per direction for links, GB/s for HBM, GiB of host memory per
+// node.
+//
+// Capacities: A100 80GB 81920 MiB and H100 80GB HBM3 81559 MiB (nvidia-smi,
+// listed in modal-labs/modal-client#2797), H200 143771 MiB (nvidia-smi on
+// DGX H200), B200 183359 MiB (nvidia-smi on DGX B200, NVIDIA/TensorRT-LLM#10278).
+// H100 NVL and GB200 are the datasheets' 94 GB and 186 GB in MiB (89645,
+// 177383: no nvidia-smi figure at hand, so the lower reading; a site that
+// knows better sets cluster.capacity_mib).
+// Peaks (dense, per GPU): A100 SXM 312 bf16, no fp8; H100 SXM / H200 SXM 989
+// bf16, 1979 fp8; H100 NVL 835 / 1671; B200 (HGX B200, 1000 W) 2250 bf16,
+// 4500 fp8, 9000 fp4; GB200 (NVL72) 2500 / 5000 / 10000 — the datasheets'
+// sparse figures halved, as torchao's roofline_utils and torchtitan's
+// infer_peak_bf16_tflops list them.
+// HBM: A100 80GB 2039, H100 SXM 3350, H100 NVL 3900, H200 4800 GB/s
+// (datasheets); B200 and GB200 7672 GB/s (7680-bit bus at 3996 MHz, DDR: the
+// driver's corrected bus width, pytorch/ao#4002; the datasheet says 8 TB/s).
+// NVLink per direction: NVLink3 12 x 25 = 300 (A100), NVLink4 18 x 25 = 450
+// (H100/H200 SXM), NVLink bridge 600 GB/s bidirectional = 300 in pairs (H100
+// NVL), NVLink5 18 x 50 = 900 (B200, GB200; one domain of 72 on NVL72).
+// Network per GPU per direction: HDR 200 Gb/s = 25 GB/s (DGX A100), NDR
+// 400 Gb/s = 50 GB/s (DGX H100/H200/B200, ConnectX-7 on GB200 NVL72).
+// Host: PCIe Gen4 x16 31.5 GB/s (A100), Gen5 x16 63 GB/s (32 GT/s x 16,
+// 128b/130b); GB200's NVLink-C2C 900 GB/s bidirectional per Grace, shared by
+// its two GPUs: 225 per GPU per direction. Host memory: DGX A100/H100/H200/B200
+// 2 TB (1863 GiB); a GB200 compute tray (4 GPUs, 2 Grace x 480 GB LPDDR5X)
+// 960 GB (894 GiB); H100 NVL servers vary: DGX-like 2 TB assumed.
+//
+// Kernel rates (KernelRates): Hopper's from bench/device on an H100 SXM
+// (bench/data/gemm_h100_bf16.tsv, bench/data/kernel_rates_h100.json; fit in
+// docs/plan.md): GEMMs at max(FLOPs / (0.72 peak), bytes / (0.6 HBM)) over
+// 138 shapes (median error 3.9 %); fp8 _scaled_mm 1310-1380 of 1979 TFLOP/s
+// (0.68); a 1 GiB copy 2991 of 3350 GB/s (0.89); causal GQA attention
+// forward+backward at s = 2048/4096/8192: cuDNN 0.31/0.45/0.53 and
+// FlashAttention-2 0.18/0.25/0.29 of peak, i.e. 0.71 and 0.37 at long
+// sequences with half rate at s = 2400. Ampere's GEMM rate is fitted on the
+// Megatron-LM PTD-P paper's Table 1 (docs/plan.md); its attention figures are
+// FlashAttention-2's paper (Dao 2023: 50-73 % of A100 peak forward+backward).
+// Blackwell: no device at hand; Hopper's fractions are taken as they are
+// (docs/plan.md says so), the peaks are Blackwell's.
+constexpr KernelRates kHopper{0.72, 0.68, 0.6, 0.89, 0.71, 0.37, 2400.0};
+constexpr KernelRates kAmpere{0.80, 0.0, 0.6, 0.89, 0.71, 0.62, 2400.0};
+constexpr KernelRates kBlackwell = kHopper;
+
 const GpuSpec kPresets[] = {
-    {"h200", 143771, 989.0, 450.0, 50.0, 63.0, 1863.0},
-    {"h100", 81559, 989.0, 450.0, 50.0, 63.0, 1863.0},
+    {"h200", 143771, 989.0, 450.0, 50.0, 63.0, 1863.0, 1979.0, 0.0, 4800.0, 0, kHopper},
+    {"h100", 81559, 989.0, 450.0, 50.0, 63.0, 1863.0, 1979.0, 0.0, 3350.0, 0, kHopper},
+    {"h100-nvl", 89645, 835.0, 300.0, 50.0, 63.0, 1863.0, 1671.0, 0.0, 3900.0, 2, kHopper},
+    {"a100", 81920, 312.0, 300.0, 25.0, 31.5, 1863.0, 0.0, 0.0, 2039.0, 0, kAmpere},
+    {"b200", 183359, 2250.0, 900.0, 50.0, 63.0, 1863.0, 4500.0, 9000.0, 7672.0, 0, kBlackwell},
+    {"gb200", 177383, 2500.0, 900.0, 50.0, 225.0, 894.0, 5000.0, 10000.0, 7672.0, 72, kBlackwell},
 };
 
 }  // namespace

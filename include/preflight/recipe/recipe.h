@@ -249,15 +249,38 @@ struct ParallelConfig {
   bool loss_in_split = false;
 };
 
+/// Achievable fractions of a device's peaks, per kernel class: what the
+/// step-time model prices each operation at (docs/plan.md "Device rates").
+/// Measured on the device (bench/device/), or fitted on published runs where
+/// no device was at hand; every figure's origin is in names.cc.
+struct KernelRates {
+  double gemm = 0;              // large bf16/fp16 GEMMs, of the dense peak
+  double gemm_fp8 = 0;          // fp8 GEMMs with tensorwise scales, of the fp8 peak
+  double gemm_memory = 0;       // GEMMs bound by their operands' bytes, of HBM bandwidth
+  double hbm = 0;               // elementwise kernels (copy, norm, activation), of HBM bandwidth
+  double attention_fused = 0;   // cuDNN fused attention (TE's default), forward+backward, long sequences
+  double attention_flash2 = 0;  // FlashAttention-2 (PyTorch SDPA's flash backend), the same
+  /// Sequence length at which attention runs at half its long-sequence rate:
+  /// rate(s) = rate * s / (s + attention_half_seq).
+  double attention_half_seq = 0;
+};
+
 /// Hardware preset values (docs/formulas.md §2.4: device capacity as CUDA reports it).
 struct GpuSpec {
   std::string name;
   int64_t capacity_mib = 0;
-  double bf16_dense_tflops = 0;      // peak dense bf16
+  double bf16_dense_tflops = 0;      // peak dense bf16 (fp16 the same on every preset)
   double nvlink_gbps_per_dir = 0;    // GB/s per GPU per direction
   double ib_gbps_per_dir = 0;        // GB/s per GPU per direction
   double host_link_gbps_per_dir = 0;  // GPU <-> host (PCIe or C2C), GB/s per GPU per direction
   double host_memory_gib = 0;         // host memory per node
+  double fp8_dense_tflops = 0;        // 0: no fp8 tensor cores
+  double fp4_dense_tflops = 0;        // 0: no fp4 tensor cores
+  double hbm_gbps = 0;                // HBM bandwidth, GB/s
+  /// GPUs one NVLink domain joins: a node's 8 on HGX/DGX, 72 on GB200 NVL72,
+  /// 2 on bridged H100 NVL pairs. Groups inside a domain talk over NVLink.
+  int64_t nvlink_domain = 0;
+  KernelRates rates;
 };
 
 struct ClusterConfig {
