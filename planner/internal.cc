@@ -46,37 +46,23 @@ ParamTotals ParamsOf(const PlanTables& t, int64_t first, int64_t end) {
   return out;
 }
 
-double AchievableFlops(const Inventory& inv, const CostModel& cost) {
-  return inv.recipe.cluster.spec.bf16_dense_tflops * 1e12 * cost.compute_efficiency;
-}
-
-double TokensPerRank(const Inventory& inv, const Layout& layout) {
-  // A CP rank's tokens (the shared geometry), their work split over TP.
-  return static_cast<double>(TokensOf(inv.recipe, layout).cp_rank) / static_cast<double>(layout.tp);
-}
-
-ChunkCompute ComputeOf(const Inventory& inv, const PlanTables& t, const Layout& layout, const StageChunk& range,
-                       const CostModel& cost) {
-  const double seq = static_cast<double>(inv.recipe.training.seq_len);
-  const double tokens = TokensPerRank(inv, layout);
-  const double peak = AchievableFlops(inv, cost);
-  const auto counts = ChunkCounts(t, range);
-  double fwd = 0, core = 0;
-  for (size_t f = 0; f < 5; ++f) {
-    const FamilyCost& fc = t.family[f];
-    const double n = static_cast<double>(counts[f]);
-    fwd += n * tokens * (fc.matmul_flops + fc.scan_flops + fc.flops_per_token_per_seq * seq);
-    core += n * tokens * fc.flops_per_token_per_seq * seq;
-  }
-  double recompute = 0;
-  if (layout.recompute == Recompute::kSelective) recompute = core;
-  if (layout.recompute == Recompute::kFull) recompute = fwd;  // layers only; the head is not recomputed
-  if (range.owns_head) fwd += tokens * (t.head_flops + t.mtp_extra_flops);
+ChunkCompute ComputeOf(const ComputeTimes& times, const PlanTables& t, const StageChunk& range) {
   ChunkCompute out;
-  out.forward_s = fwd / peak;
-  out.backward_s = 2.0 * fwd / peak;  // dgrad + wgrad, each the forward's FLOPs
-  out.recompute_s = recompute / peak;
-  out.attention_core_fwd_s = core / peak;
+  const auto counts = ChunkCounts(t, range);
+  for (size_t f = 0; f < 5; ++f) {
+    const LayerSeconds& ls = times.family[f];
+    const double n = static_cast<double>(counts[f]);
+    out.forward_s += n * ls.forward.total();
+    out.backward_s += n * ls.backward.total();
+    out.recompute_s += n * ls.recompute.total();
+    out.attention_core_fwd_s += n * ls.attention_core_forward;
+    out.by_family_s[f] = n * ls.total();
+  }
+  if (range.owns_head) {
+    out.forward_s += times.head.forward.total();
+    out.backward_s += times.head.backward.total();
+    out.head_s = times.head.total();
+  }
   return out;
 }
 

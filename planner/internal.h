@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "preflight/planner/compute.h"
 #include "preflight/planner/plan.h"
 
 namespace preflight::planner_internal {
@@ -33,13 +34,9 @@ struct ChunkCompute {
   double backward_s = 0;
   double recompute_s = 0;
   double attention_core_fwd_s = 0;  // the part of forward_s a CP p2p ring can hide under
+  std::array<double, 5> by_family_s{};  // forward + backward + recompute of its layers
+  double head_s = 0;                    // the head's (and MTP extras')
 };
-ChunkCompute ComputeOf(const Inventory& inv, const PlanTables& t, const Layout& layout, const StageChunk& range,
-                       const CostModel& cost);
-
-/// Achievable FLOP/s: peak dense bf16 times the compute efficiency.
-double AchievableFlops(const Inventory& inv, const CostModel& cost);
-/// Tokens one rank holds per micro-batch in SP regions: s*b/(c*t).
-double TokensPerRank(const Inventory& inv, const Layout& layout);
+ChunkCompute ComputeOf(const ComputeTimes& times, const PlanTables& t, const StageChunk& range);
 
 }  // namespace preflight::planner_internal

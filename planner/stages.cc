@@ -6,6 +6,8 @@
 
 #include "preflight/planner/stages.h"
 
+#include "preflight/planner/compute.h"
+
 #include "preflight/recipe/partition.h"
 
 namespace preflight {
@@ -19,26 +21,6 @@ int64_t PipelineRankOfChunk(const Layout& l, int64_t chunk, int64_t chunks) {
 }
 
 namespace {
-
-double PeakFlops(const Inventory& inv, const CostModel& cost) {
-  return inv.recipe.cluster.spec.bf16_dense_tflops * 1e12 * cost.compute_efficiency;
-}
-
-// Forward FLOPs of one layer of family `f` for the tokens one rank holds.
-double ForwardFlops(const FamilyCost& f, double tokens_per_rank, double seq) {
-  return tokens_per_rank * (f.matmul_flops + f.scan_flops + f.flops_per_token_per_seq * seq);
-}
-
-// FLOPs the recompute policy adds: selective recomputes the attention core
-// (Megatron core_attn), full recomputes the whole layer forward.
-double RecomputeFlops(const FamilyCost& f, double tokens_per_rank, double seq, Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return 0.0;
-    case Recompute::kSelective: return tokens_per_rank * f.flops_per_token_per_seq * seq;
-    case Recompute::kFull: return ForwardFlops(f, tokens_per_rank, seq);
-  }
-  return 0.0;
-}
 
 struct Best {
   double time = std::numeric_limits<double>::infinity();
@@ -60,28 +42,20 @@ bool Better(double t1, int64_t p1, const Best& b) {
 LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const Layout& layout,
                          const CostModel& cost) {
   LayerWeights w;
-  const double seq = static_cast<double>(inv.recipe.training.seq_len);
-  const double tokens = seq * static_cast<double>(layout.micro_batch) / static_cast<double>(layout.cp * layout.tp);
-  const double peak = PeakFlops(inv, cost);
+  // One micro-batch's forward + backward + recompute of each layer on one
+  // rank: the step time's own per-layer compute (compute.h).
+  const ComputeTimes ct = LayerComputeTimes(inv, tables, layout, cost);
   w.layer_s.reserve(static_cast<size_t>(tables.layers));
   w.layer_params.reserve(static_cast<size_t>(tables.layers));
   for (int64_t l = 0; l < tables.layers; ++l) {
-    const FamilyCost& f = tables.family[static_cast<size_t>(FamilyIndex(tables.kinds[static_cast<size_t>(l)]))];
-    const double fwd = ForwardFlops(f, tokens, seq);
-    w.layer_s.push_back((3.0 * fwd + RecomputeFlops(f, tokens, seq, layout.recompute)) / peak);
+    w.layer_s.push_back(ct.family[static_cast<size_t>(FamilyIndex(tables.kinds[static_cast<size_t>(l)]))].total());
     w.layer_params.push_back(tables.params_prefix[static_cast<size_t>(l + 1)].total() -
                              tables.params_prefix[static_cast<size_t>(l)].total());
   }
-  // The head's work: its projection and loss, and the MTP modules' (their
-  // layers, recomputed by the policy like any layer, and their extra FLOPs).
-  w.head_s = 3.0 * tokens * (tables.head_flops + tables.mtp_extra_flops) / peak;
+  // The head's work: its projection and loss, and the MTP modules' layers.
+  w.head_s = ct.head.total();
   for (size_t f = 0; f < 5; ++f) {
-    const double n = static_cast<double>(tables.mtp_counts[f]);
-    if (n == 0) continue;
-    w.head_s += n *
-                (3.0 * ForwardFlops(tables.family[f], tokens, seq) +
-                 RecomputeFlops(tables.family[f], tokens, seq, layout.recompute)) /
-                peak;
+    w.head_s += static_cast<double>(tables.mtp_counts[f]) * ct.family[f].total();
   }
   w.embedding_s = 0.0;  // a lookup; its cost is memory (the parameter tiebreak)
   w.embedding_params = tables.embedding_params;

@@ -7,10 +7,10 @@
 
 namespace preflight {
 
-using planner_internal::AchievableFlops;
 using planner_internal::ChunkCompute;
 using planner_internal::ChunksOn;
 using planner_internal::ComputeOf;
+using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
@@ -70,15 +70,41 @@ struct RankCompute {
   double attention_core_forward_s = 0;  // the window the CP p2p ring hides under
   double muon_flops = 0;
   double max_chunk_forward_s = 0, max_chunk_backward_s = 0;  // one micro-batch, for DualPipe's bubble
+  std::array<double, 5> by_family_s{};
+  double head_s = 0;
+  double optimizer_elements = 0;  // local elements the rank's optimizer updates on the device
   double total_s() const { return forward_s + backward_s + recompute_s; }
 };
 
-RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
-                          int64_t r, const CostModel& cost) {
+// Elements of chunk `c` the rank's optimizer updates: its shard of the
+// dense (replicated and TP-sharded) and expert parameters under ZeRO, less
+// the share offloaded to the host.
+double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout& l, const StageChunk& c) {
+  const ParamTotals p = ParamsOf(t, c.first_layer, c.end_layer);
+  double dense = static_cast<double>(p.of(ShardClass::kReplicated)) +
+                 static_cast<double>(p.of(ShardClass::kTpSharded)) / static_cast<double>(l.tp);
+  double expert = static_cast<double>(p.of(ShardClass::kEpSharded)) / static_cast<double>(l.ep * l.expert_tp);
+  if (c.owns_embedding) dense += static_cast<double>(t.embedding_params) / static_cast<double>(l.tp);
+  if (c.owns_head) {
+    dense += static_cast<double>(t.head_params + t.mtp_params) / static_cast<double>(l.tp) +
+             static_cast<double>(t.final_norm_params);
+  }
+  if (l.zero >= 1) {
+    dense /= static_cast<double>(l.zero_group());
+    expert /= static_cast<double>(l.expert_zero_group());
+  }
+  return (dense + expert) * (1.0 - inv.recipe.training.optimizer.offload_fraction);
+}
+
+RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const Layout& l,
+                          const StagePlan& stages, int64_t r) {
   RankCompute out;
   for (const RankChunk& c : ChunksOn(stages, l, r)) {
-    const ChunkCompute cc = ComputeOf(inv, t, l, c.range, cost);
+    const ChunkCompute cc = ComputeOf(times, t, c.range);
     const double mb = static_cast<double>(c.microbatches);
+    for (size_t f = 0; f < 5; ++f) out.by_family_s[f] += mb * cc.by_family_s[f];
+    out.head_s += mb * cc.head_s;
+    out.optimizer_elements += OptimizerElements(inv, t, l, c.range);
     out.forward_s += mb * cc.forward_s;
     out.backward_s += mb * cc.backward_s;
     out.recompute_s += mb * cc.recompute_s;
@@ -267,13 +293,19 @@ void SetThroughput(const Inventory& inv, const PlanTables& t, const Layout& l, S
 StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                           std::vector<StageComm>* comm, const CostModel& cost) {
   StepTime st;
-  const double peak = AchievableFlops(inv, cost);
+  const GpuSpec& gpu = inv.recipe.cluster.spec;
+  // Newton-Schulz runs as large GEMMs: the device's GEMM rate.
+  const double peak =
+      gpu.bf16_dense_tflops * 1e12 * (cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm);
+  const ComputeTimes times = LayerComputeTimes(inv, t, l, cost);
+  std::vector<RankCompute> computes;
+  computes.reserve(static_cast<size_t>(l.pp));
   double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;
   std::vector<std::array<double, kNumAxes>> by_axis(static_cast<size_t>(l.pp));
   std::vector<double> busy(static_cast<size_t>(l.pp), 0.0);
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
   for (int64_t r = 0; r < l.pp; ++r) {
-    const RankCompute rc = ComputeOnRank(inv, t, l, stages, r, cost);
+    const RankCompute& rc = computes.emplace_back(ComputeOnRank(inv, t, times, l, stages, r));
     const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost);
     max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
@@ -284,7 +316,9 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     const double host_s =
         host_link > 0 ? static_cast<double>((*comm)[static_cast<size_t>(r)].host_transfer.count()) / host_link : 0.0;
     st.host_offload_s = std::max(st.host_offload_s, host_s);
-    tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak + host_s);
+    const double update_s = AdamStepSeconds(rc.optimizer_elements, gpu);
+    st.optimizer_step_s = std::max(st.optimizer_step_s, update_s);
+    tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak + host_s + update_s);
     st.dp_exposed_s = std::max(st.dp_exposed_s, ex.dp_tail_s);
     st.optimizer_s = std::max(st.optimizer_s, ex.optimizer_s + rc.muon_flops / peak);
     st.stages.push_back(
@@ -303,6 +337,9 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   st.step_s = st.steady_s + st.bubble_s + tail;
   st.bubble_fraction = st.step_s > 0 ? st.bubble_s / st.step_s : 0.0;
   st.exposed_by_axis = by_axis[static_cast<size_t>(st.slowest_stage)];
+  const RankCompute& slow = computes[static_cast<size_t>(st.slowest_stage)];
+  st.compute_by_family_s = slow.by_family_s;
+  st.head_compute_s = slow.head_s;
   SetThroughput(inv, t, l, st);
   return st;
 }

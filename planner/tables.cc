@@ -28,9 +28,122 @@ void AddMuonFlops(const ParamTensor& t, double* dense, double* expert) {
   *dense += NewtonSchulzFlops(t.shape[0], rest);
 }
 
+// The layer's GEMMs from its matrix parameters (stored [in, out]; routed
+// experts [E, in, out]; R's block-diagonal gates [heads, block, block], one
+// GEMM of heads x block outputs split by head over TP).
+std::vector<GemmShape> GemmsOf(const ModelConfig& m, const Layer& sample) {
+  std::vector<GemmShape> out;
+  for (const ParamTensor& t : sample.params) {
+    const bool router = t.name.find("router.weight") != std::string::npos;
+    if (t.shape.size() == 2 && router) {
+      out.push_back({t.shape[1], t.shape[0], Split::kReplicated});  // stored [E, h]
+    } else if (t.shape.size() == 2 && (t.split == Split::kTpColumn || t.split == Split::kTpRow ||
+                                       (t.split == Split::kReplicated && t.name.find("_proj") != std::string::npos))) {
+      out.push_back({t.shape[0], t.shape[1], t.split});
+    } else if (t.shape.size() == 3 && t.split == Split::kExpert) {
+      const bool row = t.name.find("down_proj") != std::string::npos;
+      out.push_back({t.shape[1], t.shape[2], Split::kExpert, row, t.shape[0], m.moe.top_k});
+    } else if (t.shape.size() == 3 && t.split == Split::kTpChannel) {
+      out.push_back({t.shape[1], CheckedMul(t.shape[0], t.shape[2]), Split::kTpColumn});
+    }
+  }
+  return out;
+}
+
+// Elementwise bytes per token (bf16 activations, 2 B an element), read +
+// written, forward. Fused: each op reads its inputs and writes its output
+// once (Transformer Engine's norms and RoPE, Megatron's fused activations,
+// torch.compile). Eager: PyTorch ops one kernel each — an RMSNorm written as
+// x.float(), pow, mean, rsqrt, two multiplies and type_as moves 36 B an
+// element; RoPE by complex multiply in fp32 20 B; SwiGLU as silu then
+// multiply 10 B per FFN element against 6.
+constexpr double kNormFused = 4, kNormEager = 36, kResidual = 6, kRopeFused = 4, kRopeEager = 20;
+
+double NormBytes(const ModelConfig& m, bool eager) {
+  return eager && m.norm == NormKind::kRmsNorm ? kNormEager : kNormFused;
+}
+
+// Bytes per FFN element of the activation: gated (reads two, writes one) or not.
+double ActivationBytes(FfnActivation a, bool eager) {
+  switch (a) {
+    case FfnActivation::kSwiglu: return eager ? 10 : 6;
+    case FfnActivation::kGelu: return 4;
+    case FfnActivation::kRelu2: return eager ? 8 : 4;
+  }
+  return 6;
+}
+
+void SetElementwiseBytes(const ModelConfig& m, BlockKind kind, FamilyCost* f) {
+  const double h = static_cast<double>(m.hidden);
+  f->hidden_bytes = (kNormFused + kResidual) * h;
+  f->hidden_bytes_eager = (NormBytes(m, true) + kResidual) * h;
+  double fused = 0, eager = 0;
+  switch (kind) {
+    case BlockKind::kAttention:
+      if (m.mla) {
+        const MlaConfig& a = *m.mla;
+        const double rope = static_cast<double>(a.heads * a.qk_rope_head_dim + a.qk_rope_head_dim);
+        const double latent = static_cast<double>(a.q_lora_rank + a.kv_lora_rank);
+        fused = kRopeFused * rope + kNormFused * latent;
+        eager = kRopeEager * rope + NormBytes(m, true) * latent;
+      } else {
+        const AttentionConfig& a = m.attention;
+        const double qk = static_cast<double>((a.heads + a.kv_heads) * a.head_dim);
+        fused = kRopeFused * qk + (a.qk_norm ? kNormFused * qk : 0.0);
+        eager = kRopeEager * qk + (a.qk_norm ? NormBytes(m, true) * qk : 0.0);
+      }
+      break;
+    case BlockKind::kDenseMlp: {
+      const double ffn = static_cast<double>(m.mlp.ffn_hidden);
+      fused = ActivationBytes(m.mlp.activation, false) * ffn;
+      eager = ActivationBytes(m.mlp.activation, true) * ffn;
+      break;
+    }
+    case BlockKind::kMoe: {
+      const MoeConfig& e = m.moe;
+      const double routed = static_cast<double>(e.top_k * e.ffn_hidden);
+      const double shared = static_cast<double>(e.SharedWidth());
+      // Token permutation to the experts and back, top_k rows each way
+      // (read + write 4 B an element), then the weighted combine.
+      const double permute = 8.0 * static_cast<double>(e.top_k) * h;
+      fused = ActivationBytes(e.activation, false) * (routed + shared) + permute;
+      eager = ActivationBytes(e.activation, true) * (routed + shared) + permute;
+      break;
+    }
+    case BlockKind::kMamba: {
+      // [OURS] conv1d over x,B,C (read + write), the SSD scan's inputs and
+      // output, its fp32 C B^T blocks (G x Q a token, written and read) and
+      // chunk states (H P N fp32 per chunk, written and read twice), the
+      // gated norm y * silu(z).
+      const MambaConfig& c = m.mamba;
+      const double d_inner = static_cast<double>(c.expand * m.hidden);
+      const double bc = static_cast<double>(2 * c.groups * c.d_state);
+      const double heads = d_inner / static_cast<double>(c.head_dim);
+      const double conv = 4.0 * (d_inner + bc);
+      const double scan = 2.0 * (2.0 * d_inner + bc + heads) + 8.0 * static_cast<double>(c.groups * c.chunk) +
+                          16.0 * d_inner * static_cast<double>(c.d_state) / static_cast<double>(c.chunk);
+      fused = conv + scan + 6.0 * d_inner;
+      eager = fused;
+      break;
+    }
+    case BlockKind::kRecurrent: {
+      // [OURS] conv1d (read + write), the gates' sigmoids, the RG-LRU scan
+      // (reads x and the two gates, writes h) and the GeLU branch's multiply.
+      const double d = static_cast<double>(m.recurrent.width);
+      fused = 4.0 * d + 8.0 * d + 8.0 * d + 6.0 * d;
+      eager = fused;
+      break;
+    }
+  }
+  f->region_bytes = fused;
+  f->region_bytes_eager = eager;
+}
+
 FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sample) {
   FamilyCost f;
   f.matmul_flops = 2.0 * static_cast<double>(sample.active_elements);
+  f.gemms = GemmsOf(m, sample);
+  SetElementwiseBytes(m, kind, &f);
   switch (kind) {
     case BlockKind::kAttention:
       f.tp_regions = 1;
@@ -39,12 +152,14 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
         const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
         // Causal: each query sees s/2 keys on average; QK^T 2*qk and PV 2*v per key.
         f.flops_per_token_per_seq = static_cast<double>(a.heads * (qk + a.v_head_dim));
+        f.attention_heads = a.heads;
         f.cp_kv_width = a.heads * (qk + a.v_head_dim);
         f.cp_a2a_width = a.heads * (2 * qk + 2 * a.v_head_dim);
         f.cp_a2a_bwd_width = f.cp_a2a_width + a.heads * a.v_head_dim;  // + O again (TE)
       } else {
         const AttentionConfig& a = m.attention;
         f.flops_per_token_per_seq = 2.0 * static_cast<double>(a.heads * a.head_dim);
+        f.attention_heads = a.heads;
         f.cp_kv_width = 2 * a.kv_heads * a.head_dim;
         f.cp_a2a_width = (2 * a.heads + 2 * a.kv_heads) * a.head_dim;
         f.cp_a2a_bwd_width = f.cp_a2a_width + a.heads * a.head_dim;  // + O again (TE)

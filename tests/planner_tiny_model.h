@@ -3,6 +3,7 @@
 // the inventory builder.
 #pragma once
 
+#include <limits>
 #include <string>
 
 #include "preflight/inventory/inventory.h"
@@ -53,7 +54,11 @@ inline Inventory TinyInventory(const std::string& pattern, int64_t vocab = 1000)
   r.training.seq_len = 1024;
   r.training.micro_batch = 2;
   r.cluster.gpu = "h200";
+  // Compute priced by FLOPs alone, so these tests count layer units: every
+  // GEMM and the attention core at half the peak, bandwidth unbounded.
   r.cluster.spec = *GpuPreset("h200");
+  r.cluster.spec.hbm_gbps = std::numeric_limits<double>::infinity();
+  r.cluster.spec.rates = KernelRates{0.5, 0.5, 1.0, 1.0, 0.5, 0.5, 0.0, 0.0};
   r.cluster.gpus_per_node = 8;
   // The planner's own balanced cut: these tests price partitions the
   // framework rules would refuse (8 layers on pp 3, DualPipe).
@@ -63,12 +68,41 @@ inline Inventory TinyInventory(const std::string& pattern, int64_t vocab = 1000)
     layer.index = static_cast<int64_t>(inv.layers.size());
     layer.kind = static_cast<BlockKind>(c);
     m.layers.push_back(layer.kind);
+    // Matrices whose elements add up to the totals, so the step time's
+    // GEMMs carry the layer's FLOPs (2 x its matrix elements a token).
+    const auto matrix = [](const char* name, std::vector<int64_t> shape, Split split) {
+      return ParamTensor{name, std::move(shape), split, OptimizerKind::kAdamW, DType::kBf16};
+    };
     switch (layer.kind) {
-      case BlockKind::kAttention: layer.totals = Totals(64, 12288, 0); layer.active_elements = 12352; break;
-      case BlockKind::kDenseMlp: layer.totals = Totals(64, 24576, 0); layer.active_elements = 24640; break;
-      case BlockKind::kMoe: layer.totals = Totals(320, 0, 24576); layer.active_elements = 320 + 2 * 3 * 64 * 32; break;
-      case BlockKind::kMamba: layer.totals = Totals(64, 0, 0, 20000); layer.active_elements = 20064; break;
-      case BlockKind::kRecurrent: layer.totals = Totals(64, 10000, 0); layer.active_elements = 10064; break;
+      case BlockKind::kAttention:
+        layer.totals = Totals(64, 12288, 0);
+        layer.active_elements = 12352;
+        layer.params = {matrix("mixer.qkv_proj.weight", {64, 128}, Split::kTpColumn),
+                        matrix("mixer.o_proj.weight", {64, 64}, Split::kTpRow)};
+        break;
+      case BlockKind::kDenseMlp:
+        layer.totals = Totals(64, 24576, 0);
+        layer.active_elements = 24640;
+        layer.params = {matrix("mlp.gate_up_proj.weight", {64, 256}, Split::kTpColumn),
+                        matrix("mlp.down_proj.weight", {128, 64}, Split::kTpRow)};
+        break;
+      case BlockKind::kMoe:
+        layer.totals = Totals(320, 0, 24576);
+        layer.active_elements = 320 + 2 * 3 * 64 * 32;
+        layer.params = {matrix("mlp.router.weight", {4, 64}, Split::kReplicated),
+                        matrix("mlp.experts.gate_up_proj", {4, 64, 64}, Split::kExpert),
+                        matrix("mlp.experts.down_proj", {4, 32, 64}, Split::kExpert)};
+        break;
+      case BlockKind::kMamba:
+        layer.totals = Totals(64, 0, 0, 20000);
+        layer.active_elements = 20064;
+        layer.params = {matrix("mixer.in_proj.weight", {100, 200}, Split::kTpColumn)};
+        break;
+      case BlockKind::kRecurrent:
+        layer.totals = Totals(64, 10000, 0);
+        layer.active_elements = 10064;
+        layer.params = {matrix("mixer.gate_proj.weight", {50, 200}, Split::kTpColumn)};
+        break;
     }
     inv.family_layers[static_cast<size_t>(FamilyIndex(layer.kind))] += 1;
     inv.layers.push_back(layer);

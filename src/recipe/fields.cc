@@ -357,18 +357,20 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
             "--recompute-granularity", "activation_checkpoint.mode"),
-      Moves(kAffectsMemory,
-            Spell(BoolField(
-                      "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
-                  "--attention-backend", "(model flavor)")),
+      Spell(BoolField(
+                "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
+            "--attention-backend", "(model flavor)"),
       Moves(kAffectsMemory, Spell(RealField(
                                       "training.dropout", "fraction", 0.0, 1.0, true,
                                       [](auto& r) -> auto& { return r.training.dropout; }),
                                   "--hidden-dropout, --attention-dropout", "(model flavor)")),
-      Moves(kAffectsMemory,
+      Spell(BoolField(
+                "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
+            "--transformer-impl", "(plain PyTorch)"),
+      Moves(kAffectsTime,
             Spell(BoolField(
-                      "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
-                  "--transformer-impl", "(plain PyTorch)")),
+                      "training.fused_elementwise", [](auto& r) -> auto& { return r.training.fused_elementwise; }),
+                  kNone, "compile.enable")),
       Moves(kAffectsMemory,
             Spell(BoolField(
                       "training.defer_head_wgrad", [](auto& r) -> auto& { return r.training.defer_head_wgrad; }),
@@ -489,7 +491,7 @@ std::vector<RecipeField> MakeFields() {
                 "parallel.embedding", "enum", kEmbeddingSplits, [](auto& r) -> auto& { return r.parallel.embedding; }),
             kNone, kNone),
       Section("cluster"),
-      Moves(kAffectsNothing,
+      Moves(kAffectsTime,
             Spell(Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }), kOurs,
                   kOurs)),
       Spell(IntField(

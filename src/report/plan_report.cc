@@ -130,7 +130,7 @@ std::string StagesTable(const Recipe& r, const Plan& p) {
 }
 
 /// The slowest stage's communication and the step-time breakdown.
-std::string CommAndStepTables(const Plan& p) {
+std::string CommAndStepTables(const Recipe& r, const Plan& p) {
   std::string out;
   const StageComm& sc = p.comm[static_cast<size_t>(p.time.slowest_stage)];
   out += fmt::format("\ncommunication per step, stage {} (one rank)\n", sc.pipeline_rank);
@@ -154,20 +154,30 @@ std::string CommAndStepTables(const Plan& p) {
   out += fmt::format("  pipeline bubble              {:>10} ms  ({:.1f}% of the step)\n", Ms(t.bubble_s),
                      100.0 * t.bubble_fraction);
   out += fmt::format("  data-parallel exposed        {:>10} ms\n", Ms(t.dp_exposed_s));
-  out += fmt::format("  optimizer                    {:>10} ms\n", Ms(t.optimizer_s));
+  out += fmt::format("  optimizer                    {:>10} ms  (of which the update {} ms)\n",
+                     Ms(t.optimizer_s + t.optimizer_step_s), Ms(t.optimizer_step_s));
   if (t.host_offload_s > 0) {
     out += fmt::format("  offloaded optimizer, host   {:>10} ms  (grads down, params up; the CPU step not timed)\n",
                        Ms(t.host_offload_s));
   }
   out += fmt::format("  step                         {:>10} ms\n", Ms(t.step_s));
-  out += "  exposed communication by axis:";
+  out += fmt::format("  compute on pipeline rank {} (forward + backward + recompute, all micro-batches):",
+                     t.slowest_stage);
+  for (const BlockKind k :
+       {BlockKind::kAttention, BlockKind::kMamba, BlockKind::kMoe, BlockKind::kRecurrent, BlockKind::kDenseMlp}) {
+    const double s = t.compute_by_family_s[static_cast<size_t>(FamilyIndex(k))];
+    if (s > 0) out += fmt::format(" {} {} ms", Letter(k), Ms(s));
+  }
+  if (t.head_compute_s > 0) out += fmt::format(" head {} ms", Ms(t.head_compute_s));
+  out += "\n  exposed communication by axis:";
   for (int a = 0; a < kNumAxes; ++a) {
     const double s = t.exposed_by_axis[static_cast<size_t>(a)];
     if (s > 0) out += fmt::format(" {} {} ms", Key(static_cast<Axis>(a)), Ms(s));
   }
   out += "\n";
-  out += fmt::format("  tokens/s {:.0f} · MFU {:.1f}% (compute efficiency {:.2f} of {:.0f} TFLOPS bf16 dense)\n",
-                     t.tokens_per_s, 100.0 * t.mfu, p.cost.compute_efficiency, p.gpu.bf16_dense_tflops);
+  out += fmt::format("  tokens/s {:.0f} · MFU {:.1f}% of {:.0f} TFLOPS bf16 dense\n", t.tokens_per_s, 100.0 * t.mfu,
+                     p.gpu.bf16_dense_tflops);
+  out += "  priced at " + PricedRates(r, p.cost) + "\n";
   return out;
 }
 }  // namespace
@@ -202,7 +212,7 @@ std::string RenderPlanTable(const Recipe& r, const Plan& p) {
                        a.intra_node ? "NVLink" : "InfiniBand", a.max_nodes_spanned, a.min_members_per_node);
   }
   out += StagesTable(r, p);
-  return out + CommAndStepTables(p);
+  return out + CommAndStepTables(r, p);
 }
 
 namespace {
@@ -316,6 +326,11 @@ ordered_json CommunicationJson(const Plan& p) {
 }
 
 ordered_json StepJson(const StepTime& t) {
+  ordered_json family = ordered_json::object();
+  for (const BlockKind k :
+       {BlockKind::kAttention, BlockKind::kMamba, BlockKind::kMoe, BlockKind::kRecurrent, BlockKind::kDenseMlp}) {
+    family[std::string(1, Letter(k))] = t.compute_by_family_s[static_cast<size_t>(FamilyIndex(k))];
+  }
   ordered_json exposed = ordered_json::object();
   for (int a = 0; a < kNumAxes; ++a) exposed[Key(static_cast<Axis>(a))] = t.exposed_by_axis[static_cast<size_t>(a)];
   return {{"step_s", t.step_s},
@@ -329,11 +344,25 @@ ordered_json StepJson(const StepTime& t) {
           {"exposed_by_axis_s", exposed},
           {"model_flops", t.model_flops},
           {"tokens_per_s", t.tokens_per_s},
-          {"mfu", t.mfu}};
+          {"mfu", t.mfu},
+          {"compute_by_family_s", family},
+          {"head_compute_s", t.head_compute_s},
+          {"optimizer_step_s", t.optimizer_step_s}};
 }
 
-ordered_json CostModelJson(const Plan& p) {
+ordered_json CostModelJson(const Recipe& r, const Plan& p) {
+  const KernelRates& k = p.gpu.rates;
   return {{"compute_efficiency", p.cost.compute_efficiency},
+          {"gemm_efficiency", p.cost.compute_efficiency > 0 ? p.cost.compute_efficiency : k.gemm},
+          {"gemm_fp8_efficiency", k.gemm_fp8},
+          {"gemm_memory_efficiency", k.gemm_memory},
+          {"hbm_efficiency", k.hbm},
+          {"attention_kernel", AttentionKernel(r.training)},
+          {"attention_efficiency", AttentionKernelRate(r.training, p.gpu, p.cost)},
+          {"attention_half_seq", k.attention_half_seq},
+          {"fused_elementwise", r.training.fused_elementwise},
+          {"hbm_gbps", p.gpu.hbm_gbps},
+          {"fp8_dense_tflops", p.gpu.fp8_dense_tflops},
           {"nvlink_efficiency", p.cost.nvlink_efficiency},
           {"ib_efficiency", p.cost.ib_efficiency},
           {"latency_s", p.cost.latency_s},
@@ -369,7 +398,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
                            {"reason", p.memory->verdict.reason}};
   }
   j["step"] = StepJson(p.time);
-  j["cost_model"] = CostModelJson(p);
+  j["cost_model"] = CostModelJson(r, p);
   ordered_json warnings = ordered_json::array();
   for (const Diagnostic& d : p.warnings) warnings.push_back(Format(d));
   j["warnings"] = warnings;

@@ -33,10 +33,10 @@ int64_t RingSteps(Collective kind, int64_t n);
 
 /// Cost-model knobs; every default is [OURS] (docs/formulas.md §7.1 "calibrate").
 struct CostModel {
-  /// Achieved fraction of the dense bf16 peak for the model's FLOPs. 0.5 sits
-  /// between the 38-43% BF16 MFU of Llama 3 405B (Llama 3 paper, Table 4) and
-  /// the ~55% reached by tuned dense Megatron runs.
-  double compute_efficiency = 0.5;
+  /// Achieved fraction of the dense peak for large GEMMs; 0 = the device's
+  /// measured rate (GpuSpec::rates.gemm). Attention and elementwise work keep
+  /// their own rates (compute.h).
+  double compute_efficiency = 0;
   double nvlink_efficiency = 0.8;  // eta_nvl, docs/formulas.md §7.1 (0.75-0.85)
   double ib_efficiency = 0.8;      // eta_ib
   double latency_s = 8e-6;         // alpha per ring step, docs/formulas.md §7.1 (5-10 us)

@@ -12,6 +12,7 @@
 #include "preflight/inventory/layout.h"
 #include "preflight/planner/collectives.h"
 #include "preflight/planner/comm.h"
+#include "preflight/planner/compute.h"
 #include "preflight/planner/tables.h"
 #include "preflight/recipe/recipe.h"
 
@@ -53,6 +54,14 @@ struct StepTime {
   double mfu = 0;  // model_flops / (step_s * world * peak)
   /// Exposed seconds per axis over the step (the slowest stage's rank).
   std::array<double, kNumAxes> exposed_by_axis{};
+  /// Compute per step on the slowest stage's rank: each family's layers
+  /// (forward + backward + recompute over every micro-batch; FamilyIndex
+  /// order) and the head's.
+  std::array<double, 5> compute_by_family_s{};
+  double head_compute_s = 0;
+  /// The optimizer's elementwise update of the slowest rank's shard (AdamW's
+  /// bytes at the HBM rate), in the tail after the gradient reduce.
+  double optimizer_step_s = 0;
 };
 
 /// Fills each item's exposed_seconds (the overlap rules of docs/plan.md) and

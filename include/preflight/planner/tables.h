@@ -16,6 +16,20 @@ namespace preflight {
 
 /// Layout-independent constants of one layer family (all layers of a family
 /// share their shapes). FLOPs are forward, per token, unsharded.
+/// One matrix multiply of a layer, per token [tokens, k] x [k, n], and how
+/// the layout splits it: kTpColumn divides n by tp, kTpRow k by tp; kExpert
+/// is the routed experts' grouped GEMM (experts / ep matrices per rank, each
+/// seeing top_k / experts of the tokens; expert_tp splits n, or k when
+/// `row`); kReplicated runs whole on a rank's own tokens (s b / (c t)).
+struct GemmShape {
+  int64_t k = 0;
+  int64_t n = 0;
+  Split split = Split::kReplicated;
+  bool row = false;
+  int64_t experts = 0;
+  int64_t top_k = 0;
+};
+
 struct FamilyCost {
   /// 2 * parameters one token touches (routed experts: top_k of them).
   double matmul_flops = 0;
@@ -38,6 +52,18 @@ struct FamilyCost {
   /// (3 n_q + 2 n_kv) d_h against (2 n_q + 2 n_kv) d_h forward. M and R: as forward.
   int64_t cp_a2a_bwd_width = 0;
   bool is_moe = false;
+  /// The layer's GEMMs (its matrix parameters; Muon-managed or not).
+  std::vector<GemmShape> gemms;
+  /// Query heads of the attention core (its score matrix, for the unfused kernel).
+  int64_t attention_heads = 0;
+  /// Elementwise HBM traffic per token, forward, bytes: on the hidden stream
+  /// (norms, residual adds: split over TP only under SP) and inside the TP
+  /// region (RoPE, the MLP activation, MoE permutation, scan and conv:
+  /// split over TP), with fused kernels and as eager PyTorch runs them.
+  double hidden_bytes = 0;
+  double hidden_bytes_eager = 0;
+  double region_bytes = 0;
+  double region_bytes_eager = 0;
 };
 
 struct PlanTables {

@@ -207,6 +207,10 @@ struct TrainingConfig {
   /// Layers run on Transformer Engine (Megatron --transformer-impl
   /// transformer_engine, its default); TE keeps its own cuBLAS workspace.
   bool transformer_engine = true;
+  /// Norms, RoPE, activations and residual adds run as fused kernels
+  /// (Transformer Engine, Megatron's fusions, torch.compile); false: as eager
+  /// PyTorch ops, one kernel each (torchtitan without compile). Time only.
+  bool fused_elementwise = true;
   /// The output layer's weight gradient waits for the pipeline flush
   /// (Megatron --defer-embedding-wgrad-compute): the last stage keeps the
   /// layer's input and output gradient of the first deferred micro-batches.
@@ -263,6 +267,10 @@ struct KernelRates {
   /// Sequence length at which attention runs at half its long-sequence rate:
   /// rate(s) = rate * s / (s + attention_half_seq).
   double attention_half_seq = 0;
+  /// A GEMM's output tile pays a fixed prologue and epilogue worth this many
+  /// steps of its K loop: compute time x (1 + gemm_tile_k / K), so short-K
+  /// GEMMs (TP-sliced row projections) run slower.
+  double gemm_tile_k = 0;
 };
 
 /// Hardware preset values (docs/formulas.md §2.4: device capacity as CUDA reports it).

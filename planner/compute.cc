@@ -1,0 +1,204 @@
+// Compute time per operation (docs/plan.md "Compute time"): GEMMs on the
+// roofline of their shapes, attention at the kernel's measured rate for its
+// sequence length, elementwise work from the bytes it moves.
+#include "preflight/planner/compute.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace preflight {
+namespace {
+
+double GemmRate(const GpuSpec& gpu, const CostModel& cost, bool fp8) {
+  if (fp8) return gpu.fp8_dense_tflops * 1e12 * gpu.rates.gemm_fp8;
+  return gpu.bf16_dense_tflops * 1e12 * (cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm);
+}
+
+double HbmRate(const GpuSpec& gpu) { return gpu.hbm_gbps * 1e9 * gpu.rates.hbm; }
+
+// `groups` independent GEMMs [m, k] x [k, n] in one grouped kernel (routed
+// experts): their FLOPs and bytes together on one roofline.
+double GroupedGemmSeconds(double groups, double m, double n, double k, const GpuSpec& gpu, const CostModel& cost,
+                          bool fp8) {
+  if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0.0;
+  const double in_bytes = fp8 ? 1.0 : 2.0;
+  const double flops = 2.0 * m * n * k * groups;
+  const double bytes = groups * (in_bytes * (m * k + k * n) + 2.0 * m * n);
+  double s = std::max(flops / GemmRate(gpu, cost, fp8) * (1.0 + gpu.rates.gemm_tile_k / k),
+                      bytes / (gpu.hbm_gbps * 1e9 * gpu.rates.gemm_memory));
+  // Tensorwise fp8: both inputs cast from bf16 (amax, scale, cast).
+  if (fp8) s += 3.0 * groups * (m * k + k * n) / HbmRate(gpu);
+  return s;
+}
+
+// Forward, and backward as the two GEMMs autograd runs: dgrad [m, n] x [n, k]
+// and wgrad [k, m] x [m, n].
+void AddGemm(double groups, double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, bool fp8,
+             LayerSeconds* out) {
+  out->forward.gemm += GroupedGemmSeconds(groups, m, n, k, gpu, cost, fp8);
+  out->backward.gemm +=
+      GroupedGemmSeconds(groups, m, k, n, gpu, cost, fp8) + GroupedGemmSeconds(groups, k, n, m, gpu, cost, fp8);
+}
+
+struct Shape {
+  double tokens_cp = 0;    // tokens of a CP rank per micro-batch (s b / c): a TP-split GEMM's M
+  double tokens_rank = 0;  // and of one rank (/ tp): replicated GEMMs, routed tokens
+  double tp = 1, ep = 1, etp = 1;
+  double seq = 0, query_chunk = 0;
+  bool sp = false;
+};
+
+void AddGemms(const FamilyCost& f, const Shape& sh, const GpuSpec& gpu, const CostModel& cost, bool fp8,
+              LayerSeconds* out) {
+  for (const GemmShape& g : f.gemms) {
+    const double k = static_cast<double>(g.k), n = static_cast<double>(g.n);
+    switch (g.split) {
+      case Split::kTpColumn: AddGemm(1, sh.tokens_cp, n / sh.tp, k, gpu, cost, fp8, out); break;
+      case Split::kTpRow: AddGemm(1, sh.tokens_cp, n, k / sh.tp, gpu, cost, fp8, out); break;
+      case Split::kExpert: {
+        // E / ep local experts; each sees top_k / E of the tokens the EP x
+        // expert-TP group routes (the uniform expectation of the router).
+        const double experts = static_cast<double>(g.experts);
+        const double m = sh.tokens_rank * static_cast<double>(g.top_k) * sh.ep * sh.etp / experts;
+        AddGemm(experts / sh.ep, m, g.row ? n : n / sh.etp, g.row ? k / sh.etp : k, gpu, cost, fp8, out);
+        break;
+      }
+      default: AddGemm(1, sh.tokens_rank, n, k, gpu, cost, fp8, out); break;
+    }
+  }
+}
+
+// The attention core: causal FLOPs per rank F (QK^T and PV); backward runs
+// 2.5 F (FlashAttention-2, Dao 2023: five GEMMs against two). Fused kernels
+// at their measured rate; the unfused path (no FlashAttention) computes the
+// full s x s scores with batched GEMMs and moves them through the
+// scale-mask-softmax: 8 B an element forward, 16 backward.
+void AddAttention(const FamilyCost& f, const Shape& sh, const Recipe& r, const GpuSpec& gpu, const CostModel& cost,
+                  LayerSeconds* out) {
+  if (f.flops_per_token_per_seq <= 0) return;
+  const double flops = sh.tokens_rank * f.flops_per_token_per_seq * sh.seq;
+  const double peak = gpu.bf16_dense_tflops * 1e12;
+  double fwd = 0, bwd = 0;
+  if (!r.training.flash_attention) {
+    const double scores = sh.tokens_cp * static_cast<double>(f.attention_heads) / sh.tp * sh.seq;
+    const double gemm = GemmRate(gpu, cost, false);
+    fwd = 2.0 * flops / gemm + 8.0 * scores / HbmRate(gpu);
+    bwd = 4.0 * flops / gemm + 16.0 * scores / HbmRate(gpu);
+  } else {
+    const double achieved = peak * AttentionRate(AttentionKernelRate(r.training, gpu, cost), sh.query_chunk, gpu);
+    fwd = flops / achieved;
+    bwd = 2.5 * flops / achieved;
+  }
+  out->forward.attention += fwd;
+  out->backward.attention += bwd;
+  out->attention_core_forward += fwd;
+}
+
+// Norms and residual adds on the hidden stream (each TP rank holds all of a
+// CP rank's tokens unless SP splits them); RoPE, activations, permutation
+// and scans inside the TP region. Backward moves twice the forward's bytes.
+// A Mamba scan's FLOPs run on tensor cores: its time is the larger of the two.
+void AddElementwise(const FamilyCost& f, const Shape& sh, bool eager, const GpuSpec& gpu, const CostModel& cost,
+                    LayerSeconds* out) {
+  const double hidden = sh.tokens_cp * (eager ? f.hidden_bytes_eager : f.hidden_bytes) / (sh.sp ? sh.tp : 1.0);
+  const double region = sh.tokens_cp * (eager ? f.region_bytes_eager : f.region_bytes) / sh.tp;
+  const double scan = sh.tokens_rank * f.scan_flops / GemmRate(gpu, cost, false);
+  const double fwd = hidden / HbmRate(gpu) + std::max(region / HbmRate(gpu), scan);
+  out->forward.elementwise += fwd;
+  out->backward.elementwise += 2.0 * fwd;
+}
+
+void SetRecompute(Recompute policy, LayerSeconds* l) {
+  if (policy == Recompute::kSelective) l->recompute.attention = l->forward.attention;
+  if (policy == Recompute::kFull) l->recompute = l->forward;
+}
+
+// Final norm, output projection (vocab-parallel column GEMM) and the loss
+// over V / t logits: vocab-parallel cross entropy in fp32, about 14 B a
+// logit fused (read bf16, exp and sums in fp32, gradient written), 18 eager
+// (logits.float() first). MTP modules add their eh_proj and their own head.
+LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape& sh, bool eager, bool fp8,
+                         const CostModel& cost) {
+  const ModelConfig& m = inv.recipe.model;
+  const GpuSpec& gpu = inv.recipe.cluster.spec;
+  const double h = static_cast<double>(m.hidden), v = static_cast<double>(m.vocab);
+  LayerSeconds out;
+  const double heads = 1.0 + static_cast<double>(t.mtp_layers);
+  for (int i = 0; i < static_cast<int>(heads); ++i) {
+    AddGemm(1, sh.tokens_cp, v / sh.tp, h, gpu, cost, fp8 && false, &out);  // the head stays bf16 (TE, torchao)
+    if (i > 0) AddGemm(1, sh.tokens_cp, h / sh.tp, 2.0 * h, gpu, cost, fp8, &out);
+  }
+  const double norm = (eager && m.norm == NormKind::kRmsNorm ? 36.0 : 4.0) * h;
+  const double bytes =
+      heads * (sh.tokens_cp * norm / (sh.sp ? sh.tp : 1.0) + sh.tokens_cp * v / sh.tp * (eager ? 18.0 : 14.0));
+  out.forward.elementwise = bytes / HbmRate(gpu);
+  out.backward.elementwise = 2.0 * out.forward.elementwise;
+  return out;
+}
+
+}  // namespace
+
+double GemmSeconds(double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, bool fp8) {
+  return GroupedGemmSeconds(1, m, n, k, gpu, cost, fp8);
+}
+
+double AttentionRate(double rate, double s, const GpuSpec& gpu) {
+  return rate * s / (s + gpu.rates.attention_half_seq);
+}
+
+const char* AttentionKernel(const TrainingConfig& training) {
+  if (!training.flash_attention) return "unfused";
+  return training.transformer_engine ? "fused" : "flash2";
+}
+
+double AttentionKernelRate(const TrainingConfig& training, const GpuSpec& gpu, const CostModel& cost) {
+  if (!training.flash_attention) return cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm;
+  return training.transformer_engine ? gpu.rates.attention_fused : gpu.rates.attention_flash2;
+}
+
+std::string PricedRates(const Recipe& r, const CostModel& cost) {
+  const GpuSpec& g = r.cluster.spec;
+  const bool fp8 = r.training.precision.activations == DType::kFp8 && g.fp8_dense_tflops > 0;
+  std::string out =
+      fmt::format("{}: GEMMs {:.2f} of {:.0f} TFLOPS {}", g.name,
+                  fp8 ? g.rates.gemm_fp8 : (cost.compute_efficiency > 0 ? cost.compute_efficiency : g.rates.gemm),
+                  fp8 ? g.fp8_dense_tflops : g.bf16_dense_tflops, fp8 ? "fp8" : "bf16");
+  out += fmt::format(
+      " or {:.2f} of {:.0f} GB/s HBM when memory-bound; attention {} at {:.2f} (half at s {:.0f}); "
+      "elementwise {} at {:.2f} of HBM",
+      g.rates.gemm_memory, g.hbm_gbps, AttentionKernel(r.training), AttentionKernelRate(r.training, g, cost),
+      g.rates.attention_half_seq, r.training.fused_elementwise ? "fused" : "eager", g.rates.hbm);
+  return out;
+}
+
+double AdamStepSeconds(double elements, const GpuSpec& gpu) { return 30.0 * elements / HbmRate(gpu); }
+
+ComputeTimes LayerComputeTimes(const Inventory& inv, const PlanTables& t, const Layout& l, const CostModel& cost) {
+  const Recipe& r = inv.recipe;
+  const GpuSpec& gpu = r.cluster.spec;
+  Shape sh;
+  sh.seq = static_cast<double>(r.training.seq_len);
+  sh.tokens_cp = sh.seq * static_cast<double>(l.micro_batch) / static_cast<double>(l.cp);
+  sh.tp = static_cast<double>(l.tp);
+  sh.tokens_rank = sh.tokens_cp / sh.tp;
+  sh.ep = static_cast<double>(l.ep);
+  sh.etp = static_cast<double>(l.expert_tp);
+  sh.query_chunk = sh.seq / static_cast<double>(l.cp);
+  sh.sp = l.sequence_parallel();
+  const bool fp8 = r.training.precision.activations == DType::kFp8 && gpu.fp8_dense_tflops > 0;
+  ComputeTimes out;
+  const bool eager = !r.training.fused_elementwise;
+  for (size_t f = 0; f < 5; ++f) {
+    const FamilyCost& fc = t.family[f];
+    LayerSeconds& ls = out.family[f];
+    AddGemms(fc, sh, gpu, cost, fp8, &ls);
+    AddAttention(fc, sh, r, gpu, cost, &ls);
+    AddElementwise(fc, sh, eager, gpu, cost, &ls);
+    SetRecompute(l.recompute, &ls);
+  }
+  out.head = HeadSeconds(inv, t, sh, eager, fp8, cost);
+  return out;
+}
+
+}  // namespace preflight
