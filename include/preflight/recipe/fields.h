@@ -50,7 +50,8 @@ struct RecipeField {
   int64_t min = 0, max = 0;
   double real_min = 0, real_max = 0;
   bool max_exclusive = false;
-  bool min_exclusive = false;  // the lower bound is open, (real_min, ...: a figure that must be positive
+  /// The lower bound is open: a figure that must be positive reads "(0, max]".
+  bool min_exclusive = false;
   /// How Megatron-LM and torchtitan spell the setting (see kNoCounterpart);
   /// "(model flavor)" for architecture keys torchtitan builds in code.
   std::string_view megatron{};
