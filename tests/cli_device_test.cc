@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {
@@ -70,8 +71,10 @@ TEST(CliDevice, FitJsonHasThePricedFigures) {
   EXPECT_EQ(d["capacity_mib"], 98304);
   EXPECT_EQ(d["capacity_bytes"], int64_t{98304} << 20);
   EXPECT_EQ(d["hbm_gbps"], 3900.0);
-  EXPECT_EQ(d["bf16_dense_tflops"], 989.0);  // h100's
-  EXPECT_EQ(d["rates"]["gemm"], 0.72);
+  const GpuSpec h100 = *GpuPreset("h100");  // the figures not given
+  EXPECT_EQ(d["bf16_dense_tflops"], h100.bf16_dense_tflops);
+  EXPECT_EQ(d["rates"]["gemm"], h100.rates.gemm);
+  EXPECT_EQ(d["rates"]["attention_half_seq"], h100.rates.attention_half_seq);
   EXPECT_EQ(d["nodes"], 4);
   EXPECT_EQ(d["gpus_per_node"], 8);
 }
