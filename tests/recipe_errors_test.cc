@@ -79,6 +79,56 @@ const Case kCases[] = {
      "must be one of: adamw"},
     {"UnknownGpu", "cluster: {gpu: v100}\n", 1, 16, "cluster.gpu",
      "unknown GPU; valid presets: h200, h100, h100-nvl, a100, b200, gb200"},
+    // cluster.device: a custom device instead of a preset.
+    {"DeviceAndGpu", "cluster:\n  gpu: h100\n  device: {based_on: h100}\n", 3, 3, "cluster.device",
+     "mutually exclusive with cluster.gpu (line 2): name a preset or describe the device; to start from a preset, "
+     "write cluster.device.based_on: h100"},
+    // Missing figures: one error at the first, located at the device map, listing them all.
+    {"DeviceMissingFigures", "cluster:\n  device: {name: mygpu, capacity_mib: 81920, bf16_dense_tflops: 500}\n", 2, 11,
+     "cluster.device.hbm_gbps",
+     "missing: a device without based_on gives every figure the step is priced with (missing here: hbm_gbps, "
+     "nvlink_gbps_per_dir, ib_gbps_per_dir, rates.gemm, rates.gemm_memory, rates.hbm, rates.attention_fused, "
+     "rates.attention_flash2, rates.attention_half_seq); add them, or start from a preset with based_on: one of "
+     "h200, h100, h100-nvl, a100, b200, gb200"},
+    {"DeviceMissingName", "cluster:\n  device: {capacity_mib: 81920}\n", 2, 11, "cluster.device.name",
+     "(missing here: name, bf16_dense_tflops, "},
+    {"DeviceEmpty", "cluster:\n  device:\n", 2, 3, "cluster.device.name", "(missing here: name, capacity_mib, "},
+    {"DeviceNotAMap", "cluster: {device: h100}\n", 1, 19, "cluster.device",
+     "must be a map with keys based_on, name, capacity_mib, bf16_dense_tflops"},
+    {"DeviceUnknownBasedOn", "cluster:\n  device: {based_on: h300}\n", 2, 22, "cluster.device.based_on",
+     "must be one of: h200, h100, h100-nvl, a100, b200, gb200; did you mean 'h200'?"},
+    {"DeviceUnknownKey", "cluster:\n  device: {based_on: h100, hbm_gbs: 3000}\n", 2, 28, "cluster.device.hbm_gbs",
+     "unknown key; did you mean 'hbm_gbps'?"},
+    {"DeviceUnknownRate", "cluster:\n  device:\n    based_on: h100\n    rates: {gemm_bf16: 0.5}\n", 4, 13,
+     "cluster.device.rates.gemm_bf16", "unknown key; valid keys in cluster.device.rates: gemm, gemm_fp8, gemm_memory"},
+    {"DeviceZeroHbm", "cluster:\n  device: {based_on: h100, hbm_gbps: 0}\n", 2, 38, "cluster.device.hbm_gbps",
+     "must be positive; valid range is (0, 1000000]"},
+    {"DeviceNegativePeak", "cluster:\n  device: {based_on: h100, bf16_dense_tflops: -989}\n", 2, 47,
+     "cluster.device.bf16_dense_tflops", "must be positive; valid range is (0, 1000000]"},
+    {"DeviceZeroCapacity", "cluster:\n  device: {based_on: h100, capacity_mib: 0}\n", 2, 42,
+     "cluster.device.capacity_mib", "must be positive; valid range is [1, 1099511627776]"},
+    {"DeviceNegativeFp8", "cluster:\n  device: {based_on: h100, fp8_dense_tflops: -1}\n", 2, 46,
+     "cluster.device.fp8_dense_tflops", "out of range; valid range is [0, 1000000]"},
+    {"DeviceNegativeDomain", "cluster:\n  device: {based_on: h100, nvlink_domain: -8}\n", 2, 43,
+     "cluster.device.nvlink_domain", "must not be negative; valid range is [0, 16777216]"},
+    {"DeviceRateAboveOne", "cluster:\n  device:\n    based_on: h100\n    rates: {gemm: 1.2}\n", 4, 19,
+     "cluster.device.rates.gemm", "out of range; valid range is (0, 1]"},
+    {"DeviceRateZero", "cluster:\n  device:\n    based_on: h100\n    rates: {hbm: 0}\n", 4, 18,
+     "cluster.device.rates.hbm", "must be positive; valid range is (0, 1]"},
+    {"DeviceRateNotANumber", "cluster:\n  device:\n    based_on: h100\n    rates: {gemm: high}\n", 4, 19,
+     "cluster.device.rates.gemm", "must be a number in (0, 1]"},
+    // a100 has no fp8 tensor cores, hence no fp8 GEMM rate to inherit.
+    {"DeviceFp8WithoutRate", "cluster:\n  device: {based_on: a100, fp8_dense_tflops: 624}\n", 2, 11,
+     "cluster.device.rates.gemm_fp8",
+     "missing: the device has fp8 tensor cores (fp8_dense_tflops 624), so fp8 GEMMs need their achieved fraction"},
+    {"DeviceOffloadWithoutHostLink",
+     "training:\n  optimizer: {offload_fraction: 0.5}\ncluster:\n  device:\n    name: g\n    capacity_mib: 81920\n"
+     "    bf16_dense_tflops: 500\n    hbm_gbps: 3000\n    nvlink_gbps_per_dir: 300\n    ib_gbps_per_dir: 25\n"
+     "    rates: {gemm: 0.7, gemm_memory: 0.6, hbm: 0.8, attention_fused: 0.6, attention_flash2: 0.4, "
+     "attention_half_seq: 2400}\n",
+     5, 5, "cluster.device.host_link_gbps_per_dir",
+     "missing: training.optimizer.offload_fraction 0.5 keeps optimizer state in host memory, which needs the "
+     "device's host_link_gbps_per_dir, a positive number"},
     // Layer pattern and list.
     {"BadPatternLetterQuoted", "model:\n  pattern: \"AEXM\"\n", 2, 15, "model.pattern",
      "bad layer letter 'X' at position 3; valid letters: A (attention), M (Mamba-2), E (MoE), R (recurrent), D "
@@ -234,6 +284,14 @@ std::string FirstError(const LoadResult& r) {
     if (d.severity == Severity::kError) return Format(d);
   }
   return "";
+}
+
+TEST(DiagnosticFormat, DeviceFigureFromAnOverrideNamesTheOverride) {
+  const LoadResult r = LoadRecipeFromString("cluster: {device: {based_on: h100}}\n", "recipes/x.yaml",
+                                            {{"cluster.device.rates.gemm", "0"}});
+  EXPECT_EQ(
+      FirstError(r),
+      "--set cluster.device.rates.gemm=0: cluster.device.rates.gemm = 0: must be positive; valid range is (0, 1]");
 }
 
 TEST(DiagnosticFormat, DividesWithCaret) {

@@ -96,7 +96,9 @@ TEST(RecipeFields, EveryKeyAcceptsItsDefaultThroughSet) {
   const LoadResult base = LoadRecipeFromString(yaml, "fields.yaml");
   ASSERT_TRUE(base.recipe) << (base.diagnostics.empty() ? "" : base.diagnostics.front().message);
   for (const RecipeField& f : RecipeFields()) {
-    if (f.text == nullptr || f.path == "name") continue;
+    // cluster.device has no defaults: a device is given whole or based on a
+    // preset (recipe_device_test sets each of its keys with based_on).
+    if (f.text == nullptr || f.path == "name" || f.path.rfind("cluster.device.", 0) == 0) continue;
     const std::string value = f.text(*base.recipe);
     const LoadResult set = LoadRecipeFromString(yaml, "fields.yaml", {{std::string(f.path), value}});
     ASSERT_TRUE(set.recipe) << f.path << "=" << value << ": "
@@ -120,7 +122,9 @@ TEST(RecipeFields, DiffFlattensExactlyTheTablesKeys) {
   std::vector<std::string> expected;
   for (const RecipeField& f : RecipeFields()) {
     const std::string parent(f.parent());
-    if (f.text == nullptr || parent == "model.mla" || parent == "serving") continue;
+    if (f.text == nullptr || parent == "model.mla" || parent.rfind("cluster.device", 0) == 0 || parent == "serving") {
+      continue;
+    }
     expected.emplace_back(f.path);
   }
   std::vector<std::string> got;

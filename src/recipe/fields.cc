@@ -19,6 +19,7 @@ using recipe_internal::kMaxGpusPerNode;
 using recipe_internal::kMaxHeadDim;
 using recipe_internal::kMaxHeads;
 using recipe_internal::kMaxLayers;
+using recipe_internal::kMaxNameLength;
 using recipe_internal::kMaxNodes;
 using recipe_internal::kMaxSeqLen;
 using recipe_internal::kMaxVocab;
@@ -37,6 +38,11 @@ const ServingConfig& ServingOf(const Recipe& r) {
   return r.serving ? *r.serving : kDefault;
 }
 ServingConfig& ServingOf(Recipe& r) { return r.serving ? *r.serving : r.serving.emplace(); }
+const CustomDevice& DeviceOf(const Recipe& r) {
+  static const CustomDevice kNone;
+  return r.cluster.device ? *r.cluster.device : kNone;
+}
+CustomDevice& DeviceOf(Recipe& r) { return r.cluster.device ? *r.cluster.device : r.cluster.device.emplace(); }
 
 // Each enum's words, as recipes write them.
 template <class E>
@@ -140,6 +146,46 @@ RecipeField Moves(Affects affects, RecipeField f) {
   f.affects = affects;
   return f;
 }
+/// A figure that must be positive: (min, max].
+RecipeField Positive(RecipeField f) {
+  f.min_exclusive = true;
+  return f;
+}
+/// A key of cluster.device: preflight's own; no value ("") while the recipe
+/// names a preset, so diff and the docs show none.
+RecipeField Device(Affects affects, RecipeField f) {
+  f.text = [text = std::move(f.text)](const Recipe& r) { return r.cluster.device ? text(r) : std::string(); };
+  f.affects = affects;
+  f.megatron = kOurs;
+  f.torchtitan = kOurs;
+  return f;
+}
+/// cluster.device.based_on: the preset whose figures the device starts from.
+/// It comes first in the table, so the parser reads it before the other
+/// device keys, which then overwrite the preset's figures they give.
+RecipeField DeviceBasedOn() {
+  RecipeField f{"cluster.device.based_on", K::kEnum, "preset"};
+  f.names = GpuPresetNames();
+  f.text = [](const Recipe& r) { return DeviceOf(r).based_on; };
+  f.read = [](MapReader& m, Recipe& r) {
+    const std::vector<std::string> presets = GpuPresetNames();
+    int index = -1;
+    if (!m.Choice("based_on", &index, presets)) return false;
+    if (index < 0) return true;
+    CustomDevice& device = DeviceOf(r);
+    device.based_on = presets[static_cast<size_t>(index)];
+    device.spec = *GpuPreset(device.based_on);
+    return true;
+  };
+  return f;
+}
+RecipeField DeviceName() {
+  RecipeField f{"cluster.device.name", K::kString, "—"};
+  f.text = [](const Recipe& r) { return DeviceOf(r).spec.name; };
+  f.read = [](MapReader& m, Recipe& r) { return m.String("name", &DeviceOf(r).spec.name, kMaxNameLength); };
+  return f;
+}
+
 /// A typed key whose reading the parser does by hand, with its neighbours.
 RecipeField ByHand(RecipeField f) {
   f.read = nullptr;
@@ -525,6 +571,62 @@ std::vector<RecipeField> MakeFields() {
                                       "cluster.cublas_workspace_mib", "MiB", 0, 4096,
                                       [](auto& r) -> auto& { return r.cluster.cublas_workspace_mib; }),
                                   kOurs, kOurs)),
+      // A custom device instead of a preset (docs/recipe.md "cluster.device").
+      Section("cluster.device", [](Recipe& r) { r.cluster.device.emplace(); }),
+      Device(kAffectsTime, DeviceBasedOn()),
+      Device(kAffectsNothing, DeviceName()),
+      Device(kAffectsNothing, IntField(
+                                  "cluster.device.capacity_mib", "MiB", 1, kNoLimit,
+                                  [](auto& r) -> auto& { return DeviceOf(r).spec.capacity_mib; })),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.bf16_dense_tflops", "TFLOP/s", 0.0, 1e6, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.bf16_dense_tflops; }))),
+      Device(kAffectsTime, RealField(
+                               "cluster.device.fp8_dense_tflops", "TFLOP/s", 0.0, 1e6, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.fp8_dense_tflops; })),
+      Device(kAffectsNothing, RealField(
+                                  "cluster.device.fp4_dense_tflops", "TFLOP/s", 0.0, 1e6, false,
+                                  [](auto& r) -> auto& { return DeviceOf(r).spec.fp4_dense_tflops; })),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.hbm_gbps", "GB/s", 0.0, 1e6, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.hbm_gbps; }))),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.nvlink_gbps_per_dir", "GB/s", 0.0, 1e6, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.nvlink_gbps_per_dir; }))),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.ib_gbps_per_dir", "GB/s", 0.0, 1e6, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.ib_gbps_per_dir; }))),
+      Device(kAffectsTime, IntField(
+                               "cluster.device.nvlink_domain", "GPUs", 0, kMaxDegree,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.nvlink_domain; })),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.host_link_gbps_per_dir", "GB/s", 0.0, 1e6, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.host_link_gbps_per_dir; }))),
+      Device(kAffectsNothing, Positive(RealField(
+                                  "cluster.device.host_memory_gib", "GiB", 0.0, 1e9, false,
+                                  [](auto& r) -> auto& { return DeviceOf(r).spec.host_memory_gib; }))),
+      Section("cluster.device.rates"),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.rates.gemm", "fraction", 0.0, 1.0, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.gemm; }))),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.rates.gemm_fp8", "fraction", 0.0, 1.0, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.gemm_fp8; }))),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.rates.gemm_memory", "fraction", 0.0, 1.0, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.gemm_memory; }))),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.rates.hbm", "fraction", 0.0, 1.0, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.hbm; }))),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.rates.attention_fused", "fraction", 0.0, 1.0, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.attention_fused; }))),
+      Device(kAffectsTime, Positive(RealField(
+                               "cluster.device.rates.attention_flash2", "fraction", 0.0, 1.0, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.attention_flash2; }))),
+      Device(kAffectsTime, RealField(
+                               "cluster.device.rates.attention_half_seq", "tokens", 0.0, 1e9, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.attention_half_seq; })),
       Section("serving", [](Recipe& r) { r.serving.emplace(); }),
       Moves(kAffectsMemory,
             Spell(IntField(

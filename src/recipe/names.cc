@@ -3,6 +3,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "preflight/recipe/recipe.h"
 
 namespace preflight {
@@ -159,6 +162,19 @@ std::vector<std::string> GpuPresetNames() {
   std::vector<std::string> names;
   for (const GpuSpec& spec : kPresets) names.push_back(spec.name);
   return names;
+}
+
+std::string DeviceLabel(const ClusterConfig& cluster) {
+  std::string label = cluster.gpu;
+  if (cluster.device) {
+    label = fmt::format("custom '{}'", cluster.device->spec.name);
+    if (!cluster.device->based_on.empty()) label += " based on " + cluster.device->based_on;
+  }
+  std::vector<std::string> overrides;
+  if (cluster.capacity_mib > 0) overrides.push_back(fmt::format("capacity_mib {}", cluster.capacity_mib));
+  if (cluster.host_memory_gib > 0) overrides.push_back(fmt::format("host_memory_gib {}", cluster.host_memory_gib));
+  if (!overrides.empty()) label += fmt::format(" ({} from the recipe)", fmt::join(overrides, ", "));
+  return label;
 }
 
 }  // namespace preflight

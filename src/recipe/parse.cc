@@ -282,18 +282,95 @@ std::optional<MapReader> ReadSection(MapReader& top, const std::string& key, Rec
   return r;
 }
 
-/// cluster.gpu names a preset; its figures fill cluster.spec.
-void ReadGpuPreset(std::optional<MapReader>& r, Context& ctx, ClusterConfig* c) {
-  if (r && r->ok() && !r->String("gpu", &c->gpu, kMaxNameLength)) return;
-  const auto preset = GpuPreset(c->gpu);
-  if (!preset) {
-    std::string message = "unknown GPU; valid presets: " + JoinNames(GpuPresetNames());
-    if (const auto close = ClosestName(c->gpu, GpuPresetNames())) message += fmt::format("; did you mean '{}'?", *close);
-    ctx.MarkBad("cluster.gpu");
-    ctx.ErrorAt("cluster.gpu", c->gpu, message);
-    return;
+/// Keys of cluster.device a device without based_on may leave out: 0 reads
+/// as no fp8 or fp4 tensor cores, no host link or memory figure (needed only
+/// to offload, checked below) and an NVLink domain of one node. rates.gemm_fp8
+/// is needed only with fp8 tensor cores (checked after filling).
+constexpr std::string_view kOptionalDeviceKeys[] = {"based_on",      "fp8_dense_tflops",       "fp4_dense_tflops",
+                                                    "nvlink_domain", "host_link_gbps_per_dir", "host_memory_gib",
+                                                    "rates.gemm_fp8"};
+
+/// cluster.device (read through the field table, based_on first): without
+/// based_on every figure pricing needs must be given; either way fp8 tensor
+/// cores need their GEMM rate and offloading needs the host link and memory.
+bool CheckDevice(Context& ctx, const Recipe& recipe, const CustomDevice& device) {
+  const std::string prefix = "cluster.device.";
+  const auto given = [&ctx](const std::string& path) { return ctx.source().marks.count(path) > 0; };
+  if (device.based_on.empty()) {
+    std::vector<std::string> missing;
+    for (const RecipeField& f : RecipeFields()) {
+      if (f.kind == FieldKind::kSection || f.path.substr(0, prefix.size()) != prefix) continue;
+      const std::string_view key = f.path.substr(prefix.size());
+      if (std::find(std::begin(kOptionalDeviceKeys), std::end(kOptionalDeviceKeys), key) !=
+          std::end(kOptionalDeviceKeys)) {
+        continue;
+      }
+      if (!given(std::string(f.path))) missing.emplace_back(key);
+    }
+    if (!missing.empty()) {
+      ctx.MarkBad("cluster.device");
+      ctx.ErrorAt(prefix + missing.front(), "",
+                  fmt::format("missing: a device without based_on gives every figure the step is priced with (missing "
+                              "here: {}); add them, or start from a preset with based_on: one of {}",
+                              JoinNames(missing), JoinNames(GpuPresetNames())));
+      return false;
+    }
   }
-  c->spec = *preset;
+  bool ok = true;
+  const GpuSpec& spec = device.spec;
+  if (spec.fp8_dense_tflops > 0 && spec.rates.gemm_fp8 <= 0) {
+    ok = false;
+    ctx.ErrorAt(prefix + "rates.gemm_fp8", "",
+                fmt::format("missing: the device has fp8 tensor cores (fp8_dense_tflops {}), so fp8 GEMMs need their "
+                            "achieved fraction of that peak, a number in (0, 1]",
+                            spec.fp8_dense_tflops));
+  }
+  // Offloaded optimizer state crosses the host link and lives in host memory.
+  const double offload = recipe.training.optimizer.offload_fraction;
+  const auto need_for_offload = [&](const std::string& key, double figure, const char* also) {
+    if (offload <= 0 || figure > 0) return;
+    ok = false;
+    ctx.ErrorAt(prefix + key, "",
+                fmt::format("missing: training.optimizer.offload_fraction {} keeps optimizer state in host memory, "
+                            "which needs the device's {}{}, a positive number",
+                            offload, key, also));
+  };
+  need_for_offload("host_link_gbps_per_dir", spec.host_link_gbps_per_dir, "");
+  need_for_offload("host_memory_gib", std::max(spec.host_memory_gib, recipe.cluster.host_memory_gib),
+                   " (or cluster.host_memory_gib)");
+  return ok;
+}
+
+/// cluster.gpu names a preset, or cluster.device describes the device; its
+/// figures fill cluster.spec, with the cluster's capacity and host overrides.
+void ReadDevice(std::optional<MapReader>& r, Context& ctx, Recipe* recipe) {
+  ClusterConfig* c = &recipe->cluster;
+  if (r && r->ok() && !r->String("gpu", &c->gpu, kMaxNameLength)) return;
+  if (c->device) {
+    if (r && r->Has("gpu")) {
+      ctx.MarkBad("cluster.device");
+      ctx.Error("cluster.device", r->KeyMark("device"), "",
+                fmt::format("mutually exclusive with cluster.gpu ({}): name a preset or describe the device; to start "
+                            "from a preset, write cluster.device.based_on: {}",
+                            WhereIs(ctx, *r, "gpu"), c->gpu));
+      return;
+    }
+    c->gpu.clear();
+    if (ctx.IsBad("cluster.device") || !CheckDevice(ctx, *recipe, *c->device)) return;
+    c->spec = c->device->spec;
+  } else {
+    const auto preset = GpuPreset(c->gpu);
+    if (!preset) {
+      std::string message = "unknown GPU; valid presets: " + JoinNames(GpuPresetNames()) +
+                            " (or describe the device under cluster.device)";
+      if (const auto close = ClosestName(c->gpu, GpuPresetNames()))
+        message += fmt::format("; did you mean '{}'?", *close);
+      ctx.MarkBad("cluster.gpu");
+      ctx.ErrorAt("cluster.gpu", c->gpu, message);
+      return;
+    }
+    c->spec = *preset;
+  }
   if (c->capacity_mib > 0) c->spec.capacity_mib = c->capacity_mib;
   if (c->host_memory_gib > 0) c->spec.host_memory_gib = c->host_memory_gib;
 }
@@ -391,7 +468,7 @@ void ParseRecipe(const YAML::Node& root, Context& ctx, Recipe* recipe) {
     recipe->parallel.schedule = Schedule::kInterleaved;
   }
   auto cluster = ReadSection(top, "cluster", recipe);
-  ReadGpuPreset(cluster, ctx, &recipe->cluster);
+  ReadDevice(cluster, ctx, recipe);
   ReadSection(top, "serving", recipe);
   recipe->source = ctx.source();
   Reporter reporter(ctx.source(), &ctx.diagnostics(), &ctx);

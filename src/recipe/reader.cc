@@ -263,12 +263,13 @@ bool MapReader::Int(const std::string& key, int64_t* out) {
 bool MapReader::Double(const std::string& key, double* out) {
   const RecipeField* f = FindRecipeField(PathOf(key));
   if (f == nullptr || f->kind != FieldKind::kReal) throw std::logic_error("no number field " + PathOf(key));
-  return Double(key, out, f->real_min, f->real_max, f->max_exclusive);
+  return Double(key, out, f->real_min, f->real_max, f->max_exclusive, f->min_exclusive);
 }
 
-bool MapReader::Double(const std::string& key, double* out, double min, double max, bool max_exclusive) {
+bool MapReader::Double(const std::string& key, double* out, double min, double max, bool max_exclusive,
+                       bool min_exclusive) {
   if (!Has(key)) return true;
-  const std::string range = fmt::format("[{}, {}{}", min, max, max_exclusive ? ")" : "]");
+  const std::string range = fmt::format("{}{}, {}{}", min_exclusive ? "(" : "[", min, max, max_exclusive ? ")" : "]");
   const std::string expected = "a number in " + range;
   const auto text = PlainScalar(key, expected);
   if (!text) return false;
@@ -277,7 +278,11 @@ bool MapReader::Double(const std::string& key, double* out, double min, double m
     ValueError(key, *text, "must be " + expected);
     return false;
   }
-  if (*value < min || *value > max || (max_exclusive && *value == max)) {
+  if (min_exclusive && min == 0 && *value <= 0) {
+    ValueError(key, *text, "must be positive; valid range is " + range);
+    return false;
+  }
+  if (*value < min || *value > max || (max_exclusive && *value == max) || (min_exclusive && *value == min)) {
     ValueError(key, *text, "out of range; valid range is " + range);
     return false;
   }

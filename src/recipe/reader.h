@@ -110,10 +110,12 @@ class MapReader {
   /// Integer in the schema's range for this key (IntRangeOf). Returns false
   /// (and reports) when present but bad.
   bool Int(const std::string& key, int64_t* out);
-  /// Finite number in [min, max]; `max_exclusive` makes the upper bound open.
   /// Number in the field table's range for this key.
   bool Double(const std::string& key, double* out);
-  bool Double(const std::string& key, double* out, double min, double max, bool max_exclusive = false);
+  /// Finite number in [min, max]; `max_exclusive` (`min_exclusive`) makes the
+  /// upper (lower) bound open.
+  bool Double(const std::string& key, double* out, double min, double max, bool max_exclusive = false,
+              bool min_exclusive = false);
   bool Bool(const std::string& key, bool* out);
   /// Non-empty string of at most `max_length` characters.
   bool String(const std::string& key, std::string* out, size_t max_length);

@@ -29,28 +29,60 @@ std::string FlowMap(const Flat& fields) {
 
 constexpr const char* kAbsent = "(absent)";
 
-/// An optional section's keys as one "{k: v, ...}" value.
+/// `text` as a flow-map value: quoted when YAML would read it otherwise (a
+/// device named "x, rev 2").
+std::string FlowScalar(const std::string& text) {
+  if (text.find_first_of(",:{}[]#&*!|>'\"%@`\\") == std::string::npos && text.front() != ' ' && text.back() != ' ') {
+    return text;
+  }
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+/// An optional section's keys as one "{k: v, ...}" value, its sub-maps nested.
 std::string SectionMap(std::string_view section, const Recipe& r) {
   Flat fields;
   for (const RecipeField& field : RecipeFields()) {
-    if (field.parent() == section && field.text != nullptr) fields.emplace_back(field.key(), field.text(r));
+    if (field.parent() != section) continue;
+    if (field.kind == FieldKind::kSection) {
+      fields.emplace_back(field.key(), SectionMap(field.path, r));
+    } else if (field.text != nullptr && !field.text(r).empty()) {  // "": not given (cluster.device.based_on)
+      fields.emplace_back(field.key(), FlowScalar(field.text(r)));
+    }
   }
   return FlowMap(fields);
+}
+
+/// True for the keys of the optional sections, listed as one flow map each.
+bool InOptionalSection(std::string_view path) {
+  for (std::string_view section : {"model.mla", "cluster.device", "serving"}) {
+    if (path.size() > section.size() && path.substr(0, section.size()) == section && path[section.size()] == '.') {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
 
 Flat FlattenRecipe(const Recipe& r) {
   // One line per key of the field table, in its order. model.attention and
-  // model.mla are mutually exclusive in a recipe: the one present is listed,
-  // MLA and serving (optional sections) as one flow map each.
+  // model.mla are mutually exclusive in a recipe, and so are cluster.gpu and
+  // cluster.device: the one present is listed, MLA, the custom device and
+  // serving (optional sections) as one flow map each.
   Flat f;
   for (const RecipeField& field : RecipeFields()) {
     const std::string_view parent = field.parent();
     if (field.path == "model.mla" && r.model.mla) f.emplace_back(field.path, SectionMap(field.path, r));
+    if (field.path == "cluster.device" && r.cluster.device) f.emplace_back(field.path, SectionMap(field.path, r));
     if (field.path == "serving" && r.serving) f.emplace_back(field.path, SectionMap(field.path, r));
-    if (field.text == nullptr || parent == "model.mla" || parent == "serving") continue;
+    if (field.text == nullptr || InOptionalSection(field.path)) continue;
     if (parent == "model.attention" && r.model.mla) continue;
+    if (field.path == "cluster.gpu" && r.cluster.device) continue;
     f.emplace_back(field.path, field.text(r));
   }
   return f;

@@ -76,7 +76,7 @@ char HybridSymbol(BlockKind k) {
 void Header(const Context& c) {
   const Layout& l = c.p.layout;
   c.notes.Note(fmt::format("Megatron-LM arguments for {}: {} GPUs ({} nodes x {} {}), from `preflight plan`", c.r.name,
-                           c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, c.p.gpu.name));
+                           c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, DeviceLabel(c.r.cluster)));
   c.notes.Note(c.transformer ? "entry point: pretrain_gpt.py; each attention + FFN pair of the pattern is one Megatron layer"
                              : "entry point: pretrain_hybrid.py (HybridModel); one pattern letter is one Megatron layer");
   c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l), l.zero,

@@ -63,7 +63,7 @@ std::string ShapeSummary(const Recipe& r, bool transformer) {
 void Header(const Context& c) {
   const Layout& l = c.p.layout;
   c.notes.Note(fmt::format("torchtitan job config for {}: {} GPUs ({} nodes x {} {}), from `preflight plan`", c.r.name,
-                           c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, c.p.gpu.name));
+                           c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, DeviceLabel(c.r.cluster)));
   c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l), l.zero,
                            Name(l.schedule), l.micro_batches, l.micro_batch, Name(l.recompute)));
   c.notes.Note(fmt::format(

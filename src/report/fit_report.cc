@@ -111,6 +111,33 @@ nlohmann::json LastRankJson(const MemoryEstimate& est) {
 
 }  // namespace
 
+nlohmann::json DeviceJson(const ClusterConfig& cluster) {
+  const GpuSpec& g = cluster.spec;
+  const KernelRates& k = g.rates;
+  nlohmann::json out = {{"gpu", g.name},
+                        {"label", DeviceLabel(cluster)},
+                        {"capacity_mib", g.capacity_mib},
+                        {"bf16_dense_tflops", g.bf16_dense_tflops},
+                        {"fp8_dense_tflops", g.fp8_dense_tflops},
+                        {"fp4_dense_tflops", g.fp4_dense_tflops},
+                        {"hbm_gbps", g.hbm_gbps},
+                        {"nvlink_gbps_per_dir", g.nvlink_gbps_per_dir},
+                        {"ib_gbps_per_dir", g.ib_gbps_per_dir},
+                        {"nvlink_domain", g.nvlink_domain},
+                        {"host_link_gbps_per_dir", g.host_link_gbps_per_dir},
+                        {"host_memory_gib", g.host_memory_gib},
+                        {"rates",
+                         {{"gemm", k.gemm},
+                          {"gemm_fp8", k.gemm_fp8},
+                          {"gemm_memory", k.gemm_memory},
+                          {"hbm", k.hbm},
+                          {"attention_fused", k.attention_fused},
+                          {"attention_flash2", k.attention_flash2},
+                          {"attention_half_seq", k.attention_half_seq}}}};
+  if (cluster.device && !cluster.device->based_on.empty()) out["based_on"] = cluster.device->based_on;
+  return out;
+}
+
 std::string RenderFitTable(const FitReport& r) {
   const Inventory& inv = *r.inventory;
   const Recipe& recipe = inv.recipe;
@@ -125,10 +152,9 @@ std::string RenderFitTable(const FitReport& r) {
                      FormatCount(inv.total_params), FormatCount(inv.active_params));
   out += fmt::format("layout    {} | zero {} | {} m={} | recompute {}\n", LayoutSummary(r.layout), r.layout.zero,
                      Name(r.layout.schedule), r.layout.micro_batches, Name(r.layout.recompute));
-  out += fmt::format("device    {} {} MiB ({:.2f} GiB), {} GPUs = {} nodes × {}\n", recipe.cluster.spec.name,
-                     recipe.cluster.spec.capacity_mib,
-                     est.stages.empty() ? 0.0 : est.stages.front().capacity.gib(), recipe.world(),
-                     recipe.cluster.nodes, recipe.cluster.gpus_per_node);
+  out += fmt::format("device    {} {} MiB ({:.2f} GiB), {} GPUs = {} nodes × {}\n", DeviceLabel(recipe.cluster),
+                     recipe.cluster.spec.capacity_mib, est.stages.empty() ? 0.0 : est.stages.front().capacity.gib(),
+                     recipe.world(), recipe.cluster.nodes, recipe.cluster.gpus_per_node);
   out += "\n";
 
   const size_t n = est.stages.size();
@@ -245,11 +271,7 @@ nlohmann::json FitJson(const FitReport& r) {
       {"recipe", {{"name", recipe.name}, {"file", r.file}}},
       {"params", {{"total", inv.total_params}, {"active", inv.active_params}, {"by_family", families}}},
       {"layout", LayoutJson(r.layout)},
-      {"device",
-       {{"gpu", recipe.cluster.spec.name},
-        {"capacity_bytes", r.estimate.stages.empty() ? 0 : r.estimate.stages.front().capacity.count()},
-        {"nodes", recipe.cluster.nodes},
-        {"gpus_per_node", recipe.cluster.gpus_per_node}}},
+      {"device", DeviceJson(recipe.cluster)},
       {"stages", stages},
       {"worst_stage", r.estimate.worst_stage},
       {"last_global_rank", LastRankJson(r.estimate)},
@@ -260,6 +282,9 @@ nlohmann::json FitJson(const FitReport& r) {
         {"min_headroom_bytes", GiB(recipe.cluster.min_headroom_gib).count()},
         {"reason", v.reason}}},
   };
+  out["device"]["capacity_bytes"] = r.estimate.stages.empty() ? 0 : r.estimate.stages.front().capacity.count();
+  out["device"]["nodes"] = recipe.cluster.nodes;
+  out["device"]["gpus_per_node"] = recipe.cluster.gpus_per_node;
   if (v.host_per_node.count() > 0) {
     out["verdict"]["host_per_node_bytes"] = v.host_per_node.count();
     out["verdict"]["host_capacity_bytes"] = GiB(recipe.cluster.spec.host_memory_gib).count();

@@ -50,6 +50,8 @@ struct RecipeField {
   int64_t min = 0, max = 0;
   double real_min = 0, real_max = 0;
   bool max_exclusive = false;
+  /// The lower bound is open: a figure that must be positive reads "(0, max]".
+  bool min_exclusive = false;
   /// How Megatron-LM and torchtitan spell the setting (see kNoCounterpart);
   /// "(model flavor)" for architecture keys torchtitan builds in code.
   std::string_view megatron{};
@@ -66,8 +68,8 @@ struct RecipeField {
   /// hand (name, model.pattern / repeat / layers, parallel.stage_boundaries,
   /// cluster.gpu). False when the value was present but bad.
   std::function<bool(recipe_internal::MapReader&, Recipe&)> read{};
-  /// Sections only: what a present section switches on (model.mla and
-  /// serving exist only when written).
+  /// Sections only: what a present section switches on (model.mla,
+  /// cluster.device and serving exist only when written).
   std::function<void(Recipe&)> open{};
 
   std::string_view key() const;     // last component ("tp")

@@ -291,9 +291,18 @@ struct GpuSpec {
   KernelRates rates;
 };
 
+/// A device the recipe describes (cluster.device) instead of naming a preset.
+struct CustomDevice {
+  /// The preset whose figures fill every key the recipe leaves out; "" = none
+  /// (then every figure pricing needs is given).
+  std::string based_on;
+  GpuSpec spec;  // the recipe's figures, based_on's for the rest
+};
+
 struct ClusterConfig {
-  std::string gpu = "h200";
-  GpuSpec spec;                    // filled from the preset
+  std::string gpu = "h200";  // the preset; "" when `device` describes the device
+  std::optional<CustomDevice> device;
+  GpuSpec spec;  // what is priced: the preset's or the device's figures, with the overrides below
   int64_t nodes = 8;
   int64_t gpus_per_node = 8;
   double reserve_gib = 3.0;        // CUDA context + NCCL buffers (outside the caching allocator)
@@ -390,5 +399,9 @@ std::optional<Override> ParseOverride(const std::string& text);
 std::optional<GpuSpec> GpuPreset(const std::string& name);
 /// Names of all presets, for "what would be valid" messages.
 std::vector<std::string> GpuPresetNames();
+/// What was priced, for every output to name: the preset ("h200"), with the
+/// recipe's overrides ("h200 (capacity_mib 81920 from the recipe)"), or a
+/// custom device ("custom 'mygpu'", "custom 'mygpu' based on h100").
+std::string DeviceLabel(const ClusterConfig& cluster);
 
 }  // namespace preflight

@@ -23,8 +23,9 @@ namespace preflight {
 /// Every key of a recipe as (key path, value as YAML text) in schema order:
 /// "model.moe.experts" -> "64", "parallel.stage_boundaries" -> "[12, 24]",
 /// "training.precision.master" -> "none". Optional sections (model.mla,
-/// serving) appear as one flow map ("{heads: 128, ...}") when present;
-/// model.attention.* is left out when model.mla is set (they exclude each other).
+/// cluster.device, serving) appear as one flow map ("{heads: 128, ...}") when
+/// present; model.attention.* is left out when model.mla is set, cluster.gpu
+/// when cluster.device is (they exclude each other).
 /// Derived fields (model.layers, cluster.spec) are left out. Feeding a value
 /// back as `--set key=value` reproduces the field.
 std::vector<std::pair<std::string, std::string>> FlattenRecipe(const Recipe& recipe);

@@ -31,6 +31,12 @@ struct FitReport {
   std::optional<BalancedCut> balanced_cut;
 };
 
+/// The priced device as JSON: "gpu" (its name), "label" (DeviceLabel), every
+/// figure of cluster.spec under the names cluster.device gives them
+/// (capacity_mib, bf16_dense_tflops, ..., rates.{gemm, ...}), and "based_on"
+/// for a custom device built on a preset. FitJson's "device" object.
+nlohmann::json DeviceJson(const ClusterConfig& cluster);
+
 /// The readable table (default output of `fit`).
 std::string RenderFitTable(const FitReport& report);
 /// The same content as JSON with the stable keys documented in README.md.
