@@ -627,6 +627,9 @@ std::vector<RecipeField> MakeFields() {
       Device(kAffectsTime, RealField(
                                "cluster.device.rates.attention_half_seq", "tokens", 0.0, 1e9, false,
                                [](auto& r) -> auto& { return DeviceOf(r).spec.rates.attention_half_seq; })),
+      Device(kAffectsTime, RealField(
+                               "cluster.device.rates.gemm_tile_k", "K steps", 0.0, 1e9, false,
+                               [](auto& r) -> auto& { return DeviceOf(r).spec.rates.gemm_tile_k; })),
       Section("serving", [](Recipe& r) { r.serving.emplace(); }),
       Moves(kAffectsMemory,
             Spell(IntField(

@@ -286,9 +286,9 @@ std::optional<MapReader> ReadSection(MapReader& top, const std::string& key, Rec
 /// as no fp8 or fp4 tensor cores, no host link or memory figure (needed only
 /// to offload, checked below) and an NVLink domain of one node. rates.gemm_fp8
 /// is needed only with fp8 tensor cores (checked after filling).
-constexpr std::string_view kOptionalDeviceKeys[] = {"based_on",      "fp8_dense_tflops",       "fp4_dense_tflops",
-                                                    "nvlink_domain", "host_link_gbps_per_dir", "host_memory_gib",
-                                                    "rates.gemm_fp8"};
+constexpr std::string_view kOptionalDeviceKeys[] = {"based_on",       "fp8_dense_tflops",       "fp4_dense_tflops",
+                                                    "nvlink_domain",  "host_link_gbps_per_dir", "host_memory_gib",
+                                                    "rates.gemm_fp8", "rates.gemm_tile_k"};
 
 /// cluster.device (read through the field table, based_on first): without
 /// based_on every figure pricing needs must be given; either way fp8 tensor

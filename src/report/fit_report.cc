@@ -133,7 +133,8 @@ nlohmann::json DeviceJson(const ClusterConfig& cluster) {
                           {"hbm", k.hbm},
                           {"attention_fused", k.attention_fused},
                           {"attention_flash2", k.attention_flash2},
-                          {"attention_half_seq", k.attention_half_seq}}}};
+                          {"attention_half_seq", k.attention_half_seq},
+                          {"gemm_tile_k", k.gemm_tile_k}}}};
   if (cluster.device && !cluster.device->based_on.empty()) out["based_on"] = cluster.device->based_on;
   return out;
 }

@@ -360,6 +360,7 @@ ordered_json CostModelJson(const Recipe& r, const Plan& p) {
           {"attention_kernel", AttentionKernel(r.training)},
           {"attention_efficiency", AttentionKernelRate(r.training, p.gpu, p.cost)},
           {"attention_half_seq", k.attention_half_seq},
+          {"gemm_tile_k", k.gemm_tile_k},
           {"fused_elementwise", r.training.fused_elementwise},
           {"hbm_gbps", p.gpu.hbm_gbps},
           {"fp8_dense_tflops", p.gpu.fp8_dense_tflops},
