@@ -81,7 +81,7 @@ void SetupPlan(CLI::App& command, int& exit_code) {
       ->check(CLI::IsMember(std::vector<std::string>{Name(EmitTarget::kMegatron), Name(EmitTarget::kTorchtitan)}))
       ->excludes("--format");
   command.add_option("--compute-efficiency", o->cost.compute_efficiency,
-                     "achieved fraction of the bf16 dense peak (default 0.5)")
+                     "achieved fraction of the dense peak for large GEMMs (default 0: the device's measured rate)")
       ->check(CLI::Range(0.01, 1.0));
   command.add_option("--nvlink-efficiency", o->cost.nvlink_efficiency, "achieved fraction of NVLink bandwidth (0.8)")
       ->check(CLI::Range(0.01, 1.0));
