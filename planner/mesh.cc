@@ -95,7 +95,8 @@ int64_t AxisSize(const Layout& l, Axis a) {
   return 1;
 }
 
-AxisLocality Summarize(Axis a, int64_t size, const std::vector<std::vector<int64_t>>& groups, int64_t gpus_per_node) {
+// Locality per NVLink domain of `domain` consecutive ranks (a node on HGX).
+AxisLocality Summarize(Axis a, int64_t size, const std::vector<std::vector<int64_t>>& groups, int64_t domain) {
   AxisLocality loc;
   loc.axis = a;
   loc.size = size;
@@ -105,7 +106,7 @@ AxisLocality Summarize(Axis a, int64_t size, const std::vector<std::vector<int64
     // Count members per node; members are in coordinate order, which is
     // rank order for every axis, so equal nodes are adjacent.
     std::vector<int64_t> nodes(g.size());
-    for (size_t k = 0; k < g.size(); ++k) nodes[k] = g[k] / gpus_per_node;
+    for (size_t k = 0; k < g.size(); ++k) nodes[k] = g[k] / domain;
     std::sort(nodes.begin(), nodes.end());
     int64_t spanned = 0;
     for (size_t k = 0; k < nodes.size();) {
@@ -123,7 +124,12 @@ AxisLocality Summarize(Axis a, int64_t size, const std::vector<std::vector<int64
 
 }  // namespace
 
-Mesh PlaceRanks(const Layout& l, int64_t gpus_per_node, bool tied_embedding) {
+int64_t NvlinkDomain(const ClusterConfig& c) {
+  return c.spec.nvlink_domain > 0 ? c.spec.nvlink_domain : c.gpus_per_node;
+}
+
+Mesh PlaceRanks(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain) {
+  const int64_t domain = nvlink_domain > 0 ? nvlink_domain : gpus_per_node;
   Mesh mesh;
   mesh.world = l.world();
   mesh.gpus_per_node = gpus_per_node;
@@ -151,7 +157,7 @@ Mesh PlaceRanks(const Layout& l, int64_t gpus_per_node, bool tied_embedding) {
         groups[static_cast<size_t>(s.group)][static_cast<size_t>(s.index)] = c.rank;
       }
     }
-    mesh.locality[static_cast<size_t>(a)] = Summarize(axis, size, groups, gpus_per_node);
+    mesh.locality[static_cast<size_t>(a)] = Summarize(axis, size, groups, domain);
   }
   return mesh;
 }

@@ -286,7 +286,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostMod
   plan.layout = layout;
   plan.cost = cost;
   plan.gpu = r.cluster.spec;
-  plan.mesh = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage());
+  plan.mesh = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster));
   const PlanTables tables = BuildPlanTables(inv);
   if (auto fixed = RecipeStagePlan(inv, layout)) {
     // The framework's split (or the pinned one): the job that will run.

@@ -290,6 +290,16 @@ void SetThroughput(const Inventory& inv, const PlanTables& t, const Layout& l, S
 
 }  // namespace
 
+StepBreakdown BreakdownOf(const StepTime& t) {
+  StepBreakdown b;
+  b.compute_s = t.head_compute_s;
+  for (double s : t.compute_by_family_s) b.compute_s += s;
+  for (double s : t.exposed_by_axis) b.exposed_comm_s += s;
+  b.bubble_s = t.bubble_s - t.exposed_by_axis[static_cast<size_t>(Axis::kPp)];
+  b.optimizer_s = t.newton_schulz_s + t.optimizer_step_s + t.host_offload_s;
+  return b;
+}
+
 StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                           std::vector<StageComm>* comm, const CostModel& cost) {
   StepTime st;
@@ -321,6 +331,7 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak + host_s + update_s);
     st.dp_exposed_s = std::max(st.dp_exposed_s, ex.dp_tail_s);
     st.optimizer_s = std::max(st.optimizer_s, ex.optimizer_s + rc.muon_flops / peak);
+    st.newton_schulz_s = std::max(st.newton_schulz_s, rc.muon_flops / peak);
     st.stages.push_back(
         {r, rc.forward_s / per_mb, rc.backward_s / per_mb, rc.recompute_s / per_mb, ex.in_pipeline_s / per_mb});
   }

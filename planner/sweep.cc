@@ -176,6 +176,7 @@ struct Priced {
   double step_s = 0;
   double tokens_per_s = 0;
   double mfu = 0;
+  StepBreakdown parts;
 };
 
 // Memory of the worst pipeline rank (as EstimateMemory picks it, without its
@@ -197,6 +198,7 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
   p.mfu = time.mfu;
+  p.parts = BreakdownOf(time);
   return p;
 }
 
@@ -272,7 +274,9 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   }
   const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
   std::call_once(cache.once[slot], [&] {
-    cache.locality[slot] = PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage()).locality;
+    cache.locality[slot] =
+        PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster))
+            .locality;
   });
   const MeshLocality& locality = cache.locality[slot];
   size_t k = first_row;
@@ -316,6 +320,10 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       row.step_s = best.step_s;
       row.tokens_per_s = best.tokens_per_s;
       row.mfu = best.mfu;
+      row.compute_s = static_cast<float>(best.parts.compute_s);
+      row.exposed_comm_s = static_cast<float>(best.parts.exposed_comm_s);
+      row.bubble_s = static_cast<float>(best.parts.bubble_s);
+      row.optimizer_s = static_cast<float>(best.parts.optimizer_s);
     }
   }
 }
@@ -591,6 +599,8 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.gpus = r.world();
   out.nodes = r.cluster.nodes;
   out.gpus_per_node = r.cluster.gpus_per_node;
+  out.device = DeviceLabel(r.cluster);
+  out.priced_rates = PricedRates(r, options.cost);
   // Capacity as the estimator sees it (any layout: it is a cluster property).
   out.capacity = EstimateRank(inventory, Layout{}, EqualStagePlan(static_cast<int64_t>(r.model.layers.size()), 1, 1), 0)
                      .capacity;

@@ -160,6 +160,39 @@ TEST(StepCompute, Fp8SpeedsGemmsWhereTheDeviceHasFp8) {
   EXPECT_GT(fp8, 0.5 * bf16);
 }
 
+// The step's four parts add up to it: compute, exposed communication,
+// bubble, the optimizer's own work (pipeline, Muon, ZeRO 1 on two nodes).
+TEST(StepCompute, BreakdownAddsUpToTheStep) {
+  for (const char* pp : {"1", "2", "4"}) {
+    const Recipe r = Llama({{"parallel.pp", pp}, {"parallel.tp", "2"}, {"parallel.sp", "true"}});
+    const Inventory inv = BuildInventory(r);
+    const PlanResult p = MakePlan(inv, LayoutOf(r));
+    ASSERT_TRUE(p.plan.has_value()) << pp;
+    const StepBreakdown b = BreakdownOf(p.plan->time);
+    const double sum = b.compute_s + b.exposed_comm_s + b.bubble_s + b.optimizer_s;
+    EXPECT_NEAR(sum / p.plan->time.step_s, 1.0, 0.01) << "pp " << pp;
+    EXPECT_GT(b.compute_s, 0.8 * p.plan->time.step_s) << "pp " << pp;
+  }
+}
+
+// GB200 NVL72 joins 72 GPUs over 18 trays of 4 in one NVLink domain: a TP
+// group of 8 over two trays stays on NVLink there, and crosses the network
+// on 4-GPU nodes of an 8-GPU HGX preset.
+TEST(StepCompute, Gb200NvlinkDomainSpansNodes) {
+  const std::vector<Override> sets = {
+      {"parallel.tp", "8"}, {"parallel.sp", "true"}, {"cluster.gpus_per_node", "4"}, {"cluster.nodes", "8"}};
+  std::vector<Override> gb200 = sets, h200 = sets;
+  gb200.push_back({"cluster.gpu", "gb200"});
+  h200.push_back({"cluster.gpu", "h200"});
+  const auto tp_on_nvlink = [](const Recipe& r) {
+    const PlanResult p = MakePlan(BuildInventory(r), LayoutOf(r));
+    EXPECT_TRUE(p.plan.has_value());
+    return p.plan->mesh.locality[static_cast<size_t>(Axis::kTp)].intra_node;
+  };
+  EXPECT_TRUE(tp_on_nvlink(Llama(gb200)));
+  EXPECT_FALSE(tp_on_nvlink(Llama(h200)));
+}
+
 // Blackwell presets plan, faster than Hopper on the same layout.
 TEST(StepCompute, BlackwellPresetsPlan) {
   const double h200 = StepSeconds(Llama({{"cluster.gpu", "h200"}}));

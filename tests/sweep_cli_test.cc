@@ -97,7 +97,7 @@ TEST(CliSweep, CsvHasEveryLayoutAndStableHeader) {
   EXPECT_EQ(line,
             "tp,sp,cp,pp,vpp,dp,dp_replicate,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,"
             "peak_bytes,"
-            "headroom_bytes,worst_stage,step_s,tokens_per_s,mfu,reason");
+            "headroom_bytes,worst_stage,step_s,compute_s,exposed_comm_s,bubble_s,optimizer_s,tokens_per_s,mfu,reason");
   int rows = 0;
   int invalid = 0;
   while (std::getline(in, line)) {

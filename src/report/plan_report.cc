@@ -185,7 +185,8 @@ std::string CommAndStepTables(const Recipe& r, const Plan& p) {
 std::string RenderPlanTable(const Recipe& r, const Plan& p) {
   std::string out;
   const Mesh& m = p.mesh;
-  out += fmt::format("plan: {} on {} GPUs ({} nodes x {} {})\n", p.name, m.world, m.nodes, m.gpus_per_node, p.gpu.name);
+  out += fmt::format("plan: {} on {} GPUs ({} nodes x {} {})\n", p.name, m.world, m.nodes, m.gpus_per_node,
+                     DeviceLabel(r.cluster));
   out += "layout: " + LayoutLine(r, p) + "\n";
 
   out += "\nrank map (per node: the coordinates its GPUs hold)\n";
@@ -383,6 +384,7 @@ std::string RenderPlanJson(const Recipe& r, const Plan& p) {
   j["nodes"] = m.nodes;
   j["gpus_per_node"] = m.gpus_per_node;
   j["gpu"] = p.gpu.name;
+  j["device"] = DeviceLabel(r.cluster);
   j["layout"] = PlanLayoutJson(p.layout);
   j["rank_map"] = RankMapJson(m);
   j["groups"] = GroupsJson(m);

@@ -25,19 +25,20 @@ std::string JsonString(const std::string& s) { return nlohmann::json(s).dump(); 
 void AppendTableRows(const SweepResult& r, const std::vector<int64_t>& indices, std::string* out) {
   fmt::format_to(std::back_inserter(*out),
                  "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} "
-                 "{:>10} {:>10} {:>9} {:>12} {:>6}\n",
+                 "{:>10} {:>10} {:>9} {:>9} {:>7} {:>7} {:>7} {:>12} {:>6}\n",
                  "#", "tp", "sp", "cp", "pp", "vpp", "dp", "rep", "ep", "etp", "mb", "recompute", "zero", "peak GiB",
-                 "free GiB", "step s", "tokens/s", "MFU");
+                 "free GiB", "step s", "compute", "comm", "bubble", "opt", "tokens/s", "MFU");
   int rank = 0;
   for (int64_t i : indices) {
     const SweepRow& row = r.rows[static_cast<size_t>(i)];
     const Layout l = r.LayoutOf(row);
     fmt::format_to(std::back_inserter(*out),
                    "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} {:>10.2f} {:>10.2f} "
-                   "{:>9.3f} {:>12.0f} {:>5.1f}%\n",
+                   "{:>9.3f} {:>9.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>12.0f} {:>5.1f}%\n",
                    ++rank, l.tp, l.sequence_parallel() ? "on" : "-", l.cp, l.pp, l.vpp, l.dp, l.dp_replicate, l.ep,
                    l.expert_tp, l.micro_batch, Name(l.recompute), l.zero, row.peak.gib(), r.HeadroomOf(row).gib(),
-                   row.step_s, row.tokens_per_s, 100.0 * row.mfu);
+                   row.step_s, row.compute_s, row.exposed_comm_s, row.bubble_s, row.optimizer_s, row.tokens_per_s,
+                   100.0 * row.mfu);
   }
 }
 
@@ -51,13 +52,17 @@ std::string RowJson(const SweepResult& r, const SweepRow& row) {
       l.tp, l.sequence_parallel() ? "true" : "false", l.cp, l.pp, l.vpp, l.dp, l.dp_replicate, l.ep, l.expert_tp,
       l.micro_batch, l.micro_batches, Name(l.recompute), l.zero, Name(l.schedule), Key(row.status));
   if (row.status == SweepStatus::kInvalid) {
-    out += ", \"peak_bytes\": null, \"headroom_bytes\": null, \"worst_stage\": null, \"step_s\": null, "
-           "\"tokens_per_s\": null, \"mfu\": null";
+    out +=
+        ", \"peak_bytes\": null, \"headroom_bytes\": null, \"worst_stage\": null, \"step_s\": null, "
+        "\"compute_s\": null, \"exposed_comm_s\": null, \"bubble_s\": null, \"optimizer_s\": null, "
+        "\"tokens_per_s\": null, \"mfu\": null";
   } else {
-    out += fmt::format(", \"peak_bytes\": {}, \"headroom_bytes\": {}, \"worst_stage\": {}, \"step_s\": {:.6f}, "
-                       "\"tokens_per_s\": {:.1f}, \"mfu\": {:.4f}",
-                       row.peak.count(), r.HeadroomOf(row).count(), row.worst_stage, row.step_s, row.tokens_per_s,
-                       row.mfu);
+    out += fmt::format(
+        ", \"peak_bytes\": {}, \"headroom_bytes\": {}, \"worst_stage\": {}, \"step_s\": {:.6f}, "
+        "\"compute_s\": {:.6f}, \"exposed_comm_s\": {:.6f}, \"bubble_s\": {:.6f}, "
+        "\"optimizer_s\": {:.6f}, \"tokens_per_s\": {:.1f}, \"mfu\": {:.4f}",
+        row.peak.count(), r.HeadroomOf(row).count(), row.worst_stage, row.step_s, row.compute_s, row.exposed_comm_s,
+        row.bubble_s, row.optimizer_s, row.tokens_per_s, row.mfu);
   }
   return out + ", \"reason\": " + JsonString(r.ReasonOf(row)) + "}";
 }
@@ -72,11 +77,12 @@ std::string IndexList(const std::vector<int64_t>& v) {
 
 std::string RenderSweepTable(const SweepResult& r, const std::string& file) {
   std::string out = fmt::format(
-      "sweep of {} on {} GPUs ({} nodes x {}), capacity {}, headroom floor {}\n"
+      "sweep of {} on {} GPUs ({} nodes x {} {}), capacity {}, headroom floor {}\n"
+      "step time priced at {}\n"
       "{} layouts: {} fit, {} tight (under the floor), {} over capacity, {} invalid\n",
-      file, r.gpus, r.nodes, r.gpus_per_node, FormatGiB(r.capacity), FormatGiB(r.min_headroom), r.rows.size(),
-      r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
-      r.CountOf(SweepStatus::kInvalid));
+      file, r.gpus, r.nodes, r.gpus_per_node, r.device, FormatGiB(r.capacity), FormatGiB(r.min_headroom),
+      r.priced_rates, r.rows.size(), r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight),
+      r.CountOf(SweepStatus::kOverCapacity), r.CountOf(SweepStatus::kInvalid));
   if (!r.held_fixed.empty()) {
     out += fmt::format("held at the recipe's values (not varied): {}\n", fmt::join(r.held_fixed, ", "));
   }
@@ -109,7 +115,7 @@ std::string SweepCsv(const SweepResult& r) {
   std::string out =
       "tp,sp,cp,pp,vpp,dp,dp_replicate,ep,expert_tp,micro_batch,micro_batches,recompute,zero,schedule,status,peak_"
       "bytes,"
-      "headroom_bytes,worst_stage,step_s,tokens_per_s,mfu,reason\n";
+      "headroom_bytes,worst_stage,step_s,compute_s,exposed_comm_s,bubble_s,optimizer_s,tokens_per_s,mfu,reason\n";
   for (const SweepRow& row : r.rows) {
     const Layout l = r.LayoutOf(row);
     auto it = std::back_inserter(out);
@@ -117,10 +123,11 @@ std::string SweepCsv(const SweepResult& r) {
                    l.vpp, l.dp, l.dp_replicate, l.ep, l.expert_tp, l.micro_batch, l.micro_batches, Name(l.recompute),
                    l.zero, Name(l.schedule), Key(row.status));
     if (row.status == SweepStatus::kInvalid) {
-      out += ",,,,,,";
+      out += ",,,,,,,,,,";
     } else {
-      fmt::format_to(it, "{},{},{},{:.6f},{:.1f},{:.4f},", row.peak.count(), r.HeadroomOf(row).count(),
-                     row.worst_stage, row.step_s, row.tokens_per_s, row.mfu);
+      fmt::format_to(it, "{},{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.1f},{:.4f},", row.peak.count(),
+                     r.HeadroomOf(row).count(), row.worst_stage, row.step_s, row.compute_s, row.exposed_comm_s,
+                     row.bubble_s, row.optimizer_s, row.tokens_per_s, row.mfu);
     }
     out += CsvQuote(r.ReasonOf(row));
     out += '\n';
@@ -130,13 +137,15 @@ std::string SweepCsv(const SweepResult& r) {
 
 std::string SweepJson(const SweepResult& r, const std::string& file) {
   std::string out = fmt::format(
-      "{{\n  \"recipe\": {},\n  \"gpus\": {},\n  \"nodes\": {},\n  \"gpus_per_node\": {},\n  \"capacity_bytes\": {},\n"
+      "{{\n  \"recipe\": {},\n  \"gpus\": {},\n  \"nodes\": {},\n  \"gpus_per_node\": {},\n  \"device\": {},\n"
+      "  \"priced_rates\": {},\n  \"capacity_bytes\": {},\n"
       "  \"min_headroom_bytes\": {},\n  \"evaluated\": {},\n  \"counts\": {{\"fits\": {}, \"tight\": {}, "
       "\"over_capacity\": {}, \"invalid\": {}}},\n  \"held_fixed\": {},\n  \"top\": {},\n  \"pareto\": {},\n  "
       "\"layouts\": [",
-      JsonString(file), r.gpus, r.nodes, r.gpus_per_node, r.capacity.count(), r.min_headroom.count(), r.rows.size(),
-      r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
-      r.CountOf(SweepStatus::kInvalid), nlohmann::json(r.held_fixed).dump(), IndexList(r.top), IndexList(r.pareto));
+      JsonString(file), r.gpus, r.nodes, r.gpus_per_node, JsonString(r.device), JsonString(r.priced_rates),
+      r.capacity.count(), r.min_headroom.count(), r.rows.size(), r.CountOf(SweepStatus::kFits),
+      r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity), r.CountOf(SweepStatus::kInvalid),
+      nlohmann::json(r.held_fixed).dump(), IndexList(r.top), IndexList(r.pareto));
   if (r.top.empty()) {
     // Inserted before "layouts": why nothing fits, as the table says it.
     const NoFitReasons why = WhyNothingFits(r);

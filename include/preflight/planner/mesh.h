@@ -57,6 +57,11 @@ int64_t RankOf(const Layout& layout, int64_t tp, int64_t cp, int64_t dp, int64_t
 RankCoord CoordOf(const Layout& layout, int64_t rank, int64_t gpus_per_node);
 /// Every rank and group of the layout, with locality per axis.
 /// `tied_embedding` adds the kEmbedding groups when pp > 1.
-Mesh PlaceRanks(const Layout& layout, int64_t gpus_per_node, bool tied_embedding = false);
+/// `nvlink_domain` (0 = a node) is how many consecutive ranks one NVLink
+/// domain joins: a group inside one domain is `intra_node` (NVLink), else it
+/// crosses the network (GB200 NVL72: 72 GPUs over 18 nodes of 4).
+Mesh PlaceRanks(const Layout& layout, int64_t gpus_per_node, bool tied_embedding = false, int64_t nvlink_domain = 0);
+/// The recipe's NVLink domain in ranks: the device's, or a node.
+int64_t NvlinkDomain(const ClusterConfig& cluster);
 
 }  // namespace preflight

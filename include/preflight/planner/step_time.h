@@ -62,7 +62,21 @@ struct StepTime {
   /// The optimizer's elementwise update of the slowest rank's shard (AdamW's
   /// bytes at the HBM rate), in the tail after the gradient reduce.
   double optimizer_step_s = 0;
+  double newton_schulz_s = 0;  // Muon's orthogonalisation GEMMs, the slowest rank's
 };
+
+/// The step in four parts that add up to it (within the tail's max over
+/// ranks): the busiest rank's compute, its exposed communication (every axis,
+/// the pipeline fill and the optimizer's collectives included), the
+/// schedule's bubble without the fill, and the optimizer's own work
+/// (Newton-Schulz, the update, host transfers).
+struct StepBreakdown {
+  double compute_s = 0;
+  double exposed_comm_s = 0;
+  double bubble_s = 0;
+  double optimizer_s = 0;
+};
+StepBreakdown BreakdownOf(const StepTime& time);
 
 /// Fills each item's exposed_seconds (the overlap rules of docs/plan.md) and
 /// returns the step time.

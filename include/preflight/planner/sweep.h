@@ -69,6 +69,8 @@ struct SweepRow {
   double step_s = 0;
   double tokens_per_s = 0;
   double mfu = 0;
+  /// The step's parts (StepBreakdown), single precision to keep rows small.
+  float compute_s = 0, exposed_comm_s = 0, bubble_s = 0, optimizer_s = 0;
 };
 
 struct SweepResult {
@@ -77,6 +79,8 @@ struct SweepResult {
   int64_t gpus_per_node = 0;
   Bytes capacity;
   Bytes min_headroom;
+  std::string device;        // DeviceLabel of the recipe's cluster
+  std::string priced_rates;  // PricedRates: the rates every step time used
   /// One layout per (tp, cp, pp, vpp, ep, expert_tp, dp_replicate, micro_batch), in the
   /// canonical order, with the validator's first error ("parallel.tp = 3:
   /// must divide ...") beside it, or "" when valid.
