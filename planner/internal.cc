@@ -56,6 +56,8 @@ ChunkCompute ComputeOf(const ComputeTimes& times, const PlanTables& t, const Sta
     out.backward_s += n * ls.backward.total();
     out.recompute_s += n * ls.recompute.total();
     out.attention_core_fwd_s += n * ls.attention_core_forward;
+    out.gemm_forward_s += n * ls.forward.gemm;
+    out.gemm_backward_s += n * (ls.backward.gemm + ls.recompute.gemm);
     out.by_family_s[f] = n * ls.total();
   }
   if (range.owns_head) {

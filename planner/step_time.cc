@@ -68,6 +68,7 @@ void Distribute(std::vector<CommItem*>& items, double exposed) {
 struct RankCompute {
   double forward_s = 0, backward_s = 0, recompute_s = 0;
   double attention_core_forward_s = 0;  // the window the CP p2p ring hides under
+  double gemm_forward_s = 0, gemm_backward_s = 0;  // the windows TP overlap hides under
   double muon_flops = 0;
   double max_chunk_forward_s = 0, max_chunk_backward_s = 0;  // one micro-batch, for DualPipe's bubble
   std::array<double, 5> by_family_s{};
@@ -109,6 +110,8 @@ RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const Compu
     out.backward_s += mb * cc.backward_s;
     out.recompute_s += mb * cc.recompute_s;
     out.attention_core_forward_s += mb * cc.attention_core_fwd_s;
+    out.gemm_forward_s += mb * cc.gemm_forward_s;
+    out.gemm_backward_s += mb * cc.gemm_backward_s;
     out.max_chunk_forward_s = std::max(out.max_chunk_forward_s, cc.forward_s);
     out.max_chunk_backward_s = std::max(out.max_chunk_backward_s, cc.backward_s + cc.recompute_s);
     // Newton-Schulz on full matrices, redundantly on every DP rank
@@ -138,7 +141,8 @@ struct OverlapGroups {
   std::vector<CommItem*> grads, gathers;
   double grads_bucket = 0, gathers_bucket = 0;
   std::array<std::vector<CommItem*>, 2> per_unit;  // [forward, backward]
-  std::vector<CommItem*> ep;                       // DualPipe's EP all-to-alls
+  std::array<std::vector<CommItem*>, 2> tp;        // --tp-comm-overlap's TP collectives [forward, backward]
+  std::vector<CommItem*> ep;  // EP all-to-alls under DualPipe or --overlap-moe-expert-parallel-comm
   double ep_s = 0;
 };
 
@@ -178,11 +182,13 @@ double ExposeTail(std::vector<CommItem*>& items, double bucket_s, double window_
 /// Gradient reduce overlaps the last micro-batch's backward except the last
 /// bucket; the parameter gather overlaps the next step's forward except the
 /// first bucket (Megatron overlap_grad_reduce / overlap_param_gather).
-void ExposeDataParallel(OverlapGroups& g, const RankCompute& rc, const Layout& l, RankExposure& out) {
+/// Without the overlap flags (Megatron's default) both run whole after the
+/// last backward.
+void ExposeDataParallel(OverlapGroups& g, const RankCompute& rc, const Layout& l, const Overlap& o, RankExposure& out) {
   const int64_t m = l.micro_batches;
   const double mbs = static_cast<double>(std::max<int64_t>(1, l.schedule == Schedule::kDualPipe ? m / 2 : m));
-  out.dp_tail_s += ExposeTail(g.grads, g.grads_bucket, rc.backward_s / mbs);
-  out.dp_tail_s += ExposeTail(g.gathers, g.gathers_bucket, rc.forward_s / mbs);
+  out.dp_tail_s += ExposeTail(g.grads, g.grads_bucket, o.grad_reduce ? rc.backward_s / mbs : 0.0);
+  out.dp_tail_s += ExposeTail(g.gathers, g.gathers_bucket, o.param_gather ? rc.forward_s / mbs : 0.0);
   for (const CommItem* i : g.grads) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
   for (const CommItem* i : g.gathers) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
 }
@@ -190,7 +196,7 @@ void ExposeDataParallel(OverlapGroups& g, const RankCompute& rc, const Layout& l
 /// Sets every item's exposed_seconds on pipeline rank r and sums them.
 RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, const Inventory& inv, const Layout& l,
                         const CostModel& cost) {
-  const bool dual = l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV;
+  const Overlap overlap = OverlapOf(inv.recipe, l);
   RankExposure out;
   OverlapGroups g;
   for (CommItem& i : items) {
@@ -218,9 +224,12 @@ RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, con
     } else if (IsPerUnit(i)) {
       g.per_unit[i.pass == Pass::kForward ? 0 : 1].push_back(&i);
       continue;
-    } else if (dual && (i.axis == Axis::kEp || i.axis == Axis::kExpertTp)) {
+    } else if (overlap.ep && (i.axis == Axis::kEp || i.axis == Axis::kExpertTp)) {
       g.ep.push_back(&i);
       g.ep_s += i.seconds;
+      continue;
+    } else if (overlap.tp && i.axis == Axis::kTp && i.pass != Pass::kOptimizer) {
+      g.tp[i.pass == Pass::kForward ? 0 : 1].push_back(&i);
       continue;
     }
     if (i.pass == Pass::kOptimizer) {
@@ -230,7 +239,19 @@ RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, con
     }
     out.by_axis[static_cast<size_t>(i.axis)] += i.exposed_seconds;
   }
-  // DualPipe overlaps one direction's EP all-to-alls with the other's compute.
+  // TE userbuffers: each TP all-gather / reduce-scatter runs under the GEMM
+  // beside it; what exceeds the pass's GEMM time stays exposed.
+  const double gemm_windows[2] = {rc.gemm_forward_s, rc.gemm_backward_s};
+  for (size_t pass = 0; pass < 2; ++pass) {
+    double total = 0;
+    for (const CommItem* i : g.tp[pass]) total += i->seconds;
+    const double e = std::max(0.0, total - gemm_windows[pass]);
+    Distribute(g.tp[pass], e);
+    out.in_pipeline_s += e;
+    for (const CommItem* i : g.tp[pass]) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
+  }
+  // DualPipe, and Megatron's EP overlap, run one micro-batch's EP all-to-alls
+  // under another's compute.
   if (!g.ep.empty()) {
     const double ep_exposed = std::max(0.0, g.ep_s - rc.total_s());
     Distribute(g.ep, ep_exposed);
@@ -238,7 +259,7 @@ RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, con
     for (const CommItem* i : g.ep) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
   }
   ExposePerUnit(g.per_unit, rc, out);
-  ExposeDataParallel(g, rc, l, out);
+  ExposeDataParallel(g, rc, l, overlap, out);
   return out;
 }
 
@@ -289,6 +310,17 @@ void SetThroughput(const Inventory& inv, const PlanTables& t, const Layout& l, S
 }
 
 }  // namespace
+
+Overlap OverlapOf(const Recipe& r, const Layout& l) {
+  const ParallelConfig& p = r.parallel;
+  const bool dual = l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV;
+  Overlap o;
+  o.grad_reduce = p.overlap_grad_reduce;
+  o.param_gather = p.overlap_param_gather && p.overlap_grad_reduce;
+  o.tp = p.tp_comm_overlap && l.sequence_parallel();
+  o.ep = dual || (p.ep_comm_overlap && l.recompute != Recompute::kFull && (l.pp == 1 || l.vpp > 1));
+  return o;
+}
 
 StepBreakdown BreakdownOf(const StepTime& t) {
   StepBreakdown b;

@@ -536,6 +536,22 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "parallel.embedding", "enum", kEmbeddingSplits, [](auto& r) -> auto& { return r.parallel.embedding; }),
             kNone, kNone),
+      Moves(kAffectsTime,
+            Spell(BoolField(
+                      "parallel.overlap_grad_reduce", [](auto& r) -> auto& { return r.parallel.overlap_grad_reduce; }),
+                  "--overlap-grad-reduce", "(FSDP overlaps)")),
+      Moves(kAffectsTime, Spell(BoolField(
+                                    "parallel.overlap_param_gather",
+                                    [](auto& r) -> auto& { return r.parallel.overlap_param_gather; }),
+                                "--overlap-param-gather", "(FSDP overlaps)")),
+      Moves(kAffectsTime,
+            Spell(BoolField(
+                      "parallel.tp_comm_overlap", [](auto& r) -> auto& { return r.parallel.tp_comm_overlap; }),
+                  "--tp-comm-overlap", "(async TP)")),
+      Moves(kAffectsTime,
+            Spell(BoolField(
+                      "parallel.ep_comm_overlap", [](auto& r) -> auto& { return r.parallel.ep_comm_overlap; }),
+                  "--overlap-moe-expert-parallel-comm", kNone)),
       Section("cluster"),
       Moves(kAffectsTime,
             Spell(Field("cluster.gpu", K::kString, "preset", [](const Recipe& r) { return r.cluster.gpu; }), kOurs,

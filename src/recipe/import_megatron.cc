@@ -194,9 +194,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--outer-dp-sharding-strategy", "hierarchical (HSDP) sharding across an outer DP group"},
       {"--moe-router-dtype", "router logits and probabilities in fp32 (small per-token buffers)"},
       {"--moe-token-dispatcher-type", "the dispatcher's buffers: the recipe prices all-to-all dispatch"},
-      {"--overlap-moe-expert-parallel-comm",
-       "overlap of expert all-to-all with compute (a second micro-batch "
-       "in flight)"},
       {"--moe-shared-expert-overlap", "shared-expert compute overlapped with dispatch"},
       {"--delay-wgrad-compute", "weight gradients computed later (their inputs live longer)"},
       {"--overlap-p2p-communication-warmup-flush", "pipeline P2P overlap in warm-up/flush (time)"},
@@ -204,12 +201,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
        "interleaved schedule grouping; changes the "
        "in-flight micro-batches"},
       {"--overlap-param-gather-with-optimizer-step", "parameter all-gather overlapped with the optimizer step"},
-      {"--overlap-grad-reduce",
-       "gradient reduce-scatter overlapped with backward (time; bucketed, no extra "
-       "buffer in the recipe)"},
-      {"--overlap-param-gather",
-       "parameter all-gather overlapped with forward (time; the distributed "
-       "optimizer's param buffer is not modeled separately)"},
       {"--no-gradient-accumulation-fusion",
        "without the fused wgrad kernel each linear allocates a bf16 "
        "weight gradient before adding it to main_grad (a transient)"},
@@ -223,6 +214,10 @@ const std::map<std::string, std::string>& Unrepresentable() {
 
 // Arguments the mapping below reads (so they are neither unknown nor quiet).
 const std::set<std::string> kMapped = {
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--tp-comm-overlap",
+    "--overlap-moe-expert-parallel-comm",
     "--optimizer-cpu-offload",
     "--optimizer-offload-fraction",
     "--pipeline-model-parallel-layout",
@@ -1035,6 +1030,11 @@ void MapStageSplit(Args& a, const Stack& st, int64_t pp, int64_t* vpp, std::vect
     if (a.Flag("--account-for-loss-in-pipeline-split")) Add(&l, "parallel.loss_in_split", "true");
   }
   if (!boundaries.empty()) Add(&l, "parallel.stage_boundaries", JoinInts(boundaries), "Megatron's stage split");
+  // Communication overlap (time only).
+  if (a.Flag("--overlap-grad-reduce")) Add(&l, "parallel.overlap_grad_reduce", "true");
+  if (a.Flag("--overlap-param-gather")) Add(&l, "parallel.overlap_param_gather", "true");
+  if (a.Flag("--tp-comm-overlap")) Add(&l, "parallel.tp_comm_overlap", "true");
+  if (a.Flag("--overlap-moe-expert-parallel-comm")) Add(&l, "parallel.ep_comm_overlap", "true");
 }
 
 /// Degrees, ZeRO, schedule, rank order, stage cuts and the cluster defaults.

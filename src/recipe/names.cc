@@ -117,7 +117,7 @@ namespace {
 // Blackwell: no device at hand; Hopper's fractions are taken as they are
 // (docs/plan.md says so), the peaks are Blackwell's.
 constexpr KernelRates kHopper{0.74, 0.71, 0.45, 0.89, 0.71, 0.37, 2400.0, 256.0};
-constexpr KernelRates kAmpere{0.68, 0.0, 0.45, 0.89, 0.71, 0.62, 2400.0, 256.0};
+constexpr KernelRates kAmpere{0.69, 0.0, 0.45, 0.89, 0.71, 0.62, 2400.0, 256.0};
 constexpr KernelRates kBlackwell = kHopper;
 
 const GpuSpec kPresets[] = {

@@ -42,6 +42,7 @@ class Validator {
     CheckSequence();
     CheckHeadWgrad();
     CheckEmbedding();
+    CheckOverlap();
     CheckOffload();
     if (layers_ok) CheckMtp();
     if (CheckWorld()) {
@@ -284,6 +285,17 @@ class Validator {
                    "a tied output layer shares the table, so it would be replicated too (full-vocabulary logits on "
                    "every TP rank), which is not priced; untie the head (model.tie_embeddings: false) or keep "
                    "vocab_parallel");
+    }
+  }
+
+  /// Megatron-LM's arguments.py: "Must use --overlap-param-gather with
+  /// --overlap-grad-reduce" (the gather is issued by the reduce's buckets).
+  void CheckOverlap() {
+    if (Bad({"parallel.overlap_param_gather", "parallel.overlap_grad_reduce"})) return;
+    if (p_.overlap_param_gather && !p_.overlap_grad_reduce) {
+      ctx_.ErrorAt("parallel.overlap_param_gather", "true",
+                   "the parameter gather overlaps through the gradient reduce's buckets (Megatron-LM asserts it); "
+                   "set parallel.overlap_grad_reduce: true too, or turn this off");
     }
   }
 

@@ -435,6 +435,30 @@ void ZeroFlags(const Context& c, bool muon) {
   if (c.p.layout.dp_replicate > 1) c.args.Flag("--num-distributed-optimizer-instances", c.p.layout.dp_replicate);
 }
 
+// The overlap the plan priced, as Megatron's flags (all off by default
+// there); what the recipe asks for but Megatron would refuse on this layout
+// is said, not emitted (the plan priced it without).
+void OverlapFlags(const Context& c) {
+  const ParallelConfig& p = c.r.parallel;
+  const Layout& l = c.p.layout;
+  const Overlap o = OverlapOf(c.r, l);
+  if (o.grad_reduce) c.args.Flag("--overlap-grad-reduce");
+  if (o.param_gather && l.zero >= 1) c.args.Flag("--overlap-param-gather");
+  if (o.tp) c.args.Flag("--tp-comm-overlap");
+  if (p.tp_comm_overlap && !o.tp) {
+    c.notes.Note(
+        "parallel.tp_comm_overlap: not emitted, Megatron overlaps TP communication only under sequence "
+        "parallelism (tp > 1, sp)");
+  }
+  const bool dual = l.schedule == Schedule::kDualPipe || l.schedule == Schedule::kDualPipeV;
+  if (p.ep_comm_overlap && o.ep && !dual && l.ep > 1) c.args.Flag("--overlap-moe-expert-parallel-comm");
+  if (p.ep_comm_overlap && !o.ep) {
+    c.notes.Note(
+        "parallel.ep_comm_overlap: not emitted, Megatron's EP overlap needs no full recompute and, with "
+        "pp > 1, an interleaved schedule");
+  }
+}
+
 void OptimizerFlags(const Context& c) {
   const OptimizerConfig& o = c.r.training.optimizer;
   const Layout& l = c.p.layout;
@@ -465,6 +489,7 @@ void OptimizerFlags(const Context& c) {
     }
   }
   ZeroFlags(c, muon);
+  OverlapFlags(c);
 }
 
 void HeadWgradFlags(const Context& c) {

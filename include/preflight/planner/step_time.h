@@ -65,6 +65,16 @@ struct StepTime {
   double newton_schulz_s = 0;  // Muon's orthogonalisation GEMMs, the slowest rank's
 };
 
+/// The overlap a recipe asks for on this layout, where Megatron-LM runs it:
+/// TP overlap needs sequence parallelism, EP overlap no full recompute and an
+/// interleaved schedule when pp > 1 (arguments.py, transformer_config.py),
+/// the parameter gather the gradient reduce's; the DualPipe schedules
+/// overlap EP by construction.
+struct Overlap {
+  bool grad_reduce = false, param_gather = false, tp = false, ep = false;
+};
+Overlap OverlapOf(const Recipe& recipe, const Layout& layout);
+
 /// The step in four parts that add up to it (within the tail's max over
 /// ranks): the busiest rank's compute, its exposed communication (every axis,
 /// the pipeline fill and the optimizer's collectives included), the

@@ -251,6 +251,18 @@ struct ParallelConfig {
   /// Megatron's --account-for-embedding/loss-in-pipeline-split: each counts as a layer.
   bool embedding_in_split = false;
   bool loss_in_split = false;
+  /// Communication overlap, each off as in Megatron-LM by default:
+  /// --overlap-grad-reduce (ZeRO 0/1 gradient reduce in buckets during the
+  /// last backward), --overlap-param-gather (the ZeRO 1 parameter gather in
+  /// buckets during the next forward), --tp-comm-overlap (TE userbuffers: TP
+  /// all-gathers and reduce-scatters under the GEMMs beside them),
+  /// --overlap-moe-expert-parallel-comm (EP all-to-alls under another
+  /// micro-batch's compute). ZeRO 2/3 unit-by-unit traffic always overlaps
+  /// (FSDP, DeepSpeed overlap_comm).
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  bool tp_comm_overlap = false;
+  bool ep_comm_overlap = false;
 };
 
 /// Achievable fractions of a device's peaks, per kernel class: what the
