@@ -198,8 +198,10 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
       }
     }
   }
-  return JudgeEntry(path, recipe.name, std::move(*estimate), GiB(recipe.cluster.min_headroom_gib), baseline.state,
-                    std::move(baseline_worst), thresholds, note);
+  CheckEntry entry = JudgeEntry(path, recipe.name, std::move(*estimate), GiB(recipe.cluster.min_headroom_gib),
+                                baseline.state, std::move(baseline_worst), thresholds, note);
+  entry.device = DeviceLabel(recipe.cluster);
+  return entry;
 }
 
 int RunCheck(const CheckArgs& args) {

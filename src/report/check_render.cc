@@ -130,7 +130,8 @@ std::string RenderCheckTable(const CheckReport& r) {
     if (e.passed()) continue;
     if (!header) out += "\n";
     header = true;
-    for (const auto& f : e.failures) out += fmt::format("{} {}: {}\n", StatusWord(e), e.file, f);
+    const std::string on = e.device.empty() ? "" : " on " + e.device;
+    for (const auto& f : e.failures) out += fmt::format("{} {}{}: {}\n", StatusWord(e), e.file, on, f);
     for (const auto& err : e.errors) out += fmt::format("{} {}: {}\n", StatusWord(e), e.file, FirstLine(err));
   }
   for (const CheckEntry& e : r.entries) {
@@ -156,6 +157,7 @@ nlohmann::json CheckJson(const CheckReport& r) {
     if (e.valid) {
       const RankMemory& w = e.worst();
       j["name"] = e.name;
+      j["device"] = e.device;
       j["worst_stage"] = e.estimate.worst_stage;
       j["worst_total_bytes"] = w.total().count();
       j["capacity_bytes"] = w.capacity.count();

@@ -40,6 +40,7 @@ const char* Key(BaselineState s);  // "none", "new", "compared", "unreadable"
 struct CheckEntry {
   std::string file;  // as given on the command line
   std::string name;  // the recipe's name (empty when invalid)
+  std::string device;  // DeviceLabel of what was priced (empty when invalid)
   bool valid = false;
   std::vector<std::string> errors;  // formatted diagnostics when !valid
   MemoryEstimate estimate;          // when valid
