@@ -269,6 +269,7 @@ void SetupCheck(CLI::App& command, int& exit_code) {
   command
       .add_option("--max-regression-gib", args->max_regression_gib,
                   "Largest allowed growth of the worst rank's total vs the baseline (default 1.0)")
+      ->check(FiniteNumber())
       ->check(CLI::Range(0.0, 1e9));
   command
       .add_option("--max-regression-gib-category", args->category_budgets,

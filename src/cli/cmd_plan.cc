@@ -80,14 +80,19 @@ void SetupPlan(CLI::App& command, int& exit_code) {
                   "Print the planned layout as Megatron-LM arguments or torchtitan TOML instead of the report")
       ->check(CLI::IsMember(std::vector<std::string>{Name(EmitTarget::kMegatron), Name(EmitTarget::kTorchtitan)}))
       ->excludes("--format");
-  command.add_option("--compute-efficiency", o->cost.compute_efficiency,
-                     "achieved fraction of the dense peak for large GEMMs (default 0: the device's measured rate)")
+  command
+      .add_option("--compute-efficiency", o->cost.compute_efficiency,
+                  "achieved fraction of the dense peak for large GEMMs (default 0: the device's measured rate)")
+      ->check(FiniteNumber())
       ->check(CLI::Range(0.01, 1.0));
   command.add_option("--nvlink-efficiency", o->cost.nvlink_efficiency, "achieved fraction of NVLink bandwidth (0.8)")
+      ->check(FiniteNumber())
       ->check(CLI::Range(0.01, 1.0));
   command.add_option("--ib-efficiency", o->cost.ib_efficiency, "achieved fraction of InfiniBand bandwidth (0.8)")
+      ->check(FiniteNumber())
       ->check(CLI::Range(0.01, 1.0));
   command.add_option("--latency-us", o->latency_us, "latency per ring step in microseconds (8)")
+      ->check(FiniteNumber())
       ->check(CLI::Range(0.0, 1000.0));
   command.add_option("--svg", o->svg_path, "Write the memory geometry per stage as an SVG chart");
   command.callback([o, &exit_code] { exit_code = RunPlan(*o); });

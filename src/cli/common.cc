@@ -1,4 +1,5 @@
 #include "common.h"
+#include <cmath>
 
 #include <cstdio>
 #include <map>
@@ -9,6 +10,20 @@
 #include "preflight/planner/plan.h"
 
 namespace preflight::cli {
+
+CLI::Validator FiniteNumber() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const double v = std::stod(text, &used);
+          if (used == text.size() && std::isfinite(v)) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected a finite number, got '" + text + "'";
+      },
+      "FINITE");
+}
 
 void AddRecipeArgs(CLI::App& command, RecipeArgs& args) {
   command.add_option("recipe", args.path, "Recipe YAML file")->required();

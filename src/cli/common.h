@@ -15,6 +15,10 @@
 
 namespace preflight::cli {
 
+/// Rejects nan and infinities: CLI::Range lets nan through (every comparison
+/// with it is false). Put before the range check.
+CLI::Validator FiniteNumber();
+
 struct RecipeArgs {
   std::string path;
   std::vector<std::string> sets;  // "key.path=value"

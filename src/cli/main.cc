@@ -1,5 +1,6 @@
 // preflight: the command-line entry point. Only dispatch lives here; each
 // verb is its own file (docs/architecture.md).
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <vector>
@@ -43,6 +44,20 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "preflight 0.1.0");
   int exit_code = static_cast<int>(preflight::ExitCode::kOk);
   for (const Verb& verb : kVerbs) verb.setup(*app.add_subcommand(verb.name, verb.help), exit_code);
+  // CLI11 reports an unknown first word only as "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-' && std::none_of(std::begin(kVerbs), std::end(kVerbs), [&](const Verb& v) {
+        return argv[1] == std::string(v.name);
+      })) {
+    std::string names, word;
+    for (const Verb& v : kVerbs) names += std::string(names.empty() ? "" : ", ") + v.name;
+    for (const char* c = argv[1]; *c != '\0'; ++c) {  // control characters stay off the terminal
+      const auto u = static_cast<unsigned char>(*c);
+      word += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, *c);
+    }
+    std::fprintf(stderr, "preflight: unknown command '%s'; commands: %s (preflight --help)\n", word.c_str(),
+                 names.c_str());
+    return static_cast<int>(preflight::ExitCode::kBadInput);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

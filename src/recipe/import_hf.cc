@@ -764,7 +764,48 @@ HfImport ImportHfConfig(const std::string& json_text, const std::string& file) {
                                   ""});
     return result;
   }
-  Json config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // A key given twice is ambiguous (the parser would keep the last): found
+  // with the parser's callback, one set of keys per open object.
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const Json::parser_callback_t track = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == Json::parse_event_t::key && !open_objects.empty() && parsed.is_string()) {
+      if (!open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
+        duplicate = parsed.get<std::string>();
+      }
+    }
+    return true;
+  };
+  // A number beyond double range ("1e400") throws out_of_range, with or
+  // without exceptions enabled: point at the literal it names.
+  const auto overflow = [&](const std::string& what) {
+    const size_t open = what.find('\''), close = what.rfind('\'');
+    const std::string literal =
+        open != std::string::npos && close > open ? what.substr(open + 1, close - open - 1) : "";
+    const size_t at = literal.empty() ? std::string::npos : text.find(literal);
+    result.diagnostics.push_back(
+        {Severity::kError, file, MarkOfOffset(text, at == std::string::npos ? 0 : at), "", literal,
+         fmt::format("number {} out of range (beyond double precision); not a model config", literal), ""});
+  };
+  Json config;
+  try {
+    config = Json::parse(text, track, /*allow_exceptions=*/false);
+  } catch (const Json::out_of_range& e) {
+    overflow(e.what());
+    return result;
+  }
+  if (!config.is_discarded() && !duplicate.empty()) {
+    const size_t first = text.find("\"" + duplicate + "\"");
+    const size_t second = first == std::string::npos ? first : text.find("\"" + duplicate + "\"", first + 1);
+    result.diagnostics.push_back({Severity::kError, file, MarkOfOffset(text, second == std::string::npos ? 0 : second),
+                                  duplicate, "",
+                                  "key given twice in one object; a JSON reader keeps either one, so the config is "
+                                  "ambiguous: keep one",
+                                  ""});
+    return result;
+  }
   if (config.is_discarded()) {
     // Re-parse with exceptions to learn where it failed.
     Diagnostic d;
@@ -775,6 +816,9 @@ HfImport ImportHfConfig(const std::string& json_text, const std::string& file) {
     } catch (const Json::parse_error& e) {
       d.message = std::string("malformed JSON: ") + e.what();
       d.mark = MarkOfOffset(text, e.byte > 0 ? e.byte - 1 : 0);
+    } catch (const Json::out_of_range& e) {
+      overflow(e.what());
+      return result;
     }
     if (d.message.empty()) d.message = "malformed JSON";
     result.diagnostics.push_back(std::move(d));
