@@ -33,10 +33,10 @@ struct ChunkCompute {
   double forward_s = 0;
   double backward_s = 0;
   double recompute_s = 0;
-  double attention_core_fwd_s = 0;  // the part of forward_s a CP p2p ring can hide under
+  double attention_core_fwd_s = 0;                 // the part of forward_s a CP p2p ring can hide under
   double gemm_forward_s = 0, gemm_backward_s = 0;  // the windows TE's TP overlap hides under
-  std::array<double, 5> by_family_s{};  // forward + backward + recompute of its layers
-  double head_s = 0;                    // the head's (and MTP extras')
+  std::array<double, 5> by_family_s{};             // forward + backward + recompute of its layers
+  double head_s = 0;                               // the head's (and MTP extras')
 };
 ChunkCompute ComputeOf(const ComputeTimes& times, const PlanTables& t, const StageChunk& range);
 

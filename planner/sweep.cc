@@ -442,6 +442,14 @@ std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::strin
   return r;
 }
 
+std::optional<int64_t> CheckedSweepSize(const SweepSpace& s) {
+  int64_t n = static_cast<int64_t>(s.recompute.size());
+  for (const auto* a : {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.dp_replicate, &s.micro_batch, &s.zero}) {
+    if (__builtin_mul_overflow(n, static_cast<int64_t>(a->size()), &n)) return std::nullopt;
+  }
+  return n;
+}
+
 int64_t SweepSize(const SweepSpace& s) {
   int64_t n = 1;
   for (const auto* a : {&s.tp, &s.cp, &s.pp, &s.vpp, &s.ep, &s.expert_tp, &s.dp_replicate, &s.micro_batch, &s.zero}) {

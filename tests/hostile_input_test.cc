@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "preflight/planner/sweep.h"
 #include "preflight/recipe/import.h"
+#include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
 namespace preflight {
@@ -26,6 +28,55 @@ TEST(HostileInput, Defect7DuplicateJsonKeyIsRefused) {
   EXPECT_EQ(r.diagnostics.front().key_path, "hidden_size");
   EXPECT_EQ(r.diagnostics.front().mark.line, 3);
   EXPECT_NE(r.diagnostics.front().message.find("twice"), std::string::npos);
+}
+
+// 7: a --set value spanning lines could open another YAML document in the
+// text it is spliced into; text after the document end "..." would go
+// unread. Both are refused.
+TEST(HostileInput, Defect7MultiLineSetAndTextAfterDocumentEndAreRefused) {
+  const auto set = RunPreflight({"fit", kRecipe, "--set", "parallel.tp=4\n---\n8"});
+  EXPECT_EQ(set.exit_code, 2);
+  EXPECT_NE(set.err.find("one line"), std::string::npos) << set.err;
+  EXPECT_FALSE(ParseOverride("parallel.tp=4\r\n").has_value());
+  EXPECT_TRUE(ParseOverride("parallel.tp=4").has_value());
+  const LoadResult r = LoadRecipeFromString("name: x\n...\n%%%\n", "r.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.diagnostics.front().mark.line, 3);
+  EXPECT_TRUE(LoadRecipeFromString("name: x\n...\n# a comment\n", "r.yaml").ok());
+}
+
+// 9: a --layout value with a line break cannot inject a YAML section into
+// the imported recipe.
+TEST(HostileInput, Defect9LayoutValueWithNewlineIsRefused) {
+  const std::string path = ::testing::TempDir() + "llama.json";
+  std::ofstream(path) << "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 4096, "
+                         "\"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, "
+                         "\"vocab_size\": 128256, \"intermediate_size\": 14336}";
+  const auto run = RunPreflight({"import", "hf", path, "--layout", "cluster.nodes=2\nparallel:\n  tp: 8"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("one line"), std::string::npos) << run.err;
+  EXPECT_EQ(run.out, "");
+  std::remove(path.c_str());
+}
+
+// 2 and 6: a sweep space too large to hold, or whose size overflows 64 bits,
+// and a cluster beyond the recipe's node range are refused before anything
+// is sized by them (no bad_alloc, no "0 layouts" with exit 0).
+TEST(HostileInput, Defects2And6SweepSpaceAndClusterAreBounded) {
+  const auto wide = RunPreflight(
+      {"sweep", kRecipe, "--gpus", "1024", "--tp", "1..1024", "--pp", "1..1024", "--cp", "1..1024", "--ep", "1..1024"});
+  EXPECT_EQ(wide.exit_code, 2);
+  EXPECT_NE(wide.err.find("narrow the axes"), std::string::npos) << wide.err;
+  const auto huge = RunPreflight({"sweep", kRecipe, "--gpus", "4611686018427387904"});
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_NE(huge.err.find("cluster.nodes"), std::string::npos) << huge.err;
+  SweepSpace overflow;
+  overflow.recompute.assign(3, Recompute::kNone);
+  for (auto* axis : {&overflow.tp, &overflow.cp, &overflow.pp, &overflow.vpp, &overflow.ep, &overflow.expert_tp,
+                     &overflow.dp_replicate, &overflow.micro_batch, &overflow.zero}) {
+    axis->assign(1u << 10, 1);
+  }
+  EXPECT_FALSE(CheckedSweepSize(overflow).has_value());
 }
 
 // 8: nan passes a range check (every comparison with it is false); the

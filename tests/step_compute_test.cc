@@ -81,7 +81,7 @@ TEST(StepCompute, GemmRooflineMatchesMeasuredShapes) {
     }
     ASSERT_EQ(errors.size(), 138u) << gpu;
     std::sort(errors.begin(), errors.end());
-    EXPECT_LT(errors[errors.size() / 2], 0.05) << gpu;                                            // median
+    EXPECT_LT(errors[errors.size() / 2], 0.05) << gpu;                                              // median
     EXPECT_LT(errors[static_cast<size_t>(0.9 * static_cast<double>(errors.size()))], 0.12) << gpu;  // p90
   }
 }

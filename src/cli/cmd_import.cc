@@ -54,7 +54,7 @@ bool ParseLayout(const std::vector<std::string>& layout, const char* example, st
   for (const std::string& kv : layout) {
     const std::optional<Override> parsed = ParseOverride(kv);
     if (!parsed) {
-      std::fprintf(stderr, "--layout %s: expected KEY=VALUE, e.g. %s\n", kv.c_str(), example);
+      std::fprintf(stderr, "--layout %s: expected KEY=VALUE on one line, e.g. %s\n", kv.c_str(), example);
       return false;
     }
     out->push_back(*parsed);
@@ -199,7 +199,8 @@ int RunImportHf(const ImportHfOptions& o) {
   Print(layout_errors);
   if (HasErrors(layout_errors)) return kBadInput;
 
-  const std::string recipe_file = o.output.empty() ? "<stdout>" : o.output;
+  // Diagnostics on the written recipe name it, or the config it came from.
+  const std::string recipe_file = o.output.empty() ? o.config + " (as a recipe)" : o.output;
   // The model with only the user's keys (the schema defaults elsewhere: one
   // rank of every kind) gives the inventory the default rule sizes.
   const LoadResult provisional = LoadRecipeFromString(EmitRecipeYaml(imported, user_layout, o.config, ""),
@@ -308,7 +309,8 @@ int RunImportMegatron(const ImportMegatronOptions& o) {
       EmitMegatronRecipe(imported, overrides, o.name.empty() ? NameFromPath(o.input) : o.name, file, &layout_errors);
   Print(layout_errors);
   if (HasErrors(layout_errors)) return kBadInput;
-  const std::string recipe_file = o.output.empty() ? "<stdout>" : o.output;
+  // Diagnostics on the written recipe name it, or the config it came from.
+  const std::string recipe_file = o.output.empty() ? file + " (as a recipe)" : o.output;
   const LoadResult check = LoadRecipeFromString(yaml, recipe_file);
   if (!check.ok()) {
     Print(check.diagnostics);

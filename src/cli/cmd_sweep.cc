@@ -83,7 +83,25 @@ int RunSweepVerb(const SweepArgs& args) {
     std::fprintf(stderr, "preflight sweep: %s\n", error.c_str());
     return bad;
   }
+  // A cluster no layout can be priced on (nodes beyond the recipe's range)
+  // is refused here, not once per layout.
+  for (const Diagnostic& d : ValidateRecipe(*recipe)) {
+    if (d.severity != Severity::kError || d.key_path.rfind("cluster.", 0) != 0) continue;
+    std::fprintf(stderr, "preflight sweep: --gpus %lld: %s: %s\n", static_cast<long long>(args.gpus),
+                 d.key_path.c_str(), d.message.c_str());
+    return bad;
+  }
   space = DefaultSweepSpace(*recipe, space);
+  // The space is counted in checked arithmetic and bounded before anything
+  // is sized by it (each row holds a priced layout).
+  const std::optional<int64_t> size = CheckedSweepSize(space);
+  if (!size || *size > kMaxSweepLayouts) {
+    std::fprintf(stderr,
+                 "preflight sweep: the space has %s layouts, more than the %lld a sweep prices; narrow the axes "
+                 "(--tp, --cp, --pp, --vpp, --ep, --expert-tp, --micro-batch, --recompute, --zero)\n",
+                 size ? std::to_string(*size).c_str() : "more than 2^63", static_cast<long long>(kMaxSweepLayouts));
+    return bad;
+  }
   const Inventory inventory = BuildInventory(*recipe);
 
   SweepOptions options;

@@ -36,7 +36,7 @@ std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
   for (const auto& text : args.sets) {
     auto o = ParseOverride(text);
     if (!o) {
-      std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE, e.g. --set parallel.tp=8\n", text.c_str());
+      std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE on one line, e.g. --set parallel.tp=8\n", text.c_str());
       return std::nullopt;
     }
     overrides.push_back(*o);

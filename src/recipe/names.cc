@@ -107,13 +107,12 @@ namespace {
 //
 // Kernel rates (KernelRates): Hopper's from bench/device on an H100 SXM
 // (bench/data/gemm_h100_bf16.tsv, bench/data/kernel_rates_h100.json; fit in
-// docs/plan.md; an H200 SXM measured the same fractions, *_h200*): GEMMs at max(FLOPs (1 + 256 / K) / (0.74 peak), bytes /
-// (0.45 HBM)) over 138 shapes (median error 3.8 %, p90 11 %); fp8 _scaled_mm
-// 1310-1380 of 1979 TFLOP/s at K = 4096-14336 (0.71 before the K term); a 1 GiB copy 2991 of 3350 GB/s (0.89); causal
-// GQA attention forward+backward at s = 2048/4096/8192: cuDNN 0.31/0.45/0.53 and FlashAttention-2 0.18/0.25/0.29 of
-// peak, i.e. 0.71 and 0.37 at long sequences with half rate at s = 2400. Ampere's GEMM rate is fitted on the
-// Megatron-LM PTD-P paper's Table 1 (docs/plan.md); its attention figures are
-// FlashAttention-2's paper (Dao 2023: 50-73 % of A100 peak forward+backward).
+// docs/plan.md; an H200 SXM measured the same fractions, *_h200*): GEMMs at max(FLOPs (1 + 256 / K) / (0.74 peak),
+// bytes / (0.45 HBM)) over 138 shapes (median error 3.8 %, p90 11 %); fp8 _scaled_mm 1310-1380 of 1979 TFLOP/s at K =
+// 4096-14336 (0.71 before the K term); a 1 GiB copy 2991 of 3350 GB/s (0.89); causal GQA attention forward+backward at
+// s = 2048/4096/8192: cuDNN 0.31/0.45/0.53 and FlashAttention-2 0.18/0.25/0.29 of peak, i.e. 0.71 and 0.37 at long
+// sequences with half rate at s = 2400. Ampere's GEMM rate is fitted on the Megatron-LM PTD-P paper's Table 1
+// (docs/plan.md); its attention figures are FlashAttention-2's paper (Dao 2023: 50-73 % of A100 peak forward+backward).
 // Blackwell: no device at hand; Hopper's fractions are taken as they are
 // (docs/plan.md says so), the peaks are Blackwell's.
 constexpr KernelRates kHopper{0.74, 0.71, 0.45, 0.89, 0.71, 0.37, 2400.0, 256.0};

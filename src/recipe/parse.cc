@@ -521,6 +521,7 @@ LoadResult Load(const std::string& yaml, const std::string& file, const std::vec
   try {
     root = YAML::Load(yaml);  // the first document only
     second_document = SecondDocument(yaml);
+    if (!second_document) second_document = AfterDocumentEnd(yaml);
   } catch (const YAML::ParserException& e) {
     ctx.Error("", Context::ToMark(e.mark), "", fmt::format("not valid YAML: {}", e.msg));
     return Finish(ctx, std::nullopt);
@@ -537,7 +538,8 @@ LoadResult Load(const std::string& yaml, const std::string& file, const std::vec
   }
   if (second_document) {
     ctx.Error("", Context::ToMark(*second_document), "",
-              "a second YAML document; a recipe is one document (remove the '---' separator)");
+              "a second YAML document, or text after the document end '...'; a recipe is one document (remove the "
+              "separator and what follows it)");
     return Finish(ctx, std::nullopt);
   }
   if (!root.IsMap()) {
@@ -595,6 +597,9 @@ std::optional<Override> ParseOverride(const std::string& text) {
   if (key.empty()) return std::nullopt;
   // An empty part ("a..b", ".a", "a."), checked without splitting a possibly huge path.
   if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos) return std::nullopt;
+  // One line: a line break could open another YAML document ("---") or
+  // section in the text the value is spliced into.
+  if (text.find_first_of("\r\n", eq + 1) != std::string::npos) return std::nullopt;
   return Override{key, text.substr(eq + 1)};
 }
 

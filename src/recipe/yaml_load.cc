@@ -44,6 +44,30 @@ std::optional<YAML::Mark> SecondDocument(const std::string& yaml) {
   return second_document.first;  // an empty trailing document ("---" alone) does not count
 }
 
+std::optional<YAML::Mark> AfterDocumentEnd(const std::string& yaml) {
+  bool ended = false;
+  int line = 0;
+  for (size_t start = 0; start < yaml.size(); ++line) {
+    size_t end = yaml.find('\n', start);
+    if (end == std::string::npos) end = yaml.size();
+    const std::string text = yaml.substr(start, end - start);
+    start = end + 1;
+    const size_t column = text.find_first_not_of(" \t\r");
+    if (column == std::string::npos || text[column] == '#') continue;
+    if (!ended) {
+      // The end marker sits at column 0, alone but for a comment.
+      const size_t after = text.find_first_not_of(" \t\r", 3);
+      ended = text.compare(0, 3, "...") == 0 && (after == std::string::npos || text[after] == '#');
+      continue;
+    }
+    YAML::Mark mark = YAML::Mark::null_mark();
+    mark.line = line;
+    mark.column = static_cast<int>(column);
+    return mark;
+  }
+  return std::nullopt;
+}
+
 std::optional<YAML::Mark> FirstContent(const std::string& yaml) {
   int line = 0;
   size_t start = 0;

@@ -13,6 +13,9 @@ namespace preflight::recipe_internal {
 /// forever, allocating, on input such as ",\nname: x" (jbeder/yaml-cpp#1040,
 /// fixed upstream by #1319); we ask the parser for at most two documents.
 /// May throw YAML::ParserException.
+/// Where content follows a document end marker ("..." at column 0): yaml-cpp
+/// ignores it, so it would pass unread.
+std::optional<YAML::Mark> AfterDocumentEnd(const std::string& yaml);
 std::optional<YAML::Mark> SecondDocument(const std::string& yaml);
 
 /// 0-based (line, column) of the first character of `yaml` that is not

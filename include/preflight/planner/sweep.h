@@ -137,6 +137,10 @@ struct SweepOptions {
 
 /// Number of layouts the space enumerates (product of the axis sizes).
 int64_t SweepSize(const SweepSpace& space);
+/// SweepSize in checked arithmetic: nullopt when the product overflows.
+std::optional<int64_t> CheckedSweepSize(const SweepSpace& space);
+/// The most layouts one sweep prices (each row is kept: about 50 B each).
+inline constexpr int64_t kMaxSweepLayouts = 20'000'000;
 
 /// Evaluates every layout of `space` (its axes already filled) against
 /// `inventory`, built from SweepRecipe's result.

@@ -404,7 +404,7 @@ LoadResult LoadRecipeFile(const std::string& path, const std::vector<Override>& 
 /// when !HasErrors(result). Does not re-expand model.layers from the pattern.
 std::vector<Diagnostic> ValidateRecipe(const Recipe& recipe);
 /// Parses "a.b.c=value"; nullopt when there is no '=' or the path is empty
-/// (or has an empty component, "a..b").
+/// (or has an empty component, "a..b"), or the value spans lines.
 std::optional<Override> ParseOverride(const std::string& text);
 
 /// The preset for `name` ("h200", "h100"); nullopt when unknown.
