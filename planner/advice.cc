@@ -39,7 +39,9 @@ std::optional<Suggestion> Price(const Recipe& r, const MemoryEstimate& before, d
   if (HasErrors(ValidateRecipe(r))) return std::nullopt;
   const Inventory inv = BuildInventory(r);
   const Layout l = LayoutOf(r);
-  const PlanResult planned = MakePlan(inv, l, cost);
+  // A suggestion is priced, not advised on: no balanced-cut search (O(L^2)
+  // per candidate made fit quadratic in the layer count).
+  const PlanResult planned = MakePlan(inv, l, cost, /*advise_balanced_cut=*/false);
   if (!planned.plan || !planned.plan->memory) return std::nullopt;
   const MemoryEstimate& est = *planned.plan->memory;
   if (!est.verdict.fits) return std::nullopt;

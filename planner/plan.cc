@@ -275,7 +275,7 @@ Layout AsRun(const Inventory& inv, Layout layout) {
   return layout;
 }
 
-PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostModel& cost) {
+PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostModel& cost, bool advise_balanced_cut) {
   PlanResult result;
   const Recipe& r = inv.recipe;
   const Layout layout = AsRun(inv, requested);
@@ -297,7 +297,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostMod
     plan.comm = std::move(priced.comm);
     plan.time = priced.time;
     plan.memory = std::move(priced.memory);
-    plan.balanced_cut = AdviseBalancedCut(inv, tables, layout, plan, cost);
+    if (advise_balanced_cut) plan.balanced_cut = AdviseBalancedCut(inv, tables, layout, plan, cost);
   } else {
     std::vector<NamedCut> cuts = BalancedCuts(WeighLayers(inv, tables, layout, cost), layout, inv.layer_starts);
     size_t chosen = 0;

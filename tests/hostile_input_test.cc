@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "preflight/inventory/inventory.h"
+#include "preflight/inventory/layout.h"
+#include "preflight/planner/plan.h"
 #include "preflight/planner/sweep.h"
 #include "preflight/recipe/import.h"
 #include "preflight/recipe/recipe.h"
@@ -77,6 +80,23 @@ TEST(HostileInput, Defects2And6SweepSpaceAndClusterAreBounded) {
     axis->assign(1u << 10, 1);
   }
   EXPECT_FALSE(CheckedSweepSize(overflow).has_value());
+}
+
+// 4: fit re-plans every candidate of its advice; the balanced-cut search
+// (O(L^2) in the layers) runs only where its advice is shown, so fit is no
+// longer quadratic per candidate (timings in bench/README.md). The plan
+// priced is the same with and without the advice.
+TEST(HostileInput, Defect4SuggestionsSkipTheBalancedCutSearch) {
+  const LoadResult r = LoadRecipeFile(testing::SourcePath("recipes/nam56r-h200.yaml"));
+  ASSERT_TRUE(r.ok());
+  const Inventory inv = BuildInventory(*r.recipe);
+  const PlanResult advised = MakePlan(inv, LayoutOf(*r.recipe));
+  const PlanResult priced = MakePlan(inv, LayoutOf(*r.recipe), CostModel{}, /*advise_balanced_cut=*/false);
+  ASSERT_TRUE(advised.plan && priced.plan);
+  EXPECT_TRUE(advised.plan->balanced_cut.has_value());
+  EXPECT_FALSE(priced.plan->balanced_cut.has_value());
+  EXPECT_EQ(priced.plan->time.step_s, advised.plan->time.step_s);
+  EXPECT_EQ(priced.plan->memory->stages.front().total(), advised.plan->memory->stages.front().total());
 }
 
 // 8: nan passes a range check (every comparison with it is false); the

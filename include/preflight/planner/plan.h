@@ -86,6 +86,10 @@ struct PlanResult {
   std::optional<Plan> plan;
   std::vector<Diagnostic> diagnostics;
 };
-PlanResult MakePlan(const Inventory& inventory, const Layout& layout, const CostModel& cost = {});
+/// `advise_balanced_cut` false skips the balanced-cut advice under a
+/// framework or pinned partition (its O(L^2) search): for callers that only
+/// price the plan, such as fit's suggestions.
+PlanResult MakePlan(const Inventory& inventory, const Layout& layout, const CostModel& cost = {},
+                    bool advise_balanced_cut = true);
 
 }  // namespace preflight
