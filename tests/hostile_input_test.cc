@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -31,6 +32,22 @@ TEST(HostileInput, Defect7DuplicateJsonKeyIsRefused) {
   EXPECT_EQ(r.diagnostics.front().key_path, "hidden_size");
   EXPECT_EQ(r.diagnostics.front().mark.line, 3);
   EXPECT_NE(r.diagnostics.front().message.find("twice"), std::string::npos);
+}
+
+// 3: inputs are read bounded and from regular files only: a device or a
+// FIFO is refused at once (no unbounded read, no hang), stdin is capped.
+TEST(HostileInput, Defect3ReadsAreBoundedAndRegularFilesOnly) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"import", "hf", "/dev/zero"},
+                                               {"import", "megatron", "/dev/zero"},
+                                               {"diff", "/dev/zero", kRecipe},
+                                               {"import", "hf", "recipes"}}) {
+    const auto run = RunPreflight(args);
+    EXPECT_EQ(run.exit_code, 2) << args[1];
+    EXPECT_NE(run.err.find("not a regular file"), std::string::npos) << run.err;
+  }
+  const auto big = RunPreflight({"import", "megatron", "-"}, std::string((16u << 20) + 2, 'a'));
+  EXPECT_EQ(big.exit_code, 2);
+  EXPECT_NE(big.err.find("larger than 16 MiB"), std::string::npos) << big.err;
 }
 
 // 7: a --set value spanning lines could open another YAML document in the

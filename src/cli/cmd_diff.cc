@@ -25,17 +25,6 @@ struct DiffArgs {
   OutputFormat format = OutputFormat::kTable;
 };
 
-std::optional<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "%s: cannot read the file\n", path.c_str());
-    return std::nullopt;
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int RunDiff(const DiffArgs& args) {
   if (args.b.empty() && args.sets.empty()) {
     std::fprintf(stderr, "preflight diff: give a second recipe B or --set overrides for B, e.g. --set parallel.tp=8\n");
@@ -53,8 +42,8 @@ int RunDiff(const DiffArgs& args) {
     b.overrides.push_back(*o);
     b.label += " --set " + text;
   }
-  const auto text_a = ReadText(a.file);
-  const auto text_b = ReadText(b.file);
+  const auto text_a = ReadInputFile(a.file);
+  const auto text_b = ReadInputFile(b.file);
   if (!text_a || !text_b) return static_cast<int>(ExitCode::kBadInput);
   a.text = *text_a;
   b.text = *text_b;

@@ -168,27 +168,10 @@ DefaultLayout AsGiven(const LayoutPins& pins) {
 }
 
 int RunImportHf(const ImportHfOptions& o) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(o.config, ec)) {
-    std::fprintf(stderr, "%s: is a directory; give the model's config.json\n", o.config.c_str());
-    return kBadInput;
-  }
-  std::ifstream in(o.config, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "%s: cannot read the file\n", o.config.c_str());
-    return kBadInput;
-  }
   // Configs are a few KiB; anything past 16 MiB is not one (and is not read whole).
-  constexpr std::streamoff kMaxConfigBytes = std::streamoff{16} << 20;
-  in.seekg(0, std::ios::end);
-  if (in.tellg() > kMaxConfigBytes) {
-    std::fprintf(stderr, "%s: larger than 16 MiB; not a model config.json\n", o.config.c_str());
-    return kBadInput;
-  }
-  in.seekg(0, std::ios::beg);
-  std::stringstream text;
-  text << in.rdbuf();
-  const HfImport imported = ImportHfConfig(text.str(), o.config);
+  const std::optional<std::string> text = ReadInputFile(o.config);
+  if (!text) return kBadInput;
+  const HfImport imported = ImportHfConfig(*text, o.config);
   Print(imported.diagnostics);
   if (!imported.ok()) return kBadInput;
 
@@ -282,24 +265,10 @@ std::string NameFromPath(const std::string& path) {
 /// or a command line, `-` for stdin) -> recipe. Nothing is written unless
 /// the recipe validates.
 int RunImportMegatron(const ImportMegatronOptions& o) {
-  std::stringstream text;
-  if (o.input == "-") {
-    text << std::cin.rdbuf();
-  } else {
-    std::error_code ec;
-    if (std::filesystem::is_directory(o.input, ec)) {
-      std::fprintf(stderr, "%s: is a directory; give the arguments file\n", o.input.c_str());
-      return kBadInput;
-    }
-    std::ifstream in(o.input, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "%s: cannot read the file\n", o.input.c_str());
-      return kBadInput;
-    }
-    text << in.rdbuf();
-  }
+  const std::optional<std::string> text = ReadInputFile(o.input);
+  if (!text) return kBadInput;
   const std::string file = o.input == "-" ? "<stdin>" : o.input;
-  const MegatronImport imported = ImportMegatronArgs(text.str(), file);
+  const MegatronImport imported = ImportMegatronArgs(*text, file);
   Print(imported.diagnostics);
   if (!imported.ok()) return kBadInput;
   std::vector<Override> overrides;

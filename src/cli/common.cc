@@ -1,7 +1,10 @@
 #include "common.h"
-#include <cmath>
 
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <map>
 
 #include <fmt/format.h>
@@ -10,6 +13,40 @@
 #include "preflight/planner/plan.h"
 
 namespace preflight::cli {
+
+std::optional<std::string> ReadInputFile(const std::string& path, int64_t max_bytes) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(status)) {
+      std::fprintf(stderr, "%s: cannot read the file: no such file\n", path.c_str());
+      return std::nullopt;
+    }
+    if (!std::filesystem::is_regular_file(status)) {
+      std::fprintf(stderr, "%s: not a regular file (a directory, device or FIFO); give a file, or - for stdin\n",
+                   path.c_str());
+      return std::nullopt;
+    }
+    file.open(path, std::ios::binary);
+    if (!file) {
+      std::fprintf(stderr, "%s: cannot read the file: permission denied or unreadable\n", path.c_str());
+      return std::nullopt;
+    }
+    in = &file;
+  }
+  // One byte past the bound tells a file that is too large, without reading it all.
+  std::string text(static_cast<size_t>(max_bytes + 1), '\0');
+  in->read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in->gcount()));
+  if (static_cast<int64_t>(text.size()) > max_bytes) {
+    std::fprintf(stderr, "%s: larger than %lld MiB; not an input preflight reads\n", path.c_str(),
+                 static_cast<long long>(max_bytes >> 20));
+    return std::nullopt;
+  }
+  return text;
+}
 
 CLI::Validator FiniteNumber() {
   return CLI::Validator(

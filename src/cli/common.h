@@ -15,6 +15,12 @@
 
 namespace preflight::cli {
 
+/// Reads an input file whole, bounded: regular files only (a device, FIFO
+/// or directory would hang or never end), at most `max_bytes`; `-` reads
+/// standard input under the same bound. nullopt after printing why (path
+/// and reason) on stderr.
+std::optional<std::string> ReadInputFile(const std::string& path, int64_t max_bytes = int64_t{16} << 20);
+
 /// Rejects nan and infinities: CLI::Range lets nan through (every comparison
 /// with it is false). Put before the range check.
 CLI::Validator FiniteNumber();
