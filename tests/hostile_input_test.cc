@@ -1,6 +1,10 @@
 // Defects from the hostile-input sweep (issue "Hostile input, full disks and
 // huge layouts"), one test each, named after the defect's number there.
+#include <sys/wait.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -48,6 +52,52 @@ TEST(HostileInput, Defect3ReadsAreBoundedAndRegularFilesOnly) {
   const auto big = RunPreflight({"import", "megatron", "-"}, std::string((16u << 20) + 2, 'a'));
   EXPECT_EQ(big.exit_code, 2);
   EXPECT_NE(big.err.find("larger than 16 MiB"), std::string::npos) << big.err;
+}
+
+// 11: a write that fails (a full disk) exits 2 naming the path and the
+// system's reason, for files and for standard output alike; a file is
+// replaced whole, through a temporary that does not stay behind.
+TEST(HostileInput, Defect11WriteFailuresExitTwo) {
+  const auto full = RunPreflight({"sweep", kRecipe, "--gpus", "8", "--tp", "1", "--pp", "1", "--out", "/dev/full"});
+  EXPECT_EQ(full.exit_code, 2);
+  EXPECT_NE(full.err.find("/dev/full: cannot write"), std::string::npos) << full.err;
+  const std::string command =
+      std::string(PREFLIGHT_BINARY) + " plan " + testing::SourcePath(kRecipe) + " > /dev/full 2> /dev/null";
+  const int status = std::system(command.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  const std::string dir = ::testing::TempDir() + "preflight_write_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string out = dir + "/sweep.csv";
+  std::ofstream(out) << "old";
+  const auto ok =
+      RunPreflight({"sweep", kRecipe, "--gpus", "8", "--tp", "1", "--pp", "1", "--format", "csv", "--out", out});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(testing::ReadFile(out).rfind("tp,sp,", 0), 0u);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  std::filesystem::remove_all(dir);
+}
+
+// 12: outputs are not written through a symbolic link, nor onto an input of
+// the same run (sweep --out naming the recipe).
+TEST(HostileInput, Defect12NoWriteThroughLinksOrOntoInputs) {
+  const std::string dir = ::testing::TempDir() + "preflight_link_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string recipe = dir + "/r.yaml";
+  std::filesystem::copy_file(testing::SourcePath(kRecipe), recipe);
+  const std::string before = testing::ReadFile(recipe);
+  const auto onto = RunPreflight({"sweep", recipe, "--gpus", "8", "--tp", "1", "--pp", "1", "--out", recipe});
+  EXPECT_EQ(onto.exit_code, 2);
+  EXPECT_NE(onto.err.find("is an input of this run"), std::string::npos) << onto.err;
+  EXPECT_EQ(testing::ReadFile(recipe), before);
+  const std::string link = dir + "/link.csv";
+  std::filesystem::create_symlink(recipe, link);
+  const auto through = RunPreflight({"sweep", kRecipe, "--gpus", "8", "--tp", "1", "--pp", "1", "--out", link});
+  EXPECT_EQ(through.exit_code, 2);
+  EXPECT_NE(through.err.find("symbolic link"), std::string::npos) << through.err;
+  EXPECT_EQ(testing::ReadFile(recipe), before);
+  std::filesystem::remove_all(dir);
 }
 
 // 7: a --set value spanning lines could open another YAML document in the

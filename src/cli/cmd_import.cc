@@ -233,13 +233,7 @@ int RunImportHf(const ImportHfOptions& o) {
     std::fwrite(yaml.data(), 1, yaml.size(), stdout);
     return 0;
   }
-  std::ofstream out(o.output, std::ios::binary);
-  out << yaml;
-  if (!out) {
-    std::fprintf(stderr, "%s: cannot write the file\n", o.output.c_str());
-    return kBadInput;
-  }
-  return 0;
+  return WriteTextFile(o.output, yaml, {o.config}) ? 0 : kBadInput;
 }
 
 struct ImportMegatronOptions {
@@ -289,13 +283,7 @@ int RunImportMegatron(const ImportMegatronOptions& o) {
     std::fwrite(yaml.data(), 1, yaml.size(), stdout);
     return 0;
   }
-  std::ofstream out(o.output, std::ios::binary);
-  out << yaml;
-  if (!out) {
-    std::fprintf(stderr, "%s: cannot write the file\n", o.output.c_str());
-    return kBadInput;
-  }
-  return 0;
+  return WriteTextFile(o.output, yaml, {o.input}) ? 0 : kBadInput;
 }
 
 }  // namespace

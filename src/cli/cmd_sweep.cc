@@ -120,7 +120,7 @@ int RunSweepVerb(const SweepArgs& args) {
     case OutputFormat::kJson: text = SweepJson(result, args.recipe.path); break;
     default: text = RenderSweepTable(result, args.recipe.path); break;
   }
-  if (!args.out_path.empty()) return WriteTextFile(args.out_path, text) ? 0 : bad;
+  if (!args.out_path.empty()) return WriteTextFile(args.out_path, text, {args.recipe.path}) ? 0 : bad;
   std::fwrite(text.data(), 1, text.size(), stdout);
   return static_cast<int>(ExitCode::kOk);
 }

@@ -1,7 +1,11 @@
 #include "common.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -98,14 +102,54 @@ std::optional<Plan> PlanOrReport(const Inventory& inventory, const Layout& layou
   return std::move(planned.plan);
 }
 
-bool WriteTextFile(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) {
-    std::fprintf(stderr, "%s: cannot open for writing\n", path.c_str());
+bool WriteTextFile(const std::string& path, const std::string& text, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (fs::is_symlink(link)) {
+    std::fprintf(stderr, "%s: a symbolic link; not written through it (give the target's own path)\n", path.c_str());
     return false;
   }
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  return std::fclose(f) == 0 && ok;
+  for (const std::string& input : inputs) {
+    if (fs::exists(link) && fs::equivalent(path, input, ec)) {
+      std::fprintf(stderr, "%s: is an input of this run (%s); not overwritten\n", path.c_str(), input.c_str());
+      return false;
+    }
+  }
+  const auto fail = [&path](int error) {
+    std::fprintf(stderr, "%s: cannot write: %s\n", path.c_str(), std::strerror(error));
+    return false;
+  };
+  const auto write_all = [&text](std::FILE* f) {
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+    const int error = ok ? 0 : errno;
+    return std::fclose(f) == 0 && ok ? 0 : (error != 0 ? error : errno);
+  };
+  // A device or pipe (/dev/stdout, /dev/full) is written in place; a file is
+  // written beside itself and renamed over, so a failed write leaves the old
+  // file whole.
+  if (fs::exists(link) && !fs::is_regular_file(link)) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return fail(errno);
+    const int error = write_all(f);
+    return error == 0 || fail(error);
+  }
+  const fs::path target(path);
+  fs::path temporary = target;
+  temporary += fmt::format(".preflight-{}.tmp", static_cast<long>(getpid()));
+  std::FILE* f = std::fopen(temporary.c_str(), "wb");
+  if (f == nullptr) return fail(errno);
+  const int error = write_all(f);
+  if (error != 0) {
+    fs::remove(temporary, ec);
+    return fail(error);
+  }
+  fs::rename(temporary, target, ec);
+  if (ec) {
+    fs::remove(temporary, ec);
+    return fail(ec.value());
+  }
+  return true;
 }
 
 const char* Name(OutputFormat f) {

@@ -46,8 +46,11 @@ StagePlan StagesFor(const Inventory& inventory, const Layout& layout);
 /// warnings to stderr; nullopt means bad input (ExitCode::kBadInput).
 std::optional<Plan> PlanOrReport(const Inventory& inventory, const Layout& layout);
 
-/// Writes `text` to `path`; prints an error naming the path and returns false on failure.
-bool WriteTextFile(const std::string& path, const std::string& text);
+/// Writes `text` to `path` atomically (a temporary file beside it, renamed
+/// over it: a failed write leaves the old file whole); never through a
+/// symbolic link, never onto one of `inputs`. Prints an error naming the path
+/// and the system's reason and returns false on failure.
+bool WriteTextFile(const std::string& path, const std::string& text, const std::vector<std::string>& inputs = {});
 
 enum class OutputFormat { kTable, kJson, kCsv, kMd };
 /// Adds --format with the given choices (the first is the default).

@@ -1,7 +1,9 @@
 // preflight: the command-line entry point. Only dispatch lives here; each
 // verb is its own file (docs/architecture.md).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -70,6 +72,12 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "preflight: internal error: %s\n", e.what());
     return 3;
+  }
+  // Output that did not reach its destination (a full disk, a closed pipe)
+  // is a failure, not a success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    std::fprintf(stderr, "preflight: writing standard output failed: %s\n", std::strerror(errno));
+    return static_cast<int>(preflight::ExitCode::kBadInput);
   }
   return exit_code;
 }
