@@ -17,6 +17,7 @@
 #include "preflight/planner/sweep.h"
 #include "preflight/recipe/import.h"
 #include "preflight/recipe/recipe.h"
+#include "preflight/report/check.h"
 #include "support/test_support.h"
 
 namespace preflight {
@@ -98,6 +99,31 @@ TEST(HostileInput, Defect12NoWriteThroughLinksOrOntoInputs) {
   EXPECT_NE(through.err.find("symbolic link"), std::string::npos) << through.err;
   EXPECT_EQ(testing::ReadFile(recipe), before);
   std::filesystem::remove_all(dir);
+}
+
+// 14: text from input is escaped for where it goes: a backtick in a file name
+// cannot close the Markdown code span around it, control characters reach
+// neither the pull-request comment nor the SVG.
+TEST(HostileInput, Defect14NamesAreEscapedForMarkdownAndSvg) {
+  CheckReport report;
+  CheckEntry e;
+  e.file = "a`b\x1b[31m.yaml";
+  e.errors = {"bad | input"};
+  report.entries.push_back(e);
+  const std::string md = RenderCheckMarkdown(report);
+  EXPECT_NE(md.find("``a`b?[31m.yaml``"), std::string::npos) << md;
+  EXPECT_EQ(md.find('\x1b'), std::string::npos);
+  EXPECT_NE(md.find("bad \\| input"), std::string::npos) << md;
+  // A recipe name with a control character is refused where it is read...
+  const LoadResult bell = LoadRecipeFile(testing::SourcePath(kRecipe), {{"name", "\"x\\u0007y\""}});
+  ASSERT_FALSE(bell.ok());
+  EXPECT_EQ(bell.diagnostics.front().key_path, "name");
+  // ...and markup in one is escaped in the SVG.
+  const std::string svg_path = ::testing::TempDir() + "defect14.svg";
+  const auto svg = RunPreflight({"fit", kRecipe, "--set", "name=\"x<y>&'\"", "--svg", svg_path});
+  EXPECT_EQ(svg.exit_code, 0) << svg.err;
+  EXPECT_NE(testing::ReadFile(svg_path).find("<title>x&lt;y&gt;&amp;&apos;"), std::string::npos);
+  std::remove(svg_path.c_str());
 }
 
 // 7: a --set value spanning lines could open another YAML document in the

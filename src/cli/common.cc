@@ -106,7 +106,12 @@ bool WriteTextFile(const std::string& path, const std::string& text, const std::
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status link = fs::symlink_status(path, ec);
-  if (fs::is_symlink(link)) {
+  const fs::file_status target_status = fs::status(path, ec);
+  // A device or pipe (/dev/stdout, /dev/full) is written in place, and so is
+  // anything under /dev (/dev/stdout links to whatever fd 1 is); any other
+  // link is not written through.
+  const bool device = (fs::exists(target_status) && !fs::is_regular_file(target_status)) || path.rfind("/dev/", 0) == 0;
+  if (fs::is_symlink(link) && !device) {
     std::fprintf(stderr, "%s: a symbolic link; not written through it (give the target's own path)\n", path.c_str());
     return false;
   }
@@ -125,10 +130,9 @@ bool WriteTextFile(const std::string& path, const std::string& text, const std::
     const int error = ok ? 0 : errno;
     return std::fclose(f) == 0 && ok ? 0 : (error != 0 ? error : errno);
   };
-  // A device or pipe (/dev/stdout, /dev/full) is written in place; a file is
-  // written beside itself and renamed over, so a failed write leaves the old
-  // file whole.
-  if (fs::exists(link) && !fs::is_regular_file(link)) {
+  // A file is written beside itself and renamed over, so a failed write
+  // leaves the old file whole.
+  if (device) {
     std::FILE* f = std::fopen(path.c_str(), "wb");
     if (f == nullptr) return fail(errno);
     const int error = write_all(f);

@@ -321,7 +321,13 @@ bool MapReader::String(const std::string& key, std::string* out, size_t max_leng
     ValueError(key, node.Scalar().substr(0, 40), "must be " + expected);
     return false;
   }
-  *out = node.Scalar();
+  // Names reach terminals, SVG and Markdown: no control characters.
+  const std::string& text = node.Scalar();
+  if (std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    ValueError(key, "", "must be " + expected + " without control characters (tabs, escapes, line breaks)");
+    return false;
+  }
+  *out = text;
   return true;
 }
 

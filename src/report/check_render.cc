@@ -1,8 +1,9 @@
 // Renderers of `preflight check`: table, JSON, Markdown summary, JUnit XML.
 // Deterministic: fixed precision, no timestamps, paths as the user gave them.
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "preflight/report/check.h"
 
@@ -69,15 +70,32 @@ std::string BaselineLine(const CheckReport& r) {
 std::string MdCell(const std::string& text) {
   std::string out;
   for (char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
     if (ch == '|') {
       out += "\\|";
     } else if (ch == '\n' || ch == '\r') {
       out += ' ';
+    } else if (u < 0x20 || u == 0x7f) {
+      out += '?';  // control characters stay out of the comment
     } else {
       out += ch;
     }
   }
   return out;
+}
+
+// A Markdown code span that holds any text: fenced by one backtick more than
+// the longest run inside it (CommonMark), padded when the text starts or
+// ends with one.
+std::string MdCode(const std::string& text) {
+  size_t longest = 0, run = 0;
+  for (char ch : text) {
+    run = ch == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  const std::string fence(longest + 1, '`');
+  const bool pad = !text.empty() && (text.front() == '`' || text.back() == '`');
+  return fence + (pad ? " " : "") + text + (pad ? " " : "") + fence;
 }
 
 }  // namespace
@@ -202,20 +220,22 @@ std::string RenderCheckMarkdown(const CheckReport& r) {
   for (const CheckEntry& e : r.entries) {
     const std::string verdict = e.passed() ? "pass" : fmt::format("**{}**", StatusWord(e));
     if (!e.valid) {
-      out += fmt::format("| `{}` | {} | - | - | - | - |\n", MdCell(e.file), verdict);
+      out += fmt::format("| {} | {} | - | - | - | - |\n", MdCode(MdCell(e.file)), verdict);
       continue;
     }
     const std::string delta = e.baseline == BaselineState::kCompared ? DeltaCell(e) + " GiB" : DeltaCell(e);
-    out += fmt::format("| `{}` | {} | {:.2f} GiB (stage {}) | {:.2f} GiB | {} | {} |\n", MdCell(e.file), verdict,
+    out += fmt::format("| {} | {} | {:.2f} GiB (stage {}) | {:.2f} GiB | {} | {} |\n", MdCode(MdCell(e.file)), verdict,
                        e.worst().total().gib(), e.estimate.worst_stage, e.worst().headroom().gib(), delta,
                        MdCell(MovedCell(e)));
   }
   std::string details;
   for (const CheckEntry& e : r.entries) {
-    for (const auto& f : e.failures) details += fmt::format("- `{}`: {}\n", MdCell(e.file), f);
-    for (const auto& err : e.errors) details += fmt::format("- `{}`: {}\n", MdCell(e.file), FirstLine(err));
+    for (const auto& f : e.failures) details += fmt::format("- {}: {}\n", MdCode(MdCell(e.file)), MdCell(f));
+    for (const auto& err : e.errors) {
+      details += fmt::format("- {}: {}\n", MdCode(MdCell(e.file)), MdCell(FirstLine(err)));
+    }
     if (e.baseline == BaselineState::kUnreadable) {
-      details += fmt::format("- `{}`: baseline not compared: {}\n", MdCell(e.file), e.baseline_note);
+      details += fmt::format("- {}: baseline not compared: {}\n", MdCode(MdCell(e.file)), MdCell(e.baseline_note));
     }
   }
   if (!details.empty()) out += "\n### Details\n\n" + details;

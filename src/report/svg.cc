@@ -34,7 +34,10 @@ std::string Escape(const std::string& s) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      default: out += c;
+      case '\'': out += "&apos;"; break;
+      default:
+        // XML 1.0 has no control characters but tab, newline and return.
+        out += static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r' ? '?' : c;
     }
   }
   return out;
