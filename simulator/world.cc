@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <sstream>
 #include <thread>
 
@@ -300,6 +301,12 @@ void World::Run(const std::function<void(Rank&)>& program) {
         std::lock_guard<std::mutex> lock(mu_);
         if (!unsupported_) unsupported_ = std::current_exception();
         FailLocked("rank " + std::to_string(r) + " cannot run: " + e.what());
+      } catch (const std::bad_alloc&) {
+        // Out of memory is a resource limit, not a disagreement: the caller
+        // gets the bad_alloc itself.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!unsupported_) unsupported_ = std::current_exception();
+        FailLocked("rank " + std::to_string(r) + " ran out of memory");
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mu_);
         FailLocked("rank " + std::to_string(r) + " failed: " + e.what());

@@ -254,7 +254,7 @@ class World {
   int blocked_ = 0;
   int finished_ = 0;
   std::string error_;
-  std::exception_ptr unsupported_;  // the first SimUnsupported a rank program threw
+  std::exception_ptr unsupported_;  // the first SimUnsupported (or bad_alloc) a rank program threw
 };
 
 }  // namespace preflight::sim

@@ -3,8 +3,9 @@
 // measured memory with the estimator. Exit 0 agree, 1 disagree, 2 bad input.
 #include <cstdio>
 #include <map>
-#include <optional>
 #include <memory>
+#include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,10 @@ int RunSimulate(const SimulateArgs& args) {
     report = Simulate(scaled, options);
   } catch (const SimUnsupported& e) {
     std::fprintf(stderr, "%s: cannot simulate: %s\n", args.recipe.path.c_str(), e.what());
+    return static_cast<int>(ExitCode::kBadInput);
+  } catch (const std::bad_alloc&) {
+    // A resource limit of this machine, not a verdict on the plan.
+    std::fprintf(stderr, "%s: out of memory simulating at this scale; lower --scale\n", args.recipe.path.c_str());
     return static_cast<int>(ExitCode::kBadInput);
   } catch (const std::exception& e) {
     // A deadlock or a mismatched collective: the sharded program itself is
