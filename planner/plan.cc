@@ -91,6 +91,12 @@ void CheckSplit(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) 
       out->push_back(Make(r, Severity::kError, "parallel.pp", std::to_string(l.pp),
                           fmt::format("{} pipeline chunks for {} layers; every chunk needs at least one layer",
                                       ChunkCount(l), layers)));
+    } else if (!BalancedSearchAffordable(layers, ChunkCount(l))) {
+      out->push_back(Make(r, Severity::kError, "parallel.partition", "balanced",
+                          fmt::format("searching the balanced cut of {} layers into {} chunks is too large (chunks x "
+                                      "layers^2 / 2 over 2e9 steps); use partition: megatron or pin "
+                                      "parallel.stage_boundaries",
+                                      layers, ChunkCount(l))));
     }
     return;
   }
@@ -203,8 +209,9 @@ Bytes WorstTotal(const MemoryEstimate& m) {
 /// still clears the headroom floor.
 std::optional<BalancedCut> AdviseBalancedCut(const Inventory& inv, const PlanTables& tables, const Layout& layout,
                                              const Plan& plan, const CostModel& cost) {
-  if (ChunkCount(layout) <= 1 || ChunkCount(layout) > inv.layer_count()) {
-    return std::nullopt;
+  if (ChunkCount(layout) <= 1 || ChunkCount(layout) > inv.layer_count() ||
+      !BalancedSearchAffordable(inv.layer_count(), ChunkCount(layout))) {
+    return std::nullopt;  // nothing to advise, or a search too large to run for advice
   }
   const std::vector<NamedCut> cuts = BalancedCuts(WeighLayers(inv, tables, layout, cost), layout, inv.layer_starts);
   size_t chosen = 0;

@@ -63,11 +63,17 @@ LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const L
   return w;
 }
 
+bool BalancedSearchAffordable(int64_t layers, int64_t chunks) {
+  const double l = static_cast<double>(layers), k = static_cast<double>(chunks);
+  return k * l * l / 2.0 <= 2e9 && (k + 1.0) * (l + 1.0) <= 2e7;
+}
+
 StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   const int64_t n = static_cast<int64_t>(w.layer_s.size());
   const int64_t k_chunks = ChunkCount(layout);
   StagePlan plan;
-  if (k_chunks <= 0 || k_chunks > n) return plan;  // ValidateForPlan reports this
+  // ValidateForPlan reports both.
+  if (k_chunks <= 0 || k_chunks > n || !BalancedSearchAffordable(n, k_chunks)) return plan;
   std::vector<double> t_prefix(static_cast<size_t>(n + 1), 0.0);
   std::vector<int64_t> p_prefix(static_cast<size_t>(n + 1), 0);
   for (int64_t l = 0; l < n; ++l) {

@@ -14,6 +14,7 @@
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/planner/plan.h"
+#include "preflight/planner/stages.h"
 #include "preflight/planner/sweep.h"
 #include "preflight/recipe/import.h"
 #include "preflight/recipe/recipe.h"
@@ -37,6 +38,29 @@ TEST(HostileInput, Defect7DuplicateJsonKeyIsRefused) {
   EXPECT_EQ(r.diagnostics.front().key_path, "hidden_size");
   EXPECT_EQ(r.diagnostics.front().mark.line, 3);
   EXPECT_NE(r.diagnostics.front().message.find("twice"), std::string::npos);
+}
+
+// 1: the balanced cut's search (chunks x layers^2 / 2 steps, (chunks + 1) x
+// (layers + 1) cells) is bounded: on 100,000 layers `partition: balanced` is
+// refused on its key before anything is sized, and the framework's partition
+// plans without the advice search.
+TEST(HostileInput, Defect1BalancedSearchIsBounded) {
+  EXPECT_TRUE(BalancedSearchAffordable(126, 128));
+  EXPECT_FALSE(BalancedSearchAffordable(100000, 4));
+  const std::vector<Override> deep = {{"model.pattern", "AEME"}, {"model.repeat", "25000"}};
+  std::vector<Override> balanced = deep;
+  balanced.push_back({"parallel.partition", "balanced"});
+  const LoadResult b = LoadRecipeFile(testing::SourcePath("recipes/nam56r-h200.yaml"), balanced);
+  ASSERT_TRUE(b.ok());
+  const std::vector<Diagnostic> refused = ValidateForPlan(*b.recipe, LayoutOf(*b.recipe));
+  ASSERT_TRUE(HasErrors(refused));
+  EXPECT_EQ(refused.front().key_path, "parallel.partition");
+  const LoadResult m = LoadRecipeFile(testing::SourcePath("recipes/nam56r-h200.yaml"), deep);
+  ASSERT_TRUE(m.ok());
+  const PlanResult p = MakePlan(BuildInventory(*m.recipe), LayoutOf(*m.recipe));
+  ASSERT_TRUE(p.plan.has_value());
+  EXPECT_FALSE(p.plan->balanced_cut.has_value());
+  EXPECT_EQ(p.plan->stages.chunks.size(), 4u);
 }
 
 // 3: inputs are read bounded and from regular files only: a device or a

@@ -34,7 +34,14 @@ LayerWeights WeighLayers(const Inventory& inventory, const PlanTables& tables, c
 /// minimising the slowest chunk (DP over prefix sums, O(L^2 * chunks)); ties
 /// go to the smaller largest parameter count. Embedding charged to the first
 /// chunk, head + loss to the last. Every chunk gets at least one layer.
+/// Returns an empty plan when BalancedSearchAffordable says no.
 StagePlan PartitionStages(const LayerWeights& weights, const Layout& layout);
+
+/// Whether the balanced cut's search over `layers` layers and `chunks`
+/// chunks stays within bounds: chunks x layers^2 / 2 steps (2e9, seconds)
+/// and (chunks + 1) x (layers + 1) cells of 24 B (2e7, under 0.5 GB).
+/// Beyond them `partition: balanced` is refused and the advice is skipped.
+bool BalancedSearchAffordable(int64_t layers, int64_t chunks);
 /// The time-balanced cut of the inventory's framework layers (as sublayer ranges).
 StagePlan PartitionStages(const Inventory& inventory, const Layout& layout);
 
