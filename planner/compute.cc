@@ -126,10 +126,11 @@ LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape&
   LayerSeconds out;
   const double heads = 1.0 + static_cast<double>(t.mtp_layers);
   for (int i = 0; i < static_cast<int>(heads); ++i) {
-    AddGemm(1, sh.tokens_cp, v / sh.tp, h, gpu, cost, fp8 && false, &out);  // the head stays bf16 (TE, torchao)
+    // The output projection stays bf16 under fp8 recipes (TE's and torchao's default).
+    AddGemm(1, sh.tokens_cp, v / sh.tp, h, gpu, cost, /*fp8=*/false, &out);
     if (i > 0) AddGemm(1, sh.tokens_cp, h / sh.tp, 2.0 * h, gpu, cost, fp8, &out);
   }
-  const double norm = (eager && m.norm == NormKind::kRmsNorm ? 36.0 : 4.0) * h;
+  const double norm = NormBytes(m.norm, eager) * h;
   const double bytes =
       heads * (sh.tokens_cp * norm / (sh.sp ? sh.tp : 1.0) + sh.tokens_cp * v / sh.tp * (eager ? 18.0 : 14.0));
   out.forward.elementwise = bytes / HbmRate(gpu);

@@ -59,10 +59,6 @@ std::vector<GemmShape> GemmsOf(const ModelConfig& m, const Layer& sample) {
 // multiply 10 B per FFN element against 6.
 constexpr double kNormFused = 4, kNormEager = 36, kResidual = 6, kRopeFused = 4, kRopeEager = 20;
 
-double NormBytes(const ModelConfig& m, bool eager) {
-  return eager && m.norm == NormKind::kRmsNorm ? kNormEager : kNormFused;
-}
-
 // Bytes per FFN element of the activation: gated (reads two, writes one) or not.
 double ActivationBytes(FfnActivation a, bool eager) {
   switch (a) {
@@ -76,7 +72,7 @@ double ActivationBytes(FfnActivation a, bool eager) {
 void SetElementwiseBytes(const ModelConfig& m, BlockKind kind, FamilyCost* f) {
   const double h = static_cast<double>(m.hidden);
   f->hidden_bytes = (kNormFused + kResidual) * h;
-  f->hidden_bytes_eager = (NormBytes(m, true) + kResidual) * h;
+  f->hidden_bytes_eager = (NormBytes(m.norm, true) + kResidual) * h;
   double fused = 0, eager = 0;
   switch (kind) {
     case BlockKind::kAttention:
@@ -85,12 +81,12 @@ void SetElementwiseBytes(const ModelConfig& m, BlockKind kind, FamilyCost* f) {
         const double rope = static_cast<double>(a.heads * a.qk_rope_head_dim + a.qk_rope_head_dim);
         const double latent = static_cast<double>(a.q_lora_rank + a.kv_lora_rank);
         fused = kRopeFused * rope + kNormFused * latent;
-        eager = kRopeEager * rope + NormBytes(m, true) * latent;
+        eager = kRopeEager * rope + NormBytes(m.norm, true) * latent;
       } else {
         const AttentionConfig& a = m.attention;
         const double qk = static_cast<double>((a.heads + a.kv_heads) * a.head_dim);
         fused = kRopeFused * qk + (a.qk_norm ? kNormFused * qk : 0.0);
-        eager = kRopeEager * qk + (a.qk_norm ? NormBytes(m, true) * qk : 0.0);
+        eager = kRopeEager * qk + (a.qk_norm ? NormBytes(m.norm, true) * qk : 0.0);
       }
       break;
     case BlockKind::kDenseMlp: {
@@ -202,6 +198,8 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
 }
 
 }  // namespace
+
+double NormBytes(NormKind norm, bool eager) { return eager && norm == NormKind::kRmsNorm ? kNormEager : kNormFused; }
 
 PlanTables BuildPlanTables(const Inventory& inv) {
   PlanTables t;

@@ -95,4 +95,8 @@ struct PlanTables {
 
 PlanTables BuildPlanTables(const Inventory& inventory);
 
+/// HBM bytes a norm moves per element (fused: read and write bf16; eager
+/// RMSNorm: PyTorch's op-by-op fp32 path, 36).
+double NormBytes(NormKind norm, bool eager);
+
 }  // namespace preflight
