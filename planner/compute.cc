@@ -12,7 +12,7 @@ namespace {
 
 double GemmRate(const GpuSpec& gpu, const CostModel& cost, bool fp8) {
   if (fp8) return gpu.fp8_dense_tflops * 1e12 * gpu.rates.gemm_fp8;
-  return gpu.bf16_dense_tflops * 1e12 * (cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm);
+  return gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
 }
 
 double HbmRate(const GpuSpec& gpu) { return gpu.hbm_gbps * 1e9 * gpu.rates.hbm; }
@@ -140,6 +140,10 @@ LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape&
 
 }  // namespace
 
+double GemmEfficiency(const GpuSpec& gpu, const CostModel& cost) {
+  return cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm;
+}
+
 double GemmSeconds(double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, bool fp8) {
   return GroupedGemmSeconds(1, m, n, k, gpu, cost, fp8);
 }
@@ -154,7 +158,7 @@ const char* AttentionKernel(const TrainingConfig& training) {
 }
 
 double AttentionKernelRate(const TrainingConfig& training, const GpuSpec& gpu, const CostModel& cost) {
-  if (!training.flash_attention) return cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm;
+  if (!training.flash_attention) return GemmEfficiency(gpu, cost);
   return training.transformer_engine ? gpu.rates.attention_fused : gpu.rates.attention_flash2;
 }
 
@@ -162,8 +166,7 @@ std::string PricedRates(const Recipe& r, const CostModel& cost) {
   const GpuSpec& g = r.cluster.spec;
   const bool fp8 = r.training.precision.activations == DType::kFp8 && g.fp8_dense_tflops > 0;
   std::string out =
-      fmt::format("{}: GEMMs {:.2f} of {:.0f} TFLOPS {}", g.name,
-                  fp8 ? g.rates.gemm_fp8 : (cost.compute_efficiency > 0 ? cost.compute_efficiency : g.rates.gemm),
+      fmt::format("{}: GEMMs {:.2f} of {:.0f} TFLOPS {}", g.name, fp8 ? g.rates.gemm_fp8 : GemmEfficiency(g, cost),
                   fp8 ? g.fp8_dense_tflops : g.bf16_dense_tflops, fp8 ? "fp8" : "bf16");
   out += fmt::format(
       " or {:.2f} of {:.0f} GB/s HBM when memory-bound; attention {} at {:.2f} (half at s {:.0f}); "

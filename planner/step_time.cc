@@ -337,8 +337,7 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   StepTime st;
   const GpuSpec& gpu = inv.recipe.cluster.spec;
   // Newton-Schulz runs as large GEMMs: the device's GEMM rate.
-  const double peak =
-      gpu.bf16_dense_tflops * 1e12 * (cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm);
+  const double peak = gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
   const ComputeTimes times = LayerComputeTimes(inv, t, l, cost);
   std::vector<RankCompute> computes;
   computes.reserve(static_cast<size_t>(l.pp));

@@ -354,7 +354,7 @@ ordered_json StepJson(const StepTime& t) {
 ordered_json CostModelJson(const Recipe& r, const Plan& p) {
   const KernelRates& k = p.gpu.rates;
   return {{"compute_efficiency", p.cost.compute_efficiency},
-          {"gemm_efficiency", p.cost.compute_efficiency > 0 ? p.cost.compute_efficiency : k.gemm},
+          {"gemm_efficiency", GemmEfficiency(p.gpu, p.cost)},
           {"gemm_fp8_efficiency", k.gemm_fp8},
           {"gemm_memory_efficiency", k.gemm_memory},
           {"hbm_efficiency", k.hbm},

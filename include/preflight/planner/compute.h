@@ -17,6 +17,10 @@
 
 namespace preflight {
 
+/// The achieved fraction of the bf16 peak for large GEMMs: the CostModel's
+/// override when set, else the device's measured rate.
+double GemmEfficiency(const GpuSpec& gpu, const CostModel& cost);
+
 /// Seconds of one GEMM [m, k] x [k, n]: the roofline max(FLOPs / achievable
 /// peak, operand bytes / achievable HBM bandwidth). `fp8` runs it at the fp8
 /// peak and adds the casts of both inputs (read 2 B, write 1 B an element).
