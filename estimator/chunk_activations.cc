@@ -8,7 +8,10 @@ namespace preflight::estimator_detail {
 Bytes ActivationRates::Layer(int f) {
   const size_t i = static_cast<size_t>(f);
   if (!layer_known_[i]) {
-    layer_[i] = LayerActivations(inv_.recipe, l_, kAllBlockKinds[i]).count();
+    // What stays on the device: offloaded modules' tensors wait in host memory.
+    layer_[i] =
+        (LayerActivations(inv_.recipe, l_, kAllBlockKinds[i]) - LayerOffloaded(inv_.recipe, l_, kAllBlockKinds[i]))
+            .count();
     layer_known_[i] = true;
   }
   return Bytes(layer_[i]);

@@ -155,7 +155,7 @@ inline bool KeepsActivations(const Layer& layer, Recompute recompute) {
 class ActivationRates {
  public:
   ActivationRates(const Inventory& inv, const Layout& l) : inv_(inv), l_(l) {}
-  /// LayerActivations of family f (FamilyIndex).
+  /// LayerActivations of family f (FamilyIndex) less LayerOffloaded.
   Bytes Layer(int f);
   /// FirstStageActivations: the embedding's token ids.
   Bytes Embedding();

@@ -15,7 +15,6 @@ namespace {
 int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b); }
 int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
 
-
 /// Bytes of per-token norm statistics saved for backward: RMSNorm keeps rstd
 /// (fp32), LayerNorm keeps mean and rstd (2 x fp32). Korthikanti neglects these.
 int64_t NormStatBytes(NormKind n) { return n == NormKind::kLayerNorm ? 8 : 4; }
@@ -31,6 +30,26 @@ int64_t ResidualTerms(const Recipe& r) {
   return out;
 }
 
+/// Backward reruns `m` (training.recompute_modules; full recompute is
+/// priced apart, as one checkpoint a layer).
+bool Reruns(const Recipe& r, Recompute recompute, RecomputeModule m) {
+  return preflight::Reruns(r.training, recompute, m);
+}
+
+/// The pre-norm's output and statistics, which a rerun of the norm frees
+/// (Megatron's "layernorm" module: CheckpointWithoutOutput discards the norm
+/// output after its consumer saved it and recomputes it in backward).
+int64_t NormOutputTerms(const Recipe& r) {
+  return Add(Mul(r.model.hidden, SizeOf(r.training.precision.activations)), NormStatBytes(r.model.norm));
+}
+
+/// Residual terms less the norm output when the norm is rerun.
+int64_t KeptResidualTerms(const Recipe& r, BlockKind kind, Recompute recompute) {
+  const int64_t all = ResidualTerms(r);
+  if (!Reruns(r, recompute, RecomputeModule::kLayernorm) || !NormIsOwnModule(r, kind)) return all;
+  return all - NormOutputTerms(r);
+}
+
 /// Core attention terms that selective recompute drops: the fp32 softmax LSE
 /// per query head with flash attention; without it the softmax output
 /// (n_q * s per token), plus its dropout mask and dropout output when dropout > 0
@@ -44,11 +63,12 @@ int64_t CoreAttentionTerms(const Recipe& r, int64_t heads) {
   return out;
 }
 
-TokenBytes AttentionTokenBytes(const Recipe& r, bool drop_core) {
+TokenBytes AttentionTokenBytes(const Recipe& r, Recompute recompute) {
   const ModelConfig& m = r.model;
   const int64_t beta = SizeOf(r.training.precision.activations);
+  const bool drop_core = Reruns(r, recompute, RecomputeModule::kCoreAttn);
   TokenBytes out;
-  out.replicated = ResidualTerms(r);
+  out.replicated = KeptResidualTerms(r, BlockKind::kAttention, recompute);
   if (m.mla) {
     const MlaConfig& a = *m.mla;
     // Latents (down-projection outputs) and the up-projection inputs after
@@ -56,9 +76,12 @@ TokenBytes AttentionTokenBytes(const Recipe& r, bool drop_core) {
     out.replicated = Add(out.replicated, Mul(Add(Add(a.q_lora_rank, a.kv_lora_rank), a.qk_rope_head_dim), beta));
     out.replicated = Add(out.replicated, Mul(Add(a.q_lora_rank, a.kv_lora_rank), beta));
     out.replicated = Add(out.replicated, Mul(NormStatBytes(m.norm), a.q_lora_rank > 0 ? 2 : 1));
-    // Q, K, V to attention and the output O (the O-projection input).
+    // Q, K, V to attention and the output O (the O-projection input); the
+    // "mla_up_proj" rerun frees Q, K, V after the core attention and
+    // recomputes them from the latents (multi_latent_attention.py).
     const int64_t qkv = Mul(a.heads, Add(Mul(2, Add(a.qk_nope_head_dim, a.qk_rope_head_dim)), a.v_head_dim));
-    out.sharded = Mul(Add(qkv, Mul(a.heads, a.v_head_dim)), beta);
+    const bool rerun_up = Reruns(r, recompute, RecomputeModule::kMlaUpProj);
+    out.sharded = Mul(Add(rerun_up ? 0 : qkv, Mul(a.heads, a.v_head_dim)), beta);
     if (!drop_core) out.sharded = Add(out.sharded, CoreAttentionTerms(r, a.heads));
     return out;
   }
@@ -93,15 +116,21 @@ TokenBytes MambaTokenBytes(const Recipe& r, int64_t tp, int64_t cp) {
   return out;
 }
 
-TokenBytes MoeTokenBytes(const Recipe& r) {
+TokenBytes MoeTokenBytes(const Recipe& r, Recompute recompute) {
   const MoeConfig& e = r.model.moe;
   const int64_t beta = SizeOf(r.training.precision.activations);
   TokenBytes out;
+  out.replicated = KeptResidualTerms(r, BlockKind::kMoe, recompute);
+  // The "moe" rerun checkpoints the whole MoE layer on the pre-MLP norm's
+  // output (moe_layer.py): only the residual terms stay.
+  if (Reruns(r, recompute, RecomputeModule::kMoe)) return out;
   // Router scores and dense probs (fp32) and the routing map (bool): 9E;
   // top-k indices and permutation indices (int64): 16k.
-  out.replicated = Add(Add(ResidualTerms(r), Mul(9, e.experts)), Mul(16, e.top_k));
+  out.replicated = Add(Add(out.replicated, Mul(9, e.experts)), Mul(16, e.top_k));
   // Shared expert, TP column/row like a dense MLP: SwiGLU fc1 out (gate, up) +
-  // fc2 in; non-gated activation input + output.
+  // fc2 in; non-gated activation input + output. Its rerun keeps only its
+  // input, the norm output already counted.
+  if (Reruns(r, recompute, RecomputeModule::kSharedExperts)) return out;
   out.sharded = Mul(Mul(e.activation == FfnActivation::kSwiglu ? 3 : 2, e.SharedWidth()), beta);
   return out;
 }
@@ -120,11 +149,18 @@ TokenBytes RecurrentTokenBytes(const Recipe& r) {
   return out;
 }
 
-TokenBytes DenseTokenBytes(const Recipe& r) {
+TokenBytes DenseTokenBytes(const Recipe& r, Recompute recompute) {
   const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t f = r.model.mlp.ffn_hidden;
   TokenBytes out;
-  out.replicated = ResidualTerms(r);
+  out.replicated = KeptResidualTerms(r, BlockKind::kDenseMlp, recompute);
+  if (Reruns(r, recompute, RecomputeModule::kMlp)) {
+    // The "mlp" rerun checkpoints the MLP module on its input: with TE the
+    // norm is inside it (fc1 is a LayerNormLinear), so only the residual
+    // input stays; a separate norm's output is the checkpoint's input.
+    if (!NormIsOwnModule(r, BlockKind::kDenseMlp)) out.replicated = ResidualTerms(r) - NormOutputTerms(r);
+    return out;
+  }
   // SwiGLU: fc1 out (gate and up, 2f) + fc2 input (f). GeLU: GeLU input (f) + output (f).
   out.sharded = Mul(Mul(r.model.mlp.activation == FfnActivation::kSwiglu ? 3 : 2, f), beta);
   return out;
@@ -152,11 +188,11 @@ TokenBytes SavedBytesPerToken(const Recipe& r, BlockKind kind, Recompute recompu
     return out;
   }
   switch (kind) {
-    case BlockKind::kAttention: return AttentionTokenBytes(r, recompute == Recompute::kSelective);
+    case BlockKind::kAttention: return AttentionTokenBytes(r, recompute);
     case BlockKind::kMamba: return MambaTokenBytes(r, tp, cp);
-    case BlockKind::kMoe: return MoeTokenBytes(r);
+    case BlockKind::kMoe: return MoeTokenBytes(r, recompute);
     case BlockKind::kRecurrent: return RecurrentTokenBytes(r);
-    case BlockKind::kDenseMlp: return DenseTokenBytes(r);
+    case BlockKind::kDenseMlp: return DenseTokenBytes(r, recompute);
   }
   return {};
 }
@@ -179,7 +215,7 @@ int64_t CeilFraction(int64_t n, double f) {
 Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute) {
   const TokenBytes per_token = SavedBytesPerToken(r, BlockKind::kMoe, recompute, l.tp, l.cp);
   int64_t out = SpreadTokens(per_token, TokensOf(r, l).cp_rank, l);
-  if (recompute == Recompute::kFull) return Bytes(out);
+  if (recompute == Recompute::kFull || Reruns(r, recompute, RecomputeModule::kMoe)) return Bytes(out);
   // Routed experts on the R rows they process: fc1 input, fc1 out (gate, up)
   // and SwiGLU out (non-gated: activation input and output). The expert output kept for d(probs) and the fp32 permuted
   // probs live at the source: Megatron multiplies the probs in unpermute, after
@@ -189,7 +225,10 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   const MoeRouting routing = RouteMoeOn(r, l);
   const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
-  const int64_t gated = r.model.moe.activation == FfnActivation::kSwiglu ? 3 : 2;
+  // The "moe_act" rerun frees the activation's output (the fc2 input) and
+  // recomputes it from fc1's output (experts.py, CheckpointWithoutOutput).
+  const int64_t gated = (r.model.moe.activation == FfnActivation::kSwiglu ? 3 : 2) -
+                        (Reruns(r, recompute, RecomputeModule::kMoeAct) ? 1 : 0);
   const int64_t per_expert_row = Mul(Add(r.model.hidden, Mul(gated, f_local)), beta);
   const int64_t per_source_row = Add(Mul(r.model.hidden, beta), 4);
   out = Add(out, Mul(routing.expert_tokens, per_expert_row));
@@ -245,6 +284,107 @@ Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
   return out;
 }
 
+namespace {
+
+/// Sums the offloaded tensors of one layer: each saved inside a listed
+/// module's scope and of at least the recipe's minimum elements.
+class OffloadSum {
+ public:
+  explicit OffloadSum(const Recipe& r)
+      : set_(r.training.activation_offload), min_(r.training.activation_offload_min_elements) {}
+  /// A tensor of `elements` elements and `bytes` bytes saved in `scope`.
+  void Tensor(OffloadModule scope, int64_t elements, int64_t bytes) {
+    if (set_.has(scope) && elements > 0 && elements >= min_) bytes_ = CheckedAdd(bytes_, bytes);
+  }
+  void Add(OffloadModule scope, int64_t elements, int64_t bytes_per_element) {
+    Tensor(scope, elements, Mul(elements, bytes_per_element));
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  OffloadSet set_;
+  int64_t min_ = 0;
+  int64_t bytes_ = 0;
+};
+
+/// The attention core's own saved state on `tokens` tokens and `heads` local
+/// heads: the fp32 LSE with flash attention, else the s x s scores.
+void CoreOffload(const Recipe& r, int64_t tokens, int64_t heads, OffloadSum* o) {
+  const int64_t rows = Mul(tokens, heads);
+  const int64_t elements = r.training.flash_attention ? rows : Mul(rows, r.training.seq_len);
+  o->Tensor(OffloadModule::kCoreAttn, elements, Mul(rows, CoreAttentionTerms(r, 1)));
+}
+
+// The tensors each scope saves, as the estimator counts them in
+// LayerActivations (so what leaves is a part of what is kept). `res` tokens
+// of the residual stream (split by SP), `cp` tokens of the TP region, widths /t.
+void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
+  const ModelConfig& m = r.model;
+  const TokenGeometry tok = TokensOf(r, l);
+  const int64_t res = tok.router, cp = tok.cp_rank, t = l.tp, h = m.hidden;
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  const bool own_norm = NormIsOwnModule(r, BlockKind::kAttention);
+  const bool norm_rerun = own_norm && Reruns(r, l.recompute, RecomputeModule::kLayernorm);
+  // The norm saves its input and statistics: in its own scope, or inside the
+  // fused LayerNormLinear of the QKV projection (TE).
+  const OffloadModule norm_scope = own_norm ? OffloadModule::kAttnNorm : OffloadModule::kQkvLinear;
+  o->Add(norm_scope, Mul(res, h), beta);
+  o->Add(norm_scope, res, NormStatBytes(m.norm));
+  if (!norm_rerun) o->Add(OffloadModule::kQkvLinear, Mul(res, h), beta);  // the projection's input
+  const bool core_rerun = Reruns(r, l.recompute, RecomputeModule::kCoreAttn);
+  if (m.mla) {
+    const MlaConfig& a = *m.mla;
+    for (int64_t w : {a.q_lora_rank, a.kv_lora_rank + a.qk_rope_head_dim, a.q_lora_rank, a.kv_lora_rank}) {
+      o->Add(OffloadModule::kQkvLinear, Mul(res, w), beta);  // latents and their normed copies
+    }
+    o->Add(OffloadModule::kQkvLinear, res, NormStatBytes(m.norm) * (a.q_lora_rank > 0 ? 2 : 1));
+    if (!Reruns(r, l.recompute, RecomputeModule::kMlaUpProj)) {
+      const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+      for (int64_t w : {qk, qk, a.v_head_dim}) o->Add(OffloadModule::kCoreAttn, Mul(cp, Mul(a.heads, w) / t), beta);
+    }
+    if (!core_rerun) CoreOffload(r, cp, a.heads / t, o);
+    o->Add(OffloadModule::kAttnProj, Mul(cp, Mul(a.heads, a.v_head_dim) / t), beta);
+    return;
+  }
+  const AttentionConfig& a = m.attention;
+  const int64_t q = Mul(a.heads, a.head_dim) / t, kv = Mul(a.kv_heads, a.head_dim) / t;
+  if (a.qk_norm) {
+    for (int64_t w : {q, kv}) o->Add(OffloadModule::kQkvLinear, Mul(cp, w), beta);
+    o->Add(OffloadModule::kQkvLinear, Mul(cp, (a.heads + a.kv_heads) / t), 4);
+  }
+  for (int64_t w : {q, kv, kv}) o->Add(OffloadModule::kCoreAttn, Mul(cp, w), beta);
+  if (!core_rerun) CoreOffload(r, cp, a.heads / t, o);
+  o->Add(OffloadModule::kAttnProj, Mul(cp, q), beta);
+}
+
+void MoeOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
+  const int64_t res = TokensOf(r, l).router, h = r.model.hidden;
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  o->Add(OffloadModule::kMlpNorm, Mul(res, h), beta);
+  o->Add(OffloadModule::kMlpNorm, res, NormStatBytes(r.model.norm));
+  if (Reruns(r, l.recompute, RecomputeModule::kMoe)) return;
+  const int64_t rows = RouteMoeOn(r, l).expert_tokens;
+  const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
+  o->Add(OffloadModule::kExpertFc1, Mul(rows, h), beta);
+  const int64_t fc1_out = r.model.moe.activation == FfnActivation::kSwiglu ? 2 : 1;
+  o->Add(OffloadModule::kMoeAct, Mul(rows, Mul(fc1_out, f_local)), beta);
+}
+
+}  // namespace
+
+Bytes LayerOffloaded(const Recipe& r, const Layout& l, BlockKind kind) {
+  if (r.training.activation_offload.empty() || l.recompute == Recompute::kFull) return Bytes(0);
+  OffloadSum o(r);
+  if (kind == BlockKind::kAttention) AttentionOffload(r, l, &o);
+  if (kind == BlockKind::kMoe) MoeOffload(r, l, &o);
+  if (kind == BlockKind::kDenseMlp && NormIsOwnModule(r, kind)) {
+    const int64_t res = TokensOf(r, l).router;
+    o.Add(OffloadModule::kMlpNorm, Mul(res, r.model.hidden), SizeOf(r.training.precision.activations));
+    o.Add(OffloadModule::kMlpNorm, res, NormStatBytes(r.model.norm));
+  }
+  return Bytes(o.bytes());
+}
+
 Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
   const int64_t b = l.micro_batch;
   const int64_t s = r.training.seq_len;
@@ -257,9 +397,9 @@ Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
     const int64_t groups = CeilDiv(Mul(mb.groups, MambaGroupRepeat(mb, l.tp, MambaRepeatCp(l))), Mul(l.tp, l.cp));
     const int64_t chunks = CeilDiv(s, mb.chunk);
     const int64_t states = Mul(Mul(Mul(Mul(b, chunks), heads), mb.head_dim), mb.d_state);
-    int64_t out = Mul(states, Add(4, beta));                    // fp32 chunk states + re-emitted copy
+    int64_t out = Mul(states, Add(4, beta));                        // fp32 chunk states + re-emitted copy
     out = Add(out, Mul(Mul(Mul(Mul(4, b), s), mb.chunk), groups));  // CB, fp32
-    out = Add(out, Mul(Mul(Mul(8, b), s), heads));                // dA_cumsum and dt, fp32
+    out = Add(out, Mul(Mul(Mul(8, b), s), heads));                  // dA_cumsum and dt, fp32
     return Bytes(out);
   }
   if (kind == BlockKind::kAttention && l.cp > 1 && l.cp_comm != CpComm::kA2a) {

@@ -76,6 +76,33 @@ bool PairedLayers(const Inventory& inv) {
   return inv.layer_starts.size() >= 2 && inv.layer_starts.size() - 1 < inv.layers.size();
 }
 
+namespace {
+
+/// Activation offloading: what the in-flight layers moved to host memory
+/// (RankMemory::host) and what of it the device still holds at the peak.
+void PriceActivationOffload(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
+  Bytes host, last_layers, largest;
+  for (int f = 0; f < 5; ++f) {
+    if (w.layer_count[f] == 0) continue;
+    const Bytes layer = LayerOffloaded(rc, l, kAllBlockKinds[f]);
+    host += layer * w.units[f];
+    last_layers += layer;
+    largest = std::max(largest, layer);
+  }
+  if (host.count() == 0) return;
+  out.activations_offload_kept = last_layers + largest;
+  out.host += host - last_layers;
+  if (sink) {
+    Note(sink, Category::kActivations,
+         "activation offload: the last layer of each family keeps its offloaded tensors, and the next layer's come "
+         "back before its backward",
+         "sum over families of offloaded(layer) + max over families of offloaded(layer)",
+         Inputs({{"offloaded_to_host", (host - last_layers).count()}}), out.activations_offload_kept);
+  }
+}
+
+}  // namespace
+
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink) {
   const Recipe& rc = inv.recipe;
@@ -90,9 +117,11 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     sum += out.activations_by_family[static_cast<size_t>(f)];
     // The transient of one layer at a time: under full recompute, the layer
     // being recomputed holds its whole no-recompute activation set during its
-    // backward; Mamba and CP attention add their kernel workspaces.
+    // backward, under selective recompute what its rerun modules regenerate;
+    // Mamba and CP attention add their kernel workspaces.
     Bytes transient = LayerWorkspace(rc, l, kind);
     if (l.recompute == Recompute::kFull) transient += LayerActivations(rc, none, kind);
+    if (l.recompute == Recompute::kSelective) transient += LayerActivations(rc, none, kind) - per_layer;
     out.activations_transient = std::max(out.activations_transient, transient);
     // A transformer layer recomputes attention and its MLP together: both
     // sublayers' activations are live in its backward.
@@ -158,6 +187,8 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   }
   sum += out.activations_ends;
   sum += out.activations_transient;
+  PriceActivationOffload(out, w, rc, l, sink);
+  sum += out.activations_offload_kept;
   if (sink && out.activations_transient.count() > 0) {
     Note(sink, Category::kActivations, "one-layer transient (largest on this rank)",
          l.recompute == Recompute::kFull ? "max over layers of (no-recompute layer activations + workspace)"

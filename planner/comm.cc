@@ -411,14 +411,18 @@ void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
   const Bytes buf = BytesOf(CheckedMul(copies, s.hidden), s.act);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch, buf, n_e);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeCombine, buf, n_e);
-  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeDispatch, buf, n_e);
-  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeCombine, buf, n_e);
+  // A rerun MoE layer (full recompute, or the selective "moe" module)
+  // dispatches and combines its tokens once more in backward, before its
+  // gradients flow (the checkpointed forward includes the all-to-alls).
+  const int64_t n_bwd = Reruns(inv.recipe.training, l.recompute, RecomputeModule::kMoe) ? CheckedMul(2, n_e) : n_e;
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeDispatch, buf, n_bwd);
+  items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeCombine, buf, n_bwd);
   // Expert TP: AG of the received tokens after dispatch, RS before combine; mirrored in backward.
   const Bytes gathered = buf * l.expert_tp;
   items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kForward, CommWhat::kMoeExperts, gathered, n_e);
   items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kMoeExperts, gathered, n_e);
-  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMoeExperts, gathered, n_e);
-  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMoeExperts, gathered, n_e);
+  items->Add(Axis::kExpertTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMoeExperts, gathered, n_bwd);
+  items->Add(Axis::kExpertTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMoeExperts, gathered, n_bwd);
 }
 
 // One ZeRO unit's parameters on this rank: elements [ShardClass][OptimizerKind]

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "preflight/estimator/memory_terms.h"
+
 namespace preflight {
 namespace {
 
@@ -49,24 +51,46 @@ struct Shape {
   bool sp = false;
 };
 
+// The grouped GEMM one of a layer's GemmShapes runs on a rank:
+// groups x [m, k] x [k, n].
+struct GemmDims {
+  double groups = 1, m = 0, n = 0, k = 0;
+};
+
+GemmDims DimsOf(const GemmShape& g, const Shape& sh) {
+  const double k = static_cast<double>(g.k), n = static_cast<double>(g.n);
+  switch (g.split) {
+    case Split::kTpColumn: return {1, sh.tokens_cp, n / sh.tp, k};
+    case Split::kTpRow: return {1, sh.tokens_cp, n, k / sh.tp};
+    case Split::kExpert: {
+      // E / ep local experts; each sees top_k / E of the tokens the EP x
+      // expert-TP group routes (the uniform expectation of the router).
+      const double experts = static_cast<double>(g.experts);
+      const double m = sh.tokens_rank * static_cast<double>(g.top_k) * sh.ep * sh.etp / experts;
+      return {experts / sh.ep, m, g.row ? n : n / sh.etp, g.row ? k / sh.etp : k};
+    }
+    default: return {1, sh.tokens_rank, n, k};
+  }
+}
+
 void AddGemms(const FamilyCost& f, const Shape& sh, const GpuSpec& gpu, const CostModel& cost, bool fp8,
               LayerSeconds* out) {
   for (const GemmShape& g : f.gemms) {
-    const double k = static_cast<double>(g.k), n = static_cast<double>(g.n);
-    switch (g.split) {
-      case Split::kTpColumn: AddGemm(1, sh.tokens_cp, n / sh.tp, k, gpu, cost, fp8, out); break;
-      case Split::kTpRow: AddGemm(1, sh.tokens_cp, n, k / sh.tp, gpu, cost, fp8, out); break;
-      case Split::kExpert: {
-        // E / ep local experts; each sees top_k / E of the tokens the EP x
-        // expert-TP group routes (the uniform expectation of the router).
-        const double experts = static_cast<double>(g.experts);
-        const double m = sh.tokens_rank * static_cast<double>(g.top_k) * sh.ep * sh.etp / experts;
-        AddGemm(experts / sh.ep, m, g.row ? n : n / sh.etp, g.row ? k / sh.etp : k, gpu, cost, fp8, out);
-        break;
-      }
-      default: AddGemm(1, sh.tokens_rank, n, k, gpu, cost, fp8, out); break;
-    }
+    const GemmDims d = DimsOf(g, sh);
+    AddGemm(d.groups, d.m, d.n, d.k, gpu, cost, fp8, out);
   }
+}
+
+// Forward seconds of the GEMMs of one rerun module.
+double PartForwardSeconds(const FamilyCost& f, GemmPart part, const Shape& sh, const GpuSpec& gpu,
+                          const CostModel& cost, bool fp8) {
+  double s = 0;
+  for (const GemmShape& g : f.gemms) {
+    if (g.part != part) continue;
+    const GemmDims d = DimsOf(g, sh);
+    s += GroupedGemmSeconds(d.groups, d.m, d.n, d.k, gpu, cost, fp8);
+  }
+  return s;
 }
 
 // The attention core: causal FLOPs per rank F (QK^T and PV); backward runs
@@ -109,9 +133,45 @@ void AddElementwise(const FamilyCost& f, const Shape& sh, bool eager, const GpuS
   out->backward.elementwise += 2.0 * fwd;
 }
 
-void SetRecompute(Recompute policy, LayerSeconds* l) {
-  if (policy == Recompute::kSelective) l->recompute.attention = l->forward.attention;
-  if (policy == Recompute::kFull) l->recompute = l->forward;
+// What backward reruns of one layer's forward: all of it under full
+// recompute; under selective the modules training.recompute_modules lists
+// (docs/recipe.md "Selective recompute by module"), each its own GEMMs and
+// elementwise bytes.
+struct Rerun {
+  const Recipe& recipe;
+  BlockKind kind;
+  const FamilyCost& family;
+  const Shape& shape;
+  bool eager = false, fp8 = false;
+};
+
+void SetRecompute(const Rerun& x, Recompute policy, const GpuSpec& gpu, const CostModel& cost, LayerSeconds* l) {
+  if (policy == Recompute::kNone) return;
+  const TrainingConfig& t = x.recipe.training;
+  const auto reruns = [&](RecomputeModule m) { return Reruns(t, policy, m); };
+  const bool whole = policy == Recompute::kFull || (x.kind == BlockKind::kDenseMlp && reruns(RecomputeModule::kMlp)) ||
+                     (x.kind == BlockKind::kMoe && reruns(RecomputeModule::kMoe));
+  if (whole) {
+    l->recompute = l->forward;
+    return;
+  }
+  OpSeconds& o = l->recompute;
+  const Shape& sh = x.shape;
+  const RerunBytes& b = x.eager ? x.family.rerun_eager : x.family.rerun;
+  const double hbm = HbmRate(gpu);
+  if (reruns(RecomputeModule::kCoreAttn)) o.attention = l->forward.attention;
+  if (reruns(RecomputeModule::kLayernorm) && NormIsOwnModule(x.recipe, x.kind)) {
+    o.elementwise += sh.tokens_cp * b.norm / (sh.sp ? sh.tp : 1.0) / hbm;
+  }
+  if (reruns(RecomputeModule::kMoeAct)) o.elementwise += sh.tokens_cp * b.routed_act / sh.tp / hbm;
+  if (reruns(RecomputeModule::kSharedExperts)) {
+    o.gemm += PartForwardSeconds(x.family, GemmPart::kSharedExpert, sh, gpu, cost, x.fp8);
+    o.elementwise += sh.tokens_cp * b.shared_act / sh.tp / hbm;
+  }
+  if (reruns(RecomputeModule::kMlaUpProj)) {
+    o.gemm += PartForwardSeconds(x.family, GemmPart::kMlaUpProj, sh, gpu, cost, x.fp8);
+    o.elementwise += sh.tokens_cp * b.rope / sh.tp / hbm;
+  }
 }
 
 // Final norm, output projection (vocab-parallel column GEMM) and the loss
@@ -199,7 +259,8 @@ ComputeTimes LayerComputeTimes(const Inventory& inv, const PlanTables& t, const 
     AddGemms(fc, sh, gpu, cost, fp8, &ls);
     AddAttention(fc, sh, r, gpu, cost, &ls);
     AddElementwise(fc, sh, eager, gpu, cost, &ls);
-    SetRecompute(l.recompute, &ls);
+    SetRecompute({r, kAllBlockKinds[f], fc, sh, eager, fp8}, l.recompute, gpu, cost, &ls);
+    out.offloaded_bytes[f] = static_cast<double>(LayerOffloaded(r, l, kAllBlockKinds[f]).count());
   }
   out.head = HeadSeconds(inv, t, sh, eager, fp8, cost);
   return out;

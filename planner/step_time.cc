@@ -2,12 +2,14 @@
 // communication under the overlap rules of docs/plan.md, and the pipeline
 // bubble of the schedule (docs/formulas.md §4.2, 7.1).
 #include <algorithm>
+#include <tuple>
 
 #include "internal.h"
 
 namespace preflight {
 
 using planner_internal::ChunkCompute;
+using planner_internal::ChunkCounts;
 using planner_internal::ChunksOn;
 using planner_internal::ComputeOf;
 using planner_internal::ParamsOf;
@@ -74,6 +76,7 @@ struct RankCompute {
   std::array<double, 5> by_family_s{};
   double head_s = 0;
   double optimizer_elements = 0;  // local elements the rank's optimizer updates on the device
+  double offloaded_bytes = 0;     // activation offload, each way over the host link
   double total_s() const { return forward_s + backward_s + recompute_s; }
 };
 
@@ -100,9 +103,15 @@ double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout
 RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const Layout& l,
                           const StagePlan& stages, int64_t r) {
   RankCompute out;
+  std::array<bool, 5> present{};
   for (const RankChunk& c : ChunksOn(stages, l, r)) {
     const ChunkCompute cc = ComputeOf(times, t, c.range);
     const double mb = static_cast<double>(c.microbatches);
+    const auto counts = ChunkCounts(t, c.range);
+    for (size_t f = 0; f < 5; ++f) {
+      out.offloaded_bytes += mb * static_cast<double>(counts[f]) * times.offloaded_bytes[f];
+      present[f] = present[f] || counts[f] > 0;
+    }
     for (size_t f = 0; f < 5; ++f) out.by_family_s[f] += mb * cc.by_family_s[f];
     out.head_s += mb * cc.head_s;
     out.optimizer_elements += OptimizerElements(inv, t, l, c.range);
@@ -120,6 +129,11 @@ RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const Compu
     const size_t a = static_cast<size_t>(c.range.first_layer), b = static_cast<size_t>(c.range.end_layer);
     out.muon_flops += t.muon_ns_dense_flops_prefix[b] - t.muon_ns_dense_flops_prefix[a] +
                       (t.muon_ns_expert_flops_prefix[b] - t.muon_ns_expert_flops_prefix[a]) / static_cast<double>(l.ep);
+  }
+  // The last layer of each family before the first backward stays on the
+  // device (the estimator's activations_offload_kept).
+  for (size_t f = 0; f < 5; ++f) {
+    if (present[f]) out.offloaded_bytes -= times.offloaded_bytes[f];
   }
   return out;
 }
@@ -327,6 +341,7 @@ StepBreakdown BreakdownOf(const StepTime& t) {
   b.compute_s = t.head_compute_s;
   for (double s : t.compute_by_family_s) b.compute_s += s;
   for (double s : t.exposed_by_axis) b.exposed_comm_s += s;
+  b.exposed_comm_s += t.activation_offload_exposed_s;
   b.bubble_s = t.bubble_s - t.exposed_by_axis[static_cast<size_t>(Axis::kPp)];
   b.optimizer_s = t.newton_schulz_s + t.optimizer_step_s + t.host_offload_s;
   return b;
@@ -344,6 +359,7 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;
   std::vector<std::array<double, kNumAxes>> by_axis(static_cast<size_t>(l.pp));
   std::vector<double> busy(static_cast<size_t>(l.pp), 0.0);
+  std::vector<std::pair<double, double>> offload(static_cast<size_t>(l.pp));  // transfer, exposed
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
   for (int64_t r = 0; r < l.pp; ++r) {
     const RankCompute& rc = computes.emplace_back(ComputeOnRank(inv, t, times, l, stages, r));
@@ -352,8 +368,14 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
     one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
     by_axis[static_cast<size_t>(r)] = ex.by_axis;
-    busy[static_cast<size_t>(r)] = rc.total_s() + ex.in_pipeline_s;
     const double host_link = inv.recipe.cluster.spec.host_link_gbps_per_dir * 1e9;
+    // Activation offload runs on its own copy streams beside the compute:
+    // only what outlasts the forward (down) or the backward (up) shows.
+    const double offload_s = host_link > 0 ? rc.offloaded_bytes / host_link : 0.0;
+    const double offload_exposed =
+        std::max(0.0, offload_s - rc.forward_s) + std::max(0.0, offload_s - rc.backward_s - rc.recompute_s);
+    busy[static_cast<size_t>(r)] = rc.total_s() + ex.in_pipeline_s + offload_exposed;
+    offload[static_cast<size_t>(r)] = {offload_s, offload_exposed};
     const double host_s =
         host_link > 0 ? static_cast<double>((*comm)[static_cast<size_t>(r)].host_transfer.count()) / host_link : 0.0;
     st.host_offload_s = std::max(st.host_offload_s, host_s);
@@ -382,6 +404,7 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   const RankCompute& slow = computes[static_cast<size_t>(st.slowest_stage)];
   st.compute_by_family_s = slow.by_family_s;
   st.head_compute_s = slow.head_s;
+  std::tie(st.activation_offload_s, st.activation_offload_exposed_s) = offload[static_cast<size_t>(st.slowest_stage)];
   SetThroughput(inv, t, l, st);
   return st;
 }

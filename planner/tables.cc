@@ -39,7 +39,12 @@ std::vector<GemmShape> GemmsOf(const ModelConfig& m, const Layer& sample) {
       out.push_back({t.shape[1], t.shape[0], Split::kReplicated});  // stored [E, h]
     } else if (t.shape.size() == 2 && (t.split == Split::kTpColumn || t.split == Split::kTpRow ||
                                        (t.split == Split::kReplicated && t.name.find("_proj") != std::string::npos))) {
-      out.push_back({t.shape[0], t.shape[1], t.split});
+      GemmShape g{t.shape[0], t.shape[1], t.split};
+      if (t.name.find("shared_expert.") != std::string::npos) g.part = GemmPart::kSharedExpert;
+      if (t.name.find("q_b_proj") != std::string::npos || t.name.find("kv_b_proj") != std::string::npos) {
+        g.part = GemmPart::kMlaUpProj;
+      }
+      out.push_back(g);
     } else if (t.shape.size() == 3 && t.split == Split::kExpert) {
       const bool row = t.name.find("down_proj") != std::string::npos;
       out.push_back({t.shape[1], t.shape[2], Split::kExpert, row, t.shape[0], m.moe.top_k});
@@ -73,6 +78,8 @@ void SetElementwiseBytes(const ModelConfig& m, BlockKind kind, FamilyCost* f) {
   const double h = static_cast<double>(m.hidden);
   f->hidden_bytes = (kNormFused + kResidual) * h;
   f->hidden_bytes_eager = (NormBytes(m.norm, true) + kResidual) * h;
+  f->rerun.norm = kNormFused * h;
+  f->rerun_eager.norm = NormBytes(m.norm, true) * h;
   double fused = 0, eager = 0;
   switch (kind) {
     case BlockKind::kAttention:
@@ -82,6 +89,8 @@ void SetElementwiseBytes(const ModelConfig& m, BlockKind kind, FamilyCost* f) {
         const double latent = static_cast<double>(a.q_lora_rank + a.kv_lora_rank);
         fused = kRopeFused * rope + kNormFused * latent;
         eager = kRopeEager * rope + NormBytes(m.norm, true) * latent;
+        f->rerun.rope = kRopeFused * rope;
+        f->rerun_eager.rope = kRopeEager * rope;
       } else {
         const AttentionConfig& a = m.attention;
         const double qk = static_cast<double>((a.heads + a.kv_heads) * a.head_dim);
@@ -104,6 +113,10 @@ void SetElementwiseBytes(const ModelConfig& m, BlockKind kind, FamilyCost* f) {
       const double permute = 8.0 * static_cast<double>(e.top_k) * h;
       fused = ActivationBytes(e.activation, false) * (routed + shared) + permute;
       eager = ActivationBytes(e.activation, true) * (routed + shared) + permute;
+      f->rerun = {kNormFused * h, ActivationBytes(e.activation, false) * routed,
+                  ActivationBytes(e.activation, false) * shared, 0};
+      f->rerun_eager = {NormBytes(m.norm, true) * h, ActivationBytes(e.activation, true) * routed,
+                        ActivationBytes(e.activation, true) * shared, 0};
       break;
     }
     case BlockKind::kMamba: {

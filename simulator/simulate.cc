@@ -61,6 +61,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(r.model.mtp_layers == 0, "MTP modules are not in the executor (set model.mtp_layers: 0)");
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
+  Require(r.training.activation_offload.empty(),
+          "the executor keeps activations on the device (set training.activation_offload: [])");
   Require(r.parallel.embedding == EmbeddingSplit::kVocabParallel,
           "the executor's embedding is vocab-parallel (set parallel.embedding: vocab_parallel)");
   Require(!r.model.linear_bias, "linear biases are not in the executor (set model.linear_bias: false)");

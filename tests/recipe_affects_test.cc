@@ -74,6 +74,11 @@ std::vector<std::string> Neighbours(const RecipeField& f, const std::string& val
       }
       return out;
     }
+    case FieldKind::kWords: {
+      std::vector<std::string> out = {"[]"};
+      for (const std::string& n : f.names) out.push_back("[" + n + "]");
+      return out;
+    }
     case FieldKind::kString:
       if (f.path == "cluster.gpu") return {value == "h100" ? "h200" : "h100"};
       return {};
@@ -93,6 +98,11 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Bases() {
       {"llama3-8b-h200", {"model.learned_positions=8192", "model.linear_bias=true", "parallel.tp=2"}},
       // Capacity factor away from the dropless skew (both 1.25 by default).
       {"nam56r-h200", {"model.moe.capacity_factor=2.0", "parallel.cp=4", "parallel.cp_recurrent=handoff"}},
+      // Activation offloading of the unfused s x s scores: more bytes than the
+      // host link moves under the compute, so the transfer shows in the step.
+      {"llama3-8b-h200",
+       {"training.activation_offload=[qkv_linear, core_attn, attn_proj]", "parallel.tp=4", "training.recompute=none",
+        "training.flash_attention=false"}},
   };
   return kBases;
 }

@@ -121,6 +121,17 @@ RecipeField BoolField(std::string_view path, Member member) {
   f.read = [member, key = KeyOf(path)](MapReader& m, Recipe& r) { return m.Bool(key, &member(r)); };
   return f;
 }
+/// A set of words (EnumSet), written "[a, b]" in the enum's order.
+template <class E, size_t N, class Member>
+RecipeField SetField(std::string_view path, const E (&all)[N], std::string (*text)(EnumSet<E>), Member member) {
+  RecipeField f{path, K::kWords, "list"};
+  for (E e : all) f.names.push_back(Name(e));
+  f.text = [member, text](const Recipe& r) { return text(member(r)); };
+  f.read = [member, names = f.names, key = KeyOf(path)](MapReader& m, Recipe& r) {
+    return m.Choices(key, &member(r).bits, names);
+  };
+  return f;
+}
 template <class E, class Member>
 RecipeField EnumField(std::string_view path, std::string_view unit, const Names<E>& names, Member member) {
   RecipeField f{path, K::kEnum, unit};
@@ -403,13 +414,25 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
             "--recompute-granularity", "activation_checkpoint.mode"),
+      Spell(SetField(
+                "training.recompute_modules", kAllRecomputeModules, RecomputeModulesText,
+                [](auto& r) -> auto& { return r.training.recompute_modules; }),
+            "--recompute-modules", kNone),
+      Spell(SetField(
+                "training.activation_offload", kAllOffloadModules, OffloadModulesText,
+                [](auto& r) -> auto& { return r.training.activation_offload; }),
+            "--offload-modules", kNone),
+      Spell(IntField(
+                "training.activation_offload_min_elements", "elements", 0, int64_t{1} << 40,
+                [](auto& r) -> auto& { return r.training.activation_offload_min_elements; }),
+            "--min-offloaded-tensor-size", kNone),
       Spell(BoolField(
                 "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
             "--attention-backend", "(model flavor)"),
-      Moves(kAffectsMemory, Spell(RealField(
-                                      "training.dropout", "fraction", 0.0, 1.0, true,
-                                      [](auto& r) -> auto& { return r.training.dropout; }),
-                                  "--hidden-dropout, --attention-dropout", "(model flavor)")),
+      // Time through the masks' host transfers under activation offloading.
+      Spell(RealField(
+                "training.dropout", "fraction", 0.0, 1.0, true, [](auto& r) -> auto& { return r.training.dropout; }),
+            "--hidden-dropout, --attention-dropout", "(model flavor)"),
       Spell(BoolField(
                 "training.transformer_engine", [](auto& r) -> auto& { return r.training.transformer_engine; }),
             "--transformer-impl", "(plain PyTorch)"),

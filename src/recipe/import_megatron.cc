@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -177,14 +178,11 @@ const std::map<std::string, std::string>& Unrepresentable() {
        "tensors and cached transposes"},
       {"--fp8-param-gather", "FP8 parameter all-gather: parameters stored in FP8 with a bf16/fp32 master"},
       {"--first-last-layers-bf16", "first/last layers kept in bf16 under FP8"},
-      {"--fine-grained-activation-offloading",
-       "activations offloaded to host memory are still counted on "
-       "the device"},
-      {"--offload-modules", "per-module activation offloading is not modeled"},
+      {"--activation-offload-fraction", "only part of the eligible offload groups offloaded"},
+      {"--delta-offload-bytes-across-pp-ranks", "offload bytes balanced across pipeline ranks"},
       {"--overlap-cpu-optimizer-d2h-h2d", "overlap of the offloaded optimizer's host transfers (time)"},
       {"--cuda-graph-impl", "CUDA graphs keep static input/output buffers and a private memory pool"},
       {"--cuda-graph-modules", "CUDA graph capture scope"},
-      {"--recompute-modules", "per-module selective recompute; the recipe has one selective policy"},
       {"--recompute-method", "uniform/block recompute of a layer subset; the recipe recomputes every layer"},
       {"--recompute-num-layers", "recompute of a layer subset; the recipe recomputes every layer"},
       {"--use-megatron-fsdp", "Megatron-FSDP buffers (per-bucket all-gather/reduce-scatter staging)"},
@@ -285,6 +283,10 @@ const std::set<std::string> kMapped = {
     "--grad-reduce-in-bf16",
     "--optimizer",
     "--recompute-granularity",
+    "--recompute-modules",
+    "--fine-grained-activation-offloading",
+    "--offload-modules",
+    "--min-offloaded-tensor-size",
     "--recompute-activations",
     "--micro-batch-size",
     "--global-batch-size",
@@ -562,6 +564,18 @@ class Args {
       return fallback;
     }
     return d;
+  }
+  /// A list value, as the command line ("a b") or the test YAML ("[a b]",
+  /// "[a, b]") writes it: the words without brackets, commas or quotes.
+  std::vector<std::string> Words(const std::string& flag) const {
+    std::string v = Str(flag, "");
+    for (char& c : v) {
+      if (c == '[' || c == ']' || c == ',' || c == '\'' || c == '"') c = ' ';
+    }
+    std::vector<std::string> out;
+    std::istringstream in(v);
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
   }
   void Warn(const std::string& flag, const std::string& message) {
     diagnostics_->push_back(Warning(file_, Line(flag), flag, Str(flag, ""), message));
@@ -871,6 +885,57 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::v
   return true;
 }
 
+/// --recompute-modules (read by Megatron under selective granularity only):
+/// the modules preflight prices; those of blocks it does not have are warned.
+void MapRecomputeModules(Args& a, const std::string& recompute, std::vector<YamlEntry>* l) {
+  const std::string flag = "--recompute-modules";
+  if (recompute != "selective") {
+    a.Warn(flag, "ignored: Megatron-LM reads it under --recompute-granularity selective only");
+    return;
+  }
+  static const std::set<std::string> kOtherBlocks = {"gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"};
+  std::vector<std::string> kept;
+  for (const std::string& w : a.Words(flag)) {
+    const bool known = std::any_of(std::begin(kAllRecomputeModules), std::end(kAllRecomputeModules),
+                                   [&](RecomputeModule m) { return w == Name(m); });
+    if (known) {
+      if (std::find(kept.begin(), kept.end(), w) == kept.end()) kept.push_back(w);
+    } else if (kOtherBlocks.count(w) != 0) {
+      a.Warn(flag, fmt::format("{}: a module of a block preflight does not model; not priced", w));
+    } else {
+      a.Fail(flag, fmt::format("{}: not a Megatron-LM recompute module (core_attn, moe_act, layernorm, mla_up_proj, "
+                               "mlp, moe, shared_experts)",
+                               w));
+    }
+  }
+  Add(l, "training.recompute_modules", fmt::format("[{}]", fmt::join(kept, ", ")));
+}
+
+/// --fine-grained-activation-offloading with its --offload-modules and
+/// --min-offloaded-tensor-size (transformer_config.py).
+void MapActivationOffload(Args& a, std::vector<YamlEntry>* l) {
+  const std::string flag = "--offload-modules";
+  static const std::set<std::string> kOtherBlocks = {"fused_group_mlp", "gdp_qkv"};
+  std::vector<std::string> kept;
+  for (const std::string& w : a.Words(flag)) {
+    const bool known = std::any_of(std::begin(kAllOffloadModules), std::end(kAllOffloadModules),
+                                   [&](OffloadModule m) { return w == Name(m); });
+    if (known) {
+      if (std::find(kept.begin(), kept.end(), w) == kept.end()) kept.push_back(w);
+    } else if (kOtherBlocks.count(w) != 0) {
+      a.Warn(flag, fmt::format("{}: offloading of a fused path preflight does not model; not priced", w));
+    } else {
+      a.Fail(flag, fmt::format("{}: not a Megatron-LM offload module (attn_norm, qkv_linear, core_attn, attn_proj, "
+                               "mlp_norm, expert_fc1, moe_act)",
+                               w));
+    }
+  }
+  Add(l, "training.activation_offload", fmt::format("[{}]", fmt::join(kept, ", ")));
+  if (a.Has("--min-offloaded-tensor-size")) {
+    Add(l, "training.activation_offload_min_elements", a.Int("--min-offloaded-tensor-size", 1 << 20, 0));
+  }
+}
+
 /// Batch, recompute, precision, optimizer and kernels.
 void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   std::vector<YamlEntry>& l = out->layout;
@@ -888,6 +953,8 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
     }
   }
   Add(&l, "training.recompute", recompute);
+  if (a.Has("--recompute-modules")) MapRecomputeModules(a, recompute, &l);
+  if (a.Flag("--fine-grained-activation-offloading")) MapActivationOffload(a, &l);
   const bool bf16 = a.Flag("--bf16");
   const bool fp16 = a.Flag("--fp16");
   Add(&l, "training.precision.params", bf16 ? "bf16" : fp16 ? "fp16" : "fp32");

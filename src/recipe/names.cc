@@ -29,6 +29,46 @@ const char* Name(Recompute r) {
   return "?";
 }
 
+const char* Name(RecomputeModule m) {
+  switch (m) {
+    case RecomputeModule::kCoreAttn: return "core_attn";
+    case RecomputeModule::kMoeAct: return "moe_act";
+    case RecomputeModule::kLayernorm: return "layernorm";
+    case RecomputeModule::kMlaUpProj: return "mla_up_proj";
+    case RecomputeModule::kMlp: return "mlp";
+    case RecomputeModule::kMoe: return "moe";
+    case RecomputeModule::kSharedExperts: return "shared_experts";
+  }
+  return "?";
+}
+
+namespace {
+template <class E, size_t N>
+std::string SetText(EnumSet<E> set, const E (&all)[N]) {
+  std::string out;
+  for (E e : all) {
+    if (set.has(e)) out += (out.empty() ? "" : ", ") + std::string(Name(e));
+  }
+  return "[" + out + "]";
+}
+}  // namespace
+
+std::string RecomputeModulesText(ModuleSet set) { return SetText(set, kAllRecomputeModules); }
+std::string OffloadModulesText(OffloadSet set) { return SetText(set, kAllOffloadModules); }
+
+const char* Name(OffloadModule m) {
+  switch (m) {
+    case OffloadModule::kAttnNorm: return "attn_norm";
+    case OffloadModule::kQkvLinear: return "qkv_linear";
+    case OffloadModule::kCoreAttn: return "core_attn";
+    case OffloadModule::kAttnProj: return "attn_proj";
+    case OffloadModule::kMlpNorm: return "mlp_norm";
+    case OffloadModule::kExpertFc1: return "expert_fc1";
+    case OffloadModule::kMoeAct: return "moe_act";
+  }
+  return "?";
+}
+
 const char* Name(OptimizerKind o) {
   switch (o) {
     case OptimizerKind::kAdamW: return "adamw";

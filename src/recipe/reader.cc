@@ -353,6 +353,47 @@ bool MapReader::Choice(const std::string& key, int* out, const std::vector<std::
   return false;
 }
 
+bool MapReader::Choices(const std::string& key, uint32_t* bits, const std::vector<std::string>& names) {
+  if (!Has(key)) return true;
+  const YAML::Node& node = Value(key);
+  const std::string expected = "a list of: " + JoinNames(names);
+  if (!ctx_.Visit()) return false;
+  if (!node.IsSequence()) {
+    ValueError(key, node.IsScalar() ? node.Scalar() : "",
+               fmt::format("must be {}, got a {}", expected, node.IsScalar() ? "word" : KindName(node)));
+    return false;
+  }
+  uint32_t read = 0;
+  bool ok = true;
+  for (size_t i = 0; i < node.size() && i < names.size() + 1; ++i) {
+    if (!ctx_.Visit()) return false;
+    const YAML::Node item = node[i];
+    const std::string item_path = fmt::format("{}[{}]", PathOf(key), i);
+    const std::string text = item.IsScalar() ? item.Scalar() : "";
+    const auto at = std::find(names.begin(), names.end(), text);
+    std::string message;
+    if (at == names.end()) {
+      message = "must be one of: " + JoinNames(names);
+      if (const auto close = ClosestName(Lower(text), names)) message += fmt::format("; did you mean '{}'?", *close);
+    } else if ((read >> (at - names.begin()) & 1u) != 0) {
+      message = "is listed twice";
+    }
+    if (!message.empty()) {
+      ctx_.MarkBad(PathOf(key));
+      ctx_.Error(item_path, Context::ToMark(item.Mark()), text, message);
+      ok = false;
+      continue;
+    }
+    read |= 1u << (at - names.begin());
+  }
+  if (node.size() > names.size()) {
+    ValueError(key, "", fmt::format("has {} entries; there are {} words", node.size(), names.size()));
+    return false;
+  }
+  if (ok) *bits = read;
+  return ok;
+}
+
 std::optional<MapReader> MapReader::Section(const std::string& key) {
   if (!Has(key)) return std::nullopt;
   return MapReader(ctx_, Value(key), PathOf(key));

@@ -121,6 +121,9 @@ class MapReader {
   bool String(const std::string& key, std::string* out, size_t max_length);
   /// One of `names` (exact, lower-case); `*out` gets its index.
   bool Choice(const std::string& key, int* out, const std::vector<std::string>& names);
+  /// A list of distinct words of `names` ("[a, b]"; "[]" is empty); bit i of
+  /// `*bits` set for names[i]. Each bad item is reported at its own position.
+  bool Choices(const std::string& key, uint32_t* bits, const std::vector<std::string>& names);
   /// Enum read through a name table.
   template <class E>
   bool Enum(const std::string& key, E* out, const std::vector<std::pair<std::string, E>>& table) {

@@ -44,6 +44,8 @@ class Validator {
     CheckEmbedding();
     CheckOverlap();
     CheckOffload();
+    if (layers_ok) CheckRecomputeModules();
+    if (layers_ok) CheckActivationOffload();
     if (layers_ok) CheckMtp();
     if (CheckWorld()) {
       // Always: Megatron builds the expert mesh even without MoE layers and
@@ -315,6 +317,74 @@ class Validator {
     } else if (p_.zero < 1) {
       ctx_.ErrorAt("training.optimizer.offload_fraction", fmt::format("{}", o.offload_fraction),
                    "Megatron-LM offloads the distributed optimizer's shards; set parallel.zero: 1 or more");
+    }
+  }
+
+  /// Megatron reads --recompute-modules only under selective granularity and
+  /// refuses moe_act without grouped GEMM and mla_up_proj without MLA
+  /// (transformer_config.py); a module the stack has no layer for is a no-op
+  /// there, and a warning here.
+  void CheckRecomputeModules() {
+    const ModuleSet set = r_.training.recompute_modules;
+    const char* key = "training.recompute_modules";
+    if (Bad({key, "training.recompute"}) || set == ModuleSet::Of(RecomputeModule::kCoreAttn)) return;
+    const std::string text = RecomputeModulesText(set);
+    if (r_.training.recompute != Recompute::kSelective) {
+      if (ctx_.IsWritten(key)) {
+        ctx_.ErrorAt(key, text,
+                     fmt::format("applies only under training.recompute: selective (it is {}); remove it "
+                                 "or set recompute: selective",
+                                 Name(r_.training.recompute)));
+      }
+      return;
+    }
+    if (set.has(RecomputeModule::kMlaUpProj) && !r_.model.mla) {
+      ctx_.ErrorAt(key, text, "lists mla_up_proj, which needs MLA attention (model.mla); Megatron-LM refuses it");
+    }
+    if (set.has(RecomputeModule::kMoeAct) && !r_.model.moe.grouped_gemm) {
+      ctx_.ErrorAt(key, text, "lists moe_act, which needs model.moe.grouped_gemm: true; Megatron-LM refuses it");
+    }
+    const auto& layers = r_.model.layers;
+    const bool moe = Has(layers, BlockKind::kMoe);
+    const std::pair<RecomputeModule, const char*> needs[] = {
+        {RecomputeModule::kCoreAttn, Has(layers, BlockKind::kAttention) ? nullptr : "attention (A) layers"},
+        {RecomputeModule::kMlp, Has(layers, BlockKind::kDenseMlp) ? nullptr : "dense MLP (D) layers"},
+        {RecomputeModule::kMoe, moe ? nullptr : "MoE (E) layers"},
+        {RecomputeModule::kMoeAct, moe ? nullptr : "MoE (E) layers"},
+        {RecomputeModule::kSharedExperts, moe && r_.model.moe.SharedWidth() > 0 ? nullptr : "shared experts"},
+    };
+    for (const auto& [module, missing] : needs) {
+      if (set.has(module) && missing != nullptr) {
+        ctx_.WarningAt(key, text,
+                       fmt::format("lists {}, which has no effect: the model has no {}", Name(module), missing));
+      }
+    }
+  }
+
+  /// Megatron runs fine-grained activation offloading on Transformer Engine
+  /// layers only (arguments.py asserts --transformer-impl transformer_engine).
+  void CheckActivationOffload() {
+    const OffloadSet set = r_.training.activation_offload;
+    const char* key = "training.activation_offload";
+    if (set.empty() || Bad({key, "training.transformer_engine"})) return;
+    const std::string text = OffloadModulesText(set);
+    if (!r_.training.transformer_engine) {
+      ctx_.ErrorAt(key, text,
+                   "needs training.transformer_engine: true (Megatron-LM offloads activations of "
+                   "Transformer Engine layers only)");
+      return;
+    }
+    const bool moe = Has(r_.model.layers, BlockKind::kMoe);
+    const bool attention = Has(r_.model.layers, BlockKind::kAttention);
+    for (OffloadModule m : kAllOffloadModules) {
+      const bool expert = m == OffloadModule::kExpertFc1 || m == OffloadModule::kMoeAct;
+      const bool attn = m == OffloadModule::kAttnNorm || m == OffloadModule::kQkvLinear ||
+                        m == OffloadModule::kCoreAttn || m == OffloadModule::kAttnProj;
+      if (set.has(m) && ((expert && !moe) || (attn && !attention))) {
+        ctx_.WarningAt(key, text,
+                       fmt::format("lists {}, which has no effect: the model has no {} layers", Name(m),
+                                   expert ? "MoE (E)" : "attention (A)"));
+      }
     }
   }
 

@@ -492,6 +492,25 @@ void OptimizerFlags(const Context& c) {
   OverlapFlags(c);
 }
 
+// Fine-grained activation offloading (transformer_config.py); TE >= 2.10
+// needs NVTE_CPU_OFFLOAD_V1=1 so that it offloads no weights (arguments.py).
+void ActivationOffloadFlags(const Context& c) {
+  const TrainingConfig& t = c.r.training;
+  if (t.activation_offload.empty() || c.p.layout.recompute == Recompute::kFull) return;
+  std::vector<std::string> on;
+  for (OffloadModule m : kAllOffloadModules) {
+    if (t.activation_offload.has(m)) on.push_back(Name(m));
+  }
+  c.args.Flag("--fine-grained-activation-offloading");
+  c.args.Flag("--offload-modules", fmt::format("{}", fmt::join(on, " ")));
+  if (t.activation_offload_min_elements != int64_t{1} << 20) {
+    c.args.Flag("--min-offloaded-tensor-size", t.activation_offload_min_elements);
+  }
+  c.notes.Note(
+      "activation offloading: export NVTE_CPU_OFFLOAD_V1=1 with Transformer Engine >= 2.10 (arguments.py "
+      "asserts it)");
+}
+
 void HeadWgradFlags(const Context& c) {
   if (!c.r.training.defer_head_wgrad) return;
   c.args.Flag("--defer-embedding-wgrad-compute");
@@ -501,10 +520,17 @@ void HeadWgradFlags(const Context& c) {
 void RecomputeFlags(const Context& c) {
   switch (c.p.layout.recompute) {
     case Recompute::kNone: break;
-    case Recompute::kSelective:
+    case Recompute::kSelective: {
       c.args.Flag("--recompute-granularity", "selective");
-      c.args.Flag("--recompute-modules", "core_attn");
+      // nargs='*': one argument a module; an empty set is an empty list.
+      std::vector<std::string> on;
+      for (RecomputeModule m : kAllRecomputeModules) {
+        if (c.r.training.recompute_modules.has(m)) on.push_back(Name(m));
+      }
+      on.empty() ? c.args.Flag("--recompute-modules")
+                 : c.args.Flag("--recompute-modules", fmt::format("{}", fmt::join(on, " ")));
       break;
+    }
     case Recompute::kFull:
       c.args.Flag("--recompute-granularity", "full");
       c.args.Flag("--recompute-method", "uniform");
@@ -531,6 +557,7 @@ Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   PrecisionFlags(c);
   OptimizerFlags(c);
   RecomputeFlags(c);
+  ActivationOffloadFlags(c);
   HeadWgradFlags(c);
   Emission out;
   out.text = notes.Render("# ") + args.Render();

@@ -160,6 +160,10 @@ std::string CommAndStepTables(const Recipe& r, const Plan& p) {
     out += fmt::format("  offloaded optimizer, host   {:>10} ms  (grads down, params up; the CPU step not timed)\n",
                        Ms(t.host_offload_s));
   }
+  if (t.activation_offload_s > 0) {
+    out += fmt::format("  activation offload, host     {:>10} ms  each way beside the compute, {} ms of it exposed\n",
+                       Ms(t.activation_offload_s), Ms(t.activation_offload_exposed_s));
+  }
   out += fmt::format("  step                         {:>10} ms\n", Ms(t.step_s));
   out += fmt::format("  compute on pipeline rank {} (forward + backward + recompute, all micro-batches):",
                      t.slowest_stage);
@@ -341,6 +345,8 @@ ordered_json StepJson(const StepTime& t) {
           {"dp_exposed_s", t.dp_exposed_s},
           {"optimizer_s", t.optimizer_s},
           {"host_offload_s", t.host_offload_s},
+          {"activation_offload_s", t.activation_offload_s},
+          {"activation_offload_exposed_s", t.activation_offload_exposed_s},
           {"slowest_stage", t.slowest_stage},
           {"exposed_by_axis_s", exposed},
           {"model_flops", t.model_flops},

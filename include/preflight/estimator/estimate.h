@@ -46,6 +46,12 @@ struct RankMemory {
   /// The largest one-layer transient on this rank (included in kActivations):
   /// the layer being recomputed under full recompute, Mamba SSD workspace, CP ring buffers.
   Bytes activations_transient;
+  /// Activation offloading (training.activation_offload): the offloaded
+  /// tensors still on the device, the last layer of each family before the
+  /// first backward (Megatron keeps each module's last group so that its
+  /// reload cannot stall the backward) and the next layer's, reloaded ahead
+  /// of its backward. Included in kActivations; the rest is in `host`.
+  Bytes activations_offload_kept;
   int64_t in_flight_microbatches = 0;  // of the schedule, on this pipeline rank
   Bytes capacity;                      // device capacity as CUDA reports it
   /// What PyTorch's caching allocator reports (docs/allocated.md): the bytes

@@ -55,6 +55,13 @@ Bytes MoeLayerActivations(const Recipe& recipe, const Layout& layout, Recompute 
 /// (R layers: with RecurrentHandoffStateBytes).
 Bytes LayerActivations(const Recipe& recipe, const Layout& layout, BlockKind kind);
 
+/// Of LayerActivations, what training.activation_offload moves to host
+/// memory between the layer's forward and backward: each tensor saved inside
+/// a listed module's scope with at least activation_offload_min_elements
+/// elements (Megatron's saved-tensor hooks, fine_grained_activation_offload.py).
+/// Zero under full recompute (Megatron offloads no checkpoint).
+Bytes LayerOffloaded(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
 /// R layers under the CP state hand-off (cp_recurrent = handoff, cp > 1,
 /// [OURS]): the states one micro-batch's chunks received from the previous CP
 /// rank and keep for the backward, on the worst CP rank: n_in * b *

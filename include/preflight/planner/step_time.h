@@ -47,6 +47,11 @@ struct StepTime {
   /// over the host link, not overlapped: Megatron's default). The CPU Adam
   /// step itself is not timed.
   double host_offload_s = 0;
+  /// Activation offload on the slowest stage's rank: the host-link time of
+  /// its offloaded activations each way, and what of it outlasts the forward
+  /// (device to host) and the backward (host to device) it runs beside.
+  double activation_offload_s = 0;
+  double activation_offload_exposed_s = 0;
   double step_s = 0;
   double bubble_fraction = 0;  // bubble_s / step_s
   double model_flops = 0;      // per step, whole cluster, no recompute (MFU numerator)
@@ -77,7 +82,8 @@ Overlap OverlapOf(const Recipe& recipe, const Layout& layout);
 
 /// The step in four parts that add up to it (within the tail's max over
 /// ranks): the busiest rank's compute, its exposed communication (every axis,
-/// the pipeline fill and the optimizer's collectives included), the
+/// the pipeline fill, the optimizer's collectives and exposed activation
+/// offload included), the
 /// schedule's bubble without the fill, and the optimizer's own work
 /// (Newton-Schulz, the update, host transfers).
 struct StepBreakdown {

@@ -21,6 +21,10 @@ namespace preflight {
 /// is the routed experts' grouped GEMM (experts / ep matrices per rank, each
 /// seeing top_k / experts of the tokens; expert_tp splits n, or k when
 /// `row`); kReplicated runs whole on a rank's own tokens (s b / (c t)).
+/// The module of selective recompute a GEMM belongs to, where one reruns
+/// GEMMs apart from its family's whole forward.
+enum class GemmPart { kOther, kSharedExpert, kMlaUpProj };
+
 struct GemmShape {
   int64_t k = 0;
   int64_t n = 0;
@@ -28,6 +32,14 @@ struct GemmShape {
   bool row = false;
   int64_t experts = 0;
   int64_t top_k = 0;
+  GemmPart part = GemmPart::kOther;
+};
+
+/// Of a family's forward elementwise bytes per token, what selective
+/// recompute's modules rerun: one pre-norm (hidden stream) and, inside the TP
+/// region, the routed and the shared experts' activation and MLA's RoPE.
+struct RerunBytes {
+  double norm = 0, routed_act = 0, shared_act = 0, rope = 0;
 };
 
 struct FamilyCost {
@@ -64,6 +76,7 @@ struct FamilyCost {
   double hidden_bytes_eager = 0;
   double region_bytes = 0;
   double region_bytes_eager = 0;
+  RerunBytes rerun, rerun_eager;
 };
 
 struct PlanTables {

@@ -27,6 +27,7 @@ enum class FieldKind {
   kEnum,     // one word of a fixed list (RecipeField::names)
   kLetters,  // layer letters: a pattern string or a list of letters
   kIntList,  // a list of integers
+  kWords,    // a list of distinct words of a fixed list (RecipeField::names)
 };
 
 /// A framework spelling (RecipeField::megatron, ::torchtitan) is the flag or

@@ -43,6 +43,41 @@ const char* Name(DType d);
 
 enum class Recompute { kNone, kSelective, kFull };
 const char* Name(Recompute r);
+/// What selective recompute reruns in backward, as Megatron-LM names its
+/// --recompute-modules (transformer_config.py): the attention core, the routed
+/// experts' activation, the separate norms, MLA's up-projections, the dense
+/// MLP, the whole MoE layer, the shared experts.
+enum class RecomputeModule { kCoreAttn, kMoeAct, kLayernorm, kMlaUpProj, kMlp, kMoe, kSharedExperts };
+inline constexpr RecomputeModule kAllRecomputeModules[] = {
+    RecomputeModule::kCoreAttn, RecomputeModule::kMoeAct, RecomputeModule::kLayernorm,    RecomputeModule::kMlaUpProj,
+    RecomputeModule::kMlp,      RecomputeModule::kMoe,    RecomputeModule::kSharedExperts};
+const char* Name(RecomputeModule m);
+/// A set of enum values E, bit i for the value i.
+template <class E>
+struct EnumSet {
+  uint32_t bits = 0;
+  bool has(E e) const { return (bits >> static_cast<int>(e) & 1u) != 0; }
+  bool empty() const { return bits == 0; }
+  static EnumSet Of(E e) { return {1u << static_cast<int>(e)}; }
+  bool operator==(const EnumSet&) const = default;
+};
+using ModuleSet = EnumSet<RecomputeModule>;
+/// Megatron-LM's fine-grained activation offloading (--offload-modules,
+/// fine_grained_activation_offload.py): the tensors a module saves for
+/// backward inside its scope go to host memory after its forward and come
+/// back before its backward. The input norm, the QKV projections (with
+/// their norms), the attention core, the output projection, the pre-MLP
+/// norm, the routed experts' fc1 and their activation.
+enum class OffloadModule { kAttnNorm, kQkvLinear, kCoreAttn, kAttnProj, kMlpNorm, kExpertFc1, kMoeAct };
+inline constexpr OffloadModule kAllOffloadModules[] = {
+    OffloadModule::kAttnNorm, OffloadModule::kQkvLinear, OffloadModule::kCoreAttn, OffloadModule::kAttnProj,
+    OffloadModule::kMlpNorm,  OffloadModule::kExpertFc1, OffloadModule::kMoeAct};
+const char* Name(OffloadModule m);
+using OffloadSet = EnumSet<OffloadModule>;
+/// "[core_attn, mlp]", in RecomputeModule order.
+std::string RecomputeModulesText(ModuleSet set);
+/// "[attn_norm, core_attn]", in OffloadModule order.
+std::string OffloadModulesText(OffloadSet set);
 /// Dense-MLP activation: SwiGLU is gated (three matrices); GeLU and squared
 /// ReLU (Nemotron-H's relu2) are not (two matrices: up, down).
 enum class FfnActivation { kSwiglu, kGelu, kRelu2 };
@@ -202,6 +237,16 @@ struct TrainingConfig {
   int64_t micro_batch = 1;
   int64_t global_batch = 512;
   Recompute recompute = Recompute::kSelective;
+  /// Under selective recompute, what is rerun (Megatron's default: the
+  /// attention core alone). Ignored under none and full.
+  ModuleSet recompute_modules = ModuleSet::Of(RecomputeModule::kCoreAttn);
+  /// Modules whose saved tensors go to host memory between their forward and
+  /// backward (Megatron --fine-grained-activation-offloading
+  /// --offload-modules); empty = none.
+  OffloadSet activation_offload;
+  /// Smaller saved tensors stay on the device (Megatron
+  /// --min-offloaded-tensor-size, elements).
+  int64_t activation_offload_min_elements = int64_t{1} << 20;
   bool flash_attention = true;   // false adds the s^2 softmax terms of Korthikanti
   double dropout = 0.0;          // > 0 saves dropout masks (Korthikanti's assumption)
   /// Layers run on Transformer Engine (Megatron --transformer-impl
@@ -220,6 +265,12 @@ struct TrainingConfig {
   PrecisionConfig precision;
   OptimizerConfig optimizer;
 };
+
+/// Whether backward reruns module `m` of a layer under `policy`: full
+/// recompute reruns everything, selective what training.recompute_modules lists.
+inline bool Reruns(const TrainingConfig& training, Recompute policy, RecomputeModule m) {
+  return policy == Recompute::kFull || (policy == Recompute::kSelective && training.recompute_modules.has(m));
+}
 
 struct ParallelConfig {
   int64_t tp = 1;
@@ -378,6 +429,20 @@ struct Recipe {
   /// Micro-batches per step per pipeline: global_batch / (micro_batch * dp).
   int64_t micro_batches() const { return training.global_batch / (training.micro_batch * dp()); }
 };
+
+/// Whether a layer's pre-norm is a module of its own, which the selective
+/// "layernorm" module reruns: Transformer Engine fuses the attention and
+/// dense-MLP norms into the next linear (TELayerNormColumnParallelLinear; the
+/// layer's norm is an IdentityOp in Megatron's transformer_layer.py), while
+/// the MoE pre-MLP norm (the router reads its output) and MLA's input norm
+/// (two down-projections read it) stay separate TENorm modules. Without TE
+/// every attention, MLP and MoE norm is separate. Mamba and R mixers keep
+/// their norm inside the mixer.
+inline bool NormIsOwnModule(const Recipe& recipe, BlockKind kind) {
+  if (kind == BlockKind::kMamba || kind == BlockKind::kRecurrent) return false;
+  if (!recipe.training.transformer_engine) return true;
+  return kind == BlockKind::kMoe || (kind == BlockKind::kAttention && recipe.model.mla.has_value());
+}
 
 /// Result of loading: a recipe when there are no errors, else diagnostics.
 struct LoadResult {
