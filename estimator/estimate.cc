@@ -148,6 +148,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   x.beta_g = SizeOf(rc.training.precision.grads);
   x.beta_p = SizeOf(rc.training.precision.params);
   x.zero3 = l.zero >= 3;
+  x.fsdp_cpu_offload = x.zero3 && rc.parallel.fsdp_cpu_offload;
 
   ActivationRates rates(inv, l);
   Walk w = WalkRank(inv, l, plan, r, x, rates);

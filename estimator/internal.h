@@ -61,6 +61,7 @@ struct Context {
   int64_t beta_g = 4;
   int64_t beta_p = 2;        // bytes of a parameter element outside the fp32 buffers (precision.params)
   bool zero3 = false;        // track the ZeRO-3 gathered units (GatherPeak)
+  bool fsdp_cpu_offload = false;  // ZeRO 3 shards on the host (parallel.fsdp_cpu_offload)
   int64_t group(int c) const { return c == kEp ? expert_group : dense_group; }
 };
 

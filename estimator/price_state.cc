@@ -37,11 +37,14 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
       "ceil(REP bytes / D) of the dense shares (display split of a flat share)",
       "dense shares - the replicated part (sum over units and dense buffers of ceil(n/D) * element bytes)",
       "sum over units and expert buffers of ceil(n/D) * element bytes"};
+  // FSDP2 CPU offload: the owned shares live on the host (PriceOptimizer
+  // counts them there); only the gathered units come to the device.
+  const bool offloaded = x.fsdp_cpu_offload;
   for (int c = 0; c < 3; ++c) {
     const Bytes gathered(w.gathered[static_cast<size_t>(c)]);
-    out.bytes[static_cast<int>(kCat[c])] = Bytes(share[c]) + gathered;
+    out.bytes[static_cast<int>(kCat[c])] = Bytes(offloaded ? 0 : share[c]) + gathered;
     if (!sink) continue;
-    if (share[c] > 0) {
+    if (share[c] > 0 && !offloaded) {
       Note(sink, kCat[c], "ZeRO-3 owned shares (rank 0 of the group)", kShareFormula[c],
            Inputs({{"dense_shares", dense}, {"expert_shares", w.shares.param_bytes[1]}, {"REP_bytes", rep_bytes},
                    {"D", x.group(c)}}),
@@ -104,7 +107,8 @@ void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layo
     const int64_t group = expert ? x.expert_group : x.dense_group;
     // ZeRO 2/3: the owned share of every unit's padded buffers (rank 0 of the group keeps ceil(n/D) of each).
     const int64_t kept = sharded ? Add(w.shares.elements[kAdam][expert], w.shares.elements[kMuon][expert]) : elems;
-    const Bytes b(Mul(kept, x.beta_g));
+    // FSDP2 CPU offload: each reduce-scatter's shard goes to the host.
+    const Bytes b(x.fsdp_cpu_offload ? 0 : Mul(kept, x.beta_g));
     sum += b;
     if (sink) {
       Note(sink, Category::kGradients, expert ? "expert grads" : "dense grads (REP + TP + ends)",
@@ -134,7 +138,8 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
   const int64_t master = prec.master && prec.params != DType::kFp32 ? SizeOf(*prec.master) : 0;
   const int64_t momentum = SizeOf(rc.training.optimizer.muon_momentum);
   const bool sharded = l.zero >= 1;
-  const double offload = rc.training.optimizer.offload_fraction;
+  // FSDP2 CPU offload moves every shard's state (validation: AdamW, ZeRO 3).
+  const double offload = x.fsdp_cpu_offload ? 1.0 : rc.training.optimizer.offload_fraction;
   for (int o = 0; o < 2; ++o) {
     const bool muon = o == kMuon;
     const Category cat = muon ? Category::kOptimizerMuon : Category::kOptimizerAdamW;

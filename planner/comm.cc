@@ -688,6 +688,14 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
       *host_transfer += Bytes(CheckedMul(CeilFraction(shard, offload), 8));
     }
   }
+  // FSDP2 CPU offload (ZeRO 3): each all-gather first copies the rank's fp32
+  // shard of the unit up (forward and backward of every micro-batch) and
+  // each reduce-scatter's fp32 shard comes down (CPUOffloadPolicy).
+  if (inv.recipe.parallel.fsdp_cpu_offload && l.zero >= 3) {
+    for (size_t k = 0; k < 2; ++k) {
+      *host_transfer += Bytes(CheckedMul(CheckedMul(buffers.padded[k] / zero_group[k], 12), rounds));
+    }
+  }
   for (const Group& g : groups) {
     const size_t k = g.index;
     const auto grads = [&](const DpBuffers& b) { return UnitCalls{BytesOf(b.padded[k], s.grad), b.units[k]}; };

@@ -61,6 +61,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(r.model.mtp_layers == 0, "MTP modules are not in the executor (set model.mtp_layers: 0)");
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
+  Require(!r.parallel.fsdp_cpu_offload,
+          "the executor keeps FSDP's shards on the device (set parallel.fsdp_cpu_offload: false)");
   Require(r.training.activation_offload.empty(),
           "the executor keeps activations on the device (set training.activation_offload: [])");
   Require(r.parallel.embedding == EmbeddingSplit::kVocabParallel,

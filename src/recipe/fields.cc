@@ -519,6 +519,9 @@ std::vector<RecipeField> MakeFields() {
                 "parallel.dp_replicate", "replicas", 1, kMaxDegree,
                 [](auto& r) -> auto& { return r.parallel.dp_replicate; }),
             "--num-distributed-optimizer-instances", "parallelism.data_parallel_replicate_degree"),
+      Spell(BoolField(
+                "parallel.fsdp_cpu_offload", [](auto& r) -> auto& { return r.parallel.fsdp_cpu_offload; }),
+            kNone, "training.enable_cpu_offload"),
       Spell(EnumField(
                 "parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
             "(1F1B, interleaved)", "parallelism.pipeline_parallel_schedule"),

@@ -44,6 +44,7 @@ class Validator {
     CheckEmbedding();
     CheckOverlap();
     CheckOffload();
+    CheckFsdpCpuOffload();
     if (layers_ok) CheckRecomputeModules();
     if (layers_ok) CheckActivationOffload();
     if (layers_ok) CheckMtp();
@@ -385,6 +386,22 @@ class Validator {
                        fmt::format("lists {}, which has no effect: the model has no {} layers", Name(m),
                                    expert ? "MoE (E)" : "attention (A)"));
       }
+    }
+  }
+
+  /// FSDP2 offloads the ZeRO-3 shards and steps AdamW on the CPU; Megatron's
+  /// optimizer offload is the other, partial mechanism.
+  void CheckFsdpCpuOffload() {
+    const char* key = "parallel.fsdp_cpu_offload";
+    if (!p_.fsdp_cpu_offload || Bad({key, "parallel.zero", "training.optimizer.matrices"})) return;
+    const OptimizerConfig& o = r_.training.optimizer;
+    if (p_.zero < 3) {
+      ctx_.ErrorAt(key, "true", "offloads FSDP's parameter shards: set parallel.zero: 3, or turn it off");
+    } else if (o.matrices != OptimizerKind::kAdamW || o.other != OptimizerKind::kAdamW) {
+      ctx_.ErrorAt(key, "true", "prices the CPU AdamW step of FSDP2's offload; set training.optimizer.matrices: adamw");
+    } else if (o.offload_fraction > 0) {
+      ctx_.ErrorAt(key, "true",
+                   "already moves the whole optimizer to the host; set training.optimizer.offload_fraction: 0");
     }
   }
 

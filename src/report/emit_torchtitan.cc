@@ -243,6 +243,7 @@ void TrainingSection(const Context& c) {
   c.toml.Int("local_batch_size", l.pp > 1 ? l.micro_batch * l.micro_batches : l.micro_batch);
   c.toml.Int("global_batch_size", c.r.training.global_batch);
   c.toml.Int("seq_len", c.r.training.seq_len);
+  if (c.r.parallel.fsdp_cpu_offload) c.toml.Raw("enable_cpu_offload", "true");
   if (pr.params == DType::kBf16 || pr.params == DType::kFp32) {
     c.toml.Str("mixed_precision_param", TorchDtype(pr.params));
   } else {

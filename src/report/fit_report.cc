@@ -202,7 +202,7 @@ std::string RenderFitTable(const FitReport& r) {
   if (est.verdict.host_per_node.count() > 0) {
     std::vector<std::string> host;
     for (const auto& st : est.stages) host.push_back(Gib(st.host));
-    out += Row("host (offloaded optimizer)", host);
+    out += Row("host (offloaded state)", host);
     out += fmt::format("  host per node: {} GPUs x the heaviest stage = {} of {} GiB\n", recipe.cluster.gpus_per_node,
                        FormatGiB(est.verdict.host_per_node), Gib(GiB(recipe.cluster.spec.host_memory_gib)));
   }

@@ -286,6 +286,12 @@ struct ParallelConfig {
   /// all-reduce their shards (Megatron --num-distributed-optimizer-instances,
   /// torchtitan data_parallel_replicate_degree).
   int64_t dp_replicate = 1;
+  /// FSDP2's CPU offload (torchtitan training.enable_cpu_offload,
+  /// CPUOffloadPolicy): with ZeRO 3, the sharded fp32 params, their grads and
+  /// the AdamW state live in host memory and the optimizer steps on the CPU;
+  /// each all-gather first copies its shard up, each reduce-scatter's shard
+  /// comes down.
+  bool fsdp_cpu_offload = false;
   Schedule schedule = Schedule::k1F1B;
   AxisOrder order = AxisOrder::kTpCpDpPp;
   CpComm cp_comm = CpComm::kP2p;
