@@ -41,10 +41,13 @@ bool Better(double t1, int64_t p1, const Best& b) {
 
 LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const Layout& layout,
                          const CostModel& cost) {
+  return WeighLayers(tables, LayerComputeTimes(inv, tables, layout, cost));
+}
+
+LayerWeights WeighLayers(const PlanTables& tables, const ComputeTimes& ct) {
   LayerWeights w;
   // One micro-batch's forward + backward + recompute of each layer on one
   // rank: the step time's own per-layer compute (compute.h).
-  const ComputeTimes ct = LayerComputeTimes(inv, tables, layout, cost);
   w.layer_s.reserve(static_cast<size_t>(tables.layers));
   w.layer_params.reserve(static_cast<size_t>(tables.layers));
   for (int64_t l = 0; l < tables.layers; ++l) {

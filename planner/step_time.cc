@@ -334,11 +334,15 @@ StepBreakdown BreakdownOf(const StepTime& t) {
 
 StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                           std::vector<StageComm>* comm, const CostModel& cost) {
+  return EstimateStepTime(inv, t, l, stages, comm, cost, LayerComputeTimes(inv, t, l, cost));
+}
+
+StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                          std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times) {
   StepTime st;
   const GpuSpec& gpu = inv.recipe.cluster.spec;
   // Newton-Schulz runs as large GEMMs: the device's GEMM rate.
   const double peak = gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
-  const ComputeTimes times = LayerComputeTimes(inv, t, l, cost);
   std::vector<RankCompute> computes;
   computes.reserve(static_cast<size_t>(l.pp));
   double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;

@@ -7,6 +7,7 @@
 #include "preflight/planner/sweep.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -112,27 +113,56 @@ struct LocalityCache {
   std::vector<MeshLocality> locality;
 };
 
+// What LayerComputeTimes reads of a layout (planner/compute.cc): the
+// degrees that shape the GEMMs and the attention, the micro-batch, sequence
+// parallelism and the recompute policy.
+using ComputeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int>;
+ComputeKey ComputeKeyOf(const Layout& l) {
+  return {l.tp, l.cp, l.ep, l.expert_tp, l.micro_batch, l.sequence_parallel(), static_cast<int>(l.recompute)};
+}
+
+// What the time-balanced partition reads of a layout besides pp, vpp and the
+// schedule (chunk placement): each family's per-layer time and the head's
+// (WeighLayers; parameter counts are the layout's own). Scaling every input
+// of the partitioner's sums and comparisons by a power of two is exact in IEEE
+// arithmetic, so the times are kept divided by the power of two of the
+// largest: layouts whose times differ by that factor share one partition.
+using PartitionKey = std::tuple<int64_t, int64_t, int, std::array<double, 6>>;
+PartitionKey PartitionKeyOf(const Layout& l, const ComputeTimes& ct) {
+  std::array<double, 6> times{};
+  for (size_t f = 0; f < 5; ++f) times[f] = ct.family[f].total();
+  times[5] = ct.head.total();
+  int exponent = 0;
+  std::frexp(*std::max_element(times.begin(), times.end()), &exponent);
+  for (double& t : times) t = std::ldexp(t, -exponent);
+  return {l.pp, l.vpp, static_cast<int>(l.schedule), times};
+}
+
 // Per-thread state: a private recipe copy mutated in place (no copy per
-// layout) and the plan buffers reused across items.
+// layout), the plan buffers reused across items and the caches.
 struct Worker {
   Recipe recipe;
   std::vector<StageComm> comm;
-  /// Stage partitions by PartitionKey (see StagesFor).
-  std::map<std::tuple<int, int64_t, int64_t, int, double>, StagePlan> partitions;
+  /// LayerComputeTimes by ComputeKeyOf: one per layout is enough, and
+  /// layouts differing only in pp, vpp, replicas or ZeRO share it.
+  std::map<ComputeKey, ComputeTimes> compute;
+  /// Time-balanced stage partitions by PartitionKeyOf (see StagesFor).
+  std::map<PartitionKey, StagePlan> partitions;
   /// The framework's (or pinned) partitions by (pp, vpp, schedule).
   std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
 };
 
-// The partition of a layout, cached exactly. WeighLayers depends on the
-// layout only through recompute and tokens = seq * micro_batch / (cp * tp),
-// and every weight is tokens times a layout-free factor (planner/stages.cc:
-// ForwardFlops, RecomputeFlops, head_s). Scaling every input of the
-// partitioner's sums and comparisons by a power of two is exact in IEEE
-// arithmetic, so layouts whose tokens differ by a power of two get the same
-// partition: the key holds the mantissa of tokens, not tokens. PartitionStages
-// reads the layout only for pp, vpp and the schedule (chunk placement).
-const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout, const CostModel& cost,
-                           Worker& w, bool* balanced) {
+const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                                    const CostModel& cost, Worker& w) {
+  const ComputeKey key = ComputeKeyOf(layout);
+  auto it = w.compute.find(key);
+  if (it == w.compute.end()) it = w.compute.emplace(key, LayerComputeTimes(inv, tables, layout, cost)).first;
+  return it->second;
+}
+
+// The partition of a layout, as MakePlan cuts it, cached exactly.
+const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                           const ComputeTimes& times, Worker& w, bool* balanced) {
   // As MakePlan: the framework's split (or the pinned one) unless the recipe
   // asks for the balanced cut. Validation refused the layouts it cannot split.
   *balanced = inv.recipe.parallel.partition == Partition::kBalanced && inv.recipe.parallel.stage_boundaries.empty();
@@ -142,18 +172,12 @@ const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const
     if (it == w.fixed.end()) it = w.fixed.emplace(key, RecipeStagePlan(inv, layout).value_or(StagePlan{})).first;
     return it->second;
   }
-  const double tokens = static_cast<double>(inv.recipe.training.seq_len) * static_cast<double>(layout.micro_batch) /
-                        static_cast<double>(layout.cp * layout.tp);
-  int exponent = 0;
-  const double mantissa = std::frexp(tokens, &exponent);
-  const auto key = std::make_tuple(static_cast<int>(layout.recompute), layout.pp, layout.vpp,
-                                   static_cast<int>(layout.schedule), mantissa);
+  const PartitionKey key = PartitionKeyOf(layout, times);
   auto it = w.partitions.find(key);
   if (it == w.partitions.end()) {
     it = w.partitions
-             .emplace(key, ToSublayers(PartitionStages(WeighFrameworkLayers(WeighLayers(inv, tables, layout, cost),
-                                                                            inv.layer_starts),
-                                                       layout),
+             .emplace(key, ToSublayers(PartitionStages(
+                                           WeighFrameworkLayers(WeighLayers(tables, times), inv.layer_starts), layout),
                                        inv.layer_starts))
              .first;
   }
@@ -182,7 +206,7 @@ struct Priced {
 // Memory of the worst pipeline rank (as EstimateMemory picks it, without its
 // per-call vectors and verdict text) and the step time of one stage plan.
 Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
-             const MeshLocality& locality, const CostModel& cost, Worker& w) {
+             const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, Worker& w) {
   Priced p;
   for (int64_t rank = 0; rank < layout.pp; ++rank) {
     const RankMemory m = EstimateRank(inv, layout, stages, rank);
@@ -194,7 +218,7 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
     }
   }
   w.comm = BuildStageComm(inv, tables, layout, stages, locality, cost);
-  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, cost);
+  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, cost, times);
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
   p.mfu = time.mfu;
@@ -282,8 +306,9 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;
+    const ComputeTimes& times = ComputeTimesFor(inv, tables, layout, options.cost, w);
     bool balanced = false;
-    const StagePlan& stages = StagesFor(inv, tables, layout, options.cost, w, &balanced);
+    const StagePlan& stages = StagesFor(inv, tables, layout, times, w, &balanced);
     for (int64_t z : space.zero) {
       layout.zero = z;
       SweepRow& row = out.rows[k++];
@@ -295,15 +320,14 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         row.status = SweepStatus::kInvalid;
         continue;
       }
-      Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
+      Priced best = Price(inv, tables, layout, stages, locality, options.cost, times, w);
       if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (PartitionCandidates).
-        const std::vector<StagePlan> cuts =
-            PartitionCandidates(WeighLayers(inv, tables, layout, options.cost), layout, inv.layer_starts);
+        const std::vector<StagePlan> cuts = PartitionCandidates(WeighLayers(tables, times), layout, inv.layer_starts);
         bool found = false;
         for (size_t c = 1; c < cuts.size(); ++c) {
-          const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, w);
+          const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, times, w);
           if (priced.Fits(inv.recipe) && (!found || priced.step_s < best.step_s)) {
             best = priced;
             found = true;
@@ -625,7 +649,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

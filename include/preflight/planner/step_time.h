@@ -92,5 +92,10 @@ StepBreakdown BreakdownOf(const StepTime& time);
 /// returns the step time.
 StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                           const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost);
+/// The same with the layout's LayerComputeTimes already worked out (a sweep
+/// computes them once and shares them with the partitioner).
+StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
+                          const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
+                          const ComputeTimes& times);
 
 }  // namespace preflight
