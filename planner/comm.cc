@@ -12,9 +12,10 @@
 namespace preflight {
 
 using planner_internal::ChunkCounts;
-using planner_internal::ChunksOn;
+using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
+using planner_internal::RankChunks;
 
 Bytes StageComm::send_total() const {
   Bytes total;
@@ -226,8 +227,7 @@ Sizes SizesOf(const Inventory& inv, const Layout& l) {
 }
 
 // TP regions of the layer families, the embedding, head and loss (docs/formulas.md §7.2 "TP").
-void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
-           ItemList* items) {
+void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, ItemList* items) {
   if (l.tp <= 1) return;
   const bool sp = l.sequence_parallel();
   std::array<int64_t, 5> regions{};
@@ -360,8 +360,8 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
   }
 }
 
-void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
-           ItemList* items) {
+void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+           std::span<const RankChunk> chunks, ItemList* items) {
   if (l.cp <= 1) return;
   std::array<int64_t, 5> layers_mb{};
   for (const RankChunk& c : chunks) {
@@ -380,7 +380,7 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
 
 // PP boundaries: a chunk sends activations forward unless it is the last
 // chunk and gradients backward unless it is the first (docs/formulas.md §7.2 "PP").
-void AddPp(const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks, int64_t n_chunks, ItemList* items) {
+void AddPp(const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, int64_t n_chunks, ItemList* items) {
   if (l.pp <= 1) return;
   const int64_t t_sp = l.sequence_parallel() ? l.tp : 1;
   const Bytes msg = s.x / t_sp;
@@ -398,8 +398,8 @@ void AddPp(const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks
   items->AddP2p(Axis::kPp, Pass::kBackward, CommWhat::kActivationGrads, msg, fwd_recv, fwd_send);
 }
 
-void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
-           ItemList* items) {
+void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+           std::span<const RankChunk> chunks, ItemList* items) {
   int64_t n_e = 0;
   for (const RankChunk& c : chunks) {
     n_e += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] * c.microbatches;
@@ -562,7 +562,7 @@ struct RankBuffers {
 // totals: each family's last buffers are remembered, and a uniform family's
 // are multiplied by its layer count (the sweep prices every layout; divisions
 // are its cost).
-RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks) {
+RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks) {
   RankBuffers rb;
   const bool edges = l.zero >= 2;
   DpBuffers& b = rb.all;
@@ -643,7 +643,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
 //   (Megatron: the inter-instance all-reduce after the intra-instance
 //   reduce-scatter; FSDP2 HSDP likewise).
 void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
-                  const std::vector<RankChunk>& chunks, ItemList* items, Bytes* host_transfer) {
+                  std::span<const RankChunk> chunks, ItemList* items, Bytes* host_transfer) {
   ParamTotals p;
   bool emb = false, head = false;
   for (const RankChunk& c : chunks) {
@@ -655,7 +655,7 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
   const RankBuffers rb = BuffersOf(inv, l, s, chunks);
   const DpBuffers& buffers = rb.all;
-  // Per-unit traffic runs in every micro-batch of a chunk; ChunksOn gives all
+  // Per-unit traffic runs in every micro-batch of a chunk; FillRankChunks gives all
   // chunks of a rank the same count (m, DualPipe m/2).
   const int64_t rounds = chunks.empty() ? 0 : chunks.front().microbatches;
   const bool per_unit_grads = l.zero >= 2;
@@ -763,22 +763,32 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
 
 std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                                       const MeshLocality& locality, const CostModel& cost) {
-  std::vector<StageComm> out(static_cast<size_t>(l.pp));
+  std::vector<StageComm> out;
+  BuildStageComm(inv, t, l, stages, locality, cost, &out);
+  return out;
+}
+
+void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out) {
+  out->resize(static_cast<size_t>(l.pp));
   const Sizes s = SizesOf(inv, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
   const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
+  RankChunks by_rank;
+  FillRankChunks(stages, l, &by_rank);
   for (int64_t r = 0; r < l.pp; ++r) {
-    StageComm& sc = out[static_cast<size_t>(r)];
+    StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
+    sc.items.clear();  // keeps its storage
+    sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
-    const std::vector<RankChunk> chunks = ChunksOn(stages, l, r);
+    const std::span<const RankChunk> chunks = by_rank.On(r);
     AddTp(t, l, s, chunks, &items);
     AddCp(inv, t, l, s, chunks, &items);
     AddPp(l, s, chunks, n_chunks, &items);
     AddEp(inv, t, l, s, chunks, &items);
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
   }
-  return out;
 }
 
 }  // namespace preflight

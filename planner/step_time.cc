@@ -8,10 +8,11 @@
 namespace preflight {
 
 using planner_internal::ChunkCompute;
-using planner_internal::ChunksOn;
 using planner_internal::ComputeOf;
+using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
+using planner_internal::RankChunks;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
   const double pp = static_cast<double>(p);
@@ -98,9 +99,9 @@ double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout
 }
 
 RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const Layout& l,
-                          const StagePlan& stages, int64_t r) {
+                          std::span<const RankChunk> chunks) {
   RankCompute out;
-  for (const RankChunk& c : ChunksOn(stages, l, r)) {
+  for (const RankChunk& c : chunks) {
     const ChunkCompute cc = ComputeOf(times, t, c.range);
     const double mb = static_cast<double>(c.microbatches);
     for (size_t f = 0; f < 5; ++f) out.by_family_s[f] += mb * cc.by_family_s[f];
@@ -349,8 +350,10 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   std::vector<std::array<double, kNumAxes>> by_axis(static_cast<size_t>(l.pp));
   std::vector<double> busy(static_cast<size_t>(l.pp), 0.0);
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
+  RankChunks by_rank;
+  FillRankChunks(stages, l, &by_rank);
   for (int64_t r = 0; r < l.pp; ++r) {
-    const RankCompute& rc = computes.emplace_back(ComputeOnRank(inv, t, times, l, stages, r));
+    const RankCompute& rc = computes.emplace_back(ComputeOnRank(inv, t, times, l, by_rank.On(r)));
     const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost);
     max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);

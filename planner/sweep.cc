@@ -217,7 +217,7 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
       p.worst = rank;
     }
   }
-  w.comm = BuildStageComm(inv, tables, layout, stages, locality, cost);
+  BuildStageComm(inv, tables, layout, stages, locality, cost, &w.comm);
   const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, cost, times);
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;

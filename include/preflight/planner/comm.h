@@ -78,5 +78,9 @@ struct StageComm {
 /// Pricing for a given stage plan. `locality` from PlaceRanks (cached by sweeps).
 std::vector<StageComm> BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                                       const StagePlan& stages, const MeshLocality& locality, const CostModel& cost);
+/// The same into `out`, reusing its vectors' storage (a sweep prices
+/// millions of layouts with one).
+void BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out);
 
 }  // namespace preflight
