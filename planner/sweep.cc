@@ -105,8 +105,8 @@ struct ItemSpace {
   }
 };
 
-// PlaceRanks is O(world) with a vector per rank and group; computed once per
-// slot, on first use, by whichever worker gets there first.
+// LocalityOf is O(world); computed once per slot, on first use, by whichever
+// worker gets there first.
 struct LocalityCache {
   explicit LocalityCache(int64_t slots) : once(static_cast<size_t>(slots)), locality(static_cast<size_t>(slots)) {}
   std::vector<std::once_flag> once;
@@ -299,8 +299,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
   std::call_once(cache.once[slot], [&] {
     cache.locality[slot] =
-        PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster))
-            .locality;
+        LocalityOf(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster));
   });
   const MeshLocality& locality = cache.locality[slot];
   size_t k = first_row;
