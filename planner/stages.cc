@@ -44,14 +44,32 @@ bool Better(double t1, int64_t p1, const Best& b) {
 // far inside both proofs.
 constexpr double kMargin = 1e-11;
 
-// Stop: a candidate weighs at least its prefix best[k-1][i]. Once the lightest
-// valid prefix from i on outweighs the cell by more than the tolerance, no
-// later candidate is accepted and the cell stays as it is.
-void SuffixMinimum(const Best* row, int64_t n, std::vector<double>* out) {
-  double least = std::numeric_limits<double>::infinity();
+// Stop: a candidate weighs at least its prefix best[k-1][i] and has at least
+// its parameters. Once the lightest valid prefix from i on outweighs the cell
+// by more than the tolerance, or is no lighter than the cell beyond the
+// tolerance while the fewest parameters from i on are no fewer than the
+// cell's, no later candidate is accepted and the cell stays as it is.
+struct Lightest {
+  std::vector<double> time;     // [i]: least time of a valid best[k-1][i'], i' >= i
+  std::vector<int64_t> params;  // [i]: fewest parameters of one
+  bool Stops(size_t i, const Best& cell) const {
+    return time[i] > cell.time * (1.0 + kMargin) ||
+           (time[i] >= cell.time * (1.0 - kMargin / 100.0) && params[i] >= cell.params);
+  }
+};
+
+void SuffixMinimum(const Best* row, int64_t n, Lightest* out) {
+  out->time.resize(static_cast<size_t>(n + 1));
+  out->params.resize(static_cast<size_t>(n + 1));
+  double time = std::numeric_limits<double>::infinity();
+  int64_t params = std::numeric_limits<int64_t>::max();
   for (int64_t i = n; i >= 0; --i) {
-    if (row[i].cut >= 0) least = std::min(least, row[i].time);
-    (*out)[static_cast<size_t>(i)] = least;
+    if (row[i].cut >= 0) {
+      time = std::min(time, row[i].time);
+      params = std::min(params, row[i].params);
+    }
+    out->time[static_cast<size_t>(i)] = time;
+    out->params[static_cast<size_t>(i)] = params;
   }
 }
 
@@ -141,7 +159,7 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   // The shortcuts below lean on chunk times falling as a chunk starts later.
   const bool shortcuts =
       w.embedding_s >= 0 && std::all_of(w.layer_s.begin(), w.layer_s.end(), [](double x) { return x >= 0; });
-  std::vector<double> lightest(width);  // lightest[i]: least time of a valid best[k-1][i'], i' >= i
+  Lightest lightest;
   for (int64_t k = 1; k <= k_chunks; ++k) {
     const Best* prev_row = &at(k - 1, 0);
     SuffixMinimum(prev_row, n, &lightest);
@@ -150,7 +168,7 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
       Best& cell = at(k, j);
       const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, chunk_time) : k - 1;
       for (int64_t i = first; i < j; ++i) {
-        if (shortcuts && lightest[static_cast<size_t>(i)] > cell.time * (1.0 + kMargin)) break;
+        if (shortcuts && lightest.Stops(static_cast<size_t>(i), cell)) break;
         const Best& prev = prev_row[i];
         if (prev.cut < 0) continue;
         const double t = std::max(prev.time, chunk_time(i, j));

@@ -150,6 +150,8 @@ struct Worker {
   std::map<PartitionKey, StagePlan> partitions;
   /// The framework's (or pinned) partitions by (pp, vpp, schedule).
   std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
+  /// FallbackCuts by (pp, vpp, schedule).
+  std::map<std::tuple<int64_t, int64_t, int>, std::vector<NamedCut>> fallbacks;
 };
 
 const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
@@ -157,6 +159,18 @@ const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tabl
   const ComputeKey key = ComputeKeyOf(layout);
   auto it = w.compute.find(key);
   if (it == w.compute.end()) it = w.compute.emplace(key, LayerComputeTimes(inv, tables, layout, cost)).first;
+  return it->second;
+}
+
+// The cuts MakePlan tries when the time-balanced one does not fit; they read
+// the layers' parameter counts only.
+const std::vector<NamedCut>& FallbackCutsFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                                             const ComputeTimes& times, Worker& w) {
+  const auto key = std::make_tuple(layout.pp, layout.vpp, static_cast<int>(layout.schedule));
+  auto it = w.fallbacks.find(key);
+  if (it == w.fallbacks.end()) {
+    it = w.fallbacks.emplace(key, FallbackCuts(WeighLayers(tables, times), layout, inv.layer_starts)).first;
+  }
   return it->second;
 }
 
@@ -322,11 +336,10 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       Priced best = Price(inv, tables, layout, stages, locality, options.cost, times, w);
       if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
-        // fastest of the other cuts that fits (PartitionCandidates).
-        const std::vector<StagePlan> cuts = PartitionCandidates(WeighLayers(tables, times), layout, inv.layer_starts);
+        // fastest of the other cuts that fits (FallbackCuts).
         bool found = false;
-        for (size_t c = 1; c < cuts.size(); ++c) {
-          const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, times, w);
+        for (const NamedCut& cut : FallbackCutsFor(inv, tables, layout, times, w)) {
+          const Priced priced = Price(inv, tables, layout, cut.stages, locality, options.cost, times, w);
           if (priced.Fits(inv.recipe) && (!found || priced.step_s < best.step_s)) {
             best = priced;
             found = true;
@@ -648,7 +661,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

@@ -73,8 +73,9 @@ struct NamedCut {
 };
 std::vector<NamedCut> BalancedCuts(const LayerWeights& weights, const Layout& layout,
                                    const std::vector<int64_t>& layer_starts);
-/// The stage plans of BalancedCuts (sweeps price the same choice cheaply).
-std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout,
-                                           const std::vector<int64_t>& layer_starts);
+/// BalancedCuts after the time-balanced one: they read only the layers'
+/// parameter counts, so a sweep keeps them per (pp, vpp, schedule).
+std::vector<NamedCut> FallbackCuts(const LayerWeights& weights, const Layout& layout,
+                                   const std::vector<int64_t>& layer_starts);
 
 }  // namespace preflight
