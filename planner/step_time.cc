@@ -344,22 +344,26 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   const GpuSpec& gpu = inv.recipe.cluster.spec;
   // Newton-Schulz runs as large GEMMs: the device's GEMM rate.
   const double peak = gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
-  std::vector<RankCompute> computes;
-  computes.reserve(static_cast<size_t>(l.pp));
   double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;
-  std::vector<std::array<double, kNumAxes>> by_axis(static_cast<size_t>(l.pp));
-  std::vector<double> busy(static_cast<size_t>(l.pp), 0.0);
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
   RankChunks by_rank;
   FillRankChunks(stages, l, &by_rank);
+  st.stages.reserve(static_cast<size_t>(l.pp));
   for (int64_t r = 0; r < l.pp; ++r) {
-    const RankCompute& rc = computes.emplace_back(ComputeOnRank(inv, t, times, l, by_rank.On(r)));
+    const RankCompute rc = ComputeOnRank(inv, t, times, l, by_rank.On(r));
     const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost);
     max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
     one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
-    by_axis[static_cast<size_t>(r)] = ex.by_axis;
-    busy[static_cast<size_t>(r)] = rc.total_s() + ex.in_pipeline_s;
+    // Steady state: the busiest rank (the first of equals) sets the pace.
+    const double busy = rc.total_s() + ex.in_pipeline_s;
+    if (r == 0 || busy > st.steady_s) {
+      st.slowest_stage = r;
+      st.steady_s = busy;
+      st.exposed_by_axis = ex.by_axis;
+      st.compute_by_family_s = rc.by_family_s;
+      st.head_compute_s = rc.head_s;
+    }
     const double host_link = inv.recipe.cluster.spec.host_link_gbps_per_dir * 1e9;
     const double host_s =
         host_link > 0 ? static_cast<double>((*comm)[static_cast<size_t>(r)].host_transfer.count()) / host_link : 0.0;
@@ -373,22 +377,11 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     st.stages.push_back(
         {r, rc.forward_s / per_mb, rc.backward_s / per_mb, rc.recompute_s / per_mb, ex.in_pipeline_s / per_mb});
   }
-  // Steady state: the busiest rank sets the pace.
-  for (int64_t r = 0; r < l.pp; ++r) {
-    if (busy[static_cast<size_t>(r)] > busy[static_cast<size_t>(st.slowest_stage)]) st.slowest_stage = r;
-  }
-  st.steady_s = busy[static_cast<size_t>(st.slowest_stage)];
   double fill = 0;
   st.bubble_s = PipelineBubble(l, stages, st.steady_s, max_chunk_f, max_chunk_b, one_p2p_s, &fill);
-  if (l.pp > 1) {
-    for (auto& a : by_axis) a[static_cast<size_t>(Axis::kPp)] = fill;
-  }
+  if (l.pp > 1) st.exposed_by_axis[static_cast<size_t>(Axis::kPp)] = fill;
   st.step_s = st.steady_s + st.bubble_s + tail;
   st.bubble_fraction = st.step_s > 0 ? st.bubble_s / st.step_s : 0.0;
-  st.exposed_by_axis = by_axis[static_cast<size_t>(st.slowest_stage)];
-  const RankCompute& slow = computes[static_cast<size_t>(st.slowest_stage)];
-  st.compute_by_family_s = slow.by_family_s;
-  st.head_compute_s = slow.head_s;
   SetThroughput(inv, t, l, st);
   return st;
 }
