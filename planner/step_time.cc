@@ -232,6 +232,10 @@ RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, con
     } else if (overlap.tp && i.axis == Axis::kTp && i.pass != Pass::kOptimizer) {
       g.tp[i.pass == Pass::kForward ? 0 : 1].push_back(&i);
       continue;
+    } else {
+      // Nothing hides it. Set, not assumed, so that the items of one layout
+      // can be exposed again under another recompute policy (sweeps).
+      i.exposed_seconds = i.seconds;
     }
     if (i.pass == Pass::kOptimizer) {
       out.optimizer_s += i.exposed_seconds;

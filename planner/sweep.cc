@@ -138,11 +138,21 @@ PartitionKey PartitionKeyOf(const Layout& l, const ComputeTimes& ct) {
   return {l.pp, l.vpp, static_cast<int>(l.schedule), times};
 }
 
+// One layout's communication and the stage plan it was built for.
+// BuildStageComm does not read the recompute policy, so an item's recompute
+// modes share it (one per ZeRO stage) when they share a partition.
+struct CommSlot {
+  const StagePlan* stages = nullptr;
+  std::vector<StageComm> comm;
+};
+
 // Per-thread state: a private recipe copy mutated in place (no copy per
 // layout), the plan buffers reused across items and the caches.
 struct Worker {
   Recipe recipe;
-  std::vector<StageComm> comm;
+  std::vector<CommSlot> comm_by_zero;  // the current item's, by index into SweepSpace::zero
+  CommSlot scratch;                    // the fallback cuts'
+
   /// LayerComputeTimes by ComputeKeyOf: one per layout is enough, and
   /// layouts differing only in pp, vpp, replicas or ZeRO share it.
   std::map<ComputeKey, ComputeTimes> compute;
@@ -220,7 +230,7 @@ struct Priced {
 // Memory of the worst pipeline rank (as EstimateMemory picks it, without its
 // per-call vectors and verdict text) and the step time of one stage plan.
 Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
-             const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, Worker& w) {
+             const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot) {
   Priced p;
   for (int64_t rank = 0; rank < layout.pp; ++rank) {
     const RankMemory m = EstimateRank(inv, layout, stages, rank);
@@ -231,8 +241,11 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
       p.worst = rank;
     }
   }
-  BuildStageComm(inv, tables, layout, stages, locality, cost, &w.comm);
-  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, cost, times);
+  if (slot.stages != &stages) {
+    BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+    slot.stages = &stages;
+  }
+  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times);
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
   p.mfu = time.mfu;
@@ -316,13 +329,16 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         LocalityOf(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster));
   });
   const MeshLocality& locality = cache.locality[slot];
+  w.comm_by_zero.resize(space.zero.size());
+  for (CommSlot& c : w.comm_by_zero) c.stages = nullptr;  // built for another item
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;
     const ComputeTimes& times = ComputeTimesFor(inv, tables, layout, options.cost, w);
     bool balanced = false;
     const StagePlan& stages = StagesFor(inv, tables, layout, times, w, &balanced);
-    for (int64_t z : space.zero) {
+    for (size_t zi = 0; zi < space.zero.size(); ++zi) {
+      const int64_t z = space.zero[zi];
       layout.zero = z;
       SweepRow& row = out.rows[k++];
       row = SweepRow{};
@@ -333,13 +349,14 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         row.status = SweepStatus::kInvalid;
         continue;
       }
-      Priced best = Price(inv, tables, layout, stages, locality, options.cost, times, w);
+      Priced best = Price(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi]);
       if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (FallbackCuts).
         bool found = false;
         for (const NamedCut& cut : FallbackCutsFor(inv, tables, layout, times, w)) {
-          const Priced priced = Price(inv, tables, layout, cut.stages, locality, options.cost, times, w);
+          w.scratch.stages = nullptr;  // another ZeRO stage may have used it
+          const Priced priced = Price(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch);
           if (priced.Fits(inv.recipe) && (!found || priced.step_s < best.step_s)) {
             best = priced;
             found = true;
@@ -661,7 +678,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

@@ -76,6 +76,8 @@ struct StageComm {
 };
 
 /// Pricing for a given stage plan. `locality` from PlaceRanks (cached by sweeps).
+/// Reads nothing of layout.recompute: a sweep shares one layout's items
+/// among its recompute policies (planner/sweep.cc CommSlot).
 std::vector<StageComm> BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                                       const StagePlan& stages, const MeshLocality& locality, const CostModel& cost);
 /// The same into `out`, reusing its vectors' storage (a sweep prices
