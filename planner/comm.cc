@@ -12,6 +12,7 @@
 namespace preflight {
 
 using planner_internal::ChunkCounts;
+using planner_internal::FamilyCounts;
 using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
@@ -557,23 +558,76 @@ struct RankBuffers {
   DpBuffers last;
 };
 
+// A family's per-layer buffers, worked out from the first of its layers that
+// the walk meets (a uniform family's, from any of its layers).
+struct FamilyMemo {
+  const ParamTotals* totals = nullptr;
+  DpBuffers buffers;
+  int64_t pending = 0;  // layers of a uniform family (Inventory::family_uniform) not yet added
+};
+
+// The layers [first, end) of a chunk one by one: each family's last buffers
+// are remembered, a uniform family's layers counted into `pending`.
+void WalkLayers(const Inventory& inv, const Layout& l, const DpGroups& dg, const StageChunk& c,
+                std::array<FamilyMemo, 5>& memo, bool edges, RankBuffers& rb) {
+  const int64_t first = c.first_layer, end = c.end_layer;
+  for (int64_t i = first; i < end; ++i) {
+    const Layer& layer = inv.layers.at(static_cast<size_t>(i));
+    const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
+    FamilyMemo& last = memo[f];
+    if (last.totals == nullptr || (!inv.family_uniform[f] && !(*last.totals == layer.totals))) {
+      last.totals = &layer.totals;
+      last.buffers = UnitBuffers(LocalLayer(layer.totals, l), dg);
+    }
+    if (inv.family_uniform[f]) {
+      ++last.pending;
+    } else {
+      rb.all += last.buffers;
+    }
+    if (edges && i == first && !c.owns_embedding) rb.first += last.buffers;
+    if (edges && i + 1 == end && !c.owns_head) rb.last += last.buffers;
+  }
+}
+
+// The same for a chunk whose families are all uniform, from its per-family
+// layer counts: O(families), not O(layers). The sums are integers, so the
+// order of the additions changes nothing.
+bool CountUniformLayers(const Inventory& inv, const PlanTables& t, const Layout& l, const DpGroups& dg,
+                        const StageChunk& c, std::array<FamilyMemo, 5>& memo, bool edges, RankBuffers& rb) {
+  const std::array<int64_t, 5> counts = FamilyCounts(t, c.first_layer, c.end_layer);
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] > 0 && !inv.family_uniform[f]) return false;
+  }
+  auto buffers_of = [&](size_t f) -> FamilyMemo& {
+    FamilyMemo& m = memo[f];
+    if (m.totals == nullptr) {
+      m.totals = &inv.layers.at(static_cast<size_t>(t.first_of_family[f])).totals;
+      m.buffers = UnitBuffers(LocalLayer(*m.totals, l), dg);
+    }
+    return m;
+  };
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] > 0) buffers_of(f).pending += counts[f];
+  }
+  if (!edges || c.first_layer == c.end_layer) return true;
+  const auto family = [&](int64_t i) { return static_cast<size_t>(FamilyIndex(t.kinds[static_cast<size_t>(i)])); };
+  if (!c.owns_embedding) rb.first += buffers_of(family(c.first_layer)).buffers;
+  if (!c.owns_head) rb.last += buffers_of(family(c.end_layer - 1)).buffers;
+  return true;
+}
+
 // The units of a rank in the executor's order: per chunk the embedding, each
 // layer, the head with the final norm. Layers of one family usually have equal
-// totals: each family's last buffers are remembered, and a uniform family's
-// are multiplied by its layer count (the sweep prices every layout; divisions
-// are its cost).
-RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks) {
+// totals: a uniform family's buffers are worked out once and multiplied by
+// its layer count (the sweep prices every layout; divisions are its cost).
+RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+                      std::span<const RankChunk> chunks) {
   RankBuffers rb;
   const bool edges = l.zero >= 2;
   DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
   const DpGroups dg{ZeroGroups(l), s.param, l.tp};
-  struct Memo {
-    const ParamTotals* totals = nullptr;
-    DpBuffers buffers;
-    int64_t pending = 0;  // layers of a uniform family (Inventory::family_uniform) not yet added
-  };
-  std::array<Memo, 5> memo{};
+  std::array<FamilyMemo, 5> memo{};
   for (const RankChunk& c : chunks) {
     const int64_t first = c.range.first_layer, end = c.range.end_layer;
     DpBuffers embedding, head;
@@ -584,28 +638,13 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, std
       embedding = UnitBuffers(u, dg);
       b += embedding;
     }
-    for (int64_t i = first; i < end; ++i) {
-      const Layer& layer = inv.layers.at(static_cast<size_t>(i));
-      const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
-      Memo& last = memo[f];
-      if (last.totals == nullptr || (!inv.family_uniform[f] && !(*last.totals == layer.totals))) {
-        last.totals = &layer.totals;
-        last.buffers = UnitBuffers(LocalLayer(layer.totals, l), dg);
-      }
-      if (inv.family_uniform[f]) {
-        ++last.pending;
-      } else {
-        b += last.buffers;
-      }
-      if (edges && i == first && !c.range.owns_embedding) rb.first += last.buffers;
-      if (edges && i + 1 == end && !c.range.owns_head) rb.last += last.buffers;
-    }
+    if (!CountUniformLayers(inv, t, l, dg, c.range, memo, edges, rb)) WalkLayers(inv, l, dg, c.range, memo, edges, rb);
     if (c.range.owns_head) {
       LocalUnit u;
       if (inv.final_norms.empty()) AddEndTensor(inv.final_norm, inv, l, &u);
-      for (const ParamTensor& t : inv.final_norms) AddEndTensor(t, inv, l, &u);
-      for (const ParamTensor& t : inv.head) AddEndTensor(t, inv, l, &u);
-      for (const ParamTensor& t : inv.mtp) AddEndTensor(t, inv, l, &u);
+      for (const ParamTensor& x : inv.final_norms) AddEndTensor(x, inv, l, &u);
+      for (const ParamTensor& x : inv.head) AddEndTensor(x, inv, l, &u);
+      for (const ParamTensor& x : inv.mtp) AddEndTensor(x, inv, l, &u);
       // A tied head (or MTP) on a single-stage pipeline shares the embedding
       // tensor; with pp > 1 the last stage keeps a second copy (docs/formulas.md §1.1).
       if (m.embedding_on_last_stage() && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
@@ -619,7 +658,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, std
     if (c.range.owns_head) rb.last += head;
     if (first == end && !c.range.owns_head) rb.last += embedding;
   }
-  for (const Memo& family : memo) {
+  for (const FamilyMemo& family : memo) {
     if (family.pending > 0) b += family.buffers.Times(family.pending);
   }
   return rb;
@@ -653,7 +692,7 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   }
   const ModelConfig& m = inv.recipe.model;
   const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
-  const RankBuffers rb = BuffersOf(inv, l, s, chunks);
+  const RankBuffers rb = BuffersOf(inv, t, l, s, chunks);
   const DpBuffers& buffers = rb.all;
   // Per-unit traffic runs in every micro-batch of a chunk; FillRankChunks gives all
   // chunks of a rank the same count (m, DualPipe m/2).
