@@ -145,6 +145,11 @@ struct OverlapGroups {
   std::array<std::vector<CommItem*>, 2> tp;        // --tp-comm-overlap's TP collectives [forward, backward]
   std::vector<CommItem*> ep;  // EP all-to-alls under DualPipe or --overlap-moe-expert-parallel-comm
   double ep_s = 0;
+  /// Empties the groups, keeping their storage for the next rank.
+  void Clear() {
+    for (auto* v : {&grads, &gathers, &per_unit[0], &per_unit[1], &tp[0], &tp[1], &ep}) v->clear();
+    grads_bucket = gathers_bucket = ep_s = 0;
+  }
 };
 
 /// ZeRO 2/3 unit by unit, as DeepSpeed (overlap_comm) and FSDP run it: a
@@ -194,12 +199,13 @@ void ExposeDataParallel(OverlapGroups& g, const RankCompute& rc, const Layout& l
   for (const CommItem* i : g.gathers) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
 }
 
-/// Sets every item's exposed_seconds on pipeline rank r and sums them.
+/// Sets every item's exposed_seconds on pipeline rank r and sums them; `g` is
+/// scratch, emptied first.
 RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, const Inventory& inv, const Layout& l,
-                        const CostModel& cost) {
+                        const CostModel& cost, OverlapGroups& g) {
   const Overlap overlap = OverlapOf(inv.recipe, l);
   RankExposure out;
-  OverlapGroups g;
+  g.Clear();
   for (CommItem& i : items) {
     if (i.axis == Axis::kPp) {
       // Steady-state p2p hides under compute; the fill/drain path is
@@ -353,9 +359,10 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   RankChunks by_rank;
   FillRankChunks(stages, l, &by_rank);
   st.stages.reserve(static_cast<size_t>(l.pp));
+  OverlapGroups groups;  // one set of buffers for every rank
   for (int64_t r = 0; r < l.pp; ++r) {
     const RankCompute rc = ComputeOnRank(inv, t, times, l, by_rank.On(r));
-    const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost);
+    const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost, groups);
     max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
     one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
