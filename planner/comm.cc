@@ -211,9 +211,13 @@ class ItemList {
 struct Sizes {
   int64_t seq = 0, micro = 0, hidden = 0, act = 2, grad = 4, param = 2, muon = 4;
   Bytes x;  // (s/c)*b*h*beta_a: one CP rank's full-hidden activation of one micro-batch
+  /// Token copies a rank dispatches to the experts per MoE layer (RouteMoeOn:
+  /// k*T, E*C when padded to capacity, at most E*C when tokens beyond
+  /// capacity drop); 0 without MoE layers (main or MTP).
+  int64_t moe_copies = 0;
 };
 
-Sizes SizesOf(const Inventory& inv, const Layout& l) {
+Sizes SizesOf(const Inventory& inv, const PlanTables& t, const Layout& l) {
   const TrainingConfig& tr = inv.recipe.training;
   Sizes s;
   s.seq = tr.seq_len;
@@ -224,6 +228,8 @@ Sizes SizesOf(const Inventory& inv, const Layout& l) {
   s.param = SizeOf(tr.precision.params);
   s.muon = SizeOf(tr.optimizer.muon_momentum);
   s.x = Bytes(CheckedMul(CheckedMul(TokensOf(inv.recipe, l).cp_rank, s.hidden), s.act));
+  const size_t moe = static_cast<size_t>(FamilyIndex(BlockKind::kMoe));
+  if (t.family_count_prefix.back()[moe] + t.mtp_counts[moe] > 0) s.moe_copies = RouteMoeOn(inv.recipe, l).send_tokens;
   return s;
 }
 
@@ -399,17 +405,13 @@ void AddPp(const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, i
   items->AddP2p(Axis::kPp, Pass::kBackward, CommWhat::kActivationGrads, msg, fwd_recv, fwd_send);
 }
 
-void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
-           std::span<const RankChunk> chunks, ItemList* items) {
+void AddEp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, ItemList* items) {
   int64_t n_e = 0;
   for (const RankChunk& c : chunks) {
     n_e += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] * c.microbatches;
   }
   if (n_e == 0) return;
-  // Token copies this rank dispatches, from the shared geometry: k*T, E*C
-  // when padded to capacity, at most E*C when tokens beyond capacity drop.
-  const int64_t copies = RouteMoeOn(inv.recipe, l).send_tokens;
-  const Bytes buf = BytesOf(CheckedMul(copies, s.hidden), s.act);
+  const Bytes buf = BytesOf(CheckedMul(s.moe_copies, s.hidden), s.act);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch, buf, n_e);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeCombine, buf, n_e);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeDispatch, buf, n_e);
@@ -810,7 +812,7 @@ std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t,
 void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out) {
   out->resize(static_cast<size_t>(l.pp));
-  const Sizes s = SizesOf(inv, l);
+  const Sizes s = SizesOf(inv, t, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
   const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
   RankChunks by_rank;
@@ -825,7 +827,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     AddTp(t, l, s, chunks, &items);
     AddCp(inv, t, l, s, chunks, &items);
     AddPp(l, s, chunks, n_chunks, &items);
-    AddEp(inv, t, l, s, chunks, &items);
+    AddEp(t, l, s, chunks, &items);
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
   }
 }
