@@ -292,6 +292,43 @@ TEST(SweepRun, OutputIsIdenticalForOneAndFourThreads) {
   EXPECT_EQ(RenderSweepTable(a, "x.yaml"), RenderSweepTable(b, "x.yaml"));
 }
 
+// The sweep prices an item's recompute policies on one set of communication
+// items (it does not depend on the policy) and exposes them again under each:
+// with Megatron's EP overlap (off under full recompute), TP overlap and the
+// DP overlaps on, an item's EP all-to-alls are hidden under `none` and
+// exposed whole under `full`. Every row equals MakePlan's, which builds its
+// items afresh.
+TEST(SweepRun, RecomputePoliciesShareCommunicationExactly) {
+  std::string error;
+  Recipe base = Load("recipes/nam56r-h200.yaml");
+  base.parallel.ep_comm_overlap = true;
+  base.parallel.tp_comm_overlap = true;
+  base.parallel.overlap_grad_reduce = true;
+  base.parallel.overlap_param_gather = true;
+  const Recipe r = *SweepRecipe(base, 64, &error);
+  const Inventory inv = BuildInventory(r);
+  SweepSpace s;
+  s.gpus = 64;
+  s.tp = {2, 4};
+  s.cp = {1};
+  s.pp = {1, 2};
+  s.vpp = {1, 2};
+  s.ep = {8};
+  s.expert_tp = {1};
+  s.micro_batch = {1};
+  s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  s.zero = {1, 2, 3};
+  s = DefaultSweepSpace(r, s);
+  const SweepResult result = RunSweep(inv, s, SweepOptions{});
+  int checked = 0;
+  for (const SweepRow& row : result.rows) {
+    if (row.status == SweepStatus::kInvalid) continue;
+    ExpectRowMatchesPlan(inv, result, row);
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+}
+
 // Every shipped recipe on its own cluster over its default space (micro-batch
 // 1 and 2 to keep the test short): every valid row, or an evenly spread
 // sample of about 400 of them, equals MakePlan's pricing exactly. Covers the
