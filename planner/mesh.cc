@@ -161,13 +161,23 @@ int64_t NvlinkDomain(const ClusterConfig& c) {
   return c.spec.nvlink_domain > 0 ? c.spec.nvlink_domain : c.gpus_per_node;
 }
 
+bool DenseAxis(Axis a) {
+  return a != Axis::kEp && a != Axis::kExpertTp && a != Axis::kExpertDp && a != Axis::kExpertDpReplica;
+}
+
 MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain) {
+  return LocalityOf(l, gpus_per_node, tied_embedding, nvlink_domain, [](Axis) { return true; });
+}
+
+MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain,
+                        bool (*axes)(Axis)) {
   const int64_t domain = nvlink_domain > 0 ? nvlink_domain : gpus_per_node;
   std::vector<LocalityCounter> counters;
   std::vector<Axis> counted;  // axes with groups of more than one rank
   MeshLocality out;
   for (int a = 0; a < kNumAxes; ++a) {
     const Axis axis = static_cast<Axis>(a);
+    if (!axes(axis)) continue;
     const int64_t size = AxisSize(l, axis), groups = GroupCount(l, axis, tied_embedding);
     if (size > 1 && groups > 0) {
       counters.emplace_back(axis, size, groups, domain);
@@ -178,7 +188,7 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
       out[static_cast<size_t>(a)].groups = groups;
     }
   }
-  for (int64_t r = 0; r < l.world(); ++r) {
+  for (int64_t r = 0; !counted.empty() && r < l.world(); ++r) {
     const RankCoord c = CoordOf(l, r, gpus_per_node);
     for (size_t k = 0; k < counted.size(); ++k) {
       if (InGroups(l, c, counted[k])) counters[k].Add(SlotOf(l, c, counted[k]).group, r);

@@ -103,15 +103,52 @@ struct ItemSpace {
     const auto n = [this](size_t i) { return static_cast<int64_t>(axes[i]->size()); };
     return ((((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(4) + d[4]) * n(5) + d[5]) * n(6) + d[6];
   }
+  // The dense axes' locality (DenseAxis) leaves out ep and expert_tp too.
+  int64_t DenseSlots() const {
+    return LocalitySlots() / static_cast<int64_t>(space->ep.size() * space->expert_tp.size());
+  }
+  int64_t DenseSlot(const std::array<int64_t, 8>& d) const {
+    const auto n = [this](size_t i) { return static_cast<int64_t>(axes[i]->size()); };
+    return ((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(6) + d[6];
+  }
 };
 
 // LocalityOf is O(world); computed once per slot, on first use, by whichever
-// worker gets there first.
+// worker gets there first: the dense axes per dense slot, the expert axes per
+// slot (an MoE space varies ep and expert_tp under every dense slot).
 struct LocalityCache {
-  explicit LocalityCache(int64_t slots) : once(static_cast<size_t>(slots)), locality(static_cast<size_t>(slots)) {}
+  LocalityCache(int64_t slots, int64_t dense_slots)
+      : once(static_cast<size_t>(slots)),
+        locality(static_cast<size_t>(slots)),
+        dense_once(static_cast<size_t>(dense_slots)),
+        dense(static_cast<size_t>(dense_slots)) {}
   std::vector<std::once_flag> once;
   std::vector<MeshLocality> locality;
+  std::vector<std::once_flag> dense_once;
+  std::vector<MeshLocality> dense;
 };
+
+const MeshLocality& LocalityFor(const Recipe& r, const Layout& layout, const ItemSpace& items,
+                                const std::array<int64_t, 8>& digits, LocalityCache& cache) {
+  const int64_t gpn = r.cluster.gpus_per_node, domain = NvlinkDomain(r.cluster);
+  const bool tied = r.model.embedding_on_last_stage();
+  const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
+  std::call_once(cache.once[slot], [&] {
+    if (items.DenseSlots() == items.LocalitySlots()) {  // one expert layout: one pass
+      cache.locality[slot] = LocalityOf(layout, gpn, tied, domain);
+      return;
+    }
+    const size_t dense = static_cast<size_t>(items.DenseSlot(digits));
+    std::call_once(cache.dense_once[dense],
+                   [&] { cache.dense[dense] = LocalityOf(layout, gpn, tied, domain, DenseAxis); });
+    MeshLocality out = LocalityOf(layout, gpn, tied, domain, [](Axis a) { return !DenseAxis(a); });
+    for (int a = 0; a < kNumAxes; ++a) {
+      if (DenseAxis(static_cast<Axis>(a))) out[static_cast<size_t>(a)] = cache.dense[dense][static_cast<size_t>(a)];
+    }
+    cache.locality[slot] = out;
+  });
+  return cache.locality[slot];
+}
 
 // What LayerComputeTimes reads of a layout (planner/compute.cc): the
 // degrees that shape the GEMMs and the attention, the micro-batch, sequence
@@ -323,12 +360,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     mark_rows(SweepStatus::kInvalid);
     return;
   }
-  const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
-  std::call_once(cache.once[slot], [&] {
-    cache.locality[slot] =
-        LocalityOf(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster));
-  });
-  const MeshLocality& locality = cache.locality[slot];
+  const MeshLocality& locality = LocalityFor(r, layout, items, digits, cache);
   w.comm_by_zero.resize(space.zero.size());
   for (CommSlot& c : w.comm_by_zero) c.stages = nullptr;  // built for another item
   size_t k = first_row;
@@ -672,7 +704,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.item_errors.resize(static_cast<size_t>(items.count));
   out.rows.resize(static_cast<size_t>(SweepSize(space)));
   const PlanTables tables = BuildPlanTables(inventory);
-  LocalityCache cache(items.LocalitySlots());
+  LocalityCache cache(items.LocalitySlots(), items.DenseSlots());
 
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};

@@ -65,6 +65,12 @@ Mesh PlaceRanks(const Layout& layout, int64_t gpus_per_node, bool tied_embedding
 /// sweep needs of a layout's placement (one pass over the ranks).
 MeshLocality LocalityOf(const Layout& layout, int64_t gpus_per_node, bool tied_embedding = false,
                         int64_t nvlink_domain = 0);
+/// The axes whose groups do not depend on the expert degrees (ep, expert_tp):
+/// TP, CP, DP, PP, DP x CP, the replicas and the tied embedding.
+bool DenseAxis(Axis axis);
+/// LocalityOf for the axes `axes` selects only (the others left default).
+MeshLocality LocalityOf(const Layout& layout, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain,
+                        bool (*axes)(Axis));
 /// The recipe's NVLink domain in ranks: the device's, or a node.
 int64_t NvlinkDomain(const ClusterConfig& cluster);
 
