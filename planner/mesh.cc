@@ -102,11 +102,9 @@ int64_t AxisSize(const Layout& l, Axis a) {
 // ends when a member on another node arrives.
 class LocalityCounter {
  public:
-  LocalityCounter(Axis a, int64_t size, int64_t groups, int64_t domain)
-      : axis_(a), size_(size), domain_(domain), runs_(static_cast<size_t>(groups)) {}
-  void Add(int64_t group, int64_t rank) {
+  LocalityCounter(Axis a, int64_t size, int64_t groups) : axis_(a), size_(size), runs_(static_cast<size_t>(groups)) {}
+  void Add(int64_t group, int64_t node) {
     Run& g = runs_[static_cast<size_t>(group)];
-    const int64_t node = rank / domain_;
     if (node == g.node) {
       ++g.length;
       return;
@@ -138,9 +136,38 @@ class LocalityCounter {
     int64_t fewest = std::numeric_limits<int64_t>::max();  // shortest finished run
   };
   Axis axis_;
-  int64_t size_, domain_;
+  int64_t size_;
   std::vector<Run> runs_;
 };
+
+// Every rank's coordinates in rank order (CoordOf's, without node and local
+// GPU, and without the expert view unless `expert`), counted like an odometer
+// instead of divided out of each rank: LocalityOf visits every rank.
+template <class Visit>
+void ForEachCoord(const Layout& l, bool expert, const Visit& visit) {
+  // tp->cp->dp->pp: dp inside pp; tp->cp->pp->dp: pp inside dp (RankOf).
+  const bool pp_inner = l.order == AxisOrder::kTpCpPpDp;
+  const int64_t outer_n = pp_inner ? l.dp : l.pp, inner_n = pp_inner ? l.pp : l.dp;
+  RankCoord c;
+  for (int64_t outer = 0; outer < outer_n; ++outer) {
+    for (int64_t inner = 0; inner < inner_n; ++inner) {
+      c.pp = pp_inner ? inner : outer;
+      c.dp = pp_inner ? outer : inner;
+      for (c.cp = 0; c.cp < l.cp; ++c.cp) {
+        for (c.tp = 0; c.tp < l.tp; ++c.tp) {
+          if (expert) {  // MoE folding over the t*c*d ranks of one stage, as CoordOf
+            const int64_t i = c.tp + l.tp * (c.cp + l.cp * c.dp);
+            c.expert_tp = i % l.expert_tp;
+            c.ep = (i / l.expert_tp) % l.ep;
+            c.expert_dp = i / (l.expert_tp * l.ep);
+          }
+          visit(c);
+          ++c.rank;
+        }
+      }
+    }
+  }
+}
 
 // The groups of axis `a`: world / size, except the tied embedding's, which
 // exist only with pp > 1 (one per position of a stage).
@@ -180,20 +207,21 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
     if (!axes(axis)) continue;
     const int64_t size = AxisSize(l, axis), groups = GroupCount(l, axis, tied_embedding);
     if (size > 1 && groups > 0) {
-      counters.emplace_back(axis, size, groups, domain);
+      counters.emplace_back(axis, size, groups);
       counted.push_back(axis);
     } else {
       // A rank alone (or no group at all) spans one node.
-      out[static_cast<size_t>(a)] = LocalityCounter(axis, size, 0, domain).Finish();
+      out[static_cast<size_t>(a)] = LocalityCounter(axis, size, 0).Finish();
       out[static_cast<size_t>(a)].groups = groups;
     }
   }
-  for (int64_t r = 0; !counted.empty() && r < l.world(); ++r) {
-    const RankCoord c = CoordOf(l, r, gpus_per_node);
+  const bool expert = std::any_of(counted.begin(), counted.end(), [](Axis a) { return !DenseAxis(a); });
+  ForEachCoord(l, expert, [&](const RankCoord& c) {
+    const int64_t node = c.rank / domain;
     for (size_t k = 0; k < counted.size(); ++k) {
-      if (InGroups(l, c, counted[k])) counters[k].Add(SlotOf(l, c, counted[k]).group, r);
+      if (InGroups(l, c, counted[k])) counters[k].Add(SlotOf(l, c, counted[k]).group, node);
     }
-  }
+  });
   for (size_t k = 0; k < counted.size(); ++k) out[static_cast<size_t>(counted[k])] = counters[k].Finish();
   return out;
 }
