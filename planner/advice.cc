@@ -20,7 +20,7 @@ double StepSeconds(const Inventory& inv, const PlanTables& tables, const Recipe&
                    const StagePlan& stages, const CostModel& cost) {
   if (HasErrors(ValidateForPlan(r, l))) return 0;
   const MeshLocality locality =
-      PlaceRanks(l, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster)).locality;
+      LocalityOf(l, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster));
   std::vector<StageComm> comm = BuildStageComm(inv, tables, l, stages, locality, cost);
   return EstimateStepTime(inv, tables, l, stages, &comm, cost).step_s;
 }

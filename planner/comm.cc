@@ -12,9 +12,11 @@
 namespace preflight {
 
 using planner_internal::ChunkCounts;
-using planner_internal::ChunksOn;
+using planner_internal::FamilyCounts;
+using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
+using planner_internal::RankChunks;
 
 Bytes StageComm::send_total() const {
   Bytes total;
@@ -209,9 +211,15 @@ class ItemList {
 struct Sizes {
   int64_t seq = 0, micro = 0, hidden = 0, act = 2, grad = 4, param = 2, muon = 4;
   Bytes x;  // (s/c)*b*h*beta_a: one CP rank's full-hidden activation of one micro-batch
+  /// Token copies a rank dispatches to the experts per MoE layer (RouteMoeOn:
+  /// k*T, E*C when padded to capacity, at most E*C when tokens beyond
+  /// capacity drop); 0 without MoE layers (main or MTP).
+  int64_t moe_copies = 0;
+  /// Backward reruns the MoE layers (full recompute, or the "moe" module).
+  bool moe_rerun = false;
 };
 
-Sizes SizesOf(const Inventory& inv, const Layout& l) {
+Sizes SizesOf(const Inventory& inv, const PlanTables& t, const Layout& l) {
   const TrainingConfig& tr = inv.recipe.training;
   Sizes s;
   s.seq = tr.seq_len;
@@ -222,12 +230,14 @@ Sizes SizesOf(const Inventory& inv, const Layout& l) {
   s.param = SizeOf(tr.precision.params);
   s.muon = SizeOf(tr.optimizer.muon_momentum);
   s.x = Bytes(CheckedMul(CheckedMul(TokensOf(inv.recipe, l).cp_rank, s.hidden), s.act));
+  s.moe_rerun = Reruns(tr, l.recompute, RecomputeModule::kMoe);
+  const size_t moe = static_cast<size_t>(FamilyIndex(BlockKind::kMoe));
+  if (t.family_count_prefix.back()[moe] + t.mtp_counts[moe] > 0) s.moe_copies = RouteMoeOn(inv.recipe, l).send_tokens;
   return s;
 }
 
 // TP regions of the layer families, the embedding, head and loss (docs/formulas.md §7.2 "TP").
-void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
-           ItemList* items) {
+void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, ItemList* items) {
   if (l.tp <= 1) return;
   const bool sp = l.sequence_parallel();
   std::array<int64_t, 5> regions{};
@@ -360,8 +370,8 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
   }
 }
 
-void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
-           ItemList* items) {
+void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+           std::span<const RankChunk> chunks, ItemList* items) {
   if (l.cp <= 1) return;
   std::array<int64_t, 5> layers_mb{};
   for (const RankChunk& c : chunks) {
@@ -380,7 +390,7 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
 
 // PP boundaries: a chunk sends activations forward unless it is the last
 // chunk and gradients backward unless it is the first (docs/formulas.md §7.2 "PP").
-void AddPp(const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks, int64_t n_chunks, ItemList* items) {
+void AddPp(const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, int64_t n_chunks, ItemList* items) {
   if (l.pp <= 1) return;
   const int64_t t_sp = l.sequence_parallel() ? l.tp : 1;
   const Bytes msg = s.x / t_sp;
@@ -398,23 +408,19 @@ void AddPp(const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks
   items->AddP2p(Axis::kPp, Pass::kBackward, CommWhat::kActivationGrads, msg, fwd_recv, fwd_send);
 }
 
-void AddEp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks,
-           ItemList* items) {
+void AddEp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, ItemList* items) {
   int64_t n_e = 0;
   for (const RankChunk& c : chunks) {
     n_e += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] * c.microbatches;
   }
   if (n_e == 0) return;
-  // Token copies this rank dispatches, from the shared geometry: k*T, E*C
-  // when padded to capacity, at most E*C when tokens beyond capacity drop.
-  const int64_t copies = RouteMoeOn(inv.recipe, l).send_tokens;
-  const Bytes buf = BytesOf(CheckedMul(copies, s.hidden), s.act);
+  const Bytes buf = BytesOf(CheckedMul(s.moe_copies, s.hidden), s.act);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch, buf, n_e);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeCombine, buf, n_e);
   // A rerun MoE layer (full recompute, or the selective "moe" module)
   // dispatches and combines its tokens once more in backward, before its
   // gradients flow (the checkpointed forward includes the all-to-alls).
-  const int64_t n_bwd = Reruns(inv.recipe.training, l.recompute, RecomputeModule::kMoe) ? CheckedMul(2, n_e) : n_e;
+  const int64_t n_bwd = s.moe_rerun ? CheckedMul(2, n_e) : n_e;
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeDispatch, buf, n_bwd);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeCombine, buf, n_bwd);
   // Expert TP: AG of the received tokens after dispatch, RS before combine; mirrored in backward.
@@ -561,23 +567,76 @@ struct RankBuffers {
   DpBuffers last;
 };
 
+// A family's per-layer buffers, worked out from the first of its layers that
+// the walk meets (a uniform family's, from any of its layers).
+struct FamilyMemo {
+  const ParamTotals* totals = nullptr;
+  DpBuffers buffers;
+  int64_t pending = 0;  // layers of a uniform family (Inventory::family_uniform) not yet added
+};
+
+// The layers [first, end) of a chunk one by one: each family's last buffers
+// are remembered, a uniform family's layers counted into `pending`.
+void WalkLayers(const Inventory& inv, const Layout& l, const DpGroups& dg, const StageChunk& c,
+                std::array<FamilyMemo, 5>& memo, bool edges, RankBuffers& rb) {
+  const int64_t first = c.first_layer, end = c.end_layer;
+  for (int64_t i = first; i < end; ++i) {
+    const Layer& layer = inv.layers.at(static_cast<size_t>(i));
+    const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
+    FamilyMemo& last = memo[f];
+    if (last.totals == nullptr || (!inv.family_uniform[f] && !(*last.totals == layer.totals))) {
+      last.totals = &layer.totals;
+      last.buffers = UnitBuffers(LocalLayer(layer.totals, l), dg);
+    }
+    if (inv.family_uniform[f]) {
+      ++last.pending;
+    } else {
+      rb.all += last.buffers;
+    }
+    if (edges && i == first && !c.owns_embedding) rb.first += last.buffers;
+    if (edges && i + 1 == end && !c.owns_head) rb.last += last.buffers;
+  }
+}
+
+// The same for a chunk whose families are all uniform, from its per-family
+// layer counts: O(families), not O(layers). The sums are integers, so the
+// order of the additions changes nothing.
+bool CountUniformLayers(const Inventory& inv, const PlanTables& t, const Layout& l, const DpGroups& dg,
+                        const StageChunk& c, std::array<FamilyMemo, 5>& memo, bool edges, RankBuffers& rb) {
+  const std::array<int64_t, 5> counts = FamilyCounts(t, c.first_layer, c.end_layer);
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] > 0 && !inv.family_uniform[f]) return false;
+  }
+  auto buffers_of = [&](size_t f) -> FamilyMemo& {
+    FamilyMemo& m = memo[f];
+    if (m.totals == nullptr) {
+      m.totals = &inv.layers.at(static_cast<size_t>(t.first_of_family[f])).totals;
+      m.buffers = UnitBuffers(LocalLayer(*m.totals, l), dg);
+    }
+    return m;
+  };
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] > 0) buffers_of(f).pending += counts[f];
+  }
+  if (!edges || c.first_layer == c.end_layer) return true;
+  const auto family = [&](int64_t i) { return static_cast<size_t>(FamilyIndex(t.kinds[static_cast<size_t>(i)])); };
+  if (!c.owns_embedding) rb.first += buffers_of(family(c.first_layer)).buffers;
+  if (!c.owns_head) rb.last += buffers_of(family(c.end_layer - 1)).buffers;
+  return true;
+}
+
 // The units of a rank in the executor's order: per chunk the embedding, each
 // layer, the head with the final norm. Layers of one family usually have equal
-// totals: each family's last buffers are remembered, and a uniform family's
-// are multiplied by its layer count (the sweep prices every layout; divisions
-// are its cost).
-RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, const std::vector<RankChunk>& chunks) {
+// totals: a uniform family's buffers are worked out once and multiplied by
+// its layer count (the sweep prices every layout; divisions are its cost).
+RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+                      std::span<const RankChunk> chunks) {
   RankBuffers rb;
   const bool edges = l.zero >= 2;
   DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
   const DpGroups dg{ZeroGroups(l), s.param, l.tp};
-  struct Memo {
-    const ParamTotals* totals = nullptr;
-    DpBuffers buffers;
-    int64_t pending = 0;  // layers of a uniform family (Inventory::family_uniform) not yet added
-  };
-  std::array<Memo, 5> memo{};
+  std::array<FamilyMemo, 5> memo{};
   for (const RankChunk& c : chunks) {
     const int64_t first = c.range.first_layer, end = c.range.end_layer;
     DpBuffers embedding, head;
@@ -588,28 +647,13 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
       embedding = UnitBuffers(u, dg);
       b += embedding;
     }
-    for (int64_t i = first; i < end; ++i) {
-      const Layer& layer = inv.layers.at(static_cast<size_t>(i));
-      const size_t f = static_cast<size_t>(FamilyIndex(layer.kind));
-      Memo& last = memo[f];
-      if (last.totals == nullptr || (!inv.family_uniform[f] && !(*last.totals == layer.totals))) {
-        last.totals = &layer.totals;
-        last.buffers = UnitBuffers(LocalLayer(layer.totals, l), dg);
-      }
-      if (inv.family_uniform[f]) {
-        ++last.pending;
-      } else {
-        b += last.buffers;
-      }
-      if (edges && i == first && !c.range.owns_embedding) rb.first += last.buffers;
-      if (edges && i + 1 == end && !c.range.owns_head) rb.last += last.buffers;
-    }
+    if (!CountUniformLayers(inv, t, l, dg, c.range, memo, edges, rb)) WalkLayers(inv, l, dg, c.range, memo, edges, rb);
     if (c.range.owns_head) {
       LocalUnit u;
       if (inv.final_norms.empty()) AddEndTensor(inv.final_norm, inv, l, &u);
-      for (const ParamTensor& t : inv.final_norms) AddEndTensor(t, inv, l, &u);
-      for (const ParamTensor& t : inv.head) AddEndTensor(t, inv, l, &u);
-      for (const ParamTensor& t : inv.mtp) AddEndTensor(t, inv, l, &u);
+      for (const ParamTensor& x : inv.final_norms) AddEndTensor(x, inv, l, &u);
+      for (const ParamTensor& x : inv.head) AddEndTensor(x, inv, l, &u);
+      for (const ParamTensor& x : inv.mtp) AddEndTensor(x, inv, l, &u);
       // A tied head (or MTP) on a single-stage pipeline shares the embedding
       // tensor; with pp > 1 the last stage keeps a second copy (docs/formulas.md §1.1).
       if (m.embedding_on_last_stage() && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
@@ -623,7 +667,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
     if (c.range.owns_head) rb.last += head;
     if (first == end && !c.range.owns_head) rb.last += embedding;
   }
-  for (const Memo& family : memo) {
+  for (const FamilyMemo& family : memo) {
     if (family.pending > 0) b += family.buffers.Times(family.pending);
   }
   return rb;
@@ -647,7 +691,7 @@ RankBuffers BuffersOf(const Inventory& inv, const Layout& l, const Sizes& s, con
 //   (Megatron: the inter-instance all-reduce after the intra-instance
 //   reduce-scatter; FSDP2 HSDP likewise).
 void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
-                  const std::vector<RankChunk>& chunks, ItemList* items, Bytes* host_transfer) {
+                  std::span<const RankChunk> chunks, ItemList* items, Bytes* host_transfer) {
   ParamTotals p;
   bool emb = false, head = false;
   for (const RankChunk& c : chunks) {
@@ -657,9 +701,9 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   }
   const ModelConfig& m = inv.recipe.model;
   const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
-  const RankBuffers rb = BuffersOf(inv, l, s, chunks);
+  const RankBuffers rb = BuffersOf(inv, t, l, s, chunks);
   const DpBuffers& buffers = rb.all;
-  // Per-unit traffic runs in every micro-batch of a chunk; ChunksOn gives all
+  // Per-unit traffic runs in every micro-batch of a chunk; FillRankChunks gives all
   // chunks of a rank the same count (m, DualPipe m/2).
   const int64_t rounds = chunks.empty() ? 0 : chunks.front().microbatches;
   const bool per_unit_grads = l.zero >= 2;
@@ -775,22 +819,32 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
 
 std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                                       const MeshLocality& locality, const CostModel& cost) {
-  std::vector<StageComm> out(static_cast<size_t>(l.pp));
-  const Sizes s = SizesOf(inv, l);
+  std::vector<StageComm> out;
+  BuildStageComm(inv, t, l, stages, locality, cost, &out);
+  return out;
+}
+
+void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out) {
+  out->resize(static_cast<size_t>(l.pp));
+  const Sizes s = SizesOf(inv, t, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
   const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
+  RankChunks by_rank;
+  FillRankChunks(stages, l, &by_rank);
   for (int64_t r = 0; r < l.pp; ++r) {
-    StageComm& sc = out[static_cast<size_t>(r)];
+    StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
+    sc.items.clear();  // keeps its storage
+    sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
-    const std::vector<RankChunk> chunks = ChunksOn(stages, l, r);
+    const std::span<const RankChunk> chunks = by_rank.On(r);
     AddTp(t, l, s, chunks, &items);
     AddCp(inv, t, l, s, chunks, &items);
     AddPp(l, s, chunks, n_chunks, &items);
-    AddEp(inv, t, l, s, chunks, &items);
+    AddEp(t, l, s, chunks, &items);
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
   }
-  return out;
 }
 
 }  // namespace preflight

@@ -1,23 +1,39 @@
 #include "internal.h"
 
 #include "preflight/estimator/geometry.h"
+#include "preflight/planner/stages.h"
 
 namespace preflight::planner_internal {
 
-std::vector<RankChunk> ChunksOn(const StagePlan& plan, const Layout& layout, int64_t pipeline_rank) {
-  std::vector<RankChunk> out;
+void FillRankChunks(const StagePlan& plan, const Layout& layout, RankChunks* out) {
   const int64_t n = static_cast<int64_t>(plan.chunks.size());
+  const size_t ranks = static_cast<size_t>(layout.pp);
+  const bool dual = layout.schedule == Schedule::kDualPipe;
+  // DualPipe [DS3]: rank i holds stage i (forward direction) and stage p-1-i
+  // (reverse direction); half the micro-batches enter at each end.
+  const int64_t microbatches = dual ? layout.micro_batches / 2 : layout.micro_batches;
+  // The ranks chunk c runs on: one, or DualPipe's two (one when c is the middle).
+  auto ranks_of = [&](int64_t c) -> std::array<int64_t, 2> {
+    if (dual) return {c, n - 1 - c == c ? -1 : n - 1 - c};
+    return {PipelineRankOfChunk(layout, c, n), -1};
+  };
+  // Counting sort by rank, chunk order kept within a rank.
+  out->begin.assign(ranks + 1, 0);
   for (int64_t c = 0; c < n; ++c) {
-    const StageChunk& chunk = plan.chunks[static_cast<size_t>(c)];
-    if (layout.schedule == Schedule::kDualPipe) {
-      // DualPipe [DS3]: rank i holds stage i (forward direction) and stage
-      // p-1-i (reverse direction); half the micro-batches enter at each end.
-      if (c == pipeline_rank || c == n - 1 - pipeline_rank) out.push_back({c, chunk, layout.micro_batches / 2});
-    } else if (PipelineRankOfChunk(layout, c, n) == pipeline_rank) {
-      out.push_back({c, chunk, layout.micro_batches});
+    for (int64_t r : ranks_of(c)) {
+      if (r >= 0 && r < layout.pp) ++out->begin[static_cast<size_t>(r) + 1];
     }
   }
-  return out;
+  for (size_t r = 0; r < ranks; ++r) out->begin[r + 1] += out->begin[r];
+  out->chunks.resize(out->begin[ranks]);
+  std::vector<size_t>& next = out->next;
+  next.assign(out->begin.begin(), out->begin.end() - 1);
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t r : ranks_of(c)) {
+      if (r >= 0 && r < layout.pp)
+        out->chunks[next[static_cast<size_t>(r)]++] = {c, plan.chunks[static_cast<size_t>(c)], microbatches};
+    }
+  }
 }
 
 std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t end) {

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "preflight/planner/compute.h"
@@ -18,7 +19,19 @@ struct RankChunk {
   StageChunk range;
   int64_t microbatches = 0;
 };
-std::vector<RankChunk> ChunksOn(const StagePlan& plan, const Layout& layout, int64_t pipeline_rank);
+/// Every pipeline rank's chunks, in chunk order, found in one pass over the
+/// plan (a rank's own search would make pricing quadratic in pp x vpp).
+struct RankChunks {
+  std::vector<RankChunk> chunks;  // grouped by pipeline rank
+  std::vector<size_t> begin;      // rank r holds chunks[begin[r], begin[r + 1])
+  std::vector<size_t> next;       // FillRankChunks's cursor per rank
+  std::span<const RankChunk> On(int64_t pipeline_rank) const {
+    const size_t r = static_cast<size_t>(pipeline_rank);
+    return std::span<const RankChunk>(chunks).subspan(begin[r], begin[r + 1] - begin[r]);
+  }
+};
+/// Fills `out` (reusing its buffers) for `layout.pp` pipeline ranks.
+void FillRankChunks(const StagePlan& plan, const Layout& layout, RankChunks* out);
 
 /// Layers of each family in [first, end).
 std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t end);

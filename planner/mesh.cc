@@ -1,6 +1,7 @@
 // Mesh placement: rank <-> (node, GPU, axis coordinates) and the groups of
 // every axis (docs/formulas.md §7.3).
 #include <algorithm>
+#include <limits>
 
 #include "preflight/planner/mesh.h"
 
@@ -95,31 +96,90 @@ int64_t AxisSize(const Layout& l, Axis a) {
   return 1;
 }
 
-// Locality per NVLink domain of `domain` consecutive ranks (a node on HGX).
-AxisLocality Summarize(Axis a, int64_t size, const std::vector<std::vector<int64_t>>& groups, int64_t domain) {
-  AxisLocality loc;
-  loc.axis = a;
-  loc.size = size;
-  loc.groups = static_cast<int64_t>(groups.size());
-  loc.min_members_per_node = size;
-  for (const auto& g : groups) {
-    // Count members per node; members are in coordinate order, which is
-    // rank order for every axis, so equal nodes are adjacent.
-    std::vector<int64_t> nodes(g.size());
-    for (size_t k = 0; k < g.size(); ++k) nodes[k] = g[k] / domain;
-    std::sort(nodes.begin(), nodes.end());
-    int64_t spanned = 0;
-    for (size_t k = 0; k < nodes.size();) {
-      size_t run = k;
-      while (run < nodes.size() && nodes[run] == nodes[k]) ++run;
-      ++spanned;
-      loc.min_members_per_node = std::min(loc.min_members_per_node, static_cast<int64_t>(run - k));
-      k = run;
+// Locality of one axis per NVLink domain of `domain` consecutive ranks (a
+// node on HGX), gathered rank by rank in ascending order: a group's members
+// then arrive in node order, so the members one node holds form a run that
+// ends when a member on another node arrives.
+class LocalityCounter {
+ public:
+  LocalityCounter(Axis a, int64_t size, int64_t groups) : axis_(a), size_(size), runs_(static_cast<size_t>(groups)) {}
+  void Add(int64_t group, int64_t node) {
+    Run& g = runs_[static_cast<size_t>(group)];
+    if (node == g.node) {
+      ++g.length;
+      return;
     }
-    loc.max_nodes_spanned = std::max(loc.max_nodes_spanned, spanned);
+    if (g.node >= 0) g.fewest = std::min(g.fewest, g.length);
+    g.node = node;
+    g.length = 1;
+    ++g.nodes;
   }
-  loc.intra_node = loc.max_nodes_spanned <= 1;
-  return loc;
+  AxisLocality Finish() const {
+    AxisLocality loc;
+    loc.axis = axis_;
+    loc.size = size_;
+    loc.groups = static_cast<int64_t>(runs_.size());
+    loc.min_members_per_node = size_;
+    for (const Run& g : runs_) {
+      loc.min_members_per_node = std::min({loc.min_members_per_node, g.fewest, g.length});
+      loc.max_nodes_spanned = std::max(loc.max_nodes_spanned, g.nodes);
+    }
+    loc.intra_node = loc.max_nodes_spanned <= 1;
+    return loc;
+  }
+
+ private:
+  struct Run {
+    int64_t node = -1;                                     // of the last member seen
+    int64_t length = 0;                                    // members on it so far
+    int64_t nodes = 0;                                     // nodes the group spans so far
+    int64_t fewest = std::numeric_limits<int64_t>::max();  // shortest finished run
+  };
+  Axis axis_;
+  int64_t size_;
+  std::vector<Run> runs_;
+};
+
+// Every rank's coordinates in rank order (CoordOf's, without node and local
+// GPU, and without the expert view unless `expert`), counted like an odometer
+// instead of divided out of each rank: LocalityOf visits every rank.
+template <class Visit>
+void ForEachCoord(const Layout& l, bool expert, const Visit& visit) {
+  // tp->cp->dp->pp: dp inside pp; tp->cp->pp->dp: pp inside dp (RankOf).
+  const bool pp_inner = l.order == AxisOrder::kTpCpPpDp;
+  const int64_t outer_n = pp_inner ? l.dp : l.pp, inner_n = pp_inner ? l.pp : l.dp;
+  RankCoord c;
+  for (int64_t outer = 0; outer < outer_n; ++outer) {
+    for (int64_t inner = 0; inner < inner_n; ++inner) {
+      c.pp = pp_inner ? inner : outer;
+      c.dp = pp_inner ? outer : inner;
+      for (c.cp = 0; c.cp < l.cp; ++c.cp) {
+        for (c.tp = 0; c.tp < l.tp; ++c.tp) {
+          if (expert) {  // MoE folding over the t*c*d ranks of one stage, as CoordOf
+            const int64_t i = c.tp + l.tp * (c.cp + l.cp * c.dp);
+            c.expert_tp = i % l.expert_tp;
+            c.ep = (i / l.expert_tp) % l.ep;
+            c.expert_dp = i / (l.expert_tp * l.ep);
+          }
+          visit(c);
+          ++c.rank;
+        }
+      }
+    }
+  }
+}
+
+// The groups of axis `a`: world / size, except the tied embedding's, which
+// exist only with pp > 1 (one per position of a stage).
+int64_t GroupCount(const Layout& l, Axis a, bool tied_embedding) {
+  if (a != Axis::kEmbedding) return l.world() / AxisSize(l, a);
+  return tied_embedding && l.pp > 1 ? l.tp * l.cp * l.dp : 0;
+}
+
+// Whether rank `c` is a member of an axis's groups (the embedding's hold the
+// first and last stage only).
+bool InGroups(const Layout& l, const RankCoord& c, Axis a) {
+  return a != Axis::kEmbedding || c.pp == 0 || c.pp == l.pp - 1;
 }
 
 }  // namespace
@@ -128,37 +188,64 @@ int64_t NvlinkDomain(const ClusterConfig& c) {
   return c.spec.nvlink_domain > 0 ? c.spec.nvlink_domain : c.gpus_per_node;
 }
 
-Mesh PlaceRanks(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain) {
+bool DenseAxis(Axis a) {
+  return a != Axis::kEp && a != Axis::kExpertTp && a != Axis::kExpertDp && a != Axis::kExpertDpReplica;
+}
+
+MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain) {
+  return LocalityOf(l, gpus_per_node, tied_embedding, nvlink_domain, [](Axis) { return true; });
+}
+
+MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain,
+                        bool (*axes)(Axis)) {
   const int64_t domain = nvlink_domain > 0 ? nvlink_domain : gpus_per_node;
+  std::vector<LocalityCounter> counters;
+  std::vector<Axis> counted;  // axes with groups of more than one rank
+  MeshLocality out;
+  for (int a = 0; a < kNumAxes; ++a) {
+    const Axis axis = static_cast<Axis>(a);
+    if (!axes(axis)) continue;
+    const int64_t size = AxisSize(l, axis), groups = GroupCount(l, axis, tied_embedding);
+    if (size > 1 && groups > 0) {
+      counters.emplace_back(axis, size, groups);
+      counted.push_back(axis);
+    } else {
+      // A rank alone (or no group at all) spans one node.
+      out[static_cast<size_t>(a)] = LocalityCounter(axis, size, 0).Finish();
+      out[static_cast<size_t>(a)].groups = groups;
+    }
+  }
+  const bool expert = std::any_of(counted.begin(), counted.end(), [](Axis a) { return !DenseAxis(a); });
+  ForEachCoord(l, expert, [&](const RankCoord& c) {
+    const int64_t node = c.rank / domain;
+    for (size_t k = 0; k < counted.size(); ++k) {
+      if (InGroups(l, c, counted[k])) counters[k].Add(SlotOf(l, c, counted[k]).group, node);
+    }
+  });
+  for (size_t k = 0; k < counted.size(); ++k) out[static_cast<size_t>(counted[k])] = counters[k].Finish();
+  return out;
+}
+
+Mesh PlaceRanks(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain) {
   Mesh mesh;
   mesh.world = l.world();
   mesh.gpus_per_node = gpus_per_node;
   mesh.nodes = CeilDiv(mesh.world, gpus_per_node);
   mesh.ranks.reserve(static_cast<size_t>(mesh.world));
   for (int64_t r = 0; r < mesh.world; ++r) mesh.ranks.push_back(CoordOf(l, r, gpus_per_node));
-
   for (int a = 0; a < kNumAxes; ++a) {
     const Axis axis = static_cast<Axis>(a);
     auto& groups = mesh.groups[static_cast<size_t>(a)];
-    const int64_t size = AxisSize(l, axis);
-    if (axis == Axis::kEmbedding) {
-      if (tied_embedding && l.pp > 1) {
-        groups.assign(static_cast<size_t>(l.tp * l.cp * l.dp), std::vector<int64_t>(2));
-        for (const auto& c : mesh.ranks) {
-          if (c.pp != 0 && c.pp != l.pp - 1) continue;
-          const GroupSlot s = SlotOf(l, c, axis);
-          groups[static_cast<size_t>(s.group)][static_cast<size_t>(s.index)] = c.rank;
-        }
-      }
-    } else {
-      groups.assign(static_cast<size_t>(mesh.world / size), std::vector<int64_t>(static_cast<size_t>(size)));
-      for (const auto& c : mesh.ranks) {
-        const GroupSlot s = SlotOf(l, c, axis);
-        groups[static_cast<size_t>(s.group)][static_cast<size_t>(s.index)] = c.rank;
-      }
+    groups.assign(static_cast<size_t>(GroupCount(l, axis, tied_embedding)),
+                  std::vector<int64_t>(static_cast<size_t>(AxisSize(l, axis))));
+    if (groups.empty()) continue;
+    for (const auto& c : mesh.ranks) {
+      if (!InGroups(l, c, axis)) continue;
+      const GroupSlot s = SlotOf(l, c, axis);
+      groups[static_cast<size_t>(s.group)][static_cast<size_t>(s.index)] = c.rank;
     }
-    mesh.locality[static_cast<size_t>(a)] = Summarize(axis, size, groups, domain);
   }
+  mesh.locality = LocalityOf(l, gpus_per_node, tied_embedding, nvlink_domain);
   return mesh;
 }
 

@@ -241,9 +241,17 @@ std::vector<NamedCut> BalancedCuts(const LayerWeights& sublayer_weights, const L
   // max_j cost_j subject to memory_j <= budget"): the time-balanced cut comes
   // first; the parameter-balanced cut (fewer layers beside the embedding and
   // head) and the equal-layer cut are the fallbacks the estimator judges.
+  std::vector<NamedCut> out;
+  out.push_back({"time", ToSublayers(PartitionStages(WeighFrameworkLayers(sublayer_weights, layer_starts), layout),
+                                     layer_starts)});
+  for (NamedCut& c : FallbackCuts(sublayer_weights, layout, layer_starts)) out.push_back(std::move(c));
+  return out;
+}
+
+std::vector<NamedCut> FallbackCuts(const LayerWeights& sublayer_weights, const Layout& layout,
+                                   const std::vector<int64_t>& layer_starts) {
   const LayerWeights w = WeighFrameworkLayers(sublayer_weights, layer_starts);
   std::vector<NamedCut> out;
-  out.push_back({"time", ToSublayers(PartitionStages(w, layout), layer_starts)});
   LayerWeights by_params = w;
   for (size_t l = 0; l < w.layer_s.size(); ++l) by_params.layer_s[l] = static_cast<double>(w.layer_params[l]);
   by_params.embedding_s = static_cast<double>(w.embedding_params);
@@ -254,13 +262,6 @@ std::vector<NamedCut> BalancedCuts(const LayerWeights& sublayer_weights, const L
     out.push_back(
         {"equal_layers", ToSublayers(EqualStagePlan(layers, layout.pp, ChunkCount(layout) / layout.pp), layer_starts)});
   }
-  return out;
-}
-
-std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout,
-                                           const std::vector<int64_t>& layer_starts) {
-  std::vector<StagePlan> out;
-  for (NamedCut& c : BalancedCuts(weights, layout, layer_starts)) out.push_back(std::move(c.stages));
   return out;
 }
 

@@ -37,14 +37,77 @@ bool Better(double t1, int64_t p1, const Best& b) {
   return p1 < b.params;
 }
 
+// The partitioner scans the candidate cuts i of a cell (k, j) in order, each
+// accepted when Better than the cell so far; two exact shortcuts skip the
+// candidates that cannot change the outcome, so a cell costs about log n
+// steps instead of n. kMargin, ten times Better's tolerance, keeps rounding
+// far inside both proofs.
+constexpr double kMargin = 1e-11;
+
+// Stop: a candidate weighs at least its prefix best[k-1][i] and has at least
+// its parameters. Once the lightest valid prefix from i on outweighs the cell
+// by more than the tolerance, or is no lighter than the cell beyond the
+// tolerance while the fewest parameters from i on are no fewer than the
+// cell's, no later candidate is accepted and the cell stays as it is.
+struct Lightest {
+  std::vector<double> time;     // [i]: least time of a valid best[k-1][i'], i' >= i
+  std::vector<int64_t> params;  // [i]: fewest parameters of one
+  bool Stops(size_t i, const Best& cell) const {
+    return time[i] > cell.time * (1.0 + kMargin) ||
+           (time[i] >= cell.time * (1.0 - kMargin / 100.0) && params[i] >= cell.params);
+  }
+};
+
+void SuffixMinimum(const Best* row, int64_t n, Lightest* out) {
+  out->time.resize(static_cast<size_t>(n + 1));
+  out->params.resize(static_cast<size_t>(n + 1));
+  double time = std::numeric_limits<double>::infinity();
+  int64_t params = std::numeric_limits<int64_t>::max();
+  for (int64_t i = n; i >= 0; --i) {
+    if (row[i].cut >= 0) {
+      time = std::min(time, row[i].time);
+      params = std::min(params, row[i].params);
+    }
+    out->time[static_cast<size_t>(i)] = time;
+    out->params[static_cast<size_t>(i)] = params;
+  }
+}
+
+// Start: candidate s, whose own chunk [s, j) outweighs its prefix, weighs
+// chunk_time(s, j); every earlier candidate weighs at least chunk_time(s-1, j)
+// (chunk times fall as the chunk starts later). When that is heavier by more
+// than the tolerance, s is accepted whatever the earlier candidates left in
+// the cell, and the scan may start at s. The latest such s (found by
+// bisection where the chunk stops outweighing the prefix, then checked
+// exactly), or the first candidate.
+template <class ChunkTime>
+int64_t FirstCandidate(const Best* prev_row, int64_t lo, int64_t j, const ChunkTime& chunk_time) {
+  auto outweighs = [&](int64_t i) { return prev_row[i].cut >= 0 && chunk_time(i, j) >= prev_row[i].time; };
+  int64_t a = lo, b = j;  // outweighs(a - 1) holds (or a == lo), outweighs(b) does not (or b == j)
+  while (a < b) {
+    const int64_t mid = a + (b - a) / 2;
+    if (outweighs(mid)) {
+      a = mid + 1;
+    } else {
+      b = mid;
+    }
+  }
+  const int64_t s = a - 1;
+  if (s <= lo || !outweighs(s)) return lo;
+  return chunk_time(s, j) * (1.0 + kMargin) < chunk_time(s - 1, j) ? s : lo;
+}
+
 }  // namespace
 
 LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const Layout& layout,
                          const CostModel& cost) {
+  return WeighLayers(tables, LayerComputeTimes(inv, tables, layout, cost));
+}
+
+LayerWeights WeighLayers(const PlanTables& tables, const ComputeTimes& ct) {
   LayerWeights w;
   // One micro-batch's forward + backward + recompute of each layer on one
   // rank: the step time's own per-layer compute (compute.h).
-  const ComputeTimes ct = LayerComputeTimes(inv, tables, layout, cost);
   w.layer_s.reserve(static_cast<size_t>(tables.layers));
   w.layer_params.reserve(static_cast<size_t>(tables.layers));
   for (int64_t l = 0; l < tables.layers; ++l) {
@@ -93,12 +156,20 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   std::vector<Best> best(static_cast<size_t>(k_chunks + 1) * width);
   auto at = [&](int64_t k, int64_t j) -> Best& { return best[static_cast<size_t>(k) * width + static_cast<size_t>(j)]; };
   at(0, 0) = Best{0.0, 0, 0};
+  // The shortcuts below lean on chunk times falling as a chunk starts later.
+  const bool shortcuts =
+      w.embedding_s >= 0 && std::all_of(w.layer_s.begin(), w.layer_s.end(), [](double x) { return x >= 0; });
+  Lightest lightest;
   for (int64_t k = 1; k <= k_chunks; ++k) {
+    const Best* prev_row = &at(k - 1, 0);
+    SuffixMinimum(prev_row, n, &lightest);
     // Leave at least one layer for each of the remaining chunks.
     for (int64_t j = k; j <= n - (k_chunks - k); ++j) {
       Best& cell = at(k, j);
-      for (int64_t i = k - 1; i < j; ++i) {
-        const Best& prev = at(k - 1, i);
+      const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, chunk_time) : k - 1;
+      for (int64_t i = first; i < j; ++i) {
+        if (shortcuts && lightest.Stops(static_cast<size_t>(i), cell)) break;
+        const Best& prev = prev_row[i];
         if (prev.cut < 0) continue;
         const double t = std::max(prev.time, chunk_time(i, j));
         const int64_t p = std::max(prev.params, chunk_params(i, j));

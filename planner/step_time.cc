@@ -2,7 +2,6 @@
 // communication under the overlap rules of docs/plan.md, and the pipeline
 // bubble of the schedule (docs/formulas.md §4.2, 7.1).
 #include <algorithm>
-#include <tuple>
 
 #include "internal.h"
 
@@ -10,10 +9,11 @@ namespace preflight {
 
 using planner_internal::ChunkCompute;
 using planner_internal::ChunkCounts;
-using planner_internal::ChunksOn;
 using planner_internal::ComputeOf;
+using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
+using planner_internal::RankChunks;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
   const double pp = static_cast<double>(p);
@@ -101,10 +101,10 @@ double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout
 }
 
 RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const Layout& l,
-                          const StagePlan& stages, int64_t r) {
+                          std::span<const RankChunk> chunks) {
   RankCompute out;
   std::array<bool, 5> present{};
-  for (const RankChunk& c : ChunksOn(stages, l, r)) {
+  for (const RankChunk& c : chunks) {
     const ChunkCompute cc = ComputeOf(times, t, c.range);
     const double mb = static_cast<double>(c.microbatches);
     const auto counts = ChunkCounts(t, c.range);
@@ -158,6 +158,11 @@ struct OverlapGroups {
   std::array<std::vector<CommItem*>, 2> tp;        // --tp-comm-overlap's TP collectives [forward, backward]
   std::vector<CommItem*> ep;  // EP all-to-alls under DualPipe or --overlap-moe-expert-parallel-comm
   double ep_s = 0;
+  /// Empties the groups, keeping their storage for the next rank.
+  void Clear() {
+    for (auto* v : {&grads, &gathers, &per_unit[0], &per_unit[1], &tp[0], &tp[1], &ep}) v->clear();
+    grads_bucket = gathers_bucket = ep_s = 0;
+  }
 };
 
 /// ZeRO 2/3 unit by unit, as DeepSpeed (overlap_comm) and FSDP run it: a
@@ -207,12 +212,13 @@ void ExposeDataParallel(OverlapGroups& g, const RankCompute& rc, const Layout& l
   for (const CommItem* i : g.gathers) out.by_axis[static_cast<size_t>(i->axis)] += i->exposed_seconds;
 }
 
-/// Sets every item's exposed_seconds on pipeline rank r and sums them.
+/// Sets every item's exposed_seconds on pipeline rank r and sums them; `g` is
+/// scratch, emptied first.
 RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, const Inventory& inv, const Layout& l,
-                        const CostModel& cost) {
+                        const CostModel& cost, OverlapGroups& g) {
   const Overlap overlap = OverlapOf(inv.recipe, l);
   RankExposure out;
-  OverlapGroups g;
+  g.Clear();
   for (CommItem& i : items) {
     if (i.axis == Axis::kPp) {
       // Steady-state p2p hides under compute; the fill/drain path is
@@ -245,6 +251,10 @@ RankExposure ExposeRank(std::vector<CommItem>& items, const RankCompute& rc, con
     } else if (overlap.tp && i.axis == Axis::kTp && i.pass != Pass::kOptimizer) {
       g.tp[i.pass == Pass::kForward ? 0 : 1].push_back(&i);
       continue;
+    } else {
+      // Nothing hides it. Set, not assumed, so that the items of one layout
+      // can be exposed again under another recompute policy (sweeps).
+      i.exposed_seconds = i.seconds;
     }
     if (i.pass == Pass::kOptimizer) {
       out.optimizer_s += i.exposed_seconds;
@@ -349,33 +359,44 @@ StepBreakdown BreakdownOf(const StepTime& t) {
 
 StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                           std::vector<StageComm>* comm, const CostModel& cost) {
+  return EstimateStepTime(inv, t, l, stages, comm, cost, LayerComputeTimes(inv, t, l, cost));
+}
+
+StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                          std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times) {
   StepTime st;
   const GpuSpec& gpu = inv.recipe.cluster.spec;
   // Newton-Schulz runs as large GEMMs: the device's GEMM rate.
   const double peak = gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
-  const ComputeTimes times = LayerComputeTimes(inv, t, l, cost);
-  std::vector<RankCompute> computes;
-  computes.reserve(static_cast<size_t>(l.pp));
   double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;
-  std::vector<std::array<double, kNumAxes>> by_axis(static_cast<size_t>(l.pp));
-  std::vector<double> busy(static_cast<size_t>(l.pp), 0.0);
-  std::vector<std::pair<double, double>> offload(static_cast<size_t>(l.pp));  // transfer, exposed
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
+  RankChunks by_rank;
+  FillRankChunks(stages, l, &by_rank);
+  st.stages.reserve(static_cast<size_t>(l.pp));
+  OverlapGroups groups;  // one set of buffers for every rank
   for (int64_t r = 0; r < l.pp; ++r) {
-    const RankCompute& rc = computes.emplace_back(ComputeOnRank(inv, t, times, l, stages, r));
-    const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost);
+    const RankCompute rc = ComputeOnRank(inv, t, times, l, by_rank.On(r));
+    const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost, groups);
     max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
     one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
-    by_axis[static_cast<size_t>(r)] = ex.by_axis;
     const double host_link = inv.recipe.cluster.spec.host_link_gbps_per_dir * 1e9;
     // Activation offload runs on its own copy streams beside the compute:
     // only what outlasts the forward (down) or the backward (up) shows.
     const double offload_s = host_link > 0 ? rc.offloaded_bytes / host_link : 0.0;
     const double offload_exposed =
         std::max(0.0, offload_s - rc.forward_s) + std::max(0.0, offload_s - rc.backward_s - rc.recompute_s);
-    busy[static_cast<size_t>(r)] = rc.total_s() + ex.in_pipeline_s + offload_exposed;
-    offload[static_cast<size_t>(r)] = {offload_s, offload_exposed};
+    // Steady state: the busiest rank (the first of equals) sets the pace.
+    const double busy = rc.total_s() + ex.in_pipeline_s + offload_exposed;
+    if (r == 0 || busy > st.steady_s) {
+      st.slowest_stage = r;
+      st.steady_s = busy;
+      st.exposed_by_axis = ex.by_axis;
+      st.compute_by_family_s = rc.by_family_s;
+      st.head_compute_s = rc.head_s;
+      st.activation_offload_s = offload_s;
+      st.activation_offload_exposed_s = offload_exposed;
+    }
     const double host_s =
         host_link > 0 ? static_cast<double>((*comm)[static_cast<size_t>(r)].host_transfer.count()) / host_link : 0.0;
     st.host_offload_s = std::max(st.host_offload_s, host_s);
@@ -388,23 +409,11 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
     st.stages.push_back(
         {r, rc.forward_s / per_mb, rc.backward_s / per_mb, rc.recompute_s / per_mb, ex.in_pipeline_s / per_mb});
   }
-  // Steady state: the busiest rank sets the pace.
-  for (int64_t r = 0; r < l.pp; ++r) {
-    if (busy[static_cast<size_t>(r)] > busy[static_cast<size_t>(st.slowest_stage)]) st.slowest_stage = r;
-  }
-  st.steady_s = busy[static_cast<size_t>(st.slowest_stage)];
   double fill = 0;
   st.bubble_s = PipelineBubble(l, stages, st.steady_s, max_chunk_f, max_chunk_b, one_p2p_s, &fill);
-  if (l.pp > 1) {
-    for (auto& a : by_axis) a[static_cast<size_t>(Axis::kPp)] = fill;
-  }
+  if (l.pp > 1) st.exposed_by_axis[static_cast<size_t>(Axis::kPp)] = fill;
   st.step_s = st.steady_s + st.bubble_s + tail;
   st.bubble_fraction = st.step_s > 0 ? st.bubble_s / st.step_s : 0.0;
-  st.exposed_by_axis = by_axis[static_cast<size_t>(st.slowest_stage)];
-  const RankCompute& slow = computes[static_cast<size_t>(st.slowest_stage)];
-  st.compute_by_family_s = slow.by_family_s;
-  st.head_compute_s = slow.head_s;
-  std::tie(st.activation_offload_s, st.activation_offload_exposed_s) = offload[static_cast<size_t>(st.slowest_stage)];
   SetThroughput(inv, t, l, st);
   return st;
 }

@@ -7,6 +7,7 @@
 #include "preflight/planner/sweep.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -102,37 +103,129 @@ struct ItemSpace {
     const auto n = [this](size_t i) { return static_cast<int64_t>(axes[i]->size()); };
     return ((((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(4) + d[4]) * n(5) + d[5]) * n(6) + d[6];
   }
+  // The dense axes' locality (DenseAxis) leaves out ep and expert_tp too.
+  int64_t DenseSlots() const {
+    return LocalitySlots() / static_cast<int64_t>(space->ep.size() * space->expert_tp.size());
+  }
+  int64_t DenseSlot(const std::array<int64_t, 8>& d) const {
+    const auto n = [this](size_t i) { return static_cast<int64_t>(axes[i]->size()); };
+    return ((d[0] * n(1) + d[1]) * n(2) + d[2]) * n(6) + d[6];
+  }
 };
 
-// PlaceRanks is O(world) with a vector per rank and group; computed once per
-// slot, on first use, by whichever worker gets there first.
+// LocalityOf is O(world); computed once per slot, on first use, by whichever
+// worker gets there first: the dense axes per dense slot, the expert axes per
+// slot (an MoE space varies ep and expert_tp under every dense slot).
 struct LocalityCache {
-  explicit LocalityCache(int64_t slots) : once(static_cast<size_t>(slots)), locality(static_cast<size_t>(slots)) {}
+  LocalityCache(int64_t slots, int64_t dense_slots)
+      : once(static_cast<size_t>(slots)),
+        locality(static_cast<size_t>(slots)),
+        dense_once(static_cast<size_t>(dense_slots)),
+        dense(static_cast<size_t>(dense_slots)) {}
   std::vector<std::once_flag> once;
   std::vector<MeshLocality> locality;
+  std::vector<std::once_flag> dense_once;
+  std::vector<MeshLocality> dense;
+};
+
+const MeshLocality& LocalityFor(const Recipe& r, const Layout& layout, const ItemSpace& items,
+                                const std::array<int64_t, 8>& digits, LocalityCache& cache) {
+  const int64_t gpn = r.cluster.gpus_per_node, domain = NvlinkDomain(r.cluster);
+  const bool tied = r.model.embedding_on_last_stage();
+  const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
+  std::call_once(cache.once[slot], [&] {
+    if (items.DenseSlots() == items.LocalitySlots()) {  // one expert layout: one pass
+      cache.locality[slot] = LocalityOf(layout, gpn, tied, domain);
+      return;
+    }
+    const size_t dense = static_cast<size_t>(items.DenseSlot(digits));
+    std::call_once(cache.dense_once[dense],
+                   [&] { cache.dense[dense] = LocalityOf(layout, gpn, tied, domain, DenseAxis); });
+    MeshLocality out = LocalityOf(layout, gpn, tied, domain, [](Axis a) { return !DenseAxis(a); });
+    for (int a = 0; a < kNumAxes; ++a) {
+      if (DenseAxis(static_cast<Axis>(a))) out[static_cast<size_t>(a)] = cache.dense[dense][static_cast<size_t>(a)];
+    }
+    cache.locality[slot] = out;
+  });
+  return cache.locality[slot];
+}
+
+// What LayerComputeTimes reads of a layout (planner/compute.cc): the
+// degrees that shape the GEMMs and the attention, the micro-batch, sequence
+// parallelism and the recompute policy.
+using ComputeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int>;
+ComputeKey ComputeKeyOf(const Layout& l) {
+  return {l.tp, l.cp, l.ep, l.expert_tp, l.micro_batch, l.sequence_parallel(), static_cast<int>(l.recompute)};
+}
+
+// What the time-balanced partition reads of a layout besides pp, vpp and the
+// schedule (chunk placement): each family's per-layer time and the head's
+// (WeighLayers; parameter counts are the layout's own). Scaling every input
+// of the partitioner's sums and comparisons by a power of two is exact in IEEE
+// arithmetic, so the times are kept divided by the power of two of the
+// largest: layouts whose times differ by that factor share one partition.
+using PartitionKey = std::tuple<int64_t, int64_t, int, std::array<double, 6>>;
+PartitionKey PartitionKeyOf(const Layout& l, const ComputeTimes& ct) {
+  std::array<double, 6> times{};
+  for (size_t f = 0; f < 5; ++f) times[f] = ct.family[f].total();
+  times[5] = ct.head.total();
+  int exponent = 0;
+  std::frexp(*std::max_element(times.begin(), times.end()), &exponent);
+  for (double& t : times) t = std::ldexp(t, -exponent);
+  return {l.pp, l.vpp, static_cast<int>(l.schedule), times};
+}
+
+// One layout's communication and the stage plan it was built for.
+// BuildStageComm reads of the recompute policy only whether MoE layers are
+// rerun, so an item's recompute modes share it (one per ZeRO stage) when
+// they share a partition and that.
+struct CommSlot {
+  const StagePlan* stages = nullptr;
+  bool moe_rerun = false;
+  std::vector<StageComm> comm;
 };
 
 // Per-thread state: a private recipe copy mutated in place (no copy per
-// layout) and the plan buffers reused across items.
+// layout), the plan buffers reused across items and the caches.
 struct Worker {
   Recipe recipe;
-  std::vector<StageComm> comm;
-  /// Stage partitions by PartitionKey (see StagesFor).
-  std::map<std::tuple<int, int64_t, int64_t, int, double>, StagePlan> partitions;
+  std::vector<CommSlot> comm_by_zero;  // the current item's, by index into SweepSpace::zero
+  CommSlot scratch;                    // the fallback cuts'
+
+  /// LayerComputeTimes by ComputeKeyOf: one per layout is enough, and
+  /// layouts differing only in pp, vpp, replicas or ZeRO share it.
+  std::map<ComputeKey, ComputeTimes> compute;
+  /// Time-balanced stage partitions by PartitionKeyOf (see StagesFor).
+  std::map<PartitionKey, StagePlan> partitions;
   /// The framework's (or pinned) partitions by (pp, vpp, schedule).
   std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
+  /// FallbackCuts by (pp, vpp, schedule).
+  std::map<std::tuple<int64_t, int64_t, int>, std::vector<NamedCut>> fallbacks;
 };
 
-// The partition of a layout, cached exactly. WeighLayers depends on the
-// layout only through recompute and tokens = seq * micro_batch / (cp * tp),
-// and every weight is tokens times a layout-free factor (planner/stages.cc:
-// ForwardFlops, RecomputeFlops, head_s). Scaling every input of the
-// partitioner's sums and comparisons by a power of two is exact in IEEE
-// arithmetic, so layouts whose tokens differ by a power of two get the same
-// partition: the key holds the mantissa of tokens, not tokens. PartitionStages
-// reads the layout only for pp, vpp and the schedule (chunk placement).
-const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout, const CostModel& cost,
-                           Worker& w, bool* balanced) {
+const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                                    const CostModel& cost, Worker& w) {
+  const ComputeKey key = ComputeKeyOf(layout);
+  auto it = w.compute.find(key);
+  if (it == w.compute.end()) it = w.compute.emplace(key, LayerComputeTimes(inv, tables, layout, cost)).first;
+  return it->second;
+}
+
+// The cuts MakePlan tries when the time-balanced one does not fit; they read
+// the layers' parameter counts only.
+const std::vector<NamedCut>& FallbackCutsFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                                             const ComputeTimes& times, Worker& w) {
+  const auto key = std::make_tuple(layout.pp, layout.vpp, static_cast<int>(layout.schedule));
+  auto it = w.fallbacks.find(key);
+  if (it == w.fallbacks.end()) {
+    it = w.fallbacks.emplace(key, FallbackCuts(WeighLayers(tables, times), layout, inv.layer_starts)).first;
+  }
+  return it->second;
+}
+
+// The partition of a layout, as MakePlan cuts it, cached exactly.
+const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                           const ComputeTimes& times, Worker& w, bool* balanced) {
   // As MakePlan: the framework's split (or the pinned one) unless the recipe
   // asks for the balanced cut. Validation refused the layouts it cannot split.
   *balanced = inv.recipe.parallel.partition == Partition::kBalanced && inv.recipe.parallel.stage_boundaries.empty();
@@ -142,18 +235,12 @@ const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const
     if (it == w.fixed.end()) it = w.fixed.emplace(key, RecipeStagePlan(inv, layout).value_or(StagePlan{})).first;
     return it->second;
   }
-  const double tokens = static_cast<double>(inv.recipe.training.seq_len) * static_cast<double>(layout.micro_batch) /
-                        static_cast<double>(layout.cp * layout.tp);
-  int exponent = 0;
-  const double mantissa = std::frexp(tokens, &exponent);
-  const auto key = std::make_tuple(static_cast<int>(layout.recompute), layout.pp, layout.vpp,
-                                   static_cast<int>(layout.schedule), mantissa);
+  const PartitionKey key = PartitionKeyOf(layout, times);
   auto it = w.partitions.find(key);
   if (it == w.partitions.end()) {
     it = w.partitions
-             .emplace(key, ToSublayers(PartitionStages(WeighFrameworkLayers(WeighLayers(inv, tables, layout, cost),
-                                                                            inv.layer_starts),
-                                                       layout),
+             .emplace(key, ToSublayers(PartitionStages(
+                                           WeighFrameworkLayers(WeighLayers(tables, times), inv.layer_starts), layout),
                                        inv.layer_starts))
              .first;
   }
@@ -182,7 +269,7 @@ struct Priced {
 // Memory of the worst pipeline rank (as EstimateMemory picks it, without its
 // per-call vectors and verdict text) and the step time of one stage plan.
 Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
-             const MeshLocality& locality, const CostModel& cost, Worker& w) {
+             const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot) {
   Priced p;
   for (int64_t rank = 0; rank < layout.pp; ++rank) {
     const RankMemory m = EstimateRank(inv, layout, stages, rank);
@@ -193,8 +280,15 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
       p.worst = rank;
     }
   }
-  w.comm = BuildStageComm(inv, tables, layout, stages, locality, cost);
-  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &w.comm, cost);
+  // The one policy input of the communication: whether backward reruns
+  // the MoE layers' token dispatch (full recompute, or the "moe" module).
+  const bool moe_rerun = Reruns(inv.recipe.training, layout.recompute, RecomputeModule::kMoe);
+  if (slot.stages != &stages || slot.moe_rerun != moe_rerun) {
+    BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+    slot.stages = &stages;
+    slot.moe_rerun = moe_rerun;
+  }
+  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times);
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
   p.mfu = time.mfu;
@@ -272,19 +366,17 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     mark_rows(SweepStatus::kInvalid);
     return;
   }
-  const size_t slot = static_cast<size_t>(items.LocalitySlot(digits));
-  std::call_once(cache.once[slot], [&] {
-    cache.locality[slot] =
-        PlaceRanks(layout, r.cluster.gpus_per_node, r.model.embedding_on_last_stage(), NvlinkDomain(r.cluster))
-            .locality;
-  });
-  const MeshLocality& locality = cache.locality[slot];
+  const MeshLocality& locality = LocalityFor(r, layout, items, digits, cache);
+  w.comm_by_zero.resize(space.zero.size());
+  for (CommSlot& c : w.comm_by_zero) c.stages = nullptr;  // built for another item
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;
+    const ComputeTimes& times = ComputeTimesFor(inv, tables, layout, options.cost, w);
     bool balanced = false;
-    const StagePlan& stages = StagesFor(inv, tables, layout, options.cost, w, &balanced);
-    for (int64_t z : space.zero) {
+    const StagePlan& stages = StagesFor(inv, tables, layout, times, w, &balanced);
+    for (size_t zi = 0; zi < space.zero.size(); ++zi) {
+      const int64_t z = space.zero[zi];
       layout.zero = z;
       SweepRow& row = out.rows[k++];
       row = SweepRow{};
@@ -295,15 +387,14 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         row.status = SweepStatus::kInvalid;
         continue;
       }
-      Priced best = Price(inv, tables, layout, stages, locality, options.cost, w);
+      Priced best = Price(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi]);
       if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
-        // fastest of the other cuts that fits (PartitionCandidates).
-        const std::vector<StagePlan> cuts =
-            PartitionCandidates(WeighLayers(inv, tables, layout, options.cost), layout, inv.layer_starts);
+        // fastest of the other cuts that fits (FallbackCuts).
         bool found = false;
-        for (size_t c = 1; c < cuts.size(); ++c) {
-          const Priced priced = Price(inv, tables, layout, cuts[c], locality, options.cost, w);
+        for (const NamedCut& cut : FallbackCutsFor(inv, tables, layout, times, w)) {
+          w.scratch.stages = nullptr;  // another ZeRO stage may have used it
+          const Priced priced = Price(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch);
           if (priced.Fits(inv.recipe) && (!found || priced.step_s < best.step_s)) {
             best = priced;
             found = true;
@@ -619,13 +710,13 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.item_errors.resize(static_cast<size_t>(items.count));
   out.rows.resize(static_cast<size_t>(SweepSize(space)));
   const PlanTables tables = BuildPlanTables(inventory);
-  LocalityCache cache(items.LocalitySlots());
+  LocalityCache cache(items.LocalitySlots(), items.DenseSlots());
 
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

@@ -229,6 +229,7 @@ PlanTables BuildPlanTables(const Inventory& inv) {
     t.kinds.push_back(layer.kind);
     if (!seen[static_cast<size_t>(f)]) {
       t.family[static_cast<size_t>(f)] = CostOfFamily(m, layer.kind, layer);
+      t.first_of_family[static_cast<size_t>(f)] = static_cast<int64_t>(t.kinds.size()) - 1;
       seen[static_cast<size_t>(f)] = true;
     }
     auto counts = t.family_count_prefix.back();

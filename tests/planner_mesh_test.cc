@@ -1,5 +1,10 @@
 // Mesh placement against hand-written rank tables (docs/formulas.md §7.3 formulas,
 // worked out by hand in the comments).
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "preflight/planner/plan.h"
@@ -142,6 +147,66 @@ TEST(PlannerMesh, TiedEmbeddingGroups) {
   EXPECT_EQ(GroupsOf(tied, Axis::kEmbedding)[5], (std::vector<int64_t>{5, 13}));
   const Mesh untied = PlaceRanks(Degrees(4, 1, 2, 2), 8, false);
   EXPECT_TRUE(GroupsOf(untied, Axis::kEmbedding).empty());
+}
+
+// Counted by hand from PlaceRanks's groups: the most nodes a group's members
+// sit on, and the fewest members a group has on one of its nodes.
+struct NodeCounts {
+  int64_t most_nodes = 1;
+  int64_t fewest_members = std::numeric_limits<int64_t>::max();
+};
+NodeCounts CountNodes(const Groups& groups, int64_t domain) {
+  NodeCounts out;
+  for (const auto& g : groups) {
+    std::map<int64_t, int64_t> per_node;
+    for (int64_t rank : g) ++per_node[rank / domain];
+    out.most_nodes = std::max(out.most_nodes, static_cast<int64_t>(per_node.size()));
+    for (const auto& [node, members] : per_node) out.fewest_members = std::min(out.fewest_members, members);
+  }
+  return out;
+}
+
+// LocalityOf (what sweeps use, without the groups) equals the summary of the
+// groups PlaceRanks lists, on layouts whose groups straddle nodes unevenly:
+// tp 3 and 6 against 8-GPU nodes, an NVLink domain of 4 and 12, both rank
+// orders, MoE folding, HSDP replicas, the tied embedding.
+TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
+  int checked = 0;
+  for (int64_t tp : {1, 2, 3, 6}) {
+    for (int64_t cp : {1, 2}) {
+      for (int64_t pp : {1, 2, 3}) {
+        for (AxisOrder order : {AxisOrder::kTpCpDpPp, AxisOrder::kTpCpPpDp}) {
+          for (int64_t domain : {0, 4, 12}) {
+            Layout l = Degrees(tp, cp, 4, pp, order);
+            l.ep = 2;
+            l.expert_tp = tp % 2 == 0 ? 2 : 1;
+            l.zero = 1;
+            l.dp_replicate = cp == 2 ? 2 : 1;
+            const Mesh m = PlaceRanks(l, 8, true, domain);
+            const MeshLocality fast = LocalityOf(l, 8, true, domain);
+            for (int a = 0; a < kNumAxes; ++a) {
+              const Axis axis = static_cast<Axis>(a);
+              const Groups& groups = GroupsOf(m, axis);
+              const NodeCounts want = CountNodes(groups, domain > 0 ? domain : 8);
+              const AxisLocality& got = fast[static_cast<size_t>(a)];
+              const std::string where = std::string(Key(axis)) + " tp " + std::to_string(tp) + " cp " +
+                                        std::to_string(cp) + " pp " + std::to_string(pp) + " domain " +
+                                        std::to_string(domain);
+              EXPECT_EQ(got.axis, axis) << where;
+              EXPECT_EQ(got.size, Loc(m, axis).size) << where;
+              EXPECT_EQ(got.groups, static_cast<int64_t>(groups.size())) << where;
+              EXPECT_EQ(got.intra_node, want.most_nodes == 1) << where;
+              EXPECT_EQ(got.max_nodes_spanned, want.most_nodes) << where;
+              // No groups (the untied embedding): the whole group size.
+              EXPECT_EQ(got.min_members_per_node, groups.empty() ? got.size : want.fewest_members) << where;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 2 * 3 * 2 * 3 * kNumAxes);
 }
 
 }  // namespace

@@ -1,4 +1,10 @@
 // Stage partition and step time against hand-worked figures.
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <tuple>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "planner_tiny_model.h"
@@ -48,6 +54,104 @@ TEST(PlannerStages, PartitionBeatsEqualSplitWithHeavyHead) {
   const auto priced_best = Price(inv, layout, &best);
   const auto priced_equal = Price(inv, layout, &equal);
   EXPECT_LT(priced_best.time.step_s, priced_equal.time.step_s);
+}
+
+// The partitioner's search as first written: every cut i of every cell
+// (k, j) in order, kept when lexicographically better on (time, params) with
+// a 1e-12 relative tolerance on time. PartitionStages skips the cuts that
+// cannot change the outcome; its cuts must be these, tie for tie.
+std::vector<int64_t> PlainSearchStarts(const LayerWeights& w, int64_t chunks) {
+  const int64_t n = static_cast<int64_t>(w.layer_s.size());
+  auto time = [&](int64_t a, int64_t b) {
+    double prefix_b = 0, prefix_a = 0;  // summed left to right, as the prefix sums are
+    for (int64_t l = 0; l < b; ++l) {
+      prefix_b += w.layer_s[static_cast<size_t>(l)];
+      if (l + 1 == a) prefix_a = prefix_b;
+    }
+    return prefix_b - prefix_a + (a == 0 ? w.embedding_s : 0.0) + (b == n ? w.head_s : 0.0);
+  };
+  auto params = [&](int64_t a, int64_t b) {
+    int64_t sum = (a == 0 ? w.embedding_params : 0) + (b == n ? w.head_params : 0);
+    for (int64_t l = a; l < b; ++l) sum += w.layer_params[static_cast<size_t>(l)];
+    return sum;
+  };
+  struct Cell {
+    double t = std::numeric_limits<double>::infinity();
+    int64_t p = std::numeric_limits<int64_t>::max();
+    int64_t cut = -1;
+  };
+  std::vector<std::vector<Cell>> cell(static_cast<size_t>(chunks + 1), std::vector<Cell>(static_cast<size_t>(n + 1)));
+  cell[0][0] = Cell{0.0, 0, 0};
+  for (int64_t k = 1; k <= chunks; ++k) {
+    for (int64_t j = k; j <= n - (chunks - k); ++j) {
+      Cell& c = cell[static_cast<size_t>(k)][static_cast<size_t>(j)];
+      for (int64_t i = k - 1; i < j; ++i) {
+        const Cell& prev = cell[static_cast<size_t>(k - 1)][static_cast<size_t>(i)];
+        if (prev.cut < 0) continue;
+        const double t = std::max(prev.t, time(i, j));
+        const int64_t p = std::max(prev.p, params(i, j));
+        const double tol = 1e-12 * std::max(t, c.t == std::numeric_limits<double>::infinity() ? t : c.t);
+        if (t < c.t - tol || (t <= c.t + tol && p < c.p)) c = Cell{t, p, i};
+      }
+    }
+  }
+  std::vector<int64_t> starts(static_cast<size_t>(chunks));
+  for (int64_t k = chunks, j = n; k >= 1; --k) {
+    j = cell[static_cast<size_t>(k)][static_cast<size_t>(j)].cut;
+    starts[static_cast<size_t>(k - 1)] = j;
+  }
+  return starts;
+}
+
+// Random weights shaped like real models (a repeating pattern of two to four
+// layer kinds, a few odd layers, a heavy or light head, equal parameter
+// counts that only the tiebreak separates, zero-weight layers) on 1F1B,
+// interleaved and DualPipe chunkings: the same cuts as the plain search.
+TEST(PlannerStages, PartitionMatchesThePlainSearch) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t n = 2 + static_cast<int64_t>(rng() % 70);
+    const int64_t kinds = 2 + static_cast<int64_t>(rng() % 3);
+    std::vector<double> kind_s(static_cast<size_t>(kinds));
+    std::vector<int64_t> kind_params(static_cast<size_t>(kinds));
+    for (size_t k = 0; k < kind_s.size(); ++k) {
+      kind_s[k] = trial % 7 == 0 && k == 0 ? 0.0 : 0.5 + unit(rng);
+      kind_params[k] = 1000 + static_cast<int64_t>(rng() % 3) * 10;
+    }
+    LayerWeights w;
+    for (int64_t l = 0; l < n; ++l) {
+      const size_t k = static_cast<size_t>(l % kinds);
+      const bool odd = rng() % 10 == 0;
+      w.layer_s.push_back(odd ? 3.0 * unit(rng) : kind_s[k]);
+      w.layer_params.push_back(kind_params[k]);
+    }
+    w.embedding_s = trial % 3 == 0 ? 0.0 : unit(rng);
+    w.head_s = 4.0 * unit(rng);
+    w.embedding_params = static_cast<int64_t>(rng() % 3000);
+    w.head_params = static_cast<int64_t>(rng() % 3000);
+    for (const auto& [pp, vpp, schedule] :
+         std::vector<std::tuple<int64_t, int64_t, Schedule>>{{2, 1, Schedule::k1F1B},
+                                                             {4, 1, Schedule::k1F1B},
+                                                             {4, 2, Schedule::kInterleaved},
+                                                             {8, 1, Schedule::kDualPipe},
+                                                             {4, 1, Schedule::kDualPipeV},
+                                                             {16, 1, Schedule::k1F1B}}) {
+      Layout layout;
+      layout.pp = pp;
+      layout.vpp = vpp;
+      layout.schedule = schedule;
+      const int64_t chunks = ChunkCount(layout);
+      if (chunks > n) continue;
+      const StagePlan plan = PartitionStages(w, layout);
+      std::vector<int64_t> starts;
+      for (const StageChunk& c : plan.chunks) starts.push_back(c.first_layer);
+      EXPECT_EQ(starts, PlainSearchStarts(w, chunks)) << "trial " << trial << " n " << n << " chunks " << chunks;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1500);
 }
 
 // Attention costs grow with s, Mamba's do not (docs/formulas.md §4.3): at s = 1024 an

@@ -1,9 +1,12 @@
 // The sweep library: axis parsing, hand-counted valid layouts, the Pareto
 // front and ranking of hand-made rows, determinism across thread counts.
+#include <algorithm>
+#include <cctype>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "preflight/estimator/estimate.h"
@@ -23,6 +26,38 @@ Recipe Load(const std::string& relative) {
   LoadResult r = LoadRecipeFile(SourcePath(relative));
   EXPECT_TRUE(r.ok());
   return *r.recipe;
+}
+
+// The status MakePlan's verdict gives a layout (SweepStatus's definition).
+SweepStatus StatusOf(const Verdict& v) {
+  if (!v.fits) return SweepStatus::kOverCapacity;
+  return v.headroom_ok ? SweepStatus::kFits : SweepStatus::kTight;
+}
+
+// A valid sweep row against the ordinary single-layout path (MakePlan, its
+// own uncached partition and locality): every number and the verdict equal,
+// bit for bit. Returns MakePlan's partition name.
+std::string ExpectRowMatchesPlan(const Inventory& inv, const SweepResult& result, const SweepRow& row) {
+  const Layout l = result.LayoutOf(row);
+  const PlanResult plan = MakePlan(inv, l);
+  EXPECT_TRUE(plan.plan);
+  if (!plan.plan) return "";
+  const Plan& p = *plan.plan;
+  const MemoryEstimate& m = *p.memory;
+  const std::string where = fmt::format("tp {} cp {} pp {} vpp {} ep {} etp {} mb {} recompute {} zero {}", l.tp, l.cp,
+                                        l.pp, l.vpp, l.ep, l.expert_tp, l.micro_batch, Name(l.recompute), l.zero);
+  EXPECT_EQ(row.status, StatusOf(m.verdict)) << where;
+  EXPECT_EQ(row.worst_stage, m.worst_stage) << where;
+  EXPECT_EQ(row.peak.count(), m.stages[static_cast<size_t>(m.worst_stage)].total().count()) << where;
+  EXPECT_EQ(row.step_s, p.time.step_s) << where;
+  EXPECT_EQ(row.tokens_per_s, p.time.tokens_per_s) << where;
+  EXPECT_EQ(row.mfu, p.time.mfu) << where;
+  const StepBreakdown parts = BreakdownOf(p.time);
+  EXPECT_EQ(row.compute_s, static_cast<float>(parts.compute_s)) << where;
+  EXPECT_EQ(row.exposed_comm_s, static_cast<float>(parts.exposed_comm_s)) << where;
+  EXPECT_EQ(row.bubble_s, static_cast<float>(parts.bubble_s)) << where;
+  EXPECT_EQ(row.optimizer_s, static_cast<float>(parts.optimizer_s)) << where;
+  return p.partition;
 }
 
 TEST(SweepAxis, ListsAndRanges) {
@@ -162,13 +197,7 @@ TEST(SweepRun, ValidRowsMatchTheEstimatorAndPlanner) {
   const Inventory inv = BuildInventory(r);
   const SweepResult result = RunSweep(inv, DefaultSweepSpace(r, SmallSpace()), SweepOptions{});
   for (const SweepRow& row : result.rows) {
-    if (row.status == SweepStatus::kInvalid) continue;
-    const Layout l = result.LayoutOf(row);
-    const PlanResult plan = MakePlan(inv, l);
-    ASSERT_TRUE(plan.plan);
-    EXPECT_EQ(row.peak.count(), plan.plan->memory->stages[static_cast<size_t>(plan.plan->memory->worst_stage)].total().count());
-    EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
-    EXPECT_EQ(row.status == SweepStatus::kOverCapacity, !plan.plan->memory->verdict.fits);
+    if (row.status != SweepStatus::kInvalid) ExpectRowMatchesPlan(inv, result, row);
   }
 }
 
@@ -244,11 +273,7 @@ TEST(SweepRun, OutputIsIdenticalForOneAndFourThreads) {
   for (size_t i = 0; i < a.rows.size(); i += 37) {
     const SweepRow& row = a.rows[i];
     if (row.status == SweepStatus::kInvalid) continue;
-    const PlanResult plan = MakePlan(inv, a.LayoutOf(row));
-    ASSERT_TRUE(plan.plan);
-    EXPECT_EQ(row.peak.count(),
-              plan.plan->memory->stages[static_cast<size_t>(plan.plan->memory->worst_stage)].total().count());
-    EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
+    ExpectRowMatchesPlan(inv, a, row);
     ++checked;
   }
   EXPECT_GT(checked, 10);
@@ -259,19 +284,90 @@ TEST(SweepRun, OutputIsIdenticalForOneAndFourThreads) {
     if (row.status == SweepStatus::kInvalid) continue;
     const Layout l = a.LayoutOf(row);
     if (EstimateMemory(inv, l, PartitionStages(inv, l)).verdict.fits) continue;
-    const PlanResult plan = MakePlan(inv, l);
-    ASSERT_TRUE(plan.plan);
-    EXPECT_EQ(row.peak.count(),
-              plan.plan->memory->stages[static_cast<size_t>(plan.plan->memory->worst_stage)].total().count())
-        << plan.plan->partition;
-    EXPECT_DOUBLE_EQ(row.step_s, plan.plan->time.step_s);
-    fallbacks += plan.plan->partition != "time" ? 1 : 0;
+    fallbacks += ExpectRowMatchesPlan(inv, a, row) != "time" ? 1 : 0;
   }
   // This space has one such row (found by running it); keep the path exercised.
   EXPECT_GE(fallbacks, 1);
   EXPECT_EQ(SweepJson(a, "x.yaml"), SweepJson(b, "x.yaml"));
   EXPECT_EQ(RenderSweepTable(a, "x.yaml"), RenderSweepTable(b, "x.yaml"));
 }
+
+// The sweep prices an item's recompute policies on one set of communication
+// items (it does not depend on the policy) and exposes them again under each:
+// with Megatron's EP overlap (off under full recompute), TP overlap and the
+// DP overlaps on, an item's EP all-to-alls are hidden under `none` and
+// exposed whole under `full`. Every row equals MakePlan's, which builds its
+// items afresh.
+TEST(SweepRun, RecomputePoliciesShareCommunicationExactly) {
+  std::string error;
+  Recipe base = Load("recipes/nam56r-h200.yaml");
+  base.parallel.ep_comm_overlap = true;
+  base.parallel.tp_comm_overlap = true;
+  base.parallel.overlap_grad_reduce = true;
+  base.parallel.overlap_param_gather = true;
+  const Recipe r = *SweepRecipe(base, 64, &error);
+  const Inventory inv = BuildInventory(r);
+  SweepSpace s;
+  s.gpus = 64;
+  s.tp = {2, 4};
+  s.cp = {1};
+  s.pp = {1, 2};
+  s.vpp = {1, 2};
+  s.ep = {8};
+  s.expert_tp = {1};
+  s.micro_batch = {1};
+  s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  s.zero = {1, 2, 3};
+  s = DefaultSweepSpace(r, s);
+  const SweepResult result = RunSweep(inv, s, SweepOptions{});
+  int checked = 0;
+  for (const SweepRow& row : result.rows) {
+    if (row.status == SweepStatus::kInvalid) continue;
+    ExpectRowMatchesPlan(inv, result, row);
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+}
+
+// Every shipped recipe on its own cluster over its default space (micro-batch
+// 1 and 2 to keep the test short): every valid row, or an evenly spread
+// sample of about 400 of them, equals MakePlan's pricing exactly. Covers the
+// sweep's caches (compute times, partitions, localities) on every block
+// family, schedule and partition rule the recipes use.
+class SweepAgreesWithPlan : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SweepAgreesWithPlan, EveryCheckedRowExactly) {
+  const Recipe base = Load(fmt::format("recipes/{}.yaml", GetParam()));
+  std::string error;
+  const Recipe r = *SweepRecipe(base, base.world(), &error);
+  const Inventory inv = BuildInventory(r);
+  SweepSpace s;
+  s.gpus = r.world();
+  s.micro_batch = {1, 2};
+  s = DefaultSweepSpace(r, s);
+  SweepOptions options;
+  options.threads = 2;
+  const SweepResult result = RunSweep(inv, s, options);
+  std::vector<const SweepRow*> valid;
+  for (const SweepRow& row : result.rows) {
+    if (row.status != SweepStatus::kInvalid) valid.push_back(&row);
+  }
+  ASSERT_FALSE(valid.empty());
+  const size_t stride = std::max<size_t>(1, valid.size() / 400);
+  // An odd offset so the sample does not always land on zero 0.
+  for (size_t i = stride / 2; i < valid.size(); i += stride) ExpectRowMatchesPlan(inv, result, *valid[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(ShippedRecipes, SweepAgreesWithPlan,
+                         ::testing::Values("deepseek-v3-h200", "gpt-oss-120b-h200", "jamba-v0.1-h200",
+                                           "llama3-405b-h200", "llama3-8b-h200", "mamba2-2.7b-h200",
+                                           "mixtral-8x7b-h200", "nam56r-h200", "nemotron-h-8b-h200",
+                                           "qwen3-30b-a3b-h200"),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                           std::string name = param.param;
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace preflight

@@ -4,13 +4,24 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 namespace preflight::recipe_internal {
 
 IntRange IntRangeOf(std::string_view path) {
-  const RecipeField* f = FindRecipeField(path);
-  return f != nullptr && f->kind == FieldKind::kInt ? IntRange{f->min, f->max} : IntRange{0, -1};
+  // Indexed once: ValidateRecipe looks up every integer key, and a sweep
+  // validates every layout it enumerates.
+  static const std::unordered_map<std::string_view, IntRange> kRanges = [] {
+    std::unordered_map<std::string_view, IntRange> out;  // paths live as long as RecipeFields()
+    for (const RecipeField& f : RecipeFields()) {        // the first field of a path, as FindRecipeField
+      out.try_emplace(f.path, f.kind == FieldKind::kInt ? IntRange{f.min, f.max} : IntRange{0, -1});
+    }
+    return out;
+  }();
+  const auto it = kRanges.find(path);
+  return it != kRanges.end() ? it->second : IntRange{0, -1};
 }
 
 const std::vector<std::string>& KeysOf(const std::string& path) {

@@ -76,7 +76,14 @@ struct StageComm {
 };
 
 /// Pricing for a given stage plan. `locality` from PlaceRanks (cached by sweeps).
+/// Reads of layout.recompute only whether MoE layers are rerun (their
+/// dispatch runs again in backward): a sweep shares one layout's items among
+/// the recompute policies that agree on it (planner/sweep.cc CommSlot).
 std::vector<StageComm> BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                                       const StagePlan& stages, const MeshLocality& locality, const CostModel& cost);
+/// The same into `out`, reusing its vectors' storage (a sweep prices
+/// millions of layouts with one).
+void BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out);
 
 }  // namespace preflight

@@ -61,6 +61,16 @@ RankCoord CoordOf(const Layout& layout, int64_t rank, int64_t gpus_per_node);
 /// domain joins: a group inside one domain is `intra_node` (NVLink), else it
 /// crosses the network (GB200 NVL72: 72 GPUs over 18 nodes of 4).
 Mesh PlaceRanks(const Layout& layout, int64_t gpus_per_node, bool tied_embedding = false, int64_t nvlink_domain = 0);
+/// PlaceRanks's locality alone, without listing ranks and groups: what a
+/// sweep needs of a layout's placement (one pass over the ranks).
+MeshLocality LocalityOf(const Layout& layout, int64_t gpus_per_node, bool tied_embedding = false,
+                        int64_t nvlink_domain = 0);
+/// The axes whose groups do not depend on the expert degrees (ep, expert_tp):
+/// TP, CP, DP, PP, DP x CP, the replicas and the tied embedding.
+bool DenseAxis(Axis axis);
+/// LocalityOf for the axes `axes` selects only (the others left default).
+MeshLocality LocalityOf(const Layout& layout, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain,
+                        bool (*axes)(Axis));
 /// The recipe's NVLink domain in ranks: the device's, or a node.
 int64_t NvlinkDomain(const ClusterConfig& cluster);
 

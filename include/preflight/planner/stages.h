@@ -9,6 +9,7 @@
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/planner/collectives.h"
+#include "preflight/planner/compute.h"
 #include "preflight/planner/tables.h"
 
 namespace preflight {
@@ -29,6 +30,9 @@ struct LayerWeights {
 };
 LayerWeights WeighLayers(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                          const CostModel& cost = {});
+/// The same from the layout's compute times (LayerComputeTimes): the weights
+/// depend on the layout only through them.
+LayerWeights WeighLayers(const PlanTables& tables, const ComputeTimes& times);
 
 /// Cuts the weighted list into ChunkCount(layout) contiguous chunks
 /// minimising the slowest chunk (DP over prefix sums, O(L^2 * chunks)); ties
@@ -69,8 +73,9 @@ struct NamedCut {
 };
 std::vector<NamedCut> BalancedCuts(const LayerWeights& weights, const Layout& layout,
                                    const std::vector<int64_t>& layer_starts);
-/// The stage plans of BalancedCuts (sweeps price the same choice cheaply).
-std::vector<StagePlan> PartitionCandidates(const LayerWeights& weights, const Layout& layout,
-                                           const std::vector<int64_t>& layer_starts);
+/// BalancedCuts after the time-balanced one: they read only the layers'
+/// parameter counts, so a sweep keeps them per (pp, vpp, schedule).
+std::vector<NamedCut> FallbackCuts(const LayerWeights& weights, const Layout& layout,
+                                   const std::vector<int64_t>& layer_starts);
 
 }  // namespace preflight

@@ -95,8 +95,15 @@ struct StepBreakdown {
 StepBreakdown BreakdownOf(const StepTime& time);
 
 /// Fills each item's exposed_seconds (the overlap rules of docs/plan.md) and
-/// returns the step time.
+/// returns the step time. Every item's exposed_seconds is set, so `comm` may
+/// be reused for a layout that differs only in the recompute policy (the
+/// communication does not depend on it).
 StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                           const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost);
+/// The same with the layout's LayerComputeTimes already worked out (a sweep
+/// computes them once and shares them with the partitioner).
+StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
+                          const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
+                          const ComputeTimes& times);
 
 }  // namespace preflight

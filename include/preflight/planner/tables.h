@@ -85,6 +85,9 @@ struct PlanTables {
   std::array<FamilyCost, 5> family{};  // indexed by FamilyIndex
   /// Prefix sums over layers (size layers + 1): entry i covers layers [0, i).
   std::vector<std::array<int64_t, 5>> family_count_prefix;
+  /// The first layer of each family (-1: none), the one a uniform family's
+  /// per-layer figures are worked out from (Inventory::family_uniform).
+  std::array<int64_t, 5> first_of_family{-1, -1, -1, -1, -1};
   std::vector<ParamTotals> params_prefix;
   /// Elements of Muon-managed TP-sharded matrices (global) and of every Muon
   /// matrix, for the Muon gathers; Newton-Schulz FLOPs of the dense Muon
