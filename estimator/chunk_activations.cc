@@ -17,6 +17,19 @@ Bytes ActivationRates::Layer(int f) {
   return Bytes(layer_[i]);
 }
 
+Bytes ActivationRates::Stored(int f) {
+  const size_t i = static_cast<size_t>(f);
+  if (!stored_known_[i]) {
+    Layout none = l_;
+    none.recompute = Recompute::kNone;
+    stored_[i] =
+        (LayerActivations(inv_.recipe, none, kAllBlockKinds[i]) - LayerOffloaded(inv_.recipe, none, kAllBlockKinds[i]))
+            .count();
+    stored_known_[i] = true;
+  }
+  return Bytes(stored_[i]);
+}
+
 Bytes ActivationRates::Embedding() {
   if (embedding_ < 0) embedding_ = FirstStageActivations(inv_.recipe, l_).count();
   return Bytes(embedding_);
@@ -39,9 +52,15 @@ Bytes ActivationRates::HeadSaved() {
 
 ChunkActivation ActivationRates::Chunk(const StageChunk& c) {
   ChunkActivation a;
+  const bool full = l_.recompute == Recompute::kFull;
   for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
     const preflight::Layer& layer = inv_.layers.at(static_cast<size_t>(i));
-    if (KeepsActivations(layer, l_.recompute)) a.saved = Add(a.saved, Layer(FamilyIndex(layer.kind)).count());
+    const int f = FamilyIndex(layer.kind);
+    switch (KeptBy(layer, full ? LayerInChunk(inv_, c.first_layer, i) : 0, l_.recompute, inv_.recipe.training)) {
+      case Kept::kPolicy: a.saved = Add(a.saved, Layer(f).count()); break;
+      case Kept::kAll: a.saved = Add(a.saved, Stored(f).count()); break;
+      case Kept::kNothing: break;
+    }
   }
   if (c.owns_embedding) a.saved = Add(a.saved, Embedding().count());
   if (c.owns_head) {

@@ -130,6 +130,8 @@ struct Walk {
   LocalParams layers;                    // every layer whose params live here
   std::array<int64_t, 5> layer_count{};  // per family, mirrored DualPipe stages included
   std::array<int64_t, 5> units{};        // per family: layers x micro-batches in flight at the activation peak
+  std::array<int64_t, 5> stored_units{};  // of them, those keeping every activation (Kept::kAll)
+  int64_t chunk_layers = 0;               // the most framework layers of one chunk on this rank
   std::array<int64_t, 5> own_layers{};   // per family, own stages only (serving state)
   bool embedding = false;
   bool head = false;
@@ -145,12 +147,31 @@ struct Walk {
 
 /// Activation bytes one micro-batch keeps per piece of a chunk, fixed for one
 /// EstimateRank call; each figure is computed on first use.
-/// Whether a sublayer keeps saved activations: under full recompute only the
-/// first sublayer of a framework layer keeps one, the layer's input (Megatron
-/// checkpoints whole transformer layers, transformer_block.py
-/// _checkpointed_forward; Korthikanti et al.: 2sbh a layer).
-inline bool KeepsActivations(const Layer& layer, Recompute recompute) {
-  return recompute != Recompute::kFull || layer.starts_layer;
+/// Which of ActivationRates' rates a sublayer keeps for backward: nothing,
+/// the layout's policy (ActivationRates::Layer) or every activation
+/// (ActivationRates::Stored).
+enum class Kept { kNothing, kPolicy, kAll };
+
+/// Full recompute checkpoints framework layers, the input of a transformer
+/// layer (Megatron checkpoints whole layers, recompute.py; Korthikanti et
+/// al.: 2sbh a layer): uniform keeps the input of the first of every
+/// recompute_layers layers of a chunk, block the inputs of the chunk's first
+/// recompute_layers layers and every activation of the rest. `j` is the
+/// sublayer's framework layer within its chunk (LayerInChunk).
+inline Kept KeptBy(const Layer& layer, int64_t j, Recompute recompute, const TrainingConfig& t) {
+  if (recompute != Recompute::kFull) return Kept::kPolicy;
+  const int64_t n = t.recompute_layers;
+  const bool block = t.recompute_method == RecomputeMethod::kBlock;
+  if (block && j >= n) return Kept::kAll;
+  return layer.starts_layer && (block || j % n == 0) ? Kept::kPolicy : Kept::kNothing;
+}
+
+/// The framework layer (Inventory::layer_starts) of sublayer `i`, counted
+/// from the chunk that starts at sublayer `first`.
+inline int64_t LayerInChunk(const Inventory& inv, int64_t first, int64_t i) {
+  const std::vector<int64_t>& s = inv.layer_starts;
+  return (std::upper_bound(s.begin(), s.end(), i) - s.begin()) -
+         (std::upper_bound(s.begin(), s.end(), first) - s.begin());
 }
 
 class ActivationRates {
@@ -158,6 +179,9 @@ class ActivationRates {
   ActivationRates(const Inventory& inv, const Layout& l) : inv_(inv), l_(l) {}
   /// LayerActivations of family f (FamilyIndex) less LayerOffloaded.
   Bytes Layer(int f);
+  /// The same without recompute: a layer full recompute's block method does
+  /// not checkpoint.
+  Bytes Stored(int f);
   /// FirstStageActivations: the embedding's token ids.
   Bytes Embedding();
   /// The head's saved terms (final-norm and head inputs, norm statistics, fp32
@@ -171,8 +195,8 @@ class ActivationRates {
  private:
   const Inventory& inv_;
   const Layout& l_;
-  std::array<int64_t, 5> layer_{};
-  std::array<bool, 5> layer_known_{};
+  std::array<int64_t, 5> layer_{}, stored_{};
+  std::array<bool, 5> layer_known_{}, stored_known_{};
   int64_t embedding_ = -1, head_saved_ = -1, head_logits_ = -1;
 };
 

@@ -78,14 +78,28 @@ bool PairedLayers(const Inventory& inv) {
 
 namespace {
 
+/// Framework layers one full-recompute checkpoint reruns together: a uniform
+/// group of recompute_layers (at most a chunk), else one.
+int64_t RecomputeGroup(const Recipe& rc, const Walk& w) {
+  if (rc.training.recompute_method != RecomputeMethod::kUniform) return 1;
+  return std::max<int64_t>(1, std::min(rc.training.recompute_layers, w.chunk_layers));
+}
+
 /// Activation offloading: what the in-flight layers moved to host memory
 /// (RankMemory::host) and what of it the device still holds at the peak.
 void PriceActivationOffload(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
   Bytes host, last_layers, largest;
+  Layout none = l;
+  none.recompute = Recompute::kNone;
   for (int f = 0; f < 5; ++f) {
     if (w.layer_count[f] == 0) continue;
-    const Bytes layer = LayerOffloaded(rc, l, kAllBlockKinds[f]);
-    host += layer * w.units[f];
+    // Under full recompute only the layers the block method leaves without a
+    // checkpoint save tensors inside the modules' scopes.
+    const bool full = l.recompute == Recompute::kFull;
+    const int64_t units = full ? w.stored_units[f] : w.units[f];
+    if (units == 0) continue;
+    const Bytes layer = LayerOffloaded(rc, full ? none : l, kAllBlockKinds[f]);
+    host += layer * units;
     last_layers += layer;
     largest = std::max(largest, layer);
   }
@@ -113,20 +127,24 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     if (w.layer_count[f] == 0) continue;
     const BlockKind kind = kAllBlockKinds[f];
     const Bytes per_layer = rates.Layer(f);
-    out.activations_by_family[static_cast<size_t>(f)] = per_layer * w.units[f];
+    const int64_t stored = w.stored_units[f];
+    out.activations_by_family[static_cast<size_t>(f)] =
+        per_layer * (w.units[f] - stored) + (stored > 0 ? rates.Stored(f) * stored : Bytes(0));
     sum += out.activations_by_family[static_cast<size_t>(f)];
-    // The transient of one layer at a time: under full recompute, the layer
-    // being recomputed holds its whole no-recompute activation set during its
-    // backward, under selective recompute what its rerun modules regenerate;
-    // Mamba and CP attention add their kernel workspaces.
+    // The transient of one layer at a time: under full recompute, the layers
+    // being recomputed (one, or a uniform group of recompute_layers: an upper
+    // bound for mixed families) hold their whole no-recompute activation set
+    // during their backward, under selective recompute what its rerun modules
+    // regenerate; Mamba and CP attention add their kernel workspaces.
     Bytes transient = LayerWorkspace(rc, l, kind);
-    if (l.recompute == Recompute::kFull) transient += LayerActivations(rc, none, kind);
+    if (l.recompute == Recompute::kFull) transient += LayerActivations(rc, none, kind) * RecomputeGroup(rc, w);
     if (l.recompute == Recompute::kSelective) transient += LayerActivations(rc, none, kind) - per_layer;
     out.activations_transient = std::max(out.activations_transient, transient);
     // A transformer layer recomputes attention and its MLP together: both
     // sublayers' activations are live in its backward.
     if (l.recompute == Recompute::kFull && PairedLayers(inv) && kind != BlockKind::kAttention) {
-      const Bytes pair = LayerActivations(rc, none, BlockKind::kAttention) + LayerActivations(rc, none, kind) +
+      const Bytes pair = (LayerActivations(rc, none, BlockKind::kAttention) + LayerActivations(rc, none, kind)) *
+                             RecomputeGroup(rc, w) +
                          std::max(LayerWorkspace(rc, l, BlockKind::kAttention), LayerWorkspace(rc, l, kind));
       out.activations_transient = std::max(out.activations_transient, pair);
     }

@@ -150,32 +150,41 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
               ActivationRates& rates) {
   Walk w;
   std::array<LayerMemo, 5> memo{};
-  const InFlight k = ForEachChunk(plan, l, r, rates, [&](const StageChunk& c, int64_t first, int64_t end,
-                                                         int64_t in_flight, bool mirrored, bool ends) {
-    for (int64_t i = first; i < end; ++i) {
-      const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
-      const int f = FamilyIndex(layer.kind);
-      const bool uniform = inv.family_uniform[static_cast<size_t>(f)];
-      LayerMemo& e = Remember(memo[static_cast<size_t>(f)], layer.totals, uniform, l, x);
-      if (uniform) {
-        ++e.pending;
-      } else {
-        AddTimes(w, e, 1);
-      }
-      w.layer_count[f] += 1;
-      if (KeepsActivations(layer, l.recompute)) w.units[f] = Add(w.units[f], in_flight);
-      if (!mirrored) w.own_layers[f] += 1;
-      if (e.unit.grads > w.grad_unit.grads) w.grad_unit = {e.unit.grads, i};
-      if (x.zero3) w.gather.Layer(c, i, e.local.bytes);
-    }
-    if (!ends) return;
-    if (x.zero3 && c.owns_embedding && c.owns_head && c.first_layer == c.end_layer) w.gather.embedding_then_head = true;
-    if (c.owns_embedding) {
-      w.embedding = true;
-      w.embedding_units = Add(w.embedding_units, in_flight);
-    }
-    if (c.owns_head) w.head = true;
-  });
+  const InFlight k =
+      ForEachChunk(plan, l, r, rates,
+                   [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight, bool mirrored, bool ends) {
+                     const bool full = l.recompute == Recompute::kFull;
+                     int64_t layers_here = 0;
+                     for (int64_t i = first; i < end; ++i) {
+                       const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
+                       const int f = FamilyIndex(layer.kind);
+                       const bool uniform = inv.family_uniform[static_cast<size_t>(f)];
+                       LayerMemo& e = Remember(memo[static_cast<size_t>(f)], layer.totals, uniform, l, x);
+                       if (uniform) {
+                         ++e.pending;
+                       } else {
+                         AddTimes(w, e, 1);
+                       }
+                       w.layer_count[f] += 1;
+                       layers_here += layer.starts_layer ? 1 : 0;
+                       const Kept kept = KeptBy(layer, full ? LayerInChunk(inv, c.first_layer, i) : 0, l.recompute,
+                                                inv.recipe.training);
+                       if (kept != Kept::kNothing) w.units[f] = Add(w.units[f], in_flight);
+                       if (kept == Kept::kAll) w.stored_units[f] = Add(w.stored_units[f], in_flight);
+                       if (!mirrored) w.own_layers[f] += 1;
+                       if (e.unit.grads > w.grad_unit.grads) w.grad_unit = {e.unit.grads, i};
+                       if (x.zero3) w.gather.Layer(c, i, e.local.bytes);
+                     }
+                     w.chunk_layers = std::max(w.chunk_layers, layers_here);
+                     if (!ends) return;
+                     if (x.zero3 && c.owns_embedding && c.owns_head && c.first_layer == c.end_layer)
+                       w.gather.embedding_then_head = true;
+                     if (c.owns_embedding) {
+                       w.embedding = true;
+                       w.embedding_units = Add(w.embedding_units, in_flight);
+                     }
+                     if (c.owns_head) w.head = true;
+                   });
   for (const LayerMemo& m : memo) {
     if (m.pending > 0) AddTimes(w, m, m.pending);
   }

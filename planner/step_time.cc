@@ -100,12 +100,35 @@ double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout
   return (dense + expert) * (1.0 - inv.recipe.training.optimizer.offload_fraction);
 }
 
+// Full recompute's block method reruns only the first n framework layers of
+// a chunk (Megatron recompute.py): the rest of the chunk's rerun is removed.
+void KeepBlockRecompute(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const StageChunk& range,
+                        int64_t n, ChunkCompute* cc) {
+  const std::vector<int64_t>& starts = inv.layer_starts;
+  const auto first = std::lower_bound(starts.begin(), starts.end(), range.first_layer);
+  const int64_t after = std::distance(first, starts.end()) > n ? *(first + n) : range.end_layer;
+  StageChunk rest = range;
+  rest.first_layer = std::min(after, range.end_layer);
+  rest.owns_head = false;
+  const auto counts = planner_internal::ChunkCounts(t, rest);
+  for (size_t f = 0; f < 5; ++f) {
+    const LayerSeconds& ls = times.family[f];
+    const double k = static_cast<double>(counts[f]);
+    cc->recompute_s -= k * ls.recompute.total();
+    cc->gemm_backward_s -= k * ls.recompute.gemm;
+    cc->by_family_s[f] -= k * ls.recompute.total();
+  }
+}
+
 RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const Layout& l,
                           std::span<const RankChunk> chunks) {
   RankCompute out;
   std::array<bool, 5> present{};
+  const TrainingConfig& tr = inv.recipe.training;
+  const bool block = l.recompute == Recompute::kFull && tr.recompute_method == RecomputeMethod::kBlock;
   for (const RankChunk& c : chunks) {
-    const ChunkCompute cc = ComputeOf(times, t, c.range);
+    ChunkCompute cc = ComputeOf(times, t, c.range);
+    if (block) KeepBlockRecompute(inv, t, times, c.range, tr.recompute_layers, &cc);
     const double mb = static_cast<double>(c.microbatches);
     const auto counts = ChunkCounts(t, c.range);
     for (size_t f = 0; f < 5; ++f) {

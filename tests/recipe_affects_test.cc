@@ -98,6 +98,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Bases() {
       {"llama3-8b-h200", {"model.learned_positions=8192", "model.linear_bias=true", "parallel.tp=2"}},
       // Capacity factor away from the dropless skew (both 1.25 by default).
       {"nam56r-h200", {"model.moe.capacity_factor=2.0", "parallel.cp=4", "parallel.cp_recurrent=handoff"}},
+      // Full recompute of the first 4 layers of each stage only.
+      {"llama3-8b-h200",
+       {"training.recompute=full", "training.recompute_method=block", "training.recompute_layers=4", "parallel.pp=4"}},
       // Activation offloading of the unfused s x s scores: more bytes than the
       // host link moves under the compute, so the transfer shows in the step.
       {"llama3-8b-h200",

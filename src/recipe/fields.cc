@@ -63,6 +63,8 @@ const Names<FfnActivation> kFfnActivations = {
 const Names<RouterScore> kRouterScores = {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}};
 const Names<Recompute> kRecomputes = {
     {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
+const Names<RecomputeMethod> kRecomputeMethods = {{"uniform", RecomputeMethod::kUniform},
+                                                  {"block", RecomputeMethod::kBlock}};
 const Names<Schedule> kSchedules = {{"1f1b", Schedule::k1F1B},
                                     {"interleaved", Schedule::kInterleaved},
                                     {"dualpipe", Schedule::kDualPipe},
@@ -414,6 +416,14 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
             "--recompute-granularity", "activation_checkpoint.mode"),
+      Spell(EnumField(
+                "training.recompute_method", "enum", kRecomputeMethods,
+                [](auto& r) -> auto& { return r.training.recompute_method; }),
+            "--recompute-method", kNone),
+      Spell(IntField(
+                "training.recompute_layers", "layers", 1, kMaxLayers,
+                [](auto& r) -> auto& { return r.training.recompute_layers; }),
+            "--recompute-num-layers", kNone),
       Spell(SetField(
                 "training.recompute_modules", kAllRecomputeModules, RecomputeModulesText,
                 [](auto& r) -> auto& { return r.training.recompute_modules; }),

@@ -183,8 +183,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--overlap-cpu-optimizer-d2h-h2d", "overlap of the offloaded optimizer's host transfers (time)"},
       {"--cuda-graph-impl", "CUDA graphs keep static input/output buffers and a private memory pool"},
       {"--cuda-graph-modules", "CUDA graph capture scope"},
-      {"--recompute-method", "uniform/block recompute of a layer subset; the recipe recomputes every layer"},
-      {"--recompute-num-layers", "recompute of a layer subset; the recipe recomputes every layer"},
       {"--use-megatron-fsdp", "Megatron-FSDP buffers (per-bucket all-gather/reduce-scatter staging)"},
       {"--megatron-fsdp-main-params-dtype", "Megatron-FSDP main-parameter dtype"},
       {"--megatron-fsdp-main-grads-dtype", "Megatron-FSDP main-gradient dtype"},
@@ -284,6 +282,8 @@ const std::set<std::string> kMapped = {
     "--optimizer",
     "--recompute-granularity",
     "--recompute-modules",
+    "--recompute-method",
+    "--recompute-num-layers",
     "--fine-grained-activation-offloading",
     "--offload-modules",
     "--min-offloaded-tensor-size",
@@ -954,6 +954,18 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   }
   Add(&l, "training.recompute", recompute);
   if (a.Has("--recompute-modules")) MapRecomputeModules(a, recompute, &l);
+  if (recompute == "full") {
+    // Megatron requires a method under full granularity; uniform 1 is every layer.
+    const std::string method = a.Str("--recompute-method", "uniform");
+    if (method != "uniform" && method != "block") a.Fail("--recompute-method", "must be uniform or block");
+    if (method == "block") Add(&l, "training.recompute_method", method);
+    const int64_t n = a.Int("--recompute-num-layers", 1);
+    if (n != 1) Add(&l, "training.recompute_layers", n);
+  } else {
+    for (const char* flag : {"--recompute-method", "--recompute-num-layers"}) {
+      if (a.Has(flag)) a.Warn(flag, "ignored: Megatron-LM reads it under --recompute-granularity full only");
+    }
+  }
   if (a.Flag("--fine-grained-activation-offloading")) MapActivationOffload(a, &l);
   const bool bf16 = a.Flag("--bf16");
   const bool fp16 = a.Flag("--fp16");

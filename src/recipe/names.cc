@@ -42,6 +42,8 @@ const char* Name(RecomputeModule m) {
   return "?";
 }
 
+const char* Name(RecomputeMethod m) { return m == RecomputeMethod::kBlock ? "block" : "uniform"; }
+
 namespace {
 template <class E, size_t N>
 std::string SetText(EnumSet<E> set, const E (&all)[N]) {

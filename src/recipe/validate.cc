@@ -46,6 +46,7 @@ class Validator {
     CheckOffload();
     CheckFsdpCpuOffload();
     if (layers_ok) CheckRecomputeModules();
+    CheckRecomputeMethod();
     if (layers_ok) CheckActivationOffload();
     if (layers_ok) CheckMtp();
     if (CheckWorld()) {
@@ -358,6 +359,28 @@ class Validator {
       if (set.has(module) && missing != nullptr) {
         ctx_.WarningAt(key, text,
                        fmt::format("lists {}, which has no effect: the model has no {}", Name(module), missing));
+      }
+    }
+  }
+
+  /// --recompute-method and --recompute-num-layers shape full recompute only.
+  void CheckRecomputeMethod() {
+    const TrainingConfig& t = r_.training;
+    if (t.recompute == Recompute::kFull || Bad({"training.recompute"})) return;
+    struct Key {
+      const char* path;
+      std::string value;
+      bool set;  // not the default
+    };
+    const Key keys[] = {
+        {"training.recompute_method", Name(t.recompute_method), t.recompute_method != RecomputeMethod::kUniform},
+        {"training.recompute_layers", Str(t.recompute_layers), t.recompute_layers != 1}};
+    for (const auto& [key, value, set] : keys) {
+      if (set && ctx_.IsWritten(key) && !Bad({key})) {
+        ctx_.ErrorAt(key, value,
+                     fmt::format("applies only under training.recompute: full (it is {}); remove it or set "
+                                 "recompute: full",
+                                 Name(t.recompute)));
       }
     }
   }

@@ -533,8 +533,8 @@ void RecomputeFlags(const Context& c) {
     }
     case Recompute::kFull:
       c.args.Flag("--recompute-granularity", "full");
-      c.args.Flag("--recompute-method", "uniform");
-      c.args.Flag("--recompute-num-layers", 1);
+      c.args.Flag("--recompute-method", Name(c.r.training.recompute_method));
+      c.args.Flag("--recompute-num-layers", c.r.training.recompute_layers);
       break;
   }
 }

@@ -43,6 +43,12 @@ const char* Name(DType d);
 
 enum class Recompute { kNone, kSelective, kFull };
 const char* Name(Recompute r);
+/// Which layers full recompute checkpoints, per model chunk (Megatron
+/// --recompute-method, recompute.py): uniform, every group of N consecutive
+/// layers as one checkpoint rerun together; block, the first N layers one
+/// checkpoint each, the rest with every activation kept.
+enum class RecomputeMethod { kUniform, kBlock };
+const char* Name(RecomputeMethod m);
 /// What selective recompute reruns in backward, as Megatron-LM names its
 /// --recompute-modules (transformer_config.py): the attention core, the routed
 /// experts' activation, the separate norms, MLA's up-projections, the dense
@@ -240,6 +246,10 @@ struct TrainingConfig {
   /// Under selective recompute, what is rerun (Megatron's default: the
   /// attention core alone). Ignored under none and full.
   ModuleSet recompute_modules = ModuleSet::Of(RecomputeModule::kCoreAttn);
+  /// Under full recompute, which layers of each chunk are checkpointed, N =
+  /// recompute_layers (Megatron --recompute-method --recompute-num-layers).
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;
+  int64_t recompute_layers = 1;
   /// Modules whose saved tensors go to host memory between their forward and
   /// backward (Megatron --fine-grained-activation-offloading
   /// --offload-modules); empty = none.
