@@ -112,18 +112,12 @@ TEST(ActivationOffload, TheHostLinkShowsWhereItOutlastsTheCompute) {
               1e-9 * with.plan->time.step_s);
 }
 
-std::string FirstError(const LoadResult& r) {
-  for (const Diagnostic& d : r.diagnostics) {
-    if (d.severity == Severity::kError) return Format(d);
-  }
-  return "";
-}
-
 TEST(ActivationOffload, ChecksFollowMegatron) {
-  EXPECT_NE(FirstError(Load({"training.activation_offload=[core_attn]", "training.transformer_engine=false"}))
-                .find("needs training.transformer_engine: true"),
-            std::string::npos);
-  const std::string typo = FirstError(Load({"training.activation_offload=[core_atn]"}));
+  EXPECT_NE(
+      testing::FirstErrorText(Load({"training.activation_offload=[core_attn]", "training.transformer_engine=false"}))
+          .find("needs training.transformer_engine: true"),
+      std::string::npos);
+  const std::string typo = testing::FirstErrorText(Load({"training.activation_offload=[core_atn]"}));
   EXPECT_NE(typo.find("did you mean 'core_attn'"), std::string::npos) << typo;
   const LoadResult dense = Load({"training.activation_offload=[expert_fc1]"});
   ASSERT_TRUE(dense.ok());

@@ -62,20 +62,14 @@ TEST(FsdpCpuOffload, TheShardsLiveOnTheHost) {
   EXPECT_EQ(base.time.host_offload_s, 0.0);
 }
 
-std::string FirstError(const LoadResult& r) {
-  for (const Diagnostic& d : r.diagnostics) {
-    if (d.severity == Severity::kError) return Format(d);
-  }
-  return "";
-}
-
 TEST(FsdpCpuOffload, NeedsFsdpAndAdamW) {
-  EXPECT_NE(FirstError(Load({"parallel.fsdp_cpu_offload=true", "parallel.zero=1"})).find("set parallel.zero: 3"),
-            std::string::npos);
   EXPECT_NE(
-      FirstError(Load({"parallel.fsdp_cpu_offload=true", "training.optimizer.matrices=muon"})).find("CPU AdamW step"),
+      testing::FirstErrorText(Load({"parallel.fsdp_cpu_offload=true", "parallel.zero=1"})).find("set parallel.zero: 3"),
       std::string::npos);
-  EXPECT_NE(FirstError(Load({"parallel.fsdp_cpu_offload=true", "training.optimizer.offload_fraction=0.5"}))
+  EXPECT_NE(testing::FirstErrorText(Load({"parallel.fsdp_cpu_offload=true", "training.optimizer.matrices=muon"}))
+                .find("CPU AdamW step"),
+            std::string::npos);
+  EXPECT_NE(testing::FirstErrorText(Load({"parallel.fsdp_cpu_offload=true", "training.optimizer.offload_fraction=0.5"}))
                 .find("offload_fraction: 0"),
             std::string::npos);
 }

@@ -97,20 +97,13 @@ TEST(RecomputeMethod, BlockRerunsOnlyItsLayers) {
   }
 }
 
-std::string FirstError(const LoadResult& r) {
-  for (const Diagnostic& d : r.diagnostics) {
-    if (d.severity == Severity::kError) return Format(d);
-  }
-  return "";
-}
-
 TEST(RecomputeMethod, OnlyUnderFullRecompute) {
-  EXPECT_NE(FirstError(Load({"training.recompute=selective", "training.recompute_method=block"}))
+  EXPECT_NE(testing::FirstErrorText(Load({"training.recompute=selective", "training.recompute_method=block"}))
                 .find("applies only under training.recompute: full"),
             std::string::npos);
-  EXPECT_NE(
-      FirstError(Load({"training.recompute=none", "training.recompute_layers=2"})).find("training.recompute_layers"),
-      std::string::npos);
+  EXPECT_NE(testing::FirstErrorText(Load({"training.recompute=none", "training.recompute_layers=2"}))
+                .find("training.recompute_layers"),
+            std::string::npos);
 }
 
 TEST(RecomputeMethod, ImportAndEmitAgreeWithMegatron) {

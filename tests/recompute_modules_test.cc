@@ -211,30 +211,27 @@ TEST(RecomputeModules, ARerunMoeLayerDispatchesItsTokensAgain) {
   EXPECT_EQ(BackwardDispatchCalls("[core_attn, moe_act]"), base);
 }
 
-std::string FirstError(const LoadResult& r) {
-  for (const Diagnostic& d : r.diagnostics) {
-    if (d.severity == Severity::kError) return Format(d);
-  }
-  return "";
-}
-
 TEST(RecomputeModules, ChecksFollowMegatron) {
-  EXPECT_NE(FirstError(Load("llama3-8b-h200", {"training.recompute=full", "training.recompute_modules=[mlp]"}))
-                .find("applies only under training.recompute: selective"),
-            std::string::npos);
-  EXPECT_NE(FirstError(Load("llama3-8b-h200", {"training.recompute_modules=[mla_up_proj]"})).find("needs MLA"),
-            std::string::npos);
   EXPECT_NE(
-      FirstError(Load("mixtral-8x7b-h200", {"model.moe.grouped_gemm=false", "training.recompute_modules=[moe_act]"}))
-          .find("model.moe.grouped_gemm"),
+      testing::FirstErrorText(Load("llama3-8b-h200", {"training.recompute=full", "training.recompute_modules=[mlp]"}))
+          .find("applies only under training.recompute: selective"),
       std::string::npos);
-  const std::string typo = FirstError(Load("llama3-8b-h200", {"training.recompute_modules=[core_atn]"}));
+  EXPECT_NE(
+      testing::FirstErrorText(Load("llama3-8b-h200", {"training.recompute_modules=[mla_up_proj]"})).find("needs MLA"),
+      std::string::npos);
+  EXPECT_NE(testing::FirstErrorText(
+                Load("mixtral-8x7b-h200", {"model.moe.grouped_gemm=false", "training.recompute_modules=[moe_act]"}))
+                .find("model.moe.grouped_gemm"),
+            std::string::npos);
+  const std::string typo = testing::FirstErrorText(Load("llama3-8b-h200", {"training.recompute_modules=[core_atn]"}));
   EXPECT_NE(typo.find("training.recompute_modules[0]"), std::string::npos) << typo;
   EXPECT_NE(typo.find("did you mean 'core_attn'"), std::string::npos) << typo;
-  EXPECT_NE(FirstError(Load("llama3-8b-h200", {"training.recompute_modules=[mlp, mlp]"})).find("listed twice"),
-            std::string::npos);
-  EXPECT_NE(FirstError(Load("llama3-8b-h200", {"training.recompute_modules=mlp"})).find("must be a list of"),
-            std::string::npos);
+  EXPECT_NE(
+      testing::FirstErrorText(Load("llama3-8b-h200", {"training.recompute_modules=[mlp, mlp]"})).find("listed twice"),
+      std::string::npos);
+  EXPECT_NE(
+      testing::FirstErrorText(Load("llama3-8b-h200", {"training.recompute_modules=mlp"})).find("must be a list of"),
+      std::string::npos);
   // A module the model has no layer for: a warning, as Megatron runs it as a no-op.
   const LoadResult no_moe = Load("llama3-8b-h200", {"training.recompute_modules=[core_attn, moe]"});
   ASSERT_TRUE(no_moe.ok());

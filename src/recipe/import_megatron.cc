@@ -885,52 +885,43 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::v
   return true;
 }
 
-/// --recompute-modules (read by Megatron under selective granularity only):
-/// the modules preflight prices; those of blocks it does not have are warned.
+/// A list flag's words as a recipe list "[a, b]": the names of `all` in
+/// the order given, once each; `warned` are Megatron's names of what
+/// preflight does not model (a warning saying so), anything else an error
+/// listing the valid names.
+template <class E, size_t N>
+std::string WordsOf(Args& a, const std::string& flag, const E (&all)[N], const std::set<std::string>& warned,
+                    const char* what) {
+  std::vector<std::string> kept, valid;
+  for (E e : all) valid.push_back(Name(e));
+  for (const std::string& w : a.Words(flag)) {
+    if (std::find(valid.begin(), valid.end(), w) != valid.end()) {
+      if (std::find(kept.begin(), kept.end(), w) == kept.end()) kept.push_back(w);
+    } else if (warned.count(w) != 0) {
+      a.Warn(flag, fmt::format("{}: a Megatron-LM {} preflight does not model; not priced", w, what));
+    } else {
+      a.Fail(flag, fmt::format("{}: not a Megatron-LM {} ({})", w, what, fmt::join(valid, ", ")));
+    }
+  }
+  return fmt::format("[{}]", fmt::join(kept, ", "));
+}
+
+/// --recompute-modules (read by Megatron under selective granularity only).
 void MapRecomputeModules(Args& a, const std::string& recompute, std::vector<YamlEntry>* l) {
   const std::string flag = "--recompute-modules";
   if (recompute != "selective") {
     a.Warn(flag, "ignored: Megatron-LM reads it under --recompute-granularity selective only");
     return;
   }
-  static const std::set<std::string> kOtherBlocks = {"gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"};
-  std::vector<std::string> kept;
-  for (const std::string& w : a.Words(flag)) {
-    const bool known = std::any_of(std::begin(kAllRecomputeModules), std::end(kAllRecomputeModules),
-                                   [&](RecomputeModule m) { return w == Name(m); });
-    if (known) {
-      if (std::find(kept.begin(), kept.end(), w) == kept.end()) kept.push_back(w);
-    } else if (kOtherBlocks.count(w) != 0) {
-      a.Warn(flag, fmt::format("{}: a module of a block preflight does not model; not priced", w));
-    } else {
-      a.Fail(flag, fmt::format("{}: not a Megatron-LM recompute module (core_attn, moe_act, layernorm, mla_up_proj, "
-                               "mlp, moe, shared_experts)",
-                               w));
-    }
-  }
-  Add(l, "training.recompute_modules", fmt::format("[{}]", fmt::join(kept, ", ")));
+  Add(l, "training.recompute_modules",
+      WordsOf(a, flag, kAllRecomputeModules, {"gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"}, "recompute module"));
 }
 
 /// --fine-grained-activation-offloading with its --offload-modules and
 /// --min-offloaded-tensor-size (transformer_config.py).
 void MapActivationOffload(Args& a, std::vector<YamlEntry>* l) {
-  const std::string flag = "--offload-modules";
-  static const std::set<std::string> kOtherBlocks = {"fused_group_mlp", "gdp_qkv"};
-  std::vector<std::string> kept;
-  for (const std::string& w : a.Words(flag)) {
-    const bool known = std::any_of(std::begin(kAllOffloadModules), std::end(kAllOffloadModules),
-                                   [&](OffloadModule m) { return w == Name(m); });
-    if (known) {
-      if (std::find(kept.begin(), kept.end(), w) == kept.end()) kept.push_back(w);
-    } else if (kOtherBlocks.count(w) != 0) {
-      a.Warn(flag, fmt::format("{}: offloading of a fused path preflight does not model; not priced", w));
-    } else {
-      a.Fail(flag, fmt::format("{}: not a Megatron-LM offload module (attn_norm, qkv_linear, core_attn, attn_proj, "
-                               "mlp_norm, expert_fc1, moe_act)",
-                               w));
-    }
-  }
-  Add(l, "training.activation_offload", fmt::format("[{}]", fmt::join(kept, ", ")));
+  Add(l, "training.activation_offload",
+      WordsOf(a, "--offload-modules", kAllOffloadModules, {"fused_group_mlp", "gdp_qkv"}, "offload module"));
   if (a.Has("--min-offloaded-tensor-size")) {
     Add(l, "training.activation_offload_min_elements", a.Int("--min-offloaded-tensor-size", 1 << 20, 0));
   }

@@ -86,4 +86,11 @@ bool RelativelyClose(double a, double b, double rel) {
   return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b));
 }
 
+std::string FirstErrorText(const LoadResult& loaded) {
+  for (const Diagnostic& d : loaded.diagnostics) {
+    if (d.severity == Severity::kError) return Format(d);
+  }
+  return "";
+}
+
 }  // namespace preflight::testing

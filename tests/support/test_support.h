@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "preflight/recipe/recipe.h"
+
 namespace preflight::testing {
 
 /// Absolute path of `relative` inside the source tree ("recipes/nam56r-h200.yaml").
@@ -21,6 +23,9 @@ CommandResult RunPreflight(const std::vector<std::string>& args, const std::stri
 
 /// Compares `actual` with tests/golden/`name`; PREFLIGHT_UPDATE_GOLDEN=1 rewrites it.
 void ExpectMatchesGolden(const std::string& actual, const std::string& name);
+
+/// The first error of a load, formatted ("file:line:col: key = value: message"); "" when none.
+std::string FirstErrorText(const LoadResult& loaded);
 
 /// |a - b| <= rel * max(|a|, |b|): relative closeness, symmetric in a and b.
 bool RelativelyClose(double a, double b, double rel);
