@@ -152,5 +152,15 @@ TEST(ActivationOffload, ImportReadsTheTestYamlFormAndTheEmitterWritesIt) {
   EXPECT_NE(text.find("NVTE_CPU_OFFLOAD_V1=1"), std::string::npos);
 }
 
+TEST(ActivationOffload, FitShowsWhatTheDeviceKeepsAndTheHostHolds) {
+  const testing::CommandResult with = testing::RunPreflight(
+      {"fit", "recipes/llama3-8b-h200.yaml", "--set", "training.activation_offload=[core_attn, attn_proj]"});
+  EXPECT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_NE(with.out.find("of which offloaded, on device"), std::string::npos) << with.out;
+  EXPECT_NE(with.out.find("host (offloaded state)"), std::string::npos) << with.out;
+  const testing::CommandResult without = testing::RunPreflight({"fit", "recipes/llama3-8b-h200.yaml"});
+  EXPECT_EQ(without.out.find("of which offloaded"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace preflight

@@ -180,9 +180,16 @@ std::string RenderFitTable(const FitReport& r) {
         for (const auto& st : est.stages) fam.push_back(Gib(st.activations_by_family[f]));
         out += Row(fmt::format("  of which {}", Letter(k)), fam);
       }
-      std::vector<std::string> ends;
-      for (const auto& st : est.stages) ends.push_back(Gib(st.activations_ends));
+      std::vector<std::string> ends, kept;
+      bool offload = false;
+      for (const auto& st : est.stages) {
+        ends.push_back(Gib(st.activations_ends));
+        kept.push_back(Gib(st.activations_offload_kept));
+        offload = offload || st.activations_offload_kept.count() > 0;
+      }
       out += Row("  of which embedding/head", ends);
+      // Activation offloading: what the device still holds of the offloaded tensors.
+      if (offload) out += Row("  of which offloaded, on device", kept);
     }
   }
   std::vector<std::string> total, cap, head, allocated_static, allocated_peak;
