@@ -64,10 +64,10 @@ ParamTotals ParamsOf(const PlanTables& t, int64_t first, int64_t end) {
 
 ChunkCompute ComputeOf(const ComputeTimes& times, const PlanTables& t, const StageChunk& range) {
   ChunkCompute out;
-  const auto counts = ChunkCounts(t, range);
+  out.counts = ChunkCounts(t, range);
   for (size_t f = 0; f < 5; ++f) {
     const LayerSeconds& ls = times.family[f];
-    const double n = static_cast<double>(counts[f]);
+    const double n = static_cast<double>(out.counts[f]);
     out.forward_s += n * ls.forward.total();
     out.backward_s += n * ls.backward.total();
     out.recompute_s += n * ls.recompute.total();

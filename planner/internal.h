@@ -50,6 +50,7 @@ struct ChunkCompute {
   double gemm_forward_s = 0, gemm_backward_s = 0;  // the windows TE's TP overlap hides under
   std::array<double, 5> by_family_s{};             // forward + backward + recompute of its layers
   double head_s = 0;                               // the head's (and MTP extras')
+  std::array<int64_t, 5> counts{};                 // its layers per family (ChunkCounts)
 };
 ChunkCompute ComputeOf(const ComputeTimes& times, const PlanTables& t, const StageChunk& range);
 

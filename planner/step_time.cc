@@ -110,7 +110,7 @@ void KeepBlockRecompute(const Inventory& inv, const PlanTables& t, const Compute
   StageChunk rest = range;
   rest.first_layer = std::min(after, range.end_layer);
   rest.owns_head = false;
-  const auto counts = planner_internal::ChunkCounts(t, rest);
+  const auto counts = ChunkCounts(t, rest);
   for (size_t f = 0; f < 5; ++f) {
     const LayerSeconds& ls = times.family[f];
     const double k = static_cast<double>(counts[f]);
@@ -130,10 +130,9 @@ RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const Compu
     ChunkCompute cc = ComputeOf(times, t, c.range);
     if (block) KeepBlockRecompute(inv, t, times, c.range, tr.recompute_layers, &cc);
     const double mb = static_cast<double>(c.microbatches);
-    const auto counts = ChunkCounts(t, c.range);
     for (size_t f = 0; f < 5; ++f) {
-      out.offloaded_bytes += mb * static_cast<double>(counts[f]) * times.offloaded_bytes[f];
-      present[f] = present[f] || counts[f] > 0;
+      out.offloaded_bytes += mb * static_cast<double>(cc.counts[f]) * times.offloaded_bytes[f];
+      present[f] = present[f] || cc.counts[f] > 0;
     }
     for (size_t f = 0; f < 5; ++f) out.by_family_s[f] += mb * cc.by_family_s[f];
     out.head_s += mb * cc.head_s;
