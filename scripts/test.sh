@@ -7,15 +7,16 @@
 #      the full ctest suite again (any report fails the run);
 #   3. scripts/lint.sh: clang-format on the changed lines and clang-tidy on
 #      the changed .cc files since PREFLIGHT_LINT_BASE (default HEAD~1);
-#   4. when clang++ and its libFuzzer runtime are installed, a 60-second
-#      libFuzzer run over the recipe parser (scripts/fuzz.sh).
+#   4. when clang++ and its libFuzzer runtime are installed, libFuzzer runs of
+#      30 seconds each over the recipe parser, the Hugging Face importer and
+#      the Megatron-LM importer, pricing every input that loads (scripts/fuzz.sh).
 # Prints the time of each step. Set PREFLIGHT_JOBS to change parallelism
-# (default 2, the CI machine's cores), PREFLIGHT_FUZZ_SECONDS the fuzz time
+# (default 2, the CI machine's cores), PREFLIGHT_FUZZ_SECONDS the fuzz time per target
 # (0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${PREFLIGHT_JOBS:-2}
-fuzz_seconds=${PREFLIGHT_FUZZ_SECONDS:-60}
+fuzz_seconds=${PREFLIGHT_FUZZ_SECONDS:-30}
 timings=()
 
 step() {  # step NAME COMMAND...: runs and times one step
@@ -56,7 +57,7 @@ step "lint (changed lines and files)" scripts/lint.sh
 step "asan+ubsan build + ctest" sanitized
 if [[ "${fuzz_seconds}" != 0 ]] && have_libfuzzer; then
   # A fixed seed keeps the CI run reproducible; longer exploratory runs use fuzz.sh directly.
-  step "fuzz recipe (${fuzz_seconds} s)" scripts/fuzz.sh "${fuzz_seconds}" -seed=1
+  step "fuzz 3 targets (${fuzz_seconds} s each)" scripts/fuzz.sh "${fuzz_seconds}" -seed=1
 else
   echo "==> fuzz: skipped (no clang++ with libFuzzer, or PREFLIGHT_FUZZ_SECONDS=0)"
 fi

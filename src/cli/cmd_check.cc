@@ -236,10 +236,10 @@ int RunCheck(const CheckArgs& args) {
   if (!args.baseline_ref.empty()) report.baseline_label = "git " + args.baseline_ref;
   for (const auto& path : args.recipes) report.entries.push_back(CheckOne(path, args, *thresholds));
 
-  if (!args.junit_path.empty() && !WriteTextFile(args.junit_path, RenderCheckJUnit(report))) {
+  if (!args.junit_path.empty() && !WriteTextFile(args.junit_path, RenderCheckJUnit(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);
   }
-  if (!args.summary_path.empty() && !WriteTextFile(args.summary_path, RenderCheckMarkdown(report))) {
+  if (!args.summary_path.empty() && !WriteTextFile(args.summary_path, RenderCheckMarkdown(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);
   }
   switch (args.format) {

@@ -41,7 +41,7 @@ int RunFit(const FitArgs& args) {
     report.explanations = ExplainRank(inventory, report.layout, report.stages, report.estimate.worst_stage);
   }
   report.advice = AdviseFit(inventory, report.layout, report.stages);
-  if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report))) {
+  if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report), {args.recipe.path})) {
     return static_cast<int>(ExitCode::kBadInput);
   }
   if (args.format == OutputFormat::kJson) {

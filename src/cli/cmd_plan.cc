@@ -55,7 +55,8 @@ int RunPlan(PlanOptions& o) {
     chart.layout = plan.layout;
     chart.stages = plan.stages;
     chart.estimate = plan.memory ? *plan.memory : EstimateMemory(inventory, plan.layout, plan.stages);
-    if (!WriteTextFile(o.svg_path, RenderMemorySvg(chart))) return static_cast<int>(ExitCode::kBadInput);
+    if (!WriteTextFile(o.svg_path, RenderMemorySvg(chart), {o.recipe.path}))
+      return static_cast<int>(ExitCode::kBadInput);
   }
   if (const std::optional<EmitTarget> target = ParseEmitTarget(o.emit)) {
     const Emission emission = Emit(*target, *recipe, plan);

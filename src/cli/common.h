@@ -48,9 +48,10 @@ std::optional<Plan> PlanOrReport(const Inventory& inventory, const Layout& layou
 
 /// Writes `text` to `path` atomically (a temporary file beside it, renamed
 /// over it: a failed write leaves the old file whole); never through a
-/// symbolic link, never onto one of `inputs`. Prints an error naming the path
+/// symbolic link, never onto one of `inputs` (every file the run reads: a
+/// caller must name them, so an output can never clobber its own input). Prints an error naming the path
 /// and the system's reason and returns false on failure.
-bool WriteTextFile(const std::string& path, const std::string& text, const std::vector<std::string>& inputs = {});
+bool WriteTextFile(const std::string& path, const std::string& text, const std::vector<std::string>& inputs);
 
 enum class OutputFormat { kTable, kJson, kCsv, kMd };
 /// Adds --format with the given choices (the first is the default).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -68,6 +69,10 @@ int main(int argc, char** argv) {
     return cli_code == 0 ? 0 : static_cast<int>(preflight::ExitCode::kBadInput);
   } catch (const preflight::ArithmeticOverflow& e) {
     std::fprintf(stderr, "preflight: %s: the recipe's sizes exceed 64-bit byte arithmetic\n", e.what());
+    return static_cast<int>(preflight::ExitCode::kBadInput);
+  } catch (const std::bad_alloc&) {
+    // A size inside the documented limits that still exhausts this machine.
+    std::fprintf(stderr, "preflight: out of memory; the recipe or the sweep is too large for this machine\n");
     return static_cast<int>(preflight::ExitCode::kBadInput);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "preflight: internal error: %s\n", e.what());

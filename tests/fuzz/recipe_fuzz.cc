@@ -9,8 +9,7 @@
 // Every result is checked for the library's promises: no exception escapes,
 // an accepted recipe has no error diagnostic and a rejected one has at least
 // one, every diagnostic formats, a second load gives the same diagnostics, and
-// an accepted recipe builds its inventory and memory estimate with no
-// negative figure (or reports ArithmeticOverflow).
+// an accepted recipe is priced as `plan` prices it (fuzz_price.h).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -21,22 +20,16 @@
 #include <string_view>
 #include <vector>
 
-#include "preflight/estimator/estimate.h"
-#include "preflight/inventory/inventory.h"
-#include "preflight/inventory/layout.h"
+#include "fuzz_price.h"
 #include "preflight/recipe/recipe.h"
-#include "preflight/recipe/units.h"
 
 namespace {
+
+using preflight::fuzz::Fail;
 
 std::string& DefaultRecipe() {
   static std::string text;
   return text;
-}
-
-[[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "recipe_fuzz: invariant broken: %s\n", what);
-  std::abort();
 }
 
 std::vector<preflight::Override> OverridesFrom(std::string_view lines) {
@@ -68,24 +61,7 @@ void Check(const std::string& yaml, const std::vector<preflight::Override>& over
   const preflight::LoadResult second = preflight::LoadRecipeFromString(yaml, "fuzz.yaml", overrides);
   if (Render(first) != Render(second)) Fail("two loads of the same input disagree");
   if (!first.ok()) return;
-  try {
-    const preflight::Recipe& recipe = *first.recipe;
-    const preflight::Inventory inventory = preflight::BuildInventory(recipe);
-    if (inventory.total_params < 0) Fail("negative parameter count");
-    const preflight::StagePlan stages =
-        preflight::RecipeStagePlan(inventory, preflight::LayoutOf(recipe))
-            .value_or(preflight::EqualStagePlan(static_cast<int64_t>(recipe.model.layers.size()), recipe.parallel.pp,
-                                                recipe.parallel.vpp));
-    const preflight::MemoryEstimate estimate =
-        preflight::EstimateMemory(inventory, preflight::LayoutOf(recipe), stages);
-    for (const preflight::RankMemory& rank : estimate.stages) {
-      for (const preflight::Bytes b : rank.bytes) {
-        if (b.count() < 0) Fail("a negative memory category");
-      }
-    }
-  } catch (const preflight::ArithmeticOverflow&) {
-    // A clear error, not a wrapped number: the CLI turns it into exit 2.
-  }
+  preflight::fuzz::Price(*first.recipe);
 }
 
 }  // namespace
@@ -95,12 +71,14 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::ostringstream text;
   text << in.rdbuf();
   DefaultRecipe() = text.str();
+  preflight::fuzz::ReportReachAtExit();
   if (DefaultRecipe().empty()) Fail("cannot read recipes/nam56r-h200.yaml");
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
+  ++preflight::fuzz::Counts().inputs;
   constexpr std::string_view kSetOnly = "@set\n";
   constexpr std::string_view kSetAfter = "\n@set\n";
   if (input.substr(0, kSetOnly.size()) == kSetOnly) {
