@@ -253,5 +253,22 @@ TEST(HostileInput, Defect13UnknownCommandIsNamed) {
   EXPECT_EQ(ctrl.err.find('\x1b'), std::string::npos) << ctrl.err;
 }
 
+// 15-17 (UBSan, found by the structured fuzz input of tests/fuzz): HSDP
+// replicas that do not divide the expert group of a model without E layers
+// (gpt-oss-120b's ep 64 on an A/D pattern, dp_replicate 16) passed
+// validation, and the mesh divided by an expert ZeRO group of 0 ranks.
+// Megatron builds the expert groups with or without MoE layers and asserts
+// the division; so does the validator now, on the key.
+TEST(HostileInput, UbsanExpertGroupOfNoRanksIsRefused) {
+  const LoadResult r = LoadRecipeFile(testing::SourcePath("recipes/gpt-oss-120b-h200.yaml"),
+                                      {{"model.pattern", "AD"}, {"parallel.dp_replicate", "16"}});
+  ASSERT_FALSE(r.ok());
+  const std::string error = testing::FirstErrorText(r);
+  EXPECT_NE(error.find("parallel.dp_replicate = 16: must divide the expert data-parallel group (1 ranks)"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("set it to 1"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace preflight

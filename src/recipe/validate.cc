@@ -514,7 +514,8 @@ class Validator {
   }
 
   /// HSDP replicas split the d*c ZeRO group, and the expert one, evenly
-  /// (Megatron parallel_state.py asserts both).
+  /// (Megatron parallel_state.py asserts both; it builds the expert groups
+  /// whether or not the model has MoE layers, and so does the mesh here).
   void CheckReplicas(bool moe) {
     const int64_t r = p_.dp_replicate;
     if (r == 1 || Bad({"parallel.dp_replicate", "parallel.ep", "parallel.expert_tp", "parallel.zero"})) return;
@@ -526,11 +527,13 @@ class Validator {
     }
     const int64_t dense = p_.cp * r_.dp();
     const int64_t expert = r_.expert_dp();
-    const int64_t group = dense % r != 0 ? dense : moe && expert % r != 0 ? expert : 0;
+    const int64_t group = dense % r != 0 ? dense : expert % r != 0 ? expert : 0;
     if (group == 0) return;
-    ctx_.ErrorAt("parallel.dp_replicate", Str(r),
-                 fmt::format("must divide the {} data-parallel group ({} ranks) into equal replicas{}",
-                             group == dense ? "dense (dp x cp)" : "expert", group, TryDivisorsOf(group, r)));
+    ctx_.ErrorAt(
+        "parallel.dp_replicate", Str(r),
+        fmt::format("must divide the {} data-parallel group ({} ranks) into equal replicas{}{}",
+                    group == dense ? "dense (dp x cp)" : "expert", group, TryDivisorsOf(group, r),
+                    group != dense && !moe ? "; without E layers parallel.ep has no effect: set it to 1" : ""));
   }
 
   bool CheckGlobalBatch() {
