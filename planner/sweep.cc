@@ -56,6 +56,10 @@ std::vector<std::string_view> SplitCommas(std::string_view text) {
 
 // Largest range a..b we expand (a typo like 1..100000000 must not eat memory).
 constexpr int64_t kMaxAxisValues = 4096;
+// The largest value an axis list takes: the recipe's bound on a parallel
+// degree (2^24), far above any valid one; it also keeps `x <= high; ++x` and
+// every product of degrees inside int64.
+constexpr int64_t kMaxAxisValue = int64_t{1} << 24;
 
 bool HasMoe(const Recipe& r) {
   return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
@@ -460,6 +464,10 @@ std::optional<std::vector<int64_t>> ParseAxisList(const std::string& text, int64
       *error = fmt::format("'{}': {} is below the smallest valid value {}", text, low, min_value);
       return std::nullopt;
     }
+    if (high > kMaxAxisValue) {
+      *error = fmt::format("'{}': {} is above the largest value an axis takes, {}", text, high, kMaxAxisValue);
+      return std::nullopt;
+    }
     if (high - low >= kMaxAxisValues) {
       *error = fmt::format("'{}': {}..{} has more than {} values", text, low, high, kMaxAxisValues);
       return std::nullopt;
@@ -517,6 +525,11 @@ std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::strin
   const int64_t gpn = r.cluster.gpus_per_node;
   if (gpus <= 0) {
     *error = fmt::format("--gpus {}: must be positive", gpus);
+    return std::nullopt;
+  }
+  if (gpus > kMaxSweepGpus) {
+    *error = fmt::format("--gpus {}: more than a recipe's largest cluster ({} GPUs: cluster.nodes 2^24 of 1024)", gpus,
+                         kMaxSweepGpus);
     return std::nullopt;
   }
   if (gpus < gpn) {

@@ -270,5 +270,22 @@ TEST(HostileInput, UbsanExpertGroupOfNoRanksIsRefused) {
   EXPECT_NE(error.find("set it to 1"), std::string::npos) << error;
 }
 
+// 15-17 (UBSan, found by hunting every sweep option at the int64 bounds): an
+// axis list up to 2^63 - 1 overflowed its `++x` loop, and --gpus 2^63 - 1
+// overflowed the "try N or M" advice of a GPU count no node size divides.
+TEST(HostileInput, UbsanSweepAxisAndGpusAtTheInt64Bound) {
+  std::string error;
+  EXPECT_FALSE(ParseAxisList("9223372036854775807", 1, &error).has_value());
+  EXPECT_NE(error.find("above the largest value an axis takes, 16777216"), std::string::npos) << error;
+  EXPECT_FALSE(ParseAxisList("1..9223372036854775807", 1, &error).has_value());
+  EXPECT_TRUE(ParseAxisList("16777216", 1, &error).has_value()) << error;
+  const auto tp = RunPreflight({"sweep", kRecipe, "--gpus", "64", "--tp", "9223372036854775807"});
+  EXPECT_EQ(tp.exit_code, 2);
+  EXPECT_NE(tp.err.find("--tp"), std::string::npos) << tp.err;
+  const auto gpus = RunPreflight({"sweep", kRecipe, "--gpus", "9223372036854775807"});
+  EXPECT_EQ(gpus.exit_code, 2);
+  EXPECT_NE(gpus.err.find("largest cluster"), std::string::npos) << gpus.err;
+}
+
 }  // namespace
 }  // namespace preflight

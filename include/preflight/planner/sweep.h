@@ -31,7 +31,8 @@ struct SweepSpace {
 
 /// Parses an axis list: "1,2,4", "1..16" (every integer from a to b; the
 /// validator rejects the degrees that do not divide), or a mix "1,3..8";
-/// sorted ascending, duplicates dropped. Values must be positive (`min_value` lets --zero take 0).
+/// sorted ascending, duplicates dropped. Values must be positive (`min_value` lets --zero take 0)
+/// and at most 2^24 (the recipe's bound on a degree).
 /// nullopt with `error` set ("'3..x': 'x' is not an integer") when malformed.
 std::optional<std::vector<int64_t>> ParseAxisList(const std::string& text, int64_t min_value, std::string* error);
 /// Parses "none,selective,full" (any subset, comma-separated).
@@ -139,6 +140,9 @@ struct SweepOptions {
 int64_t SweepSize(const SweepSpace& space);
 /// SweepSize in checked arithmetic: nullopt when the product overflows.
 std::optional<int64_t> CheckedSweepSize(const SweepSpace& space);
+/// The most GPUs a sweep lays out: the recipe's bounds (2^24 nodes of at most
+/// 1024 GPUs), so node counts and their products stay inside int64.
+inline constexpr int64_t kMaxSweepGpus = int64_t{1} << 34;
 /// The most layouts one sweep prices (each row is kept: about 50 B each).
 inline constexpr int64_t kMaxSweepLayouts = 20'000'000;
 
