@@ -85,7 +85,8 @@ void Header(const Context& c) {
       "stages ({}), layers [first,end): {}",
       c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
       emit::ChunkRanges(c.p.stages, c.r.model.layers)));
-  c.notes.Note("flag names: NVIDIA/Megatron-LM megatron/training/arguments.py; layer pattern: examples/mamba/README.md");
+  c.notes.Note(fmt::format("target: {}; flags: megatron/training/arguments.py, layer pattern: examples/mamba/README.md",
+                           kMegatronUpstream));
   c.notes.Note(fmt::format(
       "not emitted: data, tokenizer, learning rate, checkpointing. Megatron takes the vocabulary from the tokenizer and "
       "pads it to a multiple of --make-vocab-size-divisible-by x tp: the recipe's {} pads to {}",
@@ -411,10 +412,10 @@ void ZeroFlags(const Context& c, bool muon) {
     case 1:
       c.args.Flag("--use-distributed-optimizer");
       if (muon) {
-        c.notes.Note("--optimizer muon --use-distributed-optimizer is Megatron's layer-wise distributed optimizer "
-                     "(layer_wise_optimizer.py): whole matrices spread over the DP ranks, not the plan's ZeRO-1 "
-                     "shards with a momentum all-gather. arguments.py @ 000c4ac rejects it and spells it "
-                     "--optimizer dist_muon");
+        c.notes.Note("--optimizer muon --use-distributed-optimizer: validate_args turns it into Megatron's layer-wise "
+                     "distributed optimizer (use_layer_wise_distributed_optimizer; --optimizer dist_muon is its "
+                     "deprecated spelling), whole matrices spread over the DP ranks where the plan prices ZeRO-1 "
+                     "shards: about the same optimizer state a rank");
       }
       break;
     default:
@@ -426,7 +427,8 @@ void ZeroFlags(const Context& c, bool muon) {
                                c.p.layout.zero));
       if (muon) {
         c.notes.Cannot("parallel.zero", std::to_string(c.p.layout.zero),
-                       "arguments.py @ 000c4ac rejects Muon with Megatron-FSDP");
+                       "validate_args asserts \"Emerging optimizer does not support Megatron-FSDP\": Muon runs "
+                       "with ZeRO 0 or 1 (--use-distributed-optimizer) only");
       }
       break;
   }
@@ -545,6 +547,7 @@ Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   Notes notes(recipe, "megatron");
   Args args;
   const Context c{recipe, plan, IsTransformerStack(recipe.model.layers), notes, args};
+  emit::RefuseIfDoesNotFit(plan, notes);
   Header(c);
   emit::NoteKeysWithoutCounterpart(recipe, emit::Framework::kMegatron, notes);
   ParallelFlags(c);
@@ -559,10 +562,7 @@ Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   RecomputeFlags(c);
   ActivationOffloadFlags(c);
   HeadWgradFlags(c);
-  Emission out;
-  out.text = notes.Render("# ") + args.Render();
-  out.warnings = notes.TakeWarnings();
-  return out;
+  return notes.Finish(args.Render());
 }
 
 }  // namespace preflight
