@@ -40,8 +40,15 @@ const GoldenCase kCases[] = {
     {"plan_nam56r_table.txt", {"plan", "recipes/nam56r-h200.yaml"}, 0},
     {"plan_nam56r.json", {"plan", "recipes/nam56r-h200.yaml", "--format", "json"}, 0},
     {"plan_llama3_405b_table.txt", {"plan", "recipes/llama3-405b-h200.yaml"}, 0},
-    {"emit_megatron_nam56r.txt", {"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron"}, 0},
-    {"emit_torchtitan_nam56r.toml", {"plan", "recipes/nam56r-h200.yaml", "--emit", "torchtitan"}, 0},
+    {"emit_megatron_nam56r.txt", {"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron"}, 1},
+    {"emit_megatron_llama3_8b_adamw.txt",
+     {"plan", "recipes/llama3-8b-h200.yaml", "--emit", "megatron", "--set", "training.optimizer.matrices=adamw"},
+     0},
+    {"emit_torchtitan_nam56r.py", {"plan", "recipes/nam56r-h200.yaml", "--emit", "torchtitan"}, 1},
+    {"emit_torchtitan_llama3_405b_fsdp.py",
+     {"plan", "recipes/llama3-405b-h200.yaml", "--emit", "torchtitan", "--set", "parallel.zero=3", "--set",
+      "parallel.order=tp-cp-dp-pp", "--set", "training.recompute=full", "--set", "training.transformer_engine=false"},
+     0},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, CliGolden, ::testing::ValuesIn(kCases), [](const auto& test_info) {

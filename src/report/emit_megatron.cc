@@ -55,7 +55,9 @@ struct Context {
 const char* CpCommType(CpComm c) {
   switch (c) {
     case CpComm::kP2p: return "p2p";
-    case CpComm::kAllGather: return "allgather";
+    // TransformerConfig.cp_comm_type's word, passed to Transformer Engine's
+    // attention as is (arguments.py's help spells it "allgather").
+    case CpComm::kAllGather: return "all_gather";
     case CpComm::kA2a: return "a2a";
   }
   return "p2p";
@@ -119,9 +121,11 @@ void ParallelFlags(const Context& c) {
 }
 
 // "E" (embedding) opens the first stage, "L" (loss) closes the last, "t*n"
-// is n layers; runs of three or more equal middle stages are written
-// "(t*n|)*k", which Megatron unrolls before parsing.
-std::string PipelineLayout(const std::vector<int64_t>& sizes) {
+// is n layers, "m" an MTP module (on the last stage, before the loss; the
+// layout must hold exactly --mtp-num-layers of them); runs of three or more
+// equal middle stages are written "(t*n|)*k", which Megatron unrolls before
+// parsing.
+std::string PipelineLayout(const std::vector<int64_t>& sizes, int64_t mtp_layers) {
   auto body = [](int64_t n) { return n == 0 ? std::string() : n == 1 ? std::string("t") : fmt::format("t*{}", n); };
   std::string out = fmt::format("E{}|", body(sizes.front()));
   const size_t last = sizes.size() - 1;
@@ -135,7 +139,8 @@ std::string PipelineLayout(const std::vector<int64_t>& sizes) {
     }
     i += run;
   }
-  return fmt::format("{}{}L", out, body(sizes.back()));
+  const std::string mtp = mtp_layers == 0 ? "" : mtp_layers == 1 ? "m" : fmt::format("m*{}", mtp_layers);
+  return fmt::format("{}{}{}L", out, body(sizes.back()), mtp);
 }
 
 std::string JoinInts(const std::vector<int64_t>& v) {
@@ -178,7 +183,7 @@ void PipelineFlags(const Context& c) {
                              l.vpp > 1 ? " (older Megatron: --num-layers-per-virtual-pipeline-stage)" : ""));
     return;
   }
-  c.args.Quoted("--pipeline-model-parallel-layout", PipelineLayout(sizes));
+  c.args.Quoted("--pipeline-model-parallel-layout", PipelineLayout(sizes, c.r.model.mtp_layers));
   c.notes.Note(fmt::format(
       "--pipeline-model-parallel-layout pins the plan's stages (E embedding, t layer, L loss, | between chunks; chunk "
       "c runs on pipeline rank c mod pp){}",
@@ -523,14 +528,15 @@ void RecomputeFlags(const Context& c) {
   switch (c.p.layout.recompute) {
     case Recompute::kNone: break;
     case Recompute::kSelective: {
-      c.args.Flag("--recompute-granularity", "selective");
-      // nargs='*': one argument a module; an empty set is an empty list.
+      // nargs='+': one argument a module. No module recomputes nothing, which
+      // is no recompute flag at all.
       std::vector<std::string> on;
       for (RecomputeModule m : kAllRecomputeModules) {
         if (c.r.training.recompute_modules.has(m)) on.push_back(Name(m));
       }
-      on.empty() ? c.args.Flag("--recompute-modules")
-                 : c.args.Flag("--recompute-modules", fmt::format("{}", fmt::join(on, " ")));
+      if (on.empty()) break;
+      c.args.Flag("--recompute-granularity", "selective");
+      c.args.Flag("--recompute-modules", fmt::format("{}", fmt::join(on, " ")));
       break;
     }
     case Recompute::kFull:

@@ -316,8 +316,11 @@ void PipelineArgs(const Context& c, Py& py) {
   }
   // Always the plan's chunks, named: torchtitan's own split would weigh the
   // embedding and the head as one layer each and take 2 chunks a rank for
-  // every multi-stage schedule.
-  py.Arg(12, "module_fqns_per_model_part", ModuleFqns(emit::ChunkLayers(c.p.stages, c.r.model.layers)));
+  // every multi-stage schedule. A stack of other blocks has no upstream
+  // model, so no module names (refused in ModelSpec).
+  if (IsTransformerStack(c.r.model.layers)) {
+    py.Arg(12, "module_fqns_per_model_part", ModuleFqns(emit::ChunkLayers(c.p.stages, c.r.model.layers)));
+  }
 }
 
 // torchtitan's EP borrows ranks from dp_shard x cp x tp (parallel_dims.py);
@@ -463,7 +466,8 @@ std::string Module(const Context& c, const std::optional<std::string>& model, co
   out += "from torchtitan.trainer import Trainer\n\n\n";
   out += "def preflight_config() -> Trainer.Config:\n";
   out += "    return Trainer.Config(\n";
-  out += fmt::format("        model_spec={},\n", model ? *model : "None  # no upstream model: see the warning above");
+  out += model ? fmt::format("        model_spec={},\n", *model)
+               : std::string("        model_spec=None,  # no upstream model: see the WARNING block\n");
   out += fmt::format("        optimizer={},\n", optimizer);
   out += fmt::format("        training=TrainingConfig(\n{}        ),\n", training);
   out += fmt::format("        parallelism=ParallelismConfig(\n{}        ),\n", parallelism);
