@@ -508,14 +508,19 @@ void ActivationOffloadFlags(const Context& c) {
   for (OffloadModule m : kAllOffloadModules) {
     if (t.activation_offload.has(m)) on.push_back(Name(m));
   }
+  if (!t.transformer_engine) {
+    c.notes.Cannot("training.activation_offload", OffloadModulesText(t.activation_offload),
+                   "validate_args allows fine-grained activation offloading only with --transformer-impl "
+                   "transformer_engine (training.transformer_engine: true)");
+  }
   c.args.Flag("--fine-grained-activation-offloading");
   c.args.Flag("--offload-modules", fmt::format("{}", fmt::join(on, " ")));
   if (t.activation_offload_min_elements != int64_t{1} << 20) {
     c.args.Flag("--min-offloaded-tensor-size", t.activation_offload_min_elements);
   }
   c.notes.Note(
-      "activation offloading: export NVTE_CPU_OFFLOAD_V1=1 with Transformer Engine >= 2.10 (arguments.py "
-      "asserts it)");
+      "environment: export NVTE_CPU_OFFLOAD_V1=1 before launching (with Transformer Engine >= 2.10 validate_args "
+      "asserts it for activation offloading)");
 }
 
 void HeadWgradFlags(const Context& c) {

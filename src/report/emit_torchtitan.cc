@@ -240,6 +240,10 @@ void ModelKeys(const Context& c, const Flavor* f) {
   if (c.r.model.mtp_layers > 0 && std::string(f->family) != "deepseek_v3") {
     c.notes.Cannot("model.mtp_layers", std::to_string(c.r.model.mtp_layers),
                    fmt::format("torchtitan's {} model has no MTP module", f->family));
+  } else if (c.r.model.mtp_layers > 0 && c.p.layout.pp > 1) {
+    c.notes.Cannot("model.mtp_layers", std::to_string(c.r.model.mtp_layers),
+                   "torchtitan's MTP does not support pipeline parallelism (deepseek_v3/mtp.py raises "
+                   "NotImplementedError)");
   }
   if (c.r.model.linear_bias != (std::string(f->family) == "gpt_oss")) {
     c.notes.Cannot("model.linear_bias", c.r.model.linear_bias ? "true" : "false",
