@@ -176,7 +176,8 @@ const MegatronArg* FindMegatronArg(const std::string& name) {
 }
 
 bool IsInt(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 bool IsFloat(const std::string& s) {
@@ -214,8 +215,9 @@ std::string CheckMegatronLine(std::string line) {
     case ArgKind::kInt: return IsInt(value) ? "" : "not an int: " + value;
     case ArgKind::kFloat: return IsFloat(value) ? "" : "not a float: " + value;
     case ArgKind::kChoice:
-      return std::find(arg->allowed.begin(), arg->allowed.end(), value) != arg->allowed.end() ? ""
-                                                                                              : "not a choice: " + value;
+      return std::find(arg->allowed.begin(), arg->allowed.end(), value) != arg->allowed.end()
+                 ? ""
+                 : "not a choice: " + value;
     case ArgKind::kList: {
       const std::vector<std::string> words = Words(value);
       if (words.empty()) return "nargs='+' needs a value";
@@ -227,8 +229,9 @@ std::string CheckMegatronLine(std::string line) {
     case ArgKind::kMoeFreq: {
       if (IsInt(value)) return "";
       const std::string ok = "()[]01*+0123456789";
-      const bool list = quoted && value.front() == '(' &&
-                        std::all_of(value.begin(), value.end(), [&](char c) { return ok.find(c) != std::string::npos; });
+      const bool list = quoted && value.front() == '(' && std::all_of(value.begin(), value.end(), [&](char c) {
+                          return ok.find(c) != std::string::npos;
+                        });
       return list ? "" : "not an int or a 0/1 list expression: " + value;
     }
     case ArgKind::kString: {
@@ -403,7 +406,8 @@ std::vector<std::string> CheckTorchtitanModule(const std::string& text) {
       if (module.rfind("torchtitan.models.", 0) == 0) family = module.substr(18);
       continue;
     }
-    if (line == "def preflight_config() -> Trainer.Config:" || line == "return Trainer.Config(" || line == ")") continue;
+    if (line == "def preflight_config() -> Trainer.Config:" || line == "return Trainer.Config(" || line == ")")
+      continue;
     if (in_fqns) {
       if (line == "],") {
         in_fqns = false;
@@ -454,7 +458,8 @@ std::vector<std::string> CheckTorchtitanModule(const std::string& text) {
     }
     const TorchtitanField* f = FindField(section, key);
     if (f == nullptr) {
-      bad(line, "no field " + key + " in " + (section.empty() ? "Trainer.Config" : section) + " @ " + kTorchtitanCommit);
+      bad(line,
+          "no field " + key + " in " + (section.empty() ? "Trainer.Config" : section) + " @ " + kTorchtitanCommit);
       continue;
     }
     if (f->type == FieldType::kFqnLists && value == "[") {
@@ -529,8 +534,8 @@ const std::vector<std::string> kBases[] = {
 };
 
 std::vector<std::string> ShippedRecipes() {
-  return {"deepseek-v3-h200",  "gpt-oss-120b-h200", "jamba-v0.1-h200", "llama3-405b-h200", "llama3-8b-h200",
-          "mamba2-2.7b-h200",  "mixtral-8x7b-h200", "nam56r-h200",     "nemotron-h-8b-h200", "qwen3-30b-a3b-h200"};
+  return {"deepseek-v3-h200", "gpt-oss-120b-h200", "jamba-v0.1-h200", "llama3-405b-h200",   "llama3-8b-h200",
+          "mamba2-2.7b-h200", "mixtral-8x7b-h200", "nam56r-h200",     "nemotron-h-8b-h200", "qwen3-30b-a3b-h200"};
 }
 
 struct GridCounts {
@@ -542,38 +547,39 @@ struct GridCounts {
 TEST(EmitTable, EveryEmittedLineIsUpstreams) {
   std::map<std::string, GridCounts> counts;
   for (const std::string& name : ShippedRecipes()) {
-    for (size_t base = 0; base < std::size(kBases); ++base) for (const Variant& v : kVariants) {
-      std::vector<Override> overrides;
-      for (const std::string& s : kBases[base]) overrides.push_back(*ParseOverride(s));
-      for (const std::string& s : v.sets) overrides.push_back(*ParseOverride(s));
-      const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/" + name + ".yaml"), overrides);
-      if (!loaded.ok()) continue;  // a layout the recipe cannot take (exit 2)
-      const Inventory inventory = BuildInventory(*loaded.recipe);
-      const PlanResult planned = MakePlan(inventory, LayoutOf(*loaded.recipe));
-      if (!planned.plan) continue;
-      for (EmitTarget target : {EmitTarget::kMegatron, EmitTarget::kTorchtitan}) {
-        const std::string where = name + " / base " + std::to_string(base) + " / " + v.name + " / " + Name(target);
-        const Emission e = Emit(target, *loaded.recipe, *planned.plan);
-        GridCounts& c = counts[Name(target)];
-        ++c.layouts;
-        e.refusals.empty() ? ++c.emitted : ++c.refused;
-        EXPECT_EQ(e.text.rfind("# WARNING: ", 0) == 0, !e.refusals.empty()) << where << "\n" << e.text;
-        for (const std::string& r : e.refusals) {
-          EXPECT_FALSE(r.empty()) << where;
-          EXPECT_NE(e.text.find("# WARNING: - " + r), std::string::npos) << where << ": " << r;
-        }
-        if (target == EmitTarget::kMegatron) {
-          for (std::string line : Lines(e.text)) {
-            if (line.empty() || line[0] == '#') continue;
-            if (line.size() >= 2 && line.compare(line.size() - 2, 2, " \\") == 0) line.resize(line.size() - 2);
-            const std::string why = CheckMegatronLine(line);
-            EXPECT_TRUE(why.empty()) << where << ": " << line << ": " << why;
+    for (size_t base = 0; base < std::size(kBases); ++base)
+      for (const Variant& v : kVariants) {
+        std::vector<Override> overrides;
+        for (const std::string& s : kBases[base]) overrides.push_back(*ParseOverride(s));
+        for (const std::string& s : v.sets) overrides.push_back(*ParseOverride(s));
+        const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/" + name + ".yaml"), overrides);
+        if (!loaded.ok()) continue;  // a layout the recipe cannot take (exit 2)
+        const Inventory inventory = BuildInventory(*loaded.recipe);
+        const PlanResult planned = MakePlan(inventory, LayoutOf(*loaded.recipe));
+        if (!planned.plan) continue;
+        for (EmitTarget target : {EmitTarget::kMegatron, EmitTarget::kTorchtitan}) {
+          const std::string where = name + " / base " + std::to_string(base) + " / " + v.name + " / " + Name(target);
+          const Emission e = Emit(target, *loaded.recipe, *planned.plan);
+          GridCounts& c = counts[Name(target)];
+          ++c.layouts;
+          e.refusals.empty() ? ++c.emitted : ++c.refused;
+          EXPECT_EQ(e.text.rfind("# WARNING: ", 0) == 0, !e.refusals.empty()) << where << "\n" << e.text;
+          for (const std::string& r : e.refusals) {
+            EXPECT_FALSE(r.empty()) << where;
+            EXPECT_NE(e.text.find("# WARNING: - " + r), std::string::npos) << where << ": " << r;
           }
-        } else {
-          for (const std::string& p : CheckTorchtitanModule(e.text)) ADD_FAILURE() << where << ": " << p;
+          if (target == EmitTarget::kMegatron) {
+            for (std::string line : Lines(e.text)) {
+              if (line.empty() || line[0] == '#') continue;
+              if (line.size() >= 2 && line.compare(line.size() - 2, 2, " \\") == 0) line.resize(line.size() - 2);
+              const std::string why = CheckMegatronLine(line);
+              EXPECT_TRUE(why.empty()) << where << ": " << line << ": " << why;
+            }
+          } else {
+            for (const std::string& p : CheckTorchtitanModule(e.text)) ADD_FAILURE() << where << ": " << p;
+          }
         }
       }
-    }
   }
   // The grid reaches both outcomes for both emitters.
   for (const char* target : {"megatron", "torchtitan"}) {
@@ -585,10 +591,10 @@ TEST(EmitTable, EveryEmittedLineIsUpstreams) {
 // The checks themselves can fail: a line upstream does not know is caught.
 TEST(EmitTable, CheckersCatchWhatUpstreamRejects) {
   EXPECT_FALSE(CheckMegatronLine("--num-layers-per-virtual-pipeline-stage 2").empty());  // removed upstream
-  EXPECT_FALSE(CheckMegatronLine("--cp-comm-type allgather").empty());  // TE's word is all_gather
-  EXPECT_FALSE(CheckMegatronLine("--recompute-modules").empty());       // nargs='+'
-  EXPECT_FALSE(CheckMegatronLine("--hybrid-layer-pattern \"*EMR\"").empty());  // R is no Megatron layer
-  EXPECT_FALSE(CheckMegatronLine("--hybrid-layer-pattern *EME").empty());      // unquoted
+  EXPECT_FALSE(CheckMegatronLine("--cp-comm-type allgather").empty());                   // TE's word is all_gather
+  EXPECT_FALSE(CheckMegatronLine("--recompute-modules").empty());                        // nargs='+'
+  EXPECT_FALSE(CheckMegatronLine("--hybrid-layer-pattern \"*EMR\"").empty());            // R is no Megatron layer
+  EXPECT_FALSE(CheckMegatronLine("--hybrid-layer-pattern *EME").empty());                // unquoted
   EXPECT_FALSE(CheckMegatronLine("--swiglu 1").empty());
   EXPECT_TRUE(CheckMegatronLine("--moe-layer-freq \"([0]*3+[1]*58)\"").empty());
   EXPECT_TRUE(CheckMegatronLine("--pipeline-model-parallel-layout \"Et*7|(t*8|)*3t*6mL\"").empty());

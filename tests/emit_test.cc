@@ -255,6 +255,9 @@ const FlagCase kFlagCases[] = {
     {"DeepSeek_Shared", "deepseek-v3-h200", {}, "--moe-shared-expert-intermediate-size", "2048"},
     {"DeepSeek_Sigmoid", "deepseek-v3-h200", {}, "--moe-router-score-function", "sigmoid"},
     {"DeepSeek_Bias", "deepseek-v3-h200", {}, "--moe-router-enable-expert-bias", ""},
+    // A gated shared expert (Qwen2-MoE): arguments.py @ d98e8a6 has --moe-shared-expert-gate (store_true).
+    {"DeepSeek_SharedGate", "deepseek-v3-h200", {"model.moe.shared_gate=true"}, "--moe-shared-expert-gate", ""},
+    {"DeepSeek_NoSharedGate", "deepseek-v3-h200", {}, "--moe-shared-expert-gate", kAbsent},
     // moe_freq_type list: 0 for the 3 dense layers, 1 for the other 58.
     {"DeepSeek_LayerFreq", "deepseek-v3-h200", {}, "--moe-layer-freq", "([0]*3+[1]*58)"},
     {"DeepSeek_DenseFfn", "deepseek-v3-h200", {}, "--ffn-hidden-size", "18432"},
@@ -345,7 +348,10 @@ const FlagCase kFlagCases[] = {
     // CP 2 with the all-gather exchange: TransformerConfig.cp_comm_type @ d98e8a6 takes "p2p", "all_gather",
     // "a2a" or "a2a+p2p" and hands it to Transformer Engine, whose context_parallel.py branches on
     // "all_gather" (arguments.py's help text says "allgather", which TE does not know).
-    {"Cp_AllGather", "llama3-8b-h200", {"parallel.cp=2", "parallel.cp_comm=all_gather"}, "--cp-comm-type",
+    {"Cp_AllGather",
+     "llama3-8b-h200",
+     {"parallel.cp=2", "parallel.cp_comm=all_gather"},
+     "--cp-comm-type",
      "all_gather"},
 };
 
@@ -585,7 +591,12 @@ const WarningCase kWarningCases[] = {
      "training.precision.grads",
      "float32 only"},
     // No torchtitan model flavor: Mixtral 8x7B; Llama 3 8B with another width.
-    {"Torchtitan_NoFlavor", EmitTarget::kTorchtitan, "mixtral-8x7b-h200", {}, "model.pattern", "no torchtitan model flavor"},
+    {"Torchtitan_NoFlavor",
+     EmitTarget::kTorchtitan,
+     "mixtral-8x7b-h200",
+     {},
+     "model.pattern",
+     "no torchtitan model flavor"},
     {"Torchtitan_WiderLlama",
      EmitTarget::kTorchtitan,
      "llama3-8b-h200",
@@ -599,7 +610,12 @@ const WarningCase kWarningCases[] = {
      "training.transformer_engine",
      "plain PyTorch"},
     {"Torchtitan_Selective", EmitTarget::kTorchtitan, "llama3-8b-h200", {}, "training.recompute", "per-op policy"},
-    {"Torchtitan_CpRing", EmitTarget::kTorchtitan, "llama3-8b-h200", {"parallel.cp=2"}, "parallel.cp_comm", "all-gathers"},
+    {"Torchtitan_CpRing",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {"parallel.cp=2"},
+     "parallel.cp_comm",
+     "all-gathers"},
     // parallel_dims.py @ b5bcd76: ep must divide dp_shard x cp x tp; DDP (zero 0)
     // leaves dp_shard 1, so 8 expert ranks cannot be found.
     {"Torchtitan_EpNeedsShard",
@@ -659,8 +675,7 @@ TEST(EmitWarning, NoneForAPlainTransformer) {
 // memory: refused by both emitters with the fit verdict as the reason.
 TEST(EmitRefusal, DoesNotFit) {
   for (EmitTarget target : {EmitTarget::kMegatron, EmitTarget::kTorchtitan}) {
-    const Emission e =
-        EmitFor(target, "llama3-8b-h200", {"training.micro_batch=4", "training.recompute=none"});
+    const Emission e = EmitFor(target, "llama3-8b-h200", {"training.micro_batch=4", "training.recompute=none"});
     ASSERT_FALSE(e.refusals.empty()) << Name(target);
     EXPECT_NE(e.refusals.front().find("the plan does not fit: stage 0 over capacity by"), std::string::npos)
         << e.refusals.front();
@@ -687,8 +702,8 @@ TEST(EmitRefusal, MegatronCannotRun) {
 // A selective recompute of no module recomputes nothing: no recompute flags
 // (--recompute-modules takes nargs='+' at d98e8a6, so a bare flag is a parse error).
 TEST(EmitMegatron, SelectiveWithoutModulesIsNoRecompute) {
-  const std::map<std::string, std::string> flags = MegatronFlags(
-      EmitFor(EmitTarget::kMegatron, "llama3-8b-h200", {"training.recompute_modules=[]"}).text);
+  const std::map<std::string, std::string> flags =
+      MegatronFlags(EmitFor(EmitTarget::kMegatron, "llama3-8b-h200", {"training.recompute_modules=[]"}).text);
   EXPECT_EQ(flags.count("--recompute-modules"), 0u);
   EXPECT_EQ(flags.count("--recompute-granularity"), 0u);
 }
@@ -697,8 +712,9 @@ TEST(EmitMegatron, SelectiveWithoutModulesIsNoRecompute) {
 TEST(EmitHeader, NamesTheUpstream) {
   EXPECT_NE(EmitFor(EmitTarget::kMegatron, "llama3-8b-h200").text.find("# target: NVIDIA/Megatron-LM d98e8a6"),
             std::string::npos);
-  EXPECT_NE(EmitFor(EmitTarget::kTorchtitan, "llama3-8b-h200").text.find("# target: pytorch/torchtitan b5bcd76 (2026-08-21)"),
-            std::string::npos);
+  EXPECT_NE(
+      EmitFor(EmitTarget::kTorchtitan, "llama3-8b-h200").text.find("# target: pytorch/torchtitan b5bcd76 (2026-08-21)"),
+      std::string::npos);
 }
 
 // ---------------------------------------------------------------------------
@@ -753,14 +769,16 @@ const KeyCase kKeyCases[] = {
      "parallelism.context_parallel_load_balancer",
      "None"},
     {"Llama8B_TpNoSp", "llama3-8b-h200", {"parallel.tp=2"}, "parallelism.enable_sequence_parallel", "False"},
-    {"Llama8B_TpSp", "llama3-8b-h200", {"parallel.tp=2", "parallel.sp=true"}, "parallelism.enable_sequence_parallel",
-     kAbsent},
-    {"Llama8B_MasterNone",
+    {"Llama8B_TpSp",
      "llama3-8b-h200",
-     {"training.precision.master=none"},
-     "training.dtype",
-     "\"bfloat16\""},
-    {"Llama8B_Fp32", "llama3-8b-h200", {"training.precision.params=fp32"}, "training.mixed_precision_param",
+     {"parallel.tp=2", "parallel.sp=true"},
+     "parallelism.enable_sequence_parallel",
+     kAbsent},
+    {"Llama8B_MasterNone", "llama3-8b-h200", {"training.precision.master=none"}, "training.dtype", "\"bfloat16\""},
+    {"Llama8B_Fp32",
+     "llama3-8b-h200",
+     {"training.precision.params=fp32"},
+     "training.mixed_precision_param",
      "\"float32\""},
     // Mixtral has no torchtitan model: EP 8 over the dense DP 64, the model left to the user.
     {"Mixtral_Ep", "mixtral-8x7b-h200", {}, "parallelism.expert_parallel_degree", "8"},
@@ -771,8 +789,11 @@ const KeyCase kKeyCases[] = {
     {"DeepSeek_Microbatches", "deepseek-v3-h200", {}, "parallelism.num_pp_microbatches", "240"},
     {"DeepSeek_Ep", "deepseek-v3-h200", {}, "parallelism.expert_parallel_degree", "64"},
     {"DeepSeek_Ac", "deepseek-v3-h200", {}, "activation_checkpoint", "FullAC.Config()"},
-    {"DeepSeek_DualPipeV", "deepseek-v3-h200", {"parallel.schedule=dualpipev"},
-     "parallelism.pipeline_parallel_schedule", "\"DualPipeV\""},
+    {"DeepSeek_DualPipeV",
+     "deepseek-v3-h200",
+     {"parallel.schedule=dualpipev"},
+     "parallelism.pipeline_parallel_schedule",
+     "\"DualPipeV\""},
     // Qwen3-30B-A3B: the registry's 30B-A3B flavor.
     {"Qwen3Moe_Model", "qwen3-30b-a3b-h200", {}, "model_spec", "model_registry(\"30B-A3B\")"},
     {"GptOss_Model", "gpt-oss-120b-h200", {}, "model_spec", "model_registry(\"120b\")"},

@@ -91,9 +91,10 @@ void Notes::Cannot(const std::string& key, const std::string& value, const std::
 std::string Notes::Render(const std::string& prefix) const {
   std::string out;
   if (!refusals_.empty()) {
-    out += fmt::format("{}WARNING: this {} configuration does not run the plan preflight priced; `preflight plan --emit "
-                       "{}` exits 1 on it unless --force is given. Reasons:\n",
-                       prefix, target_, target_);
+    out += fmt::format(
+        "{}WARNING: this {} configuration does not run the plan preflight priced; `preflight plan --emit "
+        "{}` exits 1 on it unless --force is given. Reasons:\n",
+        prefix, target_, target_);
     for (const std::string& r : refusals_) out += fmt::format("{}WARNING: - {}\n", prefix, r);
   }
   for (const std::string& line : lines_) out += fmt::format("{}{}\n", prefix, line);

@@ -417,10 +417,11 @@ void ZeroFlags(const Context& c, bool muon) {
     case 1:
       c.args.Flag("--use-distributed-optimizer");
       if (muon) {
-        c.notes.Note("--optimizer muon --use-distributed-optimizer: validate_args turns it into Megatron's layer-wise "
-                     "distributed optimizer (use_layer_wise_distributed_optimizer; --optimizer dist_muon is its "
-                     "deprecated spelling), whole matrices spread over the DP ranks where the plan prices ZeRO-1 "
-                     "shards: about the same optimizer state a rank");
+        c.notes.Note(
+            "--optimizer muon --use-distributed-optimizer: validate_args turns it into Megatron's layer-wise "
+            "distributed optimizer (use_layer_wise_distributed_optimizer; --optimizer dist_muon is its "
+            "deprecated spelling), whole matrices spread over the DP ranks where the plan prices ZeRO-1 "
+            "shards: about the same optimizer state a rank");
       }
       break;
     default:

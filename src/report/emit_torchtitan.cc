@@ -153,13 +153,13 @@ std::string Quoted(const std::string& s) { return fmt::format("\"{}\"", s); }
 void Header(const Context& c) {
   const Layout& l = c.p.layout;
   c.notes.Note(fmt::format("torchtitan config module for {}: {} GPUs ({} nodes x {} {}), from `preflight plan`",
-                           c.r.name, c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node,
-                           DeviceLabel(c.r.cluster)));
-  c.notes.Note(fmt::format("target: {}; run: torchtitan.train --module <this module> --config preflight_config "
-                           "(NGPU={})",
-                           kTorchtitanUpstream, c.p.mesh.world));
-  c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l), l.zero,
-                           Name(l.schedule), l.micro_batches, l.micro_batch, Name(l.recompute)));
+                           c.r.name, c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, DeviceLabel(c.r.cluster)));
+  c.notes.Note(
+      fmt::format("target: {}; run: torchtitan.train --module <this module> --config preflight_config "
+                  "(NGPU={})",
+                  kTorchtitanUpstream, c.p.mesh.world));
+  c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l),
+                           l.zero, Name(l.schedule), l.micro_batches, l.micro_batch, Name(l.recompute)));
   c.notes.Note(fmt::format(
       "stages ({}), layers [first,end): {}",
       c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
@@ -223,9 +223,12 @@ void ModelKeys(const Context& c, const Flavor* f) {
     c.notes.Cannot("model.moe.activation", Name(m.moe.activation), "torchtitan's experts are SwiGLU");
   }
   if (moe && !m.moe.dropless) {
-    c.notes.Cannot("model.moe.dropless", "false", "torchtitan's token-choice routing drops no token (no capacity factor)");
+    c.notes.Cannot("model.moe.dropless", "false",
+                   "torchtitan's token-choice routing drops no token (no capacity factor)");
   }
-  if (moe && m.moe.shared_gate) c.notes.Cannot("model.moe.shared_gate", "true", "torchtitan's shared experts have no gate");
+  if (moe && m.moe.shared_gate) {
+    c.notes.Cannot("model.moe.shared_gate", "true", "torchtitan's shared experts have no gate");
+  }
   if (c.r.training.dropout > 0) {
     c.notes.Cannot("training.dropout", emit::Number(c.r.training.dropout), "torchtitan's decoders have no dropout");
   }
