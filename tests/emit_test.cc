@@ -653,6 +653,40 @@ TEST(EmitWarning, EveryRecipeKeyHasBothSpellings) {
   }
 }
 
+// Every enum or bool key the field table says a framework has no setting
+// for, set away from its default on a recipe where it matters (nam56r with
+// CP 2: attention, Mamba, MoE, R blocks, Muon, TP, PP), is named in a warning
+// and refuses the emission: nothing the plan prices is dropped silently.
+TEST(EmitWarning, EveryKeyWithoutCounterpartRefuses) {
+  int checked = 0;
+  for (EmitTarget target : {EmitTarget::kMegatron, EmitTarget::kTorchtitan}) {
+    for (const RecipeField& f : RecipeFields()) {
+      const std::string_view spelling = target == EmitTarget::kMegatron ? f.megatron : f.torchtitan;
+      if (spelling != kNoCounterpart || (f.kind != FieldKind::kBool && f.kind != FieldKind::kEnum)) continue;
+      const std::string runs = DefaultText(f);
+      std::string other;
+      if (f.kind == FieldKind::kBool) other = runs == "true" ? "false" : "true";
+      for (const std::string& n : f.names) {
+        if (other.empty() && n != runs) other = n;
+      }
+      if (other.empty()) continue;  // an enum of one word (optimizer.other)
+      std::vector<std::string> sets = {"parallel.cp=2", std::string(f.path) + "=" + other};
+      // What the recipe parser requires with the key (docs/recipe.md).
+      if (f.path == "parallel.fsdp_cpu_offload") {
+        sets.insert(sets.end(), {"parallel.zero=3", "training.optimizer.matrices=adamw"});
+      }
+      if (f.path == "training.recompute_method") sets.push_back("training.recompute=full");
+      const Emission e = EmitFor(target, "nam56r-h200", sets);
+      EXPECT_TRUE(HasWarning(e, std::string(f.path), "")) << Name(target) << " " << f.path << "=" << other;
+      bool refused = false;
+      for (const std::string& r : e.refusals) refused |= r.rfind(std::string(f.path) + " = ", 0) == 0;
+      EXPECT_TRUE(refused) << Name(target) << " " << f.path;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8);
+}
+
 // A key without a setting at its default, or where it does not matter, says nothing.
 TEST(EmitWarning, DefaultOrIrrelevantKeysSayNothing) {
   // cp_recurrent only matters with M or R layers under CP; Llama 3 has neither.
@@ -825,6 +859,77 @@ TEST_P(TorchtitanKey, MatchesRecipe) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, TorchtitanKey, ::testing::ValuesIn(kKeyCases),
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
+
+// Each upstream flavor's architecture, transcribed from its registry
+// (torchtitan/models/<family>/__init__.py @ b5bcd76: n_layers, dim, n_heads,
+// n_kv_heads, head_dim, ffn hidden_dim, vocab_size, weight tying, MoE
+// num_experts / top_k / hidden_dim / shared experts, the first dense layers),
+// written as a recipe: the emitter names that flavor.
+struct FlavorCase {
+  const char* name;
+  const char* recipe;
+  std::vector<std::string> sets;
+  const char* model_spec;
+};
+
+const FlavorCase kFlavorCases[] = {
+    {"Llama3_1B",
+     "llama3-8b-h200",
+     {"model.repeat=16", "model.hidden=2048", "model.attention.heads=32", "model.attention.kv_heads=8",
+      "model.attention.head_dim=64", "model.mlp.ffn_hidden=8192", "model.tie_embeddings=true"},
+     "model_registry(\"1B\")"},
+    {"Llama3_3B",
+     "llama3-8b-h200",
+     {"model.repeat=28", "model.hidden=3072", "model.attention.heads=24", "model.attention.kv_heads=8",
+      "model.mlp.ffn_hidden=8192", "model.tie_embeddings=true"},
+     "model_registry(\"3B\")"},
+    {"Llama3_70B",
+     "llama3-8b-h200",
+     {"model.repeat=80", "model.hidden=8192", "model.attention.heads=64", "model.mlp.ffn_hidden=28672",
+      "cluster.nodes=16", "parallel.tp=8"},
+     "model_registry(\"70B\")"},
+    {"Qwen3_0_6B",
+     "llama3-8b-h200",
+     {"model.repeat=28", "model.hidden=1024", "model.vocab=151936", "model.attention.heads=16",
+      "model.attention.qk_norm=true", "model.mlp.ffn_hidden=3072", "model.tie_embeddings=true"},
+     "model_registry(\"0.6B\")"},
+    {"Qwen3_8B",
+     "llama3-8b-h200",
+     {"model.repeat=36", "model.vocab=151936", "model.attention.qk_norm=true", "model.mlp.ffn_hidden=12288"},
+     "model_registry(\"8B\")"},
+    {"Qwen3_32B",
+     "llama3-8b-h200",
+     {"model.repeat=64", "model.hidden=5120", "model.vocab=151936", "model.attention.heads=64",
+      "model.attention.qk_norm=true", "model.mlp.ffn_hidden=25600", "cluster.nodes=16", "parallel.tp=8"},
+     "model_registry(\"32B\")"},
+    {"Qwen3_235B_A22B",
+     "qwen3-30b-a3b-h200",
+     {"model.repeat=94", "model.hidden=4096", "model.attention.heads=64", "model.moe.ffn_hidden=1536",
+      "cluster.nodes=32"},
+     "model_registry(\"235B-A22B\")"},
+    {"DeepSeekV3_16B",
+     "deepseek-v3-h200",
+     {"model.repeat=27", "model.hidden=2048", "model.vocab=102400", "model.mla.heads=16", "model.mla.q_lora_rank=0",
+      "model.mlp.ffn_hidden=10944", "model.moe.first_k_dense=1", "model.moe.experts=64", "model.moe.top_k=6",
+      "model.moe.ffn_hidden=1408", "model.moe.shared_experts=2", "model.moe.router=softmax", "model.mtp_layers=0",
+      "parallel.pp=1", "parallel.schedule=1f1b", "cluster.nodes=8"},
+     "model_registry(\"16B\")"},
+    {"GptOss_20b",
+     "gpt-oss-120b-h200",
+     {"model.repeat=24", "model.moe.experts=32", "parallel.ep=32"},
+     "model_registry(\"20b\")"},
+};
+
+class TorchtitanFlavor : public ::testing::TestWithParam<FlavorCase> {};
+
+TEST_P(TorchtitanFlavor, NamesTheFlavor) {
+  const FlavorCase& c = GetParam();
+  const Emission e = EmitFor(EmitTarget::kTorchtitan, c.recipe, c.sets);
+  EXPECT_EQ(PyKeys(e.text)["model_spec"], c.model_spec) << e.text;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TorchtitanFlavor, ::testing::ValuesIn(kFlavorCases),
                          [](const auto& test_info) { return std::string(test_info.param.name); });
 
 // Pinned Llama 3 8B stages, 7 | 9 | 9 | 7 layers (boundaries 7, 16, 25):
