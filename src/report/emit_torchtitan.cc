@@ -135,13 +135,13 @@ struct Context {
   Notes& notes;
 };
 
-/// Python source of the config function's body, one keyword argument a line.
+/// The keyword arguments of one config class, one a line, at the indent of
+/// the fields inside `Trainer.Config(section=Class(...))`.
 class Py {
  public:
-  void Arg(int indent, const std::string& key, const std::string& value) {
-    out_ += fmt::format("{:{}}{}={},\n", "", indent, key, value);
+  void Arg(const std::string& key, const std::string& value) {
+    out_ += fmt::format("            {}={},\n", key, value);
   }
-  void Line(int indent, const std::string& text) { out_ += fmt::format("{:{}}{}\n", "", indent, text); }
   const std::string& text() const { return out_; }
 
  private:
@@ -266,15 +266,15 @@ void DataParallelArgs(const Context& c, Py& py) {
   const Layout& l = c.p.layout;
   const int64_t replicate = l.zero == 0 ? l.dp : l.dp_replicate;
   const int64_t shard = l.zero == 0 ? 1 : l.dp / l.dp_replicate;
-  py.Arg(12, "data_parallel_replicate_degree", std::to_string(replicate));
-  py.Arg(12, "data_parallel_shard_degree", std::to_string(shard));
+  py.Arg("data_parallel_replicate_degree", std::to_string(replicate));
+  py.Arg("data_parallel_shard_degree", std::to_string(shard));
   if (l.zero == 0) c.notes.Note("zero 0: DDP (data_parallel_replicate_degree)");
   if (l.zero == 3 && shard > 1) {
-    py.Arg(12, "fsdp_reshard_after_forward", Quoted("always"));
+    py.Arg("fsdp_reshard_after_forward", Quoted("always"));
     c.notes.Note("zero 3: FSDP2, parameters resharded after every forward (\"always\")");
   }
   if ((l.zero == 1 || l.zero == 2) && shard > 1) {
-    py.Arg(12, "fsdp_reshard_after_forward", Quoted("never"));
+    py.Arg("fsdp_reshard_after_forward", Quoted("never"));
     c.notes.Cannot("parallel.zero", std::to_string(l.zero),
                    fmt::format("torchtitan has no ZeRO-{}: FSDP2 (data_parallel_shard_degree) also shards the "
                                "parameters, so a rank holds less and communicates more than planned; "
@@ -315,9 +315,9 @@ std::string ModuleFqns(const std::vector<int64_t>& sizes) {
 void PipelineArgs(const Context& c, Py& py) {
   const Layout& l = c.p.layout;
   if (l.pp <= 1) return;
-  py.Arg(12, "pipeline_parallel_degree", std::to_string(l.pp));
-  py.Arg(12, "pipeline_parallel_schedule", Quoted(ScheduleName(l)));
-  py.Arg(12, "num_pp_microbatches", std::to_string(l.micro_batches));
+  py.Arg("pipeline_parallel_degree", std::to_string(l.pp));
+  py.Arg("pipeline_parallel_schedule", Quoted(ScheduleName(l)));
+  py.Arg("num_pp_microbatches", std::to_string(l.micro_batches));
   if (l.schedule == Schedule::kDualPipe) {
     c.notes.Cannot("parallel.schedule", "dualpipe", "torchtitan has DualPipeV but not DualPipe; 1F1B emitted");
   }
@@ -326,7 +326,7 @@ void PipelineArgs(const Context& c, Py& py) {
   // every multi-stage schedule. A stack of other blocks has no upstream
   // model, so no module names (refused in ModelSpec).
   if (IsTransformerStack(c.r.model.layers)) {
-    py.Arg(12, "module_fqns_per_model_part", ModuleFqns(emit::ChunkLayers(c.p.stages, c.r.model.layers)));
+    py.Arg("module_fqns_per_model_part", ModuleFqns(emit::ChunkLayers(c.p.stages, c.r.model.layers)));
   }
 }
 
@@ -335,7 +335,7 @@ void PipelineArgs(const Context& c, Py& py) {
 void ExpertArgs(const Context& c, Py& py, int64_t dp_shard) {
   if (!Has(c.r, BlockKind::kMoe)) return;
   const Layout& l = c.p.layout;
-  if (l.ep > 1) py.Arg(12, "expert_parallel_degree", std::to_string(l.ep));
+  if (l.ep > 1) py.Arg("expert_parallel_degree", std::to_string(l.ep));
   const int64_t region = dp_shard * l.cp * l.tp;
   if (region % l.ep != 0) {
     c.notes.Cannot("parallel.ep", std::to_string(l.ep),
@@ -348,8 +348,8 @@ void ExpertArgs(const Context& c, Py& py, int64_t dp_shard) {
 void ContextParallelArgs(const Context& c, Py& py) {
   const Layout& l = c.p.layout;
   if (l.cp <= 1) return;
-  py.Arg(12, "context_parallel_degree", std::to_string(l.cp));
-  if (!c.r.parallel.cp_load_balance) py.Arg(12, "context_parallel_load_balancer", "None");
+  py.Arg("context_parallel_degree", std::to_string(l.cp));
+  if (!c.r.parallel.cp_load_balance) py.Arg("context_parallel_load_balancer", "None");
   if (l.cp_comm != CpComm::kAllGather) {
     c.notes.Cannot("parallel.cp_comm", l.cp_comm == CpComm::kA2a ? "a2a" : "p2p",
                    "torchtitan's context parallelism has no setting for the K/V exchange: PyTorch's _ContextParallel "
@@ -362,8 +362,8 @@ std::string ParallelismArgs(const Context& c) {
   Py py;
   DataParallelArgs(c, py);
   if (l.tp > 1) {
-    py.Arg(12, "tensor_parallel_degree", std::to_string(l.tp));
-    if (!l.sequence_parallel()) py.Arg(12, "enable_sequence_parallel", "False");
+    py.Arg("tensor_parallel_degree", std::to_string(l.tp));
+    if (!l.sequence_parallel()) py.Arg("enable_sequence_parallel", "False");
   }
   ContextParallelArgs(c, py);
   PipelineArgs(c, py);
@@ -384,12 +384,12 @@ std::string TrainingArgs(const Context& c) {
   const TrainingConfig& t = c.r.training;
   const PrecisionConfig& pr = t.precision;
   Py py;
-  py.Arg(12, "num_tokens_per_microbatch_per_dp_rank", std::to_string(l.micro_batch * t.seq_len));
-  py.Arg(12, "num_tokens_per_train_step", std::to_string(t.global_batch * t.seq_len));
-  py.Arg(12, "max_context_length", std::to_string(t.seq_len));
-  if (c.r.parallel.fsdp_cpu_offload) py.Arg(12, "enable_cpu_offload", "True");
+  py.Arg("num_tokens_per_microbatch_per_dp_rank", std::to_string(l.micro_batch * t.seq_len));
+  py.Arg("num_tokens_per_train_step", std::to_string(t.global_batch * t.seq_len));
+  py.Arg("max_context_length", std::to_string(t.seq_len));
+  if (c.r.parallel.fsdp_cpu_offload) py.Arg("enable_cpu_offload", "True");
   if (pr.params == DType::kFp32) {
-    py.Arg(12, "mixed_precision_param", Quoted("float32"));
+    py.Arg("mixed_precision_param", Quoted("float32"));
   } else if (pr.params != DType::kBf16) {
     c.notes.Cannot("training.precision.params", Name(pr.params),
                    "mixed_precision_param is bfloat16 or float32 (fp8 training is a model converter, not emitted)");
@@ -405,7 +405,7 @@ std::string TrainingArgs(const Context& c) {
   }
   if (!pr.master) {
     if (pr.params == DType::kBf16) {
-      py.Arg(12, "dtype", Quoted("bfloat16"));
+      py.Arg("dtype", Quoted("bfloat16"));
       c.notes.Note("master none: training dtype \"bfloat16\" keeps no fp32 copy");
     } else {
       c.notes.Cannot("training.precision.master", "none", "torchtitan drops the fp32 copy only for bf16 training");
@@ -413,7 +413,7 @@ std::string TrainingArgs(const Context& c) {
   }
   // Trainer.Config.__post_init__: CUDA graphs support neither PP nor the
   // standard EP token dispatcher; preflight prices none.
-  if (l.pp > 1 || (Has(c.r, BlockKind::kMoe) && l.ep > 1)) py.Arg(12, "disable_cuda_graphs", "True");
+  if (l.pp > 1 || (Has(c.r, BlockKind::kMoe) && l.ep > 1)) py.Arg("disable_cuda_graphs", "True");
   const int64_t tokens = l.micro_batch * t.seq_len;
   const int64_t divisor = (l.tp > 1 && l.sequence_parallel() ? l.tp : 1) * (l.cp > 1 ? 2 * l.cp : 1);
   if (tokens % divisor != 0) {
@@ -450,7 +450,7 @@ std::string CompileArgs(const Context& c) {
   const Overlap o = OverlapOf(c.r, c.p.layout);
   const bool enable = c.r.training.fused_elementwise;
   if (!enable && !o.tp) return "";
-  std::string out = fmt::format("CompileConfig(enable=True");
+  std::string out = "CompileConfig(enable=True";
   if (o.tp) out += ", enable_async_tensor_parallel=True";
   return out + ")";
 }
