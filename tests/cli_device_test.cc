@@ -94,7 +94,8 @@ TEST(CliDevice, FitNamesACapacityOverride) {
 TEST(CliDevice, EmittersNameTheDevice) {
   const DeviceRecipe recipe(kBasedOn);
   for (const char* target : {"megatron", "torchtitan"}) {
-    const auto r = RunPreflight({"plan", recipe.path(), "--emit", target});
+    // --force: the header is written whether or not the framework runs the plan as priced.
+    const auto r = RunPreflight({"plan", recipe.path(), "--emit", target, "--force"});
     EXPECT_EQ(r.exit_code, 0) << target << r.err;
     EXPECT_THAT(r.out, HasSubstr("32 GPUs (4 nodes x 8 custom 'mygpu' based on h100), from `preflight plan`"))
         << target;

@@ -1,4 +1,4 @@
-// `preflight plan --emit`: the Megatron-LM arguments and torchtitan TOML of
+// `preflight plan --emit`: the Megatron-LM arguments and torchtitan config module of
 // the planned layout for the example recipes. Expected values come from the
 // recipes (and the papers and configs their comments cite), from the
 // upstream flag semantics named beside each case, or from hand derivations
@@ -64,18 +64,48 @@ std::map<std::string, std::string> MegatronFlags(const std::string& text) {
   return out;
 }
 
-// TOML "section.key" -> value as written (strings keep their quotes).
-std::map<std::string, std::string> TomlKeys(const std::string& text) {
+// torchtitan config module: "section.key" -> value as written (strings keep
+// their quotes), from the keyword arguments of the Trainer.Config call; a
+// top-level argument is its own key ("model_spec"), a multi-line list its
+// lines joined.
+std::map<std::string, std::string> PyKeys(const std::string& text) {
   std::map<std::string, std::string> out;
-  std::string section;
-  for (const std::string& line : Lines(text)) {
-    if (line.empty() || line[0] == '#' || line[0] == ' ' || line[0] == ']') continue;
-    if (line[0] == '[') {
-      section = line.substr(1, line.find(']') - 1);
+  std::vector<std::string> sections;
+  std::string list_key;
+  for (const std::string& raw : Lines(text)) {
+    const size_t first = raw.find_first_not_of(' ');
+    if (first == std::string::npos || raw[first] == '#') continue;
+    std::string line = raw.substr(first);
+    const size_t comment = line.find("  #");
+    if (comment != std::string::npos) line.resize(comment);
+    if (!list_key.empty()) {
+      if (line == "],") {
+        list_key.clear();
+      } else {
+        out[list_key] += line;
+      }
       continue;
     }
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) out[section + "." + line.substr(0, eq)] = line.substr(eq + 3);
+    if (line == "),") {
+      if (!sections.empty()) sections.pop_back();
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || (line.back() != ',' && line.back() != '(' && line.back() != '[')) continue;
+    std::string key = line.substr(0, eq);
+    std::string value = line.substr(eq + 1);
+    const std::string path = sections.empty() ? key : sections.back() + "." + key;
+    if (value.back() == '(' && value.find("Config(") != std::string::npos && value.find(')') == std::string::npos) {
+      sections.push_back(key);
+      continue;
+    }
+    if (value == "[") {
+      list_key = path;
+      out[path] = "";
+      continue;
+    }
+    if (value.back() == ',') value.pop_back();
+    out[path] = value;
   }
   return out;
 }
@@ -225,6 +255,9 @@ const FlagCase kFlagCases[] = {
     {"DeepSeek_Shared", "deepseek-v3-h200", {}, "--moe-shared-expert-intermediate-size", "2048"},
     {"DeepSeek_Sigmoid", "deepseek-v3-h200", {}, "--moe-router-score-function", "sigmoid"},
     {"DeepSeek_Bias", "deepseek-v3-h200", {}, "--moe-router-enable-expert-bias", ""},
+    // A gated shared expert (Qwen2-MoE): arguments.py @ d98e8a6 has --moe-shared-expert-gate (store_true).
+    {"DeepSeek_SharedGate", "deepseek-v3-h200", {"model.moe.shared_gate=true"}, "--moe-shared-expert-gate", ""},
+    {"DeepSeek_NoSharedGate", "deepseek-v3-h200", {}, "--moe-shared-expert-gate", kAbsent},
     // moe_freq_type list: 0 for the 3 dense layers, 1 for the other 58.
     {"DeepSeek_LayerFreq", "deepseek-v3-h200", {}, "--moe-layer-freq", "([0]*3+[1]*58)"},
     {"DeepSeek_DenseFfn", "deepseek-v3-h200", {}, "--ffn-hidden-size", "18432"},
@@ -312,8 +345,14 @@ const FlagCase kFlagCases[] = {
      "--data-parallel-sharding-strategy",
      "optim_grads_params"},
     {"Zero3_CkptFormat", "llama3-8b-h200", {"parallel.zero=3"}, "--ckpt-format", "fsdp_dtensor"},
-    // CP 2 with the all-gather exchange: arguments.py's --cp-comm-type spells it allgather.
-    {"Cp_AllGather", "llama3-8b-h200", {"parallel.cp=2", "parallel.cp_comm=all_gather"}, "--cp-comm-type", "allgather"},
+    // CP 2 with the all-gather exchange: TransformerConfig.cp_comm_type @ d98e8a6 takes "p2p", "all_gather",
+    // "a2a" or "a2a+p2p" and hands it to Transformer Engine, whose context_parallel.py branches on
+    // "all_gather" (arguments.py's help text says "allgather", which TE does not know).
+    {"Cp_AllGather",
+     "llama3-8b-h200",
+     {"parallel.cp=2", "parallel.cp_comm=all_gather"},
+     "--cp-comm-type",
+     "all_gather"},
 };
 
 class MegatronFlag : public ::testing::TestWithParam<FlagCase> {};
@@ -477,7 +516,7 @@ const WarningCase kWarningCases[] = {
      "llama3-8b-h200",
      {"parallel.cp=2", "parallel.cp_comm=a2a"},
      "parallel.cp_comm",
-     "all-to-all"},
+     "all-gathers K/V"},
     // Keys the field table marks as having no framework setting (kNoCounterpart).
     {"Megatron_Handoff",
      EmitTarget::kMegatron,
@@ -509,21 +548,82 @@ const WarningCase kWarningCases[] = {
      "llama3-8b-h200",
      {"model.linear_bias=true"},
      "model.linear_bias",
-     "no setting for model.linear_bias = true"},
+     "llama3 8B has no linear biases"},
     {"Torchtitan_ExpertTp",
      EmitTarget::kTorchtitan,
      "mixtral-8x7b-h200",
      {"parallel.expert_tp=2"},
      "parallel.expert_tp",
      "= 2"},
-    // job_config.py: with etp 1, EP needs ep % (cp x tp) == 0 and ep | dp_shard x cp x tp;
-    // DDP (zero 0) leaves dp_shard 1, so 8 experts ranks cannot be found.
+    // Dropped before issue 18 (fp8/fp16 activations, cp_recurrent handoff,
+    // cp_load_balance false): each is now a refusal naming its key, per emitter.
+    {"Megatron_Fp16Activations",
+     EmitTarget::kMegatron,
+     "llama3-8b-h200",
+     {"training.precision.activations=fp16"},
+     "training.precision.activations",
+     "activations in the bf16 compute dtype"},
+    {"Torchtitan_Fp8Activations",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {"training.precision.activations=fp8"},
+     "training.precision.activations",
+     "bf16 compute dtype"},
+    {"Torchtitan_Fp16Activations",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {"training.precision.activations=fp16"},
+     "training.precision.activations",
+     "bf16 compute dtype"},
+    {"Torchtitan_Handoff",
+     EmitTarget::kTorchtitan,
+     "nemotron-h-8b-h200",
+     {"parallel.cp=2", "parallel.cp_recurrent=handoff"},
+     "parallel.cp_recurrent",
+     "no setting for parallel.cp_recurrent = handoff"},
+    // The load balancer is a torchtitan field (context_parallel_load_balancer =
+    // None); Megatron has none (Megatron_NoLoadBalance above).
+    // configs.py @ b5bcd76: mixed_precision_reduce: Literal["float32"].
+    {"Torchtitan_Bf16Reduce",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {"training.precision.grads=bf16"},
+     "training.precision.grads",
+     "float32 only"},
+    // No torchtitan model flavor: Mixtral 8x7B; Llama 3 8B with another width.
+    {"Torchtitan_NoFlavor",
+     EmitTarget::kTorchtitan,
+     "mixtral-8x7b-h200",
+     {},
+     "model.pattern",
+     "no torchtitan model flavor"},
+    {"Torchtitan_WiderLlama",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {"model.mlp.ffn_hidden=16384"},
+     "model.pattern",
+     "dense FFN 14336 (recipe 16384)"},
+    {"Torchtitan_TransformerEngine",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {},
+     "training.transformer_engine",
+     "plain PyTorch"},
+    {"Torchtitan_Selective", EmitTarget::kTorchtitan, "llama3-8b-h200", {}, "training.recompute", "per-op policy"},
+    {"Torchtitan_CpRing",
+     EmitTarget::kTorchtitan,
+     "llama3-8b-h200",
+     {"parallel.cp=2"},
+     "parallel.cp_comm",
+     "all-gathers"},
+    // parallel_dims.py @ b5bcd76: ep must divide dp_shard x cp x tp; DDP (zero 0)
+    // leaves dp_shard 1, so 8 expert ranks cannot be found.
     {"Torchtitan_EpNeedsShard",
      EmitTarget::kTorchtitan,
      "mixtral-8x7b-h200",
      {"parallel.zero=0"},
      "parallel.ep",
-     "divides 1"},
+     "= 1 x 1 x 1 = 1"},
 };
 
 class EmitWarning : public ::testing::TestWithParam<WarningCase> {};
@@ -532,8 +632,12 @@ TEST_P(EmitWarning, NamesTheKey) {
   const WarningCase& c = GetParam();
   const Emission e = EmitFor(c.target, c.recipe, c.sets);
   EXPECT_TRUE(HasWarning(e, c.key, c.text)) << c.key << " / " << c.text << "\n" << e.text;
-  // Every warning is also said in the emitted comments.
+  // Every warning is also said in the emitted comments, and refuses the
+  // emission: a # WARNING: block opens the text, naming the key.
   EXPECT_NE(e.text.find("# cannot express: "), std::string::npos);
+  EXPECT_EQ(e.text.rfind("# WARNING: ", 0), 0u) << e.text;
+  EXPECT_NE(e.text.find(std::string("# WARNING: - ") + c.key + " = "), std::string::npos) << e.text;
+  EXPECT_FALSE(e.refusals.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EmitWarning, ::testing::ValuesIn(kWarningCases),
@@ -549,6 +653,40 @@ TEST(EmitWarning, EveryRecipeKeyHasBothSpellings) {
   }
 }
 
+// Every enum or bool key the field table says a framework has no setting
+// for, set away from its default on a recipe where it matters (nam56r with
+// CP 2: attention, Mamba, MoE, R blocks, Muon, TP, PP), is named in a warning
+// and refuses the emission: nothing the plan prices is dropped silently.
+TEST(EmitWarning, EveryKeyWithoutCounterpartRefuses) {
+  int checked = 0;
+  for (EmitTarget target : {EmitTarget::kMegatron, EmitTarget::kTorchtitan}) {
+    for (const RecipeField& f : RecipeFields()) {
+      const std::string_view spelling = target == EmitTarget::kMegatron ? f.megatron : f.torchtitan;
+      if (spelling != kNoCounterpart || (f.kind != FieldKind::kBool && f.kind != FieldKind::kEnum)) continue;
+      const std::string runs = DefaultText(f);
+      std::string other;
+      if (f.kind == FieldKind::kBool) other = runs == "true" ? "false" : "true";
+      for (const std::string& n : f.names) {
+        if (other.empty() && n != runs) other = n;
+      }
+      if (other.empty()) continue;  // an enum of one word (optimizer.other)
+      std::vector<std::string> sets = {"parallel.cp=2", std::string(f.path) + "=" + other};
+      // What the recipe parser requires with the key (docs/recipe.md).
+      if (f.path == "parallel.fsdp_cpu_offload") {
+        sets.insert(sets.end(), {"parallel.zero=3", "training.optimizer.matrices=adamw"});
+      }
+      if (f.path == "training.recompute_method") sets.push_back("training.recompute=full");
+      const Emission e = EmitFor(target, "nam56r-h200", sets);
+      EXPECT_TRUE(HasWarning(e, std::string(f.path), "")) << Name(target) << " " << f.path << "=" << other;
+      bool refused = false;
+      for (const std::string& r : e.refusals) refused |= r.rfind(std::string(f.path) + " = ", 0) == 0;
+      EXPECT_TRUE(refused) << Name(target) << " " << f.path;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8);
+}
+
 // A key without a setting at its default, or where it does not matter, says nothing.
 TEST(EmitWarning, DefaultOrIrrelevantKeysSayNothing) {
   // cp_recurrent only matters with M or R layers under CP; Llama 3 has neither.
@@ -558,11 +696,59 @@ TEST(EmitWarning, DefaultOrIrrelevantKeysSayNothing) {
 }
 
 TEST(EmitWarning, NoneForAPlainTransformer) {
-  // Llama 3 8B at tp 1, pp 1 with AdamW and ZeRO-0: Megatron expresses all of it.
-  const Emission e =
-      EmitFor(EmitTarget::kMegatron, "llama3-8b-h200", {"training.optimizer.matrices=adamw", "parallel.zero=0"});
+  // Llama 3 8B at tp 1, pp 1 with AdamW and ZeRO-1: Megatron expresses all of it.
+  const Emission e = EmitFor(EmitTarget::kMegatron, "llama3-8b-h200", {"training.optimizer.matrices=adamw"});
   EXPECT_TRUE(e.warnings.empty()) << Format(e.warnings.front());
+  EXPECT_TRUE(e.refusals.empty()) << e.refusals.front();
   EXPECT_EQ(e.text.find("cannot express"), std::string::npos) << e.text;
+  EXPECT_EQ(e.text.find("WARNING"), std::string::npos) << e.text;
+}
+
+// The issue's example: Llama 3 8B at micro-batch 4 without recompute is
+// 79.9 GiB over an H200 (fit says so), and Megatron-LM would run out of
+// memory: refused by both emitters with the fit verdict as the reason.
+TEST(EmitRefusal, DoesNotFit) {
+  for (EmitTarget target : {EmitTarget::kMegatron, EmitTarget::kTorchtitan}) {
+    const Emission e = EmitFor(target, "llama3-8b-h200", {"training.micro_batch=4", "training.recompute=none"});
+    ASSERT_FALSE(e.refusals.empty()) << Name(target);
+    EXPECT_NE(e.refusals.front().find("the plan does not fit: stage 0 over capacity by"), std::string::npos)
+        << e.refusals.front();
+    EXPECT_EQ(e.text.rfind("# WARNING: ", 0), 0u) << e.text;
+    EXPECT_NE(e.text.find("# WARNING: - the plan does not fit"), std::string::npos) << e.text;
+  }
+}
+
+// Muon with ZeRO 2/3 is Megatron-FSDP, which validate_args @ d98e8a6
+// rejects for every emerging optimizer; DualPipeV has no Megatron schedule.
+TEST(EmitRefusal, MegatronCannotRun) {
+  for (const char* zero : {"parallel.zero=2", "parallel.zero=3"}) {
+    const Emission e = EmitFor(EmitTarget::kMegatron, "llama3-8b-h200", {zero});
+    EXPECT_TRUE(HasWarning(e, "parallel.zero", "Emerging optimizer does not support Megatron-FSDP")) << e.text;
+    EXPECT_FALSE(e.refusals.empty()) << zero;
+  }
+  const Emission dualpipev = EmitFor(EmitTarget::kMegatron, "deepseek-v3-h200", {"parallel.schedule=dualpipev"});
+  EXPECT_TRUE(HasWarning(dualpipev, "parallel.schedule", "no DualPipeV")) << dualpipev.text;
+  EXPECT_EQ(MegatronFlags(dualpipev.text).count("--pipeline-model-parallel-layout"), 0u);
+  // The default recipe: its R blocks have no Megatron layer.
+  EXPECT_FALSE(EmitFor(EmitTarget::kMegatron, "nam56r-h200").refusals.empty());
+}
+
+// A selective recompute of no module recomputes nothing: no recompute flags
+// (--recompute-modules takes nargs='+' at d98e8a6, so a bare flag is a parse error).
+TEST(EmitMegatron, SelectiveWithoutModulesIsNoRecompute) {
+  const std::map<std::string, std::string> flags =
+      MegatronFlags(EmitFor(EmitTarget::kMegatron, "llama3-8b-h200", {"training.recompute_modules=[]"}).text);
+  EXPECT_EQ(flags.count("--recompute-modules"), 0u);
+  EXPECT_EQ(flags.count("--recompute-granularity"), 0u);
+}
+
+// Each emitter names the upstream it targets (commit and date) in its header.
+TEST(EmitHeader, NamesTheUpstream) {
+  EXPECT_NE(EmitFor(EmitTarget::kMegatron, "llama3-8b-h200").text.find("# target: NVIDIA/Megatron-LM d98e8a6"),
+            std::string::npos);
+  EXPECT_NE(
+      EmitFor(EmitTarget::kTorchtitan, "llama3-8b-h200").text.find("# target: pytorch/torchtitan b5bcd76 (2026-08-21)"),
+      std::string::npos);
 }
 
 // ---------------------------------------------------------------------------
@@ -576,55 +762,83 @@ struct KeyCase {
   const char* value;  // as written in TOML, kAbsent not emitted
 };
 
+// The fields are TrainingConfig's and ParallelismConfig's at b5bcd76
+// (torchtitan/config/configs.py): tokens, not sequences.
 const KeyCase kKeyCases[] = {
-    // Llama 3 405B (paper Table 4): TP 8, PP 16, DP 128, interleaved 1F1B.
+    // Llama 3 405B (paper Table 4): TP 8, PP 16, DP 128, interleaved 1F1B;
+    // torchtitan's llama3 registry has the 405B flavor.
+    {"Llama405B_Model", "llama3-405b-h200", {}, "model_spec", "model_registry(\"405B\")"},
     {"Llama405B_Tp", "llama3-405b-h200", {}, "parallelism.tensor_parallel_degree", "8"},
     {"Llama405B_Pp", "llama3-405b-h200", {}, "parallelism.pipeline_parallel_degree", "16"},
     {"Llama405B_Schedule", "llama3-405b-h200", {}, "parallelism.pipeline_parallel_schedule", "\"Interleaved1F1B\""},
-    {"Llama405B_MicroBatch", "llama3-405b-h200", {}, "parallelism.pipeline_parallel_microbatch_size", "1"},
+    // 16 sequences per DP rank (paper), micro-batches of one: 16 pipeline micro-batches.
+    {"Llama405B_Microbatches", "llama3-405b-h200", {}, "parallelism.num_pp_microbatches", "16"},
     // ZeRO-1 maps to FSDP2 over the 128 DP ranks (no replicate group).
     {"Llama405B_Shard", "llama3-405b-h200", {}, "parallelism.data_parallel_shard_degree", "128"},
     {"Llama405B_Replicate", "llama3-405b-h200", {}, "parallelism.data_parallel_replicate_degree", "1"},
-    {"Llama405B_Cp", "llama3-405b-h200", {}, "parallelism.context_parallel_degree", "1"},
-    // A DP rank's batch: 16 sequences (paper), cut into micro-batches of 1.
-    {"Llama405B_Local", "llama3-405b-h200", {}, "training.local_batch_size", "16"},
-    {"Llama405B_Global", "llama3-405b-h200", {}, "training.global_batch_size", "2048"},
-    {"Llama405B_SeqLen", "llama3-405b-h200", {}, "training.seq_len", "8192"},
-    {"Llama405B_Param", "llama3-405b-h200", {}, "training.mixed_precision_param", "\"bfloat16\""},
-    {"Llama405B_Reduce", "llama3-405b-h200", {}, "training.mixed_precision_reduce", "\"float32\""},
-    {"Llama405B_Ac", "llama3-405b-h200", {}, "activation_checkpoint.mode", "\"selective\""},
-    {"Llama405B_AdamW", "llama3-405b-h200", {}, "optimizer.name", "\"AdamW\""},
-    // Llama 3 8B: pp 1, so local batch = micro-batch and torchtitan accumulates
-    // 512 / (1 x 32) = 16 of them, the recipe's 16 micro-batches.
-    {"Llama8B_Local", "llama3-8b-h200", {}, "training.local_batch_size", "1"},
+    {"Llama405B_NoCp", "llama3-405b-h200", {}, "parallelism.context_parallel_degree", kAbsent},
+    // One micro-batch of 1 x 8192 tokens; a step of 2048 x 8192.
+    {"Llama405B_MicroTokens", "llama3-405b-h200", {}, "training.num_tokens_per_microbatch_per_dp_rank", "8192"},
+    {"Llama405B_StepTokens", "llama3-405b-h200", {}, "training.num_tokens_per_train_step", "16777216"},
+    {"Llama405B_Context", "llama3-405b-h200", {}, "training.max_context_length", "8192"},
+    // PP forbids CUDA graphs (Trainer.Config._validate_cuda_graphs).
+    {"Llama405B_NoGraphs", "llama3-405b-h200", {}, "training.disable_cuda_graphs", "True"},
+    {"Llama405B_Ac", "llama3-405b-h200", {}, "activation_checkpoint", "SelectiveAC.Config()"},
+    {"Llama405B_AdamW", "llama3-405b-h200", {}, "optimizer", "default_adamw()"},
+    // Llama 3 8B: pp 1, so no pipeline fields and CUDA graphs stay allowed.
+    {"Llama8B_Model", "llama3-8b-h200", {}, "model_spec", "model_registry(\"8B\")"},
+    {"Llama8B_MicroTokens", "llama3-8b-h200", {}, "training.num_tokens_per_microbatch_per_dp_rank", "8192"},
     {"Llama8B_NoSchedule", "llama3-8b-h200", {}, "parallelism.pipeline_parallel_schedule", kAbsent},
+    {"Llama8B_Graphs", "llama3-8b-h200", {}, "training.disable_cuda_graphs", kAbsent},
     {"Llama8B_Zero0", "llama3-8b-h200", {"parallel.zero=0"}, "parallelism.data_parallel_replicate_degree", "32"},
     {"Llama8B_Zero0Shard", "llama3-8b-h200", {"parallel.zero=0"}, "parallelism.data_parallel_shard_degree", "1"},
     {"Llama8B_Zero3", "llama3-8b-h200", {"parallel.zero=3"}, "parallelism.fsdp_reshard_after_forward", "\"always\""},
     {"Llama8B_Zero2", "llama3-8b-h200", {"parallel.zero=2"}, "parallelism.fsdp_reshard_after_forward", "\"never\""},
-    {"Llama8B_NoRecompute", "llama3-8b-h200", {"training.recompute=none"}, "activation_checkpoint.mode", "\"none\""},
-    {"Llama8B_CpRing", "llama3-8b-h200", {"parallel.cp=2"}, "parallelism.context_parallel_rotate_method",
-     "\"alltoall\""},
-    // Mixtral: EP 8, expert TP 1, dense DP 64.
+    {"Llama8B_NoRecompute", "llama3-8b-h200", {"training.recompute=none"}, "activation_checkpoint", "None"},
+    {"Llama8B_Full", "llama3-8b-h200", {"training.recompute=full"}, "activation_checkpoint", "FullAC.Config()"},
+    {"Llama8B_Cp", "llama3-8b-h200", {"parallel.cp=2"}, "parallelism.context_parallel_degree", "2"},
+    {"Llama8B_CpNoBalance",
+     "llama3-8b-h200",
+     {"parallel.cp=2", "parallel.cp_load_balance=false"},
+     "parallelism.context_parallel_load_balancer",
+     "None"},
+    {"Llama8B_TpNoSp", "llama3-8b-h200", {"parallel.tp=2"}, "parallelism.enable_sequence_parallel", "False"},
+    {"Llama8B_TpSp",
+     "llama3-8b-h200",
+     {"parallel.tp=2", "parallel.sp=true"},
+     "parallelism.enable_sequence_parallel",
+     kAbsent},
+    {"Llama8B_MasterNone", "llama3-8b-h200", {"training.precision.master=none"}, "training.dtype", "\"bfloat16\""},
+    {"Llama8B_Fp32",
+     "llama3-8b-h200",
+     {"training.precision.params=fp32"},
+     "training.mixed_precision_param",
+     "\"float32\""},
+    // Mixtral has no torchtitan model: EP 8 over the dense DP 64, the model left to the user.
     {"Mixtral_Ep", "mixtral-8x7b-h200", {}, "parallelism.expert_parallel_degree", "8"},
-    {"Mixtral_Etp", "mixtral-8x7b-h200", {}, "parallelism.expert_tensor_parallel_degree", "1"},
     {"Mixtral_Shard", "mixtral-8x7b-h200", {}, "parallelism.data_parallel_shard_degree", "64"},
-    {"Mixtral_Muon", "mixtral-8x7b-h200", {}, "optimizer.name", "\"Muon\""},
-    // DeepSeek-V3: 240 micro-batches of 1 per DP rank, EP 64, full recompute.
-    {"DeepSeek_Local", "deepseek-v3-h200", {}, "training.local_batch_size", "240"},
+    {"Mixtral_NoModel", "mixtral-8x7b-h200", {}, "model_spec", "None"},
+    // DeepSeek-V3: the 671B flavor with its MTP module, 240 micro-batches of 1 per DP rank, EP 64, full recompute.
+    {"DeepSeek_Model", "deepseek-v3-h200", {}, "model_spec", "model_registry(\"671B\", num_mtp_layers=1)"},
+    {"DeepSeek_Microbatches", "deepseek-v3-h200", {}, "parallelism.num_pp_microbatches", "240"},
     {"DeepSeek_Ep", "deepseek-v3-h200", {}, "parallelism.expert_parallel_degree", "64"},
-    {"DeepSeek_Ac", "deepseek-v3-h200", {}, "activation_checkpoint.mode", "\"full\""},
-    {"DeepSeek_DualPipeV", "deepseek-v3-h200", {"parallel.schedule=dualpipev"},
-     "parallelism.pipeline_parallel_schedule", "\"DualPipeV\""},
-    // Nemotron-H: tp 1, dp 8, AdamW, selective (per-op policy).
+    {"DeepSeek_Ac", "deepseek-v3-h200", {}, "activation_checkpoint", "FullAC.Config()"},
+    {"DeepSeek_DualPipeV",
+     "deepseek-v3-h200",
+     {"parallel.schedule=dualpipev"},
+     "parallelism.pipeline_parallel_schedule",
+     "\"DualPipeV\""},
+    // Qwen3-30B-A3B: the registry's 30B-A3B flavor.
+    {"Qwen3Moe_Model", "qwen3-30b-a3b-h200", {}, "model_spec", "model_registry(\"30B-A3B\")"},
+    {"GptOss_Model", "gpt-oss-120b-h200", {}, "model_spec", "model_registry(\"120b\")"},
+    // Nemotron-H: tp 1, dp 8; no Mamba model upstream.
     {"NemotronH_Shard", "nemotron-h-8b-h200", {}, "parallelism.data_parallel_shard_degree", "8"},
-    {"NemotronH_SacOp", "nemotron-h-8b-h200", {}, "activation_checkpoint.selective_ac_option", "\"op\""},
     {"NemotronH_NoExperts", "nemotron-h-8b-h200", {}, "parallelism.expert_parallel_degree", kAbsent},
     // nam56r: the default recipe's degrees.
     {"Nam56r_Tp", "nam56r-h200", {}, "parallelism.tensor_parallel_degree", "4"},
     {"Nam56r_Pp", "nam56r-h200", {}, "parallelism.pipeline_parallel_degree", "4"},
     {"Nam56r_Ep", "nam56r-h200", {}, "parallelism.expert_parallel_degree", "8"},
-    {"Nam56r_Local", "nam56r-h200", {}, "training.local_batch_size", "128"},
+    {"Nam56r_Microbatches", "nam56r-h200", {}, "parallelism.num_pp_microbatches", "128"},
     // No torchtitan model for M/R: no module names to split by.
     {"Nam56r_NoFqns", "nam56r-h200", {}, "parallelism.module_fqns_per_model_part", kAbsent},
 };
@@ -634,7 +848,7 @@ class TorchtitanKey : public ::testing::TestWithParam<KeyCase> {};
 TEST_P(TorchtitanKey, MatchesRecipe) {
   const KeyCase& c = GetParam();
   const Emission e = EmitFor(EmitTarget::kTorchtitan, c.recipe, c.sets);
-  const std::map<std::string, std::string> keys = TomlKeys(e.text);
+  const std::map<std::string, std::string> keys = PyKeys(e.text);
   const auto it = keys.find(c.key);
   if (std::string(c.value) == kAbsent) {
     EXPECT_EQ(it, keys.end()) << c.key << "\n" << e.text;
@@ -647,22 +861,93 @@ TEST_P(TorchtitanKey, MatchesRecipe) {
 INSTANTIATE_TEST_SUITE_P(All, TorchtitanKey, ::testing::ValuesIn(kKeyCases),
                          [](const auto& test_info) { return std::string(test_info.param.name); });
 
+// Each upstream flavor's architecture, transcribed from its registry
+// (torchtitan/models/<family>/__init__.py @ b5bcd76: n_layers, dim, n_heads,
+// n_kv_heads, head_dim, ffn hidden_dim, vocab_size, weight tying, MoE
+// num_experts / top_k / hidden_dim / shared experts, the first dense layers),
+// written as a recipe: the emitter names that flavor.
+struct FlavorCase {
+  const char* name;
+  const char* recipe;
+  std::vector<std::string> sets;
+  const char* model_spec;
+};
+
+const FlavorCase kFlavorCases[] = {
+    {"Llama3_1B",
+     "llama3-8b-h200",
+     {"model.repeat=16", "model.hidden=2048", "model.attention.heads=32", "model.attention.kv_heads=8",
+      "model.attention.head_dim=64", "model.mlp.ffn_hidden=8192", "model.tie_embeddings=true"},
+     "model_registry(\"1B\")"},
+    {"Llama3_3B",
+     "llama3-8b-h200",
+     {"model.repeat=28", "model.hidden=3072", "model.attention.heads=24", "model.attention.kv_heads=8",
+      "model.mlp.ffn_hidden=8192", "model.tie_embeddings=true"},
+     "model_registry(\"3B\")"},
+    {"Llama3_70B",
+     "llama3-8b-h200",
+     {"model.repeat=80", "model.hidden=8192", "model.attention.heads=64", "model.mlp.ffn_hidden=28672",
+      "cluster.nodes=16", "parallel.tp=8"},
+     "model_registry(\"70B\")"},
+    {"Qwen3_0_6B",
+     "llama3-8b-h200",
+     {"model.repeat=28", "model.hidden=1024", "model.vocab=151936", "model.attention.heads=16",
+      "model.attention.qk_norm=true", "model.mlp.ffn_hidden=3072", "model.tie_embeddings=true"},
+     "model_registry(\"0.6B\")"},
+    {"Qwen3_8B",
+     "llama3-8b-h200",
+     {"model.repeat=36", "model.vocab=151936", "model.attention.qk_norm=true", "model.mlp.ffn_hidden=12288"},
+     "model_registry(\"8B\")"},
+    {"Qwen3_32B",
+     "llama3-8b-h200",
+     {"model.repeat=64", "model.hidden=5120", "model.vocab=151936", "model.attention.heads=64",
+      "model.attention.qk_norm=true", "model.mlp.ffn_hidden=25600", "cluster.nodes=16", "parallel.tp=8"},
+     "model_registry(\"32B\")"},
+    {"Qwen3_235B_A22B",
+     "qwen3-30b-a3b-h200",
+     {"model.repeat=94", "model.hidden=4096", "model.attention.heads=64", "model.moe.ffn_hidden=1536",
+      "cluster.nodes=32"},
+     "model_registry(\"235B-A22B\")"},
+    {"DeepSeekV3_16B",
+     "deepseek-v3-h200",
+     {"model.repeat=27", "model.hidden=2048", "model.vocab=102400", "model.mla.heads=16", "model.mla.q_lora_rank=0",
+      "model.mlp.ffn_hidden=10944", "model.moe.first_k_dense=1", "model.moe.experts=64", "model.moe.top_k=6",
+      "model.moe.ffn_hidden=1408", "model.moe.shared_experts=2", "model.moe.router=softmax", "model.mtp_layers=0",
+      "parallel.pp=1", "parallel.schedule=1f1b", "cluster.nodes=8"},
+     "model_registry(\"16B\")"},
+    {"GptOss_20b",
+     "gpt-oss-120b-h200",
+     {"model.repeat=24", "model.moe.experts=32", "parallel.ep=32"},
+     "model_registry(\"20b\")"},
+};
+
+class TorchtitanFlavor : public ::testing::TestWithParam<FlavorCase> {};
+
+TEST_P(TorchtitanFlavor, NamesTheFlavor) {
+  const FlavorCase& c = GetParam();
+  const Emission e = EmitFor(EmitTarget::kTorchtitan, c.recipe, c.sets);
+  EXPECT_EQ(PyKeys(e.text)["model_spec"], c.model_spec) << e.text;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TorchtitanFlavor, ::testing::ValuesIn(kFlavorCases),
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
+
 // Pinned Llama 3 8B stages, 7 | 9 | 9 | 7 layers (boundaries 7, 16, 25):
-// one module list a stage, torchtitan's names.
+// one module list a stage, torchtitan's names (pipeline_parallel.py @
+// b5bcd76: tok_embeddings, layers.N, norm, lm_head).
 TEST(EmitTorchtitan, PinnedStagesAsModuleNames) {
   const Emission e =
       EmitFor(EmitTarget::kTorchtitan, "llama3-8b-h200", {"parallel.pp=4", "parallel.stage_boundaries=[7, 16, 25]"});
-  std::string expected = "module_fqns_per_model_part = [\n";
+  std::string expected;
   const int sizes[] = {7, 9, 9, 7};
   int layer = 0;
   for (int s = 0; s < 4; ++s) {
     std::string row = s == 0 ? "\"tok_embeddings\"" : "";
     for (int i = 0; i < sizes[s]; ++i) row += (row.empty() ? "" : ", ") + ("\"layers." + std::to_string(layer++) + "\"");
-    if (s == 3) row += ", \"norm\", \"output\"";
-    expected += "    [" + row + "],\n";
+    if (s == 3) row += ", \"norm\", \"lm_head\"";
+    expected += "[" + row + "],";
   }
-  expected += "]\n";
-  EXPECT_NE(e.text.find(expected), std::string::npos) << expected << "\n---\n" << e.text;
+  EXPECT_EQ(PyKeys(e.text)["parallelism.module_fqns_per_model_part"], expected) << e.text;
 }
 
 TEST(EmitTarget, ParsesItsNames) {

@@ -78,7 +78,8 @@ TEST(FsdpCpuOffload, TorchtitanSaysEnableCpuOffload) {
   const LoadResult loaded = Load({"parallel.fsdp_cpu_offload=true"});
   ASSERT_TRUE(loaded.ok());
   const Plan plan = *MakePlan(BuildInventory(*loaded.recipe), LayoutOf(*loaded.recipe)).plan;
-  EXPECT_NE(EmitTorchtitan(*loaded.recipe, plan).text.find("enable_cpu_offload = true"), std::string::npos);
+  // TrainingConfig.enable_cpu_offload (torchtitan/config/configs.py @ b5bcd76), a keyword of the config module.
+  EXPECT_NE(EmitTorchtitan(*loaded.recipe, plan).text.find("enable_cpu_offload=True,\n"), std::string::npos);
 }
 
 }  // namespace

@@ -131,25 +131,76 @@ TEST(PlannerCli, ContextParallelOnRecurrentRejected) {
 }
 
 // --emit prints the launch configuration instead of the report: Megatron
-// arguments (a shell block) or torchtitan TOML on stdout, what the framework
-// cannot express as warnings on stderr (nam56r's R block, docs/formulas.md §0: Megatron's
-// layer symbols are M * - E).
+// arguments (a shell block) or a torchtitan config module on stdout, what the
+// framework cannot express as warnings on stderr (nam56r's R block,
+// docs/formulas.md §0: Megatron's layer symbols are M * - E). A
+// configuration that does not run the plan as priced exits 1 with its
+// reasons on stderr and a # WARNING: block opening the text; --force exits 0
+// with the same text.
 TEST(PlannerCli, EmitMegatron) {
   const auto r = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind("# Megatron-LM arguments for nam56r-h200", 0), 0u) << r.out;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.out.rfind("# WARNING: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("# Megatron-LM arguments for nam56r-h200"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--tensor-model-parallel-size 4 \\\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("rank map"), std::string::npos) << "no plan report with --emit";
   EXPECT_NE(r.err.find("warning: model.pattern = AEMEAEMEAEMR: --emit megatron: R (recurrent)"), std::string::npos)
       << r.err;
+  EXPECT_NE(r.err.find("--emit megatron: model.pattern = AEMEAEMEAEMR: R (recurrent)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exit 1; --force"), std::string::npos) << r.err;
+  const auto forced = RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--emit", "megatron", "--force"});
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(forced.out, r.out);
+  EXPECT_NE(forced.err.find("emitted anyway (--force)"), std::string::npos) << forced.err;
+}
+
+// The example: 79.9 GiB over capacity on every stage; `fit` exits 1
+// on it, and so does --emit, saying why, unless --force.
+TEST(PlannerCli, EmitRefusesWhatDoesNotFit) {
+  const std::vector<std::string> args = {"plan",  "recipes/llama3-8b-h200.yaml", "--set", "training.micro_batch=4",
+                                         "--set", "training.recompute=none"};
+  ASSERT_EQ(RunPreflight({"fit", "recipes/llama3-8b-h200.yaml", "--set", "training.micro_batch=4", "--set",
+                          "training.recompute=none"})
+                .exit_code,
+            1);
+  for (const char* target : {"megatron", "torchtitan"}) {
+    std::vector<std::string> emit = args;
+    emit.insert(emit.end(), {"--emit", target});
+    const auto r = RunPreflight(emit);
+    EXPECT_EQ(r.exit_code, 1) << target << r.err;
+    EXPECT_NE(r.err.find("the plan does not fit: stage 0 over capacity by"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.rfind("# WARNING: ", 0), 0u) << r.out;
+    emit.push_back("--force");
+    const auto forced = RunPreflight(emit);
+    EXPECT_EQ(forced.exit_code, 0) << target << forced.err;
+    EXPECT_EQ(forced.out.rfind("# WARNING: ", 0), 0u) << forced.out;
+  }
+}
+
+// What runs as planned exits 0 without a WARNING block: Llama 3 8B on AdamW
+// with the distributed optimizer for Megatron; on ZeRO 3 (FSDP2), full
+// recompute and plain PyTorch for torchtitan.
+TEST(PlannerCli, EmitRunnableExitsZero) {
+  const auto m = RunPreflight(
+      {"plan", "recipes/llama3-8b-h200.yaml", "--emit", "megatron", "--set", "training.optimizer.matrices=adamw"});
+  EXPECT_EQ(m.exit_code, 0) << m.err;
+  EXPECT_EQ(m.out.find("WARNING"), std::string::npos) << m.out;
+  const auto t = RunPreflight({"plan", "recipes/llama3-8b-h200.yaml", "--emit", "torchtitan", "--set",
+                               "training.optimizer.matrices=adamw", "--set", "parallel.zero=3", "--set",
+                               "training.recompute=full", "--set", "training.transformer_engine=false"});
+  EXPECT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_EQ(t.out.find("WARNING"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("def preflight_config() -> Trainer.Config:\n"), std::string::npos) << t.out;
 }
 
 TEST(PlannerCli, EmitTorchtitan) {
   const auto r = RunPreflight({"plan", "recipes/llama3-405b-h200.yaml", "--emit", "torchtitan"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("[parallelism]\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("tensor_parallel_degree = 8\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("parallelism=ParallelismConfig(\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensor_parallel_degree=8,\n"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("parallel.order"), std::string::npos) << r.err;
+  // --force needs --emit.
+  EXPECT_EQ(RunPreflight({"plan", "recipes/llama3-8b-h200.yaml", "--force"}).exit_code, 2);
 }
 
 // A bad --emit value is a usage error: exit 2 naming the valid values.

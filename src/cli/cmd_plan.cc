@@ -1,6 +1,8 @@
 // `preflight plan R`: mesh placement, stage partition with per-stage memory,
 // communication per axis and the step-time estimate (docs/plan.md); with
-// --emit, the Megatron-LM arguments or torchtitan TOML of the planned layout.
+// --emit, the Megatron-LM arguments or torchtitan config module of the planned
+// layout: exit 1 when the framework would not run the plan as priced (it does
+// not fit, or a part cannot be expressed), unless --force.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -30,6 +32,7 @@ struct PlanOptions {
   double latency_us = 8.0;
   std::string svg_path;
   std::string emit;  // "" (the plan report), "megatron" or "torchtitan"
+  bool force = false;  // --emit a refused configuration with exit 0
 };
 
 void PrintDiagnostics(const std::vector<Diagnostic>& ds) {
@@ -62,7 +65,12 @@ int RunPlan(PlanOptions& o) {
     const Emission emission = Emit(*target, *recipe, plan);
     PrintDiagnostics(emission.warnings);
     std::fputs(emission.text.c_str(), stdout);
-    return static_cast<int>(ExitCode::kOk);
+    if (emission.refusals.empty()) return static_cast<int>(ExitCode::kOk);
+    for (const std::string& r : emission.refusals) std::fprintf(stderr, "--emit %s: %s\n", o.emit.c_str(), r.c_str());
+    std::fprintf(stderr, "--emit %s: %s\n", o.emit.c_str(),
+                 o.force ? "emitted anyway (--force); the text opens with a # WARNING: block"
+                         : "the configuration does not run the plan as priced (exit 1; --force emits it with exit 0)");
+    return static_cast<int>(o.force ? ExitCode::kOk : ExitCode::kVerdictFail);
   }
   const std::string out = o.format == OutputFormat::kJson ? RenderPlanJson(*recipe, plan) : RenderPlanTable(*recipe, plan);
   std::fputs(out.c_str(), stdout);
@@ -78,9 +86,12 @@ void SetupPlan(CLI::App& command, int& exit_code) {
   // CLI11 rejects any other value with a usage error naming the valid ones (exit 2 in main).
   command
       .add_option("--emit", o->emit,
-                  "Print the planned layout as Megatron-LM arguments or torchtitan TOML instead of the report")
+                  "Print the planned layout as Megatron-LM arguments or a torchtitan config module instead of the "
+                  "report; exit 1 when the framework would not run the plan as priced")
       ->check(CLI::IsMember(std::vector<std::string>{Name(EmitTarget::kMegatron), Name(EmitTarget::kTorchtitan)}))
       ->excludes("--format");
+  command.add_flag("--force", o->force, "With --emit: exit 0 on a refused configuration (its # WARNING: block stays)")
+      ->needs("--emit");
   command
       .add_option("--compute-efficiency", o->cost.compute_efficiency,
                   "achieved fraction of the dense peak for large GEMMs (default 0: the device's measured rate)")

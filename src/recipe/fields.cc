@@ -240,14 +240,14 @@ std::vector<RecipeField> MakeFields() {
             "--untie-embeddings-and-output-weights", "(model flavor)"),
       Spell(BoolField(
                 "model.linear_bias", [](auto& r) -> auto& { return r.model.linear_bias; }),
-            "--disable-bias-linear", kNone),
+            "--disable-bias-linear", "(model flavor)"),
       Spell(IntField(
                 "model.learned_positions", "positions", 0, kMaxSeqLen,
                 [](auto& r) -> auto& { return r.model.learned_positions; }),
             "--position-embedding-type learned_absolute, --max-position-embeddings", kNone),
       Spell(IntField(
                 "model.mtp_layers", "modules", 0, 64, [](auto& r) -> auto& { return r.model.mtp_layers; }),
-            "--mtp-num-layers", kNone),
+            "--mtp-num-layers", "model_registry(num_mtp_layers=...)"),
       Spell(EnumField(
                 "model.norm", "enum", kNorms, [](auto& r) -> auto& { return r.model.norm; }),
             "--normalization", "(model flavor)"),
@@ -404,18 +404,18 @@ std::vector<RecipeField> MakeFields() {
       Section("training"),
       Spell(IntField(
                 "training.seq_len", "tokens", 1, kMaxSeqLen, [](auto& r) -> auto& { return r.training.seq_len; }),
-            "--seq-length", "training.seq_len"),
+            "--seq-length", "training.max_context_length"),
       Spell(IntField(
                 "training.micro_batch", "sequences", 1, kMaxBatch,
                 [](auto& r) -> auto& { return r.training.micro_batch; }),
-            "--micro-batch-size", "training.local_batch_size"),
+            "--micro-batch-size", "training.num_tokens_per_microbatch_per_dp_rank"),
       Spell(IntField(
                 "training.global_batch", "sequences", 1, kMaxBatch,
                 [](auto& r) -> auto& { return r.training.global_batch; }),
-            "--global-batch-size", "training.global_batch_size"),
+            "--global-batch-size", "training.num_tokens_per_train_step"),
       Spell(EnumField(
                 "training.recompute", "enum", kRecomputes, [](auto& r) -> auto& { return r.training.recompute; }),
-            "--recompute-granularity", "activation_checkpoint.mode"),
+            "--recompute-granularity", "activation_checkpoint (SelectiveAC / FullAC / None)"),
       Spell(EnumField(
                 "training.recompute_method", "enum", kRecomputeMethods,
                 [](auto& r) -> auto& { return r.training.recompute_method; }),
@@ -479,11 +479,11 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "training.optimizer.matrices", "optimizer", kOptimizers,
                 [](auto& r) -> auto& { return r.training.optimizer.matrices; }),
-            "--optimizer", "optimizer.name"),
+            "--optimizer", "optimizer (default_adamw)"),
       Spell(EnumField(
                 "training.optimizer.other", "optimizer", kAdamWOnly,
                 [](auto& r) -> auto& { return r.training.optimizer.other; }),
-            "--optimizer", "optimizer.name"),
+            "--optimizer", "optimizer (default_adamw)"),
       Spell(EnumField(
                 "training.optimizer.muon_momentum", "dtype", kDTypes,
                 [](auto& r) -> auto& { return r.training.optimizer.muon_momentum; }),
@@ -506,7 +506,7 @@ std::vector<RecipeField> MakeFields() {
             "--tensor-model-parallel-size", "parallelism.tensor_parallel_degree"),
       Spell(BoolField(
                 "parallel.sp", [](auto& r) -> auto& { return r.parallel.sp; }),
-            "--sequence-parallel", "(on with tensor parallelism)"),
+            "--sequence-parallel", "parallelism.enable_sequence_parallel"),
       Spell(IntField(
                 "parallel.cp", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.cp; }),
             "--context-parallel-size", "parallelism.context_parallel_degree"),
@@ -515,7 +515,7 @@ std::vector<RecipeField> MakeFields() {
             "--pipeline-model-parallel-size", "parallelism.pipeline_parallel_degree"),
       Spell(IntField(
                 "parallel.vpp", "chunks", 1, kMaxLayers, [](auto& r) -> auto& { return r.parallel.vpp; }),
-            "--num-virtual-stages-per-pipeline-rank", "parallelism.pipeline_parallel_schedule"),
+            "--num-virtual-stages-per-pipeline-rank", "parallelism.module_fqns_per_model_part"),
       Spell(IntField(
                 "parallel.ep", "ranks", 1, kMaxDegree, [](auto& r) -> auto& { return r.parallel.ep; }),
             "--expert-model-parallel-size", "parallelism.expert_parallel_degree"),
@@ -541,14 +541,14 @@ std::vector<RecipeField> MakeFields() {
                   "--use-tp-pp-dp-mapping", "(tp-cp-dp-pp mesh)")),
       Spell(EnumField(
                 "parallel.cp_comm", "enum", kCpComms, [](auto& r) -> auto& { return r.parallel.cp_comm; }),
-            "--cp-comm-type", "parallelism.context_parallel_rotate_method"),
+            "--cp-comm-type", "(K/V all-gather)"),
       Spell(
           EnumField(
               "parallel.cp_recurrent", "enum", kCpRecurrents, [](auto& r) -> auto& { return r.parallel.cp_recurrent; }),
           kNone, kNone),
       Spell(BoolField(
                 "parallel.cp_load_balance", [](auto& r) -> auto& { return r.parallel.cp_load_balance; }),
-            kNone, kNone),
+            kNone, "parallelism.context_parallel_load_balancer"),
       Spell(Field("parallel.stage_boundaries", K::kIntList, "layer indices",
                   [](const Recipe& r) { return fmt::format("[{}]", fmt::join(r.parallel.stage_boundaries, ", ")); }),
             "--pipeline-model-parallel-layout", "parallelism.module_fqns_per_model_part"),

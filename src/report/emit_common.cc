@@ -85,12 +85,33 @@ void NoteKeysWithoutCounterpart(const Recipe& r, Framework framework, Notes& not
 void Notes::Cannot(const std::string& key, const std::string& value, const std::string& what) {
   lines_.push_back(fmt::format("cannot express: {}", what));
   warnings_.push_back(recipe_.source.At(key, value, fmt::format("--emit {}: {}", target_, what), Severity::kWarning));
+  refusals_.push_back(fmt::format("{} = {}: {}", key, value, what));
 }
 
 std::string Notes::Render(const std::string& prefix) const {
   std::string out;
+  if (!refusals_.empty()) {
+    out += fmt::format(
+        "{}WARNING: this {} configuration does not run the plan preflight priced; `preflight plan --emit "
+        "{}` exits 1 on it unless --force is given. Reasons:\n",
+        prefix, target_, target_);
+    for (const std::string& r : refusals_) out += fmt::format("{}WARNING: - {}\n", prefix, r);
+  }
   for (const std::string& line : lines_) out += fmt::format("{}{}\n", prefix, line);
   return out;
+}
+
+Emission Notes::Finish(const std::string& config) {
+  Emission out;
+  out.text = Render("# ") + config;
+  out.warnings = std::move(warnings_);
+  out.refusals = std::move(refusals_);
+  return out;
+}
+
+void RefuseIfDoesNotFit(const Plan& plan, Notes& notes) {
+  if (!plan.memory || plan.memory->verdict.fits) return;
+  notes.Refuse(fmt::format("the plan does not fit: {} (the verdict of `preflight fit`)", plan.memory->verdict.reason));
 }
 
 }  // namespace preflight::emit

@@ -13,6 +13,7 @@
 #include "preflight/recipe/diagnostic.h"
 #include "preflight/recipe/partition.h"
 #include "preflight/recipe/recipe.h"
+#include "preflight/report/emit.h"
 
 namespace preflight::emit {
 
@@ -41,24 +42,35 @@ enum class Framework { kMegatron, kTorchtitan };
 /// a "cannot express" note and warning.
 void NoteKeysWithoutCounterpart(const Recipe& r, Framework framework, Notes& notes);
 
-/// Collects the header comment lines and the warnings of one emission.
+/// Collects the header comment lines, the warnings and the refusals of one
+/// emission.
 class Notes {
  public:
   explicit Notes(const Recipe& recipe, std::string target) : recipe_(recipe), target_(std::move(target)) {}
   /// A `#` line (without the "# ").
   void Note(std::string line) { lines_.push_back(std::move(line)); }
-  /// Something the target cannot express: a "cannot express" note and a
-  /// warning located at `key` in the recipe.
+  /// Something of the plan the target cannot run as planned: a "cannot
+  /// express" note, a warning located at `key` in the recipe, and a refusal.
   void Cannot(const std::string& key, const std::string& value, const std::string& what);
-  /// The comment block, each line prefixed with `prefix` ("# ").
+  /// A refusal that is no recipe key's (the plan does not fit).
+  void Refuse(std::string reason) { refusals_.push_back(std::move(reason)); }
+  /// The comment block, each line prefixed with `prefix` ("# "): the
+  /// `# WARNING:` block first when anything was refused.
   std::string Render(const std::string& prefix) const;
-  std::vector<Diagnostic> TakeWarnings() { return std::move(warnings_); }
+  /// The emission: the comment block, then `config`.
+  Emission Finish(const std::string& config);
 
  private:
   const Recipe& recipe_;
   std::string target_;
   std::vector<std::string> lines_;
   std::vector<Diagnostic> warnings_;
+  std::vector<std::string> refusals_;
 };
+
+/// The fit verdict as a refusal: a plan that does not fit (a stage over
+/// capacity, or host memory over with an offloaded optimizer) is refused,
+/// the verdict `preflight fit` gives.
+void RefuseIfDoesNotFit(const Plan& plan, Notes& notes);
 
 }  // namespace preflight::emit

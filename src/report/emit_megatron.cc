@@ -55,7 +55,9 @@ struct Context {
 const char* CpCommType(CpComm c) {
   switch (c) {
     case CpComm::kP2p: return "p2p";
-    case CpComm::kAllGather: return "allgather";
+    // TransformerConfig.cp_comm_type's word, passed to Transformer Engine's
+    // attention as is (arguments.py's help spells it "allgather").
+    case CpComm::kAllGather: return "all_gather";
     case CpComm::kA2a: return "a2a";
   }
   return "p2p";
@@ -85,7 +87,8 @@ void Header(const Context& c) {
       "stages ({}), layers [first,end): {}",
       c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
       emit::ChunkRanges(c.p.stages, c.r.model.layers)));
-  c.notes.Note("flag names: NVIDIA/Megatron-LM megatron/training/arguments.py; layer pattern: examples/mamba/README.md");
+  c.notes.Note(fmt::format("target: {}; flags: megatron/training/arguments.py, layer pattern: examples/mamba/README.md",
+                           kMegatronUpstream));
   c.notes.Note(fmt::format(
       "not emitted: data, tokenizer, learning rate, checkpointing. Megatron takes the vocabulary from the tokenizer and "
       "pads it to a multiple of --make-vocab-size-divisible-by x tp: the recipe's {} pads to {}",
@@ -118,9 +121,11 @@ void ParallelFlags(const Context& c) {
 }
 
 // "E" (embedding) opens the first stage, "L" (loss) closes the last, "t*n"
-// is n layers; runs of three or more equal middle stages are written
-// "(t*n|)*k", which Megatron unrolls before parsing.
-std::string PipelineLayout(const std::vector<int64_t>& sizes) {
+// is n layers, "m" an MTP module (on the last stage, before the loss; the
+// layout must hold exactly --mtp-num-layers of them); runs of three or more
+// equal middle stages are written "(t*n|)*k", which Megatron unrolls before
+// parsing.
+std::string PipelineLayout(const std::vector<int64_t>& sizes, int64_t mtp_layers) {
   auto body = [](int64_t n) { return n == 0 ? std::string() : n == 1 ? std::string("t") : fmt::format("t*{}", n); };
   std::string out = fmt::format("E{}|", body(sizes.front()));
   const size_t last = sizes.size() - 1;
@@ -134,7 +139,8 @@ std::string PipelineLayout(const std::vector<int64_t>& sizes) {
     }
     i += run;
   }
-  return fmt::format("{}{}L", out, body(sizes.back()));
+  const std::string mtp = mtp_layers == 0 ? "" : mtp_layers == 1 ? "m" : fmt::format("m*{}", mtp_layers);
+  return fmt::format("{}{}{}L", out, body(sizes.back()), mtp);
 }
 
 std::string JoinInts(const std::vector<int64_t>& v) {
@@ -177,7 +183,7 @@ void PipelineFlags(const Context& c) {
                              l.vpp > 1 ? " (older Megatron: --num-layers-per-virtual-pipeline-stage)" : ""));
     return;
   }
-  c.args.Quoted("--pipeline-model-parallel-layout", PipelineLayout(sizes));
+  c.args.Quoted("--pipeline-model-parallel-layout", PipelineLayout(sizes, c.r.model.mtp_layers));
   c.notes.Note(fmt::format(
       "--pipeline-model-parallel-layout pins the plan's stages (E embedding, t layer, L loss, | between chunks; chunk "
       "c runs on pipeline rank c mod pp){}",
@@ -411,10 +417,11 @@ void ZeroFlags(const Context& c, bool muon) {
     case 1:
       c.args.Flag("--use-distributed-optimizer");
       if (muon) {
-        c.notes.Note("--optimizer muon --use-distributed-optimizer is Megatron's layer-wise distributed optimizer "
-                     "(layer_wise_optimizer.py): whole matrices spread over the DP ranks, not the plan's ZeRO-1 "
-                     "shards with a momentum all-gather. arguments.py @ 000c4ac rejects it and spells it "
-                     "--optimizer dist_muon");
+        c.notes.Note(
+            "--optimizer muon --use-distributed-optimizer: validate_args turns it into Megatron's layer-wise "
+            "distributed optimizer (use_layer_wise_distributed_optimizer; --optimizer dist_muon is its "
+            "deprecated spelling), whole matrices spread over the DP ranks where the plan prices ZeRO-1 "
+            "shards: about the same optimizer state a rank");
       }
       break;
     default:
@@ -426,7 +433,8 @@ void ZeroFlags(const Context& c, bool muon) {
                                c.p.layout.zero));
       if (muon) {
         c.notes.Cannot("parallel.zero", std::to_string(c.p.layout.zero),
-                       "arguments.py @ 000c4ac rejects Muon with Megatron-FSDP");
+                       "validate_args asserts \"Emerging optimizer does not support Megatron-FSDP\": Muon runs "
+                       "with ZeRO 0 or 1 (--use-distributed-optimizer) only");
       }
       break;
   }
@@ -501,14 +509,19 @@ void ActivationOffloadFlags(const Context& c) {
   for (OffloadModule m : kAllOffloadModules) {
     if (t.activation_offload.has(m)) on.push_back(Name(m));
   }
+  if (!t.transformer_engine) {
+    c.notes.Cannot("training.activation_offload", OffloadModulesText(t.activation_offload),
+                   "validate_args allows fine-grained activation offloading only with --transformer-impl "
+                   "transformer_engine (training.transformer_engine: true)");
+  }
   c.args.Flag("--fine-grained-activation-offloading");
   c.args.Flag("--offload-modules", fmt::format("{}", fmt::join(on, " ")));
   if (t.activation_offload_min_elements != int64_t{1} << 20) {
     c.args.Flag("--min-offloaded-tensor-size", t.activation_offload_min_elements);
   }
   c.notes.Note(
-      "activation offloading: export NVTE_CPU_OFFLOAD_V1=1 with Transformer Engine >= 2.10 (arguments.py "
-      "asserts it)");
+      "environment: export NVTE_CPU_OFFLOAD_V1=1 before launching (with Transformer Engine >= 2.10 validate_args "
+      "asserts it for activation offloading)");
 }
 
 void HeadWgradFlags(const Context& c) {
@@ -521,14 +534,15 @@ void RecomputeFlags(const Context& c) {
   switch (c.p.layout.recompute) {
     case Recompute::kNone: break;
     case Recompute::kSelective: {
-      c.args.Flag("--recompute-granularity", "selective");
-      // nargs='*': one argument a module; an empty set is an empty list.
+      // nargs='+': one argument a module. No module recomputes nothing, which
+      // is no recompute flag at all.
       std::vector<std::string> on;
       for (RecomputeModule m : kAllRecomputeModules) {
         if (c.r.training.recompute_modules.has(m)) on.push_back(Name(m));
       }
-      on.empty() ? c.args.Flag("--recompute-modules")
-                 : c.args.Flag("--recompute-modules", fmt::format("{}", fmt::join(on, " ")));
+      if (on.empty()) break;
+      c.args.Flag("--recompute-granularity", "selective");
+      c.args.Flag("--recompute-modules", fmt::format("{}", fmt::join(on, " ")));
       break;
     }
     case Recompute::kFull:
@@ -545,6 +559,7 @@ Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   Notes notes(recipe, "megatron");
   Args args;
   const Context c{recipe, plan, IsTransformerStack(recipe.model.layers), notes, args};
+  emit::RefuseIfDoesNotFit(plan, notes);
   Header(c);
   emit::NoteKeysWithoutCounterpart(recipe, emit::Framework::kMegatron, notes);
   ParallelFlags(c);
@@ -559,10 +574,7 @@ Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   RecomputeFlags(c);
   ActivationOffloadFlags(c);
   HeadWgradFlags(c);
-  Emission out;
-  out.text = notes.Render("# ") + args.Render();
-  out.warnings = notes.TakeWarnings();
-  return out;
+  return notes.Finish(args.Render());
 }
 
 }  // namespace preflight
