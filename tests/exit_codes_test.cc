@@ -95,6 +95,10 @@ std::vector<Case> Cases(const std::string& dir) {
       {"plan --emit with --format", {"plan", kLlama, "--emit", "megatron", "--format", "json"}, 2},
       {"plan --svg onto its recipe", {"plan", copy, "--svg", copy}, 2},
       {"check --summary onto a recipe", {"check", copy, "--summary", copy}, 2},
+      {"plan --emit of a plan that fits", {"plan", kLlama, "--emit", "megatron"}, 0},
+      {"plan --emit of a plan that does not fit", {"plan", too_big, "--emit", "megatron"}, 1},
+      {"plan --emit --force of a plan that does not fit", {"plan", too_big, "--emit", "megatron", "--force"}, 0},
+      {"plan --force without --emit", {"plan", kLlama, "--force"}, 2},
       {"plan invalid layout", {"plan", kDefault, "--set", "parallel.tp=3"}, 2},
       // check
       {"check passes", {"check", kDefault}, 0},
