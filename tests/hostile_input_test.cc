@@ -150,6 +150,35 @@ TEST(HostileInput, Defect14NamesAreEscapedForMarkdownAndSvg) {
   std::remove(svg_path.c_str());
 }
 
+// 14, the terminal: control characters that come from input (an imported
+// config's values, a file name, an option's value) reach stderr escaped, so
+// an input cannot recolour the terminal or move its cursor.
+TEST(HostileInput, Defect14InputReachesTheTerminalEscaped) {
+  Diagnostic d;
+  d.file = "f\x1b.json";
+  d.key_path = "architectures";
+  d.value = "\"Llama\x1b[31mX\"";
+  d.message = "unsupported\r architecture\nsecond line";
+  const std::string text = Format(d);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  EXPECT_NE(text.find("Llama\\x1b[31mX"), std::string::npos) << text;
+  EXPECT_NE(text.find("architecture\nsecond line"), std::string::npos) << text;  // a message keeps its lines
+  const std::string config = ::testing::TempDir() + "escape.json";
+  std::ofstream(config) << "{\"architectures\": [\"Llama\\u001b[31mX\"]}";
+  const auto hf = RunPreflight({"import", "hf", config});
+  EXPECT_EQ(hf.exit_code, 2);
+  EXPECT_EQ(hf.err.find('\x1b'), std::string::npos) << hf.err;
+  EXPECT_NE(hf.err.find("\\x1b"), std::string::npos) << hf.err;
+  std::remove(config.c_str());
+  const auto path = RunPreflight({"validate", "missing\x1b[2J.yaml"});
+  EXPECT_EQ(path.exit_code, 2);
+  EXPECT_EQ(path.err.find('\x1b'), std::string::npos) << path.err;
+  const auto option = RunPreflight({"sweep", kRecipe, "--gpus", "8", "--tp", "1\x1b[2J"});
+  EXPECT_EQ(option.exit_code, 2);
+  EXPECT_EQ(option.err.find('\x1b'), std::string::npos) << option.err;
+}
+
 // 7: a --set value spanning lines could open another YAML document in the
 // text it is spliced into; text after the document end "..." would go
 // unread. Both are refused.

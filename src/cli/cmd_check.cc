@@ -143,7 +143,7 @@ std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
         valid += fmt::format("{}{}", i ? ", " : "", Key(static_cast<Category>(i)));
       std::fprintf(stderr,
                    "--max-regression-gib-category %s: expected CATEGORY=GIB with GIB >= 0 and CATEGORY one of: %s\n",
-                   text.c_str(), valid.c_str());
+                   Shown(text).c_str(), Shown(valid).c_str());
       return std::nullopt;
     }
     t.per_category[static_cast<size_t>(static_cast<int>(*category))] = GiB(gib);
@@ -167,7 +167,7 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   } catch (const ArithmeticOverflow& e) {
     const std::string message =
         fmt::format("{}: the recipe's sizes exceed 64-bit byte arithmetic ({})", path, e.what());
-    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fprintf(stderr, "%s\n", Shown(message).c_str());
     return InvalidEntry(path, {message});
   }
 
@@ -210,7 +210,7 @@ int RunCheck(const CheckArgs& args) {
   if (!args.baseline_dir.empty()) {
     std::error_code ec;
     if (!fs::is_directory(args.baseline_dir, ec)) {
-      std::fprintf(stderr, "--baseline %s: not a directory\n", args.baseline_dir.c_str());
+      std::fprintf(stderr, "--baseline %s: not a directory\n", Shown(args.baseline_dir).c_str());
       return static_cast<int>(ExitCode::kBadInput);
     }
   }
@@ -224,7 +224,7 @@ int RunCheck(const CheckArgs& args) {
         std::fprintf(stderr,
                      "--baseline-ref %s: not a commit of the git repository holding %s (is git installed, is the ref "
                      "fetched?)\n",
-                     args.baseline_ref.c_str(), path.c_str());
+                     Shown(args.baseline_ref).c_str(), Shown(path).c_str());
         return static_cast<int>(ExitCode::kBadInput);
       }
     }

@@ -36,7 +36,8 @@ int RunDiff(const DiffArgs& args) {
   for (const std::string& text : args.sets) {
     auto o = ParseOverride(text);
     if (!o) {
-      std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE on one line, e.g. --set parallel.tp=8\n", text.c_str());
+      std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE on one line, e.g. --set parallel.tp=8\n",
+                   Shown(text).c_str());
       return static_cast<int>(ExitCode::kBadInput);
     }
     b.overrides.push_back(*o);

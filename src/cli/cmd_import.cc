@@ -54,7 +54,7 @@ bool ParseLayout(const std::vector<std::string>& layout, const char* example, st
   for (const std::string& kv : layout) {
     const std::optional<Override> parsed = ParseOverride(kv);
     if (!parsed) {
-      std::fprintf(stderr, "--layout %s: expected KEY=VALUE on one line, e.g. %s\n", kv.c_str(), example);
+      std::fprintf(stderr, "--layout %s: expected KEY=VALUE on one line, e.g. %s\n", Shown(kv).c_str(), example);
       return false;
     }
     out->push_back(*parsed);
@@ -196,25 +196,30 @@ int RunImportHf(const ImportHfOptions& o) {
       H200LayoutCandidates(BuildInventory(*provisional.recipe), PinsOf(overrides));
   std::string note;
   if (candidates.empty() && overrides.empty()) {
-    std::fprintf(stderr, "%s: no H200 layout of up to 128 nodes holds the model state in half of each GPU; "
-                         "give the layout with --layout\n", o.config.c_str());
+    std::fprintf(stderr,
+                 "%s: no H200 layout of up to 128 nodes holds the model state in half of each GPU; "
+                 "give the layout with --layout\n",
+                 Shown(o.config).c_str());
     return kBadInput;
   }
   size_t chosen = 0;
   if (candidates.empty()) {
     // The user fixed degrees with which the model state does not fit the
     // rule's budget: write what they asked for; `fit` gives the verdict.
-    std::fprintf(stderr, "%s: warning: with the --layout degrees the model state exceeds half of each H200; "
-                         "written as given (check it with the memory estimate)\n", o.config.c_str());
+    std::fprintf(stderr,
+                 "%s: warning: with the --layout degrees the model state exceeds half of each H200; "
+                 "written as given (check it with the memory estimate)\n",
+                 Shown(o.config).c_str());
     candidates.push_back(AsGiven(PinsOf(overrides)));
     note = "layout as given on the command line; the model state exceeds the default rule's budget "
            "(half of each GPU).";
   } else {
     const Choice choice = FirstThatFits(imported, candidates, overrides, o.config, recipe_file);
     if (!choice.fits) {
-      std::fprintf(stderr, "%s: warning: none of the first %zu default layouts fits per the memory estimate; "
-                           "writing the smallest by model state (check it with the estimator, or pass --layout)\n",
-                   o.config.c_str(), std::min(candidates.size(), kMaxCandidatesChecked));
+      std::fprintf(stderr,
+                   "%s: warning: none of the first %zu default layouts fits per the memory estimate; "
+                   "writing the smallest by model state (check it with the estimator, or pass --layout)\n",
+                   Shown(o.config).c_str(), std::min(candidates.size(), kMaxCandidatesChecked));
     }
     chosen = choice.index;
     note = candidates[chosen].why + "\n" + choice.note;

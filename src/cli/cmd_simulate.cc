@@ -42,7 +42,7 @@ bool ApplyScale(const std::vector<std::string>& items, ScaleOptions* s) {
       std::fprintf(stderr,
                    "--scale %s: expected KEY=VALUE with KEY one of hidden, head_dim, ffn, moe_ffn, vocab, seq, repeat, "
                    "max_world, micro_batches\n",
-                   item.c_str());
+                   Shown(item).c_str());
       return false;
     }
     const std::string value = item.substr(eq + 1);
@@ -55,7 +55,8 @@ bool ApplyScale(const std::vector<std::string>& items, ScaleOptions* s) {
     }
     // Sizes stay small: the executor runs dense fp64 math on one machine.
     if (used != value.size() || v < 1 || v > 1024) {
-      std::fprintf(stderr, "--scale %s = %s: must be an integer in 1..1024\n", key.c_str(), value.c_str());
+      std::fprintf(stderr, "--scale %s = %s: must be an integer in 1..1024\n", Shown(key).c_str(),
+                   Shown(value).c_str());
       return false;
     }
     *it->second = v;
@@ -80,16 +81,17 @@ int RunSimulate(const SimulateArgs& args) {
   try {
     report = Simulate(scaled, options);
   } catch (const SimUnsupported& e) {
-    std::fprintf(stderr, "%s: cannot simulate: %s\n", args.recipe.path.c_str(), e.what());
+    std::fprintf(stderr, "%s: cannot simulate: %s\n", Shown(args.recipe.path).c_str(), e.what());
     return static_cast<int>(ExitCode::kBadInput);
   } catch (const std::bad_alloc&) {
     // A resource limit of this machine, not a verdict on the plan.
-    std::fprintf(stderr, "%s: out of memory simulating at this scale; lower --scale\n", args.recipe.path.c_str());
+    std::fprintf(stderr, "%s: out of memory simulating at this scale; lower --scale\n",
+                 Shown(args.recipe.path).c_str());
     return static_cast<int>(ExitCode::kBadInput);
   } catch (const std::exception& e) {
     // A deadlock or a mismatched collective: the sharded program itself is
     // inconsistent, which is a disagreement, not bad input.
-    std::fprintf(stderr, "%s: the simulated ranks failed: %s\n", args.recipe.path.c_str(), e.what());
+    std::fprintf(stderr, "%s: the simulated ranks failed: %s\n", Shown(args.recipe.path).c_str(), e.what());
     return static_cast<int>(ExitCode::kVerdictFail);
   }
   std::optional<int64_t> shown;
@@ -102,7 +104,7 @@ int RunSimulate(const SimulateArgs& args) {
       used = 0;
     }
     if (used != args.stage.size() || v < 0 || v >= scaled.parallel.pp) {
-      std::fprintf(stderr, "--stage %s: must be a pipeline stage in 0..%lld or 'all'\n", args.stage.c_str(),
+      std::fprintf(stderr, "--stage %s: must be a pipeline stage in 0..%lld or 'all'\n", Shown(args.stage).c_str(),
                    static_cast<long long>(scaled.parallel.pp - 1));
       return static_cast<int>(ExitCode::kBadInput);
     }

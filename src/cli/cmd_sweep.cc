@@ -37,12 +37,12 @@ bool ParseAxis(const char* option, const std::string& text, int64_t min_value, i
   std::string error;
   const std::optional<std::vector<int64_t>> parsed = ParseAxisList(text, min_value, &error);
   if (!parsed) {
-    std::fprintf(stderr, "preflight sweep: %s %s\n", option, error.c_str());
+    std::fprintf(stderr, "preflight sweep: %s %s\n", option, Shown(error).c_str());
     return false;
   }
   if (parsed->back() > max_value) {
     std::fprintf(stderr, "preflight sweep: %s '%s': %lld is above the largest valid value %lld\n", option,
-                 text.c_str(), static_cast<long long>(parsed->back()), static_cast<long long>(max_value));
+                 Shown(text).c_str(), static_cast<long long>(parsed->back()), static_cast<long long>(max_value));
     return false;
   }
   *values = *parsed;
@@ -70,7 +70,7 @@ int RunSweepVerb(const SweepArgs& args) {
     std::string error;
     auto parsed = ParseRecomputeList(args.recompute, &error);
     if (!parsed) {
-      std::fprintf(stderr, "preflight sweep: --recompute %s\n", error.c_str());
+      std::fprintf(stderr, "preflight sweep: --recompute %s\n", Shown(error).c_str());
       return bad;
     }
     space.recompute = *parsed;
@@ -80,7 +80,7 @@ int RunSweepVerb(const SweepArgs& args) {
   std::string error;
   auto recipe = SweepRecipe(*loaded, args.gpus, &error);
   if (!recipe) {
-    std::fprintf(stderr, "preflight sweep: %s\n", error.c_str());
+    std::fprintf(stderr, "preflight sweep: %s\n", Shown(error).c_str());
     return bad;
   }
   // A cluster no layout can be priced on (nodes beyond the recipe's range)
@@ -88,7 +88,7 @@ int RunSweepVerb(const SweepArgs& args) {
   for (const Diagnostic& d : ValidateRecipe(*recipe)) {
     if (d.severity != Severity::kError || d.key_path.rfind("cluster.", 0) != 0) continue;
     std::fprintf(stderr, "preflight sweep: --gpus %lld: %s: %s\n", static_cast<long long>(args.gpus),
-                 d.key_path.c_str(), d.message.c_str());
+                 Shown(d.key_path).c_str(), Shown(d.message).c_str());
     return bad;
   }
   space = DefaultSweepSpace(*recipe, space);

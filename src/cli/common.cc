@@ -25,17 +25,17 @@ std::optional<std::string> ReadInputFile(const std::string& path, int64_t max_by
     std::error_code ec;
     const auto status = std::filesystem::status(path, ec);
     if (ec || !std::filesystem::exists(status)) {
-      std::fprintf(stderr, "%s: cannot read the file: no such file\n", path.c_str());
+      std::fprintf(stderr, "%s: cannot read the file: no such file\n", Shown(path).c_str());
       return std::nullopt;
     }
     if (!std::filesystem::is_regular_file(status)) {
       std::fprintf(stderr, "%s: not a regular file (a directory, device or FIFO); give a file, or - for stdin\n",
-                   path.c_str());
+                   Shown(path).c_str());
       return std::nullopt;
     }
     file.open(path, std::ios::binary);
     if (!file) {
-      std::fprintf(stderr, "%s: cannot read the file: permission denied or unreadable\n", path.c_str());
+      std::fprintf(stderr, "%s: cannot read the file: permission denied or unreadable\n", Shown(path).c_str());
       return std::nullopt;
     }
     in = &file;
@@ -45,7 +45,7 @@ std::optional<std::string> ReadInputFile(const std::string& path, int64_t max_by
   in->read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in->gcount()));
   if (static_cast<int64_t>(text.size()) > max_bytes) {
-    std::fprintf(stderr, "%s: larger than %lld MiB; not an input preflight reads\n", path.c_str(),
+    std::fprintf(stderr, "%s: larger than %lld MiB; not an input preflight reads\n", Shown(path).c_str(),
                  static_cast<long long>(max_bytes >> 20));
     return std::nullopt;
   }
@@ -77,7 +77,8 @@ std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
   for (const auto& text : args.sets) {
     auto o = ParseOverride(text);
     if (!o) {
-      std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE on one line, e.g. --set parallel.tp=8\n", text.c_str());
+      std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE on one line, e.g. --set parallel.tp=8\n",
+                   Shown(text).c_str());
       return std::nullopt;
     }
     overrides.push_back(*o);
@@ -112,17 +113,19 @@ bool WriteTextFile(const std::string& path, const std::string& text, const std::
   // link is not written through.
   const bool device = (fs::exists(target_status) && !fs::is_regular_file(target_status)) || path.rfind("/dev/", 0) == 0;
   if (fs::is_symlink(link) && !device) {
-    std::fprintf(stderr, "%s: a symbolic link; not written through it (give the target's own path)\n", path.c_str());
+    std::fprintf(stderr, "%s: a symbolic link; not written through it (give the target's own path)\n",
+                 Shown(path).c_str());
     return false;
   }
   for (const std::string& input : inputs) {
     if (fs::exists(link) && fs::equivalent(path, input, ec)) {
-      std::fprintf(stderr, "%s: is an input of this run (%s); not overwritten\n", path.c_str(), input.c_str());
+      std::fprintf(stderr, "%s: is an input of this run (%s); not overwritten\n", Shown(path).c_str(),
+                   Shown(input).c_str());
       return false;
     }
   }
   const auto fail = [&path](int error) {
-    std::fprintf(stderr, "%s: cannot write: %s\n", path.c_str(), std::strerror(error));
+    std::fprintf(stderr, "%s: cannot write: %s\n", Shown(path).c_str(), std::strerror(error));
     return false;
   };
   const auto write_all = [&text](std::FILE* f) {

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/planner/plan.h"
+#include "preflight/recipe/diagnostic.h"
 #include "preflight/recipe/recipe.h"
 
 namespace preflight::cli {
@@ -45,6 +47,10 @@ StagePlan StagesFor(const Inventory& inventory, const Layout& layout);
 /// Plans the layout with MakePlan and prints the planner's errors and
 /// warnings to stderr; nullopt means bad input (ExitCode::kBadInput).
 std::optional<Plan> PlanOrReport(const Inventory& inventory, const Layout& layout);
+
+/// Text from the command line or an input file as it may reach the terminal:
+/// control characters escaped (EscapeControl), line breaks kept.
+inline std::string Shown(std::string_view text) { return EscapeControl(text, /*keep_newlines=*/true); }
 
 /// Writes `text` to `path` atomically (a temporary file beside it, renamed
 /// over it: a failed write leaves the old file whole); never through a

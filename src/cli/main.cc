@@ -9,7 +9,6 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "preflight/recipe/diagnostic.h"
 #include "preflight/recipe/units.h"
@@ -51,12 +50,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-' && std::none_of(std::begin(kVerbs), std::end(kVerbs), [&](const Verb& v) {
         return argv[1] == std::string(v.name);
       })) {
-    std::string names, word;
+    std::string names;
     for (const Verb& v : kVerbs) names += std::string(names.empty() ? "" : ", ") + v.name;
-    for (const char* c = argv[1]; *c != '\0'; ++c) {  // control characters stay off the terminal
-      const auto u = static_cast<unsigned char>(*c);
-      word += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, *c);
-    }
+    const std::string word = preflight::EscapeControl(argv[1]);  // control characters stay off the terminal
     std::fprintf(stderr, "preflight: unknown command '%s'; commands: %s (preflight --help)\n", word.c_str(),
                  names.c_str());
     return static_cast<int>(preflight::ExitCode::kBadInput);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace preflight {
@@ -31,7 +32,13 @@ struct Diagnostic {
 
 /// "file:line:col: key.path = value: message" (or "file:line:col: warning: ...")
 /// plus the source line and a caret under the column when the line is known.
+/// Control characters that came from input are escaped (EscapeControl).
 std::string Format(const Diagnostic& d);
+
+/// `text` with control characters and DEL written as \xNN, so input cannot
+/// move the cursor or recolour a terminal; newlines and tabs are kept when
+/// `keep_newlines` (a message's own line breaks).
+std::string EscapeControl(std::string_view text, bool keep_newlines = false);
 bool HasErrors(const std::vector<Diagnostic>& ds);
 
 }  // namespace preflight
