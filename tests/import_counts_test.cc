@@ -116,6 +116,16 @@ const PublishedCase kCases[] = {
     {"Gemma2_2B", "gemma-2-2b.json", 2614636800.0, 0.005, 2614636800.0, 0.005, Active::kAll},
     // Gemma 3 1B: 302M embedding + 698M non-embedding parameters (Gemma Team, arXiv 2503.19786, Table 1).
     {"Gemma3_1B", "gemma-3-1b.json", 1000e6, 0.005, 1000e6, 0.005, Active::kAll},
+    // Bamba-9B: 9.78B parameters (ibm-ai-platform/Bamba-9B model card table), in its Hugging Face and
+    // mamba_ssm forms (the latter checked against the former exactly below).
+    {"Bamba9B", "bamba-9b.json", 9.78e9, 0.005, 9.78e9, 0.005, Active::kAll},
+    {"Bamba9B_MambaSsm", "bamba-9.8b-ssm.json", 9.78e9, 0.005, 9.78e9, 0.005, Active::kAll},
+    // Qwen3-Coder-Next (Qwen3NextForCausalLM, the Qwen3-Next-80B-A3B architecture): 79,674,391,296
+    // parameters in its safetensors (the Hugging Face API's totalParameters for Qwen/Qwen3-Coder-Next);
+    // active 3,874,929,408 = that total minus the 502 unrouted experts of each of the 48 layers
+    // (502 x 48 x 3 x 2048 x 512). Exact: the recipe's count minus the stated differences of the two
+    // stand-ins (the attention output gate; Gated DeltaNet as Mamba-2) must give both to the parameter.
+    {"Qwen3CoderNext", "qwen3-coder-next.json", 79674391296.0, 0.0, 3874929408.0, 0.0, Active::kAll},
 };
 
 class ImportedCounts : public ::testing::TestWithParam<PublishedCase> {};
@@ -185,6 +195,13 @@ TEST(ImportedCounts, MambaSsmAndHuggingFaceFormsOfMamba2Agree) {
   ASSERT_TRUE(ssm.ok() && hf.ok());
   EXPECT_EQ(stated, 0);
   EXPECT_EQ(BuildInventory(*ssm.recipe).total_params, BuildInventory(*hf.recipe).total_params);
+}
+
+TEST(ImportedCounts, BambaInBothFormsAgree) {
+  const LoadResult hf = ImportAndLoad("bamba-9b.json");
+  const LoadResult ssm = ImportAndLoad("bamba-9.8b-ssm.json");
+  ASSERT_TRUE(hf.ok() && ssm.ok());
+  EXPECT_EQ(BuildInventory(*hf.recipe).total_params, BuildInventory(*ssm.recipe).total_params);
 }
 
 TEST(ImportedCounts, Mamba1StandInDifferenceIsTheParameterGap) {

@@ -92,6 +92,9 @@ const PatternCase kPatternCases[] = {
     // 9 x MD, AD, 8 x MD, AD, 8 x MD, AD, 4 x MD; not periodic. The mamba_ssm form is the same model.
     {"Bamba9B", "bamba-9b.json", kBambaLetters, "1"},
     {"Bamba9B_MambaSsm", "bamba-9.8b-ssm.json", kBambaLetters, "1"},
+    // Qwen3-Next: full attention at every 4th layer (full_attention_interval 4), Gated DeltaNet (as M)
+    // elsewhere, each with the MoE FFN: M E M E M E A E, 12 times.
+    {"Qwen3CoderNext", "qwen3-coder-next.json", "\"MEMEMEAE\"", "12"},
 };
 
 class ImportPattern : public ::testing::TestWithParam<PatternCase> {};
@@ -219,6 +222,8 @@ const WarningCase kWarningCases[] = {
     {"Gemma3_1B", "gemma-3-1b.json", {"architectures", "hidden_activation", "sliding_window"}},
     // mamba-2.8b's Mamba-1 mixer (the default of ssm_cfg.layer).
     {"Mamba1_2_8B_MambaSsm", "mamba-2.8b-ssm.json", {"ssm_cfg.layer"}},
+    // Qwen3-Next: the attention output gate (architectures) and Gated DeltaNet as Mamba-2.
+    {"Qwen3CoderNext", "qwen3-coder-next.json", {"architectures", "linear_num_value_heads"}},
 };
 
 class ImportWarnings : public ::testing::TestWithParam<WarningCase> {};
@@ -308,7 +313,8 @@ TEST(ImportHf, UnsupportedArchitectureListsTheSupportedOnes) {
                              "supported: BambaForCausalLM, DeepseekV3ForCausalLM, Gemma2ForCausalLM, "
                              "Gemma3ForCausalLM, GptOssForCausalLM, JambaForCausalLM, LlamaForCausalLM, "
                              "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
-                             "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and mamba_ssm configs "
+                             "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
+                             "mamba_ssm configs "
                              "(mamba_ssm MambaLMHeadModel)"));
 }
 
@@ -503,6 +509,22 @@ TEST(ImportHf, StandInDifferencesAreWorkedByHand) {
   EXPECT_EQ(e.at("model.tie_embeddings"), "true");  // Gemma2Config's default, absent from the file
   EXPECT_EQ(e.at("model.attention.head_dim"), "256");
   EXPECT_EQ(Entries(ImportFixture("gemma-3-1b.json")).at("model.attention.qk_norm"), "true");
+  // Qwen3-Coder-Next, by Qwen3NextAttention's and Qwen3NextGatedDeltaNet's shapes (hidden 2048):
+  // the output gate is q_proj's second half, 2048 x 16 x 256 = 8,388,608 a layer, 12 attention
+  // layers. Gated DeltaNet (key 16 x 128, value 32 x 128, conv 4): in_proj_qkvz 2048 x 12288, in_proj_ba
+  // 2048 x 64, conv1d 8192 x 4 (no bias), dt_bias and A_log 32 each, norm 128, out_proj 4096 x 2048
+  // = 33,718,464; the Mamba-2 stand-in (32 heads of 128, 16 groups, d_state 128): in_proj 2048 x
+  // (8192 + 4096 + 32), conv1d 8192 x 5, 3 x 32, norm 4096, out_proj = 33,665,120; 53,344 fewer,
+  // 36 layers.
+  const HfImport next = ImportFixture("qwen3-coder-next.json");
+  ASSERT_TRUE(next.ok()) << AllMessages(next);
+  int64_t stated = 0;
+  for (const StandIn& s : next.stand_ins) stated += s.param_difference;
+  EXPECT_EQ(stated, -12 * 8388608 - 36 * 53344);
+  const auto n = Entries(next);
+  EXPECT_EQ(n.at("model.moe.shared_gate"), "true");
+  EXPECT_EQ(n.at("model.mamba.groups"), "16");
+  EXPECT_EQ(n.at("model.mamba.head_dim"), "128");
   EXPECT_EQ(Entries(ImportFixture("qwen3-8b.json")).at("model.attention.qk_norm"), "true");
 }
 

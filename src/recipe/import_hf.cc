@@ -594,9 +594,10 @@ void ImportMixtral(ConfigReader& r, ModelWriter* w) {
   }
 }
 
-void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = LayerCount(r);
-  const int64_t experts = r.OptCount("num_experts", 0);
+/// Which layers of a Qwen3-MoE-style model have the sparse FFN
+/// (Qwen3MoeDecoderLayer, Qwen3NextDecoderLayer): not in mlp_only_layers,
+/// num_experts > 0 and (layer_idx + 1) % decoder_sparse_step == 0.
+std::vector<bool> Qwen3SparseLayers(ConfigReader& r, int64_t layers, int64_t experts) {
   const int64_t sparse_step = r.OptInt("decoder_sparse_step", 1);
   std::set<int64_t> mlp_only;
   r.Use("mlp_only_layers");
@@ -611,13 +612,19 @@ void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
       }
     }
   }
-  // Qwen3MoeDecoderLayer: sparse iff not in mlp_only_layers, num_experts > 0
-  // and (layer_idx + 1) % decoder_sparse_step == 0.
-  std::string letters;
+  std::vector<bool> sparse(static_cast<size_t>(layers));
   for (int64_t i = 0; i < layers; ++i) {
-    const bool sparse = mlp_only.count(i) == 0 && experts > 0 && (i + 1) % sparse_step == 0;
-    letters += sparse ? "AE" : "AD";
+    sparse[static_cast<size_t>(i)] = mlp_only.count(i) == 0 && experts > 0 && (i + 1) % sparse_step == 0;
   }
+  return sparse;
+}
+
+void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const int64_t experts = r.OptCount("num_experts", 0);
+  const std::vector<bool> sparse = Qwen3SparseLayers(r, layers, experts);
+  std::string letters;
+  for (const bool s : sparse) letters += s ? "AE" : "AD";
   WriteLayers(letters, "Qwen3-MoE decoder layer = attention (q/k norm) + MoE FFN", w);
   const int64_t hidden = ReadTrunk(r, false, w);
   ReadAttention(r, hidden, w, /*qk_norm=*/true);
@@ -1053,6 +1060,130 @@ void ImportBamba(ConfigReader& r, ModelWriter* w) {
   WarnRopeScaling(r);
 }
 
+// ---- Qwen3-Next -------------------------------------------------------------
+
+/// Whether each layer of a Qwen3-Next model is full attention: layer_types
+/// ("full_attention" / "linear_attention") when given, else every
+/// full_attention_interval-th layer (Qwen3NextConfig, default 4).
+std::vector<bool> Qwen3NextFullAttention(ConfigReader& r, int64_t layers) {
+  std::vector<bool> full(static_cast<size_t>(layers));
+  r.Use("layer_types");
+  r.Use("full_attention_interval");
+  if (r.Has("layer_types")) {
+    const Json& v = r.At("layer_types");
+    if (!v.is_array() || static_cast<int64_t>(v.size()) != layers) {
+      r.Error("layer_types", v.dump(), fmt::format("must list num_hidden_layers ({}) layer types", layers));
+      return full;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != "full_attention" && v[i] != "linear_attention") {
+        r.Error("layer_types", v[i].dump(), "each layer type must be \"full_attention\" or \"linear_attention\"");
+        return full;
+      }
+      full[i] = v[i] == "full_attention";
+    }
+    return full;
+  }
+  const int64_t interval = r.OptInt("full_attention_interval", 4);
+  for (int64_t i = 0; i < layers; ++i) full[static_cast<size_t>(i)] = (i + 1) % interval == 0;
+  return full;
+}
+
+/// Qwen3-Next's Gated DeltaNet (Qwen3NextGatedDeltaNet) as the nearest M: a
+/// Mamba-2 whose C/B are its q/k (linear_num_key_heads groups of d_state
+/// linear_key_head_dim) and whose x is its v (linear_num_value_heads heads of
+/// linear_value_head_dim), with the same conv width.
+void WriteGatedDeltaNetStandIn(ConfigReader& r, int64_t hidden, int64_t layers, ModelWriter* w) {
+  const int64_t key_heads = r.OptInt("linear_num_key_heads", 16);
+  const int64_t key_dim = r.OptInt("linear_key_head_dim", 128);
+  const int64_t value_heads = r.OptInt("linear_num_value_heads", 32);
+  const int64_t value_dim = r.OptInt("linear_value_head_dim", 128);
+  const int64_t conv = r.OptInt("linear_conv_kernel_dim", 4);
+  const int64_t d_inner = value_heads * value_dim;
+  if (d_inner % hidden != 0 || value_heads % key_heads != 0) {
+    r.Error("linear_num_value_heads", std::to_string(value_heads),
+            fmt::format("linear_num_value_heads x linear_value_head_dim = {} must be a multiple of hidden_size ({}) "
+                        "and linear_num_value_heads of linear_num_key_heads ({}) to be written as the Mamba-2 "
+                        "stand-in",
+                        d_inner, hidden, key_heads));
+    return;
+  }
+  WriteMamba2({.d_state = key_dim,
+               .d_conv = conv,
+               .expand = d_inner / hidden,
+               .head_dim = value_dim,
+               .groups = key_heads,
+               .chunk = 64},
+              w,
+              {.expand = "linear_num_value_heads x linear_value_head_dim / hidden",
+               .head_dim = "Gated DeltaNet value heads: the Mamba-2 stand-in, see the warning",
+               .groups = "Gated DeltaNet key heads"});
+  // in_proj_qkvz, in_proj_ba (beta and decay a head), conv1d over q, k, v
+  // without bias, dt_bias and A_log a head, a gated RMSNorm of one head's
+  // width, out_proj.
+  const int64_t qk = 2 * key_heads * key_dim;
+  const int64_t gdn = hidden * (qk + 2 * d_inner) + hidden * 2 * value_heads + (qk + d_inner) * conv + 2 * value_heads +
+                      value_dim + d_inner * hidden;
+  const int64_t per_layer = Mamba2MixerParams(hidden, d_inner, value_dim, key_heads, key_dim, conv) - gdn;
+  r.StandIn("linear_num_value_heads",
+            fmt::format("Gated DeltaNet linear attention (in_proj_qkvz, in_proj_ba with a beta and a decay a head, "
+                        "a conv1d without bias over q, k and v, a gated RMSNorm of one head's width) is written as a "
+                        "Mamba-2 M, {} layers: q and k as C and B ({} groups, d_state {}), v as x ({} heads of {}); "
+                        "activations are priced as Mamba-2's chunked scan saves them, not as the gated delta "
+                        "rule's",
+                        layers, key_heads, key_dim, value_heads, value_dim),
+            per_layer * layers);
+}
+
+/// Qwen3NextForCausalLM: gated full attention (every full_attention_interval-th
+/// layer, or per layer_types) or Gated DeltaNet, then the Qwen3-MoE FFN with a
+/// gated shared expert.
+void ImportQwen3Next(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const std::vector<bool> full = Qwen3NextFullAttention(r, layers);
+  const int64_t experts = r.OptCount("num_experts", 512);
+  const std::vector<bool> sparse = Qwen3SparseLayers(r, layers, experts);
+  std::string letters;
+  for (size_t i = 0; i < full.size(); ++i) {
+    letters += full[i] ? 'A' : 'M';
+    letters += sparse[i] ? 'E' : 'D';
+  }
+  WriteLayers(letters, "Qwen3-Next layer = gated attention or Gated DeltaNet (as M) + MoE FFN", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  const int64_t attention_layers = std::count(full.begin(), full.end(), true);
+  if (attention_layers > 0) {
+    const AttentionShape a = ReadAttention(r, hidden, w, /*qk_norm=*/true);
+    // Qwen3NextAttention: q_proj also produces a sigmoid output gate of heads x head_dim.
+    r.StandIn("architectures",
+              "the attention output gate (q_proj is twice as wide: a sigmoid gate of heads x head_dim multiplies "
+              "the attention output) is not counted, nor its [s, b, heads x head_dim] activations",
+              -hidden * a.heads * a.head_dim * attention_layers);
+  }
+  if (letters.find('D') != std::string::npos) {
+    w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"), "dense layers (mlp_only_layers / sparse step)");
+    w->Add("mlp.activation", "swiglu");
+  } else {
+    r.Use("intermediate_size");
+  }
+  if (letters.find('E') != std::string::npos) {
+    const int64_t shared = r.OptCount("shared_expert_intermediate_size", 512);
+    w->Add("moe.experts", experts);
+    w->Add("moe.top_k", r.OptInt("num_experts_per_tok", 10));
+    w->Add("moe.ffn_hidden", r.OptInt("moe_intermediate_size", 512), "per routed expert");
+    w->Add("moe.shared_experts", shared > 0 ? 1 : 0);
+    if (shared > 0) w->Add("moe.shared_ffn_hidden", shared);
+    w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+    w->Add("moe.router", "softmax");
+    if (shared > 0) w->AddBool("moe.shared_gate", true, "shared_expert_gate: a sigmoid gate on the shared expert");
+  }
+  if (attention_layers < layers) WriteGatedDeltaNetStandIn(r, hidden, layers - attention_layers, w);
+  r.Use("partial_rotary_factor");  // RoPE width: no parameters
+  r.Use("rope_parameters");
+  ExpectSilu(r, "hidden_act");
+  WarnRopeScaling(r);
+  WarnBiases(r);
+}
+
 // ---- mamba_ssm (state-spaces/mamba) configs ----------------------------------
 
 /// MHA layers of a mamba_ssm hybrid (attn_cfg; mamba_ssm modules/mha.py).
@@ -1223,13 +1354,14 @@ using ImportFn = void (*)(ConfigReader&, ModelWriter*);
 constexpr const char* kMambaSsm = "mamba_ssm MambaLMHeadModel";
 const std::map<std::string, ImportFn>& Importers() {
   static const std::map<std::string, ImportFn> kImporters = {
-      {"LlamaForCausalLM", ImportLlama},       {"MixtralForCausalLM", ImportMixtral},
-      {"Qwen3MoeForCausalLM", ImportQwen3Moe}, {"DeepseekV3ForCausalLM", ImportDeepseekV3},
-      {"JambaForCausalLM", ImportJamba},       {"NemotronHForCausalLM", ImportNemotronH},
-      {"Mamba2ForCausalLM", ImportMamba2},     {"GptOssForCausalLM", ImportGptOss},
-      {"Qwen2ForCausalLM", ImportQwen2},       {"Qwen3ForCausalLM", ImportQwen3},
-      {"MistralForCausalLM", ImportMistral},   {"Gemma2ForCausalLM", ImportGemma2},
-      {"Gemma3ForCausalLM", ImportGemma3},     {"BambaForCausalLM", ImportBamba},
+      {"LlamaForCausalLM", ImportLlama},         {"MixtralForCausalLM", ImportMixtral},
+      {"Qwen3MoeForCausalLM", ImportQwen3Moe},   {"DeepseekV3ForCausalLM", ImportDeepseekV3},
+      {"JambaForCausalLM", ImportJamba},         {"NemotronHForCausalLM", ImportNemotronH},
+      {"Mamba2ForCausalLM", ImportMamba2},       {"GptOssForCausalLM", ImportGptOss},
+      {"Qwen2ForCausalLM", ImportQwen2},         {"Qwen3ForCausalLM", ImportQwen3},
+      {"MistralForCausalLM", ImportMistral},     {"Gemma2ForCausalLM", ImportGemma2},
+      {"Gemma3ForCausalLM", ImportGemma3},       {"BambaForCausalLM", ImportBamba},
+      {"Qwen3NextForCausalLM", ImportQwen3Next},
   };
   return kImporters;
 }
