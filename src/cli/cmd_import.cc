@@ -409,7 +409,8 @@ int RunImportMegatron(const ImportMegatronOptions& o) {
   if (HasErrors(layout_errors)) return kBadInput;
   // Diagnostics on the written recipe name it, or the config it came from.
   const std::string recipe_file = o.output.empty() ? file + " (as a recipe)" : o.output;
-  const LoadResult check = LoadRecipeFromString(yaml, recipe_file);
+  LoadResult check = LoadRecipeFromString(yaml, recipe_file);
+  NameLayoutArguments(overrides, &check.diagnostics);
   if (!check.ok()) {
     Print(check.diagnostics);
     return kBadInput;
