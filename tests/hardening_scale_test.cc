@@ -36,7 +36,7 @@ model:
   hidden: 65536
   vocab: 262144
   mlp: {ffn_hidden: 262144}
-training: {seq_len: 8192, micro_batch: 1, global_batch: 262144}
+training: {seq_len: 8192, micro_batch: 1, global_batch: 262144, optimizer: {matrices: muon}}
 parallel: {tp: 8, pp: 16}
 cluster: {gpu: h200, nodes: 131072, gpus_per_node: 8}
 )";
@@ -68,7 +68,7 @@ TEST(HardeningScale, TenTrillionParametersInventoryIsExact) {
   EXPECT_EQ(all.param_bytes[0] + all.param_bytes[1] + all.param_bytes[2], 21'509'223'612'416);
   // Range sums agree with the per-layer figure: the middle 100 layers.
   EXPECT_EQ(inv.RangeTotals(50, 150).total(), 5'153'967'308'800);  // 100 x 51,539,673,088
-  // Muon owns the two matrices of each layer (defaults: matrices = muon):
+  // Muon owns the two matrices of each layer (the recipe sets matrices: muon):
   // 208 x 51,539,607,552 = 10,720,238,370,816.
   EXPECT_EQ(inv.layer_totals.of(OptimizerKind::kMuon), 10'720'238'370'816);
   // Padded vocab: 262144 is already a multiple of 128 x 8 = 1024.

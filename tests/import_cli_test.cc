@@ -1,9 +1,10 @@
 // `preflight import hf` on the command line: exit codes, warnings on stderr,
 // --layout, -o, and the default H200 layout rule worked by hand.
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -37,7 +38,13 @@ TEST(ImportCli, WritesAValidRecipeAndWarnsOnStderr) {
   EXPECT_EQ(loaded.recipe->cluster.nodes, 1);
   EXPECT_EQ(loaded.recipe->parallel.tp, 1);
   EXPECT_EQ(loaded.recipe->parallel.pp, 1);
-  EXPECT_THAT(ReadFile(out), HasSubstr("# default H200 layout"));
+  // The header tells one story: the layout written, how the rule chose it, what the estimate says.
+  const std::string text = ReadFile(out);
+  EXPECT_THAT(text, HasSubstr("# Layout: 1 node(s) x 8 h200 GPUs, tp 1, pp 1, ep 1, dp 8."));
+  EXPECT_THAT(text, HasSubstr("# Chosen by the default H200 rule"));
+  EXPECT_THAT(text, HasSubstr("# Memory estimate of `preflight fit` for this layout: worst stage"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("--layout")));
+  EXPECT_THAT(text, HasSubstr("  matrices: adamw"));  // the optimizer is stated, not left to the default
   std::filesystem::remove(out);
 }
 
@@ -87,7 +94,7 @@ TEST(ImportCli, DefaultLayoutIsCheckedWithTheMemoryEstimate) {
   ASSERT_TRUE(loaded.ok()) << ReadFile(out);
   EXPECT_GT(loaded.recipe->cluster.nodes, 2);
   EXPECT_EQ(loaded.recipe->parallel.tp, 1);  // one Mamba group
-  EXPECT_THAT(ReadFile(out), HasSubstr("# checked with the memory estimate"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("the first that the memory estimate fits"));
   // And `fit` agrees: exit 0 is "fits, with the headroom floor".
   const auto fit = RunPreflight({"fit", out});
   EXPECT_EQ(fit.exit_code, 0) << fit.out << fit.err;
@@ -104,6 +111,61 @@ TEST(ImportCli, LayoutKeysOverrideTheDefault) {
   EXPECT_EQ(loaded.recipe->cluster.nodes, 2);
   EXPECT_EQ(loaded.recipe->training.seq_len, 4096);
   EXPECT_THAT(r.out, HasSubstr("tp: 8  # set by --layout"));
+  // The header names the given keys and says the rule filled in only the others.
+  EXPECT_THAT(r.out, HasSubstr("# Layout: 2 node(s) x 8 h200 GPUs, tp 8, pp 1, ep 1, dp 2."));
+  EXPECT_THAT(r.out, HasSubstr("# Given with --layout (marked 'set by --layout' below): parallel.tp=8, "
+                               "cluster.nodes=2, training.seq_len=4096."));
+  EXPECT_THAT(r.out, HasSubstr("# The other keys follow the default H200 rule"));
+  EXPECT_THAT(r.out, HasSubstr("keeping the given degrees"));
+}
+
+TEST(ImportCli, TheNameComesFromTheConfigItsFileOrName) {
+  // A config without _name_or_path is named by its file; a bare config.json by its directory (a
+  // Hugging Face cache's models--org--name above snapshots/<commit>); --name wins; the device follows
+  // cluster.gpu. Two Llamas no longer share a name.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("import-names-" + std::to_string(::getpid()));
+  const std::filesystem::path cache =
+      dir / "models--meta-llama--Llama-3.2-1B" / "snapshots" / "4e20de362430cd3b72f300e6b0f18e50e7166e08";
+  std::filesystem::create_directories(cache);
+  const std::string body = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "vocab_size": 100, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128})";
+  const auto write = [](const std::filesystem::path& p, const std::string& text) {
+    FILE* f = std::fopen(p.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  write(dir / "tiny-llama-a.json", body);
+  write(cache / "config.json", body);
+  const auto name_of = [](const std::vector<std::string>& args) {
+    const auto r = RunPreflight(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const LoadResult loaded = LoadRecipeFromString(r.out, "stdout.yaml");
+    return loaded.ok() ? loaded.recipe->name : std::string("(invalid)");
+  };
+  EXPECT_EQ(name_of({"import", "hf", (dir / "tiny-llama-a.json").string()}), "tiny-llama-a-h200");
+  EXPECT_EQ(name_of({"import", "hf", (cache / "config.json").string()}), "llama-3.2-1b-h200");
+  EXPECT_EQ(name_of({"import", "hf", (cache / "config.json").string(), "--name", "my-run"}), "my-run");
+  EXPECT_EQ(name_of({"import", "hf", (dir / "tiny-llama-a.json").string(), "--layout", "cluster.gpu=h100"}),
+            "tiny-llama-a-h100");
+  // _name_or_path, where the config has it, names the model.
+  EXPECT_EQ(name_of({"import", "hf", "tests/data/hf/mixtral-8x7b.json"}), "mixtral-8x7b-v0.1-h200");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ImportCli, MambaSsmConfigImportsAndFits) {
+  // state-spaces/mamba2-2.7b's own config.json (no architectures): exit 0, no warning, and `fit` passes.
+  const std::string out = TempYaml("import-mamba2-ssm");
+  const auto r = RunPreflight({"import", "hf", "tests/data/hf/mamba2-2.7b-ssm.json", "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  const LoadResult loaded = LoadRecipeFile(out);
+  ASSERT_TRUE(loaded.ok()) << ReadFile(out);
+  EXPECT_EQ(loaded.recipe->name, "mamba2-2.7b-ssm-h200");
+  EXPECT_THAT(ReadFile(out), HasSubstr("(mamba_ssm MambaLMHeadModel)"));
+  EXPECT_EQ(RunPreflight({"fit", out}).exit_code, 0);
+  std::filesystem::remove(out);
 }
 
 TEST(ImportCli, GivenDegreesAreKeptEvenWhenTheModelStateExceedsTheBudget) {
@@ -129,7 +191,7 @@ TEST(ImportCli, UnsupportedArchitectureExitsTwo) {
   }
   const auto r = RunPreflight({"import", "hf", cfg});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("unsupported architecture; supported: DeepseekV3ForCausalLM"));
+  EXPECT_THAT(r.err, HasSubstr("unsupported architecture; supported: BambaForCausalLM, DeepseekV3ForCausalLM"));
   EXPECT_TRUE(r.out.empty());
   std::filesystem::remove(cfg);
 }
@@ -146,6 +208,9 @@ TEST(ImportCli, BadLayoutKeyOrValueExitsTwoAndWritesNothing) {
                                        "-o", out});
   EXPECT_EQ(bad_value.exit_code, 2);
   EXPECT_THAT(bad_value.err, HasSubstr("parallel.tp"));
+  // Errors on a --layout key name the argument, not a line of a recipe that was never written.
+  EXPECT_THAT(bad_value.err, HasSubstr("--layout parallel.tp=3: parallel.tp = 3: must divide"));
+  EXPECT_THAT(bad_value.err, ::testing::Not(HasSubstr("<stdout>")));
   EXPECT_FALSE(std::filesystem::exists(out));
   const auto no_equals = RunPreflight({"import", "hf", "tests/data/hf/llama-3.1-8b.json", "--layout", "parallel.tp"});
   EXPECT_EQ(no_equals.exit_code, 2);

@@ -49,6 +49,8 @@ std::string AllMessages(const HfImport& r) {
 
 // ---- Layer patterns -------------------------------------------------------
 
+const std::string kBambaLetters = "\"MDMDMDMDMDMDMDMDMDADMDMDMDMDMDMDMDMDADMDMDMDMDMDMDMDMDADMDMDMDMD\"";
+
 struct PatternCase {
   const char* name;
   const char* fixture;
@@ -75,8 +77,24 @@ const PatternCase kPatternCases[] = {
     {"GptOss20B", "gpt-oss-20b.json", "\"AE\"", "24"},
     // Nemotron-H-8B: "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-" letter for letter
     // (M->M, *->A, -->D); not periodic, so written whole with repeat 1.
-    {"NemotronH8B", "nemotron-h-8b.json",
-     "\"MDMDMDMADMDMDMDMDMADMDMDMDMDMADMDMDMDMDMADMDMDMDMDMD\"", "1"},
+    {"NemotronH8B", "nemotron-h-8b.json", "\"MDMDMDMADMDMDMDMDMADMDMDMDMDMADMDMDMDMDMADMDMDMDMDMD\"", "1"},
+    // Qwen2/Qwen3/Mistral/Gemma decoder layers: attention then gated MLP, as Llama's.
+    {"Qwen25_7B", "qwen2.5-7b.json", "\"AD\"", "28"},
+    {"Qwen3_8B", "qwen3-8b.json", "\"AD\"", "36"},
+    {"Mistral7B", "mistral-7b-v0.1.json", "\"AD\"", "32"},
+    {"Gemma2_2B", "gemma-2-2b.json", "\"AD\"", "26"},
+    {"Gemma3_1B", "gemma-3-1b.json", "\"AD\"", "26"},
+    // mamba_ssm create_block: a mixer per layer, no MLP when d_intermediate is 0 (Mamba2 here, the
+    // Mamba1 default in mamba-2.8b, written as the M stand-in).
+    {"Mamba2_2_7B_MambaSsm", "mamba2-2.7b-ssm.json", "\"M\"", "64"},
+    {"Mamba1_2_8B_MambaSsm", "mamba-2.8b-ssm.json", "\"M\"", "64"},
+    // Bamba-9B: attention at layers 9, 18, 27 (attn_layer_indices), Mamba-2 elsewhere, each with an MLP:
+    // 9 x MD, AD, 8 x MD, AD, 8 x MD, AD, 4 x MD; not periodic. The mamba_ssm form is the same model.
+    {"Bamba9B", "bamba-9b.json", kBambaLetters, "1"},
+    {"Bamba9B_MambaSsm", "bamba-9.8b-ssm.json", kBambaLetters, "1"},
+    // Qwen3-Next: full attention at every 4th layer (full_attention_interval 4), Gated DeltaNet (as M)
+    // elsewhere, each with the MoE FFN: M E M E M E A E, 12 times.
+    {"Qwen3CoderNext", "qwen3-coder-next.json", "\"MEMEMEAE\"", "12"},
 };
 
 class ImportPattern : public ::testing::TestWithParam<PatternCase> {};
@@ -170,8 +188,9 @@ TEST(ImportHf, NemotronHMoeLettersMapToE) {
   const auto e = Entries(r);
   EXPECT_EQ(e.at("model.pattern"), "\"MEAE\"");
   EXPECT_EQ(e.at("model.moe.experts"), "8");
-  // Non-gated relu2 experts cannot be written as SwiGLU experts without over-counting: warned.
-  EXPECT_TRUE(WarnedKeys(r).count("n_routed_experts")) << AllMessages(r);
+  // The experts are the non-gated squared-ReLU MLP of NemotronHMOE: two matrices, as moe.activation relu2.
+  EXPECT_EQ(e.at("model.moe.activation"), "relu2");
+  EXPECT_FALSE(WarnedKeys(r).count("n_routed_experts")) << AllMessages(r);
 }
 
 // ---- Warnings for what the recipe cannot represent -----------------------
@@ -184,13 +203,27 @@ struct WarningCase {
 
 const WarningCase kWarningCases[] = {
     {"Llama31_8B", "llama-3.1-8b.json", {"rope_scaling"}},
-    {"DeepSeekV3", "deepseek-v3.json",
+    {"DeepSeekV3",
+     "deepseek-v3.json",
      {"n_group", "topk_group", "num_nextn_predict_layers", "routed_scaling_factor", "rope_scaling",
       "quantization_config"}},
     {"JambaV01", "jamba-v0.1.json", {"mamba_dt_rank"}},
-    {"GptOss120B", "gpt-oss-120b.json",
+    {"GptOss120B",
+     "gpt-oss-120b.json",
      {"attention_bias", "sinks", "num_local_experts", "swiglu_limit", "layer_types", "sliding_window", "rope_scaling",
       "quantization_config"}},
+    // Qwen2's q/k/v biases (no config key: named on architectures); Mistral's sliding window.
+    {"Qwen25_7B", "qwen2.5-7b.json", {"architectures"}},
+    {"Mistral7B", "mistral-7b-v0.1.json", {"sliding_window"}},
+    // Gemma: the extra norms (architectures), GeGLU, softcapping, sliding window.
+    {"Gemma2_2B",
+     "gemma-2-2b.json",
+     {"architectures", "hidden_activation", "attn_logit_softcapping", "final_logit_softcapping", "sliding_window"}},
+    {"Gemma3_1B", "gemma-3-1b.json", {"architectures", "hidden_activation", "sliding_window"}},
+    // mamba-2.8b's Mamba-1 mixer (the default of ssm_cfg.layer).
+    {"Mamba1_2_8B_MambaSsm", "mamba-2.8b-ssm.json", {"ssm_cfg.layer"}},
+    // Qwen3-Next: the attention output gate (architectures) and Gated DeltaNet as Mamba-2.
+    {"Qwen3CoderNext", "qwen3-coder-next.json", {"architectures", "linear_num_value_heads"}},
 };
 
 class ImportWarnings : public ::testing::TestWithParam<WarningCase> {};
@@ -207,8 +240,10 @@ INSTANTIATE_TEST_SUITE_P(All, ImportWarnings, ::testing::ValuesIn(kWarningCases)
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(ImportHf, CleanConfigsImportWithoutWarnings) {
-  // Mixtral 8x7B v0.1, Nemotron-H-8B, Mamba-2 2.7B and Qwen3-30B-A3B have nothing the recipe cannot hold.
-  for (const char* f : {"mixtral-8x7b.json", "nemotron-h-8b.json", "mamba2-2.7b.json", "qwen3-30b-a3b.json"}) {
+  // Mixtral 8x7B v0.1, Nemotron-H-8B, Mamba-2 2.7B (both formats), Qwen3-30B-A3B, Qwen3-8B and Bamba-9B
+  // (both formats) have nothing the recipe cannot hold.
+  for (const char* f : {"mixtral-8x7b.json", "nemotron-h-8b.json", "mamba2-2.7b.json", "qwen3-30b-a3b.json",
+                        "mamba2-2.7b-ssm.json", "qwen3-8b.json", "bamba-9b.json", "bamba-9.8b-ssm.json"}) {
     const HfImport r = ImportFixture(f);
     EXPECT_TRUE(r.diagnostics.empty()) << f << ":\n" << AllMessages(r);
   }
@@ -275,9 +310,12 @@ TEST(ImportHf, UnsupportedArchitectureListsTheSupportedOnes) {
   ASSERT_FALSE(r.ok());
   const std::string msg = Format(r.diagnostics[0]);
   EXPECT_THAT(msg, HasSubstr("bert.json:2:3: architectures = \"BertForMaskedLM\": unsupported architecture; "
-                             "supported: DeepseekV3ForCausalLM, GptOssForCausalLM, JambaForCausalLM, "
-                             "LlamaForCausalLM, Mamba2ForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
-                             "Qwen3MoeForCausalLM"));
+                             "supported: BambaForCausalLM, DeepseekV3ForCausalLM, Gemma2ForCausalLM, "
+                             "Gemma3ForCausalLM, GptOssForCausalLM, JambaForCausalLM, LlamaForCausalLM, "
+                             "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
+                             "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
+                             "mamba_ssm configs "
+                             "(mamba_ssm MambaLMHeadModel)"));
 }
 
 TEST(ImportHf, MalformedJsonNamesLineAndColumn) {
@@ -362,7 +400,132 @@ TEST(ImportHf, AFieldReadTwiceIsReportedOnce) {
 TEST(ImportHf, MissingArchitecturesIsAnError) {
   const HfImport r = ImportHfConfig(R"({"hidden_size": 64})", "x.json");
   ASSERT_FALSE(r.ok());
+  // One error, no follow-on about the keys it did not read.
+  ASSERT_EQ(r.diagnostics.size(), 1u) << AllMessages(r);
   EXPECT_THAT(AllMessages(r), HasSubstr("architectures: missing required field"));
+  EXPECT_THAT(AllMessages(r), HasSubstr("d_model and n_layer for a mamba_ssm config"));
+}
+
+// ---- mamba_ssm configs (state-spaces/mamba config_mamba.py MambaConfig) ------
+
+TEST(ImportHf, MambaSsmMamba2ReadsTheRealConfigWithoutWarnings) {
+  // state-spaces/mamba2-2.7b's config.json: no architectures, ssm_cfg {"layer": "Mamba2"}, every
+  // mixer field at Mamba2's defaults (d_state 128, d_conv 4, expand 2, headdim 64, ngroups 1,
+  // chunk_size 256), vocab 50277 padded to a multiple of 16 = 50288.
+  const HfImport r = ImportFixture("mamba2-2.7b-ssm.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  EXPECT_TRUE(r.diagnostics.empty()) << AllMessages(r);
+  EXPECT_EQ(r.architecture, "mamba_ssm MambaLMHeadModel");
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.hidden"), "2560");
+  EXPECT_EQ(e.at("model.vocab"), "50288");
+  EXPECT_EQ(e.at("model.tie_embeddings"), "true");
+  EXPECT_EQ(e.at("model.mamba.d_state"), "128");
+  EXPECT_EQ(e.at("model.mamba.head_dim"), "64");
+  EXPECT_EQ(e.at("model.mamba.groups"), "1");
+  EXPECT_EQ(e.at("model.mamba.expand"), "2");
+  EXPECT_EQ(e.count("model.attention.heads"), 0u);
+}
+
+TEST(ImportHf, MambaSsmMamba1IsTheNearestMWithTheDifferenceStated) {
+  // ssm_cfg without "layer" is Mamba-1 (create_block's default): Mamba-1 defaults d_state 16, d_conv 4.
+  const HfImport r = ImportFixture("mamba-2.8b-ssm.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  ASSERT_EQ(r.stand_ins.size(), 1u) << AllMessages(r);
+  EXPECT_EQ(r.stand_ins[0].key, "ssm_cfg.layer");
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.mamba.d_state"), "16");
+  EXPECT_EQ(e.at("model.vocab"), "50280");  // 50277 padded to a multiple of 8 (pad_vocab_size_multiple)
+  // Per layer, Mamba-1 (d_model 2560, d_inner 5120, dt_rank 160, d_state 16): 41,241,600 (worked in
+  // import_counts_test.cc). The stand-in Mamba-2 (80 heads of 64, 1 group): in_proj 2560 x (10240 + 32
+  // + 80) = 26,501,120, conv1d (5120 + 32) x 5 = 25,760, dt_bias/A_log/D 240, norm 5120, out_proj
+  // 13,107,200 = 39,639,440: 1,602,160 fewer a layer, 102,538,240 over 64 layers.
+  EXPECT_EQ(r.stand_ins[0].param_difference, -102538240);
+  EXPECT_THAT(AllMessages(r), HasSubstr("102,538,240 fewer parameters than the model (1.72 GiB less model state"));
+}
+
+TEST(ImportHf, MambaSsmHybridReadsAttnLayersAndTheMlp) {
+  // The Bamba 9.8B mamba_ssm config: MHA at 9, 18, 27 with attn_cfg (no biases, no conv), GatedMLP of 14336.
+  const HfImport r = ImportFixture("bamba-9.8b-ssm.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  EXPECT_TRUE(r.diagnostics.empty()) << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.attention.heads"), "32");
+  EXPECT_EQ(e.at("model.attention.kv_heads"), "8");
+  EXPECT_EQ(e.at("model.attention.head_dim"), "128");
+  EXPECT_EQ(e.at("model.mlp.ffn_hidden"), "14336");
+  EXPECT_EQ(e.count("model.linear_bias"), 0u);
+}
+
+TEST(ImportHf, MambaSsmAttentionDefaultsHaveBiases) {
+  // mha.py: qkv_proj_bias and out_proj_bias default to true. Without an MLP the recipe's linear_bias
+  // is exactly those two; with one it would add MLP biases, so they are a stated stand-in instead:
+  // qkv (4 + 2 x 2) x 16 = 128 and out 64 a layer, one attention layer.
+  const std::string no_mlp = R"({"d_model": 64, "n_layer": 2, "vocab_size": 100, "ssm_cfg": {"layer": "Mamba2"},
+    "attn_layer_idx": [1], "attn_cfg": {"num_heads": 4, "num_heads_kv": 2}})";
+  const HfImport a = ImportHfConfig(no_mlp, "a.json");
+  ASSERT_TRUE(a.ok()) << AllMessages(a);
+  EXPECT_EQ(Entries(a).at("model.linear_bias"), "true");
+  EXPECT_EQ(Entries(a).at("model.pattern"), "\"MA\"");
+  const std::string with_mlp = R"({"d_model": 64, "n_layer": 2, "vocab_size": 100, "d_intermediate": 100,
+    "ssm_cfg": {"layer": "Mamba2"}, "attn_layer_idx": [1], "attn_cfg": {"num_heads": 4, "num_heads_kv": 2}})";
+  const HfImport b = ImportHfConfig(with_mlp, "b.json");
+  ASSERT_TRUE(b.ok()) << AllMessages(b);
+  EXPECT_EQ(Entries(b).count("model.linear_bias"), 0u);
+  EXPECT_EQ(Entries(b).at("model.mlp.ffn_hidden"), "128");  // GatedMLP rounds 100 up to 128
+  ASSERT_EQ(b.stand_ins.size(), 1u) << AllMessages(b);
+  EXPECT_EQ(b.stand_ins[0].param_difference, -(128 + 64));
+}
+
+TEST(ImportHf, MambaSsmErrorsNameTheNestedKey) {
+  const HfImport bad_layer =
+      ImportHfConfig(R"({"d_model": 64, "n_layer": 2, "vocab_size": 100, "ssm_cfg": {"layer": "Mamba3"}})", "m.json");
+  ASSERT_FALSE(bad_layer.ok());
+  ASSERT_EQ(bad_layer.diagnostics.size(), 1u) << AllMessages(bad_layer);
+  EXPECT_THAT(AllMessages(bad_layer), HasSubstr("ssm_cfg.layer = \"Mamba3\""));
+  const HfImport bad_index = ImportHfConfig(
+      R"({"d_model": 64, "n_layer": 2, "vocab_size": 100, "attn_layer_idx": [5], "attn_cfg": {"num_heads": 4}})",
+      "m.json");
+  ASSERT_FALSE(bad_index.ok());
+  EXPECT_THAT(AllMessages(bad_index), HasSubstr("attn_layer_idx = 5: must be a list of layer indices in 0..1"));
+  const HfImport not_object =
+      ImportHfConfig(R"({"d_model": 64, "n_layer": 2, "vocab_size": 100, "ssm_cfg": 3})", "m.json");
+  ASSERT_FALSE(not_object.ok());
+  EXPECT_THAT(AllMessages(not_object), HasSubstr("ssm_cfg = 3: must be an object"));
+}
+
+// ---- Nearest-letter stand-ins of the dense families -----------------------------
+
+TEST(ImportHf, StandInDifferencesAreWorkedByHand) {
+  // Qwen2.5-7B: q, k, v biases of (28 + 2 x 4) x 128 = 4608 a layer (Qwen2Attention), 28 layers.
+  const HfImport qwen = ImportFixture("qwen2.5-7b.json");
+  ASSERT_EQ(qwen.stand_ins.size(), 1u) << AllMessages(qwen);
+  EXPECT_EQ(qwen.stand_ins[0].param_difference, -129024);
+  // Gemma 2 2B: post_attention_layernorm and post_feedforward_layernorm, 2 x 2304 a layer, 26 layers.
+  const HfImport gemma = ImportFixture("gemma-2-2b.json");
+  ASSERT_EQ(gemma.stand_ins.size(), 1u) << AllMessages(gemma);
+  EXPECT_EQ(gemma.stand_ins[0].param_difference, -119808);
+  const auto e = Entries(gemma);
+  EXPECT_EQ(e.at("model.tie_embeddings"), "true");  // Gemma2Config's default, absent from the file
+  EXPECT_EQ(e.at("model.attention.head_dim"), "256");
+  EXPECT_EQ(Entries(ImportFixture("gemma-3-1b.json")).at("model.attention.qk_norm"), "true");
+  // Qwen3-Coder-Next, by Qwen3NextAttention's and Qwen3NextGatedDeltaNet's shapes (hidden 2048):
+  // the output gate is q_proj's second half, 2048 x 16 x 256 = 8,388,608 a layer, 12 attention
+  // layers. Gated DeltaNet (key 16 x 128, value 32 x 128, conv 4): in_proj_qkvz 2048 x 12288, in_proj_ba
+  // 2048 x 64, conv1d 8192 x 4 (no bias), dt_bias and A_log 32 each, norm 128, out_proj 4096 x 2048
+  // = 33,718,464; the Mamba-2 stand-in (32 heads of 128, 16 groups, d_state 128): in_proj 2048 x
+  // (8192 + 4096 + 32), conv1d 8192 x 5, 3 x 32, norm 4096, out_proj = 33,665,120; 53,344 fewer,
+  // 36 layers.
+  const HfImport next = ImportFixture("qwen3-coder-next.json");
+  ASSERT_TRUE(next.ok()) << AllMessages(next);
+  int64_t stated = 0;
+  for (const StandIn& s : next.stand_ins) stated += s.param_difference;
+  EXPECT_EQ(stated, -12 * 8388608 - 36 * 53344);
+  const auto n = Entries(next);
+  EXPECT_EQ(n.at("model.moe.shared_gate"), "true");
+  EXPECT_EQ(n.at("model.mamba.groups"), "16");
+  EXPECT_EQ(n.at("model.mamba.head_dim"), "128");
+  EXPECT_EQ(Entries(ImportFixture("qwen3-8b.json")).at("model.attention.qk_norm"), "true");
 }
 
 TEST(ImportHf, NemotronPatternMustMatchLayerCountAndAlphabet) {

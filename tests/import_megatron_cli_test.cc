@@ -63,6 +63,10 @@ TEST(ImportMegatronCli, LayoutKeysAndOutputFile) {
   const auto bad = RunPreflight({"import", "megatron", in, "--layout", "model.hidden=3"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("not a layout key"));
+  // A bad value of a layout key names the --layout argument, not a line of the unwritten recipe.
+  const auto bad_value = RunPreflight({"import", "megatron", in, "--layout", "parallel.tp=3"});
+  EXPECT_EQ(bad_value.exit_code, 2);
+  EXPECT_THAT(bad_value.err, HasSubstr("--layout parallel.tp=3: parallel.tp = 3"));
   std::filesystem::remove(in);
   std::filesystem::remove(out);
 }

@@ -18,6 +18,7 @@ Recipe OneBlock(char letter, int64_t hidden) {
   r.model.repeat = 1;
   r.model.hidden = hidden;
   r.model.vocab = 100;
+  r.training.optimizer.matrices = OptimizerKind::kMuon;  // the owners below are Muon's split
   return r;
 }
 

@@ -37,6 +37,7 @@ Recipe Tiny() {
   r.model.moe.top_k = 2;
   r.model.moe.ffn_hidden = 32;
   r.model.moe.shared_experts = 0;
+  r.training.optimizer.matrices = OptimizerKind::kMuon;  // the Muon / AdamW split above
   return r;
 }
 

@@ -70,6 +70,7 @@ Recipe MambaRecipe(const Dims& d) {
   r.cluster.gpu = "h200";
   r.cluster.spec = *GpuPreset("h200");
   r.cluster.gpus_per_node = 8;
+  r.training.optimizer.matrices = OptimizerKind::kMuon;  // as the simulated blocks (ctx.optimizer) run it
   return r;
 }
 

@@ -39,6 +39,7 @@ struct ImportHfOptions {
   std::string config;
   std::vector<std::string> layout;
   std::string output;
+  std::string name;
 };
 
 constexpr int kBadInput = static_cast<int>(ExitCode::kBadInput);
@@ -101,8 +102,14 @@ constexpr size_t kMaxCandidatesChecked = 64;
 struct Choice {
   size_t index = 0;   // into the candidates
   bool fits = false;  // per EstimateMemory, with the recipe's headroom floor
-  std::string note;   // for the recipe's header comment
 };
+
+/// The memory estimate of `preflight fit` on a written recipe.
+MemoryEstimate EstimateOf(const Recipe& recipe) {
+  const Inventory inventory = BuildInventory(recipe);
+  const Layout layout = LayoutOf(recipe);
+  return EstimateMemory(inventory, layout, StagesFor(inventory, layout));
+}
 
 /// The first candidate whose written recipe fits every pipeline stage with
 /// the headroom floor, per the estimator on the stages `fit` prices; the first
@@ -118,17 +125,10 @@ Choice FirstThatFits(const HfImport& imported, const std::vector<DefaultLayout>&
         EmitRecipeYaml(imported, MergeLayout(DefaultEntries(candidates[i]), overrides, &ignored), config, "");
     const LoadResult loaded = LoadRecipeFromString(yaml, file);
     if (!loaded.ok()) continue;
-    const Inventory inventory = BuildInventory(*loaded.recipe);
-    const Layout layout = LayoutOf(*loaded.recipe);
-    const MemoryEstimate estimate = EstimateMemory(inventory, layout, StagesFor(inventory, layout));
-    if (!estimate.verdict.fits || !estimate.verdict.headroom_ok) continue;
-    const RankMemory& worst = estimate.stages[static_cast<size_t>(estimate.worst_stage)];
-    return {i, true,
-            fmt::format("checked with the memory estimate of `preflight fit`: worst stage {:.1f} of {:.1f} GiB, "
-                        "{:.1f} GiB headroom;\n{} layout(s) earlier in that order do not fit.",
-                        worst.total().gib(), worst.capacity.gib(), worst.headroom().gib(), i)};
+    const MemoryEstimate estimate = EstimateOf(*loaded.recipe);
+    if (estimate.verdict.fits && estimate.verdict.headroom_ok) return {i, true};
   }
-  return {0, false, "the memory estimate finds none of the first layouts of that order fits; check this one."};
+  return {0, false};
 }
 
 /// The degrees fixed on the command line, so the default rule fills in the rest
@@ -167,11 +167,137 @@ DefaultLayout AsGiven(const LayoutPins& pins) {
   return l;
 }
 
+/// "models--meta-llama--Llama-3.1-8B/snapshots/<hash>/config.json" and
+/// "Llama-3.1-8B/config.json" -> "llama-3.1-8b"; "qwen3-8b.json" ->
+/// "qwen3-8b": the model's name from the config's path, empty when the path
+/// names none (a bare "config.json").
+std::string NameFromConfigPath(const std::string& path) {
+  const auto slug = [](const std::string& text) {
+    std::string out;
+    for (char c : text) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      out += std::isalnum(u) || c == '.' || c == '-' || c == '_' ? static_cast<char>(std::tolower(u)) : '-';
+    }
+    return out;
+  };
+  const std::filesystem::path p(path);
+  if (p.stem() != "config" && !p.stem().empty()) return slug(p.stem().string());
+  const auto is_hash = [](const std::string& s) {
+    return s.size() == 40 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  };
+  // Walk up past a Hugging Face cache's snapshots/<commit> to its models--org--name.
+  for (std::filesystem::path dir = std::filesystem::absolute(p).parent_path(); !dir.empty() && dir != dir.parent_path();
+       dir = dir.parent_path()) {
+    const std::string name = dir.filename().string();
+    if (is_hash(name) || name == "snapshots") continue;
+    const size_t cache = name.rfind("--");
+    return slug(name.rfind("models--", 0) == 0 && cache != std::string::npos ? name.substr(cache + 2) : name);
+  }
+  return "";
+}
+
+/// The recipe's name: --name as given; else the model's name (the config's
+/// _name_or_path, else the config's file or directory name, else its
+/// model_type) with the device it is laid out for: "llama-3.1-8b-h200".
+std::string RecipeNameFor(const ImportHfOptions& o, const HfImport& imported, const std::string& gpu) {
+  if (!o.name.empty()) return o.name;
+  std::string model = imported.name_from_config ? imported.name : NameFromConfigPath(o.config);
+  if (model.empty()) model = imported.name;
+  return model + "-" + gpu;
+}
+
+/// The value of `key` among the layout entries ("" when absent).
+std::string EntryValue(const std::vector<YamlEntry>& entries, const std::string& key) {
+  for (const YamlEntry& e : entries) {
+    if (e.key_path == key) return e.value;
+  }
+  return "";
+}
+
+/// Diagnostics about a key the user set with --layout name that argument, not
+/// a line of a recipe they have not seen.
+void NameLayoutArguments(const std::vector<Override>& overrides, std::vector<Diagnostic>* ds) {
+  for (Diagnostic& d : *ds) {
+    for (const Override& o : overrides) {
+      if (d.key_path == o.key_path) {
+        d.file = "--layout " + o.key_path + "=" + o.value;
+        d.mark = {};
+        d.source_line.clear();
+      }
+    }
+  }
+}
+
+/// `text` broken at spaces into lines of at most 110 characters (a longer word stays whole).
+std::string Wrapped(const std::string& text) {
+  constexpr size_t kWidth = 110;
+  std::string out, line;
+  std::istringstream words(text);
+  for (std::string word; words >> word;) {
+    if (!line.empty() && line.size() + 1 + word.size() > kWidth) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  return out + line;
+}
+
+/// The header comment's account of the layout, in one order: what the layout
+/// is, which degrees the command line gave, how the rule chose the others,
+/// and what the memory estimate says of the layout written.
+std::string LayoutStory(const Recipe& recipe, const std::vector<Override>& overrides, const DefaultLayout* rule,
+                        const Choice& choice) {
+  std::string story = fmt::format("Layout: {} node(s) x {} {} GPUs, tp {}, pp {}, ep {}, dp {}", recipe.cluster.nodes,
+                                  recipe.cluster.gpus_per_node, DeviceLabel(recipe.cluster), recipe.parallel.tp,
+                                  recipe.parallel.pp, recipe.parallel.ep, recipe.dp());
+  if (recipe.parallel.first_stage_layers > 0) {
+    story += fmt::format(" (Megatron's uneven split: {} layers on the first stage, {} on the last)",
+                         recipe.parallel.first_stage_layers, recipe.parallel.last_stage_layers);
+  }
+  story += ".";
+  if (!overrides.empty()) {
+    std::string given;
+    for (const Override& ov : overrides) given += (given.empty() ? "" : ", ") + ov.key_path + "=" + ov.value;
+    story += "\n" + Wrapped("Given with --layout (marked 'set by --layout' below): " + given + ".");
+  }
+  if (rule != nullptr) {
+    story += "\n" + Wrapped(fmt::format(
+                        "{} the default H200 rule{}: of the layouts on 1, 2, 4, ... 128 nodes of 8 GPUs whose model "
+                        "state (bf16 params, fp32 grads, ZeRO-1 AdamW: 6 + 12/D bytes a parameter) fits half of an "
+                        "H200 ({:.1f} GiB a GPU here), ordered by fewest nodes, then smallest tp*pp, then larger tp, "
+                        "{}; tp divides every head count, ep is the largest power of two (<= 64) dividing the "
+                        "experts and tp*dp.",
+                        overrides.empty() ? "Chosen by" : "The other keys follow",
+                        overrides.empty() ? "" : ", keeping the given degrees",
+                        static_cast<double>(rule->static_bytes_per_gpu) / 1073741824.0,
+                        choice.fits ? fmt::format("the first that the memory estimate fits with the headroom floor "
+                                                  "({} earlier in that order do not)",
+                                                  choice.index)
+                                    : fmt::format("the first (the memory estimate fits none of the first {})",
+                                                  kMaxCandidatesChecked)));
+  } else {
+    story += "\n" + Wrapped(
+                        "Written with the given degrees: with them the model state exceeds the default H200 "
+                        "rule's budget (half of each GPU), so no rule applies.");
+  }
+  const MemoryEstimate estimate = EstimateOf(recipe);
+  const RankMemory& worst = estimate.stages[static_cast<size_t>(estimate.worst_stage)];
+  story += "\n" + Wrapped(fmt::format("Memory estimate of `preflight fit` for this layout: worst stage {:.1f} of "
+                                      "{:.1f} GiB, {:.1f} GiB headroom{}.",
+                                      worst.total().gib(), worst.capacity.gib(), worst.headroom().gib(),
+                                      estimate.verdict.fits && estimate.verdict.headroom_ok
+                                          ? ""
+                                          : "; it does NOT fit with the headroom floor: change it with --layout"));
+  return story;
+}
+
 int RunImportHf(const ImportHfOptions& o) {
   // Configs are a few KiB; anything past 16 MiB is not one (and is not read whole).
   const std::optional<std::string> text = ReadInputFile(o.config);
   if (!text) return kBadInput;
-  const HfImport imported = ImportHfConfig(*text, o.config);
+  HfImport imported = ImportHfConfig(*text, o.config);
   Print(imported.diagnostics);
   if (!imported.ok()) return kBadInput;
 
@@ -181,20 +307,25 @@ int RunImportHf(const ImportHfOptions& o) {
   const std::vector<YamlEntry> user_layout = MergeLayout({}, overrides, &layout_errors);
   Print(layout_errors);
   if (HasErrors(layout_errors)) return kBadInput;
+  const std::string gpu = EntryValue(user_layout, "cluster.gpu");
+  imported.name = RecipeNameFor(o, imported, gpu.empty() ? "h200" : gpu);
 
-  // Diagnostics on the written recipe name it, or the config it came from.
+  // Diagnostics on the written recipe name it, or the config it came from;
+  // those on a --layout key name the argument.
   const std::string recipe_file = o.output.empty() ? o.config + " (as a recipe)" : o.output;
+  const auto load = [&](const std::string& yaml) {
+    LoadResult loaded = LoadRecipeFromString(yaml, recipe_file);
+    NameLayoutArguments(overrides, &loaded.diagnostics);
+    return loaded;
+  };
   // The model with only the user's keys (the schema defaults elsewhere: one
   // rank of every kind) gives the inventory the default rule sizes.
-  const LoadResult provisional = LoadRecipeFromString(EmitRecipeYaml(imported, user_layout, o.config, ""),
-                                                      recipe_file);
+  const LoadResult provisional = load(EmitRecipeYaml(imported, user_layout, o.config, ""));
   if (!provisional.ok()) {
     Print(provisional.diagnostics);
     return kBadInput;
   }
-  std::vector<DefaultLayout> candidates =
-      H200LayoutCandidates(BuildInventory(*provisional.recipe), PinsOf(overrides));
-  std::string note;
+  std::vector<DefaultLayout> candidates = H200LayoutCandidates(BuildInventory(*provisional.recipe), PinsOf(overrides));
   if (candidates.empty() && overrides.empty()) {
     std::fprintf(stderr,
                  "%s: no H200 layout of up to 128 nodes holds the model state in half of each GPU; "
@@ -202,8 +333,9 @@ int RunImportHf(const ImportHfOptions& o) {
                  Shown(o.config).c_str());
     return kBadInput;
   }
-  size_t chosen = 0;
-  if (candidates.empty()) {
+  const bool as_given = candidates.empty();
+  Choice choice;
+  if (as_given) {
     // The user fixed degrees with which the model state does not fit the
     // rule's budget: write what they asked for; `fit` gives the verdict.
     std::fprintf(stderr,
@@ -211,26 +343,29 @@ int RunImportHf(const ImportHfOptions& o) {
                  "written as given (check it with the memory estimate)\n",
                  Shown(o.config).c_str());
     candidates.push_back(AsGiven(PinsOf(overrides)));
-    note = "layout as given on the command line; the model state exceeds the default rule's budget "
-           "(half of each GPU).";
   } else {
-    const Choice choice = FirstThatFits(imported, candidates, overrides, o.config, recipe_file);
+    choice = FirstThatFits(imported, candidates, overrides, o.config, recipe_file);
     if (!choice.fits) {
       std::fprintf(stderr,
                    "%s: warning: none of the first %zu default layouts fits per the memory estimate; "
                    "writing the smallest by model state (check it with the estimator, or pass --layout)\n",
                    Shown(o.config).c_str(), std::min(candidates.size(), kMaxCandidatesChecked));
     }
-    chosen = choice.index;
-    note = candidates[chosen].why + "\n" + choice.note;
   }
-  std::vector<YamlEntry> layout = MergeLayout(DefaultEntries(candidates[chosen]), overrides, &layout_errors);
-  if (!overrides.empty()) note += std::string(note.empty() ? "" : "\n") + "keys marked 'set by --layout' were given "
-                                  "on the command line.";
-  const std::string yaml = EmitRecipeYaml(imported, layout, o.config, note);
+  const std::vector<YamlEntry> layout =
+      MergeLayout(DefaultEntries(candidates[choice.index]), overrides, &layout_errors);
 
-  // The written recipe must validate with the parser, or nothing is written.
-  const LoadResult final_check = LoadRecipeFromString(yaml, recipe_file);
+  // The written recipe must validate with the parser, or nothing is written;
+  // its header tells how the layout it holds was chosen.
+  const LoadResult unannotated = load(EmitRecipeYaml(imported, layout, o.config, ""));
+  if (!unannotated.ok()) {
+    Print(unannotated.diagnostics);
+    return kBadInput;
+  }
+  const std::string note =
+      LayoutStory(*unannotated.recipe, overrides, as_given ? nullptr : &candidates[choice.index], choice);
+  const std::string yaml = EmitRecipeYaml(imported, layout, o.config, note);
+  const LoadResult final_check = load(yaml);
   Print(final_check.diagnostics);
   if (!final_check.ok()) return kBadInput;
 
@@ -279,7 +414,8 @@ int RunImportMegatron(const ImportMegatronOptions& o) {
   if (HasErrors(layout_errors)) return kBadInput;
   // Diagnostics on the written recipe name it, or the config it came from.
   const std::string recipe_file = o.output.empty() ? file + " (as a recipe)" : o.output;
-  const LoadResult check = LoadRecipeFromString(yaml, recipe_file);
+  LoadResult check = LoadRecipeFromString(yaml, recipe_file);
+  NameLayoutArguments(overrides, &check.diagnostics);
   if (!check.ok()) {
     Print(check.diagnostics);
     return kBadInput;
@@ -302,6 +438,9 @@ void SetupImport(CLI::App& command, int& exit_code) {
                  "KEY=VALUE for a training.*, parallel.* or cluster.* key (repeatable); keys not given follow "
                  "the default H200 rule");
   hf->add_option("-o,--output", options->output, "write the recipe to this file (default: stdout)");
+  hf->add_option("--name", options->name,
+                 "recipe name (default: the model's name from the config, its file or directory name, with the "
+                 "GPU: llama-3.1-8b-h200)");
   hf->callback([options, &exit_code] { exit_code = RunImportHf(*options); });
 
   CLI::App* mg = command.add_subcommand("megatron", "write a recipe from Megatron-LM arguments");

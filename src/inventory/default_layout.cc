@@ -5,8 +5,6 @@
 #include <cstdint>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "preflight/recipe/partition.h"
 
 namespace preflight {
@@ -103,12 +101,6 @@ std::vector<DefaultLayout> H200LayoutCandidates(const Inventory& inv, const Layo
         l.dp = dp;
         l.global_batch = RoundUp(512, dp);  // a multiple of dp (micro_batch 1)
         l.static_bytes_per_gpu = static_cast<int64_t>(bytes);
-        l.why = fmt::format(
-            "default H200 layout ({} node(s) x 8 GPUs, tp {}, pp {}, ep {}): searched by fewest nodes, then smallest\n"
-            "tp*pp, then larger tp, among layouts whose model state (bf16 params, fp32 grads, ZeRO-1 AdamW:\n"
-            "6 + 12/D bytes per parameter) fits half of the 143771 MiB per GPU ({:.1f} GiB here); tp divides every\n"
-            "head count, ep is the largest power of two (<= 64) dividing the experts and tp*dp.",
-            nodes, tp, pp, ep, static_cast<double>(l.static_bytes_per_gpu) / 1073741824.0);
         out.push_back(std::move(l));
       }
     }

@@ -131,14 +131,61 @@ SourceMark MarkOfOffset(const std::string& text, size_t offset) {
   return mark;
 }
 
+/// 1234567 -> "1,234,567".
+std::string Grouped(int64_t n) {
+  const std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+/// Model state a parameter costs before sharding with the import's default
+/// training setup: bf16 weight 2, fp32 gradient 4, fp32 master 4, AdamW m and v 8.
+constexpr int64_t kModelStateBytesPerParam = 18;
+
+/// "the recipe counts 4,307,520 fewer parameters than the model (0.07 GiB less
+/// model state ...)": what a stand-in's warning says about its size.
+std::string DifferenceText(int64_t recipe_minus_model) {
+  if (recipe_minus_model == 0) return "the parameter count is exact";
+  const int64_t n = recipe_minus_model < 0 ? -recipe_minus_model : recipe_minus_model;
+  const double gib = static_cast<double>(n) * kModelStateBytesPerParam / 1073741824.0;
+  return fmt::format(
+      "the recipe counts {} {} parameters than the model ({:.2f} GiB {} model state at {} B a "
+      "parameter: bf16 weights, fp32 gradients, fp32 master weights and AdamW moments, before "
+      "sharding)",
+      Grouped(n), recipe_minus_model < 0 ? "fewer" : "more", gib, recipe_minus_model < 0 ? "less" : "more",
+      kModelStateBytesPerParam);
+}
+
 /// Reads fields of one config object, recording which keys were used and
 /// collecting diagnostics.
 class ConfigReader {
  public:
-  ConfigReader(const Json& config, std::string file, const std::string& text, std::string architecture,
-               std::vector<Diagnostic>* diagnostics)
-      : config_(config), file_(std::move(file)), text_(text), architecture_(std::move(architecture)),
-        diagnostics_(diagnostics) {}
+  ConfigReader(const Json& config, std::string file, const std::string& text, std::string architecture, HfImport* out,
+               std::string prefix = "")
+      : config_(config),
+        file_(std::move(file)),
+        text_(text),
+        architecture_(std::move(architecture)),
+        diagnostics_(&out->diagnostics),
+        out_(out),
+        prefix_(std::move(prefix)) {}
+
+  /// A reader of the object under `key` (mamba_ssm's ssm_cfg and attn_cfg),
+  /// whose diagnostics name "key.field"; an empty object when absent or null,
+  /// an error when it is not an object.
+  ConfigReader Sub(const std::string& key) {
+    used_.insert(key);
+    static const Json kEmpty = Json::object();
+    if (Has(key) && !config_.at(key).is_object()) {
+      Error(key, config_.at(key).dump(), "must be an object ({\"field\": value, ...})");
+    }
+    const Json& sub = Has(key) && config_.at(key).is_object() ? config_.at(key) : kEmpty;
+    return ConfigReader(sub, file_, text_, architecture_, out_, prefix_ + key + ".");
+  }
 
   bool Has(const std::string& key) const { return config_.contains(key) && !config_.at(key).is_null(); }
   const Json& At(const std::string& key) const { return config_.at(key); }
@@ -204,20 +251,20 @@ class ConfigReader {
 
   /// A warning: `key` (with its value) is not represented; `what` says what the recipe does instead.
   void Unrepresented(const std::string& key, const std::string& what) {
-    used_.insert(key);
-    Diagnostic d;
-    d.severity = Severity::kWarning;
-    d.file = file_;
-    d.mark = KeyMark(text_, key);
-    d.key_path = key;
-    if (config_.contains(key)) d.value = Abbreviated(config_.at(key).dump());
-    d.message = "not represented in the recipe: " + what;
-    diagnostics_->push_back(std::move(d));
+    WarnAbout(key, "not represented in the recipe: " + what);
   }
   /// Warns about `key` only when it is present, not null and not equal to `neutral`.
   void UnrepresentedUnless(const std::string& key, const Json& neutral, const std::string& what) {
     used_.insert(key);
     if (Has(key) && config_.at(key) != neutral) Unrepresented(key, what);
+  }
+
+  /// A block imported as the nearest letter: the warning says what stands in
+  /// for what and the parameter and model-state difference, and the figure is
+  /// kept in HfImport::stand_ins.
+  void StandIn(const std::string& key, const std::string& what, int64_t param_difference) {
+    out_->stand_ins.push_back({prefix_ + key, param_difference});
+    WarnAbout(key, "imported as the nearest recipe block: " + what + "; " + DifferenceText(param_difference));
   }
 
   void Error(const std::string& key, const std::string& value, const std::string& message) {
@@ -226,8 +273,8 @@ class ConfigReader {
     Diagnostic d;
     d.severity = Severity::kError;
     d.file = file_;
-    d.mark = KeyMark(text_, key);
-    d.key_path = key;
+    d.mark = MarkOf(key);
+    d.key_path = prefix_ + key;
     d.value = value;
     d.message = message;
     diagnostics_->push_back(std::move(d));
@@ -238,7 +285,9 @@ class ConfigReader {
   void WarnUnread() {
     std::vector<std::string> unread;
     for (const auto& [key, value] : config_.items()) {
-      if (used_.count(key) == 0 && kIrrelevantKeys.count(key) == 0 && !value.is_null()) unread.push_back(key);
+      if (used_.count(key) == 0 && kIrrelevantKeys.count(key) == 0 && !value.is_null()) {
+        unread.push_back(prefix_ + key);
+      }
     }
     if (unread.empty()) return;
     constexpr size_t kListed = 30;  // the rest are counted, so a huge config gives a readable message
@@ -261,6 +310,24 @@ class ConfigReader {
     }
     return v.get<int64_t>();
   }
+  /// A warning located at `key`, with its value.
+  void WarnAbout(const std::string& key, const std::string& message) {
+    used_.insert(key);
+    Diagnostic d;
+    d.severity = Severity::kWarning;
+    d.file = file_;
+    d.mark = MarkOf(key);
+    d.key_path = prefix_ + key;
+    if (config_.contains(key)) d.value = Abbreviated(config_.at(key).dump());
+    d.message = message;
+    diagnostics_->push_back(std::move(d));
+  }
+  /// Where `key` is written; for a key a nested object leaves out, where the object is.
+  SourceMark MarkOf(const std::string& key) const {
+    const SourceMark mark = KeyMark(text_, key);
+    if (mark.line > 0 || prefix_.empty() || config_.contains(key)) return mark;
+    return KeyMark(text_, prefix_.substr(0, prefix_.size() - 1));
+  }
   static std::string Abbreviated(const std::string& s) { return s.size() <= 80 ? s : s.substr(0, 77) + "..."; }
 
   const Json& config_;
@@ -268,6 +335,8 @@ class ConfigReader {
   const std::string& text_;
   std::string architecture_;
   std::vector<Diagnostic>* diagnostics_;
+  HfImport* out_;
+  std::string prefix_;  // "ssm_cfg." for a nested object
   std::set<std::string> used_;
   std::set<std::string> reported_;
 };
@@ -333,19 +402,31 @@ int64_t ReadTrunk(ConfigReader& r, bool tie_default, ModelWriter* w) {
   return hidden;
 }
 
+/// Attention head counts as imported.
+struct AttentionShape {
+  int64_t heads = 1;
+  int64_t kv_heads = 1;
+  int64_t head_dim = 1;
+  int64_t QkvWidth() const { return (heads + 2 * kv_heads) * head_dim; }
+};
+
 /// Attention with separate Q, K, V heads (GQA/MQA/MHA).
-void ReadAttention(ConfigReader& r, int64_t hidden, ModelWriter* w, bool qk_norm = false) {
-  const int64_t heads = r.RequireInt("num_attention_heads");
-  const int64_t kv_heads = r.OptInt("num_key_value_heads", heads);
+AttentionShape ReadAttention(ConfigReader& r, int64_t hidden, ModelWriter* w, bool qk_norm = false) {
+  AttentionShape a;
+  a.heads = r.RequireInt("num_attention_heads");
+  a.kv_heads = r.OptInt("num_key_value_heads", a.heads);
   r.Use("head_dim");
   r.Use("attention_head_dim");
-  int64_t head_dim = hidden / heads;
-  if (r.Has("head_dim")) head_dim = r.OptInt("head_dim", head_dim);
-  else if (r.Has("attention_head_dim")) head_dim = r.OptInt("attention_head_dim", head_dim);
-  w->Add("attention.heads", heads);
-  w->Add("attention.kv_heads", kv_heads);
-  w->Add("attention.head_dim", head_dim);
+  a.head_dim = hidden / a.heads;
+  if (r.Has("head_dim"))
+    a.head_dim = r.OptInt("head_dim", a.head_dim);
+  else if (r.Has("attention_head_dim"))
+    a.head_dim = r.OptInt("attention_head_dim", a.head_dim);
+  w->Add("attention.heads", a.heads);
+  w->Add("attention.kv_heads", a.kv_heads);
+  w->Add("attention.head_dim", a.head_dim);
   if (qk_norm) w->AddBool("attention.qk_norm", true, "per-head RMSNorm on q and k");
+  return a;
 }
 
 /// Checks that the gated MLP activation is SiLU (SwiGLU); warns otherwise.
@@ -374,6 +455,98 @@ void WarnSlidingWindow(ConfigReader& r, bool enabled) {
                                                     "attention (activations of flash attention do not depend on "
                                                     "the window)");
   }
+}
+
+/// The recipe's model.mamba entries (its Mamba-2 mixer).
+struct Mamba2Entries {
+  int64_t d_state = 128;
+  int64_t d_conv = 4;
+  int64_t expand = 2;
+  int64_t head_dim = 64;
+  int64_t groups = 1;
+  int64_t chunk = 256;
+};
+/// Comments an importer attaches to them.
+struct Mamba2Comments {
+  std::string expand;
+  std::string head_dim;
+  std::string groups;
+};
+void WriteMamba2(const Mamba2Entries& m, ModelWriter* w, const Mamba2Comments& c = {}) {
+  w->Add("mamba.d_state", m.d_state);
+  w->Add("mamba.d_conv", m.d_conv);
+  w->Add("mamba.expand", m.expand, c.expand);
+  w->Add("mamba.head_dim", m.head_dim, c.head_dim);
+  w->Add("mamba.groups", m.groups, c.groups);
+  w->Add("mamba.chunk", m.chunk);
+}
+
+// ---- Mamba-1 as the nearest M ----------------------------------------------
+
+/// Parameters of the recipe's Mamba-2 mixer (inventory AddMamba: in_proj [z,
+/// x, B, C, dt], conv1d over [x, B, C] with bias, dt_bias, A_log and D per
+/// head, the gated norm, out_proj), its pre-norm excluded.
+int64_t Mamba2MixerParams(int64_t hidden, int64_t d_inner, int64_t head_dim, int64_t groups, int64_t d_state,
+                          int64_t d_conv) {
+  const int64_t heads = d_inner / head_dim;
+  const int64_t bc = 2 * groups * d_state;
+  return hidden * (2 * d_inner + bc + heads) + (d_inner + bc) * (d_conv + 1) + 3 * heads + d_inner + d_inner * hidden;
+}
+
+/// A Mamba-1 mixer (mamba_ssm mamba_simple.py Mamba; Jamba's JambaMambaMixer).
+struct Mamba1Shape {
+  int64_t hidden = 1;
+  int64_t d_inner = 2;
+  int64_t d_state = 16;
+  int64_t d_conv = 4;
+  int64_t dt_rank = 1;
+  bool conv_bias = true;
+  bool proj_bias = false;
+  int64_t extra = 0;  // Jamba's dt/B/C RMSNorms: dt_rank + 2 d_state
+};
+
+/// in_proj [h, 2 d_inner], depthwise conv1d over d_inner, x_proj [d_inner,
+/// dt_rank + 2 d_state], dt_proj [dt_rank, d_inner] with bias, A_log
+/// [d_inner, d_state], D [d_inner], out_proj [d_inner, h].
+int64_t Mamba1MixerParams(const Mamba1Shape& m) {
+  const int64_t di = m.d_inner;
+  int64_t n = m.hidden * 2 * di + di * m.d_conv + di * (m.dt_rank + 2 * m.d_state) + m.dt_rank * di + di +
+              di * m.d_state + di + di * m.hidden + m.extra;
+  if (m.conv_bias) n += di;
+  if (m.proj_bias) n += 2 * di + m.hidden;
+  return n;
+}
+
+/// The Mamba-2 head width that stands in for Mamba-1's per-channel scan: 64
+/// channels (Mamba-2's default) when d_inner allows, else the largest
+/// power-of-two divisor below it.
+int64_t StandInHeadDim(int64_t d_inner) {
+  int64_t head_dim = 64;
+  while (head_dim > 1 && d_inner % head_dim != 0) head_dim /= 2;
+  return head_dim;
+}
+
+/// Writes the Mamba-2 stand-in for `layers` Mamba-1 mixers (same d_inner,
+/// d_state and conv, one B/C group) and warns with the difference.
+void WriteMamba1StandIn(ConfigReader& r, const std::string& key, const Mamba1Shape& m1, int64_t expand, int64_t layers,
+                        ModelWriter* w) {
+  const int64_t head_dim = StandInHeadDim(m1.d_inner);
+  WriteMamba2(
+      {.d_state = m1.d_state, .d_conv = m1.d_conv, .expand = expand, .head_dim = head_dim, .groups = 1, .chunk = 256},
+      w,
+      {.expand = "",
+       .head_dim = "Mamba-1 has no heads: the Mamba-2 stand-in, see the warning",
+       .groups = "Mamba-1 shares B and C across all channels"});
+  const int64_t per_layer =
+      Mamba2MixerParams(m1.hidden, m1.d_inner, head_dim, 1, m1.d_state, m1.d_conv) - Mamba1MixerParams(m1);
+  r.StandIn(key,
+            fmt::format("the mixer is Mamba-1 (x_proj to dt_rank {} + 2 x d_state, dt_proj, A_log of [d_inner, {}]{}) "
+                        "and the recipe's M block is Mamba-2: written as Mamba-2 with head_dim {} and 1 group "
+                        "(same d_inner {}, d_state and conv), {} layers; activations are priced as Mamba-2's "
+                        "chunked scan saves them (Mamba-1's selective scan keeps dt for every channel, not one "
+                        "per head)",
+                        m1.dt_rank, m1.d_state, m1.extra > 0 ? ", dt/B/C RMSNorms" : "", head_dim, m1.d_inner, layers),
+            per_layer * layers);
 }
 
 // ---- Architectures ---------------------------------------------------------
@@ -421,9 +594,10 @@ void ImportMixtral(ConfigReader& r, ModelWriter* w) {
   }
 }
 
-void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
-  const int64_t layers = LayerCount(r);
-  const int64_t experts = r.OptCount("num_experts", 0);
+/// Which layers of a Qwen3-MoE-style model have the sparse FFN
+/// (Qwen3MoeDecoderLayer, Qwen3NextDecoderLayer): not in mlp_only_layers,
+/// num_experts > 0 and (layer_idx + 1) % decoder_sparse_step == 0.
+std::vector<bool> Qwen3SparseLayers(ConfigReader& r, int64_t layers, int64_t experts) {
   const int64_t sparse_step = r.OptInt("decoder_sparse_step", 1);
   std::set<int64_t> mlp_only;
   r.Use("mlp_only_layers");
@@ -438,13 +612,19 @@ void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
       }
     }
   }
-  // Qwen3MoeDecoderLayer: sparse iff not in mlp_only_layers, num_experts > 0
-  // and (layer_idx + 1) % decoder_sparse_step == 0.
-  std::string letters;
+  std::vector<bool> sparse(static_cast<size_t>(layers));
   for (int64_t i = 0; i < layers; ++i) {
-    const bool sparse = mlp_only.count(i) == 0 && experts > 0 && (i + 1) % sparse_step == 0;
-    letters += sparse ? "AE" : "AD";
+    sparse[static_cast<size_t>(i)] = mlp_only.count(i) == 0 && experts > 0 && (i + 1) % sparse_step == 0;
   }
+  return sparse;
+}
+
+void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const int64_t experts = r.OptCount("num_experts", 0);
+  const std::vector<bool> sparse = Qwen3SparseLayers(r, layers, experts);
+  std::string letters;
+  for (const bool s : sparse) letters += s ? "AE" : "AD";
   WriteLayers(letters, "Qwen3-MoE decoder layer = attention (q/k norm) + MoE FFN", w);
   const int64_t hidden = ReadTrunk(r, false, w);
   ReadAttention(r, hidden, w, /*qk_norm=*/true);
@@ -549,22 +729,21 @@ void ImportJamba(ConfigReader& r, ModelWriter* w) {
   }
   const int64_t expand = r.OptInt("mamba_expand", 2);
   const int64_t d_state = r.OptInt("mamba_d_state", 16);
-  w->Add("mamba.d_state", d_state);
-  w->Add("mamba.d_conv", r.OptInt("mamba_d_conv", 4));
-  w->Add("mamba.expand", expand);
-  // Mamba-1 has no heads; 64-channel heads and one B/C group is the Mamba-2
-  // layout with the same in/out projection widths (d_inner = expand * hidden).
-  w->Add("mamba.head_dim", 64, "Mamba-1 has no heads: Mamba-2 stand-in, see the warning on mamba_dt_rank");
-  w->Add("mamba.groups", 1, "Mamba-1 shares B and C across all channels");
+  Mamba1Shape m1;
+  m1.hidden = hidden;
+  m1.d_inner = expand * hidden;
+  m1.d_state = d_state;
+  m1.d_conv = r.OptInt("mamba_d_conv", 4);
+  m1.dt_rank = (hidden + 15) / 16;  // JambaConfig's "auto": ceil(hidden_size / 16)
   r.Use("mamba_dt_rank");
-  r.Unrepresented("mamba_dt_rank",
-                  fmt::format("Jamba's mixer is Mamba-1 (x_proj to dt_rank + 2*d_state, dt_proj, A_log of "
-                              "[d_inner, {}], dt/B/C RMSNorms); it is imported as a Mamba-2 mixer with "
-                              "head_dim 64 and 1 group (same d_inner = {}), which counts about 4% fewer "
-                              "Mamba parameters",
-                              d_state, expand * hidden));
-  r.UnrepresentedUnless("mamba_proj_bias", Json(false), "biases on the Mamba in/out projections are not counted");
-  r.UnrepresentedUnless("mamba_conv_bias", Json(true), "the recipe always counts the conv1d bias");
+  if (r.Has("mamba_dt_rank") && !(r.At("mamba_dt_rank").is_string() && r.At("mamba_dt_rank") == "auto")) {
+    m1.dt_rank = r.OptInt("mamba_dt_rank", m1.dt_rank);
+  }
+  m1.conv_bias = r.OptBool("mamba_conv_bias", true);
+  m1.proj_bias = r.OptBool("mamba_proj_bias", false);
+  m1.extra = m1.dt_rank + 2 * d_state;  // JambaMambaMixer's dt, B and C RMSNorms
+  WriteMamba1StandIn(r, "mamba_dt_rank", m1, expand,
+                     static_cast<int64_t>(std::count(letters.begin(), letters.end(), 'M')), w);
   ExpectSilu(r, "hidden_act");
   WarnSlidingWindow(r, true);
   WarnBiases(r);
@@ -620,9 +799,8 @@ void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
     w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
     w->Add("moe.router", "sigmoid");
     w->AddBool("moe.router_bias", true, "e_score_correction_bias");
-    r.Unrepresented("n_routed_experts", "Nemotron-H experts are non-gated squared-ReLU MLPs (two matrices); the "
-                                        "recipe's experts are SwiGLU (three), so expert parameters are over-counted "
-                                        "by half");
+    // NemotronHMOE's experts and shared expert are the layer's non-gated MLP (mlp_hidden_act).
+    w->Add("moe.activation", act == "relu2" ? "relu2" : "gelu", "non-gated experts, two matrices, as the MLP");
   }
   if (letters.find('M') != std::string::npos) {
     const int64_t mheads = r.RequireInt("mamba_num_heads");
@@ -636,13 +814,16 @@ void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
     }
     r.Use("expand");
     r.Use("mamba_expand");
-    w->Add("mamba.d_state", r.RequireIntOf({"ssm_state_size", "mamba_d_state"}));
-    w->Add("mamba.d_conv", r.Has("conv_kernel") ? r.OptInt("conv_kernel", 4) : r.OptInt("mamba_d_conv", 4));
-    w->Add("mamba.expand", inner / hidden, fmt::format("mamba_num_heads {} x mamba_head_dim {} / hidden", mheads,
-                                                       mhead_dim));
-    w->Add("mamba.head_dim", mhead_dim);
-    w->Add("mamba.groups", r.RequireIntOf({"n_groups", "mamba_n_groups"}));
-    w->Add("mamba.chunk", r.Has("chunk_size") ? r.OptInt("chunk_size", 256) : r.OptInt("mamba_chunk_size", 256));
+    WriteMamba2({.d_state = r.RequireIntOf({"ssm_state_size", "mamba_d_state"}),
+                 .d_conv = r.Has("conv_kernel") ? r.OptInt("conv_kernel", 4) : r.OptInt("mamba_d_conv", 4),
+                 .expand = inner / hidden,
+                 .head_dim = mhead_dim,
+                 .groups = r.RequireIntOf({"n_groups", "mamba_n_groups"}),
+                 .chunk = r.Has("chunk_size") ? r.OptInt("chunk_size", 256) : r.OptInt("mamba_chunk_size", 256)},
+                w,
+                {.expand = fmt::format("mamba_num_heads {} x mamba_head_dim {} / hidden", mheads, mhead_dim),
+                 .head_dim = "",
+                 .groups = ""});
     r.Use("conv_kernel");
     r.Use("mamba_d_conv");
   }
@@ -655,26 +836,58 @@ void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
   WarnBiases(r);
 }
 
+/// The config keys of a Hugging Face Mamba-2 mixer: Mamba2Config's, and the
+/// mamba_-prefixed ones of the hybrids (BambaConfig).
+struct Mamba2Keys {
+  const char* heads;
+  const char* head_dim;
+  const char* expand;
+  const char* d_state;
+  const char* d_conv;
+  const char* groups;
+  const char* chunk;
+  const char* proj_bias;
+  const char* conv_bias;
+};
+constexpr Mamba2Keys kMamba2ConfigKeys = {"num_heads", "head_dim",   "expand",   "state_size",   "conv_kernel",
+                                          "n_groups",  "chunk_size", "use_bias", "use_conv_bias"};
+constexpr Mamba2Keys kPrefixedMamba2Keys = {"mamba_n_heads",    "mamba_d_head",    "mamba_expand",
+                                            "mamba_d_state",    "mamba_d_conv",    "mamba_n_groups",
+                                            "mamba_chunk_size", "mamba_proj_bias", "mamba_conv_bias"};
+
+/// A Hugging Face Mamba-2 mixer (Mamba2Mixer, BambaMixer: in_proj, conv1d,
+/// dt_bias, A_log, D, gated RMSNorm, out_proj) under `k`'s names. An absent
+/// (or "auto") head width is d_inner / heads, the only one that fits.
+void ReadMamba2(ConfigReader& r, const Mamba2Keys& k, int64_t hidden, ModelWriter* w) {
+  const int64_t expand = r.OptInt(k.expand, 2);
+  const int64_t d_inner = expand * hidden;
+  const int64_t heads = r.RequireInt(k.heads);
+  r.Use(k.head_dim);
+  int64_t head_dim = d_inner / heads;
+  if (r.Has(k.head_dim) && !(r.At(k.head_dim).is_string() && r.At(k.head_dim) == "auto")) {
+    head_dim = r.OptInt(k.head_dim, head_dim);
+  }
+  if (heads * head_dim != d_inner) {
+    r.Error(k.heads, std::to_string(heads),
+            fmt::format("{} x {} = {} must equal {} x hidden_size = {}", k.heads, k.head_dim, heads * head_dim,
+                        k.expand, d_inner));
+  }
+  WriteMamba2({.d_state = r.RequireInt(k.d_state),
+               .d_conv = r.OptInt(k.d_conv, 4),
+               .expand = expand,
+               .head_dim = head_dim,
+               .groups = r.OptInt(k.groups, 1),
+               .chunk = r.OptInt(k.chunk, 256)},
+              w);
+  r.UnrepresentedUnless(k.proj_bias, Json(false), "biases on the Mamba in/out projections are not counted");
+  r.UnrepresentedUnless(k.conv_bias, Json(true), "the recipe always counts the conv1d bias");
+}
+
 void ImportMamba2(ConfigReader& r, ModelWriter* w) {
   const int64_t layers = LayerCount(r);
   WriteLayers(std::string(static_cast<size_t>(layers), 'M'), "Mamba-2 only: one mixer sublayer per layer", w);
   const int64_t hidden = ReadTrunk(r, false, w);
-  const int64_t heads = r.RequireInt("num_heads");
-  const int64_t head_dim = r.RequireInt("head_dim");
-  const int64_t expand = r.OptInt("expand", 2);
-  if (heads * head_dim != expand * hidden) {
-    r.Error("num_heads", std::to_string(heads),
-            fmt::format("num_heads * head_dim = {} must equal expand * hidden_size = {}", heads * head_dim,
-                        expand * hidden));
-  }
-  w->Add("mamba.d_state", r.RequireInt("state_size"));
-  w->Add("mamba.d_conv", r.OptInt("conv_kernel", 4));
-  w->Add("mamba.expand", expand);
-  w->Add("mamba.head_dim", head_dim);
-  w->Add("mamba.groups", r.OptInt("n_groups", 1));
-  w->Add("mamba.chunk", r.OptInt("chunk_size", 256));
-  r.UnrepresentedUnless("use_bias", Json(false), "biases on in_proj/out_proj are not counted");
-  r.UnrepresentedUnless("use_conv_bias", Json(true), "the recipe always counts the conv1d bias");
+  ReadMamba2(r, kMamba2ConfigKeys, hidden, w);
   r.UnrepresentedUnless("rms_norm", Json(true), "the gated norm is always RMSNorm in the recipe");
   r.UnrepresentedUnless("norm_before_gate", Json(false), "the recipe's gated norm is RMSNorm(y * SiLU(z)) "
                                                          "(norm after the gate, as in Mamba-2)");
@@ -709,41 +922,483 @@ void ImportGptOss(ConfigReader& r, ModelWriter* w) {
   r.Use("hidden_act");
 }
 
+// ---- Dense decoders of the Llama family -------------------------------------
+
+/// Llama-shaped decoder: "AD" per layer, GQA, gated MLP. Returns the layer
+/// count and the attention shape for the family's own extras.
+struct DenseDecoder {
+  int64_t layers = 1;
+  int64_t hidden = 1;
+  AttentionShape attention;
+};
+DenseDecoder ReadDenseDecoder(ConfigReader& r, ModelWriter* w, const std::string& comment, bool tie_default,
+                              bool qk_norm) {
+  DenseDecoder d;
+  d.layers = LayerCount(r);
+  std::string letters;
+  for (int64_t i = 0; i < d.layers; ++i) letters += "AD";
+  WriteLayers(letters, comment, w);
+  d.hidden = ReadTrunk(r, tie_default, w);
+  d.attention = ReadAttention(r, d.hidden, w, qk_norm);
+  w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
+  w->Add("mlp.activation", "swiglu");
+  WarnRopeScaling(r);
+  return d;
+}
+
+void ImportQwen2(ConfigReader& r, ModelWriter* w) {
+  const DenseDecoder d =
+      ReadDenseDecoder(r, w, "Qwen2 decoder layer = attention (q/k/v biases) + SwiGLU MLP", false, false);
+  ExpectSilu(r, "hidden_act");
+  // Qwen2Attention: q_proj, k_proj and v_proj with bias=True, o_proj and the
+  // MLP without; there is no config key for it.
+  r.StandIn("architectures",
+            "Qwen2 has bias vectors on q, k and v only (the recipe's linear_bias would add them to o_proj and the "
+            "MLP as well), so they are left out",
+            -d.attention.QkvWidth() * d.layers);
+  WarnSlidingWindow(r, r.OptBool("use_sliding_window", false));
+  r.Use("sliding_window");
+  r.Use("use_mrope");
+}
+
+void ImportQwen3(ConfigReader& r, ModelWriter* w) {
+  ReadDenseDecoder(r, w, "Qwen3 decoder layer = attention (q/k norm) + SwiGLU MLP", false, /*qk_norm=*/true);
+  ExpectSilu(r, "hidden_act");
+  WarnBiases(r);
+  WarnSlidingWindow(r, r.OptBool("use_sliding_window", false));
+  r.Use("sliding_window");
+}
+
+void ImportMistral(ConfigReader& r, ModelWriter* w) {
+  ReadDenseDecoder(r, w, "Mistral decoder layer = attention sublayer + dense SwiGLU MLP sublayer", false, false);
+  ExpectSilu(r, "hidden_act");
+  WarnSlidingWindow(r, true);
+  WarnBiases(r);
+}
+
+/// Gemma 2 and Gemma 3 (text): tied embeddings by default, head_dim 256,
+/// GeGLU, four norms a layer, alternating sliding-window layers.
+void ImportGemma(ConfigReader& r, ModelWriter* w, bool gemma3) {
+  const DenseDecoder d = ReadDenseDecoder(r, w,
+                                          gemma3 ? "Gemma 3 decoder layer = attention (q/k norm) + GeGLU MLP"
+                                                 : "Gemma 2 decoder layer = attention + GeGLU MLP",
+                                          /*tie_default=*/true, /*qk_norm=*/gemma3);
+  // Gemma2Config names the activation hidden_activation (hidden_act is the legacy key).
+  const std::string act = r.OptString("hidden_activation", r.OptString("hidden_act", "gelu_pytorch_tanh"));
+  if (act.rfind("gelu", 0) != 0) {
+    r.Unrepresented(r.Has("hidden_activation") ? "hidden_activation" : "hidden_act",
+                    "gated MLP activation other than GeLU; imported as swiglu (same parameter shapes)");
+  } else {
+    r.Unrepresented(r.Has("hidden_activation") ? "hidden_activation" : "hidden_act",
+                    "GeGLU (GeLU-gated MLP) is imported as swiglu: the same three matrices and saved tensors; "
+                    "the parameter count is exact");
+  }
+  // Gemma2DecoderLayer: input, post_attention, pre_feedforward and
+  // post_feedforward RMSNorms; the recipe's A and D blocks have one pre-norm each.
+  r.StandIn("architectures",
+            "Gemma's post-attention and post-feedforward RMSNorms (two more [hidden] weights a layer) are not "
+            "counted, and each keeps its [s, b, hidden] input for backward: 2 x s x b x hidden activations a layer "
+            "more than priced",
+            -2 * d.hidden * d.layers);
+  WarnSlidingWindow(r, true);
+  r.Use("sliding_window_pattern");
+  r.UnrepresentedUnless("layer_types", Json(),
+                        "alternating sliding-window / full attention; the recipe models "
+                        "full causal attention everywhere");
+  r.UnrepresentedUnless("attn_logit_softcapping", Json(),
+                        "tanh soft-capping of attention logits has no "
+                        "parameters; the recipe prices fused attention");
+  r.UnrepresentedUnless("final_logit_softcapping", Json(), "soft-capping of the output logits has no parameters");
+  r.Use("query_pre_attn_scalar");  // a softmax scale
+  r.Use("rope_local_base_freq");   // RoPE base of the sliding layers
+  r.Use("cache_implementation");   // inference cache
+  r.Use("final_logit_softcapping");
+  WarnBiases(r);
+}
+void ImportGemma2(ConfigReader& r, ModelWriter* w) { ImportGemma(r, w, false); }
+void ImportGemma3(ConfigReader& r, ModelWriter* w) { ImportGemma(r, w, true); }
+
+/// `key` as a list of layer indices in [0, layers); errors name bad entries.
+std::set<int64_t> LayerIndexList(ConfigReader& r, const std::string& key, int64_t layers) {
+  std::set<int64_t> out;
+  r.Use(key);
+  if (!r.Has(key)) return out;
+  const Json& v = r.At(key);
+  if (!v.is_array()) {
+    r.Error(key, v.dump(), "must be a list of layer indices");
+    return out;
+  }
+  for (const Json& i : v) {
+    if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= layers) {
+      r.Error(key, i.dump(), fmt::format("must be a list of layer indices in 0..{}", layers - 1));
+      return {};
+    }
+    out.insert(i.get<int64_t>());
+  }
+  return out;
+}
+
+// ---- Hybrids with mamba_* keys (Bamba) -----------------------------------------
+
+/// BambaForCausalLM (BambaDecoderLayer): attention at attn_layer_indices,
+/// Mamba-2 elsewhere, each followed by a SwiGLU MLP.
+void ImportBamba(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const std::set<int64_t> attention = LayerIndexList(r, "attn_layer_indices", layers);
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) letters += attention.count(i) > 0 ? "AD" : "MD";
+  WriteLayers(letters, "Bamba layer = attention (attn_layer_indices) or Mamba-2 mixer + SwiGLU MLP", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  if (!attention.empty()) ReadAttention(r, hidden, w);
+  w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
+  w->Add("mlp.activation", "swiglu");
+  ExpectSilu(r, "hidden_act");
+  if (static_cast<int64_t>(attention.size()) < layers) ReadMamba2(r, kPrefixedMamba2Keys, hidden, w);
+  r.Use("attn_rotary_emb");     // rotary width: no parameters
+  r.Use("z_loss_coefficient");  // a loss term
+  r.Use("rope_parameters");
+  WarnRopeScaling(r);
+}
+
+// ---- Qwen3-Next -------------------------------------------------------------
+
+/// Whether each layer of a Qwen3-Next model is full attention: layer_types
+/// ("full_attention" / "linear_attention") when given, else every
+/// full_attention_interval-th layer (Qwen3NextConfig, default 4).
+std::vector<bool> Qwen3NextFullAttention(ConfigReader& r, int64_t layers) {
+  std::vector<bool> full(static_cast<size_t>(layers));
+  r.Use("layer_types");
+  r.Use("full_attention_interval");
+  if (r.Has("layer_types")) {
+    const Json& v = r.At("layer_types");
+    if (!v.is_array() || static_cast<int64_t>(v.size()) != layers) {
+      r.Error("layer_types", v.dump(), fmt::format("must list num_hidden_layers ({}) layer types", layers));
+      return full;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != "full_attention" && v[i] != "linear_attention") {
+        r.Error("layer_types", v[i].dump(), "each layer type must be \"full_attention\" or \"linear_attention\"");
+        return full;
+      }
+      full[i] = v[i] == "full_attention";
+    }
+    return full;
+  }
+  const int64_t interval = r.OptInt("full_attention_interval", 4);
+  for (int64_t i = 0; i < layers; ++i) full[static_cast<size_t>(i)] = (i + 1) % interval == 0;
+  return full;
+}
+
+/// Qwen3-Next's Gated DeltaNet (Qwen3NextGatedDeltaNet) as the nearest M: a
+/// Mamba-2 whose C/B are its q/k (linear_num_key_heads groups of d_state
+/// linear_key_head_dim) and whose x is its v (linear_num_value_heads heads of
+/// linear_value_head_dim), with the same conv width.
+void WriteGatedDeltaNetStandIn(ConfigReader& r, int64_t hidden, int64_t layers, ModelWriter* w) {
+  const int64_t key_heads = r.OptInt("linear_num_key_heads", 16);
+  const int64_t key_dim = r.OptInt("linear_key_head_dim", 128);
+  const int64_t value_heads = r.OptInt("linear_num_value_heads", 32);
+  const int64_t value_dim = r.OptInt("linear_value_head_dim", 128);
+  const int64_t conv = r.OptInt("linear_conv_kernel_dim", 4);
+  const int64_t d_inner = value_heads * value_dim;
+  if (d_inner % hidden != 0 || value_heads % key_heads != 0) {
+    r.Error("linear_num_value_heads", std::to_string(value_heads),
+            fmt::format("linear_num_value_heads x linear_value_head_dim = {} must be a multiple of hidden_size ({}) "
+                        "and linear_num_value_heads of linear_num_key_heads ({}) to be written as the Mamba-2 "
+                        "stand-in",
+                        d_inner, hidden, key_heads));
+    return;
+  }
+  WriteMamba2({.d_state = key_dim,
+               .d_conv = conv,
+               .expand = d_inner / hidden,
+               .head_dim = value_dim,
+               .groups = key_heads,
+               .chunk = 64},
+              w,
+              {.expand = "linear_num_value_heads x linear_value_head_dim / hidden",
+               .head_dim = "Gated DeltaNet value heads: the Mamba-2 stand-in, see the warning",
+               .groups = "Gated DeltaNet key heads"});
+  // in_proj_qkvz, in_proj_ba (beta and decay a head), conv1d over q, k, v
+  // without bias, dt_bias and A_log a head, a gated RMSNorm of one head's
+  // width, out_proj.
+  const int64_t qk = 2 * key_heads * key_dim;
+  const int64_t gdn = hidden * (qk + 2 * d_inner) + hidden * 2 * value_heads + (qk + d_inner) * conv + 2 * value_heads +
+                      value_dim + d_inner * hidden;
+  const int64_t per_layer = Mamba2MixerParams(hidden, d_inner, value_dim, key_heads, key_dim, conv) - gdn;
+  r.StandIn("linear_num_value_heads",
+            fmt::format("Gated DeltaNet linear attention (in_proj_qkvz, in_proj_ba with a beta and a decay a head, "
+                        "a conv1d without bias over q, k and v, a gated RMSNorm of one head's width) is written as a "
+                        "Mamba-2 M, {} layers: q and k as C and B ({} groups, d_state {}), v as x ({} heads of {}); "
+                        "activations are priced as Mamba-2's chunked scan saves them, not as the gated delta "
+                        "rule's",
+                        layers, key_heads, key_dim, value_heads, value_dim),
+            per_layer * layers);
+}
+
+/// Qwen3NextForCausalLM: gated full attention (every full_attention_interval-th
+/// layer, or per layer_types) or Gated DeltaNet, then the Qwen3-MoE FFN with a
+/// gated shared expert.
+void ImportQwen3Next(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const std::vector<bool> full = Qwen3NextFullAttention(r, layers);
+  const int64_t experts = r.OptCount("num_experts", 512);
+  const std::vector<bool> sparse = Qwen3SparseLayers(r, layers, experts);
+  std::string letters;
+  for (size_t i = 0; i < full.size(); ++i) {
+    letters += full[i] ? 'A' : 'M';
+    letters += sparse[i] ? 'E' : 'D';
+  }
+  WriteLayers(letters, "Qwen3-Next layer = gated attention or Gated DeltaNet (as M) + MoE FFN", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  const int64_t attention_layers = std::count(full.begin(), full.end(), true);
+  if (attention_layers > 0) {
+    const AttentionShape a = ReadAttention(r, hidden, w, /*qk_norm=*/true);
+    // Qwen3NextAttention: q_proj also produces a sigmoid output gate of heads x head_dim.
+    r.StandIn("architectures",
+              "the attention output gate (q_proj is twice as wide: a sigmoid gate of heads x head_dim multiplies "
+              "the attention output) is not counted, nor its [s, b, heads x head_dim] activations",
+              -hidden * a.heads * a.head_dim * attention_layers);
+  }
+  if (letters.find('D') != std::string::npos) {
+    w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"), "dense layers (mlp_only_layers / sparse step)");
+    w->Add("mlp.activation", "swiglu");
+  } else {
+    r.Use("intermediate_size");
+  }
+  if (letters.find('E') != std::string::npos) {
+    const int64_t shared = r.OptCount("shared_expert_intermediate_size", 512);
+    w->Add("moe.experts", experts);
+    w->Add("moe.top_k", r.OptInt("num_experts_per_tok", 10));
+    w->Add("moe.ffn_hidden", r.OptInt("moe_intermediate_size", 512), "per routed expert");
+    w->Add("moe.shared_experts", shared > 0 ? 1 : 0);
+    if (shared > 0) w->Add("moe.shared_ffn_hidden", shared);
+    w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+    w->Add("moe.router", "softmax");
+    if (shared > 0) w->AddBool("moe.shared_gate", true, "shared_expert_gate: a sigmoid gate on the shared expert");
+  }
+  if (attention_layers < layers) WriteGatedDeltaNetStandIn(r, hidden, layers - attention_layers, w);
+  r.Use("partial_rotary_factor");  // RoPE width: no parameters
+  r.Use("rope_parameters");
+  ExpectSilu(r, "hidden_act");
+  WarnRopeScaling(r);
+  WarnBiases(r);
+}
+
+// ---- mamba_ssm (state-spaces/mamba) configs ----------------------------------
+
+/// MHA layers of a mamba_ssm hybrid (attn_cfg; mamba_ssm modules/mha.py).
+void ReadMambaSsmAttention(ConfigReader& r, int64_t hidden, int64_t attention_layers, bool mlp_layers, ModelWriter* w) {
+  ConfigReader a = r.Sub("attn_cfg");
+  const int64_t heads = a.RequireInt("num_heads");
+  const int64_t kv_heads = a.OptInt("num_heads_kv", heads);
+  if (!a.Has("head_dim") && hidden % heads != 0) {
+    a.Error("num_heads", std::to_string(heads),
+            fmt::format("d_model ({}) must be a multiple of num_heads without head_dim", hidden));
+  }
+  const int64_t head_dim = a.OptInt("head_dim", hidden / heads);
+  w->Add("attention.heads", heads);
+  w->Add("attention.kv_heads", kv_heads);
+  w->Add("attention.head_dim", head_dim);
+  const int64_t qkv = (heads + 2 * kv_heads) * head_dim;
+  // MHA's defaults: qkv_proj_bias and out_proj_bias true.
+  const bool qkv_bias = a.OptBool("qkv_proj_bias", true);
+  const bool out_bias = a.OptBool("out_proj_bias", true);
+  if (qkv_bias && out_bias && !mlp_layers) {
+    w->AddBool("linear_bias", true, "attn_cfg qkv_proj_bias and out_proj_bias (no MLP layers)");
+  } else if (qkv_bias || out_bias) {
+    a.StandIn(qkv_bias ? "qkv_proj_bias" : "out_proj_bias",
+              "attention projection biases are left out (the recipe's linear_bias would put biases on the MLP "
+              "and on both projections)",
+              -((qkv_bias ? qkv : 0) + (out_bias ? hidden : 0)) * attention_layers);
+  }
+  const int64_t d_conv = a.OptCount("d_conv", 0);
+  if (d_conv > 0) {
+    a.StandIn("d_conv",
+              "a depthwise conv1d (with bias) over q, k and v before attention is not part of the recipe's A "
+              "block; its input is saved for backward as well",
+              -qkv * (d_conv + 1) * attention_layers);
+  }
+  const int64_t mlp_dim = a.OptCount("mlp_dim", 0);
+  if (mlp_dim > 0) {
+    const int64_t rounded = RoundUp(mlp_dim, 256);  // MHA rounds mlp_dim up to 256
+    a.StandIn("mlp_dim",
+              "the MLP fused into the attention projections (in_proj widened by mlp_dim, out_proj by mlp_dim / 2) is "
+              "not part of the recipe's A block",
+              -(hidden * rounded + rounded / 2 * hidden) * attention_layers);
+  }
+  for (const char* k : {"causal", "softmax_scale", "rotary_emb_dim", "rotary_emb_base", "rotary_emb_interleaved"}) {
+    a.Use(k);
+  }
+  a.WarnUnread();
+}
+
+/// The Mamba mixers of a mamba_ssm config (ssm_cfg with `layer` Mamba1, the
+/// default, or Mamba2; mamba_ssm modules/mamba_simple.py and mamba2.py).
+void ReadMambaSsmMixer(ConfigReader& ssm, const std::string& layer, int64_t hidden, int64_t mamba_layers,
+                       ModelWriter* w) {
+  ssm.Use("layer");
+  for (const char* k : {"dt_min", "dt_max", "dt_init", "dt_scale", "dt_init_floor", "dt_limit", "A_init_range",
+                        "conv_init", "use_fast_path", "use_mem_eff_path"}) {
+    ssm.Use(k);
+  }
+  const int64_t expand = ssm.OptInt("expand", 2);
+  const int64_t d_inner = expand * hidden;
+  if (layer == "Mamba2") {
+    const int64_t head_dim = ssm.OptInt("headdim", 64);
+    if (d_inner % head_dim != 0) {
+      ssm.Error("headdim", std::to_string(head_dim),
+                fmt::format("must divide expand x d_model = {} (mamba_ssm asserts it)", d_inner));
+    }
+    if (ssm.Has("d_ssm") && ssm.OptInt("d_ssm", d_inner) != d_inner) {
+      ssm.Error("d_ssm", ssm.At("d_ssm").dump(),
+                fmt::format("the recipe's Mamba-2 runs its scan over all expand x d_model = {} channels", d_inner));
+    }
+    WriteMamba2({.d_state = ssm.OptInt("d_state", 128),
+                 .d_conv = ssm.OptInt("d_conv", 4),
+                 .expand = expand,
+                 .head_dim = head_dim,
+                 .groups = ssm.OptInt("ngroups", 1),
+                 .chunk = ssm.OptInt("chunk_size", 256)},
+                w);
+    if (!ssm.OptBool("rmsnorm", true)) {
+      ssm.StandIn("rmsnorm", "no gated RMSNorm; the recipe's Mamba-2 always has it", d_inner * mamba_layers);
+    }
+    ssm.UnrepresentedUnless("norm_before_gate", Json(false), "the recipe's gated norm is RMSNorm(y * SiLU(z))");
+    if (!ssm.OptBool("conv_bias", true)) {
+      ssm.StandIn("conv_bias", "the recipe always counts the conv1d bias",
+                  (d_inner + 2 * ssm.OptInt("ngroups", 1) * ssm.OptInt("d_state", 128)) * mamba_layers);
+    }
+    ssm.UnrepresentedUnless("bias", Json(false), "biases on in_proj/out_proj are not counted");
+    if (ssm.OptBool("D_has_hdim", false)) {
+      ssm.StandIn("D_has_hdim", "D per channel rather than per head is not counted",
+                  -(d_inner - d_inner / head_dim) * mamba_layers);
+    }
+    return;
+  }
+  Mamba1Shape m1;
+  m1.hidden = hidden;
+  m1.d_inner = d_inner;
+  m1.d_state = ssm.OptInt("d_state", 16);
+  m1.d_conv = ssm.OptInt("d_conv", 4);
+  m1.dt_rank = (hidden + 15) / 16;  // dt_rank "auto": ceil(d_model / 16)
+  ssm.Use("dt_rank");
+  if (ssm.Has("dt_rank") && !(ssm.At("dt_rank").is_string() && ssm.At("dt_rank") == "auto")) {
+    m1.dt_rank = ssm.OptInt("dt_rank", m1.dt_rank);
+  }
+  m1.conv_bias = ssm.OptBool("conv_bias", true);
+  m1.proj_bias = ssm.OptBool("bias", false);
+  WriteMamba1StandIn(ssm, "layer", m1, expand, mamba_layers, w);
+}
+
+/// mamba_ssm's MambaLMHeadModel config (config_mamba.py MambaConfig): no
+/// `architectures`; each of n_layer blocks is a Mamba mixer, or MHA at
+/// attn_layer_idx, plus a GatedMLP when d_intermediate > 0.
+void ImportMambaSsm(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = r.RequireInt("n_layer");
+  if (layers > recipe_internal::kMaxLayers) {
+    r.Error("n_layer", std::to_string(layers),
+            fmt::format("at most {} layers are supported", recipe_internal::kMaxLayers));
+    return;
+  }
+  const int64_t hidden = r.RequireInt("d_model");
+  const int64_t d_intermediate = r.OptCount("d_intermediate", 0);
+  const std::set<int64_t> attention = LayerIndexList(r, "attn_layer_idx", layers);
+  ConfigReader ssm = r.Sub("ssm_cfg");
+  const std::string layer = ssm.OptString("layer", "Mamba1");  // create_block's default
+  if (layer != "Mamba1" && layer != "Mamba2") {
+    ssm.Error("layer", "\"" + layer + "\"",
+              "the recipe's M block is Mamba-2: Mamba2 is imported as it is, Mamba1 (the default) as the nearest "
+              "Mamba-2 with a warning; other mixers are not supported");
+    return;
+  }
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) {
+    letters += attention.count(i) > 0 ? 'A' : 'M';
+    if (d_intermediate > 0) letters += 'D';
+  }
+  WriteLayers(letters,
+              fmt::format("mamba_ssm block = {} mixer{}{}", layer, attention.empty() ? "" : " (MHA at attn_layer_idx)",
+                          d_intermediate > 0 ? " + gated MLP" : ""),
+              w);
+  w->Add("hidden", hidden);
+  const int64_t vocab = r.RequireInt("vocab_size");
+  const int64_t pad = r.OptInt("pad_vocab_size_multiple", 8);
+  const int64_t padded = RoundUp(vocab, pad);
+  w->Add("vocab", padded,
+         padded == vocab ? ""
+                         : fmt::format("vocab_size {} padded to a multiple of pad_vocab_size_multiple {}: the "
+                                       "checkpoint's embedding rows",
+                                       vocab, pad));
+  w->AddBool("tie_embeddings", r.OptBool("tie_embeddings", true));
+  const int64_t mamba_layers = layers - static_cast<int64_t>(attention.size());
+  if (!attention.empty())
+    ReadMambaSsmAttention(r, hidden, static_cast<int64_t>(attention.size()), d_intermediate > 0, w);
+  else
+    r.Use("attn_cfg");
+  if (!r.OptBool("rms_norm", true)) w->Add("norm", "layernorm", "rms_norm false: nn.LayerNorm (weight and bias)");
+  if (d_intermediate > 0) {
+    // GatedMLP rounds hidden_features up to a multiple of 128 (multiple_of).
+    const int64_t ffn = RoundUp(d_intermediate, 128);
+    w->Add("mlp.ffn_hidden", ffn,
+           ffn == d_intermediate ? "" : fmt::format("d_intermediate {} rounded up to 128", d_intermediate));
+    w->Add("mlp.activation", "swiglu", "GatedMLP: fc1 to 2 x hidden, SiLU gate");
+  }
+  if (mamba_layers > 0) ReadMambaSsmMixer(ssm, layer, hidden, mamba_layers, w);
+  ssm.WarnUnread();
+  r.Use("residual_in_fp32");
+  r.Use("fused_add_norm");
+}
+
 using ImportFn = void (*)(ConfigReader&, ModelWriter*);
+/// The architecture name of a mamba_ssm config, which has none of its own.
+constexpr const char* kMambaSsm = "mamba_ssm MambaLMHeadModel";
 const std::map<std::string, ImportFn>& Importers() {
   static const std::map<std::string, ImportFn> kImporters = {
       {"LlamaForCausalLM", ImportLlama},         {"MixtralForCausalLM", ImportMixtral},
       {"Qwen3MoeForCausalLM", ImportQwen3Moe},   {"DeepseekV3ForCausalLM", ImportDeepseekV3},
       {"JambaForCausalLM", ImportJamba},         {"NemotronHForCausalLM", ImportNemotronH},
       {"Mamba2ForCausalLM", ImportMamba2},       {"GptOssForCausalLM", ImportGptOss},
+      {"Qwen2ForCausalLM", ImportQwen2},         {"Qwen3ForCausalLM", ImportQwen3},
+      {"MistralForCausalLM", ImportMistral},     {"Gemma2ForCausalLM", ImportGemma2},
+      {"Gemma3ForCausalLM", ImportGemma3},       {"BambaForCausalLM", ImportBamba},
+      {"Qwen3NextForCausalLM", ImportQwen3Next},
   };
   return kImporters;
 }
 
-/// "meta-llama/Llama-3.1-8B" -> "llama-3.1-8b-h200"; falls back to the model type.
-std::string RecipeName(const Json& config, const std::string& architecture) {
-  std::string base;
-  if (config.contains("_name_or_path") && config.at("_name_or_path").is_string()) {
-    base = config.at("_name_or_path").get<std::string>();
-    const size_t slash = base.find_last_of('/');
-    if (slash != std::string::npos) base = base.substr(slash + 1);
-  }
-  if (base.empty() && config.contains("model_type") && config.at("model_type").is_string()) {
-    base = config.at("model_type").get<std::string>();
-  }
-  if (base.empty()) base = architecture;
+/// "Llama-3.1 8B" -> "llama-3.1-8b": lower case, [a-z0-9._-] kept, the rest '-'.
+std::string Slug(const std::string& text) {
   std::string out;
-  for (char c : base) {
+  for (char c : text) {
     const unsigned char u = static_cast<unsigned char>(c);
     out += std::isalnum(u) || c == '.' || c == '-' || c == '_' ? static_cast<char>(std::tolower(u)) : '-';
   }
-  return out + "-h200";
+  return out;
+}
+
+/// The model's name as the config gives it: "meta-llama/Llama-3.1-8B" ->
+/// "llama-3.1-8b"; empty when the config has no _name_or_path.
+std::string NameInConfig(const Json& config) {
+  if (!config.contains("_name_or_path") || !config.at("_name_or_path").is_string()) return "";
+  std::string base = config.at("_name_or_path").get<std::string>();
+  const size_t slash = base.find_last_of('/');
+  if (slash != std::string::npos) base = base.substr(slash + 1);
+  return Slug(base);
+}
+
+/// The model type ("llama"), else the architecture: the name of last resort.
+std::string TypeName(const Json& config, const std::string& architecture) {
+  if (config.contains("model_type") && config.at("model_type").is_string()) {
+    std::string t = Slug(config.at("model_type").get<std::string>());
+    if (!t.empty()) return t;
+  }
+  return architecture == kMambaSsm ? "mamba" : Slug(architecture);
 }
 
 std::string JoinSupported() {
   std::string out;
   for (const auto& a : SupportedHfArchitectures()) out += (out.empty() ? "" : ", ") + a;
-  return out;
+  return out + " and mamba_ssm configs (" + kMambaSsm + ")";
 }
 
 }  // namespace
@@ -829,28 +1484,40 @@ HfImport ImportHfConfig(const std::string& json_text, const std::string& file) {
     return result;
   }
   const std::string supported = JoinSupported();
-  if (!config.contains("architectures") || !config.at("architectures").is_array() ||
-      config.at("architectures").empty() || !config.at("architectures").at(0).is_string()) {
+  ImportFn import = nullptr;
+  if (!config.contains("architectures") && config.contains("d_model") && config.contains("n_layer")) {
+    // mamba_ssm's MambaLMHeadModel config: no architectures, d_model/n_layer.
+    result.architecture = kMambaSsm;
+    import = ImportMambaSsm;
+  } else if (!config.contains("architectures") || !config.at("architectures").is_array() ||
+             config.at("architectures").empty() || !config.at("architectures").at(0).is_string()) {
     result.diagnostics.push_back({Severity::kError, file, KeyMark(text, "architectures"), "architectures",
                                   config.contains("architectures") ? config.at("architectures").dump() : "",
-                                  "missing required field (a list naming the model class); supported: " + supported,
+                                  "missing required field (a list naming the model class; or d_model and n_layer "
+                                  "for a mamba_ssm config); supported: " +
+                                      supported,
                                   ""});
     return result;
+  } else {
+    result.architecture = config.at("architectures").at(0).get<std::string>();
+    const auto it = Importers().find(result.architecture);
+    if (it == Importers().end()) {
+      result.diagnostics.push_back({Severity::kError, file, KeyMark(text, "architectures"), "architectures",
+                                    "\"" + result.architecture + "\"",
+                                    "unsupported architecture; supported: " + supported, ""});
+      return result;
+    }
+    import = it->second;
   }
-  result.architecture = config.at("architectures").at(0).get<std::string>();
-  const auto it = Importers().find(result.architecture);
-  if (it == Importers().end()) {
-    result.diagnostics.push_back({Severity::kError, file, KeyMark(text, "architectures"), "architectures",
-                                  "\"" + result.architecture + "\"",
-                                  "unsupported architecture; supported: " + supported, ""});
-    return result;
-  }
-  ConfigReader reader(config, file, text, result.architecture, &result.diagnostics);
+  ConfigReader reader(config, file, text, result.architecture, &result);
   ModelWriter writer;
-  it->second(reader, &writer);
-  reader.WarnUnread();
+  import(reader, &writer);
+  // After an error the unread keys are only its consequence: no follow-on list.
+  if (result.ok()) reader.WarnUnread();
   result.model = writer.Take();
-  result.name = RecipeName(config, result.architecture);
+  result.name = NameInConfig(config);
+  result.name_from_config = !result.name.empty();
+  if (result.name.empty()) result.name = TypeName(config, result.architecture);
   // Errors first is not file order; keep diagnostics in file order (line 0 last).
   std::stable_sort(result.diagnostics.begin(), result.diagnostics.end(), [](const Diagnostic& a, const Diagnostic& b) {
     const int la = a.mark.line == 0 ? 1 << 30 : a.mark.line;

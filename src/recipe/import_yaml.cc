@@ -108,7 +108,7 @@ std::string EmitRecipeYaml(const HfImport& imported, const std::vector<YamlEntry
   bool any_warning = false;
   for (const auto& d : imported.diagnostics) {
     if (d.severity != Severity::kWarning) continue;
-    if (!any_warning) out += "# Not represented (warnings at import):\n";
+    if (!any_warning) out += "# Warnings at import (not represented, or imported as the nearest recipe block):\n";
     any_warning = true;
     out += "# - " + (d.key_path.empty() ? std::string() : d.key_path + ": ") + d.message + "\n";
   }

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "preflight/inventory/inventory.h"
@@ -25,7 +24,6 @@ struct DefaultLayout {
   int64_t seq_len = 8192;
   /// Model-state bytes per GPU the rule estimated (params + grads + sharded optimizer).
   int64_t static_bytes_per_gpu = 0;
-  std::string why;            // one paragraph for the recipe's header comment
 };
 
 /// Degrees the user fixed (--layout); the rule searches only layouts that keep them.

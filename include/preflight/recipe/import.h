@@ -4,6 +4,7 @@
 // preflight_recipe; this header shows plain structs only.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,19 +21,31 @@ struct YamlEntry {
   std::string comment;
 };
 
+/// A block of the model that the recipe holds as the nearest letter instead
+/// (Mamba-1 as a Mamba-2 M, Gemma's extra norms, ...): the config key that
+/// names it and the parameters the recipe counts minus the model's (negative:
+/// the recipe counts fewer). Its warning states the same figure.
+struct StandIn {
+  std::string key;
+  int64_t param_difference = 0;
+};
+
 /// The model part of a recipe imported from a Hugging Face config.
 struct HfImport {
   std::string architecture;       // "LlamaForCausalLM"
-  std::string name;               // recipe name, "<model>-h200"
+  std::string name;               // the model's name: "llama-3.1-8b" (_name_or_path), else "llama" (model_type)
+  bool name_from_config = false;  // name is the config's _name_or_path
   std::vector<YamlEntry> model;   // model.* entries in schema order
   std::vector<Diagnostic> diagnostics;  // warnings for unrepresented fields; errors
+  std::vector<StandIn> stand_ins;       // one per nearest-letter stand-in, with its warning in diagnostics
   bool ok() const { return !HasErrors(diagnostics); }
 };
 
 /// Maps `json_text` (the contents of a config.json; `file` names it in
-/// diagnostics). Errors: malformed JSON (line and column), a missing or
-/// ill-typed required field (named), an unsupported architecture (the
-/// supported ones listed).
+/// diagnostics): a Hugging Face config (by its `architectures`) or a
+/// mamba_ssm config (`d_model`, `n_layer`, `ssm_cfg`; no `architectures`).
+/// Errors: malformed JSON (line and column), a missing or ill-typed required
+/// field (named), an unsupported architecture (the supported ones listed).
 HfImport ImportHfConfig(const std::string& json_text, const std::string& file);
 
 /// The `architectures` values ImportHfConfig accepts.

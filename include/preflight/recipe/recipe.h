@@ -227,7 +227,7 @@ struct PrecisionConfig {
 };
 
 struct OptimizerConfig {
-  OptimizerKind matrices = OptimizerKind::kMuon;   // 2-D hidden matrices
+  OptimizerKind matrices = OptimizerKind::kAdamW;  // 2-D hidden matrices (what published models trained with)
   OptimizerKind other = OptimizerKind::kAdamW;     // everything else (fixed: AdamW)
   DType muon_momentum = DType::kFp32;
   OptimizerKind mamba_in_proj = OptimizerKind::kAdamW;  // Megatron excludes in_proj from Muon
