@@ -1060,6 +1060,86 @@ void ImportBamba(ConfigReader& r, ModelWriter* w) {
   WarnRopeScaling(r);
 }
 
+// ---- Granite-4.0-H -------------------------------------------------------------
+
+/// Whether each layer of a GraniteMoeHybrid model mixes with attention
+/// (layer_types: "attention" / "mamba", one a layer; GraniteMoeHybridConfig).
+std::vector<bool> GraniteAttentionLayers(ConfigReader& r, int64_t layers) {
+  std::vector<bool> attention(static_cast<size_t>(layers));
+  r.Use("layer_types");
+  if (!r.Has("layer_types")) {
+    r.Error("layer_types", "",
+            "missing required field for GraniteMoeHybridForCausalLM (\"mamba\" or \"attention\" "
+            "for each of the num_hidden_layers layers)");
+    return attention;
+  }
+  const Json& v = r.At("layer_types");
+  if (!v.is_array() || static_cast<int64_t>(v.size()) != layers) {
+    r.Error("layer_types", v.dump(), fmt::format("must list num_hidden_layers ({}) layer types", layers));
+    return attention;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != "mamba" && v[i] != "attention") {
+      r.Error("layer_types", v[i].dump(), "each layer type must be \"mamba\" or \"attention\"");
+      return attention;
+    }
+    attention[i] = v[i] == "attention";
+  }
+  return attention;
+}
+
+/// GraniteMoeHybridForCausalLM (Granite-4.0-H): a Mamba-2 or attention mixer
+/// per layer_types, then the FFN: the routed experts with the shared MLP beside
+/// them (GraniteMoeHybridMoE + shared_mlp), or the shared MLP alone when
+/// num_local_experts is 0 (H-Micro). The muP multipliers scale activations and
+/// have no parameters.
+void ImportGraniteMoeHybrid(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const std::vector<bool> attention = GraniteAttentionLayers(r, layers);
+  const int64_t experts = r.OptCount("num_local_experts", 0);
+  std::string letters;
+  for (const bool a : attention) {
+    letters += a ? 'A' : 'M';
+    letters += experts > 0 ? 'E' : 'D';
+  }
+  WriteLayers(letters,
+              experts > 0 ? "Granite-4.0-H layer = Mamba-2 or attention (layer_types) + MoE FFN with a shared MLP"
+                          : "Granite-4.0-H layer = Mamba-2 or attention (layer_types) + the shared SwiGLU MLP",
+              w);
+  const int64_t hidden = ReadTrunk(r, true, w);
+  const int64_t attention_layers = std::count(attention.begin(), attention.end(), true);
+  if (attention_layers > 0) ReadAttention(r, hidden, w);
+  const int64_t shared = r.OptCount("shared_intermediate_size", 0);
+  if (experts > 0) {
+    w->Add("moe.experts", experts);
+    w->Add("moe.top_k", r.RequireInt("num_experts_per_tok"));
+    w->Add("moe.ffn_hidden", r.RequireInt("intermediate_size"), "per routed expert");
+    w->Add("moe.shared_experts", shared > 0 ? 1 : 0, "shared_mlp, beside the experts, ungated");
+    if (shared > 0) w->Add("moe.shared_ffn_hidden", shared);
+    w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+    w->Add("moe.router", "softmax");
+  } else {
+    if (shared == 0) {
+      r.Error("shared_intermediate_size", "0",
+              "without experts (num_local_experts 0) the shared MLP is the layer's FFN and needs a width");
+    }
+    w->Add("mlp.ffn_hidden", shared, "shared_intermediate_size: the dense model's MLP (no experts)");
+    w->Add("mlp.activation", "swiglu");
+    r.Use("intermediate_size");
+    r.Use("num_experts_per_tok");
+  }
+  ExpectSilu(r, "hidden_act");
+  if (attention_layers < layers) ReadMamba2(r, kPrefixedMamba2Keys, hidden, w);
+  r.UnrepresentedUnless("normalization_function", Json("rmsnorm"), "the recipe's norms are RMSNorm here");
+  // muP multipliers, the position embedding kind (NoPE or RoPE) and init: no parameters.
+  for (const char* k : {"embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier",
+                        "position_embedding_type", "init_method"}) {
+    r.Use(k);
+  }
+  WarnRopeScaling(r);
+  WarnBiases(r);
+}
+
 // ---- Qwen3-Next -------------------------------------------------------------
 
 /// Whether each layer of a Qwen3-Next model is full attention: layer_types
@@ -1361,7 +1441,7 @@ const std::map<std::string, ImportFn>& Importers() {
       {"Qwen2ForCausalLM", ImportQwen2},         {"Qwen3ForCausalLM", ImportQwen3},
       {"MistralForCausalLM", ImportMistral},     {"Gemma2ForCausalLM", ImportGemma2},
       {"Gemma3ForCausalLM", ImportGemma3},       {"BambaForCausalLM", ImportBamba},
-      {"Qwen3NextForCausalLM", ImportQwen3Next},
+      {"Qwen3NextForCausalLM", ImportQwen3Next}, {"GraniteMoeHybridForCausalLM", ImportGraniteMoeHybrid},
   };
   return kImporters;
 }
