@@ -135,6 +135,12 @@ const PublishedCase kCases[] = {
     // architecture and publisher convention). "32B": two significant digits, 1.6 %; "1T" has one, and 5 % is
     // taken rather than half a unit (50 %) so that the test can fail: the exact count is checked below.
     {"KimiK2", "kimi-k2-instruct-0905.json", 1e12, 0.05, 32e9, 0.016, Active::kWithoutInputEmbedding},
+    // GLM-4.5-Air: "106 billion total parameters and 12 billion active parameters" (zai-org/GLM-4.5-Air model
+    // card), without the MTP layer (which the importer warns about; with it the count would be 109.2B) and,
+    // as DeepSeek-V3 counts, active without the input embedding. Whole billions, truncated as Qwen's
+    // figures are: the count lies in [106, 107)B and [12, 13)B, i.e. the middle of that interval with half
+    // its width as the tolerance (0.47 %, 4 %). The exact count is checked below.
+    {"Glm45Air", "glm-4.5-air.json", 106.5e9, 0.5 / 106.5, 12.5e9, 0.04, Active::kWithoutInputEmbedding},
 };
 
 class ImportedCounts : public ::testing::TestWithParam<PublishedCase> {};
@@ -200,6 +206,26 @@ TEST(ImportedCounts, KimiK2IsCountedToTheParameter) {
   EXPECT_EQ(inv.active_params, 32861500928);
   EXPECT_EQ(inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kDenseMlp))], 1);
   EXPECT_EQ(inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))], 60);
+}
+
+TEST(ImportedCounts, Glm45AirIsCountedToTheParameter) {
+  // By Glm4Moe's module shapes, hidden 4096, 96 heads and 8 kv heads of 128, vocabulary 151,552 (untied:
+  // 2 x 620,756,992):
+  //   attention (46): q and o 4096 x 12288 each, k and v 4096 x 1024 each, q/k/v biases 12288 + 2 x 1024,
+  //     input norm 4096: 109,070,336.
+  //   dense MLP (layer 0): 3 x 4096 x 10944 + norm = 134,483,968.
+  //   MoE (45): (128 + 1 shared) x 3 x 4096 x 1408 = 2,231,894,016, router 128 x 4096 and its correction
+  //     bias 128, norm 4096: 2,232,422,528; active with 8 experts: 156,242,048.
+  //   final norm 4096.
+  // Total 106,852,251,264; active 13,424,129,664 (12,803,372,672 without the input embedding). The MTP
+  // layer (a 47th attention + MoE layer and eh_proj 8192 x 4096) is not counted.
+  int64_t stated = 0;
+  const LoadResult loaded = ImportAndLoad("glm-4.5-air.json", &stated);
+  ASSERT_TRUE(loaded.ok()) << Messages(loaded.diagnostics);
+  EXPECT_EQ(stated, -46 * (12288 + 2 * 1024));  // the q/k/v biases the recipe leaves out
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  EXPECT_EQ(inv.total_params - stated, 106852251264);
+  EXPECT_EQ(inv.active_params - stated, 13424129664);
 }
 
 TEST(ImportedCounts, Qwen3NonEmbeddingTotal) {

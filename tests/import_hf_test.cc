@@ -100,6 +100,8 @@ const PatternCase kPatternCases[] = {
     {"Granite40HSmall", "granite-4.0-h-small.json", "\"MEMEMEMEMEAEMEMEMEME\"", "4"},
     // Kimi-K2 runs through the DeepSeek-V3 importer: "AE" x 61, the first FFN slot dense (first_k_dense_replace 1).
     {"KimiK2", "kimi-k2-instruct-0905.json", "\"AE\"", "61"},
+    // GLM-4.5-Air: attention + FFN per layer, 46 layers, the first FFN slot dense (first_k_dense_replace 1).
+    {"Glm45Air", "glm-4.5-air.json", "\"AE\"", "46"},
 };
 
 class ImportPattern : public ::testing::TestWithParam<PatternCase> {};
@@ -231,6 +233,8 @@ const WarningCase kWarningCases[] = {
     {"Qwen3CoderNext", "qwen3-coder-next.json", {"architectures", "linear_num_value_heads"}},
     // Kimi-K2: YaRN scaling and the routed-output scale, neither with parameters.
     {"KimiK2", "kimi-k2-instruct-0905.json", {"rope_scaling", "routed_scaling_factor"}},
+    // GLM-4.5-Air: the q/k/v biases (a stand-in with its difference) and the MTP layer.
+    {"Glm45Air", "glm-4.5-air.json", {"attention_bias", "num_nextn_predict_layers"}},
 };
 
 class ImportWarnings : public ::testing::TestWithParam<WarningCase> {};
@@ -317,15 +321,24 @@ TEST(ImportHf, UnsupportedArchitectureListsTheSupportedOnes) {
   const HfImport r = ImportHfConfig("{\n  \"architectures\": [\"BertForMaskedLM\"]\n}\n", "bert.json");
   ASSERT_FALSE(r.ok());
   const std::string msg = Format(r.diagnostics[0]);
-  EXPECT_THAT(
-      msg, HasSubstr(
-               "bert.json:2:3: architectures = \"BertForMaskedLM\": unsupported architecture; "
-               "supported: BambaForCausalLM, DeepseekV3ForCausalLM, Gemma2ForCausalLM, "
-               "Gemma3ForCausalLM, GptOssForCausalLM, GraniteMoeHybridForCausalLM, JambaForCausalLM, LlamaForCausalLM, "
-               "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
-               "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
-               "mamba_ssm configs "
-               "(mamba_ssm MambaLMHeadModel)"));
+  EXPECT_THAT(msg, HasSubstr("bert.json:2:3: architectures = \"BertForMaskedLM\": unsupported architecture; "
+                             "supported: BambaForCausalLM, DeepseekV3ForCausalLM, Gemma2ForCausalLM, "
+                             "Gemma3ForCausalLM, Glm4MoeForCausalLM, GptOssForCausalLM, GraniteMoeHybridForCausalLM, "
+                             "JambaForCausalLM, LlamaForCausalLM, "
+                             "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
+                             "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
+                             "mamba_ssm configs "
+                             "(mamba_ssm MambaLMHeadModel)"));
+}
+
+TEST(ImportHf, HybridsWithoutAnImporterAreRefused) {
+  // Falcon-H1 (attention and Mamba-2 in parallel in one layer) and Zamba2 (shared attention blocks with
+  // LoRA per use) have no importer yet: refused, not imported as something else.
+  for (const char* arch : {"FalconH1ForCausalLM", "Zamba2ForCausalLM"}) {
+    const HfImport r = ImportHfConfig(std::string("{\"architectures\": [\"") + arch + "\"]}", "h.json");
+    ASSERT_FALSE(r.ok()) << arch;
+    EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("unsupported architecture; supported:")) << arch;
+  }
 }
 
 TEST(ImportHf, MalformedJsonNamesLineAndColumn) {
@@ -584,7 +597,7 @@ TEST(ImportHf, GraniteLayerTypesMustNameEveryLayer) {
   const HfImport bad =
       ImportHfConfig(GraniteConfig(R"("num_local_experts": 0, "layer_types": ["mamba", "moe"])"), "g.json");
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(AllMessages(bad), HasSubstr("each layer type must be \"mamba\" or \"attention\""));
+  EXPECT_THAT(AllMessages(bad), HasSubstr("each layer type must be \"attention\" or \"mamba\""));
 }
 
 TEST(ImportHf, MambaWidthNotAMultipleOfHiddenIsAnError) {
