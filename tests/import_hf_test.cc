@@ -95,8 +95,9 @@ const PatternCase kPatternCases[] = {
     // Qwen3-Next: full attention at every 4th layer (full_attention_interval 4), Gated DeltaNet (as M)
     // elsewhere, each with the MoE FFN: M E M E M E A E, 12 times.
     {"Qwen3CoderNext", "qwen3-coder-next.json", "\"MEMEMEAE\"", "12"},
-    // Granite-4.0-H-Small: layer_types "attention" at 5, 15, 25, 35, "mamba" elsewhere, every layer with the
-    // MoE FFN: 5 x ME, AE, 4 x ME (10 layers), 4 times.
+    // Granite-4.0-H-Small: the fixture's layer_types put "attention" at 5, 15, 25, 35 (4 of 40, IBM's 9:1
+    // interleave; the exact positions were not checked against the released file, and no count depends
+    // on them), "mamba" elsewhere, every layer with the MoE FFN: 5 x ME, AE, 4 x ME (10 layers), 4 times.
     {"Granite40HSmall", "granite-4.0-h-small.json", "\"MEMEMEMEMEAEMEMEMEME\"", "4"},
     // Kimi-K2 runs through the DeepSeek-V3 importer: "AE" x 61, the first FFN slot dense (first_k_dense_replace 1).
     {"KimiK2", "kimi-k2-instruct-0905.json", "\"AE\"", "61"},
