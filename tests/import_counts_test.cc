@@ -126,6 +126,21 @@ const PublishedCase kCases[] = {
     // (502 x 48 x 3 x 2048 x 512). Exact: the recipe's count minus the stated differences of the two
     // stand-ins (the attention output gate; Gated DeltaNet as Mamba-2) must give both to the parameter.
     {"Qwen3CoderNext", "qwen3-coder-next.json", 79674391296.0, 0.0, 3874929408.0, 0.0, Active::kAll},
+    // Granite-4.0-H-Small: "32B total parameters, 9B active" (ibm-granite/granite-4.0-h-small model card and
+    // IBM's Granite 4.0 announcement, Oct 2025). "32B" has two significant digits: 1.6 % (half a unit of the
+    // last digit); "9B" one: 5.6 %. The exact count by the modules' shapes is checked below.
+    {"Granite40HSmall", "granite-4.0-h-small.json", 32e9, 0.016, 9e9, 0.056, Active::kAll},
+    // Kimi-K2 (DeepseekV3ForCausalLM): "Total Parameters 1T, Activated Parameters 32B" (moonshotai/Kimi-K2-Instruct
+    // model card, Model Summary). Activated without the input embedding, as DeepSeek-V3 counts it (same
+    // architecture and publisher convention). "32B": two significant digits, 1.6 %; "1T" has one, and 5 % is
+    // taken rather than half a unit (50 %) so that the test can fail: the exact count is checked below.
+    {"KimiK2", "kimi-k2-instruct-0905.json", 1e12, 0.05, 32e9, 0.016, Active::kWithoutInputEmbedding},
+    // GLM-4.5-Air: "106 billion total parameters and 12 billion active parameters" (zai-org/GLM-4.5-Air model
+    // card), without the MTP layer (which the importer warns about; with it the count would be 109.2B) and,
+    // as DeepSeek-V3 counts, active without the input embedding. Whole billions, truncated as Qwen's
+    // figures are: the count lies in [106, 107)B and [12, 13)B, i.e. the middle of that interval with half
+    // its width as the tolerance (0.47 %, 4 %). The exact count is checked below.
+    {"Glm45Air", "glm-4.5-air.json", 106.5e9, 0.5 / 106.5, 12.5e9, 0.04, Active::kWithoutInputEmbedding},
 };
 
 class ImportedCounts : public ::testing::TestWithParam<PublishedCase> {};
@@ -146,6 +161,72 @@ TEST_P(ImportedCounts, MatchPublishedFigures) {
 
 INSTANTIATE_TEST_SUITE_P(All, ImportedCounts, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(ImportedCounts, Granite40HSmallIsCountedToTheParameter) {
+  // By GraniteMoeHybrid's module shapes (transformers modeling_granitemoehybrid.py), hidden 4096, tied
+  // embedding of 100,352 rows (411,041,792):
+  //   Mamba-2 layer (36): in_proj 4096 x (2 x 8192 + 2 x 1 x 128 + 128 heads) = 68,681,728, conv1d
+  //     (8192 + 256) x (4 + 1) = 42,240, A_log + D + dt_bias 384, gated norm 8192, out_proj 8192 x 4096
+  //     = 33,554,432, input norm 4096: 102,291,072.
+  //   attention layer (4): q and o 4096 x 4096 each, k and v 4096 x 1024 each (8 kv heads of 128), norm:
+  //     41,947,136.
+  //   MoE (40): 72 experts x (4096 x 2 x 768 + 768 x 4096) = 679,477,248, router 72 x 4096 = 294,912,
+  //     shared_mlp 4096 x 2 x 1536 + 1536 x 4096 = 18,874,368, norm 4096: 698,650,624; active with 10
+  //     experts: 113,545,216.
+  //   final norm 4096.
+  // Total 36 x 102,291,072 + 4 x 41,947,136 + 40 x 698,650,624 + 411,041,792 + 4096 = 32,207,337,984;
+  // active 3,682,478,592 + 167,788,544 + 40 x 113,545,216 + 411,041,792 + 4096 = 8,803,121,664.
+  int64_t stated = 0;
+  const LoadResult loaded = ImportAndLoad("granite-4.0-h-small.json", &stated);
+  ASSERT_TRUE(loaded.ok()) << Messages(loaded.diagnostics);
+  EXPECT_EQ(stated, 0);  // no stand-in: every block has its exact letter
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  EXPECT_EQ(inv.total_params, 32207337984);
+  EXPECT_EQ(inv.active_params, 8803121664);
+}
+
+TEST(ImportedCounts, KimiK2IsCountedToTheParameter) {
+  // By DeepseekV3's module shapes, hidden 7168, 64 heads, vocabulary 163,840 (embedding and head untied:
+  // 2 x 1,174,405,120):
+  //   MLA (61): q_a 7168 x 1536, q_a_norm 1536, q_b 1536 x 64 x (128 + 64), kv_a 7168 x (512 + 64),
+  //     kv_a_norm 512, kv_b 512 x 64 x (128 + 128), o 64 x 128 x 7168, input norm 7168: 101,131,264.
+  //   dense MLP (layer 0): 3 x 7168 x 18432 + norm = 396,368,896.
+  //   MoE (60): (384 + 1 shared) x 3 x 7168 x 2048 = 16,955,473,920, router 384 x 7168 and its bias 384,
+  //     norm 7168: 16,958,233,984; active with 8 experts: 399,121,792.
+  //   final norm 7168.
+  // Total 1,026,408,232,448; active 32,861,500,928 (31,687,095,808 without the input embedding).
+  // Kimi's tech-report figure of 1.04T is 1.3 % above this count; the released checkpoint has no MTP
+  // module (num_nextn_predict_layers 0), which would account for about that much.
+  int64_t stated = 0;
+  const LoadResult loaded = ImportAndLoad("kimi-k2-instruct-0905.json", &stated);
+  ASSERT_TRUE(loaded.ok()) << Messages(loaded.diagnostics);
+  EXPECT_EQ(stated, 0);
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  EXPECT_EQ(inv.total_params, 1026408232448);
+  EXPECT_EQ(inv.active_params, 32861500928);
+  EXPECT_EQ(inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kDenseMlp))], 1);
+  EXPECT_EQ(inv.family_layers[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))], 60);
+}
+
+TEST(ImportedCounts, Glm45AirIsCountedToTheParameter) {
+  // By Glm4Moe's module shapes, hidden 4096, 96 heads and 8 kv heads of 128, vocabulary 151,552 (untied:
+  // 2 x 620,756,992):
+  //   attention (46): q and o 4096 x 12288 each, k and v 4096 x 1024 each, q/k/v biases 12288 + 2 x 1024,
+  //     input norm 4096: 109,070,336.
+  //   dense MLP (layer 0): 3 x 4096 x 10944 + norm = 134,483,968.
+  //   MoE (45): (128 + 1 shared) x 3 x 4096 x 1408 = 2,231,894,016, router 128 x 4096 and its correction
+  //     bias 128, norm 4096: 2,232,422,528; active with 8 experts: 156,242,048.
+  //   final norm 4096.
+  // Total 106,852,251,264; active 13,424,129,664 (12,803,372,672 without the input embedding). The MTP
+  // layer (a 47th attention + MoE layer and eh_proj 8192 x 4096) is not counted.
+  int64_t stated = 0;
+  const LoadResult loaded = ImportAndLoad("glm-4.5-air.json", &stated);
+  ASSERT_TRUE(loaded.ok()) << Messages(loaded.diagnostics);
+  EXPECT_EQ(stated, -46 * (12288 + 2 * 1024));  // the q/k/v biases the recipe leaves out
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  EXPECT_EQ(inv.total_params - stated, 106852251264);
+  EXPECT_EQ(inv.active_params - stated, 13424129664);
+}
 
 TEST(ImportedCounts, Qwen3NonEmbeddingTotal) {
   // "Number of Parameters (Non-Embedding): 29.9B" (Qwen/Qwen3-30B-A3B model card).

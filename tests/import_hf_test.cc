@@ -95,6 +95,14 @@ const PatternCase kPatternCases[] = {
     // Qwen3-Next: full attention at every 4th layer (full_attention_interval 4), Gated DeltaNet (as M)
     // elsewhere, each with the MoE FFN: M E M E M E A E, 12 times.
     {"Qwen3CoderNext", "qwen3-coder-next.json", "\"MEMEMEAE\"", "12"},
+    // Granite-4.0-H-Small: the fixture's layer_types put "attention" at 5, 15, 25, 35 (4 of 40, IBM's 9:1
+    // interleave; the exact positions were not checked against the released file, and no count depends
+    // on them), "mamba" elsewhere, every layer with the MoE FFN: 5 x ME, AE, 4 x ME (10 layers), 4 times.
+    {"Granite40HSmall", "granite-4.0-h-small.json", "\"MEMEMEMEMEAEMEMEMEME\"", "4"},
+    // Kimi-K2 runs through the DeepSeek-V3 importer: "AE" x 61, the first FFN slot dense (first_k_dense_replace 1).
+    {"KimiK2", "kimi-k2-instruct-0905.json", "\"AE\"", "61"},
+    // GLM-4.5-Air: attention + FFN per layer, 46 layers, the first FFN slot dense (first_k_dense_replace 1).
+    {"Glm45Air", "glm-4.5-air.json", "\"AE\"", "46"},
 };
 
 class ImportPattern : public ::testing::TestWithParam<PatternCase> {};
@@ -224,6 +232,10 @@ const WarningCase kWarningCases[] = {
     {"Mamba1_2_8B_MambaSsm", "mamba-2.8b-ssm.json", {"ssm_cfg.layer"}},
     // Qwen3-Next: the attention output gate (architectures) and Gated DeltaNet as Mamba-2.
     {"Qwen3CoderNext", "qwen3-coder-next.json", {"architectures", "linear_num_value_heads"}},
+    // Kimi-K2: YaRN scaling and the routed-output scale, neither with parameters.
+    {"KimiK2", "kimi-k2-instruct-0905.json", {"rope_scaling", "routed_scaling_factor"}},
+    // GLM-4.5-Air: the q/k/v biases (a stand-in with its difference) and the MTP layer.
+    {"Glm45Air", "glm-4.5-air.json", {"attention_bias", "num_nextn_predict_layers"}},
 };
 
 class ImportWarnings : public ::testing::TestWithParam<WarningCase> {};
@@ -240,10 +252,11 @@ INSTANTIATE_TEST_SUITE_P(All, ImportWarnings, ::testing::ValuesIn(kWarningCases)
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(ImportHf, CleanConfigsImportWithoutWarnings) {
-  // Mixtral 8x7B v0.1, Nemotron-H-8B, Mamba-2 2.7B (both formats), Qwen3-30B-A3B, Qwen3-8B and Bamba-9B
-  // (both formats) have nothing the recipe cannot hold.
-  for (const char* f : {"mixtral-8x7b.json", "nemotron-h-8b.json", "mamba2-2.7b.json", "qwen3-30b-a3b.json",
-                        "mamba2-2.7b-ssm.json", "qwen3-8b.json", "bamba-9b.json", "bamba-9.8b-ssm.json"}) {
+  // Mixtral 8x7B v0.1, Nemotron-H-8B, Mamba-2 2.7B (both formats), Qwen3-30B-A3B, Qwen3-8B, Bamba-9B
+  // (both formats) and Granite-4.0-H-Small have nothing the recipe cannot hold.
+  for (const char* f :
+       {"mixtral-8x7b.json", "nemotron-h-8b.json", "mamba2-2.7b.json", "qwen3-30b-a3b.json", "mamba2-2.7b-ssm.json",
+        "qwen3-8b.json", "bamba-9b.json", "bamba-9.8b-ssm.json", "granite-4.0-h-small.json"}) {
     const HfImport r = ImportFixture(f);
     EXPECT_TRUE(r.diagnostics.empty()) << f << ":\n" << AllMessages(r);
   }
@@ -311,11 +324,22 @@ TEST(ImportHf, UnsupportedArchitectureListsTheSupportedOnes) {
   const std::string msg = Format(r.diagnostics[0]);
   EXPECT_THAT(msg, HasSubstr("bert.json:2:3: architectures = \"BertForMaskedLM\": unsupported architecture; "
                              "supported: BambaForCausalLM, DeepseekV3ForCausalLM, Gemma2ForCausalLM, "
-                             "Gemma3ForCausalLM, GptOssForCausalLM, JambaForCausalLM, LlamaForCausalLM, "
+                             "Gemma3ForCausalLM, Glm4MoeForCausalLM, GptOssForCausalLM, GraniteMoeHybridForCausalLM, "
+                             "JambaForCausalLM, LlamaForCausalLM, "
                              "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
                              "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
                              "mamba_ssm configs "
                              "(mamba_ssm MambaLMHeadModel)"));
+}
+
+TEST(ImportHf, HybridsWithoutAnImporterAreRefused) {
+  // Falcon-H1 (attention and Mamba-2 in parallel in one layer) and Zamba2 (shared attention blocks with
+  // LoRA per use) have no importer yet: refused, not imported as something else.
+  for (const char* arch : {"FalconH1ForCausalLM", "Zamba2ForCausalLM"}) {
+    const HfImport r = ImportHfConfig(std::string("{\"architectures\": [\"") + arch + "\"]}", "h.json");
+    ASSERT_FALSE(r.ok()) << arch;
+    EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("unsupported architecture; supported:")) << arch;
+  }
 }
 
 TEST(ImportHf, MalformedJsonNamesLineAndColumn) {
@@ -540,6 +564,41 @@ TEST(ImportHf, NemotronPatternMustMatchLayerCountAndAlphabet) {
                                              "n.json");
   ASSERT_FALSE(bad_letter.ok());
   EXPECT_THAT(AllMessages(bad_letter), HasSubstr("letter 'X' is not one of M (Mamba-2), * (attention)"));
+}
+
+// A small GraniteMoeHybrid config (the field names of GraniteMoeHybridConfig) with `extra` fields.
+std::string GraniteConfig(const std::string& extra) {
+  return R"({"architectures": ["GraniteMoeHybridForCausalLM"], "hidden_size": 64, "vocab_size": 100,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "mamba_n_heads": 2,
+    "mamba_d_head": 64, "mamba_d_state": 16, "shared_intermediate_size": 256, )" +
+         extra + "}";
+}
+
+TEST(ImportHf, GraniteWithoutExpertsIsDense) {
+  // H-Micro's form: num_local_experts 0, so the layer's FFN is the shared MLP alone (a SwiGLU of
+  // shared_intermediate_size), a D after each mixer.
+  const HfImport r = ImportHfConfig(GraniteConfig(R"("num_local_experts": 0, "layer_types": ["mamba", "attention"])"),
+                                    "granite-micro.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.pattern"), "\"MDAD\"");
+  EXPECT_EQ(e.at("model.mlp.ffn_hidden"), "256");
+  EXPECT_EQ(e.count("model.moe.experts"), 0u);
+  EXPECT_TRUE(r.diagnostics.empty()) << AllMessages(r);
+}
+
+TEST(ImportHf, GraniteLayerTypesMustNameEveryLayer) {
+  const HfImport missing = ImportHfConfig(GraniteConfig(R"("num_local_experts": 0)"), "g.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(AllMessages(missing), HasSubstr("layer_types: missing required field for GraniteMoeHybridForCausalLM"));
+  const HfImport short_list =
+      ImportHfConfig(GraniteConfig(R"("num_local_experts": 0, "layer_types": ["mamba"])"), "g.json");
+  ASSERT_FALSE(short_list.ok());
+  EXPECT_THAT(AllMessages(short_list), HasSubstr("must list num_hidden_layers (2) layer types"));
+  const HfImport bad =
+      ImportHfConfig(GraniteConfig(R"("num_local_experts": 0, "layer_types": ["mamba", "moe"])"), "g.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(AllMessages(bad), HasSubstr("each layer type must be \"attention\" or \"mamba\""));
 }
 
 TEST(ImportHf, MambaWidthNotAMultipleOfHiddenIsAnError) {

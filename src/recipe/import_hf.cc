@@ -643,6 +643,23 @@ void ImportQwen3Moe(ConfigReader& r, ModelWriter* w) {
   WarnBiases(r);
 }
 
+/// DeepSeek-V3-style routing keys without parameters (group-limited routing,
+/// the routed-output scale), the MTP modules the recipe leaves out, and the
+/// checkpoint's quantization: each named and dropped.
+void WarnDeepSeekRoutingAndMtp(ConfigReader& r) {
+  r.UnrepresentedUnless("n_group", Json(1),
+                        "group-limited routing (experts in n_group groups) only restricts "
+                        "which experts a token may pick; no parameters, dropped");
+  r.UnrepresentedUnless("topk_group", Json(1), "group-limited routing: groups a token may pick from; dropped");
+  r.UnrepresentedUnless("routed_scaling_factor", Json(1.0), "scale on routed-expert outputs; no parameters, dropped");
+  r.UnrepresentedUnless("num_nextn_predict_layers", Json(0),
+                        "multi-token-prediction (MTP) modules are not part of the recipe; their parameters "
+                        "(one extra decoder layer, embedding-sized projections) are not counted");
+  r.UnrepresentedUnless("quantization_config", Json(),
+                        "checkpoint quantization; the recipe's storage dtypes come "
+                        "from training.precision");
+}
+
 void ImportDeepseekV3(ConfigReader& r, ModelWriter* w) {
   const int64_t layers = LayerCount(r);
   const int64_t first_dense = r.OptCount("first_k_dense_replace", 0);
@@ -690,18 +707,50 @@ void ImportDeepseekV3(ConfigReader& r, ModelWriter* w) {
       r.Unrepresented("scoring_func", "router scoring other than softmax or sigmoid; imported as softmax");
     }
   }
-  r.UnrepresentedUnless("n_group", Json(1), "group-limited routing (experts in n_group groups) only restricts "
-                                            "which experts a token may pick; no parameters, dropped");
-  r.UnrepresentedUnless("topk_group", Json(1), "group-limited routing: groups a token may pick from; dropped");
-  r.UnrepresentedUnless("routed_scaling_factor", Json(1.0), "scale on routed-expert outputs; no parameters, dropped");
-  r.UnrepresentedUnless("num_nextn_predict_layers", Json(0),
-                        "multi-token-prediction (MTP) modules are not part of the recipe; their parameters "
-                        "(one extra decoder layer, embedding-sized projections) are not counted");
-  r.UnrepresentedUnless("quantization_config", Json(), "checkpoint quantization; the recipe's storage dtypes come "
-                                                       "from training.precision");
+  WarnDeepSeekRoutingAndMtp(r);
   ExpectSilu(r, "hidden_act");
   WarnRopeScaling(r);
   WarnBiases(r);
+}
+
+/// Glm4MoeForCausalLM (GLM-4.5, GLM-4.5-Air): GQA attention with q/k/v
+/// biases and optional per-head q/k norms, then DeepSeek-V3's FFN: dense for
+/// the first first_k_dense_replace layers, else routed experts with shared
+/// experts of the same width and a sigmoid router with a correction bias.
+void ImportGlm4Moe(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const int64_t first_dense = r.OptCount("first_k_dense_replace", 1);
+  w->Add("pattern", "\"AE\"", "attention + MoE FFN; the first k FFN slots are dense (moe.first_k_dense)");
+  w->Add("repeat", layers, fmt::format("{} sublayers", 2 * layers));
+  const int64_t hidden = ReadTrunk(r, false, w);
+  const AttentionShape a = ReadAttention(r, hidden, w, r.OptBool("use_qk_norm", false));
+  if (r.OptBool("attention_bias", false)) {
+    // Glm4MoeAttention: q_proj, k_proj and v_proj with bias=attention_bias, o_proj without.
+    r.StandIn("attention_bias",
+              "GLM's bias vectors on q, k and v (o_proj has none; the recipe's linear_bias would add them to o_proj "
+              "and the MLP as well) are left out",
+              -a.QkvWidth() * layers);
+  }
+  r.UnrepresentedUnless("mlp_bias", Json(false), "bias vectors on the MLP projections are not counted");
+  if (first_dense > 0) {
+    w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"), "dense FFN layers");
+    w->Add("mlp.activation", "swiglu");
+  } else {
+    r.Use("intermediate_size");
+  }
+  w->Add("moe.experts", r.RequireInt("n_routed_experts"));
+  w->Add("moe.top_k", r.RequireInt("num_experts_per_tok"));
+  w->Add("moe.ffn_hidden", r.RequireInt("moe_intermediate_size"), "per routed expert");
+  w->Add("moe.shared_experts", r.OptCount("n_shared_experts", 1), "each as wide as a routed expert");
+  w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+  w->Add("moe.router", "sigmoid");
+  w->AddBool("moe.router_bias", true, "e_score_correction_bias: aux-loss-free balancing bias per expert");
+  w->Add("moe.first_k_dense", first_dense, "first_k_dense_replace");
+  r.Use("partial_rotary_factor");  // RoPE width: no parameters
+  r.Use("rope_parameters");
+  WarnDeepSeekRoutingAndMtp(r);
+  ExpectSilu(r, "hidden_act");
+  WarnRopeScaling(r);
 }
 
 void ImportJamba(ConfigReader& r, ModelWriter* w) {
@@ -1038,6 +1087,25 @@ std::set<int64_t> LayerIndexList(ConfigReader& r, const std::string& key, int64_
   return out;
 }
 
+/// A present layer_types list of two kinds, one entry a layer: true where the
+/// entry is `yes`; an error naming the list or entry otherwise (all false).
+std::vector<bool> LayerTypeFlags(ConfigReader& r, int64_t layers, const std::string& yes, const std::string& no) {
+  std::vector<bool> flags(static_cast<size_t>(layers));
+  const Json& v = r.At("layer_types");
+  if (!v.is_array() || static_cast<int64_t>(v.size()) != layers) {
+    r.Error("layer_types", v.dump(), fmt::format("must list num_hidden_layers ({}) layer types", layers));
+    return flags;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != yes && v[i] != no) {
+      r.Error("layer_types", v[i].dump(), fmt::format("each layer type must be \"{}\" or \"{}\"", yes, no));
+      return std::vector<bool>(static_cast<size_t>(layers));
+    }
+    flags[i] = v[i] == yes;
+  }
+  return flags;
+}
+
 // ---- Hybrids with mamba_* keys (Bamba) -----------------------------------------
 
 /// BambaForCausalLM (BambaDecoderLayer): attention at attn_layer_indices,
@@ -1060,6 +1128,73 @@ void ImportBamba(ConfigReader& r, ModelWriter* w) {
   WarnRopeScaling(r);
 }
 
+// ---- Granite-4.0-H -------------------------------------------------------------
+
+/// Whether each layer of a GraniteMoeHybrid model mixes with attention
+/// (layer_types: "attention" / "mamba", one a layer; GraniteMoeHybridConfig).
+std::vector<bool> GraniteAttentionLayers(ConfigReader& r, int64_t layers) {
+  r.Use("layer_types");
+  if (!r.Has("layer_types")) {
+    r.Error("layer_types", "",
+            "missing required field for GraniteMoeHybridForCausalLM (\"mamba\" or \"attention\" "
+            "for each of the num_hidden_layers layers)");
+    return std::vector<bool>(static_cast<size_t>(layers));
+  }
+  return LayerTypeFlags(r, layers, "attention", "mamba");
+}
+
+/// GraniteMoeHybridForCausalLM (Granite-4.0-H): a Mamba-2 or attention mixer
+/// per layer_types, then the FFN: the routed experts with the shared MLP beside
+/// them (GraniteMoeHybridMoE + shared_mlp), or the shared MLP alone when
+/// num_local_experts is 0 (H-Micro). The muP multipliers scale activations and
+/// have no parameters.
+void ImportGraniteMoeHybrid(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  const std::vector<bool> attention = GraniteAttentionLayers(r, layers);
+  const int64_t experts = r.OptCount("num_local_experts", 0);
+  std::string letters;
+  for (const bool a : attention) {
+    letters += a ? 'A' : 'M';
+    letters += experts > 0 ? 'E' : 'D';
+  }
+  WriteLayers(letters,
+              experts > 0 ? "Granite-4.0-H layer = Mamba-2 or attention (layer_types) + MoE FFN with a shared MLP"
+                          : "Granite-4.0-H layer = Mamba-2 or attention (layer_types) + the shared SwiGLU MLP",
+              w);
+  const int64_t hidden = ReadTrunk(r, true, w);
+  const int64_t attention_layers = std::count(attention.begin(), attention.end(), true);
+  if (attention_layers > 0) ReadAttention(r, hidden, w);
+  const int64_t shared = r.OptCount("shared_intermediate_size", 0);
+  if (experts > 0) {
+    w->Add("moe.experts", experts);
+    w->Add("moe.top_k", r.RequireInt("num_experts_per_tok"));
+    w->Add("moe.ffn_hidden", r.RequireInt("intermediate_size"), "per routed expert");
+    w->Add("moe.shared_experts", shared > 0 ? 1 : 0, "shared_mlp, beside the experts, ungated");
+    if (shared > 0) w->Add("moe.shared_ffn_hidden", shared);
+    w->AddBool("moe.dropless", true, "Hugging Face MoE blocks drop no tokens");
+    w->Add("moe.router", "softmax");
+  } else {
+    if (shared == 0) {
+      r.Error("shared_intermediate_size", "0",
+              "without experts (num_local_experts 0) the shared MLP is the layer's FFN and needs a width");
+    }
+    w->Add("mlp.ffn_hidden", shared, "shared_intermediate_size: the dense model's MLP (no experts)");
+    w->Add("mlp.activation", "swiglu");
+    r.Use("intermediate_size");
+    r.Use("num_experts_per_tok");
+  }
+  ExpectSilu(r, "hidden_act");
+  if (attention_layers < layers) ReadMamba2(r, kPrefixedMamba2Keys, hidden, w);
+  r.UnrepresentedUnless("normalization_function", Json("rmsnorm"), "the recipe's norms are RMSNorm here");
+  // muP multipliers, the position embedding kind (NoPE or RoPE) and init: no parameters.
+  for (const char* k : {"embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier",
+                        "position_embedding_type", "init_method"}) {
+    r.Use(k);
+  }
+  WarnRopeScaling(r);
+  WarnBiases(r);
+}
+
 // ---- Qwen3-Next -------------------------------------------------------------
 
 /// Whether each layer of a Qwen3-Next model is full attention: layer_types
@@ -1069,21 +1204,7 @@ std::vector<bool> Qwen3NextFullAttention(ConfigReader& r, int64_t layers) {
   std::vector<bool> full(static_cast<size_t>(layers));
   r.Use("layer_types");
   r.Use("full_attention_interval");
-  if (r.Has("layer_types")) {
-    const Json& v = r.At("layer_types");
-    if (!v.is_array() || static_cast<int64_t>(v.size()) != layers) {
-      r.Error("layer_types", v.dump(), fmt::format("must list num_hidden_layers ({}) layer types", layers));
-      return full;
-    }
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i] != "full_attention" && v[i] != "linear_attention") {
-        r.Error("layer_types", v[i].dump(), "each layer type must be \"full_attention\" or \"linear_attention\"");
-        return full;
-      }
-      full[i] = v[i] == "full_attention";
-    }
-    return full;
-  }
+  if (r.Has("layer_types")) return LayerTypeFlags(r, layers, "full_attention", "linear_attention");
   const int64_t interval = r.OptInt("full_attention_interval", 4);
   for (int64_t i = 0; i < layers; ++i) full[static_cast<size_t>(i)] = (i + 1) % interval == 0;
   return full;
@@ -1361,7 +1482,8 @@ const std::map<std::string, ImportFn>& Importers() {
       {"Qwen2ForCausalLM", ImportQwen2},         {"Qwen3ForCausalLM", ImportQwen3},
       {"MistralForCausalLM", ImportMistral},     {"Gemma2ForCausalLM", ImportGemma2},
       {"Gemma3ForCausalLM", ImportGemma3},       {"BambaForCausalLM", ImportBamba},
-      {"Qwen3NextForCausalLM", ImportQwen3Next},
+      {"Qwen3NextForCausalLM", ImportQwen3Next}, {"GraniteMoeHybridForCausalLM", ImportGraniteMoeHybrid},
+      {"Glm4MoeForCausalLM", ImportGlm4Moe},
   };
   return kImporters;
 }
