@@ -2,8 +2,8 @@
 # The "limits" table of bench/README.md: for each command, the deepest recipe
 # (the default recipe with pattern AEME repeated N times: 4N layers) it
 # finishes within 1 s and within 10 s on one core, with its peak memory; for
-# sweep, the largest --gpus (and the size of that space) on two shipped
-# recipes. Pinned to one core with taskset. Prints Markdown rows.
+# sweep, the widest space (and its size) on two shipped
+# recipes over wide axes. Pinned to one core with taskset. Prints Markdown rows.
 # Usage: bench/limits.sh [BUILD_DIR]   (a Release build; default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,10 +11,11 @@ bin=${1:-build}/preflight
 recipe=recipes/nam56r-h200.yaml
 core="taskset -c 0"
 
-seconds_and_kb() {  # seconds_and_kb CMD...: prints "SECONDS KB" of one run
-  local out
-  out=$( { /usr/bin/time -f "%e %M" $core "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
-  echo "$out"
+timing=$(mktemp)
+trap 'rm -f "$timing"' EXIT
+seconds_and_kb() {  # seconds_and_kb CMD...: prints "SECONDS KB" of one run (exit status ignored)
+  /usr/bin/time -f "%e %M" -o "$timing" $core "$@" >/dev/null 2>&1 || true
+  tail -1 "$timing"
 }
 
 deep() {  # deep VERB N [args]: the command on the 4N-layer recipe
@@ -35,7 +36,7 @@ largest() {  # largest VERB BOUND: the largest N (of a doubling then bisection) 
   local verb=$1 bound=$2 lo=0 hi=1 t kb best_kb=0
   while :; do
     read -r t kb < <(seconds_and_kb $(deep "$verb" "$hi"))
-    if awk "BEGIN{exit !($t <= $bound)}"; then
+    if awk -v t="$t" -v b="$bound" 'BEGIN{exit !(t <= b)}'; then
       lo=$hi best_kb=$kb
       [[ $hi -ge 25000 ]] && break
       hi=$((hi * 2 > 25000 ? 25000 : hi * 2))
@@ -47,7 +48,7 @@ largest() {  # largest VERB BOUND: the largest N (of a doubling then bisection) 
     while ((hi - lo > lo / 20 + 1)); do
       local mid=$(((lo + hi) / 2))
       read -r t kb < <(seconds_and_kb $(deep "$verb" "$mid"))
-      if awk "BEGIN{exit !($t <= $bound)}"; then lo=$mid best_kb=$kb; else hi=$mid; fi
+      if awk -v t="$t" -v b="$bound" 'BEGIN{exit !(t <= b)}'; then lo=$mid best_kb=$kb; else hi=$mid; fi
     done
   fi
   echo "$((lo * 4)) layers, $((best_kb / 1024)) MiB"
@@ -59,21 +60,24 @@ for verb in validate fit plan check diff; do
   echo "| \`$verb\` | $(largest "$verb" 1) | $(largest "$verb" 10) |"
 done
 
-# sweep: doubling --gpus on one thread until a run takes longer than the bound.
+# sweep: 16,384 GPUs, every integer degree in tp 1..8, cp 1..8, vpp 1..8,
+# micro-batch 1..8 (ep, expert_tp, recompute, zero at their defaults) and pp
+# 1..N, N doubling until a run takes longer than the bound.
 sweep_largest() {  # sweep_largest RECIPE BOUND
-  local r=$1 bound=$2 g=8 best="none" t kb
-  while ((g <= 65536)); do
-    read -r t kb < <(seconds_and_kb "$bin" sweep "$r" --gpus "$g" --threads 1 --format csv)
-    awk "BEGIN{exit !($t <= $bound)}" || break
-    local size
-    size=$("$bin" sweep "$r" --gpus "$g" --threads 1 2>/dev/null | grep -o '[0-9,]* layouts' | head -1 || true)
-    best="--gpus $g ($size, $t s), $((kb / 1024)) MiB"
-    g=$((g * 2))
+  local r=$1 bound=$2 n=1 best="none" t kb size
+  local axes=(--gpus 16384 --threads 1 --tp 1..8 --cp 1..8 --vpp 1..8 --micro-batch 1..8)
+  while ((n <= 128)); do
+    read -r t kb < <(seconds_and_kb "$bin" sweep "$r" "${axes[@]}" --pp "1..$n" --format csv)
+    awk -v t="$t" -v b="$bound" 'BEGIN{exit !(t <= b)}' || break
+    size=$("$bin" sweep "$r" "${axes[@]}" --pp "1..$n" 2>/dev/null | grep -o '^[0-9]* layouts' | head -1 || true)
+    [[ -n $size ]] || break  # refused: not a sweep that ran
+    best="pp 1..$n: $size in $t s, $((kb / 1024)) MiB"
+    n=$((n * 2))
   done
   echo "$best"
 }
 echo
-echo "| sweep (one thread) | within 1 s | within 10 s |"
+echo "| sweep on 16,384 GPUs, one thread | within 1 s | within 10 s |"
 echo "| --- | --- | --- |"
 for r in recipes/llama3-405b-h200.yaml recipes/deepseek-v3-h200.yaml; do
   echo "| \`$(basename "$r")\` | $(sweep_largest "$r" 1) | $(sweep_largest "$r" 10) |"

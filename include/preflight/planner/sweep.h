@@ -143,7 +143,8 @@ std::optional<int64_t> CheckedSweepSize(const SweepSpace& space);
 /// The most GPUs a sweep lays out: the recipe's bounds (2^24 nodes of at most
 /// 1024 GPUs), so node counts and their products stay inside int64.
 inline constexpr int64_t kMaxSweepGpus = int64_t{1} << 34;
-/// The most layouts one sweep prices (each row is kept: about 50 B each).
+/// The most layouts one sweep prices. Each row is kept: about 380 B a layout
+/// with the working set (bench/README.md "Limits"), so about 7.5 GB here.
 inline constexpr int64_t kMaxSweepLayouts = 20'000'000;
 
 /// Evaluates every layout of `space` (its axes already filled) against
