@@ -72,10 +72,12 @@ const char* Key(AdviceMove m) {
     case AdviceMove::kSequenceParallel: return "sequence_parallel";
     case AdviceMove::kMoreEp: return "more_ep";
     case AdviceMove::kMorePp: return "more_pp";
+    case AdviceMove::kMoreCp: return "more_cp";
     case AdviceMove::kZeroUp: return "zero_up";
     case AdviceMove::kMoreRecompute: return "more_recompute";
     case AdviceMove::kSmallerMicroBatch: return "smaller_micro_batch";
     case AdviceMove::kFewerReplicas: return "fewer_replicas";
+    case AdviceMove::kMoreNodes: return "more_nodes";
   }
   return "?";
 }
@@ -84,6 +86,7 @@ std::string Suggestion::Summary() const {
   std::string out;
   for (const AdviceChange& c : changes) {
     out += fmt::format("{}{} {} -> {}", out.empty() ? "" : ", ", c.key, c.from, c.to);
+    if (c.move == AdviceMove::kMoreNodes) out += fmt::format(" ({} GPUs)", layout.world());
   }
   return out;
 }
@@ -119,6 +122,13 @@ std::optional<Recipe> ApplyMove(const Recipe& recipe, AdviceMove move, AdviceCha
       p = SplitFor(p, p.pp * 2, p.vpp, p.schedule, LayerCount(r.model.layers));
       p.stage_boundaries.clear();  // they described the old stages
       break;
+    case AdviceMove::kMoreCp:
+      // Context parallelism splits every sequence: activations per rank halve
+      // where the recipe's blocks allow it (ValidateForPlan checks them).
+      if (r.training.seq_len % (2 * p.cp) != 0) return std::nullopt;
+      set("parallel.cp", p.cp, p.cp * 2);
+      p.cp *= 2;
+      break;
     case AdviceMove::kZeroUp:
       if (p.zero >= 3) return std::nullopt;
       set("parallel.zero", p.zero, p.zero + 1);
@@ -142,6 +152,10 @@ std::optional<Recipe> ApplyMove(const Recipe& recipe, AdviceMove move, AdviceCha
       if (p.dp_replicate == 1) return std::nullopt;
       set("parallel.dp_replicate", p.dp_replicate, p.dp_replicate / 2);
       p.dp_replicate /= 2;
+      break;
+    case AdviceMove::kMoreNodes:
+      set("cluster.nodes", r.cluster.nodes, r.cluster.nodes * 2);
+      r.cluster.nodes *= 2;
       break;
   }
   return r;
@@ -171,7 +185,7 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
   std::vector<Candidate> found;
   // Single moves first; pairs only when none of them fits.
   std::vector<std::pair<AdviceChange, Recipe>> singles;
-  for (int m = 0; m < kNumAdviceMoves; ++m) {
+  for (int m = 0; m < kNumSameGpuMoves; ++m) {
     AdviceChange change;
     auto r = ApplyMove(recipe, static_cast<AdviceMove>(m), &change);
     if (!r) continue;
@@ -184,7 +198,7 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
   if (found.empty()) {
     for (const auto& [first, r1] : singles) {
       const int m1 = static_cast<int>(first.move);
-      for (int m2 = m1; m2 < kNumAdviceMoves; ++m2) {
+      for (int m2 = m1; m2 < kNumSameGpuMoves; ++m2) {
         AdviceChange second;
         auto r2 = ApplyMove(r1, static_cast<AdviceMove>(m2), &second);
         if (!r2) continue;
@@ -193,6 +207,18 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
           found.push_back({*s, m1, m2});
         }
       }
+    }
+  }
+  // Nothing fits on these GPUs: the fewest more nodes that do (x2, x4, x8).
+  Recipe more = recipe;
+  AdviceChange nodes{AdviceMove::kMoreNodes, "cluster.nodes", fmt::format("{}", recipe.cluster.nodes), ""};
+  for (int doubling = 0; found.empty() && doubling < 3; ++doubling) {
+    AdviceChange step;
+    more = *ApplyMove(more, AdviceMove::kMoreNodes, &step);
+    nodes.to = step.to;
+    if (auto s = Price(more, before, advice.step_s, options.cost)) {
+      s->changes = {nodes};
+      found.push_back({*s, static_cast<int>(AdviceMove::kMoreNodes), -1});
     }
   }
   std::sort(found.begin(), found.end(), Better);

@@ -1,9 +1,11 @@
 // Fit advice: suggestions that actually fit when applied through the
 // ordinary recipe path (`preflight fit --set ...`), pairs only when no single
 // change fits, cheapest first, and the dominant category when it fits.
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -124,6 +126,72 @@ TEST(AdviceFit, PairsOnlyWhenNoSingleChangeFits) {
     args.push_back("--set");
     args.push_back(change);
     EXPECT_EQ(RunPreflight(args).exit_code, 1) << change;
+  }
+}
+
+// `fit` with `overrides` on `recipe`: the exit code (0 fits, 1 does not).
+int FitExit(const char* recipe, const std::vector<std::string>& overrides) {
+  std::vector<std::string> args = {"fit", recipe};
+  for (const std::string& o : overrides) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  return RunPreflight(args).exit_code;
+}
+
+FitAdvice AdviseOn(const char* recipe, const std::vector<std::string>& overrides) {
+  std::vector<Override> parsed;
+  for (const std::string& o : overrides) parsed.push_back(*ParseOverride(o));
+  const LoadResult r = LoadRecipeFile(SourcePath(recipe), parsed);
+  EXPECT_TRUE(r.ok()) << testing::FirstErrorText(r);
+  return Advise(BuildInventory(*r.recipe));
+}
+
+// Issue "Sweeps ... a search users can act on": a long-context recipe that
+// does not fit hears about context parallelism. Llama 3 8B at 32K tokens with
+// selective recompute is ~80 GiB over; cp 2 halves every activation.
+TEST(AdviceFit, LongContextGetsAContextParallelSuggestionThatFits) {
+  const std::vector<std::string> base = {"training.seq_len=32768", "training.global_batch=64"};
+  ASSERT_EQ(FitExit(kLlama, base), 1);
+  const FitAdvice a = AdviseOn(kLlama, base);
+  const auto cp = std::find_if(a.suggestions.begin(), a.suggestions.end(), [](const Suggestion& s) {
+    return s.changes.size() == 1 && s.changes.front().move == AdviceMove::kMoreCp;
+  });
+  ASSERT_NE(cp, a.suggestions.end());
+  EXPECT_EQ(cp->changes.front().key, "parallel.cp");
+  EXPECT_EQ(cp->changes.front().to, "2");
+  std::vector<std::string> applied = base;
+  applied.push_back("parallel.cp=2");
+  EXPECT_EQ(FitExit(kLlama, applied), 0);
+  for (const Suggestion& s : a.suggestions) {
+    for (const AdviceChange& c : s.changes) EXPECT_NE(c.move, AdviceMove::kMoreNodes) << s.Summary();
+  }
+}
+
+// Llama 3 405B on 4 nodes (tp 8 x pp 4, dp 1): the optimizer state of a
+// tenth of the model per rank cannot shard (dp 1), tp and pp cannot grow on 32
+// GPUs; only more nodes fit, and the fewest that do are offered with the GPU count.
+TEST(AdviceFit, MoreNodesOnlyWhenNothingOnTheseGpusFits) {
+  const char* k405b = "recipes/llama3-405b-h200.yaml";
+  const std::vector<std::string> base = {
+      "cluster.nodes=4",           "parallel.pp=4",   "parallel.vpp=1",         "parallel.schedule=1f1b",
+      "training.global_batch=512", "parallel.zero=1", "training.recompute=full"};
+  ASSERT_EQ(FitExit(k405b, base), 1);
+  const FitAdvice a = AdviseOn(k405b, base);
+  ASSERT_FALSE(a.suggestions.empty());
+  const Suggestion& s = a.suggestions.front();
+  ASSERT_EQ(s.changes.size(), 1u);
+  EXPECT_EQ(s.changes.front().move, AdviceMove::kMoreNodes);
+  EXPECT_EQ(s.changes.front().from, "4");
+  const int64_t nodes = std::stoll(s.changes.front().to);
+  EXPECT_THAT(s.Summary(), HasSubstr(fmt::format("({} GPUs)", nodes * 8)));
+  std::vector<std::string> applied = base;
+  applied.push_back("cluster.nodes=" + s.changes.front().to);
+  EXPECT_EQ(FitExit(k405b, applied), 0);
+  // The fewest doublings: half as many nodes does not fit.
+  if (nodes > 8) {
+    applied.back() = "cluster.nodes=" + std::to_string(nodes / 2);
+    EXPECT_EQ(FitExit(k405b, applied), 1);
   }
 }
 

@@ -54,8 +54,8 @@ std::string RenderAdvice(const FitAdvice& a) {
                        100.0 * a.dominant_share, a.worst_stage, Gib(a.dominant_bytes));
   }
   if (a.suggestions.empty()) {
-    return "advice    no single change or pair of changes (more TP, SP, more EP, more PP, ZeRO up, more recompute, "
-           "smaller micro-batch) makes it fit\n";
+    return "advice    no single change or pair of changes (more TP, SP, more EP, more PP, more CP, ZeRO up, more "
+           "recompute, smaller micro-batch, fewer HSDP replicas) makes it fit, nor 2, 4 or 8 times the nodes\n";
   }
   std::string out = "advice    changes that make it fit, cheapest first:\n";
   for (size_t i = 0; i < a.suggestions.size(); ++i) {

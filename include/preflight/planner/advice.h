@@ -18,20 +18,26 @@
 
 namespace preflight {
 
-/// The moves searched, in this order (also the tiebreak order).
+/// The moves searched, in this order (also the tiebreak order). Every move but
+/// kMoreNodes keeps the GPU count; kMoreNodes is searched only when none of
+/// the others, alone or in pairs, fits.
 enum class AdviceMove : int {
   kMoreTp = 0,         // parallel.tp x2 (dp halves), within one node
   kSequenceParallel,   // parallel.sp false -> true (tp > 1)
   kMoreEp,             // parallel.ep x2 (MoE only)
   kMorePp,             // parallel.pp x2 (dp halves; stages re-partitioned)
+  kMoreCp,             // parallel.cp x2 (dp halves; each rank holds half the sequence)
   kZeroUp,             // parallel.zero + 1 (<= 3)
   kMoreRecompute,      // training.recompute none -> selective -> full
   kSmallerMicroBatch,  // training.micro_batch / 2 (more micro-batches)
   kFewerReplicas,      // parallel.dp_replicate / 2 (HSDP: larger ZeRO groups)
+  kMoreNodes,          // cluster.nodes x2 (dp doubles: ZeRO shards and micro-batches per rank halve)
 };
-inline constexpr int kNumAdviceMoves = 8;
-/// Stable key ("more_tp", "sequence_parallel", "more_ep", "more_pp", "zero_up",
-/// "more_recompute", "smaller_micro_batch", "fewer_replicas").
+inline constexpr int kNumAdviceMoves = 10;
+/// The moves that keep the GPU count: the first kNumSameGpuMoves of AdviceMove.
+inline constexpr int kNumSameGpuMoves = 9;
+/// Stable key ("more_tp", "sequence_parallel", "more_ep", "more_pp", "more_cp",
+/// "zero_up", "more_recompute", "smaller_micro_batch", "fewer_replicas", "more_nodes").
 const char* Key(AdviceMove m);
 
 /// One recipe key changed by a suggestion.
@@ -51,7 +57,8 @@ struct Suggestion {
   bool headroom_ok = false;           // after >= cluster.min_headroom_gib
   double step_s = 0;                  // estimated step time after
   double step_change = 0;             // step_s / step time before - 1 (0.05 = 5% slower)
-  /// "parallel.tp 2 -> 4, training.recompute selective -> full"
+  /// "parallel.tp 2 -> 4, training.recompute selective -> full"; a change of
+  /// cluster.nodes adds the GPU count it needs ("cluster.nodes 8 -> 16 (128 GPUs)").
   std::string Summary() const;
 };
 
@@ -75,7 +82,8 @@ struct AdviceOptions {
 };
 
 /// Searches single moves from the recipe's layout, and pairs of moves (a move
-/// may repeat: tp x4) when no single move fits. `inventory.recipe` is the
+/// may repeat: tp x4) when no single move fits; when nothing on the same GPUs
+/// fits, twice, four and eight times the nodes (the first that fits). `inventory.recipe` is the
 /// recipe; `layout` and `stages` what `fit` priced.
 FitAdvice AdviseFit(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                     const AdviceOptions& options = {});
