@@ -520,8 +520,9 @@ SweepSpace DefaultSweepSpace(const Recipe& r, SweepSpace s) {
   return s;
 }
 
-std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::string* error) {
+std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::string* error, bool sequence_parallel) {
   Recipe r = recipe;
+  r.parallel.sp = sequence_parallel;
   const int64_t gpn = r.cluster.gpus_per_node;
   if (gpus <= 0) {
     *error = fmt::format("--gpus {}: must be positive", gpus);
@@ -692,6 +693,7 @@ std::vector<std::string> HeldFixed(const Recipe& r, const SweepSpace& space) {
       r.parallel.schedule != Schedule::kDualPipe && r.parallel.schedule != Schedule::kDualPipeV;
   for (const RecipeField& f : RecipeFields()) {
     if (f.path == "parallel.schedule" && schedule_follows_vpp) continue;
+    if (f.path == "parallel.sp") continue;  // the sweep's own rule (SweepResult::sequence_parallel)
     const bool layout_key = f.path.rfind("parallel.", 0) == 0 || f.path.rfind("training.", 0) == 0;
     if (!layout_key || f.kind == FieldKind::kSection || !f.text || f.affects == kAffectsNothing ||
         Swept(f.path, space)) {
@@ -718,6 +720,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
                      .capacity;
   out.min_headroom = GiB(r.cluster.min_headroom_gib);  // EstimateMemory's floor
   out.held_fixed = HeldFixed(r, space);
+  out.sequence_parallel = r.parallel.sp;
   const ItemSpace items(space);
   out.items.resize(static_cast<size_t>(items.count));
   out.item_errors.resize(static_cast<size_t>(items.count));

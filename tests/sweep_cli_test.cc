@@ -104,7 +104,8 @@ TEST(CliSweep, CsvHasEveryLayoutAndStableHeader) {
     ++rows;
     if (line.find(",invalid,") != std::string::npos) {
       ++invalid;
-      EXPECT_THAT(line, ::testing::AnyOf(HasSubstr("parallel.tp = 3"), HasSubstr("training.global_batch = 512")));
+      EXPECT_THAT(line, ::testing::AnyOf(HasSubstr("parallel.tp (3) with sequence parallelism"),
+                                         HasSubstr("training.global_batch = 512")));
     }
   }
   EXPECT_EQ(rows, 128);

@@ -20,6 +20,7 @@
 namespace preflight {
 namespace {
 
+using testing::RunPreflight;
 using testing::SourcePath;
 
 Recipe Load(const std::string& relative) {
@@ -96,6 +97,40 @@ TEST(SweepRecipe, GpusMustFillNodes) {
   EXPECT_EQ(many->cluster.nodes, 128);
 }
 
+// Issue "Sweeps ...": a recipe laid out at tp 1 says `sp: false`, which
+// would hold sequence parallelism off in every tp > 1 row; the sweep runs it
+// wherever tp > 1, as Megatron-LM runs TP, unless the user holds it off.
+TEST(SweepRecipe, SequenceParallelFollowsTpUnlessHeldOff) {
+  const Recipe base = Load("recipes/llama3-8b-h200.yaml");
+  ASSERT_FALSE(base.parallel.sp);
+  std::string error;
+  SweepSpace space;
+  space.tp = {1, 2};
+  space.pp = {1};
+  space.cp = {1};
+  space.micro_batch = {1};
+  space.recompute = {Recompute::kSelective};
+  space.zero = {1};
+  for (const bool sp : {true, false}) {
+    const Recipe r = *SweepRecipe(base, 8, &error, sp);
+    EXPECT_EQ(r.parallel.sp, sp);
+    const SweepResult result = RunSweep(BuildInventory(r), DefaultSweepSpace(r, space), SweepOptions{});
+    EXPECT_EQ(result.sequence_parallel, sp);
+    for (const std::string& held : result.held_fixed) EXPECT_EQ(held.rfind("parallel.sp", 0), std::string::npos);
+    for (const SweepRow& row : result.rows) {
+      const Layout l = result.LayoutOf(row);
+      EXPECT_EQ(l.sequence_parallel(), sp && l.tp > 1) << l.tp;
+    }
+  }
+  const auto cli = RunPreflight({"sweep", "recipes/llama3-8b-h200.yaml", "--gpus", "8", "--tp", "2", "--pp", "1"});
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("sequence parallelism on wherever tp > 1"), std::string::npos) << cli.out;
+  const auto off =
+      RunPreflight({"sweep", "recipes/llama3-8b-h200.yaml", "--gpus", "8", "--tp", "2", "--pp", "1", "--sp", "off"});
+  EXPECT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_NE(off.out.find("sequence parallelism held off"), std::string::npos) << off.out;
+}
+
 // Llama 3 8B (32 query / 8 KV heads, sp off, global batch 512) on 8 GPUs.
 // tp {1,2,3,4} x pp {1,2} x micro_batch {1,3} x recompute {none,full} x
 // zero {0,1,2,3} = 4*2*2*2*4 = 128 rows. By hand:
@@ -152,7 +187,10 @@ TEST(SweepRun, HandCountedValidLayouts) {
     const bool expect_invalid = l.tp == 3 || l.micro_batch == 3;
     EXPECT_EQ(row.status == SweepStatus::kInvalid, expect_invalid) << l.tp << " " << l.micro_batch;
     if (l.tp == 3) {
-      EXPECT_EQ(result.ReasonOf(row).rfind("parallel.tp = 3", 0), 0u) << result.ReasonOf(row);
+      // The sweep runs sequence parallelism wherever tp > 1 (SweepRecipe):
+      // its sequence split by tp is the first rule tp 3 breaks.
+      EXPECT_EQ(result.ReasonOf(row).rfind("training.seq_len = 8192", 0), 0u) << result.ReasonOf(row);
+      EXPECT_NE(result.ReasonOf(row).find("parallel.tp (3) with sequence parallelism"), std::string::npos);
     }
     if (l.tp != 3 && l.micro_batch == 3) {
       EXPECT_EQ(result.ReasonOf(row).rfind("training.global_batch = 512", 0), 0u) << result.ReasonOf(row);
@@ -162,8 +200,8 @@ TEST(SweepRun, HandCountedValidLayouts) {
 
 // Why nothing fits, on the same hand-counted space: the 80 invalid rows blame
 // training.global_batch (micro-batch 3 with tp 1, 2, 4: 3 x 2 x 2 x 4 = 48)
-// before parallel.tp (tp 3: 2 x 2 x 2 x 4 = 32); the closest miss is the
-// non-fitting valid row with the smallest peak.
+// before training.seq_len (tp 3 under sequence parallelism: 2 x 2 x 2 x 4 =
+// 32); the closest miss is the non-fitting valid row with the smallest peak.
 TEST(SweepRun, WhyNothingFitsCountsTheBlamedKeys) {
   std::string error;
   const Recipe r = *SweepRecipe(Load("recipes/llama3-8b-h200.yaml"), 8, &error);
@@ -173,9 +211,9 @@ TEST(SweepRun, WhyNothingFitsCountsTheBlamedKeys) {
   ASSERT_EQ(why.invalid.size(), 2u);
   EXPECT_EQ(why.invalid[0].key, "training.global_batch");
   EXPECT_EQ(why.invalid[0].rows, 48);
-  EXPECT_EQ(why.invalid[1].key, "parallel.tp");
+  EXPECT_EQ(why.invalid[1].key, "training.seq_len");
   EXPECT_EQ(why.invalid[1].rows, 32);
-  EXPECT_EQ(why.invalid[1].example.rfind("parallel.tp = 3", 0), 0u) << why.invalid[1].example;
+  EXPECT_NE(why.invalid[1].example.find("parallel.tp (3)"), std::string::npos) << why.invalid[1].example;
   int64_t over = 0;
   std::optional<Bytes> least;
   for (const SweepRow& row : result.rows) {

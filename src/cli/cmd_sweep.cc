@@ -23,6 +23,7 @@ namespace {
 struct SweepArgs {
   RecipeArgs recipe;
   int64_t gpus = 0;
+  std::string sp = "on";
   // Axis texts as typed; empty = the default for that axis.
   std::string tp, cp, pp, vpp, ep, expert_tp, micro_batch, recompute, zero, dp_replicate;
   int64_t top = 10;
@@ -78,7 +79,7 @@ int RunSweepVerb(const SweepArgs& args) {
   auto loaded = LoadRecipeOrReport(args.recipe);
   if (!loaded) return bad;
   std::string error;
-  auto recipe = SweepRecipe(*loaded, args.gpus, &error);
+  auto recipe = SweepRecipe(*loaded, args.gpus, &error, args.sp == "on");
   if (!recipe) {
     std::fprintf(stderr, "preflight sweep: %s\n", Shown(error).c_str());
     return bad;
@@ -143,6 +144,10 @@ void SetupSweep(CLI::App& command, int& exit_code) {
   command.add_option("--zero", args->zero, "ZeRO stages within 0..3 (default all)");
   command.add_option("--dp-replicate", args->dp_replicate,
                      std::string("HSDP replica counts (default: the recipe's parallel.dp_replicate)") + list);
+  command
+      .add_option("--sp", args->sp,
+                  "Sequence parallelism: on wherever tp > 1 (default), or off in every row (whatever the recipe says)")
+      ->check(CLI::IsMember({"on", "off"}));
   command.add_option("--top", args->top, "Best layouts to show")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   command.add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));

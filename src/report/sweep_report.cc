@@ -83,6 +83,8 @@ std::string RenderSweepTable(const SweepResult& r, const std::string& file) {
       file, r.gpus, r.nodes, r.gpus_per_node, r.device, FormatGiB(r.capacity), FormatGiB(r.min_headroom),
       r.priced_rates, r.rows.size(), r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight),
       r.CountOf(SweepStatus::kOverCapacity), r.CountOf(SweepStatus::kInvalid));
+  out += r.sequence_parallel ? "sequence parallelism on wherever tp > 1 (--sp off to hold it off)\n"
+                             : "sequence parallelism held off (--sp off)\n";
   if (!r.held_fixed.empty()) {
     out += fmt::format("held at the recipe's values (not varied): {}\n", fmt::join(r.held_fixed, ", "));
   }
@@ -140,12 +142,14 @@ std::string SweepJson(const SweepResult& r, const std::string& file) {
       "{{\n  \"recipe\": {},\n  \"gpus\": {},\n  \"nodes\": {},\n  \"gpus_per_node\": {},\n  \"device\": {},\n"
       "  \"priced_rates\": {},\n  \"capacity_bytes\": {},\n"
       "  \"min_headroom_bytes\": {},\n  \"evaluated\": {},\n  \"counts\": {{\"fits\": {}, \"tight\": {}, "
-      "\"over_capacity\": {}, \"invalid\": {}}},\n  \"held_fixed\": {},\n  \"top\": {},\n  \"pareto\": {},\n  "
+      "\"over_capacity\": {}, \"invalid\": {}}},\n  \"sequence_parallel\": {},\n  \"held_fixed\": {},\n  \"top\": "
+      "{},\n  \"pareto\": {},\n  "
       "\"layouts\": [",
       JsonString(file), r.gpus, r.nodes, r.gpus_per_node, JsonString(r.device), JsonString(r.priced_rates),
       r.capacity.count(), r.min_headroom.count(), r.rows.size(), r.CountOf(SweepStatus::kFits),
       r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity), r.CountOf(SweepStatus::kInvalid),
-      nlohmann::json(r.held_fixed).dump(), IndexList(r.top), IndexList(r.pareto));
+      r.sequence_parallel ? "true" : "false", nlohmann::json(r.held_fixed).dump(), IndexList(r.top),
+      IndexList(r.pareto));
   if (r.top.empty()) {
     // Inserted before "layouts": why nothing fits, as the table says it.
     const NoFitReasons why = WhyNothingFits(r);

@@ -47,9 +47,13 @@ SweepSpace DefaultSweepSpace(const Recipe& recipe, SweepSpace space);
 
 /// The recipe a sweep prices: `recipe` on `gpus` GPUs (nodes = gpus /
 /// gpus_per_node; fewer GPUs than a node make one node of that many) with the
-/// pinned stage boundaries dropped (the planner partitions each layout).
+/// pinned stage boundaries dropped (the planner partitions each layout) and
+/// parallel.sp set to `sequence_parallel`: on by default, so sequence
+/// parallelism follows tp (in effect wherever tp > 1, as Megatron-LM runs TP)
+/// instead of a tp-1 recipe's `sp: false` biasing every tp > 1 row.
 /// nullopt with `error` when gpus is not a multiple of gpus_per_node.
-std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::string* error);
+std::optional<Recipe> SweepRecipe(const Recipe& recipe, int64_t gpus, std::string* error,
+                                  bool sequence_parallel = true);
 
 /// "fits": under capacity with at least cluster.min_headroom_gib left;
 /// "tight": under capacity but below that floor; "over_capacity"; "invalid".
@@ -101,6 +105,9 @@ struct SweepResult {
   /// sets away from their defaults, as "parallel.sp=false": every row holds
   /// them fixed.
   std::vector<std::string> held_fixed;
+  /// parallel.sp of every row (SweepRecipe's `sequence_parallel`): on means
+  /// in effect wherever tp > 1.
+  bool sequence_parallel = true;
 
   int64_t CountOf(SweepStatus s) const;
   /// The full layout of a row.
