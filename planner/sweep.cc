@@ -623,6 +623,22 @@ NoFitReasons WhyNothingFits(const SweepResult& r, size_t most) {
   return out;
 }
 
+std::vector<int64_t> TieGroups(const std::vector<SweepRow>& rows, const std::vector<int64_t>& ranked) {
+  std::vector<int64_t> groups;
+  groups.reserve(ranked.size());
+  double first_step = 0;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const double step = rows[static_cast<size_t>(ranked[i])].step_s;
+    if (i == 0 || step > first_step * (1.0 + kStepTimeUncertainty)) {
+      groups.push_back(static_cast<int64_t>(i) + 1);
+      first_step = step;
+    } else {
+      groups.push_back(groups.back());
+    }
+  }
+  return groups;
+}
+
 std::vector<int64_t> RankByThroughput(const std::vector<SweepRow>& rows, int64_t top) {
   std::vector<int64_t> idx;
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -2,12 +2,14 @@
 // of tests/data/published/runs.json (torchtitan's Llama 3.1 8B tables on
 // H100; the Megatron-LM PTD-P paper's Table 1 on A100) as a recipe through
 // `plan`, within 10 % of what was measured. bench/throughput prints the table.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "../bench/published_cases.h"
+#include "preflight/planner/sweep.h"
 
 namespace preflight {
 namespace {
@@ -19,6 +21,19 @@ TEST(PublishedRuns, EveryRowWithinTenPercent) {
     ASSERT_TRUE(r.error.empty()) << r.id << ": " << r.error;
     EXPECT_LE(std::abs(r.error_pct), 10.0) << r.id << ": measured " << r.measured << ", modeled " << r.modeled;
   }
+}
+
+// The uncertainty the sweep states when it marks near-ties
+// (kStepTimeUncertainty) is this model's median |error| on these rows; it
+// must not claim better than it measures.
+TEST(PublishedRuns, MedianErrorIsWithinTheStatedUncertainty) {
+  const auto rows = published::LoadRows(std::string(PREFLIGHT_SOURCE_DIR) + "/tests/data/published/runs.json");
+  std::vector<double> errors;
+  for (const published::Row& r : rows) errors.push_back(std::abs(r.error_pct) / 100.0);
+  std::sort(errors.begin(), errors.end());
+  const double median = (errors[(errors.size() - 1) / 2] + errors[errors.size() / 2]) / 2.0;
+  EXPECT_LE(median, kStepTimeUncertainty);
+  EXPECT_GE(median, kStepTimeUncertainty / 2) << "the stated uncertainty is far looser than measured; tighten it";
 }
 
 // The rows' differences are predicted, not fitted: torch.compile and Float8

@@ -248,6 +248,15 @@ SweepRow Row(double peak_gib, double step_s, SweepStatus status = SweepStatus::k
   return r;
 }
 
+// Near-ties: a group starts at a row and holds the rows within 2 % of its
+// step time (10 s: up to 10.2 s; 10.5 s: up to 10.71 s).
+TEST(SweepTies, GroupsWithinTheStatedUncertainty) {
+  const std::vector<SweepRow> rows = {Row(1, 10.0), Row(1, 10.5), Row(1, 10.1), Row(1, 11.0), Row(1, 10.6)};
+  EXPECT_EQ(TieGroups(rows, {0, 2, 1, 4, 3}), (std::vector<int64_t>{1, 1, 3, 3, 5}));
+  EXPECT_EQ(TieGroups(rows, {}), std::vector<int64_t>{});
+  EXPECT_EQ(TieGroups(rows, {3}), std::vector<int64_t>{1});
+}
+
 TEST(SweepPareto, HandMadeFront) {
   // index: (peak GiB, step s)
   const std::vector<SweepRow> rows = {

@@ -22,20 +22,26 @@ std::string CsvQuote(const std::string& s) {
 
 std::string JsonString(const std::string& s) { return nlohmann::json(s).dump(); }
 
-void AppendTableRows(const SweepResult& r, const std::vector<int64_t>& indices, std::string* out) {
+/// The table of `indices`; with `ties` (TieGroups of the same indices), a row
+/// that ties an earlier one shows "=N", N the rank of its group's first row.
+void AppendTableRows(const SweepResult& r, const std::vector<int64_t>& indices, std::string* out,
+                     const std::vector<int64_t>& ties = {}) {
   fmt::format_to(std::back_inserter(*out),
                  "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} "
                  "{:>10} {:>10} {:>9} {:>9} {:>7} {:>7} {:>7} {:>12} {:>6}\n",
                  "#", "tp", "sp", "cp", "pp", "vpp", "dp", "rep", "ep", "etp", "mb", "recompute", "zero", "peak GiB",
                  "free GiB", "step s", "compute", "comm", "bubble", "opt", "tokens/s", "MFU");
-  int rank = 0;
+  int64_t rank = 0;
   for (int64_t i : indices) {
     const SweepRow& row = r.rows[static_cast<size_t>(i)];
+    ++rank;
+    const int64_t group = ties.empty() ? rank : ties[static_cast<size_t>(rank - 1)];
+    const std::string shown = group == rank ? fmt::format("{}", rank) : fmt::format("={}", group);
     const Layout l = r.LayoutOf(row);
     fmt::format_to(std::back_inserter(*out),
                    "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} {:>10.2f} {:>10.2f} "
                    "{:>9.3f} {:>9.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>12.0f} {:>5.1f}%\n",
-                   ++rank, l.tp, l.sequence_parallel() ? "on" : "-", l.cp, l.pp, l.vpp, l.dp, l.dp_replicate, l.ep,
+                   shown, l.tp, l.sequence_parallel() ? "on" : "-", l.cp, l.pp, l.vpp, l.dp, l.dp_replicate, l.ep,
                    l.expert_tp, l.micro_batch, Name(l.recompute), l.zero, row.peak.gib(), r.HeadroomOf(row).gib(),
                    row.step_s, row.compute_s, row.exposed_comm_s, row.bubble_s, row.optimizer_s, row.tokens_per_s,
                    100.0 * row.mfu);
@@ -107,7 +113,17 @@ std::string RenderSweepTable(const SweepResult& r, const std::string& file) {
     return out;
   }
   out += fmt::format("\nbest {} by estimated tokens/s:\n", r.top.size());
-  AppendTableRows(r, r.top, &out);
+  const std::vector<int64_t> ties = TieGroups(r.rows, r.top);
+  AppendTableRows(r, r.top, &out, ties);
+  for (size_t i = 0; i < ties.size(); ++i) {
+    if (ties[i] != static_cast<int64_t>(i) + 1) {
+      out += fmt::format(
+          "=N: within {:.0f}% of row N's step time, the step-time model's median error against published runs: "
+          "a tie, not a ranking\n",
+          100.0 * kStepTimeUncertainty);
+      break;
+    }
+  }
   out += fmt::format("\nPareto front of peak memory vs step time ({} layouts, by peak):\n", r.pareto.size());
   AppendTableRows(r, r.pareto, &out);
   return out;
@@ -143,13 +159,13 @@ std::string SweepJson(const SweepResult& r, const std::string& file) {
       "  \"priced_rates\": {},\n  \"capacity_bytes\": {},\n"
       "  \"min_headroom_bytes\": {},\n  \"evaluated\": {},\n  \"counts\": {{\"fits\": {}, \"tight\": {}, "
       "\"over_capacity\": {}, \"invalid\": {}}},\n  \"sequence_parallel\": {},\n  \"held_fixed\": {},\n  \"top\": "
-      "{},\n  \"pareto\": {},\n  "
+      "{},\n  \"top_tie_groups\": {},\n  \"pareto\": {},\n  "
       "\"layouts\": [",
       JsonString(file), r.gpus, r.nodes, r.gpus_per_node, JsonString(r.device), JsonString(r.priced_rates),
       r.capacity.count(), r.min_headroom.count(), r.rows.size(), r.CountOf(SweepStatus::kFits),
       r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity), r.CountOf(SweepStatus::kInvalid),
       r.sequence_parallel ? "true" : "false", nlohmann::json(r.held_fixed).dump(), IndexList(r.top),
-      IndexList(r.pareto));
+      nlohmann::json(TieGroups(r.rows, r.top)).dump(), IndexList(r.pareto));
   if (r.top.empty()) {
     // Inserted before "layouts": why nothing fits, as the table says it.
     const NoFitReasons why = WhyNothingFits(r);

@@ -160,6 +160,18 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
 
 /// Indices of the fitting rows ranked by tokens/s (see SweepResult::top).
 std::vector<int64_t> RankByThroughput(const std::vector<SweepRow>& rows, int64_t top);
+
+/// The step-time model's stated uncertainty: its median |error| against the
+/// published runs' throughput (bench/README.md "throughput": 2.0 %;
+/// tests/published_runs_test.cc holds the median under it). Layouts closer
+/// than this in step time are a tie, not a ranking.
+inline constexpr double kStepTimeUncertainty = 0.02;
+
+/// For each position of `ranked` (indices into `rows`, best first), the
+/// 1-based position of the first row of its tie group: a group starts at a
+/// row and takes the following rows whose step time is within
+/// kStepTimeUncertainty of that first row's. {10 s, 10.1 s, 10.5 s} -> {1, 1, 3}.
+std::vector<int64_t> TieGroups(const std::vector<SweepRow>& rows, const std::vector<int64_t>& ranked);
 /// Pareto front of the fitting rows over (peak, step_s), both minimised; equal
 /// points are all kept. By ascending peak, then canonical order.
 std::vector<int64_t> ParetoFront(const std::vector<SweepRow>& rows);
