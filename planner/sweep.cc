@@ -574,6 +574,18 @@ Layout SweepResult::LayoutOf(const SweepRow& row) const {
   return l;
 }
 
+std::optional<int64_t> SweepResult::RowOf(const Layout& layout) const {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Layout l = LayoutOf(rows[i]);
+    if (l.tp == layout.tp && l.cp == layout.cp && l.pp == layout.pp && l.vpp == layout.vpp && l.ep == layout.ep &&
+        l.expert_tp == layout.expert_tp && l.dp_replicate == layout.dp_replicate &&
+        l.micro_batch == layout.micro_batch && l.recompute == layout.recompute && l.zero == layout.zero) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  return std::nullopt;
+}
+
 std::string SweepResult::ReasonOf(const SweepRow& row) const {
   if (row.status == SweepStatus::kInvalid) {
     const std::string& error = item_errors[static_cast<size_t>(row.item)];

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "preflight/report/check.h"
+#include "preflight/report/format.h"
 
 namespace preflight {
 namespace {

@@ -118,6 +118,7 @@ std::vector<Case> Cases(const std::string& dir) {
       {"sweep zero gpus", {"sweep", kLlama, "--gpus", "0"}, 2},
       {"sweep bad list", {"sweep", kLlama, "--gpus", "64", "--tp", "two"}, 2},
       {"sweep --out onto its recipe", {"sweep", copy, "--gpus", "64", "--tp", "1", "--out", copy}, 2},
+      {"sweep --svg onto its recipe", {"sweep", copy, "--gpus", "64", "--tp", "1", "--svg", copy}, 2},
       {"sweep --out to a full disk", {"sweep", kLlama, "--gpus", "64", "--tp", "1", "--out", "/dev/full"}, 2},
       {"sweep space too large", {"sweep", kLlama, "--gpus", "1048576", "--tp", "1..1024", "--pp", "1..1024"}, 2},
       // import

@@ -30,6 +30,7 @@ struct SweepArgs {
   int64_t threads = 0;  // 0 = every hardware thread
   OutputFormat format = OutputFormat::kTable;
   std::string out_path;
+  std::string svg_path;
 };
 
 bool ParseAxis(const char* option, const std::string& text, int64_t min_value, int64_t max_value,
@@ -121,6 +122,11 @@ int RunSweepVerb(const SweepArgs& args) {
     case OutputFormat::kJson: text = SweepJson(result, args.recipe.path); break;
     default: text = RenderSweepTable(result, args.recipe.path); break;
   }
+  if (!args.svg_path.empty() &&
+      !WriteTextFile(args.svg_path, RenderSweepSvg(result, args.recipe.path, result.RowOf(LayoutOf(*recipe))),
+                     {args.recipe.path})) {
+    return bad;
+  }
   if (!args.out_path.empty()) return WriteTextFile(args.out_path, text, {args.recipe.path}) ? 0 : bad;
   std::fwrite(text.data(), 1, text.size(), stdout);
   return static_cast<int>(ExitCode::kOk);
@@ -153,6 +159,9 @@ void SetupSweep(CLI::App& command, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson, OutputFormat::kCsv});
   command.add_option("--out", args->out_path, "Write the output to FILE instead of stdout");
+  command.add_option("--svg", args->svg_path,
+                     "Write the fitting layouts' step time against peak memory, the Pareto front and the recipe's "
+                     "own layout as an SVG chart");
   command.callback([args, &exit_code] { exit_code = RunSweepVerb(*args); });
 }
 

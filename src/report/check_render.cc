@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "preflight/report/check.h"
+#include "preflight/report/format.h"
 
 namespace preflight {
 namespace {
@@ -99,35 +100,6 @@ std::string MdCode(const std::string& text) {
 }
 
 }  // namespace
-
-std::string XmlEscape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char ch : text) {
-    const auto u = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if (u < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') break;  // not allowed in XML 1.0
-        out += ch;
-    }
-  }
-  return out;
-}
 
 std::string RenderCheckTable(const CheckReport& r) {
   std::string out = fmt::format("preflight check: {} ({})\n\n", Headline(r), BaselineLine(r));

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "preflight/report/format.h"
 #include "preflight/report/report.h"
 
 namespace preflight {
@@ -26,23 +27,6 @@ constexpr Style kStyles[] = {
 
 constexpr int kTop = 50, kPlotHeight = 420, kLeft = 70, kBarWidth = 90, kGap = 50, kKeyWidth = 260;
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 has no control characters but tab, newline and return.
-        out += static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r' ? '?' : c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string RenderMemorySvg(const FitReport& r) {
@@ -60,9 +44,9 @@ std::string RenderMemorySvg(const FitReport& r) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n",
       width, height, width, height);
-  out += fmt::format("<title>{} memory per rank by pipeline stage</title>\n", Escape(r.inventory->recipe.name));
+  out += fmt::format("<title>{} memory per rank by pipeline stage</title>\n", XmlEscape(r.inventory->recipe.name));
   out += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}: memory per rank (GiB)</text>\n",
-                     kLeft, Escape(r.inventory->recipe.name));
+                     kLeft, XmlEscape(r.inventory->recipe.name));
   // Axis with gridlines every "nice" step.
   const double step = max_gib > 100 ? 20.0 : (max_gib > 40 ? 10.0 : 5.0);
   for (double g = 0; g <= max_gib; g += step) {

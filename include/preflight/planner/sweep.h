@@ -112,6 +112,9 @@ struct SweepResult {
   int64_t CountOf(SweepStatus s) const;
   /// The full layout of a row.
   Layout LayoutOf(const SweepRow& row) const;
+  /// The row of `layout` (matched on every swept degree, micro-batch,
+  /// recompute and ZeRO stage), or nullopt when the space does not hold it.
+  std::optional<int64_t> RowOf(const Layout& layout) const;
   Bytes HeadroomOf(const SweepRow& row) const { return capacity - row.peak; }
   /// Why a row has its status: the validator's error, or the memory verdict
   /// ("peak 120.50 GiB leaves 19.12 GiB headroom").

@@ -91,8 +91,4 @@ std::string RenderCheckMarkdown(const CheckReport& report);
 /// failing recipes carry <failure message=...>, invalid ones <error message=...>.
 std::string RenderCheckJUnit(const CheckReport& report);
 
-/// Escapes &, <, >, " and ' for XML text and attributes; drops control
-/// characters XML 1.0 forbids (keeping tab, newline, carriage return).
-std::string XmlEscape(const std::string& text);
-
 }  // namespace preflight

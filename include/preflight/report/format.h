@@ -14,5 +14,8 @@ std::string FormatGiB(Bytes b);
 std::string FormatBytesHuman(Bytes b);
 /// "12.35 B" / "850.12 M" parameter counts (decimal).
 std::string FormatCount(int64_t n);
+/// Text for XML (JUnit, SVG): markup characters as entities; control
+/// characters XML 1.0 cannot carry (all but tab and line breaks) dropped.
+std::string XmlEscape(const std::string& s);
 
 }  // namespace preflight

@@ -4,6 +4,8 @@
 // beyond the recipe name as given, no timestamps) so golden files pin them.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "preflight/planner/sweep.h"
@@ -17,5 +19,11 @@ std::string SweepCsv(const SweepResult& result);
 /// Every row plus the summary, top and pareto (keys in docs/sweep.md). Written
 /// by hand, not through a JSON tree: a 1024-GPU sweep has millions of rows.
 std::string SweepJson(const SweepResult& result, const std::string& file);
+/// `sweep --svg`: step time against peak memory of the fitting layouts (at
+/// most kMaxSvgPoints, evenly spaced in the canonical order, plus every
+/// Pareto point), the Pareto front joined, the device's capacity, and the
+/// recipe's own layout (`own`, a row index) marked whatever its status.
+std::string RenderSweepSvg(const SweepResult& result, const std::string& file, std::optional<int64_t> own);
+inline constexpr int64_t kMaxSvgPoints = 5000;
 
 }  // namespace preflight

@@ -1,0 +1,152 @@
+// `sweep --svg`: the fitting layouts as a cloud of (peak memory, step time),
+// the Pareto front joined, the device's capacity as a line, and the recipe's
+// own layout marked (docs/sweep.md).
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "preflight/report/format.h"
+#include "preflight/report/sweep_report.h"
+
+namespace preflight {
+namespace {
+
+constexpr int kWidth = 900, kHeight = 560, kLeft = 80, kRight = 220, kTop = 50, kBottom = 60;
+constexpr int kPlotWidth = kWidth - kLeft - kRight, kPlotHeight = kHeight - kTop - kBottom;
+
+struct Axes {
+  double x_max = 1, y_min = 0, y_max = 1;  // GiB, seconds
+  double X(double gib) const { return kLeft + gib / x_max * kPlotWidth; }
+  double Y(double s) const { return kTop + kPlotHeight - (s - y_min) / (y_max - y_min) * kPlotHeight; }
+};
+
+/// The fitting rows drawn: every Pareto row, then the others evenly spaced
+/// in the canonical order up to kMaxSvgPoints in all.
+std::vector<int64_t> DrawnRows(const SweepResult& r, int64_t* fitting) {
+  std::vector<int64_t> fit;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    if (r.rows[i].status == SweepStatus::kFits || r.rows[i].status == SweepStatus::kTight) {
+      fit.push_back(static_cast<int64_t>(i));
+    }
+  }
+  *fitting = static_cast<int64_t>(fit.size());
+  std::set<int64_t> drawn(r.pareto.begin(), r.pareto.end());
+  const int64_t room = std::max<int64_t>(0, kMaxSvgPoints - static_cast<int64_t>(drawn.size()));
+  const double stride = room > 0 ? std::max(1.0, static_cast<double>(fit.size()) / static_cast<double>(room)) : 0;
+  for (double k = 0; room > 0 && k < static_cast<double>(fit.size()); k += stride) {
+    drawn.insert(fit[static_cast<size_t>(k)]);
+  }
+  return {drawn.begin(), drawn.end()};
+}
+
+Axes AxesOf(const SweepResult& r, const std::vector<int64_t>& drawn, std::optional<int64_t> own) {
+  Axes a;
+  a.x_max = r.capacity.gib();
+  double lo = INFINITY, hi = 0;
+  std::vector<int64_t> all = drawn;
+  if (own && r.rows[static_cast<size_t>(*own)].status != SweepStatus::kInvalid) all.push_back(*own);
+  for (int64_t i : all) {
+    const SweepRow& row = r.rows[static_cast<size_t>(i)];
+    a.x_max = std::max(a.x_max, row.peak.gib());
+    lo = std::min(lo, row.step_s);
+    hi = std::max(hi, row.step_s);
+  }
+  a.x_max *= 1.05;
+  if (!(lo < hi)) {  // nothing, or one step time: a band around it
+    lo = std::isfinite(lo) ? lo * 0.9 : 0;
+    hi = lo > 0 ? lo / 0.9 * 1.1 : 1;
+  }
+  const double pad = 0.05 * (hi - lo);
+  a.y_min = std::max(0.0, lo - pad);
+  a.y_max = hi + pad;
+  return a;
+}
+
+std::string Ticks(const Axes& a) {
+  std::string out;
+  for (int k = 0; k <= 5; ++k) {
+    const double gib = a.x_max / 1.05 * k / 5, s = a.y_min + (a.y_max - a.y_min) * k / 5;
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4:.0f}</text>\n",
+        a.X(gib), kTop, kTop + kPlotHeight, kTop + kPlotHeight + 16, gib);
+    out += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" font-size=\"11\" text-anchor=\"end\">{5:.3g}</text>\n",
+        kLeft, a.Y(s), kLeft + kPlotWidth, kLeft - 6, a.Y(s) + 4, s);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderSweepSvg(const SweepResult& r, const std::string& file, std::optional<int64_t> own) {
+  int64_t fitting = 0;
+  const std::vector<int64_t> drawn = DrawnRows(r, &fitting);
+  const Axes a = AxesOf(r, drawn, own);
+  std::string out = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"sans-serif\">\n<title>{2}: step time against peak memory on {3} GPUs</title>\n"
+      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
+      "<text x=\"{4}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{2}: step time vs peak memory, {3} GPUs "
+      "({5} fitting layouts, {6} drawn)</text>\n",
+      kWidth, kHeight, XmlEscape(file), r.gpus, kLeft, fitting, drawn.size());
+  out += Ticks(a);
+  out += fmt::format(
+      "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">peak memory of the worst rank (GiB)</text>\n"
+      "<text x=\"18\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 18 {})\">step time "
+      "(s)</text>\n",
+      kLeft + kPlotWidth / 2, kHeight - 18, kTop + kPlotHeight / 2, kTop + kPlotHeight / 2);
+  // The device's capacity: layouts right of it do not fit.
+  out += fmt::format(
+      "<line class=\"capacity\" x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c00\" "
+      "stroke-dasharray=\"6 4\"/>\n<text x=\"{3:.1f}\" y=\"{4}\" font-size=\"11\" fill=\"#c00\">capacity "
+      "{5:.1f} GiB</text>\n",
+      a.X(r.capacity.gib()), kTop, kTop + kPlotHeight, a.X(r.capacity.gib()) - 4, kTop - 6, r.capacity.gib());
+  for (int64_t i : drawn) {
+    const SweepRow& row = r.rows[static_cast<size_t>(i)];
+    out += fmt::format("<circle class=\"layout\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2\" fill=\"#bbb\"/>\n",
+                       a.X(row.peak.gib()), a.Y(row.step_s));
+  }
+  std::string front;
+  for (int64_t i : r.pareto) {
+    const SweepRow& row = r.rows[static_cast<size_t>(i)];
+    front += fmt::format("{}{:.1f},{:.1f}", front.empty() ? "" : " ", a.X(row.peak.gib()), a.Y(row.step_s));
+  }
+  if (!front.empty()) out += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#2166ac\"/>\n", front);
+  for (int64_t i : r.pareto) {
+    const SweepRow& row = r.rows[static_cast<size_t>(i)];
+    out += fmt::format("<circle class=\"pareto\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#2166ac\"/>\n",
+                       a.X(row.peak.gib()), a.Y(row.step_s));
+  }
+  // The key, and the recipe's own layout.
+  const int kx = kLeft + kPlotWidth + 20;
+  out += fmt::format(
+      "<circle cx=\"{0}\" cy=\"{1}\" r=\"2\" fill=\"#bbb\"/><text x=\"{2}\" y=\"{3}\" font-size=\"12\">a fitting "
+      "layout</text>\n<circle cx=\"{0}\" cy=\"{4}\" r=\"4\" fill=\"#2166ac\"/><text x=\"{2}\" y=\"{5}\" "
+      "font-size=\"12\">Pareto front ({6})</text>\n",
+      kx, kTop + 10, kx + 12, kTop + 14, kTop + 30, kTop + 34, r.pareto.size());
+  const SweepRow* mine = own ? &r.rows[static_cast<size_t>(*own)] : nullptr;
+  if (mine != nullptr && mine->status != SweepStatus::kInvalid) {
+    const double x = a.X(mine->peak.gib()), y = a.Y(mine->step_s);
+    out += fmt::format(
+        "<path class=\"own\" d=\"M {0:.1f} {1:.1f} l 7 7 l -7 7 l -7 -7 z\" fill=\"#d6604d\" stroke=\"black\" "
+        "transform=\"translate(0 -7)\"/>\n",
+        x, y);
+  }
+  const std::string own_text = mine == nullptr ? "the recipe's layout: not in the swept space"
+                               : mine->status == SweepStatus::kInvalid
+                                   ? "the recipe's layout: invalid here"
+                                   : fmt::format("the recipe's layout ({})", Key(mine->status));
+  out += fmt::format(
+      "<path d=\"M {0} {1} l 7 7 l -7 7 l -7 -7 z\" fill=\"#d6604d\" stroke=\"black\"/><text x=\"{2}\" y=\"{3}\" "
+      "font-size=\"12\">{4}</text>\n</svg>\n",
+      kx, kTop + 43, kx + 12, kTop + 54, XmlEscape(own_text));
+  return out;
+}
+
+}  // namespace preflight
