@@ -29,8 +29,8 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include "fuzz_price.h"
 
+#include "fuzz_price.h"
 #include "preflight/recipe/fields.h"
 #include "preflight/recipe/recipe.h"
 
