@@ -67,7 +67,7 @@ CLI::Validator FiniteNumber() {
 }
 
 void AddRecipeArgs(CLI::App& command, RecipeArgs& args) {
-  command.add_option("recipe", args.path, "Recipe YAML file")->required();
+  command.add_option("recipe", args.path, "Recipe YAML file, or - to read it from stdin")->required();
   command.add_option("--set", args.sets, "Override a recipe key, e.g. --set parallel.tp=8 (repeatable)")
       ->type_name("KEY=VALUE");
 }
@@ -83,7 +83,16 @@ std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
     }
     overrides.push_back(*o);
   }
-  LoadResult result = LoadRecipeFile(args.path, overrides);
+  LoadResult result;
+  if (args.path == "-") {
+    // A recipe piped in (`import hf c.json | preflight fit -`); the parser
+    // bounds its size as for a file.
+    const std::optional<std::string> text = ReadInputFile("-");
+    if (!text) return std::nullopt;
+    result = LoadRecipeFromString(*text, "<stdin>", overrides);
+  } else {
+    result = LoadRecipeFile(args.path, overrides);
+  }
   for (const auto& d : result.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   return std::move(result.recipe);
 }
@@ -171,10 +180,24 @@ const char* Name(OutputFormat f) {
 
 void AddFormatOption(CLI::App& command, OutputFormat& format, const std::vector<OutputFormat>& allowed) {
   std::map<std::string, OutputFormat> names;
-  for (OutputFormat f : allowed) names[Name(f)] = f;
+  std::string listed;  // "table, json": the command's formats, its default first
+  for (OutputFormat f : allowed) {
+    names[Name(f)] = f;
+    listed += std::string(listed.empty() ? "" : ", ") + Name(f);
+  }
   format = allowed.front();
-  command.add_option("--format", format, "Output format")
-      ->transform(CLI::CheckedTransformer(names, CLI::ignore_case))
+  // A plain message on a bad value ("expected one of table, json"), not the
+  // transformer's internal mapping.
+  const CLI::Validator known(
+      [names, listed](std::string& value) -> std::string {
+        return names.count(value) != 0 ? "" : "'" + Shown(value) + "': expected one of " + listed;
+      },
+      listed);
+  command
+      .add_option_function<std::string>(
+          "--format", [&format, names](const std::string& value) { format = names.at(value); },
+          "Output format: " + listed)
+      ->check(known)
       ->default_str(Name(allowed.front()));
 }
 

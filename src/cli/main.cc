@@ -41,11 +41,27 @@ const std::vector<Verb> kVerbs = {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"preflight: plan hybrid-model training launches and estimate per-GPU memory"};
+  CLI::App app{"preflight: plan hybrid-model training launches and estimate per-GPU memory", "preflight"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "preflight 0.1.0");
   int exit_code = static_cast<int>(preflight::ExitCode::kOk);
   for (const Verb& verb : kVerbs) verb.setup(*app.add_subcommand(verb.name, verb.help), exit_code);
+  // `preflight help [COMMAND]`, as git and cargo users type it: the same text as --help.
+  if (argc > 1 && std::string(argv[1]) == "help") {
+    if (argc == 2) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    for (const Verb& v : kVerbs) {
+      if (argv[2] == std::string(v.name)) {
+        std::fputs(app.get_subcommand(v.name)->help(app.get_name()).c_str(), stdout);
+        return 0;
+      }
+    }
+    std::fprintf(stderr, "preflight help: unknown command '%s' (preflight help lists them)\n",
+                 preflight::EscapeControl(argv[2]).c_str());
+    return static_cast<int>(preflight::ExitCode::kBadInput);
+  }
   // CLI11 reports an unknown first word only as "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-' && std::none_of(std::begin(kVerbs), std::end(kVerbs), [&](const Verb& v) {
         return argv[1] == std::string(v.name);
