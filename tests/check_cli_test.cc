@@ -75,12 +75,6 @@ std::string InvalidTp() {
   return text;
 }
 
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
-  return n;
-}
-
 TEST(CheckExit, EveryRecipeInTheRepositoryPasses) {
   std::vector<std::string> args = {"check"};
   for (const auto& entry : fs::directory_iterator(SourcePath("recipes"))) {
@@ -312,7 +306,7 @@ std::string XmlProblem(const std::string& xml) {
     if (close == std::string::npos) return "unterminated tag";
     std::string tag = xml.substr(i + 1, close - i - 1);
     if (tag.find('<') != std::string::npos) return "'<' inside a tag";
-    if (Count(tag, "\"") % 2 != 0) return "unbalanced quotes in <" + tag + ">";
+    if (testing::CountOccurrences(tag, "\"") % 2 != 0) return "unbalanced quotes in <" + tag + ">";
     if (tag[0] == '/') {
       if (stack.empty() || stack.back() != tag.substr(1)) return "mismatched </" + tag.substr(1) + ">";
       stack.pop_back();
@@ -337,9 +331,9 @@ TEST(CheckJUnit, OneTestcasePerRecipeWithFailuresAndErrors) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   const std::string xml = ReadFile(junit);
   EXPECT_EQ(XmlProblem(xml), "") << xml;
-  EXPECT_EQ(Count(xml, "<testcase "), 3);
-  EXPECT_EQ(Count(xml, "<failure "), 1);
-  EXPECT_EQ(Count(xml, "<error "), 1);
+  EXPECT_EQ(testing::CountOccurrences(xml, "<testcase "), 3);
+  EXPECT_EQ(testing::CountOccurrences(xml, "<failure "), 1);
+  EXPECT_EQ(testing::CountOccurrences(xml, "<error "), 1);
   EXPECT_THAT(xml, HasSubstr("tests=\"3\" failures=\"1\" errors=\"1\""));
   EXPECT_THAT(xml, HasSubstr("a&amp;b&lt;c&gt;&apos;q&quot;.yaml"));
   EXPECT_THAT(xml, HasSubstr("below the floor"));

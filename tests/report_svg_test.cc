@@ -20,12 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int Count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
 struct Rendered {
   std::string svg;
   MemoryEstimate estimate;
@@ -49,13 +43,13 @@ TEST(MemorySvg, OneBarPerStageOneSegmentPerNonZeroCategory) {
   EXPECT_EQ(r.svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_THAT(r.svg, HasSubstr("</svg>\n"));
   ASSERT_EQ(r.estimate.stages.size(), 4u);  // the default recipe has pp = 4
-  EXPECT_EQ(Count(r.svg, "<g class=\"stage\""), 4);
+  EXPECT_EQ(testing::CountOccurrences(r.svg, "<g class=\"stage\""), 4);
   int nonzero = 0;
   for (const RankMemory& st : r.estimate.stages) {
     for (int c = 0; c < kNumCategories; ++c) nonzero += st.bytes[static_cast<size_t>(c)].count() > 0 ? 1 : 0;
   }
-  EXPECT_EQ(Count(r.svg, "<rect class=\"segment\""), nonzero);
-  EXPECT_EQ(Count(r.svg, "<rect class=\"key\""), kNumCategories);  // the key names every category
+  EXPECT_EQ(testing::CountOccurrences(r.svg, "<rect class=\"segment\""), nonzero);
+  EXPECT_EQ(testing::CountOccurrences(r.svg, "<rect class=\"key\""), kNumCategories);  // the key names every category
   // Each segment's tooltip carries its stage and GiB figure: stage 0's reserve is the recipe's 3.0 GiB.
   EXPECT_THAT(r.svg, HasSubstr("<title>stage 0: runtime reserve 3.00 GiB</title>"));
 }
@@ -64,8 +58,8 @@ TEST(MemorySvg, CapacityLineAtTheDeviceCapacity) {
   const Rendered r = RenderDefault();
   // H200 as nvidia-smi reports it: 143771 MiB = 140.40 GiB (docs/formulas.md §2.4).
   EXPECT_THAT(r.svg, HasSubstr("capacity 140.4 GiB"));
-  EXPECT_EQ(Count(r.svg, "class=\"capacity\""), 1);
-  EXPECT_EQ(Count(r.svg, "class=\"headroom-floor\""), 1);
+  EXPECT_EQ(testing::CountOccurrences(r.svg, "class=\"capacity\""), 1);
+  EXPECT_EQ(testing::CountOccurrences(r.svg, "class=\"headroom-floor\""), 1);
 }
 
 TEST(MemorySvg, FitAndPlanWriteTheChart) {
@@ -75,7 +69,7 @@ TEST(MemorySvg, FitAndPlanWriteTheChart) {
   EXPECT_EQ(testing::RunPreflight({"plan", "recipes/nam56r-h200.yaml", "--svg", plan_path}).exit_code, 0);
   const std::string fit_svg = testing::ReadFile(fit_path);
   EXPECT_EQ(fit_svg, testing::ReadFile(plan_path));  // both price the same stages
-  EXPECT_EQ(Count(fit_svg, "<g class=\"stage\""), 4);
+  EXPECT_EQ(testing::CountOccurrences(fit_svg, "<g class=\"stage\""), 4);
   std::filesystem::remove(fit_path);
   std::filesystem::remove(plan_path);
 }

@@ -20,12 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-int Count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
 // Llama 3 8B on 8 GPUs over tp 1, 2 and pp 1, 2: a small space whose rows are
 // all distinct points.
 SweepResult SmallSweep(Recipe* recipe) {
@@ -51,15 +45,15 @@ TEST(SweepSvg, ParetoFrontCloudCapacityAndTheRecipesLayout) {
   for (const SweepRow& row : r.rows) {
     fitting += row.status == SweepStatus::kFits || row.status == SweepStatus::kTight;
   }
-  EXPECT_EQ(Count(svg, "class=\"pareto\""), static_cast<int>(r.pareto.size()));
-  EXPECT_EQ(Count(svg, "class=\"layout\""), fitting);  // under the cap: every fitting layout
-  EXPECT_EQ(Count(svg, "class=\"capacity\""), 1);
-  EXPECT_EQ(Count(svg, "class=\"own\""), 1);
+  EXPECT_EQ(testing::CountOccurrences(svg, "class=\"pareto\""), static_cast<int>(r.pareto.size()));
+  EXPECT_EQ(testing::CountOccurrences(svg, "class=\"layout\""), fitting);  // under the cap: every fitting layout
+  EXPECT_EQ(testing::CountOccurrences(svg, "class=\"capacity\""), 1);
+  EXPECT_EQ(testing::CountOccurrences(svg, "class=\"own\""), 1);
   EXPECT_THAT(svg, HasSubstr("a&lt;b&gt;.yaml"));
   EXPECT_THAT(svg, HasSubstr(fmt::format("({} fitting layouts", fitting)));
   EXPECT_THAT(svg, HasSubstr(fmt::format("the recipe&apos;s layout ({})", Key(r.rows[*own].status))));
   const std::string outside = RenderSweepSvg(r, "x.yaml", std::nullopt);
-  EXPECT_EQ(Count(outside, "class=\"own\""), 0);
+  EXPECT_EQ(testing::CountOccurrences(outside, "class=\"own\""), 0);
   EXPECT_THAT(outside, HasSubstr("not in the swept space"));
 }
 
@@ -76,8 +70,8 @@ TEST(SweepSvg, TheCloudIsCappedAndThePointsStayInThePlot) {
   }
   r.pareto = {0, 1};
   const std::string svg = RenderSweepSvg(r, "x.yaml", std::nullopt);
-  EXPECT_EQ(Count(svg, "class=\"layout\""), kMaxSvgPoints);
-  EXPECT_EQ(Count(svg, "class=\"pareto\""), 2);
+  EXPECT_EQ(testing::CountOccurrences(svg, "class=\"layout\""), kMaxSvgPoints);
+  EXPECT_EQ(testing::CountOccurrences(svg, "class=\"pareto\""), 2);
   EXPECT_EQ(svg.find("nan"), std::string::npos);
   EXPECT_EQ(svg.find("inf"), std::string::npos);
 }

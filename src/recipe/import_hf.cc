@@ -457,22 +457,15 @@ void WarnSlidingWindow(ConfigReader& r, bool enabled) {
   }
 }
 
-/// The recipe's model.mamba entries (its Mamba-2 mixer).
-struct Mamba2Entries {
-  int64_t d_state = 128;
-  int64_t d_conv = 4;
-  int64_t expand = 2;
-  int64_t head_dim = 64;
-  int64_t groups = 1;
-  int64_t chunk = 256;
-};
-/// Comments an importer attaches to them.
+/// Comments an importer attaches to the model.mamba entries it writes.
 struct Mamba2Comments {
   std::string expand;
   std::string head_dim;
   std::string groups;
 };
-void WriteMamba2(const Mamba2Entries& m, ModelWriter* w, const Mamba2Comments& c = {}) {
+/// The recipe's model.mamba entries (its Mamba-2 mixer); every importer sets
+/// all six, so MambaConfig's defaults never reach the recipe.
+void WriteMamba2(const MambaConfig& m, ModelWriter* w, const Mamba2Comments& c = {}) {
   w->Add("mamba.d_state", m.d_state);
   w->Add("mamba.d_conv", m.d_conv);
   w->Add("mamba.expand", m.expand, c.expand);

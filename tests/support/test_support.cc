@@ -93,4 +93,10 @@ std::string FirstErrorText(const LoadResult& loaded) {
   return "";
 }
 
+int CountOccurrences(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
 }  // namespace preflight::testing

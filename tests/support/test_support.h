@@ -27,6 +27,9 @@ void ExpectMatchesGolden(const std::string& actual, const std::string& name);
 /// The first error of a load, formatted ("file:line:col: key = value: message"); "" when none.
 std::string FirstErrorText(const LoadResult& loaded);
 
+/// How many times `needle` occurs in `text`, without overlaps.
+int CountOccurrences(const std::string& text, const std::string& needle);
+
 /// |a - b| <= rel * max(|a|, |b|): relative closeness, symmetric in a and b.
 bool RelativelyClose(double a, double b, double rel);
 
