@@ -350,7 +350,7 @@ TEST(CheckSummary, MarkdownTableHasVerdictTotalsDeltaAndMovedCategories) {
   const std::string md = ReadFile(summary);
   EXPECT_THAT(md, HasSubstr("## preflight check: 1 of 1 recipes failing"));
   EXPECT_THAT(
-      md, HasSubstr("| recipe | verdict | worst stage total | headroom | delta vs baseline | top moved categories |"));
+      md, HasSubstr("| recipe | verdict | peak (worst stage) | headroom | delta vs baseline | top moved categories |"));
   EXPECT_THAT(md, HasSubstr("| **FAIL** |"));
   EXPECT_THAT(md, HasSubstr("+3.00 GiB"));
   EXPECT_THAT(md, HasSubstr("runtime_reserve +3.00"));

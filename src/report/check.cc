@@ -75,7 +75,7 @@ CheckEntry JudgeEntry(std::string file, std::string name, MemoryEstimate estimat
     const Bytes d = e.delta_total();
     if (d > thresholds.max_regression) {
       e.failures.push_back(fmt::format(
-          "worst-rank total regressed by {:+.2f} GiB ({:.2f} -> {:.2f} GiB), more than --max-regression-gib {:.2f}",
+          "peak (worst rank) regressed by {:+.2f} GiB ({:.2f} -> {:.2f} GiB), more than --max-regression-gib {:.2f}",
           d.gib(), e.baseline_worst->total().gib(), e.worst().total().gib(), thresholds.max_regression.gib()));
     }
     for (int i = 0; i < kNumCategories; ++i) {

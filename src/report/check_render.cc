@@ -103,7 +103,7 @@ std::string MdCode(const std::string& text) {
 
 std::string RenderCheckTable(const CheckReport& r) {
   std::string out = fmt::format("preflight check: {} ({})\n\n", Headline(r), BaselineLine(r));
-  out += fmt::format("  {:<36} {:<8} {:>6} {:>12} {:>12} {:>10}  {}\n", "recipe", "verdict", "stage", "total GiB",
+  out += fmt::format("  {:<36} {:<8} {:>6} {:>12} {:>12} {:>10}  {}\n", "recipe", "verdict", "stage", "peak GiB",
                      "headroom GiB", "delta GiB", "moved categories (GiB)");
   for (const CheckEntry& e : r.entries) {
     if (!e.valid) {
@@ -187,7 +187,7 @@ nlohmann::json CheckJson(const CheckReport& r) {
 std::string RenderCheckMarkdown(const CheckReport& r) {
   std::string out = fmt::format("## preflight check: {}\n\n", Headline(r));
   out += fmt::format("{}.\n\n", r.baseline_label.empty() ? std::string("No baseline") : "Against " + BaselineLine(r));
-  out += "| recipe | verdict | worst stage total | headroom | delta vs baseline | top moved categories |\n";
+  out += "| recipe | verdict | peak (worst stage) | headroom | delta vs baseline | top moved categories |\n";
   out += "| --- | --- | ---: | ---: | ---: | --- |\n";
   for (const CheckEntry& e : r.entries) {
     const std::string verdict = e.passed() ? "pass" : fmt::format("**{}**", StatusWord(e));

@@ -89,7 +89,7 @@ std::string RenderDiffTable(const DiffReport& r) {
     out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", Key(c), Gib(r.a.worst().of(c)), Gib(r.b.worst().of(c)),
                        SignedGib(r.memory_delta(c)));
   }
-  out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", "total", Gib(r.a.worst().total()), Gib(r.b.worst().total()),
+  out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", "peak", Gib(r.a.worst().total()), Gib(r.b.worst().total()),
                      SignedGib(r.total_delta()));
   out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", "headroom", Gib(r.a.worst().headroom()),
                      Gib(r.b.worst().headroom()), SignedGib(r.b.worst().headroom() - r.a.worst().headroom()));

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "preflight/recipe/fields.h"
+#include "preflight/report/format.h"
 
 namespace preflight::emit {
 
@@ -32,9 +33,8 @@ std::string ChunkRanges(const StagePlan& stages, const std::vector<BlockKind>& s
   const std::vector<int64_t> starts = LayerStarts(sublayers);
   std::string out;
   for (const StageChunk& c : stages.chunks) {
-    if (!out.empty()) out += ' ';
-    const LayerRange range = LayerRangeOf(c, starts);
-    out += fmt::format("[{},{})", range.first, range.end);
+    if (!out.empty()) out += ", ";
+    out += FormatLayerRange(LayerRangeOf(c, starts));
   }
   return out;
 }

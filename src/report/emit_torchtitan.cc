@@ -161,7 +161,7 @@ void Header(const Context& c) {
   c.notes.Note(fmt::format("layout: {} · zero {} · {} · {} micro-batches of {} · recompute {}", LayoutSummary(l),
                            l.zero, Name(l.schedule), l.micro_batches, l.micro_batch, Name(l.recompute)));
   c.notes.Note(fmt::format(
-      "stages ({}), layers [first,end): {}",
+      "stages ({}), layers first-last: {}",
       c.p.stages_pinned ? std::string("pinned in the recipe") : fmt::format("partitioned by {}", c.p.partition),
       emit::ChunkRanges(c.p.stages, c.r.model.layers)));
   c.notes.Note("not emitted: tokenizer and HF assets, data loader, learning rate (default_adamw's), checkpointing");

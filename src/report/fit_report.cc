@@ -31,16 +31,101 @@ std::string ChunkRanges(const StagePlan& plan, int64_t pipeline_rank, const std:
   std::string out;
   for (const StageChunk& c : ChunksOfRank(plan, pipeline_rank)) {
     if (!out.empty()) out += ",";
-    const LayerRange range = LayerRangeOf(c, layer_starts);
-    out += range.end > range.first ? fmt::format("{}-{}", range.first, range.end - 1) : std::string("none");
+    out += FormatLayerRange(LayerRangeOf(c, layer_starts));
   }
   return out;
 }
 
-/// A row of the memory table: label, then one GiB cell per stage.
+int64_t LayerCount(const StagePlan& plan, int64_t pipeline_rank, const std::vector<int64_t>& layer_starts) {
+  int64_t n = 0;
+  for (const StageChunk& c : ChunksOfRank(plan, pipeline_rank)) {
+    const LayerRange range = LayerRangeOf(c, layer_starts);
+    n += range.end - range.first;
+  }
+  return n;
+}
+
+// The memory table fits 100 columns at any pipeline depth: a label column,
+// then at most five 12-wide stage columns per block of rows; more columns
+// continue in another block below.
+constexpr size_t kLabelWidth = 32;
+constexpr size_t kCellWidth = 12;
+constexpr size_t kTableWidth = 100;
+constexpr size_t kColumnsPerBlock = (kTableWidth - kLabelWidth) / kCellWidth;
+
+/// A row of the memory table: its label and one cell per stage.
+struct TableRow {
+  std::string label;
+  std::vector<std::string> cells;
+};
+
+/// A column of the memory table: consecutive stages [first, last] whose every
+/// shown figure and layer count agree (a deep pipeline's middle stages).
+struct Column {
+  size_t first = 0;
+  size_t last = 0;
+};
+
+std::vector<Column> GroupStages(const std::vector<TableRow>& rows, const std::vector<int64_t>& layer_counts) {
+  auto same = [&](size_t a, size_t b) {
+    if (layer_counts[a] != layer_counts[b]) return false;
+    return std::all_of(rows.begin(), rows.end(), [&](const TableRow& row) { return row.cells[a] == row.cells[b]; });
+  };
+  std::vector<Column> out;
+  for (size_t s = 0; s < layer_counts.size(); ++s) {
+    if (!out.empty() && same(out.back().last, s)) {
+      out.back().last = s;
+    } else {
+      out.push_back({s, s});
+    }
+  }
+  return out;
+}
+
 std::string Row(const std::string& label, const std::vector<std::string>& cells) {
-  std::string out = fmt::format("  {:<30}", label);
-  for (const auto& c : cells) out += fmt::format("{:>12}", c);
+  std::string out = fmt::format("  {:<{}}", label, kLabelWidth - 2);
+  for (const auto& c : cells) out += fmt::format("{:>{}}", c, kCellWidth);
+  return out + "\n";
+}
+
+/// The table in blocks of kColumnsPerBlock columns: a header row naming the
+/// stages of each column (the worst marked *), then every row.
+std::string RenderColumns(const std::vector<Column>& columns, size_t worst, const std::vector<TableRow>& rows) {
+  std::string out;
+  for (size_t begin = 0; begin < columns.size(); begin += kColumnsPerBlock) {
+    const size_t end = std::min(columns.size(), begin + kColumnsPerBlock);
+    if (begin > 0) out += "\n";
+    std::vector<std::string> header;
+    for (size_t c = begin; c < end; ++c) {
+      const Column& col = columns[c];
+      header.push_back(fmt::format(
+          "{}{}",
+          col.first == col.last ? fmt::format("stage {}", col.first) : fmt::format("stages {}-{}", col.first, col.last),
+          worst >= col.first && worst <= col.last ? "*" : ""));
+    }
+    out += Row("memory per rank (GiB)", header);
+    for (const TableRow& row : rows) {
+      std::vector<std::string> cells;
+      for (size_t c = begin; c < end; ++c) cells.push_back(row.cells[columns[c].first]);
+      out += Row(row.label, cells);
+    }
+  }
+  return out;
+}
+
+/// "layers    stage 0: 0-2,63-66; stage 1: 3-6,67-70; ..." wrapped at the table width.
+std::string LayerList(const std::vector<std::string>& ranges) {
+  std::string out = "layers   ";
+  size_t line = out.size();
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    const std::string item = fmt::format(" stage {}: {}{}", s, ranges[s], s + 1 < ranges.size() ? ";" : "");
+    if (line + item.size() > kTableWidth) {
+      out += "\n         ";
+      line = 9;
+    }
+    out += item;
+    line += item.size();
+  }
   return out + "\n";
 }
 
@@ -151,68 +236,76 @@ std::string RenderFitTable(const FitReport& r) {
                                     : fmt::format("{} sublayers: {}", inv.layers.size(), FamilyCounts(inv));
   out += fmt::format("model     {} layers ({}), {} params total, {} active per token\n", depth, sublayers,
                      FormatCount(inv.total_params), FormatCount(inv.active_params));
-  out += fmt::format("layout    {} | zero {} | {} m={} | recompute {}\n", LayoutSummary(r.layout), r.layout.zero,
-                     Name(r.layout.schedule), r.layout.micro_batches, Name(r.layout.recompute));
+  // Two lines: the degrees, then ZeRO, schedule and recompute (one line is wider than 100 columns).
+  out += fmt::format("layout    {}\n          zero {} | {} m={} | recompute {}\n", LayoutSummary(r.layout),
+                     r.layout.zero, Name(r.layout.schedule), r.layout.micro_batches, Name(r.layout.recompute));
   out += fmt::format("device    {} {} MiB ({:.2f} GiB), {} GPUs = {} nodes × {}\n", DeviceLabel(recipe.cluster),
                      recipe.cluster.spec.capacity_mib, est.stages.empty() ? 0.0 : est.stages.front().capacity.gib(),
                      recipe.world(), recipe.cluster.nodes, recipe.cluster.gpus_per_node);
   out += "\n";
 
   const size_t n = est.stages.size();
-  std::vector<std::string> header, layers, inflight;
+  std::vector<std::string> ranges;
+  std::vector<int64_t> layer_counts;
+  std::vector<TableRow> rows;
+  auto add = [&](std::string label, auto cell) {
+    TableRow row{std::move(label), {}};
+    for (const RankMemory& st : est.stages) row.cells.push_back(cell(st));
+    rows.push_back(std::move(row));
+  };
   for (size_t s = 0; s < n; ++s) {
-    header.push_back(fmt::format("stage {}", s));
-    layers.push_back(ChunkRanges(r.stages, static_cast<int64_t>(s), r.inventory->layer_starts));
-    inflight.push_back(fmt::format("{}", est.stages[s].in_flight_microbatches));
+    ranges.push_back(ChunkRanges(r.stages, static_cast<int64_t>(s), inv.layer_starts));
+    layer_counts.push_back(LayerCount(r.stages, static_cast<int64_t>(s), inv.layer_starts));
   }
-  out += Row("memory per rank (GiB)", header);
-  out += Row("layers", layers);
-  out += Row("micro-batches in flight", inflight);
+  add("micro-batches in flight", [](const RankMemory& st) { return fmt::format("{}", st.in_flight_microbatches); });
   for (Category c : kAllCategories) {
-    std::vector<std::string> cells;
-    for (const auto& st : est.stages) cells.push_back(Gib(st.of(c)));
-    out += Row(Label(c), cells);
-    if (c == Category::kActivations) {
-      for (BlockKind k : kAllBlockKinds) {
-        const auto f = static_cast<size_t>(FamilyIndex(k));
-        if (inv.family_layers[f] == 0) continue;
-        std::vector<std::string> fam;
-        for (const auto& st : est.stages) fam.push_back(Gib(st.activations_by_family[f]));
-        out += Row(fmt::format("  of which {}", Letter(k)), fam);
-      }
-      std::vector<std::string> ends, kept;
-      bool offload = false;
-      for (const auto& st : est.stages) {
-        ends.push_back(Gib(st.activations_ends));
-        kept.push_back(Gib(st.activations_offload_kept));
-        offload = offload || st.activations_offload_kept.count() > 0;
-      }
-      out += Row("  of which embedding/head", ends);
-      // Activation offloading: what the device still holds of the offloaded tensors.
-      if (offload) out += Row("  of which offloaded, on device", kept);
+    add(Label(c), [c](const RankMemory& st) { return Gib(st.of(c)); });
+    if (c != Category::kActivations) continue;
+    // The activation line's parts, adding up to it.
+    for (BlockKind k : kAllBlockKinds) {
+      const auto f = static_cast<size_t>(FamilyIndex(k));
+      if (inv.family_layers[f] == 0) continue;
+      add(fmt::format("  of which {}", Letter(k)),
+          [f](const RankMemory& st) { return Gib(st.activations_by_family[f]); });
+    }
+    add("  of which embedding/head", [](const RankMemory& st) { return Gib(st.activations_ends); });
+    auto any = [&](auto member) {
+      return std::any_of(est.stages.begin(), est.stages.end(),
+                         [&](const RankMemory& st) { return (st.*member).count() > 0; });
+    };
+    if (any(&RankMemory::activations_transient)) {
+      add("  of which one-layer transient", [](const RankMemory& st) { return Gib(st.activations_transient); });
+    }
+    // Activation offloading: what the device still holds of the offloaded tensors.
+    if (any(&RankMemory::activations_offload_kept)) {
+      add("  of which offloaded, on device", [](const RankMemory& st) { return Gib(st.activations_offload_kept); });
     }
   }
-  std::vector<std::string> total, cap, head, allocated_static, allocated_peak;
-  for (const auto& st : est.stages) {
-    total.push_back(Gib(st.total()));
-    cap.push_back(Gib(st.capacity));
-    head.push_back(Gib(st.headroom()));
-    allocated_static.push_back(Gib(st.allocated_static));
-    allocated_peak.push_back(Gib(st.allocated_peak));
-  }
-  out += Row("total", total);
+  add("peak", [](const RankMemory& st) { return Gib(st.total()); });
   // What PyTorch's allocator will report (docs/allocated.md): no reserve, no fragmentation.
-  out += Row("  allocated between steps", allocated_static);
-  out += Row("  allocated at the peak", allocated_peak);
-  out += Row("capacity", cap);
-  out += Row("headroom", head);
+  add("  allocated between steps", [](const RankMemory& st) { return Gib(st.allocated_static); });
+  add("  allocated at the peak", [](const RankMemory& st) { return Gib(st.allocated_peak); });
+  add("capacity", [](const RankMemory& st) { return Gib(st.capacity); });
+  add("headroom", [](const RankMemory& st) { return Gib(st.headroom()); });
   if (est.verdict.host_per_node.count() > 0) {
-    std::vector<std::string> host;
-    for (const auto& st : est.stages) host.push_back(Gib(st.host));
-    out += Row("host (offloaded state)", host);
+    add("host (offloaded state)", [](const RankMemory& st) { return Gib(st.host); });
+  }
+  const std::vector<Column> columns = GroupStages(rows, layer_counts);
+  // Layer ranges go in the table when each column is one stage and its ranges fit the cell.
+  const bool ranges_in_table =
+      columns.size() == n &&
+      std::all_of(ranges.begin(), ranges.end(), [](const std::string& x) { return x.size() < kCellWidth; });
+  TableRow layers{ranges_in_table ? "layers" : "layers per stage", {}};
+  for (size_t s = 0; s < n; ++s)
+    layers.cells.push_back(ranges_in_table ? ranges[s] : fmt::format("{}", layer_counts[s]));
+  rows.insert(rows.begin(), std::move(layers));
+  out += RenderColumns(columns, static_cast<size_t>(est.worst_stage), rows);
+  if (est.verdict.host_per_node.count() > 0) {
     out += fmt::format("  host per node: {} GPUs x the heaviest stage = {} of {} GiB\n", recipe.cluster.gpus_per_node,
                        FormatGiB(est.verdict.host_per_node), Gib(GiB(recipe.cluster.spec.host_memory_gib)));
   }
+  out += "  * the worst stage (the most memory)\n";
+  if (!ranges_in_table) out += "\n" + LayerList(ranges);
   out += "\n";
   if (!r.explanations.empty()) {
     out += fmt::format("explain (stage {}, the worst rank)\n", est.worst_stage);
@@ -249,6 +342,9 @@ nlohmann::json FitJson(const FitReport& r) {
       acts[std::string(1, Letter(k))] = m.activations_by_family[static_cast<size_t>(FamilyIndex(k))].count();
     }
     acts["embedding_head"] = m.activations_ends.count();
+    // With these two the parts add up to memory_bytes.activations.
+    acts["transient"] = m.activations_transient.count();
+    acts["offloaded_on_device"] = m.activations_offload_kept.count();
     nlohmann::json chunks = nlohmann::json::array();
     for (const StageChunk& c : ChunksOfRank(r.stages, static_cast<int64_t>(s))) {
       const LayerRange range = LayerRangeOf(c, r.inventory->layer_starts);
@@ -259,7 +355,8 @@ nlohmann::json FitJson(const FitReport& r) {
                       {"in_flight_microbatches", m.in_flight_microbatches},
                       {"memory_bytes", memory},
                       {"activations_by_family_bytes", acts},
-                      {"total_bytes", m.total().count()},
+                      {"peak_bytes", m.total().count()},
+                      {"total_bytes", m.total().count()},  // the old name of peak_bytes, kept one release
                       {"capacity_bytes", m.capacity.count()},
                       {"headroom_bytes", m.headroom().count()},
                       {"allocated_static_bytes", m.allocated_static.count()},

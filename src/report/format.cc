@@ -30,6 +30,12 @@ std::string FormatCount(int64_t n) {
   return fmt::format("{}", n);
 }
 
+std::string FormatLayerRange(const LayerRange& range) {
+  if (range.end <= range.first) return "none";
+  if (range.end == range.first + 1) return fmt::format("{}", range.first);
+  return fmt::format("{}-{}", range.first, range.end - 1);
+}
+
 std::string XmlEscape(const std::string& text) {
   std::string out;
   out.reserve(text.size());

@@ -34,7 +34,8 @@ std::string ReplicaText(const Layout& l) {
 std::string LayoutSummary(const Layout& l) {
   std::string out = fmt::format("tp {}{} · cp {} · pp {}", l.tp, l.sequence_parallel() ? " (sp)" : "", l.cp, l.pp);
   if (l.vpp > 1) out += fmt::format(" (vpp {})", l.vpp);
-  out += fmt::format(" · dp {}{} · ep {} · etp {} · edp {}", l.dp, ReplicaText(l), l.ep, l.expert_tp, l.expert_dp());
+  out += fmt::format(" · dp {}{} · ep {} · expert_tp {} · expert_dp {}", l.dp, ReplicaText(l), l.ep, l.expert_tp,
+                     l.expert_dp());
   return out;
 }
 

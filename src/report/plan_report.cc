@@ -91,15 +91,16 @@ std::string StagesTable(const Recipe& r, const Plan& p) {
   const std::vector<int64_t> starts = LayerStarts(r.model.layers);
   std::string out = fmt::format("\nstages ({}; times per micro-batch)\n",
                                 p.stages_pinned ? "pinned in the recipe" : "partitioned by " + p.partition);
-  out += fmt::format("  {:<6} {:<28} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n", "stage", "chunks [first,end)",
-                     "layers", "memory", "headroom", "fwd ms", "bwd ms", "recomp", "comm ms");
+  out +=
+      fmt::format("  {:<6} {:<28} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>10}\n", "stage",
+                  "chunks (layers first-last)", "layers", "peak", "headroom", "fwd ms", "bwd ms", "recomp", "comm ms");
   for (const StageTime& s : p.time.stages) {
     std::string chunks;
     int64_t layers = 0;
     for (const StageChunk& c : p.stages.chunks) {
       if (c.pipeline_rank != s.pipeline_rank) continue;
       const LayerRange range = LayerRangeOf(c, starts);
-      chunks += fmt::format("{}[{},{}){}{}", chunks.empty() ? "" : " ", range.first, range.end,
+      chunks += fmt::format("{}{}{}{}", chunks.empty() ? "" : ", ", FormatLayerRange(range),
                             c.owns_embedding ? "+emb" : "", c.owns_head ? "+head" : "");
       layers += range.end - range.first;
     }

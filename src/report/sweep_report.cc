@@ -27,10 +27,10 @@ std::string JsonString(const std::string& s) { return nlohmann::json(s).dump(); 
 void AppendTableRows(const SweepResult& r, const std::vector<int64_t>& indices, std::string* out,
                      const std::vector<int64_t>& ties = {}) {
   fmt::format_to(std::back_inserter(*out),
-                 "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} "
-                 "{:>10} {:>10} {:>9} {:>9} {:>7} {:>7} {:>7} {:>12} {:>6}\n",
-                 "#", "tp", "sp", "cp", "pp", "vpp", "dp", "rep", "ep", "etp", "mb", "recompute", "zero", "peak GiB",
-                 "free GiB", "step s", "compute", "comm", "bubble", "opt", "tokens/s", "MFU");
+                 "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>3} {:>10} {:>5} "
+                 "{:>10} {:>10} {:>9} {:>9} {:>7} {:>7} {:>9} {:>12} {:>6}\n",
+                 "#", "tp", "sp", "cp", "pp", "vpp", "dp", "rep", "ep", "expert_tp", "mb", "recompute", "zero",
+                 "peak GiB", "headroom", "step s", "compute", "comm", "bubble", "optimizer", "tokens/s", "MFU");
   int64_t rank = 0;
   for (int64_t i : indices) {
     const SweepRow& row = r.rows[static_cast<size_t>(i)];
@@ -39,8 +39,8 @@ void AppendTableRows(const SweepResult& r, const std::vector<int64_t>& indices, 
     const std::string shown = group == rank ? fmt::format("{}", rank) : fmt::format("={}", group);
     const Layout l = r.LayoutOf(row);
     fmt::format_to(std::back_inserter(*out),
-                   "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>4} {:>3} {:>10} {:>5} {:>10.2f} {:>10.2f} "
-                   "{:>9.3f} {:>9.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>12.0f} {:>5.1f}%\n",
+                   "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>5} {:>3} {:>3} {:>9} {:>3} {:>10} {:>5} {:>10.2f} {:>10.2f} "
+                   "{:>9.3f} {:>9.3f} {:>7.3f} {:>7.3f} {:>9.3f} {:>12.0f} {:>5.1f}%\n",
                    shown, l.tp, l.sequence_parallel() ? "on" : "-", l.cp, l.pp, l.vpp, l.dp, l.dp_replicate, l.ep,
                    l.expert_tp, l.micro_batch, Name(l.recompute), l.zero, row.peak.gib(), r.HeadroomOf(row).gib(),
                    row.step_s, row.compute_s, row.exposed_comm_s, row.bubble_s, row.optimizer_s, row.tokens_per_s,

@@ -1,7 +1,7 @@
 # torchtitan config module for llama3-405b-h200: 16384 GPUs (2048 nodes x 8 h200), from `preflight plan`
 # target: pytorch/torchtitan b5bcd76 (2026-08-21); run: torchtitan.train --module <this module> --config preflight_config (NGPU=16384)
-# layout: tp 8 (sp) · cp 1 · pp 16 (vpp 2) · dp 128 · ep 1 · etp 1 · edp 1024 · zero 3 · interleaved · 16 micro-batches of 1 · recompute full
-# stages (partitioned by megatron), layers [first,end): [0,3) [3,7) [7,11) [11,15) [15,19) [19,23) [23,27) [27,31) [31,35) [35,39) [39,43) [43,47) [47,51) [51,55) [55,59) [59,63) [63,67) [67,71) [71,75) [75,79) [79,83) [83,87) [87,91) [91,95) [95,99) [99,103) [103,107) [107,111) [111,115) [115,119) [119,123) [123,126)
+# layout: tp 8 (sp) · cp 1 · pp 16 (vpp 2) · dp 128 · ep 1 · expert_tp 1 · expert_dp 1024 · zero 3 · interleaved · 16 micro-batches of 1 · recompute full
+# stages (partitioned by megatron), layers first-last: 0-2, 3-6, 7-10, 11-14, 15-18, 19-22, 23-26, 27-30, 31-34, 35-38, 39-42, 43-46, 47-50, 51-54, 55-58, 59-62, 63-66, 67-70, 71-74, 75-78, 79-82, 83-86, 87-90, 91-94, 95-98, 99-102, 103-106, 107-110, 111-114, 115-118, 119-122, 123-125
 # not emitted: tokenizer and HF assets, data loader, learning rate (default_adamw's), checkpointing
 # model: torchtitan.models.llama3 flavor 405B, the recipe's architecture
 # zero 3: FSDP2, parameters resharded after every forward ("always")

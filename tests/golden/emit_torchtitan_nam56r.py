@@ -5,8 +5,8 @@
 # WARNING: - training.optimizer.matrices = muon: torchtitan's DistMuon needs FlexShard compute-sharding metadata per parameter (optimizer_factory_kwargs_by_name), which preflight does not emit; AdamW emitted
 # torchtitan config module for nam56r-h200: 64 GPUs (8 nodes x 8 h200), from `preflight plan`
 # target: pytorch/torchtitan b5bcd76 (2026-08-21); run: torchtitan.train --module <this module> --config preflight_config (NGPU=64)
-# layout: tp 4 (sp) · cp 1 · pp 4 · dp 4 · ep 8 · etp 1 · edp 2 · zero 1 · 1f1b · 128 micro-batches of 1 · recompute selective
-# stages (partitioned by megatron), layers [first,end): [0,12) [12,24) [24,36) [36,48)
+# layout: tp 4 (sp) · cp 1 · pp 4 · dp 4 · ep 8 · expert_tp 1 · expert_dp 2 · zero 1 · 1f1b · 128 micro-batches of 1 · recompute selective
+# stages (partitioned by megatron), layers first-last: 0-11, 12-23, 24-35, 36-47
 # not emitted: tokenizer and HF assets, data loader, learning rate (default_adamw's), checkpointing
 # cannot express: torchtitan has no Mamba-2 (M) or recurrent (R) model (torchtitan/models @ b5bcd76)
 # cannot express: torchtitan has no ZeRO-1: FSDP2 (data_parallel_shard_degree) also shards the parameters, so a rank holds less and communicates more than planned; fsdp_reshard_after_forward="never" keeps them gathered from forward to backward

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "preflight/inventory/layout.h"
 #include "preflight/recipe/units.h"
 
 namespace preflight {
@@ -14,6 +15,10 @@ std::string FormatGiB(Bytes b);
 std::string FormatBytesHuman(Bytes b);
 /// "12.35 B" / "850.12 M" parameter counts (decimal).
 std::string FormatCount(int64_t n);
+/// A layer range as every text output writes it (docs/glossary.md): first and
+/// last layer, inclusive, "0-13"; one layer "7"; an empty range "none".
+/// JSON keeps the half-open pair first_layer, end_layer.
+std::string FormatLayerRange(const LayerRange& range);
 /// Text for XML (JUnit, SVG): markup characters as entities; control
 /// characters XML 1.0 cannot carry (all but tab and line breaks) dropped.
 std::string XmlEscape(const std::string& s);
