@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "preflight/planner/sweep.h"
 #include "preflight/recipe/partition.h"
 
 namespace preflight {
@@ -33,9 +34,10 @@ struct Candidate {
 
 // Prices `r` (already changed) exactly as `fit` does: its own inventory (the
 // recipe it carries has the new degrees and pinned stages) and MakePlan's
-// stage choice. nullopt when invalid or still over capacity.
+// stage choice. nullopt when invalid, still over capacity, or (with
+// `need_floor`) below the headroom floor.
 std::optional<Suggestion> Price(const Recipe& r, const MemoryEstimate& before, double step_before,
-                                const CostModel& cost) {
+                                const CostModel& cost, bool need_floor = false) {
   if (HasErrors(ValidateRecipe(r))) return std::nullopt;
   const Inventory inv = BuildInventory(r);
   const Layout l = LayoutOf(r);
@@ -44,7 +46,7 @@ std::optional<Suggestion> Price(const Recipe& r, const MemoryEstimate& before, d
   const PlanResult planned = MakePlan(inv, l, cost, /*advise_balanced_cut=*/false);
   if (!planned.plan || !planned.plan->memory) return std::nullopt;
   const MemoryEstimate& est = *planned.plan->memory;
-  if (!est.verdict.fits) return std::nullopt;
+  if (!est.verdict.fits || (need_floor && !est.verdict.headroom_ok)) return std::nullopt;
   Suggestion s;
   s.layout = l;
   s.peak = est.stages[static_cast<size_t>(est.worst_stage)].total();
@@ -54,6 +56,29 @@ std::optional<Suggestion> Price(const Recipe& r, const MemoryEstimate& before, d
   s.step_s = planned.plan->time.step_s;
   s.step_change = step_before > 0 && s.step_s > 0 ? s.step_s / step_before - 1.0 : 0.0;
   return s;
+}
+
+/// Single moves that spend headroom for speed: those that still meet the
+/// floor and shorten the step by more than the step-time model's stated
+/// uncertainty (a smaller gain is not known to be real), fastest first.
+std::vector<Suggestion> FasterMoves(const Recipe& recipe, const MemoryEstimate& before, double step_s,
+                                    const AdviceOptions& options) {
+  std::vector<Suggestion> out;
+  if (step_s <= 0) return out;
+  for (int m = kFirstFasterMove; m < kNumAdviceMoves; ++m) {
+    AdviceChange change;
+    auto r = ApplyMove(recipe, static_cast<AdviceMove>(m), &change);
+    if (!r) continue;
+    auto s = Price(*r, before, step_s, options.cost, /*need_floor=*/true);
+    if (!s || s->step_s <= 0 || s->step_change >= -kStepTimeUncertainty) continue;
+    s->changes = {change};
+    out.push_back(*s);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Suggestion& a, const Suggestion& b) { return a.step_s < b.step_s; });
+  if (static_cast<int64_t>(out.size()) > options.max_suggestions)
+    out.resize(static_cast<size_t>(options.max_suggestions));
+  return out;
 }
 
 bool Better(const Candidate& a, const Candidate& b) {
@@ -78,6 +103,11 @@ const char* Key(AdviceMove m) {
     case AdviceMove::kSmallerMicroBatch: return "smaller_micro_batch";
     case AdviceMove::kFewerReplicas: return "fewer_replicas";
     case AdviceMove::kMoreNodes: return "more_nodes";
+    case AdviceMove::kLessTp: return "less_tp";
+    case AdviceMove::kLessPp: return "less_pp";
+    case AdviceMove::kLessCp: return "less_cp";
+    case AdviceMove::kLessRecompute: return "less_recompute";
+    case AdviceMove::kLargerMicroBatch: return "larger_micro_batch";
   }
   return "?";
 }
@@ -157,6 +187,34 @@ std::optional<Recipe> ApplyMove(const Recipe& recipe, AdviceMove move, AdviceCha
       set("cluster.nodes", r.cluster.nodes, r.cluster.nodes * 2);
       r.cluster.nodes *= 2;
       break;
+    case AdviceMove::kLessTp:
+      if (p.tp == 1 || p.tp % 2 != 0) return std::nullopt;
+      set("parallel.tp", p.tp, p.tp / 2);
+      p.tp /= 2;
+      break;
+    case AdviceMove::kLessPp:
+      if (p.pp == 1 || p.pp % 2 != 0) return std::nullopt;
+      set("parallel.pp", p.pp, p.pp / 2);
+      p = SplitFor(p, p.pp / 2, p.vpp, p.schedule, LayerCount(r.model.layers));
+      p.stage_boundaries.clear();  // they described the old stages
+      break;
+    case AdviceMove::kLessCp:
+      if (p.cp == 1 || p.cp % 2 != 0) return std::nullopt;
+      set("parallel.cp", p.cp, p.cp / 2);
+      p.cp /= 2;
+      break;
+    case AdviceMove::kLessRecompute: {
+      const Recompute from = r.training.recompute;
+      if (from == Recompute::kNone) return std::nullopt;
+      const Recompute to = from == Recompute::kFull ? Recompute::kSelective : Recompute::kNone;
+      set("training.recompute", Name(from), Name(to));
+      r.training.recompute = to;
+      break;
+    }
+    case AdviceMove::kLargerMicroBatch:
+      set("training.micro_batch", r.training.micro_batch, r.training.micro_batch * 2);
+      r.training.micro_batch *= 2;
+      break;
   }
   return r;
 }
@@ -170,6 +228,17 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
   advice.fits = before.verdict.fits;
   advice.worst_stage = before.worst_stage;
   advice.step_s = StepSeconds(inv, tables, recipe, layout, stages, options.cost);
+  for (size_t st = 0; st < before.stages.size(); ++st) {
+    const Bytes peak = before.stages[st].total();
+    if (st == 0 || peak > advice.heaviest) {
+      advice.heaviest = peak;
+      advice.heaviest_stage = static_cast<int64_t>(st);
+    }
+    if (st == 0 || peak < advice.lightest) {
+      advice.lightest = peak;
+      advice.lightest_stage = static_cast<int64_t>(st);
+    }
+  }
   if (advice.fits) {
     const RankMemory& worst = before.stages[static_cast<size_t>(before.worst_stage)];
     for (int c = 0; c < kNumCategories; ++c) {
@@ -180,8 +249,14 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
     }
     const Bytes total = worst.total();
     advice.dominant_share = total > Bytes(0) ? advice.dominant_bytes.gib() / total.gib() : 0.0;
-    return advice;
+    advice.below_floor = !before.verdict.headroom_ok;
+    if (!advice.below_floor) {
+      advice.faster = FasterMoves(recipe, before, advice.step_s, options);
+      return advice;
+    }
   }
+  // Below the floor, a change counts only if it meets the floor.
+  const bool need_floor = advice.below_floor;
   std::vector<Candidate> found;
   // Single moves first; pairs only when none of them fits.
   std::vector<std::pair<AdviceChange, Recipe>> singles;
@@ -189,7 +264,7 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
     AdviceChange change;
     auto r = ApplyMove(recipe, static_cast<AdviceMove>(m), &change);
     if (!r) continue;
-    if (auto s = Price(*r, before, advice.step_s, options.cost)) {
+    if (auto s = Price(*r, before, advice.step_s, options.cost, need_floor)) {
       s->changes = {change};
       found.push_back({*s, m, -1});
     }
@@ -202,7 +277,7 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
         AdviceChange second;
         auto r2 = ApplyMove(r1, static_cast<AdviceMove>(m2), &second);
         if (!r2) continue;
-        if (auto s = Price(*r2, before, advice.step_s, options.cost)) {
+        if (auto s = Price(*r2, before, advice.step_s, options.cost, need_floor)) {
           s->changes = {first, second};
           found.push_back({*s, m1, m2});
         }
@@ -216,7 +291,7 @@ FitAdvice AdviseFit(const Inventory& inv, const Layout& layout, const StagePlan&
     AdviceChange step;
     more = *ApplyMove(more, AdviceMove::kMoreNodes, &step);
     nodes.to = step.to;
-    if (auto s = Price(more, before, advice.step_s, options.cost)) {
+    if (auto s = Price(more, before, advice.step_s, options.cost, need_floor)) {
       s->changes = {nodes};
       found.push_back({*s, static_cast<int>(AdviceMove::kMoreNodes), -1});
     }

@@ -10,9 +10,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "preflight/planner/advice.h"
 #include "preflight/estimator/estimate.h"
 #include "preflight/inventory/inventory.h"
+#include "preflight/planner/advice.h"
 #include "preflight/planner/plan.h"
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
@@ -21,6 +21,7 @@ namespace preflight {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::RunPreflight;
 using testing::SourcePath;
 
@@ -272,6 +273,115 @@ TEST(AdviceFit, JsonKeyAdvice) {
   const auto fits = nlohmann::json::parse(RunPreflight({"fit", "recipes/nam56r-h200.yaml", "--format", "json"}).out);
   EXPECT_EQ(fits["advice"]["fits"], true);
   EXPECT_TRUE(fits["advice"]["dominant"].contains("category"));
+}
+
+// Llama 3 8B as shipped fits with ~46 GiB headroom; a 60 GiB floor makes it
+// fit below the floor. The advice then lists changes that meet the floor, and
+// applying the first through the ordinary CLI path gives exit 0 without the
+// below-floor warning.
+TEST(AdviceFit, BelowTheFloorGetsChangesThatMeetIt) {
+  const std::vector<std::string> floor = {"--set", "cluster.min_headroom_gib=60"};
+  std::vector<std::string> args = {"fit", kLlama, "--format", "json"};
+  args.insert(args.end(), floor.begin(), floor.end());
+  const auto r = RunPreflight(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("below the floor"));
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["advice"]["below_floor"], true);
+  const auto& suggestions = j["advice"]["suggestions"];
+  ASSERT_FALSE(suggestions.empty());
+  for (const auto& s : suggestions) EXPECT_EQ(s["headroom_ok"], true) << s["summary"];
+  std::vector<std::string> applied = {"fit", kLlama};
+  applied.insert(applied.end(), floor.begin(), floor.end());
+  for (const auto& c : suggestions[0]["changes"]) {
+    applied.push_back("--set");
+    applied.push_back(fmt::format("{}={}", c["key"].get<std::string>(), c["to"].get<std::string>()));
+  }
+  const auto after = RunPreflight(applied);
+  EXPECT_EQ(after.exit_code, 0) << suggestions[0]["summary"];
+  EXPECT_THAT(after.err, Not(HasSubstr("below the floor"))) << suggestions[0]["summary"];
+  const auto table = RunPreflight({"fit", kLlama, "--set", "cluster.min_headroom_gib=60"});
+  EXPECT_THAT(table.out, HasSubstr("advice    changes that meet the headroom floor"));
+}
+
+// The default recipe fits with ~117 GiB free. Each "faster" change, applied
+// through `plan`, still fits above the floor and shortens the step by more
+// than the step-time model's uncertainty (2 %); the table points to sweep.
+TEST(AdviceFit, AmpleHeadroomHearsOfFasterLayoutsThatFit) {
+  constexpr const char* kDefault = "recipes/nam56r-h200.yaml";
+  const auto base = nlohmann::json::parse(RunPreflight({"plan", kDefault, "--format", "json"}).out);
+  const double step = base["step"]["step_s"].get<double>();
+  const auto fit = nlohmann::json::parse(RunPreflight({"fit", kDefault, "--format", "json"}).out);
+  const auto& faster = fit["advice"]["faster"];
+  ASSERT_FALSE(faster.empty());
+  double previous = 0;
+  for (const auto& s : faster) {
+    std::vector<std::string> args = {"plan", kDefault, "--format", "json"};
+    for (const auto& c : s["changes"]) {
+      args.push_back("--set");
+      args.push_back(fmt::format("{}={}", c["key"].get<std::string>(), c["to"].get<std::string>()));
+    }
+    const auto after = RunPreflight(args);
+    ASSERT_EQ(after.exit_code, 0) << after.err;
+    const auto plan = nlohmann::json::parse(after.out);
+    const double new_step = plan["step"]["step_s"].get<double>();
+    EXPECT_LT(new_step, step * (1.0 - 0.02)) << s["summary"];
+    EXPECT_GE(new_step, previous) << "fastest first";
+    previous = new_step;
+    args[0] = "fit";
+    args.resize(2);
+    for (const auto& c : s["changes"]) {
+      args.push_back("--set");
+      args.push_back(fmt::format("{}={}", c["key"].get<std::string>(), c["to"].get<std::string>()));
+    }
+    const auto fits = RunPreflight(args);
+    EXPECT_EQ(fits.exit_code, 0) << s["summary"];
+    EXPECT_THAT(fits.err, Not(HasSubstr("below the floor")));
+  }
+  EXPECT_THAT(RunPreflight({"fit", kDefault}).out, HasSubstr("`preflight sweep recipes/nam56r-h200.yaml --gpus 64`"));
+}
+
+// The default recipe's stages peak at 23.65, 20.49, 18.52 and 19.34 GiB
+// (1F1B: stage 0 holds 4 micro-batches in flight, stage 2 two): stage 0 is
+// 27.7 % above stage 2, which the table says, with the balanced cut after it.
+TEST(AdviceFit, UnbalancedStagesAreSaid) {
+  const auto r = RunPreflight({"fit", "recipes/nam56r-h200.yaml", "--format", "json"});
+  const auto j = nlohmann::json::parse(r.out);
+  int64_t most = 0, least = INT64_MAX;
+  size_t heaviest = 0, lightest = 0;
+  for (size_t s = 0; s < j["stages"].size(); ++s) {
+    const int64_t peak = j["stages"][s]["peak_bytes"].get<int64_t>();
+    if (peak > most) most = peak, heaviest = s;
+    if (peak < least) least = peak, lightest = s;
+  }
+  EXPECT_EQ(j["advice"]["heaviest_stage"]["stage"], heaviest);
+  EXPECT_EQ(j["advice"]["lightest_stage"]["stage"], lightest);
+  const double spread = 100.0 * (static_cast<double>(most) / static_cast<double>(least) - 1.0);
+  const auto table = RunPreflight({"fit", "recipes/nam56r-h200.yaml"});
+  EXPECT_THAT(table.out,
+              HasSubstr(fmt::format("balance   stage {} peaks {:.1f} % above stage {}", heaviest, spread, lightest)));
+  EXPECT_LT(table.out.find("balance   "), table.out.find("stages    balanced cut"));
+  // Llama 3 8B on pp 2 stages within a tenth of each other: nothing said.
+  EXPECT_THAT(RunPreflight({"fit", kLlama}).out, Not(HasSubstr("balance   ")));
+}
+
+TEST(AdviceFit, FasterMovesThatCannotApply) {
+  const LoadResult r = LoadRecipeFile(SourcePath(kLlama));
+  ASSERT_TRUE(r.ok());
+  Recipe recipe = *r.recipe;
+  AdviceChange c;
+  recipe.parallel.tp = 1;
+  recipe.parallel.pp = 1;
+  recipe.parallel.cp = 1;
+  recipe.training.recompute = Recompute::kNone;
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kLessTp, &c));
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kLessPp, &c));
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kLessCp, &c));
+  EXPECT_FALSE(ApplyMove(recipe, AdviceMove::kLessRecompute, &c));
+  auto bigger = ApplyMove(recipe, AdviceMove::kLargerMicroBatch, &c);
+  ASSERT_TRUE(bigger);
+  EXPECT_EQ(bigger->training.micro_batch, 2 * recipe.training.micro_batch);
+  EXPECT_EQ(c.key, "training.micro_batch");
 }
 
 }  // namespace

@@ -133,37 +133,60 @@ std::string Gib(Bytes b) { return fmt::format("{:.2f}", b.gib()); }
 
 std::string SignedPercent(double fraction) { return fmt::format("{:+.1f}%", 100.0 * fraction); }
 
-std::string RenderAdvice(const FitAdvice& a) {
-  if (a.fits) {
-    return fmt::format("dominant  {} is {:.0f}% of the worst rank (stage {}): {} GiB\n", Label(a.dominant),
-                       100.0 * a.dominant_share, a.worst_stage, Gib(a.dominant_bytes));
-  }
-  if (a.suggestions.empty()) {
-    return "advice    no single change or pair of changes (more TP, SP, more EP, more PP, more CP, ZeRO up, more "
-           "recompute, smaller micro-batch, fewer HSDP replicas) makes it fit, nor 2, 4 or 8 times the nodes\n";
-  }
-  std::string out = "advice    changes that make it fit, cheapest first:\n";
-  for (size_t i = 0; i < a.suggestions.size(); ++i) {
-    const Suggestion& s = a.suggestions[i];
+std::string SuggestionList(const std::vector<Suggestion>& list, double step_s) {
+  std::string out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Suggestion& s = list[i];
     out += fmt::format("  {}. {}\n     headroom {} GiB ({:+.2f} GiB){}, step time {} ({})\n", i + 1, s.Summary(),
                        Gib(s.headroom), s.headroom_gain.gib(), s.headroom_ok ? "" : ", below the floor",
-                       a.step_s > 0 ? fmt::format("{:.3f} s", s.step_s) : std::string("n/a"),
-                       a.step_s > 0 ? SignedPercent(s.step_change) : std::string("not priced"));
+                       step_s > 0 ? fmt::format("{:.3f} s", s.step_s) : std::string("n/a"),
+                       step_s > 0 ? SignedPercent(s.step_change) : std::string("not priced"));
   }
   return out;
 }
 
-nlohmann::json AdviceJson(const FitAdvice& a) {
-  nlohmann::json out = {{"fits", a.fits}, {"step_s", a.step_s}};
+// Stages whose peaks differ by less than this share of the lightest are not
+// called unbalanced: a tenth is what one layer more or less moves on a
+// typical 8-16-layer stage.
+constexpr double kImbalanceWorthSaying = 0.10;
+
+std::string RenderAdvice(const FitReport& r, const FitAdvice& a) {
+  std::string out;
   if (a.fits) {
-    out["dominant"] = {{"category", Key(a.dominant)},
-                       {"bytes", a.dominant_bytes.count()},
-                       {"share", a.dominant_share},
-                       {"stage", a.worst_stage}};
+    out += fmt::format("dominant  {} is {:.0f}% of the worst rank (stage {}): {} GiB\n", Label(a.dominant),
+                       100.0 * a.dominant_share, a.worst_stage, Gib(a.dominant_bytes));
+  }
+  const double spread = a.lightest > Bytes(0) ? a.heaviest.gib() / a.lightest.gib() - 1.0 : 0.0;
+  if (spread >= kImbalanceWorthSaying) {
+    out += fmt::format("balance   stage {} peaks {:.1f} % above stage {} ({} vs {} GiB)\n", a.heaviest_stage,
+                       100.0 * spread, a.lightest_stage, Gib(a.heaviest), Gib(a.lightest));
+  }
+  if (r.balanced_cut) out += "stages    " + DescribeBalancedCut(r.inventory->recipe, *r.balanced_cut) + "\n";
+  if (a.fits && !a.below_floor) {
+    if (!a.faster.empty()) {
+      out += fmt::format(
+          "faster    changes that still fit above the floor and shorten the step, fastest first (`preflight sweep {} "
+          "--gpus {}` searches every layout):\n",
+          r.file, r.inventory->recipe.world());
+      out += SuggestionList(a.faster, a.step_s);
+    }
     return out;
   }
+  const std::string goal = a.below_floor ? "meet the headroom floor (cluster.min_headroom_gib)" : "make it fit";
+  if (a.suggestions.empty()) {
+    return out + fmt::format(
+                     "advice    no single change or pair of changes (more TP, SP, more EP, more PP, more CP, ZeRO up, "
+                     "more recompute, smaller micro-batch, fewer HSDP replicas) would {}, nor 2, 4 or 8 times the "
+                     "nodes\n",
+                     goal);
+  }
+  out += fmt::format("advice    changes that {}, cheapest first:\n", goal);
+  return out + SuggestionList(a.suggestions, a.step_s);
+}
+
+nlohmann::json SuggestionsJson(const std::vector<Suggestion>& suggestions) {
   nlohmann::json list = nlohmann::json::array();
-  for (const Suggestion& s : a.suggestions) {
+  for (const Suggestion& s : suggestions) {
     nlohmann::json changes = nlohmann::json::array();
     for (const AdviceChange& c : s.changes) {
       changes.push_back({{"move", Key(c.move)}, {"key", c.key}, {"from", c.from}, {"to", c.to}});
@@ -178,7 +201,23 @@ nlohmann::json AdviceJson(const FitAdvice& a) {
                     {"step_s", s.step_s},
                     {"step_change", s.step_change}});
   }
-  out["suggestions"] = list;
+  return list;
+}
+
+nlohmann::json AdviceJson(const FitAdvice& a) {
+  nlohmann::json out = {{"fits", a.fits},
+                        {"below_floor", a.below_floor},
+                        {"step_s", a.step_s},
+                        {"heaviest_stage", {{"stage", a.heaviest_stage}, {"peak_bytes", a.heaviest.count()}}},
+                        {"lightest_stage", {{"stage", a.lightest_stage}, {"peak_bytes", a.lightest.count()}}}};
+  if (a.fits) {
+    out["dominant"] = {{"category", Key(a.dominant)},
+                       {"bytes", a.dominant_bytes.count()},
+                       {"share", a.dominant_share},
+                       {"stage", a.worst_stage}};
+  }
+  if (!a.fits || a.below_floor) out["suggestions"] = SuggestionsJson(a.suggestions);
+  if (a.fits && !a.below_floor) out["faster"] = SuggestionsJson(a.faster);
   return out;
 }
 
@@ -319,8 +358,7 @@ std::string RenderFitTable(const FitReport& r) {
   const auto& v = est.verdict;
   const char* word = !v.fits ? "DOES NOT FIT" : (v.headroom_ok ? "fits" : "fits, below the headroom floor");
   out += fmt::format("verdict   {}: {}\n", word, v.reason);
-  if (r.advice) out += RenderAdvice(*r.advice);
-  if (r.balanced_cut) out += "stages    " + DescribeBalancedCut(r.inventory->recipe, *r.balanced_cut) + "\n";
+  if (r.advice) out += RenderAdvice(r, *r.advice);
   return out;
 }
 

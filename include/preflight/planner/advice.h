@@ -32,12 +32,22 @@ enum class AdviceMove : int {
   kSmallerMicroBatch,  // training.micro_batch / 2 (more micro-batches)
   kFewerReplicas,      // parallel.dp_replicate / 2 (HSDP: larger ZeRO groups)
   kMoreNodes,          // cluster.nodes x2 (dp doubles: ZeRO shards and micro-batches per rank halve)
+  // The moves that spend headroom for speed, searched when the recipe fits
+  // with headroom to spare (FitAdvice::faster); each keeps the GPU count.
+  kLessTp,            // parallel.tp / 2 (dp doubles)
+  kLessPp,            // parallel.pp / 2 (dp doubles; stages re-partitioned)
+  kLessCp,            // parallel.cp / 2 (dp doubles)
+  kLessRecompute,     // training.recompute full -> selective -> none
+  kLargerMicroBatch,  // training.micro_batch x2 (half the micro-batches)
 };
-inline constexpr int kNumAdviceMoves = 10;
-/// The moves that keep the GPU count: the first kNumSameGpuMoves of AdviceMove.
+inline constexpr int kNumAdviceMoves = 15;
+/// The moves that keep the GPU count and lower memory: the first kNumSameGpuMoves of AdviceMove.
 inline constexpr int kNumSameGpuMoves = 9;
+/// The moves that trade memory for speed: kLessTp .. kLargerMicroBatch.
+inline constexpr int kFirstFasterMove = static_cast<int>(AdviceMove::kLessTp);
 /// Stable key ("more_tp", "sequence_parallel", "more_ep", "more_pp", "more_cp",
-/// "zero_up", "more_recompute", "smaller_micro_batch", "fewer_replicas", "more_nodes").
+/// "zero_up", "more_recompute", "smaller_micro_batch", "fewer_replicas", "more_nodes",
+/// "less_tp", "less_pp", "less_cp", "less_recompute", "larger_micro_batch").
 const char* Key(AdviceMove m);
 
 /// One recipe key changed by a suggestion.
@@ -64,8 +74,11 @@ struct Suggestion {
 
 struct FitAdvice {
   bool fits = false;
+  /// Fits, but with less headroom than cluster.min_headroom_gib: `suggestions`
+  /// then lists the changes that meet the floor.
+  bool below_floor = false;
   double step_s = 0;  // the recipe's own estimated step time (0 when it cannot be planned)
-  /// When it does not fit: the cheapest changes that fit, best first
+  /// When it does not fit (or misses the floor): the cheapest changes that fit, best first
   /// (headroom floor met first, then the smallest step-time cost, then the
   /// most headroom, then move order); at most AdviceOptions::max_suggestions.
   std::vector<Suggestion> suggestions;
@@ -74,6 +87,14 @@ struct FitAdvice {
   Bytes dominant_bytes;
   double dominant_share = 0;
   int64_t worst_stage = 0;
+  /// When it fits above the floor: single changes that still do and shorten
+  /// the step by more than the step-time model's uncertainty, fastest first.
+  std::vector<Suggestion> faster;
+  /// The stages' memory spread: the heaviest and the lightest stage's peak.
+  int64_t heaviest_stage = 0;
+  int64_t lightest_stage = 0;
+  Bytes heaviest;
+  Bytes lightest;
 };
 
 struct AdviceOptions {
