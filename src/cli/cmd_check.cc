@@ -35,6 +35,9 @@ struct CheckArgs {
   std::vector<std::string> category_budgets;  // "CAT=GIB"
   std::string junit_path;
   std::string summary_path;
+  std::string out_path;
+  std::vector<std::string> sets;    // --set KEY=VALUE, applied to every recipe and its baseline
+  std::vector<Override> overrides;  // the same, parsed
   OutputFormat format = OutputFormat::kTable;
 };
 
@@ -88,11 +91,11 @@ struct BaselineSource {
   std::optional<LoadResult> loaded;  // when the copy exists
 };
 
-BaselineSource FromDirectory(const std::string& dir, const std::string& path) {
+BaselineSource FromDirectory(const std::string& dir, const std::string& path, const std::vector<Override>& overrides) {
   const fs::path copy = fs::path(dir) / fs::path(path).filename();
   std::error_code ec;
   if (!fs::exists(copy, ec)) return {BaselineState::kNew, std::nullopt};
-  return {BaselineState::kCompared, LoadRecipeFile(copy.string())};
+  return {BaselineState::kCompared, LoadRecipeFile(copy.string(), overrides)};
 }
 
 /// The directory git is run in for `path` ("." for a bare file name).
@@ -102,14 +105,14 @@ std::string DirOf(const std::string& path) {
 }
 
 /// `git show REF:./NAME` in the recipe's directory; absent there is "new".
-BaselineSource FromGit(const std::string& ref, const std::string& path) {
+BaselineSource FromGit(const std::string& ref, const std::string& path, const std::vector<Override>& overrides) {
   const std::string dir = DirOf(path);
   const std::string object = ref + ":./" + fs::path(path).filename().string();
   const std::string git = "git -C " + ShellQuote(dir);
   if (RunCapture(git + " cat-file -e " + ShellQuote(object), nullptr) != 0) return {BaselineState::kNew, std::nullopt};
   std::string text;
   if (RunCapture(git + " show " + ShellQuote(object), &text) != 0) return {BaselineState::kNew, std::nullopt};
-  return {BaselineState::kCompared, LoadRecipeFromString(text, ref + ":" + path)};
+  return {BaselineState::kCompared, LoadRecipeFromString(text, ref + ":" + path, overrides)};
 }
 
 /// The ref must name a commit in the repository of every recipe's directory.
@@ -152,7 +155,7 @@ std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
 }
 
 CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckThresholds& thresholds) {
-  LoadResult current = LoadRecipeFile(path);
+  LoadResult current = LoadRecipeFile(path, args.overrides);
   for (const auto& d : current.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!current.ok()) return InvalidEntry(path, Formatted(current.diagnostics));
   const Recipe& recipe = *current.recipe;
@@ -172,8 +175,8 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   }
 
   BaselineSource baseline;
-  if (!args.baseline_dir.empty()) baseline = FromDirectory(args.baseline_dir, path);
-  if (!args.baseline_ref.empty()) baseline = FromGit(args.baseline_ref, path);
+  if (!args.baseline_dir.empty()) baseline = FromDirectory(args.baseline_dir, path, args.overrides);
+  if (!args.baseline_ref.empty()) baseline = FromGit(args.baseline_ref, path, args.overrides);
   std::optional<RankMemory> baseline_worst;
   std::string note;
   if (baseline.state == BaselineState::kCompared) {
@@ -204,7 +207,10 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   return entry;
 }
 
-int RunCheck(const CheckArgs& args) {
+int RunCheck(CheckArgs args) {
+  const auto overrides = ParseOverridesOrReport(args.sets);
+  if (!overrides) return static_cast<int>(ExitCode::kBadInput);
+  args.overrides = *overrides;
   const auto thresholds = ParseThresholds(args);
   if (!thresholds) return static_cast<int>(ExitCode::kBadInput);
   if (!args.baseline_dir.empty()) {
@@ -242,17 +248,13 @@ int RunCheck(const CheckArgs& args) {
   if (!args.summary_path.empty() && !WriteTextFile(args.summary_path, RenderCheckMarkdown(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);
   }
+  std::string text;
   switch (args.format) {
-    case OutputFormat::kJson:
-      std::printf("%s\n", CheckJson(report).dump(2).c_str());
-      break;
-    case OutputFormat::kMd:
-      std::fputs(RenderCheckMarkdown(report).c_str(), stdout);
-      break;
-    default:
-      std::fputs(RenderCheckTable(report).c_str(), stdout);
-      break;
+    case OutputFormat::kJson: text = CheckJson(report).dump(2) + "\n"; break;
+    case OutputFormat::kMd: text = RenderCheckMarkdown(report); break;
+    default: text = RenderCheckTable(report); break;
   }
+  if (!EmitOutput(args.out_path, text, args.recipes)) return static_cast<int>(ExitCode::kBadInput);
   return static_cast<int>(report.exit_code());
 }
 
@@ -277,6 +279,11 @@ void SetupCheck(CLI::App& command, int& exit_code) {
       ->type_name("CATEGORY=GIB");
   command.add_option("--junit", args->junit_path, "Write JUnit XML (one testcase per recipe)");
   command.add_option("--summary", args->summary_path, "Write a Markdown summary for a pull-request comment");
+  command
+      .add_option("--set", args->sets,
+                  "Override a key of every recipe and its baseline, e.g. --set parallel.tp=8 (repeatable)")
+      ->type_name("KEY=VALUE");
+  AddOutputOption(command, args->out_path);
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson, OutputFormat::kMd});
   command.callback([args, &exit_code] { exit_code = RunCheck(*args); });
 }

@@ -23,6 +23,7 @@ struct DiffArgs {
   std::string b;
   std::vector<std::string> sets;
   OutputFormat format = OutputFormat::kTable;
+  std::string out_path;
 };
 
 int RunDiff(const DiffArgs& args) {
@@ -51,18 +52,13 @@ int RunDiff(const DiffArgs& args) {
   const DiffResult result = MakeDiff(a, b);
   for (const auto& d : result.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!result.report) return static_cast<int>(ExitCode::kBadInput);
+  std::string text;
   switch (args.format) {
-    case OutputFormat::kJson:
-      std::printf("%s\n", DiffJson(*result.report).dump(2).c_str());
-      break;
-    case OutputFormat::kMd:
-      std::fputs(RenderDiffMarkdown(*result.report).c_str(), stdout);
-      break;
-    default:
-      std::fputs(RenderDiffTable(*result.report).c_str(), stdout);
-      break;
+    case OutputFormat::kJson: text = DiffJson(*result.report).dump(2) + "\n"; break;
+    case OutputFormat::kMd: text = RenderDiffMarkdown(*result.report); break;
+    default: text = RenderDiffTable(*result.report); break;
   }
-  return static_cast<int>(ExitCode::kOk);
+  return static_cast<int>(EmitOutput(args.out_path, text, {a.file, b.file}) ? ExitCode::kOk : ExitCode::kBadInput);
 }
 
 }  // namespace
@@ -71,6 +67,7 @@ void SetupDiff(CLI::App& command, int& exit_code) {
   auto args = std::make_shared<DiffArgs>();
   command.add_option("a", args->a, "Recipe A (the reference)")->required();
   command.add_option("b", args->b, "Recipe B (default: A with the --set overrides)");
+  AddOutputOption(command, args->out_path);
   command.add_option("--set", args->sets, "Override a key of B, e.g. --set parallel.tp=8 (repeatable)")
       ->type_name("KEY=VALUE");
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson, OutputFormat::kMd});

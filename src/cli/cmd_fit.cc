@@ -22,6 +22,7 @@ struct FitArgs {
   OutputFormat format = OutputFormat::kTable;
   bool explain = false;
   std::string svg_path;
+  std::string out_path;
 };
 
 int RunFit(const FitArgs& args) {
@@ -44,11 +45,8 @@ int RunFit(const FitArgs& args) {
   if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report), {args.recipe.path})) {
     return static_cast<int>(ExitCode::kBadInput);
   }
-  if (args.format == OutputFormat::kJson) {
-    std::printf("%s\n", FitJson(report).dump(2).c_str());
-  } else {
-    std::fputs(RenderFitTable(report).c_str(), stdout);
-  }
+  const std::string text = args.format == OutputFormat::kJson ? FitJson(report).dump(2) + "\n" : RenderFitTable(report);
+  if (!EmitOutput(args.out_path, text, {args.recipe.path})) return static_cast<int>(ExitCode::kBadInput);
   if (report.estimate.verdict.fits && !report.estimate.verdict.headroom_ok) {
     std::fprintf(stderr, "warning: headroom %.2f GiB is below the floor cluster.min_headroom_gib = %.2f GiB\n",
                  report.estimate.verdict.headroom.gib(), recipe->cluster.min_headroom_gib);
@@ -64,6 +62,7 @@ void SetupFit(CLI::App& command, int& exit_code) {
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson});
   command.add_flag("--explain", args->explain, "Print every figure of the worst rank with its formula and inputs");
   command.add_option("--svg", args->svg_path, "Write the memory geometry per stage as an SVG chart");
+  AddOutputOption(command, args->out_path);
   command.callback([args, &exit_code] { exit_code = RunFit(*args); });
 }
 

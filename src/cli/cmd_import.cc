@@ -437,7 +437,7 @@ void SetupImport(CLI::App& command, int& exit_code) {
   hf->add_option("--layout", options->layout,
                  "KEY=VALUE for a training.*, parallel.* or cluster.* key (repeatable); keys not given follow "
                  "the default H200 rule");
-  hf->add_option("-o,--output", options->output, "write the recipe to this file (default: stdout)");
+  hf->add_option("-o,--out,--output", options->output, "write the recipe to this file (default: stdout)");
   hf->add_option("--name", options->name,
                  "recipe name (default: the model's name from the config, its file or directory name, with the "
                  "GPU: llama-3.1-8b-h200)");
@@ -451,7 +451,7 @@ void SetupImport(CLI::App& command, int& exit_code) {
   mg->add_option("--layout", mg_options->layout,
                  "KEY=VALUE for keys the arguments do not hold (cluster.nodes, cluster.gpus_per_node, "
                  "cluster.gpu) or any training.*, parallel.* key (repeatable)");
-  mg->add_option("-o,--output", mg_options->output, "write the recipe to this file (default: stdout)");
+  mg->add_option("-o,--out,--output", mg_options->output, "write the recipe to this file (default: stdout)");
   mg->add_option("--name", mg_options->name, "recipe name (default: the file name)");
   mg->callback([mg_options, &exit_code] { exit_code = RunImportMegatron(*mg_options); });
 }

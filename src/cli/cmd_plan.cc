@@ -31,6 +31,7 @@ struct PlanOptions {
   CostModel cost;
   double latency_us = 8.0;
   std::string svg_path;
+  std::string out_path;
   std::string emit;  // "" (the plan report), "megatron" or "torchtitan"
   bool force = false;  // --emit a refused configuration with exit 0
 };
@@ -64,7 +65,7 @@ int RunPlan(PlanOptions& o) {
   if (const std::optional<EmitTarget> target = ParseEmitTarget(o.emit)) {
     const Emission emission = Emit(*target, *recipe, plan);
     PrintDiagnostics(emission.warnings);
-    std::fputs(emission.text.c_str(), stdout);
+    if (!EmitOutput(o.out_path, emission.text, {o.recipe.path})) return static_cast<int>(ExitCode::kBadInput);
     if (emission.refusals.empty()) return static_cast<int>(ExitCode::kOk);
     for (const std::string& r : emission.refusals) std::fprintf(stderr, "--emit %s: %s\n", o.emit.c_str(), r.c_str());
     std::fprintf(stderr, "--emit %s: %s\n", o.emit.c_str(),
@@ -73,8 +74,7 @@ int RunPlan(PlanOptions& o) {
     return static_cast<int>(o.force ? ExitCode::kOk : ExitCode::kVerdictFail);
   }
   const std::string out = o.format == OutputFormat::kJson ? RenderPlanJson(*recipe, plan) : RenderPlanTable(*recipe, plan);
-  std::fputs(out.c_str(), stdout);
-  return static_cast<int>(ExitCode::kOk);
+  return static_cast<int>(EmitOutput(o.out_path, out, {o.recipe.path}) ? ExitCode::kOk : ExitCode::kBadInput);
 }
 
 }  // namespace
@@ -107,6 +107,7 @@ void SetupPlan(CLI::App& command, int& exit_code) {
       ->check(FiniteNumber())
       ->check(CLI::Range(0.0, 1000.0));
   command.add_option("--svg", o->svg_path, "Write the memory geometry per stage as an SVG chart");
+  AddOutputOption(command, o->out_path);
   command.callback([o, &exit_code] { exit_code = RunPlan(*o); });
 }
 

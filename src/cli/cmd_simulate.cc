@@ -26,6 +26,7 @@ struct SimulateArgs {
   std::string stage = "all";
   std::string precision = "fp64";
   OutputFormat format = OutputFormat::kTable;
+  std::string out_path;
 };
 
 /// Applies "--scale key=value" items; false (with a message) on a bad one.
@@ -114,7 +115,7 @@ int RunSimulate(const SimulateArgs& args) {
   const bool agree = comparison.agrees();
   const std::string text = args.format == OutputFormat::kJson ? RenderSimulationJson(scaled, report, comparison)
                                                               : RenderSimulationTable(scaled, report, comparison, shown);
-  std::fputs(text.c_str(), stdout);
+  if (!EmitOutput(args.out_path, text, {args.recipe.path})) return static_cast<int>(ExitCode::kBadInput);
   if (!agree) std::fprintf(stderr, "simulate: the sharded run disagrees with the reference or the models (see DISAGREE)\n");
   return static_cast<int>(agree ? ExitCode::kOk : ExitCode::kVerdictFail);
 }
@@ -130,6 +131,7 @@ void SetupSimulate(CLI::App& command, int& exit_code) {
       ->type_name("KEY=VALUE");
   command.add_option("--stage", args->stage, "Pipeline stage whose comparison the table shows, or 'all'")
       ->default_str("all");
+  AddOutputOption(command, args->out_path);
   command.add_option("--precision", args->precision, "Numerics of the run")
       ->check(CLI::IsMember({"fp64", "fp32"}))
       ->default_str("fp64");

@@ -127,9 +127,7 @@ int RunSweepVerb(const SweepArgs& args) {
                      {args.recipe.path})) {
     return bad;
   }
-  if (!args.out_path.empty()) return WriteTextFile(args.out_path, text, {args.recipe.path}) ? 0 : bad;
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  return static_cast<int>(ExitCode::kOk);
+  return EmitOutput(args.out_path, text, {args.recipe.path}) ? static_cast<int>(ExitCode::kOk) : bad;
 }
 
 }  // namespace
@@ -158,7 +156,7 @@ void SetupSweep(CLI::App& command, int& exit_code) {
   command.add_option("--threads", args->threads, "Worker threads (default: all hardware threads)")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson, OutputFormat::kCsv});
-  command.add_option("--out", args->out_path, "Write the output to FILE instead of stdout");
+  AddOutputOption(command, args->out_path);
   command.add_option("--svg", args->svg_path,
                      "Write the fitting layouts' step time against peak memory, the Pareto front and the recipe's "
                      "own layout as an SVG chart");

@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "preflight/recipe/diagnostic.h"
+#include "preflight/recipe/partition.h"
 #include "verbs.h"
 
 namespace preflight::cli {
@@ -16,8 +17,9 @@ void SetupValidate(CLI::App& command, int& exit_code) {
       exit_code = static_cast<int>(ExitCode::kBadInput);
       return;
     }
-    std::printf("%s: valid (%zu layers, world %lld)\n", args->path.c_str(), recipe->model.layers.size(),
-                static_cast<long long>(recipe->world()));
+    // Layers in the framework's unit (a transformer layer is attention + MLP).
+    std::printf("%s: valid (%lld layers, world %lld)\n", Shown(args->path).c_str(),
+                static_cast<long long>(LayerCount(recipe->model.layers)), static_cast<long long>(recipe->world()));
     exit_code = static_cast<int>(ExitCode::kOk);
   });
 }

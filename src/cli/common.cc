@@ -72,9 +72,9 @@ void AddRecipeArgs(CLI::App& command, RecipeArgs& args) {
       ->type_name("KEY=VALUE");
 }
 
-std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
+std::optional<std::vector<Override>> ParseOverridesOrReport(const std::vector<std::string>& sets) {
   std::vector<Override> overrides;
-  for (const auto& text : args.sets) {
+  for (const auto& text : sets) {
     auto o = ParseOverride(text);
     if (!o) {
       std::fprintf(stderr, "--set %s: expected KEY.PATH=VALUE on one line, e.g. --set parallel.tp=8\n",
@@ -83,6 +83,13 @@ std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
     }
     overrides.push_back(*o);
   }
+  return overrides;
+}
+
+std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
+  const auto parsed = ParseOverridesOrReport(args.sets);
+  if (!parsed) return std::nullopt;
+  const std::vector<Override>& overrides = *parsed;
   LoadResult result;
   if (args.path == "-") {
     // A recipe piped in (`import hf c.json | preflight fit -`); the parser
@@ -165,6 +172,16 @@ bool WriteTextFile(const std::string& path, const std::string& text, const std::
     fs::remove(temporary, ec);
     return fail(ec.value());
   }
+  return true;
+}
+
+void AddOutputOption(CLI::App& command, std::string& path) {
+  command.add_option("-o,--out", path, "Write the output to FILE instead of stdout")->type_name("FILE");
+}
+
+bool EmitOutput(const std::string& path, const std::string& text, const std::vector<std::string>& inputs) {
+  if (!path.empty()) return WriteTextFile(path, text, inputs);
+  std::fwrite(text.data(), 1, text.size(), stdout);
   return true;
 }
 

@@ -35,6 +35,8 @@ struct RecipeArgs {
 /// Adds the positional RECIPE and repeatable --set KEY=VALUE.
 void AddRecipeArgs(CLI::App& command, RecipeArgs& args);
 
+/// The --set texts as overrides; nullopt after printing which is malformed.
+std::optional<std::vector<Override>> ParseOverridesOrReport(const std::vector<std::string>& sets);
 /// Loads the recipe; prints every diagnostic to stderr (errors and warnings).
 /// nullopt means bad input: the caller exits with ExitCode::kBadInput.
 std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args);
@@ -58,6 +60,13 @@ inline std::string Shown(std::string_view text) { return EscapeControl(text, /*k
 /// caller must name them, so an output can never clobber its own input). Prints an error naming the path
 /// and the system's reason and returns false on failure.
 bool WriteTextFile(const std::string& path, const std::string& text, const std::vector<std::string>& inputs);
+
+/// Adds -o/--out FILE: the command's output to FILE instead of stdout (the
+/// same flag on every command that prints a report or a recipe).
+void AddOutputOption(CLI::App& command, std::string& path);
+/// The command's output: to stdout, or to `path` with WriteTextFile's rules
+/// (never onto one of `inputs`). False after printing why.
+bool EmitOutput(const std::string& path, const std::string& text, const std::vector<std::string>& inputs);
 
 enum class OutputFormat { kTable, kJson, kCsv, kMd };
 /// Adds --format with the given choices (the first is the default).

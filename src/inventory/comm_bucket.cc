@@ -35,7 +35,7 @@ const char* Key(Pass p) {
   switch (p) {
     case Pass::kForward: return "fwd";
     case Pass::kBackward: return "bwd";
-    case Pass::kOptimizer: return "opt";
+    case Pass::kOptimizer: return "optimizer";
   }
   return "?";
 }

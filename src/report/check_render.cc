@@ -149,7 +149,8 @@ nlohmann::json CheckJson(const CheckReport& r) {
       j["name"] = e.name;
       j["device"] = e.device;
       j["worst_stage"] = e.estimate.worst_stage;
-      j["worst_total_bytes"] = w.total().count();
+      j["peak_bytes"] = w.total().count();
+      j["worst_total_bytes"] = w.total().count();  // the old name of peak_bytes, kept one release
       j["capacity_bytes"] = w.capacity.count();
       j["headroom_bytes"] = w.headroom().count();
       j["min_headroom_bytes"] = e.min_headroom.count();
@@ -162,6 +163,9 @@ nlohmann::json CheckJson(const CheckReport& r) {
           const auto c = static_cast<Category>(i);
           deltas[Key(c)] = e.delta(c).count();
         }
+        baseline["peak_bytes"] = e.baseline_worst->total().count();
+        baseline["delta_peak_bytes"] = e.delta_total().count();
+        // The old names of peak_bytes and delta_peak_bytes, kept one release.
         baseline["worst_total_bytes"] = e.baseline_worst->total().count();
         baseline["delta_total_bytes"] = e.delta_total().count();
         baseline["delta_bytes"] = deltas;
@@ -172,6 +176,8 @@ nlohmann::json CheckJson(const CheckReport& r) {
     recipes.push_back(j);
   }
   return {
+      {"preflight_version", PreflightVersion()},
+      {"schema_version", kJsonSchemaVersion},
       {"baseline", r.baseline_label.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.baseline_label)},
       {"thresholds",
        {{"max_regression_bytes", r.thresholds.max_regression.count()}, {"per_category_bytes", per_category}}},

@@ -195,7 +195,9 @@ nlohmann::json DiffJson(const DiffReport& r) {
          {"total_delta_bytes", (r.b.memory.stages[s].total() - r.a.memory.stages[s].total()).count()},
          {"memory_delta_bytes", MemoryJson(StageDelta(r, s), true)}});
   }
-  return {{"a", SideJson(r.a)},
+  return {{"preflight_version", PreflightVersion()},
+          {"schema_version", kJsonSchemaVersion},
+          {"a", SideJson(r.a)},
           {"b", SideJson(r.b)},
           {"changed_keys", changes},
           {"memory_delta_bytes", MemoryJson(mem, false)},

@@ -425,6 +425,8 @@ nlohmann::json FitJson(const FitReport& r) {
         {"min_headroom_bytes", GiB(recipe.cluster.min_headroom_gib).count()},
         {"reason", v.reason}}},
   };
+  out["preflight_version"] = PreflightVersion();
+  out["schema_version"] = kJsonSchemaVersion;
   out["device"]["capacity_bytes"] = r.estimate.stages.empty() ? 0 : r.estimate.stages.front().capacity.count();
   out["device"]["nodes"] = recipe.cluster.nodes;
   out["device"]["gpus_per_node"] = recipe.cluster.gpus_per_node;

@@ -7,6 +7,8 @@
 
 namespace preflight {
 
+const char* PreflightVersion() { return PREFLIGHT_VERSION; }
+
 std::string FormatGiB(Bytes b) { return fmt::format("{:.2f} GiB", b.gib()); }
 
 std::string FormatBytesHuman(Bytes b) {

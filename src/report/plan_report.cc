@@ -135,10 +135,10 @@ std::string CommAndStepTables(const Recipe& r, const Plan& p) {
   std::string out;
   const StageComm& sc = p.comm[static_cast<size_t>(p.time.slowest_stage)];
   out += fmt::format("\ncommunication per step, stage {} (one rank)\n", sc.pipeline_rank);
-  out += fmt::format("  {:<10} {:<15} {:<4} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", "axis", "collective",
+  out += fmt::format("  {:<10} {:<15} {:<9} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", "axis", "collective",
                      "pass", "what", "group", "calls", "payload", "sent", "time ms", "exposed ms");
   for (const CommItem& i : sc.items) {
-    out += fmt::format("  {:<10} {:<15} {:<4} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", Key(i.axis),
+    out += fmt::format("  {:<10} {:<15} {:<9} {:<22} {:>6} {:>10} {:>11} {:>12} {:>10} {:>11}\n", Key(i.axis),
                        Key(i.kind), Key(i.pass), Key(i.what), i.group_size, i.calls, FormatBytesHuman(i.payload),
                        FormatBytesHuman(i.send), Ms(i.seconds), Ms(i.exposed_seconds));
   }
@@ -386,6 +386,8 @@ ordered_json CostModelJson(const Recipe& r, const Plan& p) {
 std::string RenderPlanJson(const Recipe& r, const Plan& p) {
   const Mesh& m = p.mesh;
   ordered_json j;
+  j["preflight_version"] = PreflightVersion();
+  j["schema_version"] = kJsonSchemaVersion;
   j["name"] = p.name;
   j["world"] = m.world;
   j["nodes"] = m.nodes;

@@ -96,6 +96,8 @@ std::string RenderSimulationJson(const Recipe& scaled, const SimulationReport& r
   };
   const ParallelConfig& p = scaled.parallel;
   ordered_json j;
+  j["preflight_version"] = PreflightVersion();
+  j["schema_version"] = kJsonSchemaVersion;
   j["recipe"] = r.recipe_name;
   j["ranks"] = r.ranks;
   j["layout"] = {{"tp", p.tp}, {"sp", p.sp && p.tp > 1}, {"cp", p.cp}, {"pp", p.pp}, {"vpp", p.vpp}, {"dp", scaled.dp()},

@@ -155,17 +155,18 @@ std::string SweepCsv(const SweepResult& r) {
 
 std::string SweepJson(const SweepResult& r, const std::string& file) {
   std::string out = fmt::format(
-      "{{\n  \"recipe\": {},\n  \"gpus\": {},\n  \"nodes\": {},\n  \"gpus_per_node\": {},\n  \"device\": {},\n"
+      "{{\n  \"preflight_version\": \"{}\",\n  \"schema_version\": {},\n  \"recipe\": {},\n  \"gpus\": {},\n  "
+      "\"nodes\": {},\n  \"gpus_per_node\": {},\n  \"device\": {},\n"
       "  \"priced_rates\": {},\n  \"capacity_bytes\": {},\n"
       "  \"min_headroom_bytes\": {},\n  \"evaluated\": {},\n  \"counts\": {{\"fits\": {}, \"tight\": {}, "
       "\"over_capacity\": {}, \"invalid\": {}}},\n  \"sequence_parallel\": {},\n  \"held_fixed\": {},\n  \"top\": "
       "{},\n  \"top_tie_groups\": {},\n  \"pareto\": {},\n  "
       "\"layouts\": [",
-      JsonString(file), r.gpus, r.nodes, r.gpus_per_node, JsonString(r.device), JsonString(r.priced_rates),
-      r.capacity.count(), r.min_headroom.count(), r.rows.size(), r.CountOf(SweepStatus::kFits),
-      r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity), r.CountOf(SweepStatus::kInvalid),
-      r.sequence_parallel ? "true" : "false", nlohmann::json(r.held_fixed).dump(), IndexList(r.top),
-      nlohmann::json(TieGroups(r.rows, r.top)).dump(), IndexList(r.pareto));
+      PreflightVersion(), kJsonSchemaVersion, JsonString(file), r.gpus, r.nodes, r.gpus_per_node, JsonString(r.device),
+      JsonString(r.priced_rates), r.capacity.count(), r.min_headroom.count(), r.rows.size(),
+      r.CountOf(SweepStatus::kFits), r.CountOf(SweepStatus::kTight), r.CountOf(SweepStatus::kOverCapacity),
+      r.CountOf(SweepStatus::kInvalid), r.sequence_parallel ? "true" : "false", nlohmann::json(r.held_fixed).dump(),
+      IndexList(r.top), nlohmann::json(TieGroups(r.rows, r.top)).dump(), IndexList(r.pareto));
   if (r.top.empty()) {
     // Inserted before "layouts": why nothing fits, as the table says it.
     const NoFitReasons why = WhyNothingFits(r);

@@ -19,6 +19,12 @@ std::string FormatCount(int64_t n);
 /// last layer, inclusive, "0-13"; one layer "7"; an empty range "none".
 /// JSON keeps the half-open pair first_layer, end_layer.
 std::string FormatLayerRange(const LayerRange& range);
+/// preflight's version ("0.1.0"), which every JSON output carries as
+/// `preflight_version` beside `schema_version`.
+const char* PreflightVersion();
+/// The layout of the JSON outputs: raised when a key is removed or changes
+/// meaning (added keys keep it); README "JSON outputs" lists the changes.
+inline constexpr int kJsonSchemaVersion = 1;
 /// Text for XML (JUnit, SVG): markup characters as entities; control
 /// characters XML 1.0 cannot carry (all but tab and line breaks) dropped.
 std::string XmlEscape(const std::string& s);
