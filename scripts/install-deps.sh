@@ -10,6 +10,9 @@ packages=(
   clang-14 libclang-rt-14-dev
   # scripts/lint.sh: clang-format (with clang-format-diff) and clang-tidy.
   clang-format-14 clang-tidy-14
+  # Packaging (cpack -G DEB reads library dependencies with dpkg-shlibdeps)
+  # and the man page check (groff).
+  dpkg-dev groff-base
 )
 missing=()
 for p in "${packages[@]}"; do
