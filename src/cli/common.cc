@@ -209,13 +209,14 @@ void AddFormatOption(CLI::App& command, OutputFormat& format, const std::vector<
       [names, listed](std::string& value) -> std::string {
         return names.count(value) != 0 ? "" : "'" + Shown(value) + "': expected one of " + listed;
       },
-      listed);
+      "");
+  // Help in plain words: "--format FORMAT  Output format: table (the default), json".
   command
       .add_option_function<std::string>(
           "--format", [&format, names](const std::string& value) { format = names.at(value); },
-          "Output format: " + listed)
+          "Output format: " + listed.insert(std::string_view(Name(allowed.front())).size(), " (the default)"))
       ->check(known)
-      ->default_str(Name(allowed.front()));
+      ->type_name("FORMAT");
 }
 
 }  // namespace preflight::cli
