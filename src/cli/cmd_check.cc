@@ -22,6 +22,8 @@
 #include "preflight/recipe/recipe.h"
 #include "verbs.h"
 
+#include "html_output.h"
+
 namespace preflight::cli {
 namespace {
 
@@ -36,6 +38,7 @@ struct CheckArgs {
   std::string junit_path;
   std::string summary_path;
   OutputFormat format = OutputFormat::kTable;
+  HtmlArgs html;
 };
 
 /// Single-quotes `text` for /bin/sh.
@@ -151,7 +154,8 @@ std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
   return t;
 }
 
-CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckThresholds& thresholds) {
+/// One recipe judged; with `page` (check --html), its memory geometry as fit draws it is added there.
+CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckThresholds& thresholds, HtmlPage* page) {
   LoadResult current = LoadRecipeFile(path);
   for (const auto& d : current.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!current.ok()) return InvalidEntry(path, Formatted(current.diagnostics));
@@ -201,10 +205,15 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   CheckEntry entry = JudgeEntry(path, recipe.name, std::move(*estimate), GiB(recipe.cluster.min_headroom_gib),
                                 baseline.state, std::move(baseline_worst), thresholds, note);
   entry.device = DeviceLabel(recipe.cluster);
+  if (page != nullptr) {
+    nlohmann::json part = FitPagePart(recipe, path);
+    if (!part.is_null()) page->reports.push_back(std::move(part));
+  }
   return entry;
 }
 
 int RunCheck(const CheckArgs& args) {
+  if (!HtmlStdoutFree(args.html)) return static_cast<int>(ExitCode::kBadInput);
   const auto thresholds = ParseThresholds(args);
   if (!thresholds) return static_cast<int>(ExitCode::kBadInput);
   if (!args.baseline_dir.empty()) {
@@ -234,13 +243,20 @@ int RunCheck(const CheckArgs& args) {
   report.thresholds = *thresholds;
   if (!args.baseline_dir.empty()) report.baseline_label = args.baseline_dir;
   if (!args.baseline_ref.empty()) report.baseline_label = "git " + args.baseline_ref;
-  for (const auto& path : args.recipes) report.entries.push_back(CheckOne(path, args, *thresholds));
+  HtmlPage page{"check", "preflight check"};
+  HtmlPage* html = args.html.path.empty() ? nullptr : &page;
+  for (const auto& path : args.recipes) report.entries.push_back(CheckOne(path, args, *thresholds, html));
 
   if (!args.junit_path.empty() && !WriteTextFile(args.junit_path, RenderCheckJUnit(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);
   }
   if (!args.summary_path.empty() && !WriteTextFile(args.summary_path, RenderCheckMarkdown(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);
+  }
+  if (html != nullptr) {
+    page.check = CheckJson(report);
+    if (!WriteHtml(args.html, page, args.recipes)) return static_cast<int>(ExitCode::kBadInput);
+    if (HtmlOnStdout(args.html)) return static_cast<int>(report.exit_code());
   }
   switch (args.format) {
     case OutputFormat::kJson:
@@ -278,6 +294,7 @@ void SetupCheck(CLI::App& command, int& exit_code) {
   command.add_option("--junit", args->junit_path, "Write JUnit XML (one testcase per recipe)");
   command.add_option("--summary", args->summary_path, "Write a Markdown summary for a pull-request comment");
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson, OutputFormat::kMd});
+  AddHtmlOption(command, args->html);
   command.callback([args, &exit_code] { exit_code = RunCheck(*args); });
 }
 

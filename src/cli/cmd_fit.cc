@@ -14,6 +14,8 @@
 #include "preflight/report/report.h"
 #include "verbs.h"
 
+#include "html_output.h"
+
 namespace preflight::cli {
 namespace {
 
@@ -22,9 +24,11 @@ struct FitArgs {
   OutputFormat format = OutputFormat::kTable;
   bool explain = false;
   std::string svg_path;
+  HtmlArgs html;
 };
 
 int RunFit(const FitArgs& args) {
+  if (!HtmlStdoutFree(args.html)) return static_cast<int>(ExitCode::kBadInput);
   auto recipe = LoadRecipeOrReport(args.recipe);
   if (!recipe) return static_cast<int>(ExitCode::kBadInput);
   const Inventory inventory = BuildInventory(*recipe);
@@ -44,7 +48,12 @@ int RunFit(const FitArgs& args) {
   if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report), {args.recipe.path})) {
     return static_cast<int>(ExitCode::kBadInput);
   }
-  if (args.format == OutputFormat::kJson) {
+  if (!args.html.path.empty() && !WriteHtml(args.html, FitHtmlPage(report), {args.recipe.path})) {
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  if (HtmlOnStdout(args.html)) {
+    // The page took stdout.
+  } else if (args.format == OutputFormat::kJson) {
     std::printf("%s\n", FitJson(report).dump(2).c_str());
   } else {
     std::fputs(RenderFitTable(report).c_str(), stdout);
@@ -64,6 +73,7 @@ void SetupFit(CLI::App& command, int& exit_code) {
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson});
   command.add_flag("--explain", args->explain, "Print every figure of the worst rank with its formula and inputs");
   command.add_option("--svg", args->svg_path, "Write the memory geometry per stage as an SVG chart");
+  AddHtmlOption(command, args->html);
   command.callback([args, &exit_code] { exit_code = RunFit(*args); });
 }
 
