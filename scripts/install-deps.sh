@@ -10,6 +10,8 @@ packages=(
   clang-14 libclang-rt-14-dev
   # scripts/lint.sh: clang-format (with clang-format-diff) and clang-tidy.
   clang-format-14 clang-tidy-14
+  # tests/html_page_test.cc opens the --html pages in a headless browser.
+  chromium
 )
 missing=()
 for p in "${packages[@]}"; do
