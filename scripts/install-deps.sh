@@ -13,6 +13,8 @@ packages=(
   # Packaging (cpack -G DEB reads library dependencies with dpkg-shlibdeps)
   # and the man page check (groff).
   dpkg-dev groff-base
+  # tests/html_page_test.cc opens the --html pages in a headless browser.
+  chromium
 )
 missing=()
 for p in "${packages[@]}"; do

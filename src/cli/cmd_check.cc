@@ -22,6 +22,8 @@
 #include "preflight/recipe/recipe.h"
 #include "verbs.h"
 
+#include "html_output.h"
+
 namespace preflight::cli {
 namespace {
 
@@ -39,6 +41,7 @@ struct CheckArgs {
   std::vector<std::string> sets;    // --set KEY=VALUE, applied to every recipe and its baseline
   std::vector<Override> overrides;  // the same, parsed
   OutputFormat format = OutputFormat::kTable;
+  HtmlArgs html;
 };
 
 /// Single-quotes `text` for /bin/sh.
@@ -154,7 +157,8 @@ std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
   return t;
 }
 
-CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckThresholds& thresholds) {
+/// One recipe judged; with `page` (check --html), its memory geometry as fit draws it is added there.
+CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckThresholds& thresholds, HtmlPage* page) {
   LoadResult current = LoadRecipeFile(path, args.overrides);
   for (const auto& d : current.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!current.ok()) return InvalidEntry(path, Formatted(current.diagnostics));
@@ -204,10 +208,15 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   CheckEntry entry = JudgeEntry(path, recipe.name, std::move(*estimate), GiB(recipe.cluster.min_headroom_gib),
                                 baseline.state, std::move(baseline_worst), thresholds, note);
   entry.device = DeviceLabel(recipe.cluster);
+  if (page != nullptr) {
+    nlohmann::json part = FitPagePart(recipe, path);
+    if (!part.is_null()) page->reports.push_back(std::move(part));
+  }
   return entry;
 }
 
 int RunCheck(CheckArgs args) {
+  if (!HtmlStdoutFree(args.html, !args.out_path.empty())) return static_cast<int>(ExitCode::kBadInput);
   const auto overrides = ParseOverridesOrReport(args.sets);
   if (!overrides) return static_cast<int>(ExitCode::kBadInput);
   args.overrides = *overrides;
@@ -240,13 +249,20 @@ int RunCheck(CheckArgs args) {
   report.thresholds = *thresholds;
   if (!args.baseline_dir.empty()) report.baseline_label = args.baseline_dir;
   if (!args.baseline_ref.empty()) report.baseline_label = "git " + args.baseline_ref;
-  for (const auto& path : args.recipes) report.entries.push_back(CheckOne(path, args, *thresholds));
+  HtmlPage page{"check", "preflight check"};
+  HtmlPage* html = args.html.path.empty() ? nullptr : &page;
+  for (const auto& path : args.recipes) report.entries.push_back(CheckOne(path, args, *thresholds, html));
 
   if (!args.junit_path.empty() && !WriteTextFile(args.junit_path, RenderCheckJUnit(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);
   }
   if (!args.summary_path.empty() && !WriteTextFile(args.summary_path, RenderCheckMarkdown(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);
+  }
+  if (html != nullptr) {
+    page.check = CheckJson(report);
+    if (!WriteHtml(args.html, page, args.recipes)) return static_cast<int>(ExitCode::kBadInput);
+    if (HtmlOnStdout(args.html) && args.out_path.empty()) return static_cast<int>(report.exit_code());
   }
   std::string text;
   switch (args.format) {
@@ -285,6 +301,7 @@ void SetupCheck(CLI::App& command, int& exit_code) {
       ->type_name("KEY=VALUE");
   AddOutputOption(command, args->out_path);
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson, OutputFormat::kMd});
+  AddHtmlOption(command, args->html);
   command.callback([args, &exit_code] { exit_code = RunCheck(*args); });
 }
 

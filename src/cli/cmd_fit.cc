@@ -14,6 +14,8 @@
 #include "preflight/report/report.h"
 #include "verbs.h"
 
+#include "html_output.h"
+
 namespace preflight::cli {
 namespace {
 
@@ -23,9 +25,11 @@ struct FitArgs {
   bool explain = false;
   std::string svg_path;
   std::string out_path;
+  HtmlArgs html;
 };
 
 int RunFit(const FitArgs& args) {
+  if (!HtmlStdoutFree(args.html, !args.out_path.empty())) return static_cast<int>(ExitCode::kBadInput);
   auto recipe = LoadRecipeOrReport(args.recipe);
   if (!recipe) return static_cast<int>(ExitCode::kBadInput);
   const Inventory inventory = BuildInventory(*recipe);
@@ -45,8 +49,15 @@ int RunFit(const FitArgs& args) {
   if (!args.svg_path.empty() && !WriteTextFile(args.svg_path, RenderMemorySvg(report), {args.recipe.path})) {
     return static_cast<int>(ExitCode::kBadInput);
   }
-  const std::string text = args.format == OutputFormat::kJson ? FitJson(report).dump(2) + "\n" : RenderFitTable(report);
-  if (!EmitOutput(args.out_path, text, {args.recipe.path})) return static_cast<int>(ExitCode::kBadInput);
+  if (!args.html.path.empty() && !WriteHtml(args.html, FitHtmlPage(report), {args.recipe.path})) {
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  // `--html -` took stdout; the report still goes to -o/--out when given.
+  if (!HtmlOnStdout(args.html) || !args.out_path.empty()) {
+    const std::string text =
+        args.format == OutputFormat::kJson ? FitJson(report).dump(2) + "\n" : RenderFitTable(report);
+    if (!EmitOutput(args.out_path, text, {args.recipe.path})) return static_cast<int>(ExitCode::kBadInput);
+  }
   if (report.estimate.verdict.fits && !report.estimate.verdict.headroom_ok) {
     std::fprintf(stderr, "warning: headroom %.2f GiB is below the floor cluster.min_headroom_gib = %.2f GiB\n",
                  report.estimate.verdict.headroom.gib(), recipe->cluster.min_headroom_gib);
@@ -63,6 +74,7 @@ void SetupFit(CLI::App& command, int& exit_code) {
   command.add_flag("--explain", args->explain, "Print every figure of the worst rank with its formula and inputs");
   command.add_option("--svg", args->svg_path, "Write the memory geometry per stage as an SVG chart");
   AddOutputOption(command, args->out_path);
+  AddHtmlOption(command, args->html);
   command.callback([args, &exit_code] { exit_code = RunFit(*args); });
 }
 

@@ -22,6 +22,8 @@
 #include "preflight/report/report.h"
 #include "verbs.h"
 
+#include "html_output.h"
+
 namespace preflight::cli {
 namespace {
 
@@ -34,6 +36,7 @@ struct PlanOptions {
   std::string out_path;
   std::string emit;  // "" (the plan report), "megatron" or "torchtitan"
   bool force = false;  // --emit a refused configuration with exit 0
+  HtmlArgs html;
 };
 
 void PrintDiagnostics(const std::vector<Diagnostic>& ds) {
@@ -41,6 +44,7 @@ void PrintDiagnostics(const std::vector<Diagnostic>& ds) {
 }
 
 int RunPlan(PlanOptions& o) {
+  if (!HtmlStdoutFree(o.html, !o.out_path.empty())) return static_cast<int>(ExitCode::kBadInput);
   const std::optional<Recipe> recipe = LoadRecipeOrReport(o.recipe);
   if (!recipe) return static_cast<int>(ExitCode::kBadInput);
   const Inventory inventory = BuildInventory(*recipe);
@@ -52,15 +56,18 @@ int RunPlan(PlanOptions& o) {
   }
   const Plan& plan = *result.plan;
   PrintDiagnostics(plan.warnings);
-  if (!o.svg_path.empty()) {
-    FitReport chart;
-    chart.file = o.recipe.path;
-    chart.inventory = &inventory;
-    chart.layout = plan.layout;
-    chart.stages = plan.stages;
-    chart.estimate = plan.memory ? *plan.memory : EstimateMemory(inventory, plan.layout, plan.stages);
-    if (!WriteTextFile(o.svg_path, RenderMemorySvg(chart), {o.recipe.path}))
-      return static_cast<int>(ExitCode::kBadInput);
+  if (!o.svg_path.empty() &&
+      !WriteTextFile(o.svg_path, RenderMemorySvg(PlannedFitReport(inventory, plan, o.recipe.path, false)),
+                     {o.recipe.path})) {
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  if (!o.html.path.empty()) {
+    HtmlPage page{"plan", "preflight plan: " + plan.name};
+    nlohmann::json part = HtmlFitPart(PlannedFitReport(inventory, plan, o.recipe.path, /*explain=*/true));
+    part.update(HtmlPlanPart(*recipe, plan));
+    page.reports.push_back(part);
+    if (!WriteHtml(o.html, page, {o.recipe.path})) return static_cast<int>(ExitCode::kBadInput);
+    if (HtmlOnStdout(o.html) && o.out_path.empty()) return static_cast<int>(ExitCode::kOk);
   }
   if (const std::optional<EmitTarget> target = ParseEmitTarget(o.emit)) {
     const Emission emission = Emit(*target, *recipe, plan);
@@ -108,6 +115,7 @@ void SetupPlan(CLI::App& command, int& exit_code) {
       ->check(CLI::Range(0.0, 1000.0));
   command.add_option("--svg", o->svg_path, "Write the memory geometry per stage as an SVG chart");
   AddOutputOption(command, o->out_path);
+  AddHtmlOption(command, o->html, {"--format", "--emit"});
   command.callback([o, &exit_code] { exit_code = RunPlan(*o); });
 }
 

@@ -17,6 +17,8 @@
 #include "preflight/report/sweep_report.h"
 #include "verbs.h"
 
+#include "html_output.h"
+
 namespace preflight::cli {
 namespace {
 
@@ -31,6 +33,7 @@ struct SweepArgs {
   OutputFormat format = OutputFormat::kTable;
   std::string out_path;
   std::string svg_path;
+  HtmlArgs html;
 };
 
 bool ParseAxis(const char* option, const std::string& text, int64_t min_value, int64_t max_value,
@@ -51,8 +54,18 @@ bool ParseAxis(const char* option, const std::string& text, int64_t min_value, i
   return true;
 }
 
+/// The row of the recipe's own degrees, or nullopt when they cannot be laid
+/// out on the swept GPUs (tp·cp·pp does not divide them: no row has them, and
+/// the recipe's data-parallel degree and micro-batch count are not defined).
+std::optional<int64_t> OwnRow(const SweepResult& result, const Recipe& recipe) {
+  const int64_t model_parallel = recipe.parallel.tp * recipe.parallel.cp * recipe.parallel.pp;
+  if (model_parallel <= 0 || recipe.world() % model_parallel != 0) return std::nullopt;
+  return result.RowOf(LayoutOf(recipe));
+}
+
 int RunSweepVerb(const SweepArgs& args) {
   const int bad = static_cast<int>(ExitCode::kBadInput);
+  if (!HtmlStdoutFree(args.html, !args.out_path.empty())) return bad;
   SweepSpace space;
   space.gpus = args.gpus;
   // Upper bounds are the recipe schema's ranges for these keys; larger values
@@ -122,10 +135,17 @@ int RunSweepVerb(const SweepArgs& args) {
     case OutputFormat::kJson: text = SweepJson(result, args.recipe.path); break;
     default: text = RenderSweepTable(result, args.recipe.path); break;
   }
+  const std::optional<int64_t> own =
+      args.svg_path.empty() && args.html.path.empty() ? std::nullopt : OwnRow(result, *recipe);
   if (!args.svg_path.empty() &&
-      !WriteTextFile(args.svg_path, RenderSweepSvg(result, args.recipe.path, result.RowOf(LayoutOf(*recipe))),
-                     {args.recipe.path})) {
+      !WriteTextFile(args.svg_path, RenderSweepSvg(result, args.recipe.path, own), {args.recipe.path})) {
     return bad;
+  }
+  if (!args.html.path.empty()) {
+    HtmlPage page{"sweep", fmt::format("preflight sweep: {} on {} GPUs", recipe->name, args.gpus)};
+    page.sweep = HtmlSweepPart(result, args.recipe.path, own);
+    if (!WriteHtml(args.html, page, {args.recipe.path})) return bad;
+    if (HtmlOnStdout(args.html) && args.out_path.empty()) return static_cast<int>(ExitCode::kOk);
   }
   return EmitOutput(args.out_path, text, {args.recipe.path}) ? static_cast<int>(ExitCode::kOk) : bad;
 }
@@ -160,6 +180,7 @@ void SetupSweep(CLI::App& command, int& exit_code) {
   command.add_option("--svg", args->svg_path,
                      "Write the fitting layouts' step time against peak memory, the Pareto front and the recipe's "
                      "own layout as an SVG chart");
+  AddHtmlOption(command, args->html);
   command.callback([args, &exit_code] { exit_code = RunSweepVerb(*args); });
 }
 

@@ -235,6 +235,18 @@ nlohmann::json LastRankJson(const MemoryEstimate& est) {
 
 }  // namespace
 
+nlohmann::json ExplanationsJson(const std::vector<Explanation>& explanations) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& e : explanations) {
+    out.push_back({{"category", Key(e.category)},
+                   {"item", e.item},
+                   {"formula", e.formula},
+                   {"inputs", e.inputs},
+                   {"bytes", e.bytes.count()}});
+  }
+  return out;
+}
+
 nlohmann::json DeviceJson(const ClusterConfig& cluster) {
   const GpuSpec& g = cluster.spec;
   const KernelRates& k = g.rates;
@@ -401,14 +413,7 @@ nlohmann::json FitJson(const FitReport& r) {
                       {"allocated_peak_bytes", m.allocated_peak.count()}});
     if (m.host.count() > 0) stages.back()["host_bytes"] = m.host.count();
   }
-  nlohmann::json explain = nlohmann::json::array();
-  for (const auto& e : r.explanations) {
-    explain.push_back({{"category", Key(e.category)},
-                       {"item", e.item},
-                       {"formula", e.formula},
-                       {"inputs", e.inputs},
-                       {"bytes", e.bytes.count()}});
-  }
+  const nlohmann::json explain = ExplanationsJson(r.explanations);
   const auto& v = r.estimate.verdict;
   nlohmann::json out = {
       {"recipe", {{"name", recipe.name}, {"file", r.file}}},

@@ -14,8 +14,7 @@ struct Style {
   Category category;
   const char* color;
 };
-// Parameters in blues, gradients and optimizer in greens, activations in
-// orange, transients in purples, fixed costs in greys.
+// In stacking order, bottom first; colours as CategoryColor documents.
 constexpr Style kStyles[] = {
     {Category::kReplicatedParams, "#9ecae1"}, {Category::kTpShardedParams, "#4292c6"},
     {Category::kEpShardedParams, "#08519c"},  {Category::kGradients, "#74c476"},
@@ -28,6 +27,13 @@ constexpr Style kStyles[] = {
 constexpr int kTop = 50, kPlotHeight = 420, kLeft = 70, kBarWidth = 90, kGap = 50, kKeyWidth = 260;
 
 }  // namespace
+
+const char* CategoryColor(Category c) {
+  for (const Style& style : kStyles) {
+    if (style.category == c) return style.color;
+  }
+  return "#000000";
+}
 
 std::string RenderMemorySvg(const FitReport& r) {
   const auto& stages = r.estimate.stages;

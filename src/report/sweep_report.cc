@@ -153,7 +153,7 @@ std::string SweepCsv(const SweepResult& r) {
   return out;
 }
 
-std::string SweepJson(const SweepResult& r, const std::string& file) {
+std::string SweepJson(const SweepResult& r, const std::string& file, const std::vector<int64_t>* only) {
   std::string out = fmt::format(
       "{{\n  \"preflight_version\": \"{}\",\n  \"schema_version\": {},\n  \"recipe\": {},\n  \"gpus\": {},\n  "
       "\"nodes\": {},\n  \"gpus_per_node\": {},\n  \"device\": {},\n"
@@ -179,11 +179,17 @@ std::string SweepJson(const SweepResult& r, const std::string& file) {
     const std::string layouts = "  \"layouts\": [";
     out.insert(out.size() - layouts.size(), fmt::format("  \"nothing_fits\": {},\n", j.dump()));
   }
-  for (size_t i = 0; i < r.rows.size(); ++i) {
-    out += i ? ",\n    " : "\n    ";
-    out += RowJson(r, r.rows[i]);
+  const size_t count = only != nullptr ? only->size() : r.rows.size();
+  for (size_t k = 0; k < count; ++k) {
+    out += k ? ",\n    " : "\n    ";
+    if (only == nullptr) {
+      out += RowJson(r, r.rows[k]);
+    } else {
+      const auto i = static_cast<size_t>((*only)[k]);
+      out += fmt::format("{{\"index\": {}, {}", i, RowJson(r, r.rows[i]).substr(1));
+    }
   }
-  out += r.rows.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  out += count == 0 ? "]\n}\n" : "\n  ]\n}\n";
   return out;
 }
 

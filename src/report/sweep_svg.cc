@@ -24,9 +24,9 @@ struct Axes {
   double Y(double s) const { return kTop + kPlotHeight - (s - y_min) / (y_max - y_min) * kPlotHeight; }
 };
 
-/// The fitting rows drawn: every Pareto row, then the others evenly spaced
-/// in the canonical order up to kMaxSvgPoints in all.
-std::vector<int64_t> DrawnRows(const SweepResult& r, int64_t* fitting) {
+}  // namespace
+
+std::vector<int64_t> SweepChartRows(const SweepResult& r, int64_t* fitting) {
   std::vector<int64_t> fit;
   for (size_t i = 0; i < r.rows.size(); ++i) {
     if (r.rows[i].status == SweepStatus::kFits || r.rows[i].status == SweepStatus::kTight) {
@@ -42,6 +42,8 @@ std::vector<int64_t> DrawnRows(const SweepResult& r, int64_t* fitting) {
   }
   return {drawn.begin(), drawn.end()};
 }
+
+namespace {
 
 Axes AxesOf(const SweepResult& r, const std::vector<int64_t>& drawn, std::optional<int64_t> own) {
   Axes a;
@@ -86,7 +88,7 @@ std::string Ticks(const Axes& a) {
 
 std::string RenderSweepSvg(const SweepResult& r, const std::string& file, std::optional<int64_t> own) {
   int64_t fitting = 0;
-  const std::vector<int64_t> drawn = DrawnRows(r, &fitting);
+  const std::vector<int64_t> drawn = SweepChartRows(r, &fitting);
   const Axes a = AxesOf(r, drawn, own);
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "

@@ -42,6 +42,14 @@ std::string RenderFitTable(const FitReport& report);
 /// The same content as JSON with the stable keys documented in README.md.
 nlohmann::json FitJson(const FitReport& report);
 
+/// `--explain` lines as JSON: [{category, item, formula, inputs, bytes}].
+nlohmann::json ExplanationsJson(const std::vector<Explanation>& explanations);
+
+/// The colour a category is drawn in (SVG and HTML charts): parameters in
+/// blues, gradients and optimizer in greens, activations in orange,
+/// transients in purples, fixed costs in greys.
+const char* CategoryColor(Category c);
+
 /// An SVG chart of the memory geometry: one stacked bar per pipeline stage,
 /// one segment per category (labelled on the bar and in a key beside it),
 /// and the device capacity and headroom floor as horizontal lines.
