@@ -56,9 +56,7 @@ int RunPlan(PlanOptions& o) {
   }
   const Plan& plan = *result.plan;
   PrintDiagnostics(plan.warnings);
-  if (!o.svg_path.empty() &&
-      !WriteTextFile(o.svg_path, RenderMemorySvg(PlannedFitReport(inventory, plan, o.recipe.path, false)),
-                     {o.recipe.path})) {
+  if (!o.svg_path.empty() && !WriteTextFile(o.svg_path, RenderPlanSvg(*recipe, plan), {o.recipe.path})) {
     return static_cast<int>(ExitCode::kBadInput);
   }
   if (!o.html.path.empty()) {
@@ -113,7 +111,9 @@ void SetupPlan(CLI::App& command, int& exit_code) {
   command.add_option("--latency-us", o->latency_us, "latency per ring step in microseconds (8)")
       ->check(FiniteNumber())
       ->check(CLI::Range(0.0, 1000.0));
-  command.add_option("--svg", o->svg_path, "Write the memory geometry per stage as an SVG chart");
+  command.add_option("--svg", o->svg_path,
+                     "Write the step (steady state, bubble, tail) and each stage's time per micro-batch as an SVG "
+                     "chart (fit --svg draws the memory)");
   AddOutputOption(command, o->out_path);
   AddHtmlOption(command, o->html, {"--format", "--emit"});
   command.callback([o, &exit_code] { exit_code = RunPlan(*o); });

@@ -17,6 +17,11 @@ std::string RenderPlanTable(const Recipe& recipe, const Plan& plan);
 /// The same content as JSON (2-space indent, keys in a fixed order).
 std::string RenderPlanJson(const Recipe& recipe, const Plan& plan);
 
+/// `plan --svg`: the step as steady state, bubble and tail on one bar, and
+/// each stage's time per micro-batch (forward, backward, recompute, exposed
+/// communication), the slowest marked.
+std::string RenderPlanSvg(const Recipe& recipe, const Plan& plan);
+
 /// The balanced-cut advice as one paragraph: where it cuts (in layers), what
 /// it saves, and how to pin it.
 std::string DescribeBalancedCut(const Recipe& recipe, const BalancedCut& cut);
