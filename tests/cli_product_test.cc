@@ -108,6 +108,11 @@ TEST(CliProduct, CheckTakesSetLikeEveryRecipeReader) {
   const auto& entry = j["recipes"][0];
   EXPECT_EQ(entry["peak_bytes"], fit["stages"][fit["worst_stage"].get<size_t>()]["peak_bytes"]) << entry;
   EXPECT_EQ(entry["baseline"]["delta_peak_bytes"], 0) << entry;
+  // A piped recipe, as every recipe reader takes it.
+  const auto piped = RunPreflight({"check", "-", "--set", "parallel.tp=2", "--format", "json"},
+                                  testing::ReadFile(testing::SourcePath("recipes/llama3-8b-h200.yaml")));
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(nlohmann::json::parse(piped.out)["recipes"][0]["peak_bytes"], entry["peak_bytes"]);
   const auto bad = RunPreflight({"check", "recipes/llama3-8b-h200.yaml", "--set", "parallel.tp"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("expected KEY.PATH=VALUE"));

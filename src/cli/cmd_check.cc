@@ -159,7 +159,15 @@ std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
 
 /// One recipe judged; with `page` (check --html), its memory geometry as fit draws it is added there.
 CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckThresholds& thresholds, HtmlPage* page) {
-  LoadResult current = LoadRecipeFile(path, args.overrides);
+  LoadResult current;
+  if (path == "-") {
+    // A recipe piped in, as every recipe reader takes it; it has no baseline copy.
+    const std::optional<std::string> text = ReadInputFile("-");
+    if (!text) return InvalidEntry(path, {"<stdin>: cannot read the recipe"});
+    current = LoadRecipeFromString(*text, "<stdin>", args.overrides);
+  } else {
+    current = LoadRecipeFile(path, args.overrides);
+  }
   for (const auto& d : current.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!current.ok()) return InvalidEntry(path, Formatted(current.diagnostics));
   const Recipe& recipe = *current.recipe;
