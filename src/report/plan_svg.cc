@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "chart.h"
 #include "preflight/report/format.h"
 #include "preflight/report/plan_report.h"
 
@@ -21,15 +22,14 @@ constexpr Part kStageParts[] = {
     {"forward", "#6baed6"}, {"backward", "#2171b5"}, {"recompute", "#9e9ac8"}, {"exposed communication", "#fd8d3c"}};
 
 constexpr int kLeft = 70, kTop = 60, kStepBar = 28, kPlotTop = kTop + kStepBar + 70, kPlotHeight = 320;
-constexpr int kKeyWidth = 240, kPlotBudget = 1100;
+constexpr int kKeyWidth = 240;
 
 }  // namespace
 
 std::string RenderPlanSvg(const Recipe& r, const Plan& p) {
   const StepTime& t = p.time;
   const int n = static_cast<int>(t.stages.size());
-  const int bar = std::clamp(kPlotBudget / std::max(1, n) * 2 / 3, 14, 90);
-  const int gap = std::max(6, bar * 5 / 9);
+  const int bar = chart::BarWidth(n), gap = chart::GapWidth(bar);
   const int plot_width = std::max(600, n * (bar + gap) + gap);
   const int width = kLeft + plot_width + kKeyWidth;
   const int height = kPlotTop + kPlotHeight + 60;
@@ -77,7 +77,6 @@ std::string RenderPlanSvg(const Recipe& r, const Plan& p) {
         "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n",
         kLeft, y_of(ms), kLeft + plot_width, y_of(ms), kLeft - 6, y_of(ms) + 4, ms);
   }
-  const int label_every = std::max(1, 22 / (bar + gap) + 1);
   for (int s = 0; s < n; ++s) {
     const StageTime& st = t.stages[static_cast<size_t>(s)];
     const int bx = kLeft + gap + s * (bar + gap);
@@ -98,16 +97,10 @@ std::string RenderPlanSvg(const Recipe& r, const Plan& p) {
       out += fmt::format("<text class=\"slowest\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">&#9650; slowest</text>\n",
                          bx + bar / 2, kPlotTop + kPlotHeight + 34);
     }
-    if (s % label_every == 0 || s == n - 1) {
-      out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}{}</text>\n", bx + bar / 2,
-                         kPlotTop + kPlotHeight + 18, bar >= 60 ? "stage " : "", s);
-    }
+    out += chart::StageLabel(s, n, bar, gap, bx + bar / 2, kPlotTop + kPlotHeight + 18);
     out += "</g>\n";
   }
-  if (bar < 60) {  // narrow bars carry bare stage numbers: name the axis once
-    out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">stage</text>\n", kLeft - 6,
-                       kPlotTop + kPlotHeight + 18);
-  }
+  out += chart::StageAxisName(bar, kLeft, kPlotTop + kPlotHeight + 18);
   // The key: the step's parts, then the stages'.
   int key_y = kTop;
   const int key_x = kLeft + plot_width + 20;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "chart.h"
 #include "preflight/report/format.h"
 #include "preflight/report/report.h"
 
@@ -25,13 +26,8 @@ constexpr Style kStyles[] = {
 };
 
 constexpr int kTop = 64, kPlotHeight = 420, kLeft = 70, kKeyWidth = 260;
-// Bars shrink so that any pipeline depth fits about 1,100 px of plot: 90 px
-// each at 8 stages or fewer, never under 14 px.
-constexpr int kPlotBudget = 1100, kMaxBar = 90, kMinBar = 14;
 constexpr const char* kOver = "#cb181d";
 
-int BarWidth(int stages) { return std::clamp(kPlotBudget / std::max(1, stages) * 2 / 3, kMinBar, kMaxBar); }
-int GapWidth(int bar) { return std::max(6, bar * 5 / 9); }
 /// Whether a 9 px label of `chars` characters fits inside a bar `width` wide.
 bool LabelFits(size_t chars, int width) { return static_cast<double>(chars) * 5.2 <= width - 4; }
 
@@ -51,7 +47,7 @@ std::string RenderMemorySvg(const FitReport& r) {
   max_gib *= 1.05;
   const auto y_of = [&](double gib) { return kTop + kPlotHeight - gib / max_gib * kPlotHeight; };
   const int n = static_cast<int>(stages.size());
-  const int bar = BarWidth(n), gap = GapWidth(bar);
+  const int bar = chart::BarWidth(n), gap = chart::GapWidth(bar);
   const int plot_width = n * (bar + gap) + gap;
   const int width = kLeft + plot_width + kKeyWidth;
   const int height = kTop + kPlotHeight + 60;
@@ -92,8 +88,6 @@ std::string RenderMemorySvg(const FitReport& r) {
         "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n",
         kLeft, y_of(g), kLeft + plot_width, y_of(g), kLeft - 6, y_of(g) + 4, g);
   }
-  // Stage numbers under narrow bars: every one while they fit, else every k-th.
-  const int label_every = std::max(1, 22 / (bar + gap) + 1);
   for (int s = 0; s < n; ++s) {
     const auto& st = stages[static_cast<size_t>(s)];
     const int x = kLeft + gap + s * (bar + gap);
@@ -133,10 +127,7 @@ std::string RenderMemorySvg(const FitReport& r) {
       out += fmt::format("<text class=\"worst\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">&#9650; worst</text>\n",
                          x + bar / 2, kTop + kPlotHeight + 34);
     }
-    if (s % label_every == 0 || s == n - 1) {
-      out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}{}</text>\n", x + bar / 2,
-                         kTop + kPlotHeight + 18, bar >= 60 ? "stage " : "", s);
-    }
+    out += chart::StageLabel(s, n, bar, gap, x + bar / 2, kTop + kPlotHeight + 18);
     out += "</g>\n";
   }
   if (!stages.empty()) {
@@ -150,10 +141,7 @@ std::string RenderMemorySvg(const FitReport& r) {
         "stroke-dasharray=\"6,4\"/><text x=\"{}\" y=\"{:.1f}\" fill=\"{}\">headroom floor</text>\n",
         kLeft, y_of(floor_gib), kLeft + plot_width, y_of(floor_gib), kOver, kLeft + plot_width - 90,
         y_of(floor_gib) + 12, kOver);
-    if (bar < 60) {  // narrow bars carry bare stage numbers: name the axis once
-      out +=
-          fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">stage</text>\n", kLeft - 6, kTop + kPlotHeight + 18);
-    }
+    out += chart::StageAxisName(bar, kLeft, kTop + kPlotHeight + 18);
   }
   // The key repeats every category in stacking order, top of the bar first.
   const int key_x = kLeft + plot_width + 20;
