@@ -452,6 +452,11 @@ class Validator {
                    "excludes fp8 parameters (training.precision.params: fp8); keep FP4 weights with "
                    "training.precision.fp4_params: true");
     }
+    if (!r_.training.activation_offload.empty() && !Bad({"training.activation_offload"})) {
+      ctx_.ErrorAt(key, value,
+                   "is not priced with training.activation_offload (which FP4 copies leave the device is not "
+                   "modeled); set activation_offload: []");
+    }
     if (p_.zero >= 3 && !Bad({"parallel.zero"})) {
       ctx_.ErrorAt(key, value,
                    "is not priced under ZeRO 3 (where each layer's FP4 weight copies are gathered is not "
