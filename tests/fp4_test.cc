@@ -159,6 +159,13 @@ TEST(Fp4Recipe, RefusedWithoutFp4TensorCores) {
   const LoadResult none = LoadRecipeFromString(custom, "custom.yaml");
   ASSERT_FALSE(none.ok());
   EXPECT_NE(FirstErrorText(none).find("the cluster.device has none"), std::string::npos) << FirstErrorText(none);
+  // A device with an fp4 peak but no GEMM fraction cannot price the GEMMs.
+  const std::string no_rate =
+      "cluster:\n  device: {based_on: a100, fp4_dense_tflops: 1000}\ntraining:\n  precision: {fp4: mxfp4}\n";
+  const LoadResult unrated = LoadRecipeFromString(no_rate, "custom.yaml");
+  ASSERT_FALSE(unrated.ok());
+  EXPECT_NE(FirstErrorText(unrated).find("cluster.device.rates.gemm_fp8"), std::string::npos)
+      << FirstErrorText(unrated);
 }
 
 TEST(Fp4Recipe, OtherRefusals) {
