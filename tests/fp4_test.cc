@@ -18,6 +18,8 @@
 //   --fp4-recipe {nvfp4, custom} (default nvfp4), --fp4-param-gather.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -279,6 +281,37 @@ TEST(Fp4Priced, Gb200StepAtTheFp4Rate) {
                      {*ParseOverride("cluster.gpu=gb200"), *ParseOverride("training.precision.fp4=nvfp4")});
   ASSERT_TRUE(loaded.ok());
   EXPECT_NE(PricedRates(*loaded.recipe, CostModel{}).find("of 10000 TFLOPS nvfp4"), std::string::npos);
+}
+
+// A sweep of an FP4 recipe marks its ZeRO-3 rows invalid, with the reason
+// the recipe check gives.
+TEST(Fp4Priced, SweepRefusesZero3) {
+  const testing::CommandResult r = testing::RunPreflight({"sweep",         "recipes/llama3-8b-h200.yaml",
+                                                          "--gpus",        "32",
+                                                          "--set",         "cluster.gpu=gb200",
+                                                          "--set",         "training.precision.fp4=nvfp4",
+                                                          "--tp",          "1,2",
+                                                          "--cp",          "1",
+                                                          "--pp",          "1",
+                                                          "--vpp",         "1",
+                                                          "--micro-batch", "1",
+                                                          "--recompute",   "full",
+                                                          "--zero",        "1,3",
+                                                          "--format",      "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  int zero3 = 0, zero1_priced = 0;
+  for (const auto& row : j["layouts"]) {
+    if (row["zero"] == 3) {
+      EXPECT_EQ(row["status"], "invalid") << row.dump();
+      EXPECT_EQ(row["reason"], "training.precision.fp4 = nvfp4: is not priced under ZeRO 3") << row.dump();
+      ++zero3;
+    } else if (row["status"] != "invalid") {
+      ++zero1_priced;
+    }
+  }
+  EXPECT_EQ(zero3, 2);  // tp 1 and 2
+  EXPECT_EQ(zero1_priced, 2);
 }
 
 // ---- Megatron-LM import and emit, torchtitan ---------------------------------
