@@ -73,7 +73,8 @@ Bytes PriceFp4Copies(const Walk& w, const Ends& ends, int c, Category cat, Sink*
   if (copies == 0) return Bytes(0);
   if (sink) {
     Note(sink, cat, "FP4 weight copies of the linear layers, rowwise + columnwise (Transformer Engine)",
-         "sum over local linear weights [out, in] of values out*in/2 * 2 + scales (128x4 tiles) + amax; "
+         "sum over local linear weights [out, in] of 2 usages x (out*in/2 packed values + block scales in 128x4 tiles "
+         "+ amax); "
          "docs/formulas.md §2.5",
          Inputs({{"copies", copies}}), Bytes(copies));
     if (replaced > 0) {

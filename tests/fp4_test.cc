@@ -314,6 +314,16 @@ TEST(Fp4Priced, SweepRefusesZero3) {
   EXPECT_EQ(zero1_priced, 2);
 }
 
+// The reference executor has no FP4 GEMMs: simulate says so instead of
+// comparing against a bf16 run.
+TEST(Fp4Priced, SimulateRefuses) {
+  const testing::CommandResult r =
+      testing::RunPreflight({"simulate", "recipes/llama3-8b-h200.yaml", "--set", "cluster.gpu=gb200", "--set",
+                             "training.precision.fp4=nvfp4"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot simulate: FP4 GEMMs are not in the executor"), std::string::npos) << r.err;
+}
+
 // ---- Megatron-LM import and emit, torchtitan ---------------------------------
 
 Recipe ReadBack(const std::string& args) {
