@@ -169,7 +169,7 @@ TokenBytes MoeTokenBytes(const Recipe& r, Recompute recompute) {
   // input, the norm output already counted.
   if (Reruns(r, recompute, RecomputeModule::kSharedExperts)) return out;
   out.sharded = FfnTerms(r, e.activation, e.SharedWidth());
-  out.replicated = Add(out.replicated, ExtraFp4Copy(r, r.model.hidden));  // the shared fc1's copy of its input
+  if (e.SharedWidth() > 0) out.replicated = Add(out.replicated, ExtraFp4Copy(r, r.model.hidden));  // shared fc1's
   return out;
 }
 

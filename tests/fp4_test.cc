@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "preflight/estimator/estimate.h"
+#include "preflight/estimator/geometry.h"
+#include "preflight/estimator/memory_terms.h"
 #include "preflight/inventory/fp4_storage.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/planner/compute.h"
@@ -281,6 +283,42 @@ TEST(Fp4Priced, Gb200StepAtTheFp4Rate) {
                      {*ParseOverride("cluster.gpu=gb200"), *ParseOverride("training.precision.fp4=nvfp4")});
   ASSERT_TRUE(loaded.ok());
   EXPECT_NE(PricedRates(*loaded.recipe, CostModel{}).find("of 10000 TFLOPS nvfp4"), std::string::npos);
+}
+
+Recipe LoadOnGb200(const std::string& name, const std::vector<std::string>& sets) {
+  std::vector<Override> overrides = {*ParseOverride("cluster.gpu=gb200")};
+  for (const std::string& s : sets) overrides.push_back(*ParseOverride(s));
+  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/" + name + ".yaml"), overrides);
+  EXPECT_TRUE(loaded.ok()) << FirstErrorText(loaded);
+  return loaded.ok() ? *loaded.recipe : Recipe{};
+}
+
+// MoE layers: the norm output stays bf16 (the router reads it) and only a
+// shared expert's fc1 adds an FP4 copy of it; each routed row's fc1 input (h)
+// and fc2 input (f / etp) become FP4.
+TEST(Fp4Priced, MoeLayerTerms) {
+  const auto fp4 = [](int64_t n) { return n / 2 + n / kNvfp4Block; };
+  // Mixtral: no shared expert, h 4096, expert f 14336.
+  const Recipe bf16 = LoadOnGb200("mixtral-8x7b-h200", {});
+  const Recipe nv = LoadOnGb200("mixtral-8x7b-h200", {"training.precision.fp4=nvfp4"});
+  const Layout l = LayoutOf(bf16);
+  const TokenBytes b = SavedBytesPerToken(bf16, BlockKind::kMoe, Recompute::kNone, l.tp, l.cp);
+  const TokenBytes f = SavedBytesPerToken(nv, BlockKind::kMoe, Recompute::kNone, l.tp, l.cp);
+  EXPECT_EQ(f.replicated, b.replicated);
+  EXPECT_EQ(f.sharded, b.sharded);
+  const int64_t rows = RouteMoeOn(nv, l).expert_tokens;
+  ASSERT_GT(rows, 0);
+  const int64_t f_local = 14336 / l.expert_tp;
+  EXPECT_EQ((MoeLayerActivations(nv, l, Recompute::kNone) - MoeLayerActivations(bf16, l, Recompute::kNone)).count(),
+            rows * ((fp4(4096) - 2 * 4096) + (fp4(f_local) - 2 * f_local)));
+  // DeepSeek-V3: one shared expert of 2048, h 7168.
+  const Recipe ds = LoadOnGb200("deepseek-v3-h200", {});
+  const Recipe ds_nv = LoadOnGb200("deepseek-v3-h200", {"training.precision.fp4=nvfp4"});
+  const Layout dl = LayoutOf(ds);
+  const TokenBytes db = SavedBytesPerToken(ds, BlockKind::kMoe, Recompute::kNone, dl.tp, dl.cp);
+  const TokenBytes df = SavedBytesPerToken(ds_nv, BlockKind::kMoe, Recompute::kNone, dl.tp, dl.cp);
+  EXPECT_EQ(df.replicated - db.replicated, fp4(7168));
+  EXPECT_EQ(df.sharded - db.sharded, fp4(2048) - 2 * 2048);
 }
 
 // A sweep of an FP4 recipe marks its ZeRO-3 rows invalid, with the reason
