@@ -321,6 +321,40 @@ TEST(Fp4Priced, MoeLayerTerms) {
   EXPECT_EQ(df.sharded - db.sharded, fp4(2048) - 2 * 2048);
 }
 
+// The other mixers: the norm output (fused into the first linear) and the
+// last linear's input become FP4 — Mamba's out_proj input (its gated-norm
+// output, d_inner = expand x h), R's W_o input (width d_r); MLA's normed
+// latents (q_lora + kv_lora) too, and its O gains the projection's copy.
+TEST(Fp4Priced, MambaRecurrentAndMlaTerms) {
+  const auto fp4 = [](int64_t n) { return n / 2 + n / kNvfp4Block; };
+  struct Case {
+    std::string recipe;
+    BlockKind kind;
+    int64_t replicated, sharded;  // the expected fp4 - bf16 deltas per token
+  };
+  const int64_t h = 4096, d_inner = 2 * 4096, d_r = 4096;
+  const int64_t latents = 1536 + 512, o = 128 * 128, ds_h = 7168;
+  const std::vector<Case> cases = {
+      {"nemotron-h-8b-h200", BlockKind::kMamba, fp4(h) - 2 * h, fp4(d_inner) - 2 * d_inner},
+      {"nam56r-h200", BlockKind::kRecurrent, fp4(h) - 2 * h, fp4(d_r) - 2 * d_r},
+      {"deepseek-v3-h200", BlockKind::kAttention, (fp4(ds_h) - 2 * ds_h) + (fp4(latents) - 2 * latents), fp4(o)},
+  };
+  for (const Case& c : cases) {
+    const Recipe bf16 = LoadOnGb200(c.recipe, {});
+    const Recipe nv = LoadOnGb200(c.recipe, {"training.precision.fp4=nvfp4"});
+    const Layout l = LayoutOf(bf16);
+    const TokenBytes b = SavedBytesPerToken(bf16, c.kind, Recompute::kNone, l.tp, l.cp);
+    const TokenBytes f = SavedBytesPerToken(nv, c.kind, Recompute::kNone, l.tp, l.cp);
+    EXPECT_EQ(f.replicated - b.replicated, c.replicated) << c.recipe;
+    EXPECT_EQ(f.sharded - b.sharded, c.sharded) << c.recipe;
+  }
+  // Full recompute keeps the layer input only, in bf16 (no linear saved it).
+  const Recipe nv = LoadOnGb200("nemotron-h-8b-h200", {"training.precision.fp4=nvfp4"});
+  const Recipe bf16 = LoadOnGb200("nemotron-h-8b-h200", {});
+  EXPECT_EQ(SavedBytesPerToken(nv, BlockKind::kMamba, Recompute::kFull, 1, 1).replicated,
+            SavedBytesPerToken(bf16, BlockKind::kMamba, Recompute::kFull, 1, 1).replicated);
+}
+
 // A sweep of an FP4 recipe marks its ZeRO-3 rows invalid, with the reason
 // the recipe check gives.
 TEST(Fp4Priced, SweepRefusesZero3) {
