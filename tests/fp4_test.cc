@@ -197,19 +197,23 @@ TEST(Fp4Recipe, OtherRefusals) {
 
 // ---- priced end to end: Llama 3 8B on GB200s --------------------------------
 
+Recipe LoadOnGb200(const std::string& name, const std::vector<std::string>& sets) {
+  std::vector<Override> overrides = {*ParseOverride("cluster.gpu=gb200")};
+  for (const std::string& s : sets) overrides.push_back(*ParseOverride(s));
+  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/" + name + ".yaml"), overrides);
+  EXPECT_TRUE(loaded.ok()) << FirstErrorText(loaded);
+  return loaded.ok() ? *loaded.recipe : Recipe{};
+}
+
 struct Priced {
   RankMemory memory;
   double step_s = 0;
 };
 
 Priced PriceLlama(const std::vector<std::string>& sets) {
-  std::vector<Override> overrides = {*ParseOverride("cluster.gpu=gb200")};
-  for (const std::string& s : sets) overrides.push_back(*ParseOverride(s));
-  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/llama3-8b-h200.yaml"), overrides);
-  EXPECT_TRUE(loaded.ok()) << FirstErrorText(loaded);
-  if (!loaded.ok()) return {};
-  const Inventory inv = BuildInventory(*loaded.recipe);
-  const PlanResult planned = MakePlan(inv, LayoutOf(*loaded.recipe));
+  const Recipe r = LoadOnGb200("llama3-8b-h200", sets);
+  const Inventory inv = BuildInventory(r);
+  const PlanResult planned = MakePlan(inv, LayoutOf(r));
   EXPECT_TRUE(planned.plan.has_value());
   if (!planned.plan) return {};
   return {EstimateRank(inv, planned.plan->layout, planned.plan->stages, 0), planned.plan->time.step_s};
@@ -278,19 +282,8 @@ TEST(Fp4Priced, Gb200StepAtTheFp4Rate) {
   const double cast = (2 + 0.5 + 1.0 / 16) * (m * k + k * n) / (gpu.hbm_gbps * 1e9 * gpu.rates.hbm);
   EXPECT_DOUBLE_EQ(GemmSeconds(m, n, k, gpu, CostModel{}, GemmPrecision::kNvfp4), compute + cast);
   EXPECT_EQ(gpu.fp4_dense_tflops, 2 * gpu.fp8_dense_tflops);  // the datasheet's dense fp4 peak
-  LoadResult loaded =
-      LoadRecipeFile(SourcePath("recipes/llama3-8b-h200.yaml"),
-                     {*ParseOverride("cluster.gpu=gb200"), *ParseOverride("training.precision.fp4=nvfp4")});
-  ASSERT_TRUE(loaded.ok());
-  EXPECT_NE(PricedRates(*loaded.recipe, CostModel{}).find("of 10000 TFLOPS nvfp4"), std::string::npos);
-}
-
-Recipe LoadOnGb200(const std::string& name, const std::vector<std::string>& sets) {
-  std::vector<Override> overrides = {*ParseOverride("cluster.gpu=gb200")};
-  for (const std::string& s : sets) overrides.push_back(*ParseOverride(s));
-  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/" + name + ".yaml"), overrides);
-  EXPECT_TRUE(loaded.ok()) << FirstErrorText(loaded);
-  return loaded.ok() ? *loaded.recipe : Recipe{};
+  const Recipe nvfp4 = LoadOnGb200("llama3-8b-h200", {"training.precision.fp4=nvfp4"});
+  EXPECT_NE(PricedRates(nvfp4, CostModel{}).find("of 10000 TFLOPS nvfp4"), std::string::npos);
 }
 
 // MoE layers: the norm output stays bf16 (the router reads it) and only a
@@ -410,13 +403,10 @@ Recipe ReadBack(const std::string& args) {
 }
 
 Emission EmitLlama(EmitTarget target, const std::vector<std::string>& sets) {
-  std::vector<Override> overrides = {*ParseOverride("cluster.gpu=gb200")};
-  for (const std::string& s : sets) overrides.push_back(*ParseOverride(s));
-  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/llama3-8b-h200.yaml"), overrides);
-  EXPECT_TRUE(loaded.ok()) << FirstErrorText(loaded);
-  const Inventory inv = BuildInventory(*loaded.recipe);
-  const PlanResult planned = MakePlan(inv, LayoutOf(*loaded.recipe));
-  return Emit(target, *loaded.recipe, *planned.plan);
+  const Recipe r = LoadOnGb200("llama3-8b-h200", sets);
+  const PlanResult planned = MakePlan(BuildInventory(r), LayoutOf(r));
+  EXPECT_TRUE(planned.plan.has_value());
+  return planned.plan ? Emit(target, r, *planned.plan) : Emission{};
 }
 
 TEST(Fp4Megatron, EmitAndImportRoundTrip) {
