@@ -149,10 +149,12 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   x.beta_p = SizeOf(rc.training.precision.params);
   x.zero3 = l.zero >= 3;
   x.fsdp_cpu_offload = x.zero3 && rc.parallel.fsdp_cpu_offload;
+  x.fp4 = rc.training.precision.fp4;
+  x.fp4_params = x.fp4 != Fp4Format::kNone && rc.training.precision.fp4_params;
 
   ActivationRates rates(inv, l);
   Walk w = WalkRank(inv, l, plan, r, x, rates);
-  const Ends ends = EndsOf(inv, l, w);
+  const Ends ends = EndsOf(inv, l, w, x);
   Offer(w, UnitOf(ends.embedding, x, -1));
   AddUnitShares(w, ends.embedding, x);
   LocalParams head_unit = ends.head;

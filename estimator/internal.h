@@ -54,6 +54,14 @@ struct LocalParams {
 
 inline int64_t ClassSum(const LocalParams& e, int c) { return Add(e.elements[c][0], e.elements[c][1]); }
 
+/// FP4 GEMMs (training.precision.fp4): the Transformer Engine copies of this
+/// rank's linear weights, rowwise and columnwise, per ShardClass, and under
+/// fp4_params the parameter-copy bytes of those weights they replace.
+struct Fp4Copies {
+  std::array<int64_t, 3> copies{};
+  std::array<int64_t, 3> replaced{};
+};
+
 /// Pricing context: degrees and per-element sizes fixed for one EstimateRank call.
 struct Context {
   int64_t dense_group = 1;   // D_dense = d * c: Megatron shards dense state over DP x CP (docs/formulas.md §2.2)
@@ -62,6 +70,8 @@ struct Context {
   int64_t beta_p = 2;        // bytes of a parameter element outside the fp32 buffers (precision.params)
   bool zero3 = false;        // track the ZeRO-3 gathered units (GatherPeak)
   bool fsdp_cpu_offload = false;  // ZeRO 3 shards on the host (parallel.fsdp_cpu_offload)
+  Fp4Format fp4 = Fp4Format::kNone;  // training.precision.fp4
+  bool fp4_params = false;           // training.precision.fp4_params
   int64_t group(int c) const { return c == kEp ? expert_group : dense_group; }
 };
 
@@ -143,6 +153,7 @@ struct Walk {
   Shares shares;                // ZeRO >= 1: the owned shares of every unit's buffers
   GatherPeak gather;            // ZeRO 3 (Context::zero3): the layers' part of the gathered peak
   std::array<int64_t, 3> gathered{};  // ZeRO 3: GatherPeak::Peak with the ends (set after EndsOf)
+  Fp4Copies fp4;                      // the layers' FP4 weight copies
 };
 
 /// Activation bytes one micro-batch keeps per piece of a chunk, fixed for one
@@ -213,6 +224,7 @@ struct Ends {
   LocalParams head;  // output head, or the tied copy on the last stage
   LocalParams final_norm;
   bool tied_copy = false;
+  Fp4Copies mtp_fp4;  // the MTP modules' FP4 weight copies (last stage)
 };
 
 /// This rank's share of a layer's totals: each class /1, /t or /(e*t_e), rounded up.
@@ -228,7 +240,7 @@ void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x);
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
               ActivationRates& rates);
 /// The embedding, head (or tied copy) and final norm this rank holds.
-Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w);
+Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w, const Context& x);
 
 /// Chunk `vi` (virtual index) of pipeline rank r: plan.chunks[vi * p + r] by
 /// the StagePlan contract, found by a scan if a plan breaks it.

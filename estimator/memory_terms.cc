@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "preflight/inventory/fp4_storage.h"
 #include "preflight/inventory/inventory.h"
 
 namespace preflight {
@@ -19,13 +20,47 @@ int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
 /// (fp32), LayerNorm keeps mean and rstd (2 x fp32). Korthikanti neglects these.
 int64_t NormStatBytes(NormKind n) { return n == NormKind::kLayerNorm ? 8 : 4; }
 
+/// Bytes per token of a linear layer's input of width n that the layer saves
+/// for backward: n elements of the activation dtype, or under FP4 GEMMs the
+/// columnwise FP4 copy Transformer Engine keeps in its place (linear.py,
+/// layernorm_linear.py, grouped_linear.py @ 01634950: the quantized input,
+/// its rowwise data discarded after the forward GEMM), rounded up a token.
+int64_t SavedGemmInput(const Recipe& r, int64_t n) {
+  const Fp4Format f = r.training.precision.fp4;
+  if (f == Fp4Format::kNone) return Mul(n, SizeOf(r.training.precision.activations));
+  return CeilDiv(Mul(n, Fp4SavedInputThirtySeconds(f)), 32);
+}
+
+/// The FP4 copy a linear layer keeps beside a bf16 tensor another module
+/// saves too (the attention output O, the MoE norm output a shared expert
+/// reads); 0 without FP4, where both share one tensor.
+int64_t ExtraFp4Copy(const Recipe& r, int64_t n) {
+  return r.training.precision.fp4 == Fp4Format::kNone ? 0 : SavedGemmInput(r, n);
+}
+
+/// An FFN of width f per token: SwiGLU's fc1 out (gate and up, 2f) + fc2
+/// input (f); GeLU's input (f) + output (the fc2 input, f).
+int64_t FfnTerms(const Recipe& r, FfnActivation a, int64_t f) {
+  const int64_t kept = a == FfnActivation::kSwiglu ? 2 : 1;
+  return Add(Mul(Mul(kept, f), SizeOf(r.training.precision.activations)), SavedGemmInput(r, f));
+}
+
+/// The pre-norm's output per token: the first linear's input (with TE the
+/// norm is fused into it, so under FP4 only the linear's FP4 copy is kept),
+/// except before an MoE layer, whose bf16 router reads it.
+int64_t NormOutputBytes(const Recipe& r, BlockKind kind) {
+  const int64_t h = r.model.hidden;
+  if (kind == BlockKind::kMoe) return Mul(h, SizeOf(r.training.precision.activations));
+  return SavedGemmInput(r, h);
+}
+
 /// Residual-stream terms every block shares: pre-norm input and its output
 /// (the first linear's input), the norm statistics, and the residual dropout
 /// mask (1 byte/element) when dropout > 0 (Korthikanti's per-block mask).
-int64_t ResidualTerms(const Recipe& r) {
+int64_t ResidualTerms(const Recipe& r, BlockKind kind) {
   const int64_t h = r.model.hidden;
   const int64_t beta = SizeOf(r.training.precision.activations);
-  int64_t out = Add(Mul(Mul(2, h), beta), NormStatBytes(r.model.norm));
+  int64_t out = Add(Add(Mul(h, beta), NormOutputBytes(r, kind)), NormStatBytes(r.model.norm));
   if (r.training.dropout > 0) out = Add(out, h);
   return out;
 }
@@ -39,15 +74,15 @@ bool Reruns(const Recipe& r, Recompute recompute, RecomputeModule m) {
 /// The pre-norm's output and statistics, which a rerun of the norm frees
 /// (Megatron's "layernorm" module: CheckpointWithoutOutput discards the norm
 /// output after its consumer saved it and recomputes it in backward).
-int64_t NormOutputTerms(const Recipe& r) {
-  return Add(Mul(r.model.hidden, SizeOf(r.training.precision.activations)), NormStatBytes(r.model.norm));
+int64_t NormOutputTerms(const Recipe& r, BlockKind kind) {
+  return Add(NormOutputBytes(r, kind), NormStatBytes(r.model.norm));
 }
 
 /// Residual terms less the norm output when the norm is rerun.
 int64_t KeptResidualTerms(const Recipe& r, BlockKind kind, Recompute recompute) {
-  const int64_t all = ResidualTerms(r);
+  const int64_t all = ResidualTerms(r, kind);
   if (!Reruns(r, recompute, RecomputeModule::kLayernorm) || !NormIsOwnModule(r, kind)) return all;
-  return all - NormOutputTerms(r);
+  return all - NormOutputTerms(r, kind);
 }
 
 /// Core attention terms that selective recompute drops: the fp32 softmax LSE
@@ -74,20 +109,22 @@ TokenBytes AttentionTokenBytes(const Recipe& r, Recompute recompute) {
     // Latents (down-projection outputs) and the up-projection inputs after
     // their norms, replicated across TP; one rstd per latent norm.
     out.replicated = Add(out.replicated, Mul(Add(Add(a.q_lora_rank, a.kv_lora_rank), a.qk_rope_head_dim), beta));
-    out.replicated = Add(out.replicated, Mul(Add(a.q_lora_rank, a.kv_lora_rank), beta));
+    out.replicated = Add(out.replicated, SavedGemmInput(r, Add(a.q_lora_rank, a.kv_lora_rank)));
     out.replicated = Add(out.replicated, Mul(NormStatBytes(m.norm), a.q_lora_rank > 0 ? 2 : 1));
     // Q, K, V to attention and the output O (the O-projection input); the
     // "mla_up_proj" rerun frees Q, K, V after the core attention and
     // recomputes them from the latents (multi_latent_attention.py).
     const int64_t qkv = Mul(a.heads, Add(Mul(2, Add(a.qk_nope_head_dim, a.qk_rope_head_dim)), a.v_head_dim));
     const bool rerun_up = Reruns(r, recompute, RecomputeModule::kMlaUpProj);
-    out.sharded = Mul(Add(rerun_up ? 0 : qkv, Mul(a.heads, a.v_head_dim)), beta);
+    out.sharded = Add(Mul(Add(rerun_up ? 0 : qkv, Mul(a.heads, a.v_head_dim)), beta),
+                      ExtraFp4Copy(r, Mul(a.heads, a.v_head_dim)));
     if (!drop_core) out.sharded = Add(out.sharded, CoreAttentionTerms(r, a.heads));
     return out;
   }
   const AttentionConfig& a = m.attention;
   // Q, K, V after RoPE (GQA K, V not expanded) and O (the O-projection input).
   out.sharded = Mul(Mul(Add(Mul(2, a.heads), Mul(2, a.kv_heads)), a.head_dim), beta);
+  out.sharded = Add(out.sharded, ExtraFp4Copy(r, Mul(a.heads, a.head_dim)));  // O-projection's own copy
   if (a.qk_norm) {
     // Q and K before their norms, and one fp32 rstd per head.
     out.sharded = Add(out.sharded, Mul(Mul(Add(a.heads, a.kv_heads), a.head_dim), beta));
@@ -105,20 +142,20 @@ TokenBytes MambaTokenBytes(const Recipe& r, int64_t tp, int64_t cp) {
   const int64_t heads = d_inner / mb.head_dim;
   const int64_t gn = Mul(Mul(mb.groups, mb.d_state), MambaGroupRepeat(mb, tp, cp));
   TokenBytes out;
-  out.replicated = ResidualTerms(r);
+  out.replicated = ResidualTerms(r, BlockKind::kMamba);
   // zxBCdt (the kernel's saved in_proj output) and out_x (SSM output before gating).
   out.sharded = Mul(Add(Add(Mul(2, d_inner), Mul(2, gn)), heads), beta);
   out.sharded = Add(out.sharded, Mul(d_inner, beta));
   // Megatron's path runs the gated RMSNorm and out_proj outside the kernel and
   // keeps the gated y and the norm output; the fused path recomputes both.
-  if (!mb.fused_norm_out_proj) out.sharded = Add(out.sharded, Mul(Mul(2, d_inner), beta));
+  // The norm output is out_proj's input.
+  if (!mb.fused_norm_out_proj) out.sharded = Add(Add(out.sharded, Mul(d_inner, beta)), SavedGemmInput(r, d_inner));
   out.sharded = Add(out.sharded, Mul(4, mb.groups));  // gated-norm rstd, fp32 per group
   return out;
 }
 
 TokenBytes MoeTokenBytes(const Recipe& r, Recompute recompute) {
   const MoeConfig& e = r.model.moe;
-  const int64_t beta = SizeOf(r.training.precision.activations);
   TokenBytes out;
   out.replicated = KeptResidualTerms(r, BlockKind::kMoe, recompute);
   // The "moe" rerun checkpoints the whole MoE layer on the pre-MLP norm's
@@ -131,7 +168,8 @@ TokenBytes MoeTokenBytes(const Recipe& r, Recompute recompute) {
   // fc2 in; non-gated activation input + output. Its rerun keeps only its
   // input, the norm output already counted.
   if (Reruns(r, recompute, RecomputeModule::kSharedExperts)) return out;
-  out.sharded = Mul(Mul(e.activation == FfnActivation::kSwiglu ? 3 : 2, e.SharedWidth()), beta);
+  out.sharded = FfnTerms(r, e.activation, e.SharedWidth());
+  if (e.SharedWidth() > 0) out.replicated = Add(out.replicated, ExtraFp4Copy(r, r.model.hidden));  // shared fc1's
   return out;
 }
 
@@ -139,18 +177,17 @@ TokenBytes RecurrentTokenBytes(const Recipe& r) {
   const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t d_r = r.model.recurrent.width;
   TokenBytes out;
-  out.replicated = ResidualTerms(r);
+  out.replicated = ResidualTerms(r, BlockKind::kRecurrent);
   // g_pre, u, conv(u), W_o input (1 each) and the r/i gate pre-activations (2),
   // all in the activation dtype, plus the h_t sequence in fp32 (docs/formulas.md §3.2:
   // a_R = 4h + 16 d_r, plus the norm rstd). The simulator's R block keeps
   // exactly this set; under the CP all-to-all it keeps the h that came back
   // in place of the W_o input (same width) and recomputes y = h * GeLU(g_pre).
-  out.sharded = Add(Mul(Mul(6, d_r), beta), Mul(4, d_r));
+  out.sharded = Add(Add(Mul(Mul(5, d_r), beta), SavedGemmInput(r, d_r)), Mul(4, d_r));
   return out;
 }
 
 TokenBytes DenseTokenBytes(const Recipe& r, Recompute recompute) {
-  const int64_t beta = SizeOf(r.training.precision.activations);
   const int64_t f = r.model.mlp.ffn_hidden;
   TokenBytes out;
   out.replicated = KeptResidualTerms(r, BlockKind::kDenseMlp, recompute);
@@ -158,11 +195,12 @@ TokenBytes DenseTokenBytes(const Recipe& r, Recompute recompute) {
     // The "mlp" rerun checkpoints the MLP module on its input: with TE the
     // norm is inside it (fc1 is a LayerNormLinear), so only the residual
     // input stays; a separate norm's output is the checkpoint's input.
-    if (!NormIsOwnModule(r, BlockKind::kDenseMlp)) out.replicated = ResidualTerms(r) - NormOutputTerms(r);
+    if (!NormIsOwnModule(r, BlockKind::kDenseMlp)) {
+      out.replicated = ResidualTerms(r, BlockKind::kDenseMlp) - NormOutputTerms(r, BlockKind::kDenseMlp);
+    }
     return out;
   }
-  // SwiGLU: fc1 out (gate and up, 2f) + fc2 input (f). GeLU: GeLU input (f) + output (f).
-  out.sharded = Mul(Mul(r.model.mlp.activation == FfnActivation::kSwiglu ? 3 : 2, f), beta);
+  out.sharded = FfnTerms(r, r.model.mlp.activation, f);
   return out;
 }
 
@@ -227,9 +265,9 @@ Bytes MoeLayerActivations(const Recipe& r, const Layout& l, Recompute recompute)
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
   // The "moe_act" rerun frees the activation's output (the fc2 input) and
   // recomputes it from fc1's output (experts.py, CheckpointWithoutOutput).
-  const int64_t gated = (r.model.moe.activation == FfnActivation::kSwiglu ? 3 : 2) -
-                        (Reruns(r, recompute, RecomputeModule::kMoeAct) ? 1 : 0);
-  const int64_t per_expert_row = Mul(Add(r.model.hidden, Mul(gated, f_local)), beta);
+  const int64_t fc1_out = r.model.moe.activation == FfnActivation::kSwiglu ? 2 : 1;
+  const int64_t fc2_in = Reruns(r, recompute, RecomputeModule::kMoeAct) ? 0 : SavedGemmInput(r, f_local);
+  const int64_t per_expert_row = Add(Add(SavedGemmInput(r, r.model.hidden), Mul(Mul(fc1_out, f_local), beta)), fc2_in);
   const int64_t per_source_row = Add(Mul(r.model.hidden, beta), 4);
   out = Add(out, Mul(routing.expert_tokens, per_expert_row));
   out = Add(out, Mul(routing.send_tokens, per_source_row));

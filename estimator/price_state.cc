@@ -64,6 +64,28 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
   }
 }
 
+/// Class c's FP4 weight copies (training.precision.fp4) less, under
+/// fp4_params, the parameter copies of those weights they replace.
+Bytes PriceFp4Copies(const Walk& w, const Ends& ends, int c, Category cat, Sink* sink) {
+  const size_t k = static_cast<size_t>(c);
+  const int64_t copies = Add(w.fp4.copies[k], ends.mtp_fp4.copies[k]);
+  const int64_t replaced = Add(w.fp4.replaced[k], ends.mtp_fp4.replaced[k]);
+  if (copies == 0) return Bytes(0);
+  if (sink) {
+    Note(sink, cat, "FP4 weight copies of the linear layers, rowwise + columnwise (Transformer Engine)",
+         "sum over local linear weights [out, in] of 2 usages x (out*in/2 packed values + block scales in 128x4 tiles "
+         "+ amax); "
+         "docs/formulas.md §2.5",
+         Inputs({{"copies", copies}}), Bytes(copies));
+    if (replaced > 0) {
+      Note(sink, cat, "linear weights kept in FP4 only (fp4_params): their parameter copy is dropped",
+           "- sum over local linear weights of P_local * beta_p", Inputs({{"replaced", replaced}}),
+           Bytes(0) - Bytes(replaced));
+    }
+  }
+  return Bytes(copies) - Bytes(replaced);
+}
+
 }  // namespace
 
 void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink) {
@@ -94,6 +116,7 @@ void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout&
              Inputs({{"P_local", ClassSum(*it.params, c)}, {"bytes_local", raw}, {"D", 1}}), Bytes(raw));
       }
     }
+    sum += PriceFp4Copies(w, ends, c, kCat[c], sink);
     out.bytes[static_cast<int>(kCat[c])] = sum;
   }
 }

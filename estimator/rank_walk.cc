@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "internal.h"
+#include "preflight/inventory/fp4_storage.h"
 
 namespace preflight::estimator_detail {
 namespace {
@@ -35,6 +36,18 @@ void AddTensor(LocalParams& into, const ParamTensor& t, const Inventory& inv, co
   into.elements[c][o] = Add(into.elements[c][o], n);
   if (t.dtype == DType::kFp32) into.fp32[c][o] = Add(into.fp32[c][o], n);
   into.bytes[c] = Add(into.bytes[c], Mul(n, SizeOf(t.dtype)));
+}
+
+/// Adds the FP4 copies of the linear weights among `params` to `into`.
+void AddFp4(Fp4Copies& into, const std::vector<ParamTensor>& params, const Inventory& inv, const Layout& l,
+            const Context& x) {
+  if (x.fp4 == Fp4Format::kNone) return;
+  for (const ParamTensor& t : params) {
+    if (!t.linear) continue;
+    const size_t c = static_cast<size_t>(ClassOf(t.split));
+    into.copies[c] = Add(into.copies[c], Fp4LocalWeightBytes(t, x.fp4, l));
+    if (x.fp4_params) into.replaced[c] = Add(into.replaced[c], Mul(TensorLocalElements(t, inv, l), SizeOf(t.dtype)));
+  }
 }
 
 }  // namespace
@@ -115,17 +128,22 @@ struct LayerMemo {
   LocalParams local;
   UnitExtra unit;
   Shares shares;
+  Fp4Copies fp4;
   int64_t pending = 0;  // layers of a uniform family not yet added to the walk's sums
 };
 
 /// The memo of `totals`, recomputed unless it holds equal totals (taken as
 /// equal without comparing when the inventory says the family is uniform).
-LayerMemo& Remember(LayerMemo& memo, const ParamTotals& totals, bool uniform, const Layout& l, const Context& x) {
+LayerMemo& Remember(LayerMemo& memo, const Layer& layer, bool uniform, const Inventory& inv, const Layout& l,
+                    const Context& x) {
+  const ParamTotals& totals = layer.totals;
   if (memo.totals == nullptr || (!uniform && !(*memo.totals == totals))) {
     memo.totals = &totals;
     memo.local = LocalOf(totals, l);
     memo.unit = UnitOf(memo.local, x, -1);
     memo.shares = UnitShares(memo.local, x);
+    memo.fp4 = {};
+    AddFp4(memo.fp4, layer.params, inv, l, x);
   }
   return memo;
 }
@@ -138,6 +156,9 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
       w.layers.fp32[c][o] = Add(w.layers.fp32[c][o], Mul(m.local.fp32[c][o], n));
     }
     w.layers.bytes[c] = Add(w.layers.bytes[c], Mul(m.local.bytes[c], n));
+    const size_t k = static_cast<size_t>(c);
+    w.fp4.copies[k] = Add(w.fp4.copies[k], Mul(m.fp4.copies[k], n));
+    w.fp4.replaced[k] = Add(w.fp4.replaced[k], Mul(m.fp4.replaced[k], n));
   }
   AddShares(w, m.shares, n);
 }
@@ -159,7 +180,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
                        const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
                        const int f = FamilyIndex(layer.kind);
                        const bool uniform = inv.family_uniform[static_cast<size_t>(f)];
-                       LayerMemo& e = Remember(memo[static_cast<size_t>(f)], layer.totals, uniform, l, x);
+                       LayerMemo& e = Remember(memo[static_cast<size_t>(f)], layer, uniform, inv, l, x);
                        if (uniform) {
                          ++e.pending;
                        } else {
@@ -196,7 +217,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
   return w;
 }
 
-Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w) {
+Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w, const Context& x) {
   Ends e;
   if (w.embedding) {
     AddTensor(e.embedding, inv.embedding, inv, l);
@@ -207,6 +228,7 @@ Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w) {
     for (const ParamTensor& t : inv.final_norms) AddTensor(e.final_norm, t, inv, l);
     for (const ParamTensor& t : inv.head) AddTensor(e.head, t, inv, l);
     for (const ParamTensor& t : inv.mtp) AddTensor(e.head, t, inv, l);
+    AddFp4(e.mtp_fp4, inv.mtp, inv, l, x);
     // Tied weights (or MTP, which embeds the shifted tokens: GPTModel builds
     // its embedding on the MTP stage too) with the ends on different ranks:
     // Megatron keeps a second V*h/t copy on the last stage and all-reduces

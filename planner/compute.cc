@@ -12,8 +12,15 @@
 namespace preflight {
 namespace {
 
-double GemmRate(const GpuSpec& gpu, const CostModel& cost, bool fp8) {
-  if (fp8) return gpu.fp8_dense_tflops * 1e12 * gpu.rates.gemm_fp8;
+bool Quantized(GemmPrecision p) { return p != GemmPrecision::kBf16; }
+
+double GemmRate(const GpuSpec& gpu, const CostModel& cost, GemmPrecision p) {
+  switch (p) {
+    case GemmPrecision::kBf16: break;
+    case GemmPrecision::kFp8: return gpu.fp8_dense_tflops * 1e12 * gpu.rates.gemm_fp8;
+    case GemmPrecision::kNvfp4:
+    case GemmPrecision::kMxfp4: return gpu.fp4_dense_tflops * 1e12 * gpu.rates.gemm_fp8;
+  }
   return gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
 }
 
@@ -22,25 +29,26 @@ double HbmRate(const GpuSpec& gpu) { return gpu.hbm_gbps * 1e9 * gpu.rates.hbm; 
 // `groups` independent GEMMs [m, k] x [k, n] in one grouped kernel (routed
 // experts): their FLOPs and bytes together on one roofline.
 double GroupedGemmSeconds(double groups, double m, double n, double k, const GpuSpec& gpu, const CostModel& cost,
-                          bool fp8) {
+                          GemmPrecision p) {
   if (groups <= 0 || m <= 0 || n <= 0 || k <= 0) return 0.0;
-  const double in_bytes = fp8 ? 1.0 : 2.0;
+  const double in_bytes = GemmInputBytes(p);
   const double flops = 2.0 * m * n * k * groups;
   const double bytes = groups * (in_bytes * (m * k + k * n) + 2.0 * m * n);
-  double s = std::max(flops / GemmRate(gpu, cost, fp8) * (1.0 + gpu.rates.gemm_tile_k / k),
+  double s = std::max(flops / GemmRate(gpu, cost, p) * (1.0 + gpu.rates.gemm_tile_k / k),
                       bytes / (gpu.hbm_gbps * 1e9 * gpu.rates.gemm_memory));
-  // Tensorwise fp8: both inputs cast from bf16 (amax, scale, cast).
-  if (fp8) s += 3.0 * groups * (m * k + k * n) / HbmRate(gpu);
+  // Both inputs cast from bf16 (amax, scale, cast): read 2 B, write the
+  // quantized element.
+  if (Quantized(p)) s += (2.0 + in_bytes) * groups * (m * k + k * n) / HbmRate(gpu);
   return s;
 }
 
 // Forward, and backward as the two GEMMs autograd runs: dgrad [m, n] x [n, k]
 // and wgrad [k, m] x [m, n].
-void AddGemm(double groups, double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, bool fp8,
+void AddGemm(double groups, double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, GemmPrecision p,
              LayerSeconds* out) {
-  out->forward.gemm += GroupedGemmSeconds(groups, m, n, k, gpu, cost, fp8);
+  out->forward.gemm += GroupedGemmSeconds(groups, m, n, k, gpu, cost, p);
   out->backward.gemm +=
-      GroupedGemmSeconds(groups, m, k, n, gpu, cost, fp8) + GroupedGemmSeconds(groups, k, n, m, gpu, cost, fp8);
+      GroupedGemmSeconds(groups, m, k, n, gpu, cost, p) + GroupedGemmSeconds(groups, k, n, m, gpu, cost, p);
 }
 
 struct Shape {
@@ -73,22 +81,22 @@ GemmDims DimsOf(const GemmShape& g, const Shape& sh) {
   }
 }
 
-void AddGemms(const FamilyCost& f, const Shape& sh, const GpuSpec& gpu, const CostModel& cost, bool fp8,
+void AddGemms(const FamilyCost& f, const Shape& sh, const GpuSpec& gpu, const CostModel& cost, GemmPrecision p,
               LayerSeconds* out) {
   for (const GemmShape& g : f.gemms) {
     const GemmDims d = DimsOf(g, sh);
-    AddGemm(d.groups, d.m, d.n, d.k, gpu, cost, fp8, out);
+    AddGemm(d.groups, d.m, d.n, d.k, gpu, cost, p, out);
   }
 }
 
 // Forward seconds of the GEMMs of one rerun module.
 double PartForwardSeconds(const FamilyCost& f, GemmPart part, const Shape& sh, const GpuSpec& gpu,
-                          const CostModel& cost, bool fp8) {
+                          const CostModel& cost, GemmPrecision p) {
   double s = 0;
   for (const GemmShape& g : f.gemms) {
     if (g.part != part) continue;
     const GemmDims d = DimsOf(g, sh);
-    s += GroupedGemmSeconds(d.groups, d.m, d.n, d.k, gpu, cost, fp8);
+    s += GroupedGemmSeconds(d.groups, d.m, d.n, d.k, gpu, cost, p);
   }
   return s;
 }
@@ -106,7 +114,7 @@ void AddAttention(const FamilyCost& f, const Shape& sh, const Recipe& r, const G
   double fwd = 0, bwd = 0;
   if (!r.training.flash_attention) {
     const double scores = sh.tokens_cp * static_cast<double>(f.attention_heads) / sh.tp * sh.seq;
-    const double gemm = GemmRate(gpu, cost, false);
+    const double gemm = GemmRate(gpu, cost, GemmPrecision::kBf16);
     fwd = 2.0 * flops / gemm + 8.0 * scores / HbmRate(gpu);
     bwd = 4.0 * flops / gemm + 16.0 * scores / HbmRate(gpu);
   } else {
@@ -127,7 +135,7 @@ void AddElementwise(const FamilyCost& f, const Shape& sh, bool eager, const GpuS
                     LayerSeconds* out) {
   const double hidden = sh.tokens_cp * (eager ? f.hidden_bytes_eager : f.hidden_bytes) / (sh.sp ? sh.tp : 1.0);
   const double region = sh.tokens_cp * (eager ? f.region_bytes_eager : f.region_bytes) / sh.tp;
-  const double scan = sh.tokens_rank * f.scan_flops / GemmRate(gpu, cost, false);
+  const double scan = sh.tokens_rank * f.scan_flops / GemmRate(gpu, cost, GemmPrecision::kBf16);
   const double fwd = hidden / HbmRate(gpu) + std::max(region / HbmRate(gpu), scan);
   out->forward.elementwise += fwd;
   out->backward.elementwise += 2.0 * fwd;
@@ -142,7 +150,8 @@ struct Rerun {
   BlockKind kind;
   const FamilyCost& family;
   const Shape& shape;
-  bool eager = false, fp8 = false;
+  bool eager = false;
+  GemmPrecision precision = GemmPrecision::kBf16;
 };
 
 void SetRecompute(const Rerun& x, Recompute policy, const GpuSpec& gpu, const CostModel& cost, LayerSeconds* l) {
@@ -165,11 +174,11 @@ void SetRecompute(const Rerun& x, Recompute policy, const GpuSpec& gpu, const Co
   }
   if (reruns(RecomputeModule::kMoeAct)) o.elementwise += sh.tokens_cp * b.routed_act / sh.tp / hbm;
   if (reruns(RecomputeModule::kSharedExperts)) {
-    o.gemm += PartForwardSeconds(x.family, GemmPart::kSharedExpert, sh, gpu, cost, x.fp8);
+    o.gemm += PartForwardSeconds(x.family, GemmPart::kSharedExpert, sh, gpu, cost, x.precision);
     o.elementwise += sh.tokens_cp * b.shared_act / sh.tp / hbm;
   }
   if (reruns(RecomputeModule::kMlaUpProj)) {
-    o.gemm += PartForwardSeconds(x.family, GemmPart::kMlaUpProj, sh, gpu, cost, x.fp8);
+    o.gemm += PartForwardSeconds(x.family, GemmPart::kMlaUpProj, sh, gpu, cost, x.precision);
     o.elementwise += sh.tokens_cp * b.rope / sh.tp / hbm;
   }
 }
@@ -178,7 +187,7 @@ void SetRecompute(const Rerun& x, Recompute policy, const GpuSpec& gpu, const Co
 // over V / t logits: vocab-parallel cross entropy in fp32, about 14 B a
 // logit fused (read bf16, exp and sums in fp32, gradient written), 18 eager
 // (logits.float() first). MTP modules add their eh_proj and their own head.
-LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape& sh, bool eager, bool fp8,
+LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape& sh, bool eager, GemmPrecision p,
                          const CostModel& cost) {
   const ModelConfig& m = inv.recipe.model;
   const GpuSpec& gpu = inv.recipe.cluster.spec;
@@ -186,9 +195,10 @@ LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape&
   LayerSeconds out;
   const double heads = 1.0 + static_cast<double>(t.mtp_layers);
   for (int i = 0; i < static_cast<int>(heads); ++i) {
-    // The output projection stays bf16 under fp8 recipes (TE's and torchao's default).
-    AddGemm(1, sh.tokens_cp, v / sh.tp, h, gpu, cost, /*fp8=*/false, &out);
-    if (i > 0) AddGemm(1, sh.tokens_cp, h / sh.tp, 2.0 * h, gpu, cost, fp8, &out);
+    // The output projection stays bf16 under fp8 and fp4 recipes (TE's and
+    // torchao's default; Megatron's output layer is not a TE module).
+    AddGemm(1, sh.tokens_cp, v / sh.tp, h, gpu, cost, GemmPrecision::kBf16, &out);
+    if (i > 0) AddGemm(1, sh.tokens_cp, h / sh.tp, 2.0 * h, gpu, cost, p, &out);
   }
   const double norm = NormBytes(m.norm, eager) * h;
   const double bytes =
@@ -204,8 +214,28 @@ double GemmEfficiency(const GpuSpec& gpu, const CostModel& cost) {
   return cost.compute_efficiency > 0 ? cost.compute_efficiency : gpu.rates.gemm;
 }
 
-double GemmSeconds(double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, bool fp8) {
-  return GroupedGemmSeconds(1, m, n, k, gpu, cost, fp8);
+GemmPrecision LayerGemmPrecision(const Recipe& r) {
+  switch (r.training.precision.fp4) {
+    case Fp4Format::kNvfp4: return GemmPrecision::kNvfp4;
+    case Fp4Format::kMxfp4: return GemmPrecision::kMxfp4;
+    case Fp4Format::kNone: break;
+  }
+  const bool fp8 = r.training.precision.activations == DType::kFp8 && r.cluster.spec.fp8_dense_tflops > 0;
+  return fp8 ? GemmPrecision::kFp8 : GemmPrecision::kBf16;
+}
+
+double GemmInputBytes(GemmPrecision p) {
+  switch (p) {
+    case GemmPrecision::kBf16: return 2.0;
+    case GemmPrecision::kFp8: return 1.0;
+    case GemmPrecision::kNvfp4: return 0.5 + 1.0 / 16.0;
+    case GemmPrecision::kMxfp4: return 0.5 + 1.0 / 32.0;
+  }
+  return 2.0;
+}
+
+double GemmSeconds(double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, GemmPrecision p) {
+  return GroupedGemmSeconds(1, m, n, k, gpu, cost, p);
 }
 
 double AttentionRate(double rate, double s, const GpuSpec& gpu) {
@@ -224,10 +254,14 @@ double AttentionKernelRate(const TrainingConfig& training, const GpuSpec& gpu, c
 
 std::string PricedRates(const Recipe& r, const CostModel& cost) {
   const GpuSpec& g = r.cluster.spec;
-  const bool fp8 = r.training.precision.activations == DType::kFp8 && g.fp8_dense_tflops > 0;
-  std::string out =
-      fmt::format("{}: GEMMs {:.2f} of {:.0f} TFLOPS {}", g.name, fp8 ? g.rates.gemm_fp8 : GemmEfficiency(g, cost),
-                  fp8 ? g.fp8_dense_tflops : g.bf16_dense_tflops, fp8 ? "fp8" : "bf16");
+  const GemmPrecision p = LayerGemmPrecision(r);
+  const bool fp4 = p == GemmPrecision::kNvfp4 || p == GemmPrecision::kMxfp4;
+  const double peak = fp4 ? g.fp4_dense_tflops : p == GemmPrecision::kFp8 ? g.fp8_dense_tflops : g.bf16_dense_tflops;
+  std::string out = fmt::format("{}: GEMMs {:.2f} of {:.0f} TFLOPS {}", g.name,
+                                p == GemmPrecision::kBf16 ? GemmEfficiency(g, cost) : g.rates.gemm_fp8, peak,
+                                fp4                        ? Name(r.training.precision.fp4)
+                                : p == GemmPrecision::kFp8 ? "fp8"
+                                                           : "bf16");
   out += fmt::format(
       " or {:.2f} of {:.0f} GB/s HBM when memory-bound; attention {} at {:.2f} (half at s {:.0f}); "
       "elementwise {} at {:.2f} of HBM",
@@ -250,19 +284,19 @@ ComputeTimes LayerComputeTimes(const Inventory& inv, const PlanTables& t, const 
   sh.etp = static_cast<double>(l.expert_tp);
   sh.query_chunk = sh.seq / static_cast<double>(l.cp);
   sh.sp = l.sequence_parallel();
-  const bool fp8 = r.training.precision.activations == DType::kFp8 && gpu.fp8_dense_tflops > 0;
+  const GemmPrecision precision = LayerGemmPrecision(r);
   ComputeTimes out;
   const bool eager = !r.training.fused_elementwise;
   for (size_t f = 0; f < 5; ++f) {
     const FamilyCost& fc = t.family[f];
     LayerSeconds& ls = out.family[f];
-    AddGemms(fc, sh, gpu, cost, fp8, &ls);
+    AddGemms(fc, sh, gpu, cost, precision, &ls);
     AddAttention(fc, sh, r, gpu, cost, &ls);
     AddElementwise(fc, sh, eager, gpu, cost, &ls);
-    SetRecompute({r, kAllBlockKinds[f], fc, sh, eager, fp8}, l.recompute, gpu, cost, &ls);
+    SetRecompute({r, kAllBlockKinds[f], fc, sh, eager, precision}, l.recompute, gpu, cost, &ls);
     out.offloaded_bytes[f] = static_cast<double>(LayerOffloaded(r, l, kAllBlockKinds[f]).count());
   }
-  out.head = HeadSeconds(inv, t, sh, eager, fp8, cost);
+  out.head = HeadSeconds(inv, t, sh, eager, precision, cost);
   return out;
 }
 

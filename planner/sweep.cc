@@ -387,7 +387,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       row.item = static_cast<int32_t>(item);
       row.recompute = rc;
       row.zero = static_cast<int8_t>(z);
-      if (z == 0 && layout.dp_replicate > 1) {  // as the recipe check: replicas need zero >= 1
+      // As the recipe checks: replicas need zero >= 1; FP4 is not priced under ZeRO 3.
+      if ((z == 0 && layout.dp_replicate > 1) || (z >= 3 && inv.recipe.training.precision.fp4 != Fp4Format::kNone)) {
         row.status = SweepStatus::kInvalid;
         continue;
       }
@@ -593,6 +594,7 @@ std::string SweepResult::ReasonOf(const SweepRow& row) const {
     if (error.empty() && row.zero == 0 && replicas > 1) {
       return fmt::format("parallel.dp_replicate = {}: needs parallel.zero >= 1", replicas);
     }
+    if (error.empty() && row.zero >= 3 && !zero3_refusal.empty()) return zero3_refusal;
     return error;
   }
   const Bytes headroom = HeadroomOf(row);
@@ -749,6 +751,10 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.min_headroom = GiB(r.cluster.min_headroom_gib);  // EstimateMemory's floor
   out.held_fixed = HeldFixed(r, space);
   out.sequence_parallel = r.parallel.sp;
+  if (r.training.precision.fp4 != Fp4Format::kNone) {
+    out.zero3_refusal =
+        fmt::format("training.precision.fp4 = {}: is not priced under ZeRO 3", Name(r.training.precision.fp4));
+  }
   const ItemSpace items(space);
   out.items.resize(static_cast<size_t>(items.count));
   out.item_errors.resize(static_cast<size_t>(items.count));

@@ -68,6 +68,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(r.parallel.embedding == EmbeddingSplit::kVocabParallel,
           "the executor's embedding is vocab-parallel (set parallel.embedding: vocab_parallel)");
   Require(!r.model.linear_bias, "linear biases are not in the executor (set model.linear_bias: false)");
+  Require(r.training.precision.fp4 == Fp4Format::kNone,
+          "FP4 GEMMs are not in the executor (set training.precision.fp4: none)");
   Require(!r.training.defer_head_wgrad,
           "deferred head weight gradients are not in the executor "
           "(set training.defer_head_wgrad: false)");

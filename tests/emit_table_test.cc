@@ -82,6 +82,11 @@ const MegatronArg kMegatronArgs[] = {
     {"--fp16", ArgKind::kBare, {}},
     {"--fp8-format", ArgKind::kChoice, {"e4m3", "hybrid"}},
     {"--fp8-param-gather", ArgKind::kBare, {}},
+    // transformer_config.py: fp4 Literal['e2m1'] as --fp4-format, fp4_recipe
+    // Literal['nvfp4', 'custom'], fp4_param as --fp4-param-gather.
+    {"--fp4-format", ArgKind::kChoice, {"e2m1"}},
+    {"--fp4-recipe", ArgKind::kChoice, {"nvfp4", "custom"}},
+    {"--fp4-param-gather", ArgKind::kBare, {}},
     {"--global-batch-size", ArgKind::kInt, {}},
     {"--grad-reduce-in-bf16", ArgKind::kBare, {}},
     {"--group-query-attention", ArgKind::kBare, {}},
@@ -505,6 +510,9 @@ const Variant kVariants[] = {
     {"fp16", {"training.precision.params=fp16", "training.precision.activations=fp16"}},
     {"fp8_params", {"training.precision.params=fp8"}},
     {"act_fp8", {"training.precision.activations=fp8"}},
+    {"nvfp4_gb200", {"cluster.gpu=gb200", "training.precision.fp4=nvfp4"}},
+    {"nvfp4_params_gb200", {"cluster.gpu=gb200", "training.precision.fp4=nvfp4", "training.precision.fp4_params=true"}},
+    {"mxfp4_gb200", {"cluster.gpu=gb200", "training.precision.fp4=mxfp4"}},
     {"grads_bf16", {"training.precision.grads=bf16"}},
     {"master_none", {"training.precision.master=none"}},
     {"cp2_p2p", {"parallel.cp=2"}},

@@ -676,6 +676,9 @@ TEST(EmitWarning, EveryKeyWithoutCounterpartRefuses) {
         sets.insert(sets.end(), {"parallel.zero=3", "training.optimizer.matrices=adamw"});
       }
       if (f.path == "training.recompute_method") sets.push_back("training.recompute=full");
+      if (f.path == "training.precision.fp4_params") {
+        sets.insert(sets.end(), {"cluster.gpu=gb200", "training.precision.fp4=nvfp4"});
+      }
       const Emission e = EmitFor(target, "nam56r-h200", sets);
       EXPECT_TRUE(HasWarning(e, std::string(f.path), "")) << Name(target) << " " << f.path << "=" << other;
       bool refused = false;

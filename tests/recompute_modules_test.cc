@@ -181,12 +181,12 @@ TEST(RecomputeModules, SharedExpertAndUpProjectionRerunTheirOwnGemms) {
   const GpuSpec& gpu = r.cluster.spec;
   // Shared expert, 4096 tokens: gate_up [7168 -> 2 x 2048] column-split by
   // tp 2, down [2048 -> 7168] row-split.
-  const double shared = GemmSeconds(4096, 2.0 * 2048 / 2, 7168, gpu, CostModel{}, false) +
-                        GemmSeconds(4096, 7168, 2048.0 / 2, gpu, CostModel{}, false);
+  const double shared = GemmSeconds(4096, 2.0 * 2048 / 2, 7168, gpu, CostModel{}, GemmPrecision::kBf16) +
+                        GemmSeconds(4096, 7168, 2048.0 / 2, gpu, CostModel{}, GemmPrecision::kBf16);
   EXPECT_NEAR(t.family[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))].recompute.gemm, shared, 1e-12 * shared);
   // MLA up-projections: q_b [1536 -> 128 x 192], kv_b [512 -> 128 x 256], column-split.
-  const double up = GemmSeconds(4096, 128.0 * 192 / 2, 1536, gpu, CostModel{}, false) +
-                    GemmSeconds(4096, 128.0 * 256 / 2, 512, gpu, CostModel{}, false);
+  const double up = GemmSeconds(4096, 128.0 * 192 / 2, 1536, gpu, CostModel{}, GemmPrecision::kBf16) +
+                    GemmSeconds(4096, 128.0 * 256 / 2, 512, gpu, CostModel{}, GemmPrecision::kBf16);
   EXPECT_NEAR(t.family[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))].recompute.gemm, up, 1e-12 * up);
 }
 

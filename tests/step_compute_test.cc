@@ -76,7 +76,7 @@ TEST(StepCompute, GemmRooflineMatchesMeasuredShapes) {
       std::istringstream in(line);
       double m = 0, n = 0, k = 0, tflops = 0;
       in >> m >> n >> k >> tflops;
-      const double modeled = 2.0 * m * n * k / GemmSeconds(m, n, k, spec, CostModel{}, false) / 1e12;
+      const double modeled = 2.0 * m * n * k / GemmSeconds(m, n, k, spec, CostModel{}, GemmPrecision::kBf16) / 1e12;
       errors.push_back(std::abs(modeled / tflops - 1.0));
     }
     ASSERT_EQ(errors.size(), 138u) << gpu;

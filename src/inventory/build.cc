@@ -8,6 +8,7 @@
 // Names follow the Megatron/HF habit: "layers.<i>.<module>.<tensor>".
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,13 @@ OptimizerPolicy PolicyOf(const OptimizerConfig& o) {
   return p;
 }
 
+/// The layers' and MTP modules' projection matrices ("*_proj.weight"; the
+/// routed-expert stacks "*_proj"), which Transformer Engine runs as GEMMs.
+bool IsLinearWeight(const ParamTensor& t) {
+  const std::string_view name = t.name;
+  return t.shape.size() >= 2 && (name.ends_with("_proj.weight") || name.ends_with("_proj"));
+}
+
 /// Appends tensors that share a name prefix and a default dtype.
 class TensorList {
  public:
@@ -55,6 +63,7 @@ class TensorList {
     t.split = split;
     t.optimizer = optimizer;
     t.dtype = dtype;
+    t.linear = IsLinearWeight(t);
     out_->push_back(std::move(t));
   }
 

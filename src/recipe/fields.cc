@@ -54,6 +54,8 @@ const Names<std::optional<DType>> kMasterDTypes = {{"fp32", DType::kFp32},
                                                    {"fp16", DType::kFp16},
                                                    {"fp8", DType::kFp8},
                                                    {"none", std::nullopt}};
+const Names<Fp4Format> kFp4Formats = {
+    {"none", Fp4Format::kNone}, {"nvfp4", Fp4Format::kNvfp4}, {"mxfp4", Fp4Format::kMxfp4}};
 const Names<OptimizerKind> kOptimizers = {{"muon", OptimizerKind::kMuon}, {"adamw", OptimizerKind::kAdamW}};
 // Muon only orthogonalises 2-D hidden matrices; everything else is AdamW.
 const Names<OptimizerKind> kAdamWOnly = {{"adamw", OptimizerKind::kAdamW}};
@@ -475,6 +477,14 @@ std::vector<RecipeField> MakeFields() {
                 "training.precision.activations", "dtype", kDTypes,
                 [](auto& r) -> auto& { return r.training.precision.activations; }),
             "--bf16 / --fp16", "training.mixed_precision_param"),
+      Spell(EnumField(
+                "training.precision.fp4", "format", kFp4Formats,
+                [](auto& r) -> auto& { return r.training.precision.fp4; }),
+            "--fp4-format e2m1 --fp4-recipe nvfp4", "(NVFP4LinearConverter, a model converter)"),
+      Moves(kAffectsMemory, Spell(BoolField(
+                                      "training.precision.fp4_params",
+                                      [](auto& r) -> auto& { return r.training.precision.fp4_params; }),
+                                  "--fp4-param-gather", kNone)),
       Section("training.optimizer"),
       Spell(EnumField(
                 "training.optimizer.matrices", "optimizer", kOptimizers,

@@ -279,6 +279,9 @@ const std::set<std::string> kMapped = {
     "--bf16",
     "--fp16",
     "--grad-reduce-in-bf16",
+    "--fp4-format",
+    "--fp4-recipe",
+    "--fp4-param-gather",
     "--optimizer",
     "--recompute-granularity",
     "--recompute-modules",
@@ -927,6 +930,25 @@ void MapActivationOffload(Args& a, std::vector<YamlEntry>* l) {
   }
 }
 
+/// FP4 GEMMs (transformer_config.py @ d98e8a6: fp4 "e2m1" as --fp4-format,
+/// fp4_recipe nvfp4 (the default) or custom, fp4_param as --fp4-param-gather).
+void MapFp4(Args& a, std::vector<YamlEntry>* l) {
+  if (!a.Has("--fp4-format")) {
+    for (const char* flag : {"--fp4-recipe", "--fp4-param-gather"}) {
+      if (a.Has(flag)) a.Fail(flag, "needs --fp4-format e2m1 (Megatron-LM raises without it)");
+    }
+    return;
+  }
+  if (a.Str("--fp4-format", "e2m1") != "e2m1") a.Fail("--fp4-format", "must be e2m1 (the only FP4 format)");
+  const std::string recipe = a.Str("--fp4-recipe", "nvfp4");
+  if (recipe != "nvfp4") {
+    a.Fail("--fp4-recipe", "only nvfp4 is priced (custom names a user quantizer factory of unknown storage)");
+    return;
+  }
+  Add(l, "training.precision.fp4", "nvfp4", "--fp4-format e2m1 --fp4-recipe nvfp4");
+  if (a.Flag("--fp4-param-gather")) Add(l, "training.precision.fp4_params", "true", "--fp4-param-gather");
+}
+
 /// Batch, recompute, precision, optimizer and kernels.
 void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   std::vector<YamlEntry>& l = out->layout;
@@ -963,6 +985,7 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   Add(&l, "training.precision.params", bf16 ? "bf16" : fp16 ? "fp16" : "fp32");
   Add(&l, "training.precision.grads", a.Flag("--grad-reduce-in-bf16") ? "bf16" : "fp32", "main_grad buffer");
   Add(&l, "training.precision.master", bf16 || fp16 ? "fp32" : "none");
+  MapFp4(a, &l);
   const std::string optimizer = a.Str("--optimizer", "adam");
   if (optimizer != "adam" && optimizer != "muon") {
     a.Warn("--optimizer", "only adam and muon are represented; priced as adam");
@@ -1276,13 +1299,19 @@ std::string EmitMegatronRecipe(const MegatronImport& imported, const std::vector
   }
   std::vector<YamlEntry> layout = MergeLayout(standard, overrides, diagnostics);
   for (YamlEntry& e : extra) {
-    // After its section's standard keys, before the next section.
+    // Beside the keys of its own map ("training.precision.fp4" after
+    // training.precision.master: a map written twice would be invalid YAML),
+    // else after its section's standard keys, before the next section.
+    const std::string parent = e.key_path.substr(0, e.key_path.rfind('.') + 1);
     auto at = layout.end();
     for (auto it = layout.begin(); it != layout.end(); ++it) {
       if (SectionRank(it->key_path) > SectionRank(e.key_path)) {
         at = it;
         break;
       }
+    }
+    for (auto it = layout.begin(); it != layout.end(); ++it) {
+      if (parent.find('.') != parent.rfind('.') && it->key_path.rfind(parent, 0) == 0) at = it + 1;
     }
     layout.insert(at, e);
   }

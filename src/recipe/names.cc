@@ -20,6 +20,15 @@ const char* Name(DType d) {
   return "?";
 }
 
+const char* Name(Fp4Format f) {
+  switch (f) {
+    case Fp4Format::kNone: return "none";
+    case Fp4Format::kNvfp4: return "nvfp4";
+    case Fp4Format::kMxfp4: return "mxfp4";
+  }
+  return "?";
+}
+
 const char* Name(Recompute r) {
   switch (r) {
     case Recompute::kNone: return "none";

@@ -285,7 +285,7 @@ std::optional<MapReader> ReadSection(MapReader& top, const std::string& key, Rec
 /// Keys of cluster.device a device without based_on may leave out: 0 reads
 /// as no fp8 or fp4 tensor cores, no host link or memory figure (needed only
 /// to offload, checked below) and an NVLink domain of one node. rates.gemm_fp8
-/// is needed only with fp8 tensor cores (checked after filling).
+/// is needed only with fp8 tensor cores or fp4 GEMMs (checked after filling).
 constexpr std::string_view kOptionalDeviceKeys[] = {"based_on",       "fp8_dense_tflops",       "fp4_dense_tflops",
                                                     "nvlink_domain",  "host_link_gbps_per_dir", "host_memory_gib",
                                                     "rates.gemm_fp8", "rates.gemm_tile_k"};
@@ -324,6 +324,14 @@ bool CheckDevice(Context& ctx, const Recipe& recipe, const CustomDevice& device)
                 fmt::format("missing: the device has fp8 tensor cores (fp8_dense_tflops {}), so fp8 GEMMs need their "
                             "achieved fraction of that peak, a number in (0, 1]",
                             spec.fp8_dense_tflops));
+  } else if (recipe.training.precision.fp4 != Fp4Format::kNone && spec.fp4_dense_tflops > 0 &&
+             spec.rates.gemm_fp8 <= 0) {
+    // FP4 GEMMs run at fp4_dense_tflops x rates.gemm_fp8 (docs/formulas.md §2.5).
+    ok = false;
+    ctx.ErrorAt(prefix + "rates.gemm_fp8", "",
+                fmt::format("missing: training.precision.fp4 runs the GEMMs at fp4_dense_tflops ({}) times this "
+                            "fraction, a number in (0, 1]",
+                            spec.fp4_dense_tflops));
   }
   // Offloaded optimizer state crosses the host link and lives in host memory.
   const double offload = recipe.training.optimizer.offload_fraction;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "preflight/recipe/partition.h"
 #include "recipe_bounds.h"
@@ -45,6 +46,7 @@ class Validator {
     CheckOverlap();
     CheckOffload();
     CheckFsdpCpuOffload();
+    CheckFp4();
     if (layers_ok) CheckRecomputeModules();
     CheckRecomputeMethod();
     if (layers_ok) CheckActivationOffload();
@@ -409,6 +411,56 @@ class Validator {
                        fmt::format("lists {}, which has no effect: the model has no {} layers", Name(m),
                                    expert ? "MoE (E)" : "attention (A)"));
       }
+    }
+  }
+
+  /// FP4 GEMMs need FP4 tensor cores (Blackwell) and Transformer Engine;
+  /// Megatron refuses FP4 with FP8 (arguments.py: "--fp4-format and
+  /// --fp8-format cannot be used simultaneously") and --fp4-param-gather
+  /// without --fp4-format.
+  void CheckFp4() {
+    const PrecisionConfig& p = r_.training.precision;
+    const char* key = "training.precision.fp4";
+    if (p.fp4_params && p.fp4 == Fp4Format::kNone && !Bad({"training.precision.fp4_params", key})) {
+      ctx_.ErrorAt("training.precision.fp4_params", "true",
+                   "needs training.precision.fp4: nvfp4 or mxfp4 (the weights are kept in that format)");
+    }
+    if (p.fp4 == Fp4Format::kNone || Bad({key})) return;
+    const std::string value = Name(p.fp4);
+    if (r_.cluster.spec.fp4_dense_tflops <= 0 && !Bad({"cluster.gpu", "cluster.device"})) {
+      std::vector<std::string> with;
+      for (const std::string& name : GpuPresetNames()) {
+        if (GpuPreset(name)->fp4_dense_tflops > 0) with.push_back(name);
+      }
+      ctx_.ErrorAt(key, value,
+                   fmt::format("needs FP4 tensor cores, and {} has none (fp4_dense_tflops 0); presets with them: {} "
+                               "(or a cluster.device with fp4_dense_tflops > 0), or set fp4: none",
+                               r_.cluster.gpu.empty() ? std::string("the cluster.device") : r_.cluster.gpu,
+                               fmt::join(with, ", ")));
+    }
+    if (!r_.training.transformer_engine && !Bad({"training.transformer_engine"})) {
+      ctx_.ErrorAt(key, value,
+                   "needs training.transformer_engine: true (Megatron-LM runs FP4 through Transformer Engine)");
+    }
+    if (p.activations == DType::kFp8 && !Bad({"training.precision.activations"})) {
+      ctx_.ErrorAt(key, value,
+                   "excludes fp8 GEMMs (training.precision.activations: fp8); Megatron-LM takes one of "
+                   "--fp4-format and --fp8-format");
+    }
+    if (p.params == DType::kFp8 && !Bad({"training.precision.params"})) {
+      ctx_.ErrorAt(key, value,
+                   "excludes fp8 parameters (training.precision.params: fp8); keep FP4 weights with "
+                   "training.precision.fp4_params: true");
+    }
+    if (!r_.training.activation_offload.empty() && !Bad({"training.activation_offload"})) {
+      ctx_.ErrorAt(key, value,
+                   "is not priced with training.activation_offload (which FP4 copies leave the device is not "
+                   "modeled); set activation_offload: []");
+    }
+    if (p_.zero >= 3 && !Bad({"parallel.zero"})) {
+      ctx_.ErrorAt(key, value,
+                   "is not priced under ZeRO 3 (where each layer's FP4 weight copies are gathered is not "
+                   "modeled); use parallel.zero 0, 1 or 2");
     }
   }
 

@@ -377,6 +377,21 @@ void HybridPatternFlag(const Context& c) {
       "layer count (no --num-layers). Older Megatron: --hybrid-override-pattern with --num-layers and no '|'");
 }
 
+/// FP4 GEMMs: Megatron-LM d98e8a6 has one FP4 recipe, TE's NVFP4BlockScaling
+/// (transformer_config.py: fp4 "e2m1", fp4_recipe nvfp4 | custom).
+void Fp4Flags(const Context& c) {
+  const PrecisionConfig& pr = c.r.training.precision;
+  if (pr.fp4 == Fp4Format::kNone) return;
+  if (pr.fp4 == Fp4Format::kMxfp4) {
+    c.notes.Cannot("training.precision.fp4", Name(pr.fp4),
+                   "Megatron-LM's --fp4-recipe is nvfp4 or custom (a user quantizer factory); it has no MXFP4 recipe");
+    return;
+  }
+  c.args.Flag("--fp4-format", "e2m1");
+  c.args.Flag("--fp4-recipe", "nvfp4");
+  if (pr.fp4_params) c.args.Flag("--fp4-param-gather");
+}
+
 void PrecisionFlags(const Context& c) {
   const PrecisionConfig& pr = c.r.training.precision;
   switch (pr.params) {
@@ -409,6 +424,7 @@ void PrecisionFlags(const Context& c) {
     c.notes.Cannot("training.precision.master", "none",
                    "Megatron keeps fp32 main parameters beside low-precision weights; no flag drops them");
   }
+  Fp4Flags(c);
 }
 
 void ZeroFlags(const Context& c, bool muon) {

@@ -398,6 +398,11 @@ std::string TrainingArgs(const Context& c) {
     c.notes.Cannot("training.precision.grads", Name(pr.grads),
                    "mixed_precision_reduce is float32 only (configs.py @ b5bcd76)");
   }
+  if (pr.fp4 != Fp4Format::kNone) {
+    c.notes.Cannot("training.precision.fp4", Name(pr.fp4),
+                   "NVFP4 training is a model converter (NVFP4LinearConverter, components/quantization/nvfp4.py @ "
+                   "b5bcd76), not emitted, and keeps no FP4 weight copies; there is no MXFP4 converter");
+  }
   const DType compute = pr.params == DType::kFp32 ? DType::kFp32 : DType::kBf16;
   if (pr.activations != compute) {
     c.notes.Cannot("training.precision.activations", Name(pr.activations),

@@ -55,6 +55,10 @@ struct ParamTensor {
   Split split = Split::kReplicated;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   DType dtype = DType::kBf16;   // storage dtype of the parameter copy
+  /// A linear layer's weight (a "*_proj" matrix of a layer or MTP module):
+  /// Transformer Engine runs it as a GEMM and quantizes it for FP4
+  /// (training.precision.fp4). Not the embedding, head, router or convs.
+  bool linear = false;
   int64_t elements() const;     // product of shape, checked; 0 for an empty (absent) tensor
 };
 

@@ -21,10 +21,22 @@ namespace preflight {
 /// override when set, else the device's measured rate.
 double GemmEfficiency(const GpuSpec& gpu, const CostModel& cost);
 
+/// What a GEMM's inputs are cast to: bf16 (no cast), fp8 with tensorwise
+/// scales, or an FP4 format with block scales (training.precision.fp4).
+enum class GemmPrecision { kBf16, kFp8, kNvfp4, kMxfp4 };
+/// The precision of the layers' GEMMs: fp4's format, else fp8 with fp8
+/// activations on a device with fp8 tensor cores, else bf16.
+GemmPrecision LayerGemmPrecision(const Recipe& r);
+/// Bytes of one GEMM input element in `p`: 2, 1, or FP4's half byte plus
+/// one scale byte per block (16 NVFP4, 32 MXFP4).
+double GemmInputBytes(GemmPrecision p);
+
 /// Seconds of one GEMM [m, k] x [k, n]: the roofline max(FLOPs / achievable
-/// peak, operand bytes / achievable HBM bandwidth). `fp8` runs it at the fp8
-/// peak and adds the casts of both inputs (read 2 B, write 1 B an element).
-double GemmSeconds(double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, bool fp8);
+/// peak, operand bytes / achievable HBM bandwidth). fp8 and fp4 run it at
+/// their peak (times rates.gemm_fp8, the block-scaled fp4 rate being
+/// unmeasured) and add the casts of both inputs (read 2 B, write
+/// GemmInputBytes an element).
+double GemmSeconds(double m, double n, double k, const GpuSpec& gpu, const CostModel& cost, GemmPrecision p);
 
 /// Attention rate at query-chunk length s: the kernel's long-sequence rate
 /// times s / (s + attention_half_seq).

@@ -108,6 +108,9 @@ struct SweepResult {
   /// parallel.sp of every row (SweepRecipe's `sequence_parallel`): on means
   /// in effect wherever tp > 1.
   bool sequence_parallel = true;
+  /// Why ZeRO-3 rows are invalid for this recipe ("training.precision.fp4 =
+  /// nvfp4: ..."), or "" when they are not.
+  std::string zero3_refusal;
 
   int64_t CountOf(SweepStatus s) const;
   /// The full layout of a row.

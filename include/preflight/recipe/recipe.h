@@ -40,6 +40,12 @@ inline int64_t SizeOf(DType d) {
   return 4;
 }
 const char* Name(DType d);
+/// The 4-bit GEMM formats (training.precision.fp4): E2M1 values, two a byte,
+/// with NVFP4's E4M3 scale per 16 values and fp32 scale per tensor
+/// (Transformer Engine's NVFP4BlockScaling) or MXFP4's E8M0 scale per 32 (OCP
+/// MX). docs/formulas.md §2.5.
+enum class Fp4Format { kNone, kNvfp4, kMxfp4 };
+const char* Name(Fp4Format f);
 
 enum class Recompute { kNone, kSelective, kFull };
 const char* Name(Recompute r);
@@ -224,6 +230,11 @@ struct PrecisionConfig {
   DType grads = DType::kFp32;
   std::optional<DType> master = DType::kFp32;  // nullopt = "none"
   DType activations = DType::kBf16;
+  /// The linear layers' GEMMs in FP4 (Megatron --fp4-format e2m1 --fp4-recipe).
+  Fp4Format fp4 = Fp4Format::kNone;
+  /// The linear weights kept in FP4 only, without a params-dtype copy
+  /// (Megatron --fp4-param-gather).
+  bool fp4_params = false;
 };
 
 struct OptimizerConfig {
