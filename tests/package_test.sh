@@ -25,7 +25,8 @@ for f in bin/preflight share/man/man1/preflight.1 share/bash-completion/completi
   [[ -f "$work/usr/$f" ]] || fail "cmake --install did not write $f"
 done
 bin="$work/usr/bin/preflight"
-"$bin" --version | grep -q "^preflight [0-9.]* (git " || fail "installed --version: $("$bin" --version)"
+version_line="$("$bin" --version)"
+grep -q "^preflight [0-9.]* (git " <<<"$version_line" || fail "installed --version: $version_line"
 "$bin" fit "$work/usr/share/preflight/recipes/nam56r-h200.yaml" >/dev/null || fail "installed binary cannot fit the installed default recipe"
 
 # 2. The man page: renders cleanly, every command and option is in it.
@@ -33,7 +34,7 @@ man="$work/usr/share/man/man1/preflight.1"
 warnings="$(groff -man -Tutf8 -ww -z "$man" 2>&1)" || fail "groff failed on the man page"
 [[ -z "$warnings" ]] || fail "man page warnings: $warnings"
 version="$("$bin" --version | awk '{print $2}')"
-head -1 "$man" | grep -q "\"preflight $version\"" || fail "man page header does not name version $version"
+grep -q "^\.TH .*\"preflight $version\"" "$man" || fail "man page header does not name version $version"
 text="$(sed 's/\\-/-/g; s/\\f[BIRP]//g' "$man")"
 options_of() { "$bin" "$@" --help | grep -oE -- '(^|[ ,])--[a-zA-Z][a-zA-Z-]*' | tr -d ' ,' | sort -u; }
 for cmd in validate fit plan check diff sweep simulate "import hf" "import megatron"; do
@@ -61,10 +62,16 @@ complete_words() { # WORD... : the completions for the last word
 [[ "$(complete_words fi)" == fit ]] || fail "completion of 'fi': $(complete_words fi)"
 [[ "$(complete_words sweep r.yaml --format '' | tr '\n' ' ')" == "table json csv " ]] || fail "sweep --format values"
 [[ "$(complete_words plan r.yaml --emit '' | tr '\n' ' ')" == "megatron torchtitan " ]] || fail "plan --emit values"
-complete_words fit --e | grep -qx -- --explain || fail "fit --e does not complete to --explain"
-complete_words check --s | grep -qx -- --set || fail "check --s does not complete to --set"
-complete_words import '' | grep -qx megatron || fail "import does not complete to megatron"
-(cd "$source" && complete_words fit recipes/nam | grep -qx recipes/nam56r-h200.yaml) || fail "recipe file completion"
+# (Each list is taken whole before grep reads it: grep -q may exit at its
+# first match, and under pipefail the writer's SIGPIPE would fail the test.)
+words="$(complete_words fit --e)"
+grep -qx -- --explain <<<"$words" || fail "fit --e does not complete to --explain: $words"
+words="$(complete_words check --s)"
+grep -qx -- --set <<<"$words" || fail "check --s does not complete to --set: $words"
+words="$(complete_words import '')"
+grep -qx megatron <<<"$words" || fail "import does not complete to megatron: $words"
+words="$(cd "$source" && complete_words fit recipes/nam)"
+grep -qx recipes/nam56r-h200.yaml <<<"$words" || fail "recipe file completion: $words"
 
 # 4. The Debian package.
 (cd "$build" && cpack --config CPackConfig.cmake -B "$work/pkg" >/dev/null) || fail "cpack -G DEB failed"
@@ -75,5 +82,6 @@ for f in ./usr/bin/preflight ./usr/share/man/man1/preflight.1 ./usr/share/bash-c
   grep -qx -- "$f" <<<"$contents" || fail "the .deb lacks $f"
 done
 [[ "$(dpkg-deb -f "$deb" Version)" == "$version" ]] || fail ".deb version $(dpkg-deb -f "$deb" Version) != $version"
-dpkg-deb -f "$deb" Depends | grep -q libyaml-cpp || fail ".deb Depends lacks libyaml-cpp: $(dpkg-deb -f "$deb" Depends)"
+depends="$(dpkg-deb -f "$deb" Depends)"
+grep -q libyaml-cpp <<<"$depends" || fail ".deb Depends lacks libyaml-cpp: $depends"
 echo "package_test: install, man page, completion and .deb ok ($deb)"
