@@ -139,8 +139,7 @@ void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, Sink* sin
   }
 }
 
-RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, Sink* sink) {
-  const Recipe& rc = inv.recipe;
+Context ContextOf(const Recipe& rc, const Layout& l) {
   Context x;
   // ZeRO shards over one HSDP replica's ranks (all of d*c without HSDP).
   x.dense_group = l.zero_group();
@@ -149,9 +148,23 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   x.beta_p = SizeOf(rc.training.precision.params);
   x.zero3 = l.zero >= 3;
   x.fsdp_cpu_offload = x.zero3 && rc.parallel.fsdp_cpu_offload;
+  return x;
+}
 
-  ActivationRates rates(inv, l);
-  Walk w = WalkRank(inv, l, plan, r, x, rates);
+/// What every pipeline rank of one layout prices alike, worked out once.
+struct LayoutFigures {
+  LayoutFigures(const Inventory& inv, const Layout& l) : x(ContextOf(inv.recipe, l)), rates(inv, l) {}
+  Context x;
+  ActivationRates rates;
+  estimator_detail::LayerMemos memo{};
+};
+
+RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, LayoutFigures& shared,
+                   Sink* sink) {
+  const Recipe& rc = inv.recipe;
+  const Context& x = shared.x;
+  ActivationRates& rates = shared.rates;
+  Walk w = WalkRank(inv, l, plan, r, x, rates, shared.memo);
   const Ends ends = EndsOf(inv, l, w);
   Offer(w, UnitOf(ends.embedding, x, -1));
   AddUnitShares(w, ends.embedding, x);
@@ -167,7 +180,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   PriceGradients(out, w, ends, l, x, sink);
   PriceOptimizer(out, w, ends, rc, l, x, sink);
   PriceActivations(out, w, inv, l, rates, sink);
-  PriceRoutingScratch(out, w, rc, l, sink);
+  PriceRoutingScratch(out, w, rc, l, rates, sink);
   PriceServing(out, w, rc, l, sink);
   PriceWorkspaces(out, w, rc, sink);
 
@@ -216,13 +229,24 @@ std::string GiBText(Bytes b) {
 
 RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                         int64_t pipeline_rank) {
-  return Compute(inventory, layout, stages, pipeline_rank, nullptr);
+  LayoutFigures shared(inventory, layout);
+  return Compute(inventory, layout, stages, pipeline_rank, shared, nullptr);
+}
+
+void EstimateRanks(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                   std::vector<RankMemory>* out) {
+  LayoutFigures shared(inventory, layout);
+  out->resize(static_cast<size_t>(layout.pp));
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    (*out)[static_cast<size_t>(r)] = Compute(inventory, layout, stages, r, shared, nullptr);
+  }
 }
 
 std::vector<Explanation> ExplainRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                                      int64_t pipeline_rank) {
   std::vector<Explanation> out;
-  Compute(inventory, layout, stages, pipeline_rank, &out);
+  LayoutFigures shared(inventory, layout);
+  Compute(inventory, layout, stages, pipeline_rank, shared, &out);
   return out;
 }
 
@@ -233,10 +257,11 @@ bool HostMemoryFits(const Recipe& r, Bytes heaviest_stage_host) {
 
 MemoryEstimate EstimateMemory(const Inventory& inventory, const Layout& layout, const StagePlan& stages) {
   MemoryEstimate est;
-  est.stages.reserve(static_cast<size_t>(layout.pp));
+  EstimateRanks(inventory, layout, stages, &est.stages);
   for (int64_t r = 0; r < layout.pp; ++r) {
-    est.stages.push_back(EstimateRank(inventory, layout, stages, r));
-    if (est.stages.back().total() > est.stages[static_cast<size_t>(est.worst_stage)].total()) est.worst_stage = r;
+    if (est.stages[static_cast<size_t>(r)].total() > est.stages[static_cast<size_t>(est.worst_stage)].total()) {
+      est.worst_stage = r;
+    }
   }
   const RankMemory& worst = est.stages[static_cast<size_t>(est.worst_stage)];
   const Bytes floor = GiB(inventory.recipe.cluster.min_headroom_gib);

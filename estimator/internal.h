@@ -191,13 +191,30 @@ class ActivationRates {
   Bytes HeadLogits();
   /// One micro-batch through chunk `c` (layers [first, end) and its ends).
   ChunkActivation Chunk(const StageChunk& c);
+  /// LayerActivations of family f without recompute (what a recomputed layer
+  /// holds again in its backward).
+  Bytes Unrecomputed(int f);
+  /// LayerOffloaded of family f under the layout's policy (`none`: without recompute).
+  Bytes Offloaded(int f, bool none);
+  /// LayerWorkspace of family f.
+  Bytes Workspace(int f);
+  /// The MoE routing scratch of one layer (RouteMoeOn's peak).
+  Bytes RoutingPeak();
 
  private:
+  /// `slot` computed on first use: every figure depends on the layout only,
+  /// and the ranks of one layout share them (EstimateRanks).
+  template <class F>
+  static Bytes Once(int64_t& slot, F&& compute) {
+    if (slot < 0) slot = compute().count();
+    return Bytes(slot);
+  }
   const Inventory& inv_;
   const Layout& l_;
-  std::array<int64_t, 5> layer_{}, stored_{};
-  std::array<bool, 5> layer_known_{}, stored_known_{};
-  int64_t embedding_ = -1, head_saved_ = -1, head_logits_ = -1;
+  std::array<int64_t, 5> layer_{-1, -1, -1, -1, -1}, stored_{-1, -1, -1, -1, -1};
+  std::array<int64_t, 5> unrecomputed_{-1, -1, -1, -1, -1}, workspace_{-1, -1, -1, -1, -1};
+  std::array<std::array<int64_t, 5>, 2> offloaded_{{{-1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1}}};
+  int64_t embedding_ = -1, head_saved_ = -1, head_logits_ = -1, routing_ = -1;
 };
 
 /// What the pipeline schedule keeps in flight on one rank (ForEachChunk).
@@ -224,9 +241,22 @@ UnitExtra UnitOf(const LocalParams& e, const Context& x, int64_t layer);
 void Offer(Walk& w, const UnitExtra& u);
 /// Adds one unit's owned shares (its buffers' ceil(n / D)) to `w`.
 void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x);
-/// One pass over the layers on rank r (ForEachChunk), tallying params, units and counts.
+/// What a layer adds to the walk that depends only on its totals and the
+/// layout, remembered per family: a family's layers usually have equal totals
+/// (a sweep walks every layer of every layout; divisions are its cost), and
+/// every rank of a layout reuses them.
+struct LayerMemo {
+  const ParamTotals* totals = nullptr;
+  LocalParams local;
+  UnitExtra unit;
+  Shares shares;
+};
+using LayerMemos = std::array<LayerMemo, 5>;
+
+/// One pass over the layers on rank r (ForEachChunk), tallying params, units
+/// and counts; `memo` holds the layout's per-family figures (shared by its ranks).
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
-              ActivationRates& rates);
+              ActivationRates& rates, LayerMemos& memo);
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w);
 
@@ -349,7 +379,8 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
                     const Context& x, Sink* sink);
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink);
-void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
+void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, ActivationRates& rates,
+                         Sink* sink);
 void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
 
 /// Whether the rank runs MoE layers: its own, or MTP modules at the head

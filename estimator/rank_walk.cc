@@ -107,17 +107,6 @@ void AddShares(Walk& w, const Shares& s, int64_t n) {
   }
 }
 
-/// What a layer adds to the walk that depends only on its totals and the
-/// layout, remembered per family: a family's layers usually have equal totals
-/// (a sweep walks every layer of every layout; divisions are its cost).
-struct LayerMemo {
-  const ParamTotals* totals = nullptr;
-  LocalParams local;
-  UnitExtra unit;
-  Shares shares;
-  int64_t pending = 0;  // layers of a uniform family not yet added to the walk's sums
-};
-
 /// The memo of `totals`, recomputed unless it holds equal totals (taken as
 /// equal without comparing when the inventory says the family is uniform).
 LayerMemo& Remember(LayerMemo& memo, const ParamTotals& totals, bool uniform, const Layout& l, const Context& x) {
@@ -147,9 +136,9 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
 void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x) { AddShares(w, UnitShares(unit, x), 1); }
 
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
-              ActivationRates& rates) {
+              ActivationRates& rates, LayerMemos& memo) {
   Walk w;
-  std::array<LayerMemo, 5> memo{};
+  std::array<int64_t, 5> pending{};  // layers of a uniform family not yet added to the walk's sums
   const InFlight k =
       ForEachChunk(plan, l, r, rates,
                    [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight, bool mirrored, bool ends) {
@@ -161,7 +150,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
                        const bool uniform = inv.family_uniform[static_cast<size_t>(f)];
                        LayerMemo& e = Remember(memo[static_cast<size_t>(f)], layer.totals, uniform, l, x);
                        if (uniform) {
-                         ++e.pending;
+                         ++pending[static_cast<size_t>(f)];
                        } else {
                          AddTimes(w, e, 1);
                        }
@@ -185,8 +174,8 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
                      }
                      if (c.owns_head) w.head = true;
                    });
-  for (const LayerMemo& m : memo) {
-    if (m.pending > 0) AddTimes(w, m, m.pending);
+  for (size_t f = 0; f < 5; ++f) {
+    if (pending[f] > 0) AddTimes(w, memo[f], pending[f]);
   }
   w.in_flight = k.units;
   if (w.head) {

@@ -187,6 +187,7 @@ struct CommSlot {
   const StagePlan* stages = nullptr;
   bool moe_rerun = false;
   std::vector<StageComm> comm;
+  std::vector<RankMemory> memory;  // scratch of Price, kept for its storage
 };
 
 // Per-thread state: a private recipe copy mutated in place (no copy per
@@ -275,8 +276,9 @@ struct Priced {
 Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
              const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot) {
   Priced p;
+  EstimateRanks(inv, layout, stages, &slot.memory);
   for (int64_t rank = 0; rank < layout.pp; ++rank) {
-    const RankMemory m = EstimateRank(inv, layout, stages, rank);
+    const RankMemory& m = slot.memory[static_cast<size_t>(rank)];
     p.host = std::max(p.host, m.host);
     if (rank == 0 || m.total() > p.peak) {
       p.peak = m.total();
