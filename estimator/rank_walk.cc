@@ -131,6 +131,46 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
   AddShares(w, m.shares, n);
 }
 
+/// The layers [first, end) of a chunk from their per-family counts, O(families)
+/// rather than O(layers), when that gives what the layer-by-layer visit gives:
+/// every family on the chunk uniform, every layer keeping the policy's
+/// activations (no full recompute) and no ZeRO-3 gather pairs to track. The
+/// tallies are integer sums, so adding a family's layers at once is exact.
+/// Returns false, touching nothing, when it does not apply.
+bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, int64_t first, int64_t end,
+                     int64_t in_flight, bool mirrored, LayerMemos& memo, std::array<int64_t, 5>& pending, Walk& w,
+                     int64_t* layers_here) {
+  if (l.recompute == Recompute::kFull || x.zero3 || first >= end) return false;
+  const std::array<int64_t, 5> counts = inv.RangeFamilyLayers(first, end);
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] > 0 && !inv.family_uniform[f]) return false;
+  }
+  int64_t most = -1;  // the largest unit on the chunk
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] == 0) continue;
+    if (memo[f].totals == nullptr) {  // the family's first layer in the chunk sets the memo
+      int64_t i = first;
+      while (FamilyIndex(inv.layers[static_cast<size_t>(i)].kind) != static_cast<int>(f)) ++i;
+      Remember(memo[f], inv.layers[static_cast<size_t>(i)].totals, true, l, x);
+    }
+    pending[f] += counts[f];
+    w.layer_count[f] += counts[f];
+    w.units[f] = Add(w.units[f], Mul(in_flight, counts[f]));
+    if (!mirrored) w.own_layers[f] += counts[f];
+    most = std::max(most, memo[f].unit.grads);
+  }
+  // The layer-by-layer visit keeps the first layer with the largest unit.
+  if (most > w.grad_unit.grads) {
+    int64_t i = first;
+    while (memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].unit.grads != most) ++i;
+    w.grad_unit = {most, i};
+  }
+  const std::vector<int64_t>& starts = inv.layer_starts;
+  *layers_here =
+      std::lower_bound(starts.begin(), starts.end(), end) - std::lower_bound(starts.begin(), starts.end(), first);
+  return true;
+}
+
 }  // namespace
 
 void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x) { AddShares(w, UnitShares(unit, x), 1); }
@@ -144,7 +184,9 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
                    [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight, bool mirrored, bool ends) {
                      const bool full = l.recompute == Recompute::kFull;
                      int64_t layers_here = 0;
-                     for (int64_t i = first; i < end; ++i) {
+                     const bool counted =
+                         VisitByFamilies(inv, l, x, first, end, in_flight, mirrored, memo, pending, w, &layers_here);
+                     for (int64_t i = counted ? end : first; i < end; ++i) {
                        const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
                        const int f = FamilyIndex(layer.kind);
                        const bool uniform = inv.family_uniform[static_cast<size_t>(f)];

@@ -17,6 +17,7 @@ using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
 using planner_internal::RankChunks;
+using planner_internal::SameRanks;
 
 Bytes StageComm::send_total() const {
   Bytes total;
@@ -832,9 +833,17 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
   const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
   RankChunks by_rank;
   FillRankChunks(stages, l, &by_rank);
+  std::vector<int64_t> same_as;
+  SameRanks(inv, t, l, by_rank, n_chunks, &same_as);
   for (int64_t r = 0; r < l.pp; ++r) {
     StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
+    const int64_t q = same_as[static_cast<size_t>(r)];
+    if (q != r) {  // an earlier rank's chunks price alike: its items (assigned into this rank's storage)
+      sc.items = (*out)[static_cast<size_t>(q)].items;
+      sc.host_transfer = (*out)[static_cast<size_t>(q)].host_transfer;
+      continue;
+    }
     sc.items.clear();  // keeps its storage
     sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);

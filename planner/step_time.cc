@@ -14,6 +14,7 @@ using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
 using planner_internal::RankChunks;
+using planner_internal::SameRanks;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
   const double pp = static_cast<double>(p);
@@ -394,11 +395,22 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
   RankChunks by_rank;
   FillRankChunks(stages, l, &by_rank);
+  std::vector<int64_t> same_as;
+  SameRanks(inv, t, l, by_rank, static_cast<int64_t>(stages.chunks.size()), &same_as);
+  // Each distinct rank's compute and exposure, which the ranks like it take.
+  std::vector<std::pair<RankCompute, RankExposure>> priced(static_cast<size_t>(l.pp));
   st.stages.reserve(static_cast<size_t>(l.pp));
   OverlapGroups groups;  // one set of buffers for every rank
   for (int64_t r = 0; r < l.pp; ++r) {
-    const RankCompute rc = ComputeOnRank(inv, t, times, l, by_rank.On(r));
-    const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost, groups);
+    const size_t q = static_cast<size_t>(same_as[static_cast<size_t>(r)]);
+    if (q == static_cast<size_t>(r)) {
+      priced[q].first = ComputeOnRank(inv, t, times, l, by_rank.On(r));
+      priced[q].second = ExposeRank((*comm)[q].items, priced[q].first, inv, l, cost, groups);
+    } else {
+      (*comm)[static_cast<size_t>(r)].items = (*comm)[q].items;  // with the exposure set
+    }
+    const RankCompute& rc = priced[q].first;
+    const RankExposure& ex = priced[q].second;
     max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
     one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
