@@ -831,14 +831,16 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
   const Sizes s = SizesOf(inv, t, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
   const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
-  RankChunks by_rank;
+  // Per-thread buffers: a sweep builds the communication of millions of layouts.
+  thread_local RankChunks by_rank;
+  thread_local std::vector<int64_t> same_as;
   FillRankChunks(stages, l, &by_rank);
-  std::vector<int64_t> same_as;
   SameRanks(inv, t, l, by_rank, n_chunks, &same_as);
   for (int64_t r = 0; r < l.pp; ++r) {
     StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
     const int64_t q = same_as[static_cast<size_t>(r)];
+    sc.priced_as = q != r ? q : -1;
     if (q != r) {  // an earlier rank's chunks price alike: its items (assigned into this rank's storage)
       sc.items = (*out)[static_cast<size_t>(q)].items;
       sc.host_transfer = (*out)[static_cast<size_t>(q)].host_transfer;

@@ -14,7 +14,6 @@ using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
 using planner_internal::RankChunks;
-using planner_internal::SameRanks;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
   const double pp = static_cast<double>(p);
@@ -393,16 +392,18 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   const double peak = gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
   double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
-  RankChunks by_rank;
+  // Per-thread buffers (a sweep prices millions of layouts): the ranks'
+  // chunks, each distinct rank's compute and exposure (which the ranks priced
+  // as it take), and the overlap groups of one rank.
+  thread_local RankChunks by_rank;
+  thread_local std::vector<std::pair<RankCompute, RankExposure>> priced;
+  thread_local OverlapGroups groups;
   FillRankChunks(stages, l, &by_rank);
-  std::vector<int64_t> same_as;
-  SameRanks(inv, t, l, by_rank, static_cast<int64_t>(stages.chunks.size()), &same_as);
-  // Each distinct rank's compute and exposure, which the ranks like it take.
-  std::vector<std::pair<RankCompute, RankExposure>> priced(static_cast<size_t>(l.pp));
+  priced.resize(static_cast<size_t>(l.pp));
   st.stages.reserve(static_cast<size_t>(l.pp));
-  OverlapGroups groups;  // one set of buffers for every rank
   for (int64_t r = 0; r < l.pp; ++r) {
-    const size_t q = static_cast<size_t>(same_as[static_cast<size_t>(r)]);
+    const int64_t as = (*comm)[static_cast<size_t>(r)].priced_as;
+    const size_t q = static_cast<size_t>(as >= 0 && as < r ? as : r);
     if (q == static_cast<size_t>(r)) {
       priced[q].first = ComputeOnRank(inv, t, times, l, by_rank.On(r));
       priced[q].second = ExposeRank((*comm)[q].items, priced[q].first, inv, l, cost, groups);

@@ -65,6 +65,10 @@ struct CommItem {
 
 struct StageComm {
   int64_t pipeline_rank = 0;
+  /// The earlier pipeline rank whose chunks price exactly like this one's
+  /// (identical middle stages), or -1: its items are a copy of that rank's,
+  /// and EstimateStepTime takes that rank's compute and exposure.
+  int64_t priced_as = -1;
   std::vector<CommItem> items;
   /// Offloaded optimizer (training.optimizer.offload_fraction): bytes this
   /// rank moves over its host link each step, the offloaded elements' fp32

@@ -98,8 +98,8 @@ StepBreakdown BreakdownOf(const StepTime& time);
 /// returns the step time. Every item's exposed_seconds is set, so `comm` may
 /// be reused for a layout that differs only in the recompute policy (the
 /// communication does not depend on it). `comm` is BuildStageComm's for these
-/// stages: a rank whose chunks price like an earlier rank's takes that rank's
-/// compute and exposure (and its items' exposed_seconds) without pricing again.
+/// stages: a rank priced as an earlier one (StageComm::priced_as) takes that
+/// rank's compute and exposure (and its items' exposed_seconds).
 StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                           const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost);
 /// The same with the layout's LayerComputeTimes already worked out (a sweep
