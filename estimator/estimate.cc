@@ -153,9 +153,11 @@ Context ContextOf(const Recipe& rc, const Layout& l) {
 
 /// What every pipeline rank of one layout prices alike, worked out once.
 struct LayoutFigures {
-  LayoutFigures(const Inventory& inv, const Layout& l) : x(ContextOf(inv.recipe, l)), rates(inv, l) {}
+  LayoutFigures(const Inventory& inv, const Layout& l, const StagePlan& plan)
+      : x(ContextOf(inv.recipe, l)), rates(inv, l), regular(estimator_detail::RegularPlan(plan, l.pp)) {}
   Context x;
   ActivationRates rates;
+  bool regular = false;  // RegularPlan
   estimator_detail::LayerMemos memo{};
 };
 
@@ -164,7 +166,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   const Recipe& rc = inv.recipe;
   const Context& x = shared.x;
   ActivationRates& rates = shared.rates;
-  Walk w = WalkRank(inv, l, plan, r, x, rates, shared.memo);
+  Walk w = WalkRank(inv, l, plan, r, shared.regular, x, rates, shared.memo);
   const Ends ends = EndsOf(inv, l, w);
   Offer(w, UnitOf(ends.embedding, x, -1));
   AddUnitShares(w, ends.embedding, x);
@@ -229,13 +231,13 @@ std::string GiBText(Bytes b) {
 
 RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                         int64_t pipeline_rank) {
-  LayoutFigures shared(inventory, layout);
+  LayoutFigures shared(inventory, layout, stages);
   return Compute(inventory, layout, stages, pipeline_rank, shared, nullptr);
 }
 
 void EstimateRanks(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                    std::vector<RankMemory>* out) {
-  LayoutFigures shared(inventory, layout);
+  LayoutFigures shared(inventory, layout, stages);
   out->resize(static_cast<size_t>(layout.pp));
   for (int64_t r = 0; r < layout.pp; ++r) {
     (*out)[static_cast<size_t>(r)] = Compute(inventory, layout, stages, r, shared, nullptr);
@@ -245,7 +247,7 @@ void EstimateRanks(const Inventory& inventory, const Layout& layout, const Stage
 std::vector<Explanation> ExplainRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                                      int64_t pipeline_rank) {
   std::vector<Explanation> out;
-  LayoutFigures shared(inventory, layout);
+  LayoutFigures shared(inventory, layout, stages);
   Compute(inventory, layout, stages, pipeline_rank, shared, &out);
   return out;
 }

@@ -255,7 +255,7 @@ using LayerMemos = std::array<LayerMemo, 5>;
 
 /// One pass over the layers on rank r (ForEachChunk), tallying params, units
 /// and counts; `memo` holds the layout's per-family figures (shared by its ranks).
-Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular, const Context& x,
               ActivationRates& rates, LayerMemos& memo);
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w);
@@ -322,24 +322,51 @@ InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, in
 ///   README's PP+1 with PP = 2p gives 2p+1 V-stage-micro-batches per rank: p+1 on
 ///   the down stage, p on the up stage [OURS: split]. A rank with two chunks is
 ///   taken as (down, up); a single chunk as its first ceil(n/2) layers and the rest.
+/// Whether every chunk of `plan` sits where the StagePlan contract puts it
+/// (chunk vi of rank r at plan.chunks[vi * p + r]): then a rank's chunks, in
+/// plan order, are found without scanning the plan (checked once per layout).
+bool RegularPlan(const StagePlan& plan, int64_t p);
+
+/// Calls f(chunk) for each chunk of rank r or (DualPipe's mirror) rank
+/// `mirror`, in plan order.
 template <class F>
-InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, ActivationRates& rates, F&& visit) {
+void ChunksOf(const StagePlan& plan, int64_t p, bool regular, int64_t r, int64_t mirror, F&& f) {
+  if (!regular) {
+    for (const StageChunk& c : plan.chunks) {
+      if (c.pipeline_rank == r || c.pipeline_rank == mirror) f(c);
+    }
+    return;
+  }
+  const int64_t lo = std::min(r, mirror < 0 ? r : mirror), hi = std::max(r, mirror);
+  for (size_t at = 0; at < plan.chunks.size(); at += static_cast<size_t>(p)) {
+    f(plan.chunks[at + static_cast<size_t>(lo)]);
+    if (hi != lo) f(plan.chunks[at + static_cast<size_t>(hi)]);
+  }
+}
+
+template <class F>
+InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool regular, ActivationRates& rates,
+                      F&& visit) {
   const int64_t p = l.pp;
   const int64_t m = l.micro_batches;
   int64_t own = 0;
-  for (const StageChunk& c : plan.chunks) own += c.pipeline_rank == r ? 1 : 0;
+  if (regular) {
+    own = static_cast<int64_t>(plan.chunks.size()) / p;
+  } else {
+    for (const StageChunk& c : plan.chunks) own += c.pipeline_rank == r ? 1 : 0;
+  }
   InFlight out;
   if (l.schedule == Schedule::kDualPipe) {
     const int64_t n = DualPipeInFlight(p, m);
     const int64_t own_share = CeilDiv(n, 2);
     const int64_t mirror = p - 1 - r;
-    for (const StageChunk& c : plan.chunks) {
+    ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) {
       if (c.pipeline_rank == r) {
         visit(c, c.first_layer, c.end_layer, own_share, false, true);
-      } else if (mirror != r && c.pipeline_rank == mirror) {
+      } else {
         visit(c, c.first_layer, c.end_layer, n - own_share, true, true);
       }
-    }
+    });
     out.units = n;
     return out;
   }
@@ -347,8 +374,7 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, Activat
     const int64_t down = DualPipeInFlight(p, m);
     const int64_t up = std::min(p, m);
     int64_t j = 0;
-    for (const StageChunk& c : plan.chunks) {
-      if (c.pipeline_rank != r) continue;
+    ChunksOf(plan, p, regular, r, -1, [&](const StageChunk& c) {
       if (own == 1) {
         const int64_t mid = c.first_layer + CeilDiv(c.end_layer - c.first_layer, 2);
         visit(c, c.first_layer, mid, down, false, true);
@@ -357,15 +383,14 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, Activat
         visit(c, c.first_layer, c.end_layer, j == 0 ? down : up, false, true);
       }
       ++j;
-    }
+    });
     out.units = down;
     return out;
   }
   if (own <= 1) {
     out.units = OneFOneBInFlight(p, m, r);
-    for (const StageChunk& c : plan.chunks) {
-      if (c.pipeline_rank == r) visit(c, c.first_layer, c.end_layer, out.units, false, true);
-    }
+    ChunksOf(plan, p, regular, r, -1,
+             [&](const StageChunk& c) { visit(c, c.first_layer, c.end_layer, out.units, false, true); });
     return out;
   }
   return InterleavedChunks(plan, l, r, own, rates, visit);

@@ -175,12 +175,22 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, in
 
 void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x) { AddShares(w, UnitShares(unit, x), 1); }
 
-Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
+bool RegularPlan(const StagePlan& plan, int64_t p) {
+  if (p <= 0 || plan.chunks.size() % static_cast<size_t>(p) != 0) return false;
+  for (size_t at = 0; at < plan.chunks.size(); ++at) {
+    const StageChunk& c = plan.chunks[at];
+    if (c.pipeline_rank != static_cast<int64_t>(at) % p || c.virtual_index != static_cast<int64_t>(at) / p)
+      return false;
+  }
+  return true;
+}
+
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular, const Context& x,
               ActivationRates& rates, LayerMemos& memo) {
   Walk w;
   std::array<int64_t, 5> pending{};  // layers of a uniform family not yet added to the walk's sums
   const InFlight k =
-      ForEachChunk(plan, l, r, rates,
+      ForEachChunk(plan, l, r, regular, rates,
                    [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight, bool mirrored, bool ends) {
                      const bool full = l.recompute == Recompute::kFull;
                      int64_t layers_here = 0;
