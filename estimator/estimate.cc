@@ -239,8 +239,31 @@ void EstimateRanks(const Inventory& inventory, const Layout& layout, const Stage
                    std::vector<RankMemory>* out) {
   LayoutFigures shared(inventory, layout, stages);
   out->resize(static_cast<size_t>(layout.pp));
+  // Ranks whose walks agree (RankVisits: pipelines repeat their middle
+  // stages) are priced once. Per-thread buffers: a sweep prices millions of layouts.
+  thread_local std::vector<std::vector<estimator_detail::VisitKey>> visits;
+  thread_local std::vector<estimator_detail::InFlight> in_flight;
+  thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits
+  if (visits.size() < static_cast<size_t>(layout.pp)) visits.resize(static_cast<size_t>(layout.pp));
+  in_flight.resize(static_cast<size_t>(layout.pp));
+  distinct.clear();
   for (int64_t r = 0; r < layout.pp; ++r) {
-    (*out)[static_cast<size_t>(r)] = Compute(inventory, layout, stages, r, shared, nullptr);
+    const size_t i = static_cast<size_t>(r);
+    if (estimator_detail::RankVisits(inventory, layout, stages, r, shared.regular, shared.rates, &visits[i],
+                                     &in_flight[i])) {
+      const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
+        const size_t j = static_cast<size_t>(q);
+        return visits[j] == visits[i] && in_flight[j].units == in_flight[i].units &&
+               in_flight[j].head_units == in_flight[i].head_units &&
+               in_flight[j].head_logits == in_flight[i].head_logits;
+      });
+      if (same != distinct.end()) {
+        (*out)[i] = (*out)[static_cast<size_t>(*same)];
+        continue;
+      }
+      distinct.push_back(r);
+    }
+    (*out)[i] = Compute(inventory, layout, stages, r, shared, nullptr);
   }
 }
 

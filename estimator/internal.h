@@ -257,6 +257,22 @@ using LayerMemos = std::array<LayerMemo, 5>;
 /// and counts; `memo` holds the layout's per-family figures (shared by its ranks).
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular, const Context& x,
               ActivationRates& rates, LayerMemos& memo);
+/// What a walk reads of one visit (ForEachChunk) when VisitByFamilies
+/// prices it: ranks with equal visits, in order, and equal in-flight figures
+/// have equal walks (RankVisits).
+struct VisitKey {
+  std::array<int64_t, 5> counts{};
+  int64_t layers = 0;  // framework layers starting in it
+  int64_t in_flight = 0;
+  bool mirrored = false, embedding = false, head = false;
+  bool operator==(const VisitKey&) const = default;
+};
+/// Rank r's visits into `out` (cleared first) and its InFlight; false when
+/// a visit would not go by family counts (non-uniform family, full recompute,
+/// ZeRO 3) or the schedule is interleaved (its replay is the walk's cost).
+bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
+                ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
+
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w);
 

@@ -185,6 +185,28 @@ bool RegularPlan(const StagePlan& plan, int64_t p) {
   return true;
 }
 
+bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
+                ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight) {
+  out->clear();
+  if (l.recompute == Recompute::kFull || l.zero >= 3 || l.schedule == Schedule::kInterleaved) return false;
+  bool ok = true;
+  const std::vector<int64_t>& starts = inv.layer_starts;
+  *in_flight = ForEachChunk(plan, l, r, regular, rates,
+                            [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
+                              VisitKey k;
+                              k.counts = inv.RangeFamilyLayers(first, end);
+                              for (size_t f = 0; f < 5; ++f) ok = ok && (k.counts[f] == 0 || inv.family_uniform[f]);
+                              k.layers = std::lower_bound(starts.begin(), starts.end(), end) -
+                                         std::lower_bound(starts.begin(), starts.end(), first);
+                              k.in_flight = in;
+                              k.mirrored = mirrored;
+                              k.embedding = ends && c.owns_embedding;
+                              k.head = ends && c.owns_head;
+                              out->push_back(k);
+                            });
+  return ok;
+}
+
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular, const Context& x,
               ActivationRates& rates, LayerMemos& memo) {
   Walk w;
