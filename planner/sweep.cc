@@ -271,10 +271,9 @@ struct Priced {
   StepBreakdown parts;
 };
 
-// Memory of the worst pipeline rank (as EstimateMemory picks it, without its
-// per-call vectors and verdict text) and the step time of one stage plan.
-Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
-             const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot) {
+// Memory of the worst pipeline rank, as EstimateMemory picks it (without its
+// per-call vectors and verdict text).
+Priced PriceMemory(const Inventory& inv, const Layout& layout, const StagePlan& stages, CommSlot& slot) {
   Priced p;
   EstimateRanks(inv, layout, stages, &slot.memory);
   for (int64_t rank = 0; rank < layout.pp; ++rank) {
@@ -286,6 +285,13 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
       p.worst = rank;
     }
   }
+  return p;
+}
+
+// The step time of one stage plan into `p`.
+void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+               const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot,
+               Priced& p) {
   // The one policy input of the communication: whether backward reruns
   // the MoE layers' token dispatch (full recompute, or the "moe" module).
   const bool moe_rerun = Reruns(inv.recipe.training, layout.recompute, RecomputeModule::kMoe);
@@ -299,7 +305,6 @@ Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layou
   p.tokens_per_s = time.tokens_per_s;
   p.mfu = time.mfu;
   p.parts = BreakdownOf(time);
-  return p;
 }
 
 void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpace& space, const ItemSpace& items,
@@ -393,20 +398,24 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         row.status = SweepStatus::kInvalid;
         continue;
       }
-      Priced best = Price(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi]);
+      Priced best = PriceMemory(inv, layout, stages, w.comm_by_zero[zi]);
+      bool found = false;  // a fallback cut replaced it
       if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
-        // fastest of the other cuts that fits (FallbackCuts).
-        bool found = false;
+        // fastest of the other cuts that fits (FallbackCuts). Only a cut that
+        // fits is timed.
         for (const NamedCut& cut : FallbackCutsFor(inv, tables, layout, times, w)) {
+          Priced priced = PriceMemory(inv, layout, cut.stages, w.scratch);
+          if (!priced.Fits(inv.recipe)) continue;
           w.scratch.stages = nullptr;  // another ZeRO stage may have used it
-          const Priced priced = Price(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch);
-          if (priced.Fits(inv.recipe) && (!found || priced.step_s < best.step_s)) {
+          PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, priced);
+          if (!found || priced.step_s < best.step_s) {
             best = priced;
             found = true;
           }
         }
       }
+      if (!found) PriceTime(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi], best);
       row.peak = best.peak;
       row.worst_stage = static_cast<int16_t>(best.worst);
       const Bytes headroom = best.capacity - best.peak;
