@@ -143,11 +143,12 @@ class LocalityCounter {
 // Every rank's coordinates in rank order (CoordOf's, without node and local
 // GPU, and without the expert view unless `expert`), counted like an odometer
 // instead of divided out of each rank: LocalityOf visits every rank.
+// `first_stage_only` (order tp->cp->dp->pp) stops after pipeline stage 0.
 template <class Visit>
-void ForEachCoord(const Layout& l, bool expert, const Visit& visit) {
+void ForEachCoord(const Layout& l, bool expert, bool first_stage_only, const Visit& visit) {
   // tp->cp->dp->pp: dp inside pp; tp->cp->pp->dp: pp inside dp (RankOf).
   const bool pp_inner = l.order == AxisOrder::kTpCpPpDp;
-  const int64_t outer_n = pp_inner ? l.dp : l.pp, inner_n = pp_inner ? l.pp : l.dp;
+  const int64_t outer_n = pp_inner ? l.dp : (first_stage_only ? 1 : l.pp), inner_n = pp_inner ? l.pp : l.dp;
   RankCoord c;
   for (int64_t outer = 0; outer < outer_n; ++outer) {
     for (int64_t inner = 0; inner < inner_n; ++inner) {
@@ -196,33 +197,60 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
   return LocalityOf(l, gpus_per_node, tied_embedding, nvlink_domain, [](Axis) { return true; });
 }
 
+namespace {
+
+// One pass over the ranks counting the groups of `axes` (each of more than
+// one rank), into `out`; `first_stage_only`: over pipeline stage 0 alone.
+void CountLocality(const Layout& l, int64_t domain, bool tied_embedding, const std::vector<Axis>& axes,
+                   bool first_stage_only, MeshLocality& out) {
+  if (axes.empty()) return;
+  std::vector<LocalityCounter> counters;
+  for (Axis axis : axes) {
+    const int64_t groups = GroupCount(l, axis, tied_embedding);
+    counters.emplace_back(axis, AxisSize(l, axis), first_stage_only ? groups / l.pp : groups);
+  }
+  const bool expert = std::any_of(axes.begin(), axes.end(), [](Axis a) { return !DenseAxis(a); });
+  ForEachCoord(l, expert, first_stage_only, [&](const RankCoord& c) {
+    const int64_t node = c.rank / domain;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      if (InGroups(l, c, axes[k])) counters[k].Add(SlotOf(l, c, axes[k]).group, node);
+    }
+  });
+  for (size_t k = 0; k < axes.size(); ++k) {
+    AxisLocality& loc = out[static_cast<size_t>(axes[k])];
+    loc = counters[k].Finish();
+    loc.groups = GroupCount(l, axes[k], tied_embedding);
+  }
+}
+
+}  // namespace
+
 MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain,
                         bool (*axes)(Axis)) {
   const int64_t domain = nvlink_domain > 0 ? nvlink_domain : gpus_per_node;
-  std::vector<LocalityCounter> counters;
-  std::vector<Axis> counted;  // axes with groups of more than one rank
+  // Under order tp->cp->dp->pp a pipeline stage is a block of t*c*d
+  // consecutive ranks, and every group of an axis other than PP and the tied
+  // embedding lies inside one stage, numbered before the next stage's; the
+  // next stage's groups are this one's shifted by the block. With blocks of
+  // whole NVLink domains they span their nodes alike, so the first stage's
+  // groups give every figure: those axes cost O(world / pp), not O(world).
+  const bool by_stage = l.pp > 1 && l.order == AxisOrder::kTpCpDpPp && (l.tp * l.cp * l.dp) % domain == 0;
+  std::vector<Axis> whole, staged;  // axes with groups of more than one rank
   MeshLocality out;
   for (int a = 0; a < kNumAxes; ++a) {
     const Axis axis = static_cast<Axis>(a);
     if (!axes(axis)) continue;
     const int64_t size = AxisSize(l, axis), groups = GroupCount(l, axis, tied_embedding);
     if (size > 1 && groups > 0) {
-      counters.emplace_back(axis, size, groups);
-      counted.push_back(axis);
+      (by_stage && axis != Axis::kPp && axis != Axis::kEmbedding ? staged : whole).push_back(axis);
     } else {
       // A rank alone (or no group at all) spans one node.
       out[static_cast<size_t>(a)] = LocalityCounter(axis, size, 0).Finish();
       out[static_cast<size_t>(a)].groups = groups;
     }
   }
-  const bool expert = std::any_of(counted.begin(), counted.end(), [](Axis a) { return !DenseAxis(a); });
-  ForEachCoord(l, expert, [&](const RankCoord& c) {
-    const int64_t node = c.rank / domain;
-    for (size_t k = 0; k < counted.size(); ++k) {
-      if (InGroups(l, c, counted[k])) counters[k].Add(SlotOf(l, c, counted[k]).group, node);
-    }
-  });
-  for (size_t k = 0; k < counted.size(); ++k) out[static_cast<size_t>(counted[k])] = counters[k].Finish();
+  CountLocality(l, domain, tied_embedding, whole, false, out);
+  CountLocality(l, domain, tied_embedding, staged, true, out);
   return out;
 }
 
