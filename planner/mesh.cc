@@ -121,6 +121,7 @@ class LocalityCounter {
     loc.groups = static_cast<int64_t>(runs_.size());
     loc.min_members_per_node = size_;
     for (const Run& g : runs_) {
+      if (g.nodes == 0) continue;  // a group the pass did not visit (CountLocality's first block)
       loc.min_members_per_node = std::min({loc.min_members_per_node, g.fewest, g.length});
       loc.max_nodes_spanned = std::max(loc.max_nodes_spanned, g.nodes);
     }
@@ -143,12 +144,13 @@ class LocalityCounter {
 // Every rank's coordinates in rank order (CoordOf's, without node and local
 // GPU, and without the expert view unless `expert`), counted like an odometer
 // instead of divided out of each rank: LocalityOf visits every rank.
-// `first_stage_only` (order tp->cp->dp->pp) stops after pipeline stage 0.
+// `first_block_only` stops after the first value of the outermost axis (pp
+// under order tp->cp->dp->pp, dp under tp->cp->pp->dp).
 template <class Visit>
-void ForEachCoord(const Layout& l, bool expert, bool first_stage_only, const Visit& visit) {
+void ForEachCoord(const Layout& l, bool expert, bool first_block_only, const Visit& visit) {
   // tp->cp->dp->pp: dp inside pp; tp->cp->pp->dp: pp inside dp (RankOf).
   const bool pp_inner = l.order == AxisOrder::kTpCpPpDp;
-  const int64_t outer_n = pp_inner ? l.dp : (first_stage_only ? 1 : l.pp), inner_n = pp_inner ? l.pp : l.dp;
+  const int64_t outer_n = first_block_only ? 1 : pp_inner ? l.dp : l.pp, inner_n = pp_inner ? l.pp : l.dp;
   RankCoord c;
   for (int64_t outer = 0; outer < outer_n; ++outer) {
     for (int64_t inner = 0; inner < inner_n; ++inner) {
@@ -200,27 +202,28 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
 namespace {
 
 // One pass over the ranks counting the groups of `axes` (each of more than
-// one rank), into `out`; `first_stage_only`: over pipeline stage 0 alone.
+// one rank), into `out`; `first_block_only`: over the first block alone.
 void CountLocality(const Layout& l, int64_t domain, bool tied_embedding, const std::vector<Axis>& axes,
-                   bool first_stage_only, MeshLocality& out) {
+                   bool first_block_only, MeshLocality& out) {
   if (axes.empty()) return;
   std::vector<LocalityCounter> counters;
-  for (Axis axis : axes) {
-    const int64_t groups = GroupCount(l, axis, tied_embedding);
-    counters.emplace_back(axis, AxisSize(l, axis), first_stage_only ? groups / l.pp : groups);
-  }
+  for (Axis axis : axes) counters.emplace_back(axis, AxisSize(l, axis), GroupCount(l, axis, tied_embedding));
   const bool expert = std::any_of(axes.begin(), axes.end(), [](Axis a) { return !DenseAxis(a); });
-  ForEachCoord(l, expert, first_stage_only, [&](const RankCoord& c) {
+  ForEachCoord(l, expert, first_block_only, [&](const RankCoord& c) {
     const int64_t node = c.rank / domain;
     for (size_t k = 0; k < axes.size(); ++k) {
       if (InGroups(l, c, axes[k])) counters[k].Add(SlotOf(l, c, axes[k]).group, node);
     }
   });
-  for (size_t k = 0; k < axes.size(); ++k) {
-    AxisLocality& loc = out[static_cast<size_t>(axes[k])];
-    loc = counters[k].Finish();
-    loc.groups = GroupCount(l, axes[k], tied_embedding);
-  }
+  for (size_t k = 0; k < axes.size(); ++k) out[static_cast<size_t>(axes[k])] = counters[k].Finish();
+}
+
+// Whether every group of `a` lies inside one block of consecutive ranks
+// sharing the outermost axis's value (a pipeline stage under order
+// tp->cp->dp->pp, a data-parallel replica under tp->cp->pp->dp).
+bool InsideBlock(const Layout& l, Axis a) {
+  if (l.order == AxisOrder::kTpCpDpPp) return a != Axis::kPp && a != Axis::kEmbedding;
+  return a == Axis::kTp || a == Axis::kCp || a == Axis::kPp || a == Axis::kEmbedding;
 }
 
 }  // namespace
@@ -228,21 +231,21 @@ void CountLocality(const Layout& l, int64_t domain, bool tied_embedding, const s
 MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain,
                         bool (*axes)(Axis)) {
   const int64_t domain = nvlink_domain > 0 ? nvlink_domain : gpus_per_node;
-  // Under order tp->cp->dp->pp a pipeline stage is a block of t*c*d
-  // consecutive ranks, and every group of an axis other than PP and the tied
-  // embedding lies inside one stage, numbered before the next stage's; the
-  // next stage's groups are this one's shifted by the block. With blocks of
-  // whole NVLink domains they span their nodes alike, so the first stage's
-  // groups give every figure: those axes cost O(world / pp), not O(world).
-  const bool by_stage = l.pp > 1 && l.order == AxisOrder::kTpCpDpPp && (l.tp * l.cp * l.dp) % domain == 0;
-  std::vector<Axis> whole, staged;  // axes with groups of more than one rank
+  // The ranks form blocks of consecutive ranks, one per value of the
+  // outermost axis; an axis whose groups lie inside a block has the next
+  // block's groups as this block's shifted by the block. With blocks of whole
+  // NVLink domains those span their nodes alike, so the first block's groups
+  // give every figure: O(world / blocks) for such an axis, not O(world).
+  const int64_t blocks = l.order == AxisOrder::kTpCpDpPp ? l.pp : l.dp;
+  const bool by_block = blocks > 1 && (l.world() / blocks) % domain == 0;
+  std::vector<Axis> whole, first_block;  // axes with groups of more than one rank
   MeshLocality out;
   for (int a = 0; a < kNumAxes; ++a) {
     const Axis axis = static_cast<Axis>(a);
     if (!axes(axis)) continue;
     const int64_t size = AxisSize(l, axis), groups = GroupCount(l, axis, tied_embedding);
     if (size > 1 && groups > 0) {
-      (by_stage && axis != Axis::kPp && axis != Axis::kEmbedding ? staged : whole).push_back(axis);
+      (by_block && InsideBlock(l, axis) ? first_block : whole).push_back(axis);
     } else {
       // A rank alone (or no group at all) spans one node.
       out[static_cast<size_t>(a)] = LocalityCounter(axis, size, 0).Finish();
@@ -250,7 +253,7 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
     }
   }
   CountLocality(l, domain, tied_embedding, whole, false, out);
-  CountLocality(l, domain, tied_embedding, staged, true, out);
+  CountLocality(l, domain, tied_embedding, first_block, true, out);
   return out;
 }
 

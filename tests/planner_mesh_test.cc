@@ -171,7 +171,9 @@ NodeCounts CountNodes(const Groups& groups, int64_t domain) {
 // tp 3 and 6 against 8-GPU nodes, an NVLink domain of 4 and 12, both rank
 // orders, MoE folding, HSDP replicas, the tied embedding. Under order
 // tp-cp-dp-pp with stages of whole domains LocalityOf counts the groups of
-// the first stage only (e.g. tp 2, cp 2, pp 2 or 3, domain 4 or 8).
+// the first stage only, under tp-cp-pp-dp TP, CP, PP and the embedding over
+// the first data-parallel replica only, when those blocks are whole domains
+// (e.g. tp 2, cp 2, pp 2, domain 4 or 8).
 TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
   int checked = 0;
   for (int64_t tp : {1, 2, 3, 6}) {
