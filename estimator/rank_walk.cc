@@ -165,9 +165,7 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, in
     while (memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].unit.grads != most) ++i;
     w.grad_unit = {most, i};
   }
-  const std::vector<int64_t>& starts = inv.layer_starts;
-  *layers_here =
-      std::lower_bound(starts.begin(), starts.end(), end) - std::lower_bound(starts.begin(), starts.end(), first);
+  *layers_here = inv.RangeLayerStarts(first, end);
   return true;
 }
 
@@ -190,14 +188,12 @@ bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, in
   out->clear();
   if (l.recompute == Recompute::kFull || l.zero >= 3 || l.schedule == Schedule::kInterleaved) return false;
   bool ok = true;
-  const std::vector<int64_t>& starts = inv.layer_starts;
   *in_flight = ForEachChunk(plan, l, r, regular, rates,
                             [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
                               VisitKey k;
                               k.counts = inv.RangeFamilyLayers(first, end);
                               for (size_t f = 0; f < 5; ++f) ok = ok && (k.counts[f] == 0 || inv.family_uniform[f]);
-                              k.layers = std::lower_bound(starts.begin(), starts.end(), end) -
-                                         std::lower_bound(starts.begin(), starts.end(), first);
+                              k.layers = inv.RangeLayerStarts(first, end);
                               k.in_flight = in;
                               k.mirrored = mirrored;
                               k.embedding = ends && c.owns_embedding;
