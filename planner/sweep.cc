@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "preflight/estimator/estimate.h"
+#include "preflight/estimator/estimate_by_zero.h"
 #include "preflight/recipe/fields.h"
 #include "preflight/recipe/partition.h"
 
@@ -187,7 +188,6 @@ struct CommSlot {
   const StagePlan* stages = nullptr;
   bool moe_rerun = false;
   std::vector<StageComm> comm;
-  std::vector<RankMemory> memory;  // scratch of Price, kept for its storage
 };
 
 // Per-thread state: a private recipe copy mutated in place (no copy per
@@ -196,6 +196,13 @@ struct Worker {
   Recipe recipe;
   std::vector<CommSlot> comm_by_zero;  // the current item's, by index into SweepSpace::zero
   CommSlot scratch;                    // the fallback cuts'
+  /// The ZeRO stages an item prices and, for one stage plan, every rank's
+  /// memory at each (EstimateRanksByZero): the time-balanced (or fixed) cut's
+  /// and each fallback cut's, worked out when first asked.
+  std::vector<int64_t> zeros;
+  std::vector<std::vector<RankMemory>> memory;
+  std::vector<std::vector<std::vector<RankMemory>>> fallback_memory;
+  std::vector<bool> fallback_known;
 
   /// LayerComputeTimes by ComputeKeyOf: one per layout is enough, and
   /// layouts differing only in pp, vpp, replicas or ZeRO share it.
@@ -273,16 +280,15 @@ struct Priced {
 
 // Memory of the worst pipeline rank, as EstimateMemory picks it (without its
 // per-call vectors and verdict text).
-Priced PriceMemory(const Inventory& inv, const Layout& layout, const StagePlan& stages, CommSlot& slot) {
+Priced WorstOf(const std::vector<RankMemory>& ranks) {
   Priced p;
-  EstimateRanks(inv, layout, stages, &slot.memory);
-  for (int64_t rank = 0; rank < layout.pp; ++rank) {
-    const RankMemory& m = slot.memory[static_cast<size_t>(rank)];
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankMemory& m = ranks[rank];
     p.host = std::max(p.host, m.host);
     if (rank == 0 || m.total() > p.peak) {
       p.peak = m.total();
       p.capacity = m.capacity;
-      p.worst = rank;
+      p.worst = static_cast<int64_t>(rank);
     }
   }
   return p;
@@ -386,6 +392,14 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     const ComputeTimes& times = ComputeTimesFor(inv, tables, layout, options.cost, w);
     bool balanced = false;
     const StagePlan& stages = StagesFor(inv, tables, layout, times, w, &balanced);
+    // Every priced ZeRO stage's memory at once (they share each rank's walk).
+    w.zeros.clear();
+    for (int64_t z : space.zero) {
+      if (z != 0 || layout.dp_replicate == 1) w.zeros.push_back(z);
+    }
+    EstimateRanksByZero(inv, layout, stages, w.zeros, &w.memory);
+    w.fallback_known.assign(w.fallback_memory.size(), false);
+    size_t priced_zero = 0;  // index into w.zeros
     for (size_t zi = 0; zi < space.zero.size(); ++zi) {
       const int64_t z = space.zero[zi];
       layout.zero = z;
@@ -398,14 +412,25 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         row.status = SweepStatus::kInvalid;
         continue;
       }
-      Priced best = PriceMemory(inv, layout, stages, w.comm_by_zero[zi]);
+      const size_t at = priced_zero++;
+      Priced best = WorstOf(w.memory[at]);
       bool found = false;  // a fallback cut replaced it
       if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (FallbackCuts). Only a cut that
         // fits is timed.
-        for (const NamedCut& cut : FallbackCutsFor(inv, tables, layout, times, w)) {
-          Priced priced = PriceMemory(inv, layout, cut.stages, w.scratch);
+        const std::vector<NamedCut>& cuts = FallbackCutsFor(inv, tables, layout, times, w);
+        if (w.fallback_memory.size() < cuts.size()) {
+          w.fallback_memory.resize(cuts.size());
+          w.fallback_known.resize(cuts.size(), false);
+        }
+        for (size_t c = 0; c < cuts.size(); ++c) {
+          const NamedCut& cut = cuts[c];
+          if (!w.fallback_known[c]) {
+            EstimateRanksByZero(inv, layout, cut.stages, w.zeros, &w.fallback_memory[c]);
+            w.fallback_known[c] = true;
+          }
+          Priced priced = WorstOf(w.fallback_memory[c][at]);
           if (!priced.Fits(inv.recipe)) continue;
           w.scratch.stages = nullptr;  // another ZeRO stage may have used it
           PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, priced);
@@ -771,7 +796,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

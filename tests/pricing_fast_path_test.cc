@@ -2,13 +2,12 @@
 // A sweep prices millions of layouts, so pricing adds a uniform family's
 // layers from their counts (VisitByFamilies, CountUniformLayers), prices
 // identical pipeline ranks once (SameRanks for communication and step time,
-// RankVisits for memory) and finds a rank's chunks at their StagePlan
-// positions (RegularPlan). An inventory whose family_uniform flags are
+// RankVisits for memory), walks a rank once for ZeRO 0-2 (EstimateRanksByZero)
+// and finds a rank's chunks at their StagePlan positions (RegularPlan). An inventory whose family_uniform flags are
 // cleared (the state of a hand-built inventory) takes none of the family
 // paths and prices every rank on its own; a plan whose chunks are listed out
 // of order takes the scanning path. Both must give every figure bit for bit.
 #include <algorithm>
-#include <cctype>
 #include <string>
 #include <vector>
 
@@ -16,10 +15,12 @@
 #include <gtest/gtest.h>
 
 #include "preflight/estimator/estimate.h"
+#include "preflight/estimator/estimate_by_zero.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/planner/plan.h"
 #include "preflight/planner/sweep.h"
 #include "preflight/recipe/recipe.h"
+#include "support/shipped_recipes.h"
 #include "support/test_support.h"
 
 namespace preflight {
@@ -27,11 +28,7 @@ namespace {
 
 using testing::SourcePath;
 
-Recipe Load(const std::string& relative) {
-  LoadResult r = LoadRecipeFile(SourcePath(relative));
-  EXPECT_TRUE(r.ok());
-  return *r.recipe;
-}
+Recipe Load(const std::string& relative) { return testing::LoadSourceRecipe(relative); }
 
 // The same inventory with no family known to be uniform: every pricing loop
 // walks the layers one by one and no two ranks are taken as alike.
@@ -41,13 +38,11 @@ Inventory LayerByLayer(const Inventory& inv) {
   return slow;
 }
 
-void ExpectSameMemory(const MemoryEstimate& a, const MemoryEstimate& b, const std::string& where) {
-  ASSERT_EQ(a.stages.size(), b.stages.size()) << where;
-  EXPECT_EQ(a.worst_stage, b.worst_stage) << where;
-  EXPECT_EQ(a.verdict.reason, b.verdict.reason) << where;
-  for (size_t r = 0; r < a.stages.size(); ++r) {
-    const RankMemory& x = a.stages[r];
-    const RankMemory& y = b.stages[r];
+void ExpectSameRanks(const std::vector<RankMemory>& a, const std::vector<RankMemory>& b, const std::string& where) {
+  ASSERT_EQ(a.size(), b.size()) << where;
+  for (size_t r = 0; r < a.size(); ++r) {
+    const RankMemory& x = a[r];
+    const RankMemory& y = b[r];
     const std::string at = fmt::format("{} rank {}", where, r);
     for (size_t c = 0; c < x.bytes.size(); ++c) EXPECT_EQ(x.bytes[c].count(), y.bytes[c].count()) << at << " cat " << c;
     for (size_t f = 0; f < 5; ++f) {
@@ -61,6 +56,12 @@ void ExpectSameMemory(const MemoryEstimate& a, const MemoryEstimate& b, const st
     EXPECT_EQ(x.allocated_peak.count(), y.allocated_peak.count()) << at;
     EXPECT_EQ(x.host.count(), y.host.count()) << at;
   }
+}
+
+void ExpectSameMemory(const MemoryEstimate& a, const MemoryEstimate& b, const std::string& where) {
+  EXPECT_EQ(a.worst_stage, b.worst_stage) << where;
+  EXPECT_EQ(a.verdict.reason, b.verdict.reason) << where;
+  ExpectSameRanks(a.stages, b.stages, where);
 }
 
 // Every figure of two plans of one layout, bit for bit (StageComm::priced_as
@@ -137,22 +138,13 @@ Reach ComparePlans(const Recipe& base, size_t want) {
   const Recipe r = *SweepRecipe(base, base.world(), &error);
   const Inventory fast = BuildInventory(r);
   const Inventory slow = LayerByLayer(fast);
-  SweepSpace s;
-  s.gpus = r.world();
-  s.micro_batch = {1, 2};
-  s = DefaultSweepSpace(r, s);
-  SweepOptions options;
-  options.threads = 2;
-  const SweepResult result = RunSweep(fast, s, options);
-  std::vector<const SweepRow*> valid;
-  for (const SweepRow& row : result.rows) {
-    if (row.status != SweepStatus::kInvalid) valid.push_back(&row);
-  }
+  const testing::SweptSpace swept = testing::SweepDefaultSpace(fast);
+  const std::vector<size_t>& valid = swept.valid;
   Reach reach;
   if (valid.empty()) return reach;
   const size_t stride = std::max<size_t>(1, valid.size() / want);
   for (size_t i = stride / 3; i < valid.size(); i += stride) {
-    const Layout l = result.LayoutOf(*valid[i]);
+    const Layout l = swept.result.LayoutOf(swept.result.rows[valid[i]]);
     const std::string where =
         fmt::format("{}: tp {} cp {} pp {} vpp {} ep {} etp {} mb {} recompute {} zero {}", r.name, l.tp, l.cp, l.pp,
                     l.vpp, l.ep, l.expert_tp, l.micro_batch, Name(l.recompute), l.zero);
@@ -166,6 +158,19 @@ Reach ComparePlans(const Recipe& base, size_t want) {
     ++reach.plans;
     for (const StageComm& c : a.plan->comm) reach.ranks_priced_as_another += c.priced_as >= 0 ? 1 : 0;
     for (const StageComm& c : b.plan->comm) EXPECT_LT(c.priced_as, 0) << where << ": the slow path took a shortcut";
+    // Every ZeRO stage at once (a sweep's item: one walk for ZeRO 0-2)
+    // against each alone on the layer-by-layer path.
+    const std::vector<int64_t> zeros =
+        l.dp_replicate > 1 ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{0, 1, 2, 3};
+    std::vector<std::vector<RankMemory>> by_zero;
+    EstimateRanksByZero(fast, l, a.plan->stages, zeros, &by_zero);
+    EXPECT_EQ(by_zero.size(), zeros.size()) << where;
+    for (size_t z = 0; z < std::min(zeros.size(), by_zero.size()); ++z) {
+      Layout at = l;
+      at.zero = zeros[z];
+      ExpectSameRanks(by_zero[z], EstimateMemory(slow, at, a.plan->stages).stages,
+                      fmt::format("{} (at ZeRO {})", where, zeros[z]));
+    }
     StagePlan backwards = a.plan->stages;
     std::reverse(backwards.chunks.begin(), backwards.chunks.end());
     ExpectSameMemory(EstimateMemory(fast, a.plan->layout, backwards), *a.plan->memory, where + " (chunks backwards)");
@@ -180,16 +185,8 @@ TEST_P(FastPathsAgree, WithTheLayerByLayerPaths) {
   EXPECT_GT(reach.plans, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(ShippedRecipes, FastPathsAgree,
-                         ::testing::Values("deepseek-v3-h200", "gpt-oss-120b-h200", "jamba-v0.1-h200",
-                                           "llama3-405b-h200", "llama3-8b-h200", "mamba2-2.7b-h200",
-                                           "mixtral-8x7b-h200", "nam56r-h200", "nemotron-h-8b-h200",
-                                           "qwen3-30b-a3b-h200"),
-                         [](const ::testing::TestParamInfo<const char*>& param) {
-                           std::string name = param.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(ShippedRecipes, FastPathsAgree, ::testing::ValuesIn(testing::kShippedRecipes),
+                         testing::RecipeTestName);
 
 // The fast paths fire: pipelines with repeated middle stages price some ranks
 // as others (Llama 3 405B: 126 uniform layer pairs, pp up to 16).
