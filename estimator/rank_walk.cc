@@ -131,6 +131,10 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
   AddShares(w, m.shares, n);
 }
 
+/// Whether the inventory carries its per-family prefix counts (one built by
+/// hand may not: its walks go layer by layer).
+bool HasPrefixes(const Inventory& inv) { return inv.prefix_family_layers.size() == inv.layers.size() + 1; }
+
 /// The layers [first, end) of a chunk from their per-family counts, O(families)
 /// rather than O(layers), when that gives what the layer-by-layer visit gives:
 /// every family on the chunk uniform, every layer keeping the policy's
@@ -140,7 +144,7 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
 bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, int64_t first, int64_t end,
                      int64_t in_flight, bool mirrored, LayerMemos& memo, std::array<int64_t, 5>& pending, Walk& w,
                      int64_t* layers_here) {
-  if (l.recompute == Recompute::kFull || x.zero3 || first >= end) return false;
+  if (l.recompute == Recompute::kFull || x.zero3 || first >= end || !HasPrefixes(inv)) return false;
   const std::array<int64_t, 5> counts = inv.RangeFamilyLayers(first, end);
   for (size_t f = 0; f < 5; ++f) {
     if (counts[f] > 0 && !inv.family_uniform[f]) return false;
@@ -186,7 +190,9 @@ bool RegularPlan(const StagePlan& plan, int64_t p) {
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight) {
   out->clear();
-  if (l.recompute == Recompute::kFull || l.zero >= 3 || l.schedule == Schedule::kInterleaved) return false;
+  if (l.recompute == Recompute::kFull || l.zero >= 3 || l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) {
+    return false;
+  }
   bool ok = true;
   *in_flight = ForEachChunk(plan, l, r, regular, rates,
                             [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
