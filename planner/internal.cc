@@ -1,7 +1,6 @@
 #include "internal.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "preflight/estimator/geometry.h"
 #include "preflight/planner/stages.h"
@@ -52,14 +51,14 @@ struct ChunkKey {
   bool operator==(const ChunkKey&) const = default;
 };
 
-/// The key of chunk `c`, or nullopt when a family on it is not uniform.
-std::optional<ChunkKey> KeyOf(const Inventory& inv, const PlanTables& t, const Layout& l, const RankChunk& c,
-                              int64_t n_chunks) {
-  ChunkKey k;
+/// Fills the key of chunk `c` in place (a sweep keys every chunk of every
+/// layout); false when a family on it is not uniform.
+bool FillKey(const Inventory& inv, const PlanTables& t, const Layout& l, const RankChunk& c, int64_t n_chunks,
+             ChunkKey& k) {
   const StageChunk& r = c.range;
   k.counts = FamilyCounts(t, r.first_layer, r.end_layer);
   for (size_t f = 0; f < 5; ++f) {
-    if (k.counts[f] > 0 && !inv.family_uniform[f]) return std::nullopt;
+    if (k.counts[f] > 0 && !inv.family_uniform[f]) return false;
   }
   if (r.first_layer < r.end_layer) {
     k.first_kind = static_cast<int>(t.kinds[static_cast<size_t>(r.first_layer)]);
@@ -86,23 +85,29 @@ std::optional<ChunkKey> KeyOf(const Inventory& inv, const PlanTables& t, const L
   const size_t a = static_cast<size_t>(r.first_layer), b = static_cast<size_t>(r.end_layer);
   k.muon_dense = t.muon_ns_dense_flops_prefix[b] - t.muon_ns_dense_flops_prefix[a];
   k.muon_expert = t.muon_ns_expert_flops_prefix[b] - t.muon_ns_expert_flops_prefix[a];
-  return k;
+  return true;
 }
 
 }  // namespace
 
 void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, const RankChunks& by_rank,
                int64_t n_chunks, std::vector<int64_t>* same_as) {
-  // Every chunk's key once (a rank that matches none is compared with every distinct rank before it).
-  thread_local std::vector<std::optional<ChunkKey>> keys;
-  keys.clear();
-  for (const RankChunk& c : by_rank.chunks) keys.push_back(KeyOf(inv, t, layout, c, n_chunks));
+  // Every chunk's key once (a rank that matches none is compared with every
+  // distinct rank before it), built in place in per-thread buffers.
+  thread_local std::vector<ChunkKey> keys;
+  thread_local std::vector<char> keyed;  // the chunk's families are uniform
+  keys.resize(by_rank.chunks.size());
+  keyed.resize(by_rank.chunks.size());
+  for (size_t i = 0; i < by_rank.chunks.size(); ++i) {
+    keys[i] = ChunkKey{};
+    keyed[i] = FillKey(inv, t, layout, by_rank.chunks[i], n_chunks, keys[i]) ? 1 : 0;
+  }
   const auto same = [&](int64_t a, int64_t b) {
     const size_t a0 = by_rank.begin[static_cast<size_t>(a)], b0 = by_rank.begin[static_cast<size_t>(b)];
     const size_t n = by_rank.begin[static_cast<size_t>(a) + 1] - a0;
     if (n != by_rank.begin[static_cast<size_t>(b) + 1] - b0) return false;
     for (size_t i = 0; i < n; ++i) {
-      if (!keys[a0 + i] || keys[a0 + i] != keys[b0 + i]) return false;
+      if (!keyed[a0 + i] || !keyed[b0 + i] || !(keys[a0 + i] == keys[b0 + i])) return false;
     }
     return true;
   };
