@@ -169,11 +169,10 @@ NodeCounts CountNodes(const Groups& groups, int64_t domain) {
 // LocalityOf (what sweeps use, without the groups) equals the summary of the
 // groups PlaceRanks lists, on layouts whose groups straddle nodes unevenly:
 // tp 3 and 6 against 8-GPU nodes, an NVLink domain of 4 and 12, both rank
-// orders, MoE folding, HSDP replicas, the tied embedding. Under order
-// tp-cp-dp-pp with stages of whole domains LocalityOf counts the groups of
-// the first stage only, under tp-cp-pp-dp TP, CP, PP and the embedding over
-// the first data-parallel replica only, when those blocks are whole domains
-// (e.g. tp 2, cp 2, pp 2, domain 4 or 8).
+// orders, MoE folding, HSDP replicas, the tied embedding. LocalityOf counts
+// an axis whose groups keep pp (or dp) fixed over the ranks at its first
+// value when the shift to the next is a whole number of domains (e.g. tp 2,
+// cp 2, domain 4: t*c = 4; tp 6, cp 2, domain 12).
 TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
   int checked = 0;
   for (int64_t tp : {1, 2, 3, 6}) {
