@@ -169,9 +169,8 @@ inline Kept KeptBy(const Layer& layer, int64_t j, Recompute recompute, const Tra
 /// The framework layer (Inventory::layer_starts) of sublayer `i`, counted
 /// from the chunk that starts at sublayer `first`.
 inline int64_t LayerInChunk(const Inventory& inv, int64_t first, int64_t i) {
-  const std::vector<int64_t>& s = inv.layer_starts;
-  return (std::upper_bound(s.begin(), s.end(), i) - s.begin()) -
-         (std::upper_bound(s.begin(), s.end(), first) - s.begin());
+  // The framework layers starting in (first, i].
+  return inv.RangeLayerStarts(first + 1, i + 1);
 }
 
 class ActivationRates {
