@@ -294,15 +294,28 @@ Priced WorstOf(const std::vector<RankMemory>& ranks) {
   return p;
 }
 
-// The step time of one stage plan into `p`.
+// The step time of one stage plan into `p`. `siblings` (or null): the
+// item's slots of the other ZeRO stages, whose pipeline items a stale slot
+// takes when one of them is built for these stages.
 void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
                const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot,
-               Priced& p) {
+               const std::vector<CommSlot>* siblings, Priced& p) {
   // The one policy input of the communication: whether backward reruns
   // the MoE layers' token dispatch (full recompute, or the "moe" module).
   const bool moe_rerun = Reruns(inv.recipe.training, layout.recompute, RecomputeModule::kMoe);
-  if (slot.stages != &stages || slot.moe_rerun != moe_rerun) {
-    BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+  const auto built_for_this = [&](const CommSlot& c) { return c.stages == &stages && c.moe_rerun == moe_rerun; };
+  if (!built_for_this(slot)) {
+    const CommSlot* sibling = nullptr;
+    if (siblings != nullptr) {
+      for (const CommSlot& c : *siblings) {
+        if (&c != &slot && built_for_this(c)) sibling = &c;
+      }
+    }
+    if (sibling != nullptr) {
+      BuildStageComm(inv, tables, layout, stages, locality, cost, sibling->comm, &slot.comm);
+    } else {
+      BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+    }
     slot.stages = &stages;
     slot.moe_rerun = moe_rerun;
   }
@@ -433,14 +446,17 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
           Priced priced = WorstOf(w.fallback_memory[c][at]);
           if (!priced.Fits(inv.recipe)) continue;
           w.scratch.stages = nullptr;  // another ZeRO stage may have used it
-          PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, priced);
+          PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, nullptr, priced);
           if (!found || priced.step_s < best.step_s) {
             best = priced;
             found = true;
           }
         }
       }
-      if (!found) PriceTime(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi], best);
+      if (!found) {
+        PriceTime(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi], &w.comm_by_zero,
+                  best);
+      }
       row.peak = best.peak;
       row.worst_stage = static_cast<int16_t>(best.worst);
       const Bytes headroom = best.capacity - best.peak;
