@@ -387,6 +387,17 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
 StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                           std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times) {
   StepTime st;
+  EstimateStepTime(inv, t, l, stages, comm, cost, times, &st);
+  return st;
+}
+
+void EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                      std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times, StepTime* out) {
+  std::vector<StageTime> stages_storage = std::move(out->stages);
+  stages_storage.clear();
+  *out = StepTime{};
+  out->stages = std::move(stages_storage);  // its storage kept
+  StepTime& st = *out;
   const GpuSpec& gpu = inv.recipe.cluster.spec;
   // Newton-Schulz runs as large GEMMs: the device's GEMM rate.
   const double peak = gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
@@ -450,7 +461,6 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   st.step_s = st.steady_s + st.bubble_s + tail;
   st.bubble_fraction = st.step_s > 0 ? st.bubble_s / st.step_s : 0.0;
   SetThroughput(inv, t, l, st);
-  return st;
 }
 
 }  // namespace preflight

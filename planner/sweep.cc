@@ -188,6 +188,7 @@ struct CommSlot {
   const StagePlan* stages = nullptr;
   bool moe_rerun = false;
   std::vector<StageComm> comm;
+  StepTime time;  // the last step time priced on it, kept for its storage
 };
 
 // Per-thread state: a private recipe copy mutated in place (no copy per
@@ -319,7 +320,8 @@ void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& lay
     slot.stages = &stages;
     slot.moe_rerun = moe_rerun;
   }
-  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times);
+  EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times, &slot.time);
+  const StepTime& time = slot.time;
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
   p.mfu = time.mfu;

@@ -107,5 +107,10 @@ StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, 
 StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                           const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
                           const ComputeTimes& times);
+/// The same into `out`, reusing its per-stage vector's storage (a sweep
+/// prices millions of layouts with one).
+void EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
+                      const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
+                      const ComputeTimes& times, StepTime* out);
 
 }  // namespace preflight
