@@ -2,52 +2,59 @@
 // embedding ids, head terms), as the interleaved replay and the activation
 // category read them.
 #include "internal.h"
+#include "preflight/estimator/geometry.h"
 
 namespace preflight::estimator_detail {
 
 Bytes ActivationRates::Layer(int f) {
-  const size_t i = static_cast<size_t>(f);
-  if (!layer_known_[i]) {
-    // What stays on the device: offloaded modules' tensors wait in host memory.
-    layer_[i] =
-        (LayerActivations(inv_.recipe, l_, kAllBlockKinds[i]) - LayerOffloaded(inv_.recipe, l_, kAllBlockKinds[i]))
-            .count();
-    layer_known_[i] = true;
-  }
-  return Bytes(layer_[i]);
+  // What stays on the device: offloaded modules' tensors wait in host memory.
+  return Once(layer_[static_cast<size_t>(f)], [&] {
+    return LayerActivations(inv_.recipe, l_, kAllBlockKinds[static_cast<size_t>(f)]) - Offloaded(f, false);
+  });
 }
 
 Bytes ActivationRates::Stored(int f) {
-  const size_t i = static_cast<size_t>(f);
-  if (!stored_known_[i]) {
+  return Once(stored_[static_cast<size_t>(f)], [&] { return Unrecomputed(f) - Offloaded(f, true); });
+}
+
+Bytes ActivationRates::Unrecomputed(int f) {
+  return Once(unrecomputed_[static_cast<size_t>(f)], [&] {
     Layout none = l_;
     none.recompute = Recompute::kNone;
-    stored_[i] =
-        (LayerActivations(inv_.recipe, none, kAllBlockKinds[i]) - LayerOffloaded(inv_.recipe, none, kAllBlockKinds[i]))
-            .count();
-    stored_known_[i] = true;
-  }
-  return Bytes(stored_[i]);
+    return LayerActivations(inv_.recipe, none, kAllBlockKinds[static_cast<size_t>(f)]);
+  });
+}
+
+Bytes ActivationRates::Offloaded(int f, bool none) {
+  return Once(offloaded_[none ? 1 : 0][static_cast<size_t>(f)], [&] {
+    Layout l = l_;
+    if (none) l.recompute = Recompute::kNone;
+    return LayerOffloaded(inv_.recipe, l, kAllBlockKinds[static_cast<size_t>(f)]);
+  });
+}
+
+Bytes ActivationRates::Workspace(int f) {
+  return Once(workspace_[static_cast<size_t>(f)],
+              [&] { return LayerWorkspace(inv_.recipe, l_, kAllBlockKinds[static_cast<size_t>(f)]); });
+}
+
+Bytes ActivationRates::RoutingPeak() {
+  return Once(routing_, [&] { return RouteMoeOn(inv_.recipe, l_).peak(); });
 }
 
 Bytes ActivationRates::Embedding() {
-  if (embedding_ < 0) embedding_ = FirstStageActivations(inv_.recipe, l_).count();
-  return Bytes(embedding_);
+  return Once(embedding_, [&] { return FirstStageActivations(inv_.recipe, l_); });
 }
 
 Bytes ActivationRates::HeadLogits() {
-  if (head_logits_ < 0) {
-    head_logits_ = HeadLogitsActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp)).count();
-  }
-  return Bytes(head_logits_);
+  return Once(head_logits_,
+              [&] { return HeadLogitsActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp)); });
 }
 
 Bytes ActivationRates::HeadSaved() {
-  if (head_saved_ < 0) {
-    const Bytes last = LastStageActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp));
-    head_saved_ = (last - HeadLogits()).count();
-  }
-  return Bytes(head_saved_);
+  return Once(head_saved_, [&] {
+    return LastStageActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp)) - HeadLogits();
+  });
 }
 
 ChunkActivation ActivationRates::Chunk(const StageChunk& c) {

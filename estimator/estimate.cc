@@ -51,9 +51,11 @@
 // - Allocator overhead: a fraction of every allocator-managed byte (all but the
 //   runtime reserve).
 #include "preflight/estimator/estimate.h"
+#include "preflight/estimator/estimate_by_zero.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include "internal.h"
@@ -139,8 +141,7 @@ void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, Sink* sin
   }
 }
 
-RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, Sink* sink) {
-  const Recipe& rc = inv.recipe;
+Context ContextOf(const Recipe& rc, const Layout& l) {
   Context x;
   // ZeRO shards over one HSDP replica's ranks (all of d*c without HSDP).
   x.dense_group = l.zero_group();
@@ -151,28 +152,63 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   x.fsdp_cpu_offload = x.zero3 && rc.parallel.fsdp_cpu_offload;
   x.fp4 = rc.training.precision.fp4;
   x.fp4_params = x.fp4 != Fp4Format::kNone && rc.training.precision.fp4_params;
+  return x;
+}
 
-  ActivationRates rates(inv, l);
-  Walk w = WalkRank(inv, l, plan, r, x, rates);
-  const Ends ends = EndsOf(inv, l, w, x);
-  Offer(w, UnitOf(ends.embedding, x, -1));
-  AddUnitShares(w, ends.embedding, x);
-  LocalParams head_unit = ends.head;
-  AddInto(head_unit, ends.final_norm);
+/// What every pipeline rank of one layout prices alike, worked out once.
+struct LayoutFigures {
+  LayoutFigures(const Inventory& inv, const Layout& l, const StagePlan& plan)
+      : x(ContextOf(inv.recipe, l)), rates(inv, l), regular(estimator_detail::RegularPlan(plan, l.pp)) {}
+  Context x;
+  ActivationRates rates;
+  bool regular = false;  // RegularPlan
+  estimator_detail::LayerMemos memo{};
+};
+
+/// A rank's walk with its ends, their units offered: what ZeRO 0-2 price alike.
+struct Walked {
+  Walk w;
+  Ends ends;
+};
+
+Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, LayoutFigures& shared) {
+  const Context& x = shared.x;
+  Walked b{WalkRank(inv, l, plan, r, shared.regular, x, shared.rates, shared.memo), {}};
+  Walk& w = b.w;
+  b.ends = EndsOf(inv, l, w, x);
+  Offer(w, UnitOf(b.ends.embedding, x, -1));
+  AddUnitShares(w, b.ends.embedding, x);
+  LocalParams head_unit = b.ends.head;
+  AddInto(head_unit, b.ends.final_norm);
   Offer(w, UnitOf(head_unit, x, -1));
   AddUnitShares(w, head_unit, x);
-  if (x.zero3) w.gathered = w.gather.Peak(ends.embedding.bytes, head_unit.bytes);
+  if (x.zero3) w.gathered = w.gather.Peak(b.ends.embedding.bytes, head_unit.bytes);
+  return b;
+}
 
-  RankMemory out;
-  out.in_flight_microbatches = w.in_flight;
-  PriceParams(out, w, ends, l, x, sink);
-  PriceGradients(out, w, ends, l, x, sink);
-  PriceOptimizer(out, w, ends, rc, l, x, sink);
-  PriceActivations(out, w, inv, l, rates, sink);
-  PriceRoutingScratch(out, w, rc, l, sink);
-  PriceServing(out, w, rc, l, sink);
-  PriceWorkspaces(out, w, rc, sink);
+/// Parameters, gradients and optimizer state: the categories ZeRO changes.
+void PriceModelState(RankMemory& out, const Walked& b, const Recipe& rc, const Layout& l, const Context& x,
+                     Sink* sink) {
+  PriceParams(out, b.w, b.ends, l, x, sink);
+  PriceGradients(out, b.w, b.ends, l, x, sink);
+  PriceOptimizer(out, b.w, b.ends, rc, l, x, sink);
+}
 
+/// Activations, routing scratch, serving state and workspaces: the
+/// categories ZeRO does not change.
+void PriceTransients(RankMemory& out, const Walked& b, const Inventory& inv, const Layout& l, ActivationRates& rates,
+                     Sink* sink) {
+  const Recipe& rc = inv.recipe;
+  out.in_flight_microbatches = b.w.in_flight;
+  PriceActivations(out, b.w, inv, l, rates, sink);
+  PriceRoutingScratch(out, b.w, rc, l, rates, sink);
+  PriceServing(out, b.w, rc, l, sink);
+  PriceWorkspaces(out, b.w, rc, sink);
+}
+
+/// The allocator figures, the runtime reserve and the allocator overhead of
+/// a rank whose categories are priced.
+void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout& l, Sink* sink) {
   const Bytes managed = out.total();
   // Allocator figures: everything priced so far goes through PyTorch's caching
   // allocator; the reserve and fragmentation below do not show in
@@ -183,8 +219,8 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   // stay (FSDP2 reshard_after_forward/backward; Megatron-FSDP frees its
   // unsharded bucket buffers; DeepSpeed stage 2 its reduction buckets).
   Bytes step_transients;
-  for (int64_t g : w.gathered) step_transients += Bytes(g);
-  if (l.zero >= 2) step_transients += Bytes(w.grad_unit.grads);
+  for (int64_t g : b.w.gathered) step_transients += Bytes(g);
+  if (l.zero >= 2) step_transients += Bytes(b.w.grad_unit.grads);
   out.allocated_static = out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) +
                          out.of(Category::kEpShardedParams) + out.of(Category::kGradients) +
                          out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
@@ -205,7 +241,61 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
               Inputs({{"managed", managed.count()}})}),
          out.of(Category::kAllocatorOverhead));
   }
+}
+
+RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, LayoutFigures& shared,
+                   Sink* sink) {
+  const Walked b = WalkOf(inv, l, plan, r, shared);
+  RankMemory out;
+  PriceModelState(out, b, inv.recipe, l, shared.x, sink);
+  PriceTransients(out, b, inv, l, shared.rates, sink);
+  FinishRank(out, b, inv.recipe, l, sink);
   return out;
+}
+
+/// Every rank of `layout` at the ZeRO stages zeros[i] for i in `group`, all
+/// below 3 or all 3 (their walks agree), into out[i]: each rank walked and
+/// its ZeRO-independent categories priced once. Ranks whose walks agree
+/// (RankVisits: pipelines repeat their middle stages) are priced once.
+void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
+                   std::span<const size_t> group, std::vector<std::vector<RankMemory>>& out) {
+  Layout l = layout;
+  l.zero = zeros[group.front()];
+  LayoutFigures shared(inv, l, stages);
+  // Per-thread buffers: a sweep prices millions of layouts.
+  thread_local std::vector<std::vector<estimator_detail::VisitKey>> visits;
+  thread_local std::vector<estimator_detail::InFlight> in_flight;
+  thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits
+  if (visits.size() < static_cast<size_t>(l.pp)) visits.resize(static_cast<size_t>(l.pp));
+  in_flight.resize(static_cast<size_t>(l.pp));
+  distinct.clear();
+  for (int64_t r = 0; r < l.pp; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    if (estimator_detail::RankVisits(inv, l, stages, r, shared.regular, shared.rates, &visits[i], &in_flight[i])) {
+      const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
+        const size_t j = static_cast<size_t>(q);
+        return visits[j] == visits[i] && in_flight[j].units == in_flight[i].units &&
+               in_flight[j].head_units == in_flight[i].head_units &&
+               in_flight[j].head_logits == in_flight[i].head_logits;
+      });
+      if (same != distinct.end()) {
+        for (size_t g : group) out[g][i] = out[g][static_cast<size_t>(*same)];
+        continue;
+      }
+      distinct.push_back(r);
+    }
+    const Walked b = WalkOf(inv, l, stages, r, shared);
+    RankMemory transients;
+    PriceTransients(transients, b, inv, l, shared.rates, nullptr);
+    for (size_t g : group) {
+      Layout at = layout;
+      at.zero = zeros[g];
+      RankMemory& m = out[g][i];
+      m = transients;
+      PriceModelState(m, b, inv.recipe, at, shared.x, nullptr);
+      FinishRank(m, b, inv.recipe, at, nullptr);
+    }
+  }
 }
 
 std::string GiBText(Bytes b) {
@@ -218,13 +308,36 @@ std::string GiBText(Bytes b) {
 
 RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                         int64_t pipeline_rank) {
-  return Compute(inventory, layout, stages, pipeline_rank, nullptr);
+  LayoutFigures shared(inventory, layout, stages);
+  return Compute(inventory, layout, stages, pipeline_rank, shared, nullptr);
+}
+
+void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out) {
+  out->resize(zeros.size());
+  for (std::vector<RankMemory>& ranks : *out) ranks.resize(static_cast<size_t>(layout.pp));
+  thread_local std::vector<size_t> group;
+  for (bool zero3 : {false, true}) {
+    group.clear();
+    for (size_t i = 0; i < zeros.size(); ++i) {
+      if ((zeros[i] >= 3) == zero3) group.push_back(i);
+    }
+    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, *out);
+  }
+}
+
+void EstimateRanks(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                   std::vector<RankMemory>* out) {
+  thread_local std::vector<std::vector<RankMemory>> one;
+  EstimateRanksByZero(inventory, layout, stages, std::span<const int64_t>(&layout.zero, 1), &one);
+  std::swap(*out, one.front());
 }
 
 std::vector<Explanation> ExplainRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                                      int64_t pipeline_rank) {
   std::vector<Explanation> out;
-  Compute(inventory, layout, stages, pipeline_rank, &out);
+  LayoutFigures shared(inventory, layout, stages);
+  Compute(inventory, layout, stages, pipeline_rank, shared, &out);
   return out;
 }
 
@@ -235,10 +348,11 @@ bool HostMemoryFits(const Recipe& r, Bytes heaviest_stage_host) {
 
 MemoryEstimate EstimateMemory(const Inventory& inventory, const Layout& layout, const StagePlan& stages) {
   MemoryEstimate est;
-  est.stages.reserve(static_cast<size_t>(layout.pp));
+  EstimateRanks(inventory, layout, stages, &est.stages);
   for (int64_t r = 0; r < layout.pp; ++r) {
-    est.stages.push_back(EstimateRank(inventory, layout, stages, r));
-    if (est.stages.back().total() > est.stages[static_cast<size_t>(est.worst_stage)].total()) est.worst_stage = r;
+    if (est.stages[static_cast<size_t>(r)].total() > est.stages[static_cast<size_t>(est.worst_stage)].total()) {
+      est.worst_stage = r;
+    }
   }
   const RankMemory& worst = est.stages[static_cast<size_t>(est.worst_stage)];
   const Bytes floor = GiB(inventory.recipe.cluster.min_headroom_gib);

@@ -180,9 +180,8 @@ inline Kept KeptBy(const Layer& layer, int64_t j, Recompute recompute, const Tra
 /// The framework layer (Inventory::layer_starts) of sublayer `i`, counted
 /// from the chunk that starts at sublayer `first`.
 inline int64_t LayerInChunk(const Inventory& inv, int64_t first, int64_t i) {
-  const std::vector<int64_t>& s = inv.layer_starts;
-  return (std::upper_bound(s.begin(), s.end(), i) - s.begin()) -
-         (std::upper_bound(s.begin(), s.end(), first) - s.begin());
+  // The framework layers starting in (first, i].
+  return inv.RangeLayerStarts(first + 1, i + 1);
 }
 
 class ActivationRates {
@@ -202,13 +201,30 @@ class ActivationRates {
   Bytes HeadLogits();
   /// One micro-batch through chunk `c` (layers [first, end) and its ends).
   ChunkActivation Chunk(const StageChunk& c);
+  /// LayerActivations of family f without recompute (what a recomputed layer
+  /// holds again in its backward).
+  Bytes Unrecomputed(int f);
+  /// LayerOffloaded of family f under the layout's policy (`none`: without recompute).
+  Bytes Offloaded(int f, bool none);
+  /// LayerWorkspace of family f.
+  Bytes Workspace(int f);
+  /// The MoE routing scratch of one layer (RouteMoeOn's peak).
+  Bytes RoutingPeak();
 
  private:
+  /// `slot` computed on first use: every figure depends on the layout only,
+  /// and the ranks of one layout share them (EstimateRanks).
+  template <class F>
+  static Bytes Once(int64_t& slot, F&& compute) {
+    if (slot < 0) slot = compute().count();
+    return Bytes(slot);
+  }
   const Inventory& inv_;
   const Layout& l_;
-  std::array<int64_t, 5> layer_{}, stored_{};
-  std::array<bool, 5> layer_known_{}, stored_known_{};
-  int64_t embedding_ = -1, head_saved_ = -1, head_logits_ = -1;
+  std::array<int64_t, 5> layer_{-1, -1, -1, -1, -1}, stored_{-1, -1, -1, -1, -1};
+  std::array<int64_t, 5> unrecomputed_{-1, -1, -1, -1, -1}, workspace_{-1, -1, -1, -1, -1};
+  std::array<std::array<int64_t, 5>, 2> offloaded_{{{-1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1}}};
+  int64_t embedding_ = -1, head_saved_ = -1, head_logits_ = -1, routing_ = -1;
 };
 
 /// What the pipeline schedule keeps in flight on one rank (ForEachChunk).
@@ -236,9 +252,39 @@ UnitExtra UnitOf(const LocalParams& e, const Context& x, int64_t layer);
 void Offer(Walk& w, const UnitExtra& u);
 /// Adds one unit's owned shares (its buffers' ceil(n / D)) to `w`.
 void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x);
-/// One pass over the layers on rank r (ForEachChunk), tallying params, units and counts.
-Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
-              ActivationRates& rates);
+/// What a layer adds to the walk that depends only on its totals and the
+/// layout, remembered per family: a family's layers usually have equal totals
+/// (a sweep walks every layer of every layout; divisions are its cost), and
+/// every rank of a layout reuses them.
+struct LayerMemo {
+  const ParamTotals* totals = nullptr;
+  LocalParams local;
+  UnitExtra unit;
+  Shares shares;
+  Fp4Copies fp4;
+};
+using LayerMemos = std::array<LayerMemo, 5>;
+
+/// One pass over the layers on rank r (ForEachChunk), tallying params, units
+/// and counts; `memo` holds the layout's per-family figures (shared by its ranks).
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular, const Context& x,
+              ActivationRates& rates, LayerMemos& memo);
+/// What a walk reads of one visit (ForEachChunk) when VisitByFamilies
+/// prices it: ranks with equal visits, in order, and equal in-flight figures
+/// have equal walks (RankVisits).
+struct VisitKey {
+  std::array<int64_t, 5> counts{};
+  int64_t layers = 0;  // framework layers starting in it
+  int64_t in_flight = 0;
+  bool mirrored = false, embedding = false, head = false;
+  bool operator==(const VisitKey&) const = default;
+};
+/// Rank r's visits into `out` (cleared first) and its InFlight; false when
+/// a visit would not go by family counts (non-uniform family, full recompute,
+/// ZeRO 3) or the schedule is interleaved (its replay is the walk's cost).
+bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
+                ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
+
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w, const Context& x);
 
@@ -304,24 +350,51 @@ InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, in
 ///   README's PP+1 with PP = 2p gives 2p+1 V-stage-micro-batches per rank: p+1 on
 ///   the down stage, p on the up stage [OURS: split]. A rank with two chunks is
 ///   taken as (down, up); a single chunk as its first ceil(n/2) layers and the rest.
+/// Whether every chunk of `plan` sits where the StagePlan contract puts it
+/// (chunk vi of rank r at plan.chunks[vi * p + r]): then a rank's chunks, in
+/// plan order, are found without scanning the plan (checked once per layout).
+bool RegularPlan(const StagePlan& plan, int64_t p);
+
+/// Calls f(chunk) for each chunk of rank r or (DualPipe's mirror) rank
+/// `mirror`, in plan order.
 template <class F>
-InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, ActivationRates& rates, F&& visit) {
+void ChunksOf(const StagePlan& plan, int64_t p, bool regular, int64_t r, int64_t mirror, F&& f) {
+  if (!regular) {
+    for (const StageChunk& c : plan.chunks) {
+      if (c.pipeline_rank == r || c.pipeline_rank == mirror) f(c);
+    }
+    return;
+  }
+  const int64_t lo = std::min(r, mirror < 0 ? r : mirror), hi = std::max(r, mirror);
+  for (size_t at = 0; at < plan.chunks.size(); at += static_cast<size_t>(p)) {
+    f(plan.chunks[at + static_cast<size_t>(lo)]);
+    if (hi != lo) f(plan.chunks[at + static_cast<size_t>(hi)]);
+  }
+}
+
+template <class F>
+InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool regular, ActivationRates& rates,
+                      F&& visit) {
   const int64_t p = l.pp;
   const int64_t m = l.micro_batches;
   int64_t own = 0;
-  for (const StageChunk& c : plan.chunks) own += c.pipeline_rank == r ? 1 : 0;
+  if (regular) {
+    own = static_cast<int64_t>(plan.chunks.size()) / p;
+  } else {
+    for (const StageChunk& c : plan.chunks) own += c.pipeline_rank == r ? 1 : 0;
+  }
   InFlight out;
   if (l.schedule == Schedule::kDualPipe) {
     const int64_t n = DualPipeInFlight(p, m);
     const int64_t own_share = CeilDiv(n, 2);
     const int64_t mirror = p - 1 - r;
-    for (const StageChunk& c : plan.chunks) {
+    ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) {
       if (c.pipeline_rank == r) {
         visit(c, c.first_layer, c.end_layer, own_share, false, true);
-      } else if (mirror != r && c.pipeline_rank == mirror) {
+      } else {
         visit(c, c.first_layer, c.end_layer, n - own_share, true, true);
       }
-    }
+    });
     out.units = n;
     return out;
   }
@@ -329,8 +402,7 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, Activat
     const int64_t down = DualPipeInFlight(p, m);
     const int64_t up = std::min(p, m);
     int64_t j = 0;
-    for (const StageChunk& c : plan.chunks) {
-      if (c.pipeline_rank != r) continue;
+    ChunksOf(plan, p, regular, r, -1, [&](const StageChunk& c) {
       if (own == 1) {
         const int64_t mid = c.first_layer + CeilDiv(c.end_layer - c.first_layer, 2);
         visit(c, c.first_layer, mid, down, false, true);
@@ -339,15 +411,14 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, Activat
         visit(c, c.first_layer, c.end_layer, j == 0 ? down : up, false, true);
       }
       ++j;
-    }
+    });
     out.units = down;
     return out;
   }
   if (own <= 1) {
     out.units = OneFOneBInFlight(p, m, r);
-    for (const StageChunk& c : plan.chunks) {
-      if (c.pipeline_rank == r) visit(c, c.first_layer, c.end_layer, out.units, false, true);
-    }
+    ChunksOf(plan, p, regular, r, -1,
+             [&](const StageChunk& c) { visit(c, c.first_layer, c.end_layer, out.units, false, true); });
     return out;
   }
   return InterleavedChunks(plan, l, r, own, rates, visit);
@@ -361,7 +432,8 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
                     const Context& x, Sink* sink);
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink);
-void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
+void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, ActivationRates& rates,
+                         Sink* sink);
 void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink);
 
 /// Whether the rank runs MoE layers: its own, or MTP modules at the head

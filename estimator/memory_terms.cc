@@ -240,9 +240,24 @@ __extension__ typedef __int128 Int128;
 
 int64_t CeilFraction(int64_t n, double f) {
   constexpr int64_t kMillion = 1'000'000;
-  const long double scaled = std::llround(static_cast<long double>(f) * kMillion);
+  // The fraction in millionths, remembered for the last f (a sweep scales by
+  // the same few fractions millions of times).
+  thread_local double last_f = 0;
+  thread_local long double last_scaled = 0;
+  thread_local bool known = false;
+  if (!known || f != last_f) {
+    last_scaled = std::llround(static_cast<long double>(f) * kMillion);
+    last_f = f;
+    known = true;
+  }
+  const long double scaled = last_scaled;
   if (scaled >= static_cast<long double>(std::numeric_limits<int64_t>::max())) {
     throw ArithmeticOverflow("int64 overflow in a fraction");
+  }
+  // In 64 bits when the product fits (the same quotient and remainder as in 128).
+  int64_t narrow = 0;
+  if (!__builtin_mul_overflow(n, static_cast<int64_t>(scaled), &narrow)) {
+    return narrow / kMillion + (narrow % kMillion != 0 ? 1 : 0);
   }
   const Int128 product = static_cast<Int128>(n) * static_cast<int64_t>(scaled);
   const Int128 out = product / kMillion + (product % kMillion != 0 ? 1 : 0);

@@ -87,10 +87,8 @@ int64_t RecomputeGroup(const Recipe& rc, const Walk& w) {
 
 /// Activation offloading: what the in-flight layers moved to host memory
 /// (RankMemory::host) and what of it the device still holds at the peak.
-void PriceActivationOffload(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
+void PriceActivationOffload(RankMemory& out, const Walk& w, const Layout& l, ActivationRates& rates, Sink* sink) {
   Bytes host, last_layers, largest;
-  Layout none = l;
-  none.recompute = Recompute::kNone;
   for (int f = 0; f < 5; ++f) {
     if (w.layer_count[f] == 0) continue;
     // Under full recompute only the layers the block method leaves without a
@@ -98,7 +96,7 @@ void PriceActivationOffload(RankMemory& out, const Walk& w, const Recipe& rc, co
     const bool full = l.recompute == Recompute::kFull;
     const int64_t units = full ? w.stored_units[f] : w.units[f];
     if (units == 0) continue;
-    const Bytes layer = LayerOffloaded(rc, full ? none : l, kAllBlockKinds[f]);
+    const Bytes layer = rates.Offloaded(f, full);
     host += layer * units;
     last_layers += layer;
     largest = std::max(largest, layer);
@@ -120,8 +118,6 @@ void PriceActivationOffload(RankMemory& out, const Walk& w, const Recipe& rc, co
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink) {
   const Recipe& rc = inv.recipe;
-  Layout none = l;
-  none.recompute = Recompute::kNone;
   Bytes sum;
   for (int f = 0; f < 5; ++f) {
     if (w.layer_count[f] == 0) continue;
@@ -136,16 +132,16 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     // bound for mixed families) hold their whole no-recompute activation set
     // during their backward, under selective recompute what its rerun modules
     // regenerate; Mamba and CP attention add their kernel workspaces.
-    Bytes transient = LayerWorkspace(rc, l, kind);
-    if (l.recompute == Recompute::kFull) transient += LayerActivations(rc, none, kind) * RecomputeGroup(rc, w);
-    if (l.recompute == Recompute::kSelective) transient += LayerActivations(rc, none, kind) - per_layer;
+    Bytes transient = rates.Workspace(f);
+    if (l.recompute == Recompute::kFull) transient += rates.Unrecomputed(f) * RecomputeGroup(rc, w);
+    if (l.recompute == Recompute::kSelective) transient += rates.Unrecomputed(f) - per_layer;
     out.activations_transient = std::max(out.activations_transient, transient);
     // A transformer layer recomputes attention and its MLP together: both
     // sublayers' activations are live in its backward.
+    const int attention = FamilyIndex(BlockKind::kAttention);
     if (l.recompute == Recompute::kFull && PairedLayers(inv) && kind != BlockKind::kAttention) {
-      const Bytes pair = (LayerActivations(rc, none, BlockKind::kAttention) + LayerActivations(rc, none, kind)) *
-                             RecomputeGroup(rc, w) +
-                         std::max(LayerWorkspace(rc, l, BlockKind::kAttention), LayerWorkspace(rc, l, kind));
+      const Bytes pair = (rates.Unrecomputed(attention) + rates.Unrecomputed(f)) * RecomputeGroup(rc, w) +
+                         std::max(rates.Workspace(attention), rates.Workspace(f));
       out.activations_transient = std::max(out.activations_transient, pair);
     }
     if (sink) {
@@ -205,7 +201,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   }
   sum += out.activations_ends;
   sum += out.activations_transient;
-  PriceActivationOffload(out, w, rc, l, sink);
+  PriceActivationOffload(out, w, l, rates, sink);
   sum += out.activations_offload_kept;
   if (sink && out.activations_transient.count() > 0) {
     Note(sink, Category::kActivations, "one-layer transient (largest on this rank)",
@@ -265,11 +261,11 @@ void NoteRoutingScratch(Sink* sink, const MoeRouting& mr, const Recipe& rc, cons
 
 }  // namespace
 
-void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
+void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, ActivationRates& rates,
+                         Sink* sink) {
   if (!MoeOnRank(w, rc)) return;
-  const MoeRouting mr = RouteMoeOn(rc, l);
-  out.bytes[static_cast<int>(Category::kRoutingScratch)] = mr.peak();
-  if (sink) NoteRoutingScratch(sink, mr, rc, l);
+  out.bytes[static_cast<int>(Category::kRoutingScratch)] = rates.RoutingPeak();
+  if (sink) NoteRoutingScratch(sink, RouteMoeOn(rc, l), rc, l);
 }
 
 void PriceServing(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {

@@ -120,18 +120,6 @@ void AddShares(Walk& w, const Shares& s, int64_t n) {
   }
 }
 
-/// What a layer adds to the walk that depends only on its totals and the
-/// layout, remembered per family: a family's layers usually have equal totals
-/// (a sweep walks every layer of every layout; divisions are its cost).
-struct LayerMemo {
-  const ParamTotals* totals = nullptr;
-  LocalParams local;
-  UnitExtra unit;
-  Shares shares;
-  Fp4Copies fp4;
-  int64_t pending = 0;  // layers of a uniform family not yet added to the walk's sums
-};
-
 /// The memo of `totals`, recomputed unless it holds equal totals (taken as
 /// equal without comparing when the inventory says the family is uniform).
 LayerMemo& Remember(LayerMemo& memo, const Layer& layer, bool uniform, const Inventory& inv, const Layout& l,
@@ -163,26 +151,102 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
   AddShares(w, m.shares, n);
 }
 
+/// Whether the inventory carries its per-family prefix counts (one built by
+/// hand may not: its walks go layer by layer).
+bool HasPrefixes(const Inventory& inv) { return inv.prefix_family_layers.size() == inv.layers.size() + 1; }
+
+/// The layers [first, end) of a chunk from their per-family counts, O(families)
+/// rather than O(layers), when that gives what the layer-by-layer visit gives:
+/// every family on the chunk uniform, every layer keeping the policy's
+/// activations (no full recompute) and no ZeRO-3 gather pairs to track. The
+/// tallies are integer sums, so adding a family's layers at once is exact.
+/// Returns false, touching nothing, when it does not apply.
+bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, int64_t first, int64_t end,
+                     int64_t in_flight, bool mirrored, LayerMemos& memo, std::array<int64_t, 5>& pending, Walk& w,
+                     int64_t* layers_here) {
+  if (l.recompute == Recompute::kFull || x.zero3 || first >= end || !HasPrefixes(inv)) return false;
+  const std::array<int64_t, 5> counts = inv.RangeFamilyLayers(first, end);
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] > 0 && !inv.family_uniform[f]) return false;
+  }
+  int64_t most = -1;  // the largest unit on the chunk
+  for (size_t f = 0; f < 5; ++f) {
+    if (counts[f] == 0) continue;
+    if (memo[f].totals == nullptr) {  // the family's first layer in the chunk sets the memo
+      int64_t i = first;
+      while (FamilyIndex(inv.layers[static_cast<size_t>(i)].kind) != static_cast<int>(f)) ++i;
+      Remember(memo[f], inv.layers[static_cast<size_t>(i)], true, inv, l, x);
+    }
+    pending[f] += counts[f];
+    w.layer_count[f] += counts[f];
+    w.units[f] = Add(w.units[f], Mul(in_flight, counts[f]));
+    if (!mirrored) w.own_layers[f] += counts[f];
+    most = std::max(most, memo[f].unit.grads);
+  }
+  // The layer-by-layer visit keeps the first layer with the largest unit.
+  if (most > w.grad_unit.grads) {
+    int64_t i = first;
+    while (memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].unit.grads != most) ++i;
+    w.grad_unit = {most, i};
+  }
+  *layers_here = inv.RangeLayerStarts(first, end);
+  return true;
+}
+
 }  // namespace
 
 void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x) { AddShares(w, UnitShares(unit, x), 1); }
 
-Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, const Context& x,
-              ActivationRates& rates) {
+bool RegularPlan(const StagePlan& plan, int64_t p) {
+  if (p <= 0 || plan.chunks.size() % static_cast<size_t>(p) != 0) return false;
+  for (size_t at = 0; at < plan.chunks.size(); ++at) {
+    const StageChunk& c = plan.chunks[at];
+    if (c.pipeline_rank != static_cast<int64_t>(at) % p || c.virtual_index != static_cast<int64_t>(at) / p)
+      return false;
+  }
+  return true;
+}
+
+bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
+                ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight) {
+  out->clear();
+  if (l.recompute == Recompute::kFull || l.zero >= 3 || l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) {
+    return false;
+  }
+  bool ok = true;
+  *in_flight = ForEachChunk(plan, l, r, regular, rates,
+                            [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
+                              VisitKey k;
+                              k.counts = inv.RangeFamilyLayers(first, end);
+                              for (size_t f = 0; f < 5; ++f) ok = ok && (k.counts[f] == 0 || inv.family_uniform[f]);
+                              k.layers = inv.RangeLayerStarts(first, end);
+                              k.in_flight = in;
+                              k.mirrored = mirrored;
+                              k.embedding = ends && c.owns_embedding;
+                              k.head = ends && c.owns_head;
+                              out->push_back(k);
+                            });
+  return ok;
+}
+
+Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular, const Context& x,
+              ActivationRates& rates, LayerMemos& memo) {
   Walk w;
-  std::array<LayerMemo, 5> memo{};
+  std::array<int64_t, 5> pending{};  // layers of a uniform family not yet added to the walk's sums
   const InFlight k =
-      ForEachChunk(plan, l, r, rates,
+      ForEachChunk(plan, l, r, regular, rates,
                    [&](const StageChunk& c, int64_t first, int64_t end, int64_t in_flight, bool mirrored, bool ends) {
                      const bool full = l.recompute == Recompute::kFull;
                      int64_t layers_here = 0;
-                     for (int64_t i = first; i < end; ++i) {
+                     const bool counted =
+                         VisitByFamilies(inv, l, x, first, end, in_flight, mirrored, memo, pending, w, &layers_here);
+                     for (int64_t i = counted ? end : first; i < end; ++i) {
                        const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
                        const int f = FamilyIndex(layer.kind);
                        const bool uniform = inv.family_uniform[static_cast<size_t>(f)];
                        LayerMemo& e = Remember(memo[static_cast<size_t>(f)], layer, uniform, inv, l, x);
                        if (uniform) {
-                         ++e.pending;
+                         ++pending[static_cast<size_t>(f)];
                        } else {
                          AddTimes(w, e, 1);
                        }
@@ -206,8 +270,8 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
                      }
                      if (c.owns_head) w.head = true;
                    });
-  for (const LayerMemo& m : memo) {
-    if (m.pending > 0) AddTimes(w, m, m.pending);
+  for (size_t f = 0; f < 5; ++f) {
+    if (pending[f] > 0) AddTimes(w, memo[f], pending[f]);
   }
   w.in_flight = k.units;
   if (w.head) {

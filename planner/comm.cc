@@ -17,6 +17,7 @@ using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
 using planner_internal::RankChunks;
+using planner_internal::SameRanks;
 
 Bytes StageComm::send_total() const {
   Bytes total;
@@ -830,11 +831,21 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
   const Sizes s = SizesOf(inv, t, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
   const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
-  RankChunks by_rank;
+  // Per-thread buffers: a sweep builds the communication of millions of layouts.
+  thread_local RankChunks by_rank;
+  thread_local std::vector<int64_t> same_as;
   FillRankChunks(stages, l, &by_rank);
+  SameRanks(inv, t, l, by_rank, n_chunks, &same_as);
   for (int64_t r = 0; r < l.pp; ++r) {
     StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
+    const int64_t q = same_as[static_cast<size_t>(r)];
+    sc.priced_as = q != r ? q : -1;
+    if (q != r) {  // an earlier rank's chunks price alike: its items (assigned into this rank's storage)
+      sc.items = (*out)[static_cast<size_t>(q)].items;
+      sc.host_transfer = (*out)[static_cast<size_t>(q)].host_transfer;
+      continue;
+    }
     sc.items.clear();  // keeps its storage
     sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
@@ -843,7 +854,35 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     AddCp(inv, t, l, s, chunks, &items);
     AddPp(l, s, chunks, n_chunks, &items);
     AddEp(t, l, s, chunks, &items);
+    sc.pipeline_items = sc.items.size();
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
+  }
+}
+
+void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
+                    std::vector<StageComm>* out) {
+  out->resize(static_cast<size_t>(l.pp));
+  const Sizes s = SizesOf(inv, t, l);
+  const Links links = LinksOf(inv.recipe.cluster.spec);
+  thread_local RankChunks by_rank;  // per-thread, as above
+  FillRankChunks(stages, l, &by_rank);
+  for (int64_t r = 0; r < l.pp; ++r) {
+    const StageComm& from = built[static_cast<size_t>(r)];
+    StageComm& sc = (*out)[static_cast<size_t>(r)];
+    sc.pipeline_rank = r;
+    sc.priced_as = from.priced_as;  // the ranks alike do not depend on the ZeRO stage (SameRanks)
+    sc.pipeline_items = from.pipeline_items;
+    if (from.priced_as >= 0) {
+      sc.items = (*out)[static_cast<size_t>(from.priced_as)].items;
+      sc.host_transfer = (*out)[static_cast<size_t>(from.priced_as)].host_transfer;
+      continue;
+    }
+    const auto pipeline_end = from.items.begin() + static_cast<std::ptrdiff_t>(from.pipeline_items);
+    sc.items.assign(from.items.begin(), pipeline_end);
+    sc.host_transfer = Bytes(0);
+    ItemList items(locality, links, cost, &sc.items);
+    AddOptimizer(inv, t, l, s, by_rank.On(r), &items, &sc.host_transfer);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "internal.h"
 
+#include <algorithm>
+
 #include "preflight/estimator/geometry.h"
 #include "preflight/planner/stages.h"
 
@@ -33,6 +35,90 @@ void FillRankChunks(const StagePlan& plan, const Layout& layout, RankChunks* out
       if (r >= 0 && r < layout.pp)
         out->chunks[next[static_cast<size_t>(r)]++] = {c, plan.chunks[static_cast<size_t>(c)], microbatches};
     }
+  }
+}
+
+namespace {
+
+/// What pricing reads of one chunk of a rank (SameRanks).
+struct ChunkKey {
+  std::array<int64_t, 5> counts{};   // FamilyCounts of its layers
+  std::array<int64_t, 5> unrerun{};  // block recompute: the layers after the first n framework layers
+  int first_kind = -1, last_kind = -1;
+  bool embedding = false, head = false, sends = false, receives = false;
+  int64_t microbatches = 0;
+  double muon_dense = 0, muon_expert = 0;  // Newton-Schulz FLOPs, as ComputeOnRank takes them
+  bool operator==(const ChunkKey&) const = default;
+};
+
+/// Fills the key of chunk `c` in place (a sweep keys every chunk of every
+/// layout); false when a family on it is not uniform.
+bool FillKey(const Inventory& inv, const PlanTables& t, const Layout& l, const RankChunk& c, int64_t n_chunks,
+             ChunkKey& k) {
+  const StageChunk& r = c.range;
+  k.counts = FamilyCounts(t, r.first_layer, r.end_layer);
+  for (size_t f = 0; f < 5; ++f) {
+    if (k.counts[f] > 0 && !inv.family_uniform[f]) return false;
+  }
+  if (r.first_layer < r.end_layer) {
+    k.first_kind = static_cast<int>(t.kinds[static_cast<size_t>(r.first_layer)]);
+    k.last_kind = static_cast<int>(t.kinds[static_cast<size_t>(r.end_layer - 1)]);
+  }
+  if (l.recompute == Recompute::kFull && inv.recipe.training.recompute_method == RecomputeMethod::kBlock) {
+    // As KeepBlockRecompute (step_time.cc): the layers from the (n+1)-th framework layer on.
+    const std::vector<int64_t>& starts = inv.layer_starts;
+    const auto first = std::lower_bound(starts.begin(), starts.end(), r.first_layer);
+    const int64_t n = inv.recipe.training.recompute_layers;
+    const int64_t after = std::distance(first, starts.end()) > n ? *(first + n) : r.end_layer;
+    k.unrerun = FamilyCounts(t, std::min(after, r.end_layer), r.end_layer);
+  }
+  k.embedding = r.owns_embedding;
+  k.head = r.owns_head;
+  // As AddPp: a boundary to the next (previous) chunk on another device.
+  const bool v_shape = l.schedule == Schedule::kDualPipeV;
+  const auto same_device = [&](int64_t a, int64_t b) {
+    return v_shape && PipelineRankOfChunk(l, a, n_chunks) == PipelineRankOfChunk(l, b, n_chunks);
+  };
+  k.sends = c.chunk + 1 < n_chunks && !same_device(c.chunk, c.chunk + 1);
+  k.receives = c.chunk > 0 && !same_device(c.chunk, c.chunk - 1);
+  k.microbatches = c.microbatches;
+  const size_t a = static_cast<size_t>(r.first_layer), b = static_cast<size_t>(r.end_layer);
+  k.muon_dense = t.muon_ns_dense_flops_prefix[b] - t.muon_ns_dense_flops_prefix[a];
+  k.muon_expert = t.muon_ns_expert_flops_prefix[b] - t.muon_ns_expert_flops_prefix[a];
+  return true;
+}
+
+}  // namespace
+
+void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, const RankChunks& by_rank,
+               int64_t n_chunks, std::vector<int64_t>* same_as) {
+  // Every chunk's key once (a rank that matches none is compared with every
+  // distinct rank before it), built in place in per-thread buffers.
+  thread_local std::vector<ChunkKey> keys;
+  thread_local std::vector<char> keyed;  // the chunk's families are uniform
+  keys.resize(by_rank.chunks.size());
+  keyed.resize(by_rank.chunks.size());
+  for (size_t i = 0; i < by_rank.chunks.size(); ++i) {
+    keys[i] = ChunkKey{};
+    keyed[i] = FillKey(inv, t, layout, by_rank.chunks[i], n_chunks, keys[i]) ? 1 : 0;
+  }
+  const auto same = [&](int64_t a, int64_t b) {
+    const size_t a0 = by_rank.begin[static_cast<size_t>(a)], b0 = by_rank.begin[static_cast<size_t>(b)];
+    const size_t n = by_rank.begin[static_cast<size_t>(a) + 1] - a0;
+    if (n != by_rank.begin[static_cast<size_t>(b) + 1] - b0) return false;
+    for (size_t i = 0; i < n; ++i) {
+      if (!keyed[a0 + i] || !keyed[b0 + i] || !(keys[a0 + i] == keys[b0 + i])) return false;
+    }
+    return true;
+  };
+  same_as->resize(static_cast<size_t>(layout.pp));
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    int64_t match = r;
+    // Against the distinct ranks so far (a pipeline has few).
+    for (int64_t q = 0; q < r && match == r; ++q) {
+      if ((*same_as)[static_cast<size_t>(q)] == q && same(r, q)) match = q;
+    }
+    (*same_as)[static_cast<size_t>(r)] = match;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "preflight/inventory/inventory.h"
 #include "preflight/planner/compute.h"
 #include "preflight/planner/plan.h"
 
@@ -32,6 +33,17 @@ struct RankChunks {
 };
 /// Fills `out` (reusing its buffers) for `layout.pp` pipeline ranks.
 void FillRankChunks(const StagePlan& plan, const Layout& layout, RankChunks* out);
+
+/// Ranks that price alike: same_as[r] is the first pipeline rank whose chunks
+/// give rank r's communication and compute exactly (r itself when none).
+/// Chunks match when, in order, they hold the same layers per family (every
+/// family on them uniform), the same first and last family, the same ends,
+/// micro-batches and pipeline neighbours, the same Newton-Schulz FLOPs and,
+/// under full recompute's block method, the same layers left without a rerun:
+/// everything BuildStageComm and EstimateStepTime read of a rank. Pipelines
+/// repeat their middle stages, so most ranks are priced once.
+void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, const RankChunks& by_rank,
+               int64_t n_chunks, std::vector<int64_t>* same_as);
 
 /// Layers of each family in [first, end).
 std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t end);

@@ -121,6 +121,7 @@ class LocalityCounter {
     loc.groups = static_cast<int64_t>(runs_.size());
     loc.min_members_per_node = size_;
     for (const Run& g : runs_) {
+      if (g.nodes == 0) continue;  // a group the pass did not visit (CountLocality's first block)
       loc.min_members_per_node = std::min({loc.min_members_per_node, g.fewest, g.length});
       loc.max_nodes_spanned = std::max(loc.max_nodes_spanned, g.nodes);
     }
@@ -143,16 +144,22 @@ class LocalityCounter {
 // Every rank's coordinates in rank order (CoordOf's, without node and local
 // GPU, and without the expert view unless `expert`), counted like an odometer
 // instead of divided out of each rank: LocalityOf visits every rank.
+// `only` restricts the visit to the first value of the outer or the inner
+// of pp and dp.
+enum class RankSet { kAll, kFirstOuter, kFirstInner };
 template <class Visit>
-void ForEachCoord(const Layout& l, bool expert, const Visit& visit) {
+void ForEachCoord(const Layout& l, bool expert, RankSet only, const Visit& visit) {
   // tp->cp->dp->pp: dp inside pp; tp->cp->pp->dp: pp inside dp (RankOf).
   const bool pp_inner = l.order == AxisOrder::kTpCpPpDp;
-  const int64_t outer_n = pp_inner ? l.dp : l.pp, inner_n = pp_inner ? l.pp : l.dp;
+  const int64_t outer_all = pp_inner ? l.dp : l.pp, inner_all = pp_inner ? l.pp : l.dp;
+  const int64_t outer_n = only == RankSet::kFirstOuter ? 1 : outer_all;
+  const int64_t inner_n = only == RankSet::kFirstInner ? 1 : inner_all;
   RankCoord c;
   for (int64_t outer = 0; outer < outer_n; ++outer) {
     for (int64_t inner = 0; inner < inner_n; ++inner) {
       c.pp = pp_inner ? inner : outer;
       c.dp = pp_inner ? outer : inner;
+      c.rank = (outer * inner_all + inner) * l.tp * l.cp;
       for (c.cp = 0; c.cp < l.cp; ++c.cp) {
         for (c.tp = 0; c.tp < l.tp; ++c.tp) {
           if (expert) {  // MoE folding over the t*c*d ranks of one stage, as CoordOf
@@ -196,33 +203,74 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
   return LocalityOf(l, gpus_per_node, tied_embedding, nvlink_domain, [](Axis) { return true; });
 }
 
+namespace {
+
+// One pass over the ranks counting the groups of `axes` (each of more than
+// one rank), into `out`.
+void CountLocality(const Layout& l, int64_t domain, bool tied_embedding, const std::vector<Axis>& axes, RankSet only,
+                   MeshLocality& out) {
+  if (axes.empty()) return;
+  std::vector<LocalityCounter> counters;
+  for (Axis axis : axes) counters.emplace_back(axis, AxisSize(l, axis), GroupCount(l, axis, tied_embedding));
+  const bool expert = std::any_of(axes.begin(), axes.end(), [](Axis a) { return !DenseAxis(a); });
+  ForEachCoord(l, expert, only, [&](const RankCoord& c) {
+    const int64_t node = c.rank / domain;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      if (InGroups(l, c, axes[k])) counters[k].Add(SlotOf(l, c, axes[k]).group, node);
+    }
+  });
+  for (size_t k = 0; k < axes.size(); ++k) out[static_cast<size_t>(axes[k])] = counters[k].Finish();
+}
+
+// Whether every group of `a` keeps pp (keeps_pp) or dp (otherwise) fixed.
+bool KeepsFixed(Axis a, bool keeps_pp) {
+  if (keeps_pp) return a != Axis::kPp && a != Axis::kEmbedding;
+  return a == Axis::kTp || a == Axis::kCp || a == Axis::kPp || a == Axis::kEmbedding;
+}
+
+}  // namespace
+
 MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedding, int64_t nvlink_domain,
                         bool (*axes)(Axis)) {
   const int64_t domain = nvlink_domain > 0 ? nvlink_domain : gpus_per_node;
-  std::vector<LocalityCounter> counters;
-  std::vector<Axis> counted;  // axes with groups of more than one rank
+  // Rank = tp + t*(cp + c*(inner + n_inner*outer)), (inner, outer) = (dp, pp)
+  // under order tp->cp->dp->pp and (pp, dp) under tp->cp->pp->dp. The groups
+  // of an axis that keeps pp (dp) fixed at one value are those at another
+  // value shifted by a whole number of t*c*n_inner (outer) or t*c (inner)
+  // ranks; when that shift is a whole number of NVLink domains they span
+  // their nodes alike, so the groups at the first value give every figure:
+  // O(world / pp) or O(world / dp) for such an axis, not O(world).
+  const bool pp_outer = l.order == AxisOrder::kTpCpDpPp;
+  const int64_t outer_n = pp_outer ? l.pp : l.dp, inner_n = pp_outer ? l.dp : l.pp;
+  const int64_t tc = l.tp * l.cp;
+  const bool by_outer = outer_n > 1 && (tc * inner_n) % domain == 0;
+  const bool by_inner = inner_n > 1 && tc % domain == 0;
+  std::vector<Axis> whole, first_outer, first_inner;  // axes with groups of more than one rank
   MeshLocality out;
   for (int a = 0; a < kNumAxes; ++a) {
     const Axis axis = static_cast<Axis>(a);
     if (!axes(axis)) continue;
     const int64_t size = AxisSize(l, axis), groups = GroupCount(l, axis, tied_embedding);
-    if (size > 1 && groups > 0) {
-      counters.emplace_back(axis, size, groups);
-      counted.push_back(axis);
-    } else {
+    if (size <= 1 || groups == 0) {
       // A rank alone (or no group at all) spans one node.
       out[static_cast<size_t>(a)] = LocalityCounter(axis, size, 0).Finish();
       out[static_cast<size_t>(a)].groups = groups;
+      continue;
+    }
+    // The outer axis is fixed in an axis's groups when it keeps pp (dp) fixed.
+    const bool outer = by_outer && KeepsFixed(axis, pp_outer);
+    const bool inner = by_inner && KeepsFixed(axis, !pp_outer);
+    if (outer && (!inner || outer_n >= inner_n)) {
+      first_outer.push_back(axis);
+    } else if (inner) {
+      first_inner.push_back(axis);
+    } else {
+      whole.push_back(axis);
     }
   }
-  const bool expert = std::any_of(counted.begin(), counted.end(), [](Axis a) { return !DenseAxis(a); });
-  ForEachCoord(l, expert, [&](const RankCoord& c) {
-    const int64_t node = c.rank / domain;
-    for (size_t k = 0; k < counted.size(); ++k) {
-      if (InGroups(l, c, counted[k])) counters[k].Add(SlotOf(l, c, counted[k]).group, node);
-    }
-  });
-  for (size_t k = 0; k < counted.size(); ++k) out[static_cast<size_t>(counted[k])] = counters[k].Finish();
+  CountLocality(l, domain, tied_embedding, whole, RankSet::kAll, out);
+  CountLocality(l, domain, tied_embedding, first_outer, RankSet::kFirstOuter, out);
+  CountLocality(l, domain, tied_embedding, first_inner, RankSet::kFirstInner, out);
   return out;
 }
 

@@ -387,18 +387,42 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
 StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                           std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times) {
   StepTime st;
+  EstimateStepTime(inv, t, l, stages, comm, cost, times, &st);
+  return st;
+}
+
+void EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                      std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times, StepTime* out) {
+  std::vector<StageTime> stages_storage = std::move(out->stages);
+  stages_storage.clear();
+  *out = StepTime{};
+  out->stages = std::move(stages_storage);  // its storage kept
+  StepTime& st = *out;
   const GpuSpec& gpu = inv.recipe.cluster.spec;
   // Newton-Schulz runs as large GEMMs: the device's GEMM rate.
   const double peak = gpu.bf16_dense_tflops * 1e12 * GemmEfficiency(gpu, cost);
   double max_chunk_f = 0, max_chunk_b = 0, one_p2p_s = 0, tail = 0;
   const double per_mb = static_cast<double>(std::max<int64_t>(1, l.micro_batches));
-  RankChunks by_rank;
+  // Per-thread buffers (a sweep prices millions of layouts): the ranks'
+  // chunks, each distinct rank's compute and exposure (which the ranks priced
+  // as it take), and the overlap groups of one rank.
+  thread_local RankChunks by_rank;
+  thread_local std::vector<std::pair<RankCompute, RankExposure>> priced;
+  thread_local OverlapGroups groups;
   FillRankChunks(stages, l, &by_rank);
+  priced.resize(static_cast<size_t>(l.pp));
   st.stages.reserve(static_cast<size_t>(l.pp));
-  OverlapGroups groups;  // one set of buffers for every rank
   for (int64_t r = 0; r < l.pp; ++r) {
-    const RankCompute rc = ComputeOnRank(inv, t, times, l, by_rank.On(r));
-    const RankExposure ex = ExposeRank((*comm)[static_cast<size_t>(r)].items, rc, inv, l, cost, groups);
+    const int64_t as = (*comm)[static_cast<size_t>(r)].priced_as;
+    const size_t q = static_cast<size_t>(as >= 0 && as < r ? as : r);
+    if (q == static_cast<size_t>(r)) {
+      priced[q].first = ComputeOnRank(inv, t, times, l, by_rank.On(r));
+      priced[q].second = ExposeRank((*comm)[q].items, priced[q].first, inv, l, cost, groups);
+    } else {
+      (*comm)[static_cast<size_t>(r)].items = (*comm)[q].items;  // with the exposure set
+    }
+    const RankCompute& rc = priced[q].first;
+    const RankExposure& ex = priced[q].second;
     max_chunk_f = std::max(max_chunk_f, rc.max_chunk_forward_s);
     max_chunk_b = std::max(max_chunk_b, rc.max_chunk_backward_s);
     one_p2p_s = std::max(one_p2p_s, ex.one_p2p_s);
@@ -437,7 +461,6 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
   st.step_s = st.steady_s + st.bubble_s + tail;
   st.bubble_fraction = st.step_s > 0 ? st.bubble_s / st.step_s : 0.0;
   SetThroughput(inv, t, l, st);
-  return st;
 }
 
 }  // namespace preflight

@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "preflight/estimator/estimate.h"
+#include "preflight/estimator/estimate_by_zero.h"
 #include "preflight/recipe/fields.h"
 #include "preflight/recipe/partition.h"
 
@@ -187,6 +188,7 @@ struct CommSlot {
   const StagePlan* stages = nullptr;
   bool moe_rerun = false;
   std::vector<StageComm> comm;
+  StepTime time;  // the last step time priced on it, kept for its storage
 };
 
 // Per-thread state: a private recipe copy mutated in place (no copy per
@@ -195,6 +197,13 @@ struct Worker {
   Recipe recipe;
   std::vector<CommSlot> comm_by_zero;  // the current item's, by index into SweepSpace::zero
   CommSlot scratch;                    // the fallback cuts'
+  /// The ZeRO stages an item prices and, for one stage plan, every rank's
+  /// memory at each (EstimateRanksByZero): the time-balanced (or fixed) cut's
+  /// and each fallback cut's, worked out when first asked.
+  std::vector<int64_t> zeros;
+  std::vector<std::vector<RankMemory>> memory;
+  std::vector<std::vector<std::vector<RankMemory>>> fallback_memory;
+  std::vector<bool> fallback_known;
 
   /// LayerComputeTimes by ComputeKeyOf: one per layout is enough, and
   /// layouts differing only in pp, vpp, replicas or ZeRO share it.
@@ -270,34 +279,53 @@ struct Priced {
   StepBreakdown parts;
 };
 
-// Memory of the worst pipeline rank (as EstimateMemory picks it, without its
-// per-call vectors and verdict text) and the step time of one stage plan.
-Priced Price(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
-             const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot) {
+// Memory of the worst pipeline rank, as EstimateMemory picks it (without its
+// per-call vectors and verdict text).
+Priced WorstOf(const std::vector<RankMemory>& ranks) {
   Priced p;
-  for (int64_t rank = 0; rank < layout.pp; ++rank) {
-    const RankMemory m = EstimateRank(inv, layout, stages, rank);
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankMemory& m = ranks[rank];
     p.host = std::max(p.host, m.host);
     if (rank == 0 || m.total() > p.peak) {
       p.peak = m.total();
       p.capacity = m.capacity;
-      p.worst = rank;
+      p.worst = static_cast<int64_t>(rank);
     }
   }
+  return p;
+}
+
+// The step time of one stage plan into `p`. `siblings` (or null): the
+// item's slots of the other ZeRO stages, whose pipeline items a stale slot
+// takes when one of them is built for these stages.
+void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+               const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot,
+               const std::vector<CommSlot>* siblings, Priced& p) {
   // The one policy input of the communication: whether backward reruns
   // the MoE layers' token dispatch (full recompute, or the "moe" module).
   const bool moe_rerun = Reruns(inv.recipe.training, layout.recompute, RecomputeModule::kMoe);
-  if (slot.stages != &stages || slot.moe_rerun != moe_rerun) {
-    BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+  const auto built_for_this = [&](const CommSlot& c) { return c.stages == &stages && c.moe_rerun == moe_rerun; };
+  if (!built_for_this(slot)) {
+    const CommSlot* sibling = nullptr;
+    if (siblings != nullptr) {
+      for (const CommSlot& c : *siblings) {
+        if (&c != &slot && built_for_this(c)) sibling = &c;
+      }
+    }
+    if (sibling != nullptr) {
+      BuildStageComm(inv, tables, layout, stages, locality, cost, sibling->comm, &slot.comm);
+    } else {
+      BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+    }
     slot.stages = &stages;
     slot.moe_rerun = moe_rerun;
   }
-  const StepTime time = EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times);
+  EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times, &slot.time);
+  const StepTime& time = slot.time;
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
   p.mfu = time.mfu;
   p.parts = BreakdownOf(time);
-  return p;
 }
 
 void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpace& space, const ItemSpace& items,
@@ -379,6 +407,14 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     const ComputeTimes& times = ComputeTimesFor(inv, tables, layout, options.cost, w);
     bool balanced = false;
     const StagePlan& stages = StagesFor(inv, tables, layout, times, w, &balanced);
+    // Every priced ZeRO stage's memory at once (they share each rank's walk).
+    w.zeros.clear();
+    for (int64_t z : space.zero) {
+      if (z != 0 || layout.dp_replicate == 1) w.zeros.push_back(z);
+    }
+    EstimateRanksByZero(inv, layout, stages, w.zeros, &w.memory);
+    w.fallback_known.assign(w.fallback_memory.size(), false);
+    size_t priced_zero = 0;  // index into w.zeros
     for (size_t zi = 0; zi < space.zero.size(); ++zi) {
       const int64_t z = space.zero[zi];
       layout.zero = z;
@@ -392,19 +428,37 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         row.status = SweepStatus::kInvalid;
         continue;
       }
-      Priced best = Price(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi]);
+      const size_t at = priced_zero++;
+      Priced best = WorstOf(w.memory[at]);
+      bool found = false;  // a fallback cut replaced it
       if (balanced && !best.Fits(inv.recipe)) {
         // As MakePlan: when the time-balanced cut overflows a device, the
-        // fastest of the other cuts that fits (FallbackCuts).
-        bool found = false;
-        for (const NamedCut& cut : FallbackCutsFor(inv, tables, layout, times, w)) {
+        // fastest of the other cuts that fits (FallbackCuts). Only a cut that
+        // fits is timed.
+        const std::vector<NamedCut>& cuts = FallbackCutsFor(inv, tables, layout, times, w);
+        if (w.fallback_memory.size() < cuts.size()) {
+          w.fallback_memory.resize(cuts.size());
+          w.fallback_known.resize(cuts.size(), false);
+        }
+        for (size_t c = 0; c < cuts.size(); ++c) {
+          const NamedCut& cut = cuts[c];
+          if (!w.fallback_known[c]) {
+            EstimateRanksByZero(inv, layout, cut.stages, w.zeros, &w.fallback_memory[c]);
+            w.fallback_known[c] = true;
+          }
+          Priced priced = WorstOf(w.fallback_memory[c][at]);
+          if (!priced.Fits(inv.recipe)) continue;
           w.scratch.stages = nullptr;  // another ZeRO stage may have used it
-          const Priced priced = Price(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch);
-          if (priced.Fits(inv.recipe) && (!found || priced.step_s < best.step_s)) {
+          PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, nullptr, priced);
+          if (!found || priced.step_s < best.step_s) {
             best = priced;
             found = true;
           }
         }
+      }
+      if (!found) {
+        PriceTime(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi], &w.comm_by_zero,
+                  best);
       }
       row.peak = best.peak;
       row.worst_stage = static_cast<int16_t>(best.worst);
@@ -766,7 +820,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

@@ -169,7 +169,10 @@ NodeCounts CountNodes(const Groups& groups, int64_t domain) {
 // LocalityOf (what sweeps use, without the groups) equals the summary of the
 // groups PlaceRanks lists, on layouts whose groups straddle nodes unevenly:
 // tp 3 and 6 against 8-GPU nodes, an NVLink domain of 4 and 12, both rank
-// orders, MoE folding, HSDP replicas, the tied embedding.
+// orders, MoE folding, HSDP replicas, the tied embedding. LocalityOf counts
+// an axis whose groups keep pp (or dp) fixed over the ranks at its first
+// value when the shift to the next is a whole number of domains (e.g. tp 2,
+// cp 2, domain 4: t*c = 4; tp 6, cp 2, domain 12).
 TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
   int checked = 0;
   for (int64_t tp : {1, 2, 3, 6}) {
@@ -200,6 +203,19 @@ TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
               // No groups (the untied embedding): the whole group size.
               EXPECT_EQ(got.min_members_per_node, groups.empty() ? got.size : want.fewest_members) << where;
               ++checked;
+            }
+            // The sweep's passes over some axes (the dense ones, the expert
+            // ones) give the same figures for them.
+            for (bool (*pick)(Axis) : {&DenseAxis, +[](Axis a) { return !DenseAxis(a); }}) {
+              const MeshLocality part = LocalityOf(l, 8, true, domain, pick);
+              for (int a = 0; a < kNumAxes; ++a) {
+                if (!pick(static_cast<Axis>(a))) continue;
+                const AxisLocality& x = part[static_cast<size_t>(a)];
+                const AxisLocality& y = fast[static_cast<size_t>(a)];
+                EXPECT_TRUE(x.size == y.size && x.groups == y.groups && x.max_nodes_spanned == y.max_nodes_spanned &&
+                            x.min_members_per_node == y.min_members_per_node && x.intra_node == y.intra_node)
+                    << Key(static_cast<Axis>(a)) << " tp " << tp << " cp " << cp << " pp " << pp;
+              }
             }
           }
         }

@@ -1,7 +1,6 @@
 // The sweep library: axis parsing, hand-counted valid layouts, the Pareto
 // front and ranking of hand-made rows, determinism across thread counts.
 #include <algorithm>
-#include <cctype>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,9 +11,10 @@
 #include "preflight/estimator/estimate.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/planner/plan.h"
-#include "preflight/recipe/recipe.h"
 #include "preflight/planner/sweep.h"
+#include "preflight/recipe/recipe.h"
 #include "preflight/report/sweep_report.h"
+#include "support/shipped_recipes.h"
 #include "support/test_support.h"
 
 namespace preflight {
@@ -23,11 +23,7 @@ namespace {
 using testing::RunPreflight;
 using testing::SourcePath;
 
-Recipe Load(const std::string& relative) {
-  LoadResult r = LoadRecipeFile(SourcePath(relative));
-  EXPECT_TRUE(r.ok());
-  return *r.recipe;
-}
+Recipe Load(const std::string& relative) { return testing::LoadSourceRecipe(relative); }
 
 // The status MakePlan's verdict gives a layout (SweepStatus's definition).
 SweepStatus StatusOf(const Verdict& v) {
@@ -388,33 +384,18 @@ TEST_P(SweepAgreesWithPlan, EveryCheckedRowExactly) {
   std::string error;
   const Recipe r = *SweepRecipe(base, base.world(), &error);
   const Inventory inv = BuildInventory(r);
-  SweepSpace s;
-  s.gpus = r.world();
-  s.micro_batch = {1, 2};
-  s = DefaultSweepSpace(r, s);
-  SweepOptions options;
-  options.threads = 2;
-  const SweepResult result = RunSweep(inv, s, options);
-  std::vector<const SweepRow*> valid;
-  for (const SweepRow& row : result.rows) {
-    if (row.status != SweepStatus::kInvalid) valid.push_back(&row);
-  }
+  const testing::SweptSpace swept = testing::SweepDefaultSpace(inv);
+  const std::vector<size_t>& valid = swept.valid;
   ASSERT_FALSE(valid.empty());
   const size_t stride = std::max<size_t>(1, valid.size() / 400);
   // An odd offset so the sample does not always land on zero 0.
-  for (size_t i = stride / 2; i < valid.size(); i += stride) ExpectRowMatchesPlan(inv, result, *valid[i]);
+  for (size_t i = stride / 2; i < valid.size(); i += stride) {
+    ExpectRowMatchesPlan(inv, swept.result, swept.result.rows[valid[i]]);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(ShippedRecipes, SweepAgreesWithPlan,
-                         ::testing::Values("deepseek-v3-h200", "gpt-oss-120b-h200", "jamba-v0.1-h200",
-                                           "llama3-405b-h200", "llama3-8b-h200", "mamba2-2.7b-h200",
-                                           "mixtral-8x7b-h200", "nam56r-h200", "nemotron-h-8b-h200",
-                                           "qwen3-30b-a3b-h200"),
-                         [](const ::testing::TestParamInfo<const char*>& param) {
-                           std::string name = param.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(ShippedRecipes, SweepAgreesWithPlan, ::testing::ValuesIn(testing::kShippedRecipes),
+                         testing::RecipeTestName);
 
 }  // namespace
 }  // namespace preflight

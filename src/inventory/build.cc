@@ -356,9 +356,11 @@ void RecomputeDerived(Inventory& inv) {
   inv.prefix_totals.assign(n + 1, ParamTotals{});
   inv.prefix_active.assign(n + 1, 0);
   inv.prefix_family_layers.assign(n + 1, std::array<int64_t, 5>{});
+  inv.prefix_layer_starts.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const Layer& layer = inv.layers[i];
     const int f = FamilyIndex(layer.kind);
+    inv.prefix_layer_starts[i + 1] = inv.prefix_layer_starts[i] + (layer.starts_layer ? 1 : 0);
     inv.prefix_totals[i + 1] = inv.prefix_totals[i] + layer.totals;
     inv.prefix_active[i + 1] = CheckedAdd(inv.prefix_active[i], layer.active_elements);
     inv.prefix_family_layers[i + 1] = inv.prefix_family_layers[i];

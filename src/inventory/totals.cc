@@ -1,5 +1,6 @@
 // Element arithmetic of the inventory: tensor sizes, per-class totals, range
 // queries over prefix sums, and the padded vocabulary.
+#include <algorithm>
 #include <cstddef>
 
 #include "preflight/inventory/inventory.h"
@@ -69,6 +70,14 @@ std::array<int64_t, 5> Inventory::RangeFamilyLayers(int64_t first, int64_t end) 
   std::array<int64_t, 5> out{};
   for (size_t f = 0; f < out.size(); ++f) out[f] = hi[f] - lo[f];
   return out;
+}
+
+int64_t Inventory::RangeLayerStarts(int64_t first, int64_t end) const {
+  if (prefix_layer_starts.size() == layers.size() + 1) {
+    return prefix_layer_starts[static_cast<size_t>(end)] - prefix_layer_starts[static_cast<size_t>(first)];
+  }
+  return std::lower_bound(layer_starts.begin(), layer_starts.end(), end) -
+         std::lower_bound(layer_starts.begin(), layer_starts.end(), first);
 }
 
 int64_t PaddedVocab(const ModelConfig& m, int64_t tp) {

@@ -3,6 +3,8 @@
 #include "validate.h"
 
 #include <algorithm>
+#include <array>
+#include <mutex>
 #include <numeric>
 #include <string>
 
@@ -818,8 +820,19 @@ std::vector<std::pair<const char*, int64_t>> IntFields(const Recipe& r) {
 /// Range checks; true when every integer is inside its schema range.
 bool CheckRanges(const Recipe& r, Reporter& out) {
   bool ok = true;
-  for (const auto& [path, value] : IntFields(r)) {
-    const IntRange range = IntRangeOf(path);
+  const auto fields = IntFields(r);
+  // IntFields lists the same paths for recipes of one shape (MLA or not,
+  // serving or not): their ranges are looked up once per shape.
+  static std::array<std::once_flag, 4> once;
+  static std::array<std::vector<IntRange>, 4> shape_ranges;
+  const size_t shape = (r.model.mla ? 1 : 0) + (r.serving ? 2 : 0);
+  std::call_once(once[shape], [&] {
+    for (const auto& field : fields) shape_ranges[shape].push_back(IntRangeOf(field.first));
+  });
+  const std::vector<IntRange>& ranges = shape_ranges[shape];
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const auto& [path, value] = fields[i];
+    const IntRange range = ranges[i];
     if (value >= range.min && value <= range.max) continue;
     ok = false;
     out.ErrorAt(path, std::to_string(value), fmt::format("out of range; valid range is [{}, {}]", range.min, range.max));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "preflight/recipe/recipe.h"
@@ -23,7 +24,9 @@ class Reporter {
   void WarningAt(const std::string& key_path, std::string value, std::string message) {
     out_->push_back(source_.At(key_path, std::move(value), std::move(message), Severity::kWarning));
   }
-  bool IsBad(const std::string& key_path) const { return parse_ != nullptr && parse_->IsBad(key_path); }
+  /// A key the parse could not read (never, for a recipe built in code: no
+  /// key string is made then, as a sweep validates every layout it enumerates).
+  bool IsBad(std::string_view key_path) const { return parse_ != nullptr && parse_->IsBad(std::string(key_path)); }
   /// True when the recipe text (or an override) set `key_path` explicitly.
   bool IsWritten(const std::string& key_path) const {
     return source_.marks.count(key_path) > 0 || source_.OverrideFor(key_path) != nullptr;

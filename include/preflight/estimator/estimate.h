@@ -75,6 +75,11 @@ struct RankMemory {
 RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                         int64_t pipeline_rank);
 
+/// Every pipeline rank's EstimateRank into `out` (resized to layout.pp, its
+/// storage reused), the figures the ranks of one layout share worked out once.
+void EstimateRanks(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                   std::vector<RankMemory>* out);
+
 struct Verdict {
   bool fits = false;               // total <= capacity
   bool headroom_ok = false;        // headroom >= recipe's min_headroom_gib

@@ -152,6 +152,8 @@ struct Inventory {
   std::vector<int64_t> prefix_active;
   /// prefix_family_layers[i][f] = count of family-f layers in layers[0..i); size layers.size() + 1.
   std::vector<std::array<int64_t, 5>> prefix_family_layers;
+  /// prefix_layer_starts[i] = framework layers starting in layers[0..i) (Layer::starts_layer); size layers.size() + 1.
+  std::vector<int64_t> prefix_layer_starts;
   /// Elements of the largest single Muon-managed matrix (routed experts: one
   /// expert's matrix, never the stack; docs/formulas.md §9.4), global. 0 when no Muon.
   /// Sets the Muon Newton-Schulz transient (docs/formulas.md §2.2).
@@ -163,6 +165,9 @@ struct Inventory {
   int64_t RangeActive(int64_t first, int64_t end) const;
   /// Layers of each family in [first, end) in O(1), indexed by FamilyIndex.
   std::array<int64_t, 5> RangeFamilyLayers(int64_t first, int64_t end) const;
+  /// Framework layers starting in [first, end): O(1), or a search of
+  /// layer_starts in an inventory built by hand without the prefix.
+  int64_t RangeLayerStarts(int64_t first, int64_t end) const;
 };
 
 /// Index of `k` in kAllBlockKinds (A=0, M=1, E=2, R=3, D=4).

@@ -65,7 +65,14 @@ struct CommItem {
 
 struct StageComm {
   int64_t pipeline_rank = 0;
+  /// The earlier pipeline rank whose chunks price exactly like this one's
+  /// (identical middle stages), or -1: its items are a copy of that rank's,
+  /// and EstimateStepTime takes that rank's compute and exposure.
+  int64_t priced_as = -1;
   std::vector<CommItem> items;
+  /// items[0, pipeline_items) are the TP, CP, PP and EP items, which do not
+  /// depend on the ZeRO stage; the data-parallel and optimizer items follow.
+  size_t pipeline_items = 0;
   /// Offloaded optimizer (training.optimizer.offload_fraction): bytes this
   /// rank moves over its host link each step, the offloaded elements' fp32
   /// gradients to the host and fp32 params back (4 B each way).
@@ -85,5 +92,12 @@ std::vector<StageComm> BuildStageComm(const Inventory& inventory, const PlanTabl
 /// millions of layouts with one).
 void BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out);
+/// The same for a layout that differs from the one `built` was built for
+/// (with these stages) only in its ZeRO stage, as a sweep's rows of one item
+/// do: each rank's TP, CP, PP and EP items are taken from `built`, the
+/// data-parallel and optimizer items priced for layout.zero.
+void BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
+                    std::vector<StageComm>* out);
 
 }  // namespace preflight

@@ -97,7 +97,9 @@ StepBreakdown BreakdownOf(const StepTime& time);
 /// Fills each item's exposed_seconds (the overlap rules of docs/plan.md) and
 /// returns the step time. Every item's exposed_seconds is set, so `comm` may
 /// be reused for a layout that differs only in the recompute policy (the
-/// communication does not depend on it).
+/// communication does not depend on it). `comm` is BuildStageComm's for these
+/// stages: a rank priced as an earlier one (StageComm::priced_as) takes that
+/// rank's compute and exposure (and its items' exposed_seconds).
 StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                           const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost);
 /// The same with the layout's LayerComputeTimes already worked out (a sweep
@@ -105,5 +107,10 @@ StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, 
 StepTime EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                           const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
                           const ComputeTimes& times);
+/// The same into `out`, reusing its per-stage vector's storage (a sweep
+/// prices millions of layouts with one).
+void EstimateStepTime(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
+                      const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
+                      const ComputeTimes& times, StepTime* out);
 
 }  // namespace preflight
