@@ -214,5 +214,24 @@ TEST(FastPaths, RecomputeBlockAndOffloadVariants) {
   EXPECT_GT(ComparePlans(hybrid, 40).plans, 0);
 }
 
+// FP4 weight copies ride in the per-family figures the fast walk shares:
+// NVFP4 and MXFP4 with and without fp4_params, on a dense and a MoE recipe
+// moved to GB200 (the FP4 keys need FP4 tensor cores).
+TEST(FastPaths, Fp4Variants) {
+  for (const char* name : {"llama3-8b-h200", "mixtral-8x7b-h200"}) {
+    for (const char* format : {"nvfp4", "mxfp4"}) {
+      for (const char* params : {"false", "true"}) {
+        std::vector<Override> overrides = {*ParseOverride("cluster.gpu=gb200"),
+                                           *ParseOverride(std::string("training.precision.fp4=") + format),
+                                           *ParseOverride(std::string("training.precision.fp4_params=") + params)};
+        const LoadResult loaded =
+            LoadRecipeFile(testing::SourcePath(std::string("recipes/") + name + ".yaml"), overrides);
+        ASSERT_TRUE(loaded.ok()) << name << " " << testing::FirstErrorText(loaded);
+        EXPECT_GT(ComparePlans(*loaded.recipe, 20).plans, 0) << name << " " << format << " " << params;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace preflight
