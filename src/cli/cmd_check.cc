@@ -38,8 +38,7 @@ struct CheckArgs {
   std::string junit_path;
   std::string summary_path;
   std::string out_path;
-  std::vector<std::string> sets;    // --set KEY=VALUE, applied to every recipe and its baseline
-  std::vector<Override> overrides;  // the same, parsed
+  std::vector<std::string> sets;  // --set KEY=VALUE, applied to every recipe and its baseline
   OutputFormat format = OutputFormat::kTable;
   HtmlArgs html;
 };
@@ -157,17 +156,14 @@ std::optional<CheckThresholds> ParseThresholds(const CheckArgs& args) {
   return t;
 }
 
-/// One recipe judged; with `page` (check --html), its memory geometry as fit draws it is added there.
-CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckThresholds& thresholds, HtmlPage* page) {
-  LoadResult current;
-  if (path == "-") {
-    // A recipe piped in, as every recipe reader takes it; it has no baseline copy.
-    const std::optional<std::string> text = ReadInputFile("-");
-    if (!text) return InvalidEntry(path, {"<stdin>: cannot read the recipe"});
-    current = LoadRecipeFromString(*text, "<stdin>", args.overrides);
-  } else {
-    current = LoadRecipeFile(path, args.overrides);
-  }
+/// One recipe judged, `overrides` (--set) applied to it and its baseline; with
+/// `page` (check --html), its memory geometry as fit draws it is added there.
+CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const std::vector<Override>& overrides,
+                    const CheckThresholds& thresholds, HtmlPage* page) {
+  // `-` reads stdin, as every recipe reader does; such a recipe has no baseline copy.
+  std::optional<LoadResult> loaded = LoadRecipeFrom(path, overrides);
+  if (!loaded) return InvalidEntry(path, {"<stdin>: cannot read the recipe"});
+  const LoadResult& current = *loaded;
   for (const auto& d : current.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
   if (!current.ok()) return InvalidEntry(path, Formatted(current.diagnostics));
   const Recipe& recipe = *current.recipe;
@@ -187,8 +183,8 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   }
 
   BaselineSource baseline;
-  if (!args.baseline_dir.empty()) baseline = FromDirectory(args.baseline_dir, path, args.overrides);
-  if (!args.baseline_ref.empty()) baseline = FromGit(args.baseline_ref, path, args.overrides);
+  if (!args.baseline_dir.empty()) baseline = FromDirectory(args.baseline_dir, path, overrides);
+  if (!args.baseline_ref.empty()) baseline = FromGit(args.baseline_ref, path, overrides);
   std::optional<RankMemory> baseline_worst;
   std::string note;
   if (baseline.state == BaselineState::kCompared) {
@@ -223,11 +219,10 @@ CheckEntry CheckOne(const std::string& path, const CheckArgs& args, const CheckT
   return entry;
 }
 
-int RunCheck(CheckArgs args) {
+int RunCheck(const CheckArgs& args) {
   if (!HtmlStdoutFree(args.html, !args.out_path.empty())) return static_cast<int>(ExitCode::kBadInput);
   const auto overrides = ParseOverridesOrReport(args.sets);
   if (!overrides) return static_cast<int>(ExitCode::kBadInput);
-  args.overrides = *overrides;
   const auto thresholds = ParseThresholds(args);
   if (!thresholds) return static_cast<int>(ExitCode::kBadInput);
   if (!args.baseline_dir.empty()) {
@@ -259,7 +254,7 @@ int RunCheck(CheckArgs args) {
   if (!args.baseline_ref.empty()) report.baseline_label = "git " + args.baseline_ref;
   HtmlPage page{"check", "preflight check"};
   HtmlPage* html = args.html.path.empty() ? nullptr : &page;
-  for (const auto& path : args.recipes) report.entries.push_back(CheckOne(path, args, *thresholds, html));
+  for (const auto& path : args.recipes) report.entries.push_back(CheckOne(path, args, *overrides, *thresholds, html));
 
   if (!args.junit_path.empty() && !WriteTextFile(args.junit_path, RenderCheckJUnit(report), args.recipes)) {
     return static_cast<int>(ExitCode::kBadInput);

@@ -86,22 +86,22 @@ std::optional<std::vector<Override>> ParseOverridesOrReport(const std::vector<st
   return overrides;
 }
 
+std::optional<LoadResult> LoadRecipeFrom(const std::string& path, const std::vector<Override>& overrides) {
+  if (path != "-") return LoadRecipeFile(path, overrides);
+  // A recipe piped in (`import hf c.json | preflight fit -`); the parser
+  // bounds its size as for a file.
+  const std::optional<std::string> text = ReadInputFile("-");
+  if (!text) return std::nullopt;
+  return LoadRecipeFromString(*text, "<stdin>", overrides);
+}
+
 std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args) {
-  const auto parsed = ParseOverridesOrReport(args.sets);
-  if (!parsed) return std::nullopt;
-  const std::vector<Override>& overrides = *parsed;
-  LoadResult result;
-  if (args.path == "-") {
-    // A recipe piped in (`import hf c.json | preflight fit -`); the parser
-    // bounds its size as for a file.
-    const std::optional<std::string> text = ReadInputFile("-");
-    if (!text) return std::nullopt;
-    result = LoadRecipeFromString(*text, "<stdin>", overrides);
-  } else {
-    result = LoadRecipeFile(args.path, overrides);
-  }
-  for (const auto& d : result.diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
-  return std::move(result.recipe);
+  const auto overrides = ParseOverridesOrReport(args.sets);
+  if (!overrides) return std::nullopt;
+  std::optional<LoadResult> result = LoadRecipeFrom(args.path, *overrides);
+  if (!result) return std::nullopt;
+  for (const auto& d : result->diagnostics) std::fprintf(stderr, "%s\n", Format(d).c_str());
+  return std::move(result->recipe);
 }
 
 StagePlan StagesFor(const Inventory& inventory, const Layout& layout) {
@@ -181,7 +181,10 @@ void AddOutputOption(CLI::App& command, std::string& path) {
 
 bool EmitOutput(const std::string& path, const std::string& text, const std::vector<std::string>& inputs) {
   if (!path.empty()) return WriteTextFile(path, text, inputs);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    std::fprintf(stderr, "standard output: cannot write: %s\n", std::strerror(errno));
+    return false;
+  }
   return true;
 }
 

@@ -37,6 +37,9 @@ void AddRecipeArgs(CLI::App& command, RecipeArgs& args);
 
 /// The --set texts as overrides; nullopt after printing which is malformed.
 std::optional<std::vector<Override>> ParseOverridesOrReport(const std::vector<std::string>& sets);
+/// Loads the recipe at `path`, or from stdin when it is `-` (named <stdin>);
+/// nullopt when stdin cannot be read (ReadInputFile printed why).
+std::optional<LoadResult> LoadRecipeFrom(const std::string& path, const std::vector<Override>& overrides);
 /// Loads the recipe; prints every diagnostic to stderr (errors and warnings).
 /// nullopt means bad input: the caller exits with ExitCode::kBadInput.
 std::optional<Recipe> LoadRecipeOrReport(const RecipeArgs& args);
@@ -64,8 +67,8 @@ bool WriteTextFile(const std::string& path, const std::string& text, const std::
 /// Adds -o/--out FILE: the command's output to FILE instead of stdout (the
 /// same flag on every command that prints a report or a recipe).
 void AddOutputOption(CLI::App& command, std::string& path);
-/// The command's output: to stdout, or to `path` with WriteTextFile's rules
-/// (never onto one of `inputs`). False after printing why.
+/// The command's output: to stdout (written and flushed), or to `path` with
+/// WriteTextFile's rules (never onto one of `inputs`). False after printing why.
 bool EmitOutput(const std::string& path, const std::string& text, const std::vector<std::string>& inputs);
 
 enum class OutputFormat { kTable, kJson, kCsv, kMd };

@@ -26,13 +26,7 @@ bool HtmlStdoutFree(const HtmlArgs& args, bool report_to_file) {
 }
 
 bool WriteHtml(const HtmlArgs& args, const HtmlPage& page, const std::vector<std::string>& inputs) {
-  const std::string text = RenderHtmlPage(page);
-  if (!HtmlOnStdout(args)) return WriteTextFile(args.path, text, inputs);
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
-    std::fprintf(stderr, "--html -: cannot write to stdout\n");
-    return false;
-  }
-  return true;
+  return EmitOutput(HtmlOnStdout(args) ? "" : args.path, RenderHtmlPage(page), inputs);
 }
 
 FitReport PlannedFitReport(const Inventory& inventory, const Plan& plan, const std::string& file, bool explain) {

@@ -36,7 +36,8 @@ std::string ChunkRanges(const StagePlan& plan, int64_t pipeline_rank, const std:
   return out;
 }
 
-int64_t LayerCount(const StagePlan& plan, int64_t pipeline_rank, const std::vector<int64_t>& layer_starts) {
+/// Framework layers on one pipeline rank, over all its chunks.
+int64_t LayersOfRank(const StagePlan& plan, int64_t pipeline_rank, const std::vector<int64_t>& layer_starts) {
   int64_t n = 0;
   for (const StageChunk& c : ChunksOfRank(plan, pipeline_rank)) {
     const LayerRange range = LayerRangeOf(c, layer_starts);
@@ -306,7 +307,7 @@ std::string RenderFitTable(const FitReport& r) {
   };
   for (size_t s = 0; s < n; ++s) {
     ranges.push_back(ChunkRanges(r.stages, static_cast<int64_t>(s), inv.layer_starts));
-    layer_counts.push_back(LayerCount(r.stages, static_cast<int64_t>(s), inv.layer_starts));
+    layer_counts.push_back(LayersOfRank(r.stages, static_cast<int64_t>(s), inv.layer_starts));
   }
   add("micro-batches in flight", [](const RankMemory& st) { return fmt::format("{}", st.in_flight_microbatches); });
   for (Category c : kAllCategories) {

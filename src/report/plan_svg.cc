@@ -1,6 +1,7 @@
 // SVG chart of a plan's time (`plan --svg`): where the step goes, and each
 // stage's time per micro-batch. `fit --svg` draws the memory.
 #include <algorithm>
+#include <span>
 #include <string>
 
 #include <fmt/format.h>
@@ -104,17 +105,18 @@ std::string RenderPlanSvg(const Recipe& r, const Plan& p) {
   // The key: the step's parts, then the stages'.
   int key_y = kTop;
   const int key_x = kLeft + plot_width + 20;
-  for (const auto* parts : {&kStepParts[0], &kStageParts[0]}) {
-    const size_t count = parts == &kStepParts[0] ? std::size(kStepParts) : std::size(kStageParts);
-    for (size_t i = 0; i < count; ++i) {
+  const auto key = [&](std::span<const Part> parts) {
+    for (const Part& part : parts) {
       out += fmt::format(
           "<rect class=\"key\" x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" "
           "y=\"{}\">{}</text>\n",
-          key_x, key_y, parts[i].color, key_x + 18, key_y + 10, parts[i].name);
+          key_x, key_y, part.color, key_x + 18, key_y + 10, part.name);
       key_y += 18;
     }
     key_y += 10;
-  }
+  };
+  key(kStepParts);
+  key(kStageParts);
   out += "</svg>\n";
   return out;
 }
