@@ -26,6 +26,14 @@ void AdamWStep(const AdamWConfig& c, int64_t step, T* param, const T* grad, T* m
   }
 }
 
+Mat<double> AdamWFirstStepSlack(const AdamWConfig& c, const Mat<double>& grad_a, const Mat<double>& grad_b) {
+  const auto slack = [&](double a, double b) {
+    const double g = (a < 0) != (b < 0) ? 0.0 : std::min(std::abs(a), std::abs(b));
+    return c.lr * c.eps / ((g + c.eps) * (g + c.eps)) * std::abs(a - b);
+  };
+  return grad_a.binaryExpr(grad_b, slack);
+}
+
 template <class T>
 void MuonMomentum(const MuonConfig& c, const T* grad, T* momentum, T* update_in, int64_t n) {
   const T beta = T(c.momentum), one_beta = T(1.0 - c.momentum);

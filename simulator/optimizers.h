@@ -80,6 +80,16 @@ inline constexpr double kNsNormEps = 1e-7;
 template <class T>
 void AdamWStep(const AdamWConfig& c, int64_t step, T* param, const T* grad, T* m, T* v, int64_t n);
 
+/// How far AdamW's first step may move when only its gradient moves, from
+/// `grad_a` to `grad_b`, per element. At step 1 bias correction makes m = g and
+/// v = g^2, so the update is -lr g / (|g| + eps) - lr wd w, whose slope in g is
+/// lr eps / (|g| + eps)^2: up to lr / eps (1e5 at lr 1e-3, eps 1e-8) where |g|
+/// is near zero. Two runs whose gradients differ in their last bits (another
+/// summation order) can so differ by 1e5 x that in an update with no optimizer
+/// error. The bound is the mean-value one over the segment between the two
+/// gradients: the slope at the smaller |g|, or at 0 when the segment crosses 0.
+Mat<double> AdamWFirstStepSlack(const AdamWConfig& c, const Mat<double>& grad_a, const Mat<double>& grad_b);
+
 /// Muon momentum on n elements, KJ's EMA form: M <- beta M + (1-beta) G, then
 /// update_in = nesterov ? (1-beta) G + beta M : M (the NS input). update_in
 /// may alias grad (KJ updates the gradient in place). Moonlight's form

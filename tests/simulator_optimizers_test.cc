@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,45 @@ TEST(AdamW, FirstStepFromZeroStateIsSignLike) {
   c.weight_decay = 0.0;
   AdamWStep(c, 1, &q, &big, &mq, &vq, 1);
   ExpectClose(q, 1e-3 * 500.0 / (500.0 + 1e-8), 1e-15);
+}
+
+TEST(AdamW, FirstStepSlackBoundsAndMatchesTheUpdateMove) {
+  // The slack is checked against AdamWStep itself: move each gradient by d and
+  // the first-step update moves by at most the slack, and by nearly all of it
+  // where the slope is flat over the move (|g| << eps: lr / eps x d = 1e5 d).
+  AdamWConfig c;  // lr 1e-3, eps 1e-8
+  c.weight_decay = 0.0;
+  const std::vector<double> gs = {0.0, 1e-12, -3e-10, 1e-8, -2e-8, 5e-7, 1e-3, -0.25};
+  const double d = 1e-17;
+  Mat<double> ga(1, static_cast<int64_t>(gs.size())), gb(1, static_cast<int64_t>(gs.size()));
+  for (size_t i = 0; i < gs.size(); ++i) {
+    ga(0, static_cast<int64_t>(i)) = gs[i];
+    gb(0, static_cast<int64_t>(i)) = gs[i] + d;
+  }
+  const Mat<double> slack = AdamWFirstStepSlack(c, ga, gb);
+  for (size_t i = 0; i < gs.size(); ++i) {
+    double pa = 0.0, pb = 0.0, ma = 0.0, va = 0.0, mb = 0.0, vb = 0.0;
+    const double a = ga(0, static_cast<int64_t>(i)), b = gb(0, static_cast<int64_t>(i));
+    AdamWStep(c, 1, &pa, &a, &ma, &va, 1);
+    AdamWStep(c, 1, &pb, &b, &mb, &vb, 1);
+    const double moved = std::abs(pa - pb), bound = slack(0, static_cast<int64_t>(i));
+    // 4 ulp of the update (~lr) for the rounding of the two steps themselves.
+    EXPECT_LE(moved, bound + 4 * 1e-3 * std::numeric_limits<double>::epsilon()) << "g = " << gs[i];
+  }
+  // Near zero the bound is tight: the move is lr/eps x d = 1e-12 to 1 %.
+  EXPECT_NEAR(slack(0, 0), 1e-12, 1e-16);
+  double p0 = 0.0, p1 = 0.0, m0 = 0.0, v0 = 0.0, m1 = 0.0, v1 = 0.0;
+  const double z = 0.0;
+  AdamWStep(c, 1, &p0, &z, &m0, &v0, 1);
+  AdamWStep(c, 1, &p1, &d, &m1, &v1, 1);
+  EXPECT_NEAR(std::abs(p1 - p0), 1e-12, 1e-14);
+  // Far from zero the slope is flat: at |g| = 0.25 the slack is below 1e-30.
+  EXPECT_LT(slack(0, 7), 1e-30);
+  // Crossing zero takes the slope at zero.
+  Mat<double> cross_a(1, 1), cross_b(1, 1);
+  cross_a(0, 0) = -1e-6;
+  cross_b(0, 0) = 1e-6;
+  EXPECT_NEAR(AdamWFirstStepSlack(c, cross_a, cross_b)(0, 0), 1e-3 / 1e-8 * 2e-6, 1e-9);
 }
 
 TEST(AdamW, TwoStepsOnThreeElements) {
