@@ -138,7 +138,7 @@ TokenBytes MambaTokenBytes(const Recipe& r, int64_t tp, int64_t cp) {
   const ModelConfig& m = r.model;
   const MambaConfig& mb = m.mamba;
   const int64_t beta = SizeOf(r.training.precision.activations);
-  const int64_t d_inner = Mul(mb.expand, m.hidden);
+  const int64_t d_inner = mb.Inner(m.hidden);
   const int64_t heads = d_inner / mb.head_dim;
   const int64_t gn = Mul(Mul(mb.groups, mb.d_state), MambaGroupRepeat(mb, tp, cp));
   TokenBytes out;
@@ -445,7 +445,7 @@ Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {
   if (kind == BlockKind::kMamba) {
     // Mamba's all-to-all CP gives each rank the whole sequence and H/(t*c) heads.
     const MambaConfig& mb = r.model.mamba;
-    const int64_t d_inner = Mul(mb.expand, r.model.hidden);
+    const int64_t d_inner = mb.Inner(r.model.hidden);
     const int64_t heads = CeilDiv(d_inner / mb.head_dim, Mul(l.tp, l.cp));
     const int64_t groups = CeilDiv(Mul(mb.groups, MambaGroupRepeat(mb, l.tp, MambaRepeatCp(l))), Mul(l.tp, l.cp));
     const int64_t chunks = CeilDiv(s, mb.chunk);
@@ -522,7 +522,7 @@ int64_t KvBytesPerToken(const ModelConfig& m, int64_t tp, DType kv) {
 
 int64_t MambaStateBytesPerSequence(const ModelConfig& m, int64_t tp, DType conv, DType ssm) {
   const MambaConfig& mb = m.mamba;
-  const int64_t d_inner = Mul(mb.expand, m.hidden);
+  const int64_t d_inner = mb.Inner(m.hidden);
   const int64_t heads = d_inner / mb.head_dim;
   const int64_t conv_channels = CeilDiv(Add(d_inner, Mul(Mul(2, mb.groups), mb.d_state)), tp);
   const int64_t conv_bytes = Mul(Mul(mb.d_conv - 1, conv_channels), SizeOf(conv));

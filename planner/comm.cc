@@ -84,7 +84,7 @@ struct HandoffPayload {
 
 /// M: (d_conv-1)*(d_i + 2GN)/t*b*beta_a + b*(H/t)*P*N*4.
 HandoffPayload MambaHandoff(const MambaConfig& mc, int64_t hidden, int64_t tp, int64_t micro, int64_t act) {
-  const int64_t d_inner = CheckedMul(mc.expand, hidden);
+  const int64_t d_inner = mc.Inner(hidden);
   const int64_t heads = d_inner / mc.head_dim;
   const int64_t conv_channels = CheckedAdd(d_inner, CheckedMul(2, CheckedMul(mc.groups, mc.d_state))) / tp;
   HandoffPayload p;

@@ -32,7 +32,7 @@ void CheckCpOnRecurrentMixers(const Recipe& r, const Layout& l, std::vector<Diag
   const int64_t tc = l.tp * l.cp;
   if (CountOf(r, BlockKind::kMamba) > 0) {
     const MambaConfig& m = r.model.mamba;
-    const int64_t heads = m.expand * r.model.hidden / m.head_dim;
+    const int64_t heads = m.Heads(r.model.hidden);
     if (heads % tc != 0) {
       out->push_back(Make(r, Severity::kError, "parallel.cp", std::to_string(l.cp),
                           fmt::format("Mamba all-to-all context parallelism splits the {} Mamba heads over tp*cp = {}, "

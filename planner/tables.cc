@@ -125,7 +125,7 @@ void SetElementwiseBytes(const ModelConfig& m, BlockKind kind, FamilyCost* f) {
       // chunk states (H P N fp32 per chunk, written and read twice), the
       // gated norm y * silu(z).
       const MambaConfig& c = m.mamba;
-      const double d_inner = static_cast<double>(c.expand * m.hidden);
+      const double d_inner = static_cast<double>(c.Inner(m.hidden));
       const double bc = static_cast<double>(2 * c.groups * c.d_state);
       const double heads = d_inner / static_cast<double>(c.head_dim);
       const double conv = 4.0 * (d_inner + bc);
@@ -176,7 +176,7 @@ FamilyCost CostOfFamily(const ModelConfig& m, BlockKind kind, const Layer& sampl
       break;
     case BlockKind::kMamba: {
       const MambaConfig& mc = m.mamba;
-      const int64_t d_inner = mc.expand * m.hidden;
+      const int64_t d_inner = mc.Inner(m.hidden);
       const int64_t heads = d_inner / mc.head_dim;
       const double q = static_cast<double>(mc.chunk);
       // SSD chunked scan [OURS]: intra-chunk C*B^T (causal half: Q*G*N), its

@@ -123,7 +123,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (docs/formulas.md §0).
   d.vocab = RoundUp(m.vocab, m.vocab_pad_multiple * tp);
   const MambaConfig& mc = m.mamba;
-  d.mamba_inner = mc.expand * m.hidden;
+  d.mamba_inner = mc.Inner(m.hidden);
   d.mamba_head_dim = mc.head_dim;
   d.mamba_heads = mc.head_dim > 0 ? d.mamba_inner / mc.head_dim : 0;
   d.mamba_groups = mc.groups;

@@ -185,6 +185,28 @@ TEST(ImportedCounts, Granite40HSmallIsCountedToTheParameter) {
   EXPECT_EQ(inv.active_params, 8803121664);
 }
 
+TEST(ImportedCounts, FalconH1HalfBIsCountedToTheParameterThroughItsStandIn) {
+  // Falcon-H1-0.5B (tests/data/hf/falcon-h1-0.5b.json: Megatron-Bridge's FALCON_H1_500M_CONFIG with
+  // mamba_d_ssm = mamba_n_heads x mamba_d_head, which transformers' FalconH1Config requires), by
+  // modeling_falcon_h1.py's module shapes, hidden 1024, untied embedding and head of 32,784 rows
+  // (2 x 33,570,816):
+  //   attention: q 1024 x 8 x 64, k and v 1024 x 2 x 64, o 512 x 1024: 1,310,720.
+  //   Mamba-2 mixer, 24 heads of 64 (d_ssm 1536, 1.5 x hidden), 1 group, d_state 128: in_proj 1024 x
+  //     (2 x 1536 + 2 x 128 + 24) = 3,432,448, conv1d (1536 + 256) x 4 + bias 1792 = 8,960, dt_bias,
+  //     A_log, D 72, no gated norm (mamba_rms_norm false), out_proj 1536 x 1024 = 1,572,864: 5,014,344.
+  //   MLP 3 x 1024 x 2048 = 6,291,456; input_layernorm and pre_ff_layernorm 2 x 1024.
+  //   36 layers x 12,618,568 = 454,268,448; final norm 1024.
+  // Total 521,411,104 (the model card's "0.5B"). The stand-in (A, M, D a layer) counts one more pre-norm
+  // (1024) and the recipe's gated RMSNorm (1536) a layer: 36 x 2,560 = 92,160 more, as the warning says.
+  int64_t stated = 0;
+  const LoadResult loaded = ImportAndLoad("falcon-h1-0.5b.json", &stated);
+  ASSERT_TRUE(loaded.ok()) << Messages(loaded.diagnostics);
+  EXPECT_EQ(stated, 92160);
+  EXPECT_EQ(loaded.recipe->model.mamba.heads, 24);  // 1536 is not a whole multiple of hidden 1024
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  EXPECT_EQ(inv.total_params - stated, 521411104);
+}
+
 TEST(ImportedCounts, KimiK2IsCountedToTheParameter) {
   // By DeepseekV3's module shapes, hidden 7168, 64 heads, vocabulary 163,840 (embedding and head untied:
   // 2 x 1,174,405,120):

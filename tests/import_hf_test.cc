@@ -19,6 +19,7 @@ namespace preflight {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ReadFile;
 using testing::SourcePath;
 
@@ -322,24 +323,36 @@ TEST(ImportHf, UnsupportedArchitectureListsTheSupportedOnes) {
   const HfImport r = ImportHfConfig("{\n  \"architectures\": [\"BertForMaskedLM\"]\n}\n", "bert.json");
   ASSERT_FALSE(r.ok());
   const std::string msg = Format(r.diagnostics[0]);
-  EXPECT_THAT(msg, HasSubstr("bert.json:2:3: architectures = \"BertForMaskedLM\": unsupported architecture; "
-                             "supported: BambaForCausalLM, DeepseekV3ForCausalLM, Gemma2ForCausalLM, "
-                             "Gemma3ForCausalLM, Glm4MoeForCausalLM, GptOssForCausalLM, GraniteMoeHybridForCausalLM, "
-                             "JambaForCausalLM, LlamaForCausalLM, "
-                             "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
-                             "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
-                             "mamba_ssm configs "
-                             "(mamba_ssm MambaLMHeadModel)"));
+  EXPECT_THAT(msg,
+              HasSubstr("bert.json:2:3: architectures = \"BertForMaskedLM\": unsupported architecture; "
+                        "supported: BambaForCausalLM, DeepseekV3ForCausalLM, FalconH1ForCausalLM, Gemma2ForCausalLM, "
+                        "Gemma3ForCausalLM, Glm4MoeForCausalLM, GptOssForCausalLM, GraniteMoeHybridForCausalLM, "
+                        "JambaForCausalLM, LlamaForCausalLM, "
+                        "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
+                        "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
+                        "mamba_ssm configs "
+                        "(mamba_ssm MambaLMHeadModel)"));
 }
 
-TEST(ImportHf, HybridsWithoutAnImporterAreRefused) {
-  // Falcon-H1 (attention and Mamba-2 in parallel in one layer) and Zamba2 (shared attention blocks with
-  // LoRA per use) have no importer yet: refused, not imported as something else.
-  for (const char* arch : {"FalconH1ForCausalLM", "Zamba2ForCausalLM"}) {
-    const HfImport r = ImportHfConfig(std::string("{\"architectures\": [\"") + arch + "\"]}", "h.json");
-    ASSERT_FALSE(r.ok()) << arch;
-    EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("unsupported architecture; supported:")) << arch;
-  }
+TEST(ImportHf, ZambaTwoIsRefused) {
+  // Zamba2 (shared attention blocks with LoRA per use) has no importer: refused, not imported as
+  // something else.
+  const HfImport r = ImportHfConfig("{\"architectures\": [\"Zamba2ForCausalLM\"]}", "h.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("unsupported architecture; supported:"));
+}
+
+TEST(ImportHf, FalconH1StandsInAsAttentionThenMambaWithItsWidthInHeads) {
+  const HfImport r = ImportHfConfig(ReadFile(SourcePath("tests/data/hf/falcon-h1-0.5b.json")), "f.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const std::string yaml = EmitRecipeYaml(r, {}, "f.json", "");
+  EXPECT_THAT(yaml, HasSubstr("pattern: \"AMD\""));
+  EXPECT_THAT(yaml, HasSubstr("repeat: 36"));
+  EXPECT_THAT(yaml, HasSubstr("heads: 24"));
+  EXPECT_THAT(yaml, Not(HasSubstr("expand:")));
+  // The warning names the stand-in and its difference: 36 x (1024 + 1536) more parameters.
+  EXPECT_THAT(AllMessages(r), HasSubstr("side by side"));
+  EXPECT_THAT(AllMessages(r), HasSubstr("the recipe counts 92,160 more parameters than the model"));
 }
 
 TEST(ImportHf, MalformedJsonNamesLineAndColumn) {

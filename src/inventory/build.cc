@@ -125,7 +125,7 @@ void AddMla(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
 // A_log and D in fp32 whatever the parameter dtype.
 void AddMamba(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const MambaConfig& c = m.mamba;
-  const int64_t d_inner = CheckedMul(c.expand, m.hidden);
+  const int64_t d_inner = c.Inner(m.hidden);
   const int64_t heads = d_inner / c.head_dim;
   const int64_t bc = CheckedMul(2, CheckedMul(c.groups, c.d_state));
   const int64_t conv_dim = CheckedAdd(d_inner, bc);

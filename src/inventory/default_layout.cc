@@ -23,7 +23,7 @@ std::vector<int64_t> TpDivisibilityConstraints(const ModelConfig& m, const std::
     }
   }
   if (has(BlockKind::kMamba) && m.mamba.head_dim > 0) {
-    out.push_back(m.mamba.expand * m.hidden / m.mamba.head_dim);  // Mamba heads H
+    out.push_back(m.mamba.Heads(m.hidden));  // Mamba heads H
     out.push_back(m.mamba.groups);
   }
   if (has(BlockKind::kRecurrent)) out.push_back(m.recurrent.heads);

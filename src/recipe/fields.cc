@@ -377,6 +377,9 @@ std::vector<RecipeField> MakeFields() {
                 "model.mamba.expand", "factor", 1, 1024, [](auto& r) -> auto& { return r.model.mamba.expand; }),
             "--mamba-num-heads", "(no Mamba or R block)"),
       Spell(IntField(
+                "model.mamba.heads", "heads", 0, kMaxHeads, [](auto& r) -> auto& { return r.model.mamba.heads; }),
+            "--mamba-num-heads", "(no Mamba or R block)"),
+      Spell(IntField(
                 "model.mamba.head_dim", "elements", 1, kMaxHeadDim,
                 [](auto& r) -> auto& { return r.model.mamba.head_dim; }),
             "--mamba-head-dim", "(no Mamba or R block)"),

@@ -464,11 +464,17 @@ struct Mamba2Comments {
   std::string groups;
 };
 /// The recipe's model.mamba entries (its Mamba-2 mixer); every importer sets
-/// all six, so MambaConfig's defaults never reach the recipe.
+/// all six, so MambaConfig's defaults never reach the recipe. The inner width
+/// is written as the head count when it is set (a width that is not a whole
+/// multiple of hidden), else as expand.
 void WriteMamba2(const MambaConfig& m, ModelWriter* w, const Mamba2Comments& c = {}) {
   w->Add("mamba.d_state", m.d_state);
   w->Add("mamba.d_conv", m.d_conv);
-  w->Add("mamba.expand", m.expand, c.expand);
+  if (m.heads > 0) {
+    w->Add("mamba.heads", m.heads, c.expand);
+  } else {
+    w->Add("mamba.expand", m.expand, c.expand);
+  }
   w->Add("mamba.head_dim", m.head_dim, c.head_dim);
   w->Add("mamba.groups", m.groups, c.groups);
   w->Add("mamba.chunk", m.chunk);
@@ -1190,6 +1196,99 @@ void ImportGraniteMoeHybrid(ConfigReader& r, ModelWriter* w) {
 
 // ---- Qwen3-Next -------------------------------------------------------------
 
+/// FalconH1ForCausalLM (modeling_falcon_h1.py FalconH1DecoderLayer): one
+/// input RMSNorm feeds attention and a Mamba-2 mixer side by side, their
+/// outputs (each scaled by a muP multiplier) are summed into the residual,
+/// then pre_ff_layernorm and a SwiGLU MLP. The recipe's letters are
+/// sequential sublayers with a pre-norm each, so a layer stands in as A, M,
+/// D: the same matrices and mixer, one more norm. The Mamba width is
+/// mamba_d_ssm (else mamba_expand x hidden) in mamba_n_heads heads: 1.5 x
+/// hidden on Falcon-H1-0.5B, written as model.mamba.heads.
+void ImportFalconH1(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  // attn_layer_indices (null: every layer) lists the layers that run attention.
+  std::set<int64_t> attention;
+  if (r.Has("attn_layer_indices") && !r.At("attn_layer_indices").is_null()) {
+    attention = LayerIndexList(r, "attn_layer_indices", layers);
+  } else {
+    r.Use("attn_layer_indices");
+    for (int64_t i = 0; i < layers; ++i) attention.insert(i);
+  }
+  const bool mlp = r.OptBool("mamba_use_mlp", true);
+  std::string letters;
+  for (int64_t i = 0; i < layers; ++i) letters += std::string(attention.count(i) != 0 ? "AM" : "M") + (mlp ? "D" : "");
+  WriteLayers(letters, "Falcon-H1 layer = attention and Mamba-2 side by side (stand-in: A then M) + SwiGLU MLP", w);
+  const int64_t hidden = ReadTrunk(r, false, w);
+  if (!attention.empty()) ReadAttention(r, hidden, w);
+  if (mlp) {
+    w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"));
+    w->Add("mlp.activation", "swiglu");
+  } else {
+    r.Use("intermediate_size");
+  }
+  ExpectSilu(r, "hidden_act");
+  const int64_t heads = r.RequireInt("mamba_n_heads");
+  const int64_t d_inner = r.Has("mamba_d_ssm") && !r.At("mamba_d_ssm").is_null() ? r.RequireInt("mamba_d_ssm")
+                                                                                 : r.OptInt("mamba_expand", 2) * hidden;
+  r.Use("mamba_expand");
+  r.Use("mamba_d_head");
+  int64_t head_dim = heads > 0 ? d_inner / heads : 1;
+  if (r.Has("mamba_d_head") && !(r.At("mamba_d_head").is_string() && r.At("mamba_d_head") == "auto")) {
+    head_dim = r.OptInt("mamba_d_head", head_dim);
+  }
+  if (heads * head_dim != d_inner) {
+    r.Error("mamba_n_heads", std::to_string(heads),
+            fmt::format("mamba_n_heads x mamba_d_head = {} must equal the Mamba width (mamba_d_ssm, else "
+                        "mamba_expand x hidden_size) = {}",
+                        heads * head_dim, d_inner));
+    return;
+  }
+  const int64_t groups = r.OptInt("mamba_n_groups", 1);
+  const int64_t d_state = r.RequireInt("mamba_d_state");
+  const int64_t d_conv = r.OptInt("mamba_d_conv", 4);
+  const bool whole = d_inner % hidden == 0;
+  WriteMamba2({.d_state = d_state,
+               .d_conv = d_conv,
+               .expand = whole ? d_inner / hidden : 2,
+               .head_dim = head_dim,
+               .groups = groups,
+               .chunk = r.OptInt("mamba_chunk_size", 256),
+               .heads = whole ? 0 : heads},
+              w,
+              {.expand = whole ? "" : "mamba_d_ssm / mamba_d_head: not a whole multiple of hidden",
+               .head_dim = "",
+               .groups = ""});
+  // The stand-in's extra parameters: M's own pre-norm a layer that has
+  // attention too; the recipe's gated RMSNorm where mamba_rms_norm is off.
+  const int64_t side_by_side = static_cast<int64_t>(attention.size());
+  const bool gated_norm = r.OptBool("mamba_rms_norm", false);
+  const bool conv_bias = r.OptBool("mamba_conv_bias", true);
+  const int64_t extra = hidden * side_by_side + (gated_norm ? 0 : d_inner * layers) -
+                        (conv_bias ? 0 : (d_inner + 2 * groups * d_state) * layers);
+  r.StandIn("architectures",
+            fmt::format("attention and the Mamba-2 mixer run side by side on one normed input; the recipe runs "
+                        "them one after the other, each with its own pre-norm ({} layers: one more RMSNorm of "
+                        "hidden a layer, whose saved input, output and statistics add about 2 x hidden x 2 B + 4 B "
+                        "a token a layer in bf16){}{}; the FLOPs are the same",
+                        side_by_side,
+                        gated_norm ? ""
+                                   : "; the recipe's Mamba-2 always has the gated RMSNorm that "
+                                     "mamba_rms_norm: false leaves out",
+                        conv_bias ? "" : "; the recipe always counts the conv1d bias"),
+            extra);
+  r.UnrepresentedUnless("mamba_proj_bias", Json(false), "biases on the Mamba in/out projections are not counted");
+  r.UnrepresentedUnless("projectors_bias", Json(false), "biases on the projections are not counted");
+  r.Use("mamba_norm_before_gate");
+  // muP multipliers scale activations and outputs: no parameters, no saved tensors.
+  for (const char* k :
+       {"attention_in_multiplier", "attention_out_multiplier", "ssm_in_multiplier", "ssm_out_multiplier",
+        "ssm_multipliers", "mlp_multipliers", "key_multiplier", "embedding_multiplier", "lm_head_multiplier"}) {
+    r.Use(k);
+  }
+  WarnRopeScaling(r);
+  WarnBiases(r);
+}
+
 /// Whether each layer of a Qwen3-Next model is full attention: layer_types
 /// ("full_attention" / "linear_attention") when given, else every
 /// full_attention_interval-th layer (Qwen3NextConfig, default 4).
@@ -1476,7 +1575,7 @@ const std::map<std::string, ImportFn>& Importers() {
       {"MistralForCausalLM", ImportMistral},     {"Gemma2ForCausalLM", ImportGemma2},
       {"Gemma3ForCausalLM", ImportGemma3},       {"BambaForCausalLM", ImportBamba},
       {"Qwen3NextForCausalLM", ImportQwen3Next}, {"GraniteMoeHybridForCausalLM", ImportGraniteMoeHybrid},
-      {"Glm4MoeForCausalLM", ImportGlm4Moe},
+      {"Glm4MoeForCausalLM", ImportGlm4Moe},     {"FalconH1ForCausalLM", ImportFalconH1},
   };
   return kImporters;
 }

@@ -873,14 +873,15 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::v
     const int64_t head_dim = a.Int("--mamba-head-dim", 64);
     // megatron/core/ssm/mamba_mixer.py: d_inner = expand (2) * hidden; nheads = d_inner / headdim.
     const int64_t mheads = a.Int("--mamba-num-heads", 2 * hidden / head_dim);
-    if ((mheads * head_dim) % hidden != 0) {
-      a.Fail("--mamba-num-heads", fmt::format("mamba heads x head dim = {} must be a multiple of --hidden-size {} "
-                                              "(model.mamba.expand)",
-                                              mheads * head_dim, hidden));
-    }
     Add(&m, "model.mamba.d_state", a.Int("--mamba-state-dim", 128));
     Add(&m, "model.mamba.d_conv", 4);
-    Add(&m, "model.mamba.expand", std::max<int64_t>(1, mheads * head_dim / hidden));
+    // An inner width that is a whole multiple of hidden is written as expand,
+    // any other (Nemotron 3's 16 x 64 on hidden 768) as the head count.
+    if ((mheads * head_dim) % hidden == 0) {
+      Add(&m, "model.mamba.expand", std::max<int64_t>(1, mheads * head_dim / hidden));
+    } else {
+      Add(&m, "model.mamba.heads", mheads, "--mamba-num-heads: heads x head_dim is not a multiple of hidden");
+    }
     Add(&m, "model.mamba.head_dim", head_dim);
     Add(&m, "model.mamba.groups", a.Int("--mamba-num-groups", 8));
     Add(&m, "model.mamba.chunk", 128, "mamba_mixer.py chunk_size");

@@ -126,24 +126,26 @@ class Validator {
   void CheckMamba() {
     const MambaConfig& m = r_.model.mamba;
     if (Bad({"model.mamba", "model.hidden"})) return;
-    const int64_t inner = m.expand * r_.model.hidden;  // both bounded: <= 2^34
-    if (inner % m.head_dim != 0) {
+    const int64_t inner = m.Inner(r_.model.hidden);  // bounded: <= 2^34 either way
+    if (m.heads == 0 && inner % m.head_dim != 0) {
       ctx_.ErrorAt("model.mamba.head_dim", Str(m.head_dim),
-                   fmt::format("must divide the Mamba inner width expand x hidden = {} x {} = {}{}", m.expand,
-                               r_.model.hidden, inner, TryDivisorsOf(inner, m.head_dim)));
+                   fmt::format("must divide the Mamba inner width expand x hidden = {} x {} = {}{}, or set "
+                               "model.mamba.heads",
+                               m.expand, r_.model.hidden, inner, TryDivisorsOf(inner, m.head_dim)));
       return;
     }
-    const int64_t heads = inner / m.head_dim;
+    const int64_t heads = m.Heads(r_.model.hidden);
+    const std::string heads_from = m.heads > 0 ? "model.mamba.heads" : "expand x hidden / head_dim";
     if (heads % m.groups != 0) {
-      ctx_.ErrorAt("model.mamba.groups", Str(m.groups),
-                   fmt::format("must divide the Mamba head count expand x hidden / head_dim = {}{}", heads,
-                               TryDivisorsOf(heads, m.groups)));
+      ctx_.ErrorAt(
+          "model.mamba.groups", Str(m.groups),
+          fmt::format("must divide the Mamba head count {} = {}{}", heads_from, heads, TryDivisorsOf(heads, m.groups)));
       return;
     }
     if (Bad({"parallel.tp"})) return;
     if (heads % p_.tp != 0 || m.groups % p_.tp != 0) {
-      TpMustDivide(m.groups, fmt::format("the Mamba heads ({} = expand x hidden / head_dim) and model.mamba.groups ({})",
-                                         heads, m.groups));
+      TpMustDivide(m.groups,
+                   fmt::format("the Mamba heads ({} = {}) and model.mamba.groups ({})", heads, heads_from, m.groups));
       return;
     }
     if (p_.cp <= 1 || Bad({"parallel.cp", "parallel.cp_recurrent"})) return;
@@ -783,6 +785,7 @@ std::vector<std::pair<const char*, int64_t>> IntFields(const Recipe& r) {
       {"model.mamba.d_state", m.mamba.d_state},
       {"model.mamba.d_conv", m.mamba.d_conv},
       {"model.mamba.expand", m.mamba.expand},
+      {"model.mamba.heads", m.mamba.heads},
       {"model.mamba.head_dim", m.mamba.head_dim},
       {"model.mamba.groups", m.mamba.groups},
       {"model.mamba.chunk", m.mamba.chunk},

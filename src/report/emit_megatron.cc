@@ -335,7 +335,7 @@ void MambaFlags(const Context& c) {
   c.args.Flag("--mamba-state-dim", mb.d_state);
   c.args.Flag("--mamba-head-dim", mb.head_dim);
   c.args.Flag("--mamba-num-groups", mb.groups);
-  c.args.Flag("--mamba-num-heads", mb.expand * c.r.model.hidden / mb.head_dim);
+  c.args.Flag("--mamba-num-heads", mb.Heads(c.r.model.hidden));
   // arguments.py has neither flag; MambaMixer's defaults are K = 4, chunk 128 (docs/formulas.md §0).
   if (mb.d_conv != 4) {
     c.notes.Cannot("model.mamba.d_conv", std::to_string(mb.d_conv),

@@ -184,6 +184,14 @@ struct MambaConfig {  // Mamba-2 mixer (docs/formulas.md §1.4)
   /// recomputed in backward); false: Megatron's mamba_mixer path, which keeps
   /// the gated y and the norm output for backward (docs/formulas.md §3.2) [OURS: knob].
   bool fused_norm_out_proj = false;
+  /// Megatron --mamba-num-heads, for inner widths that are not a whole
+  /// multiple of hidden (Falcon-H1, Nemotron 3): 0 = expand x hidden / head_dim.
+  int64_t heads = 0;
+
+  /// The inner width d_inner: heads x head_dim, or expand x hidden when heads is 0.
+  int64_t Inner(int64_t hidden) const { return heads > 0 ? heads * head_dim : expand * hidden; }
+  /// The SSM head count H = d_inner / head_dim.
+  int64_t Heads(int64_t hidden) const { return Inner(hidden) / head_dim; }
 };
 
 struct RecurrentConfig {  // RG-LRU block after Griffin (docs/formulas.md §1.6)
