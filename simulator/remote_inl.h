@@ -64,6 +64,8 @@ template <class T>
 Wire MakeWire(Rank& me, const Group& g, const Post& post, bool counts_agree) {
   Transport& t = *me.world().transport();
   Wire w{t, me, &g, 0, {}, me.world().NextOnGroup(g, post)};
+  if (g.IndexOf(me.id()) < 0)
+    throw SimError("rank " + std::to_string(me.id()) + " is not in the group of " + w.pending);
   // The matcher's checks: kind, element type, modeled size, and the sizes
   // every member must give alike (an all-to-all's splits differ per member).
   Post shape = post;
