@@ -37,14 +37,15 @@ constexpr int kHangTag = 1;
 double Now() { return MPI_Wtime(); }
 
 /// Backs off while nothing arrives: a few yields, then sleeps growing to
-/// 1 ms, so an oversubscribed job (more ranks than cores) leaves the cores to
-/// the ranks that have work.
+/// 1 ms, and to 5 ms once a wait has lasted about 0.1 s (a pipeline rank
+/// idle in the bubble), so an oversubscribed job (more ranks than cores)
+/// leaves the cores to the ranks that have work.
 void Idle(int* spins) {
   if (++*spins < 32) {
     sched_yield();
     return;
   }
-  const int us = std::min(1000, 20 << std::min(6, (*spins - 32) / 8));
+  const int us = *spins > 200 ? 5000 : std::min(1000, 20 << std::min(6, (*spins - 32) / 8));
   std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 

@@ -64,9 +64,12 @@ bool ApplyScale(const std::vector<std::string>& items, ScaleOptions* s) {
       used = 0;
     }
     // Sizes stay small: the executor runs dense fp64 math on one machine.
-    if (used != value.size() || v < 1 || v > 1024) {
-      std::fprintf(stderr, "--scale %s = %s: must be an integer in 1..1024\n", Shown(key).c_str(),
-                   Shown(value).c_str());
+    // max_world counts ranks, which the MPI runtime spreads over processes
+    // and hosts (a 16,384-GPU layout keeps its dp).
+    const long long most = key == "max_world" ? 65536 : 1024;
+    if (used != value.size() || v < 1 || v > most) {
+      std::fprintf(stderr, "--scale %s = %s: must be an integer in 1..%lld\n", Shown(key).c_str(), Shown(value).c_str(),
+                   most);
       return false;
     }
     *it->second = v;
@@ -174,12 +177,12 @@ int RunSimulate(const SimulateArgs& args) {
   SimOptions options;
   options.precision = args.precision == "fp32" ? SimPrecision::kFp32 : SimPrecision::kFp64;
   if (!mpi) return SimulateAndReport(args, scaled, options);
-  const std::string how = fmt::format("start it with mpirun -np {}", scaled.world());
+  const std::string how = fmt::format("mpirun -np {}", scaled.world());
 #ifdef PREFLIGHT_WITH_MPI
   if (!mpirun) {
     std::fprintf(stderr,
                  "--runtime mpi: preflight was not started by mpirun (no OMPI_COMM_WORLD_SIZE or PMIX_RANK in the "
-                 "environment); the scaled layout has %lld ranks: %s\n",
+                 "environment); the scaled layout has %lld ranks: start it with %s\n",
                  static_cast<long long>(scaled.world()), how.c_str());
     return static_cast<int>(ExitCode::kBadInput);
   }
@@ -188,7 +191,8 @@ int RunSimulate(const SimulateArgs& args) {
       args.hang_timeout,
       [path](SimFailure kind, const std::string& what) { return ReportRunFailure(path, kind, what); }, fallback_fd);
   if (runtime.size() != scaled.world()) {
-    std::fprintf(stderr, "--runtime mpi: mpirun started %d processes; the scaled layout has %lld ranks: %s\n",
+    std::fprintf(stderr,
+                 "--runtime mpi: mpirun started %d processes; the scaled layout has %lld ranks: start it with %s\n",
                  runtime.size(), static_cast<long long>(scaled.world()), how.c_str());
     return static_cast<int>(ExitCode::kBadInput);
   }
@@ -197,8 +201,8 @@ int RunSimulate(const SimulateArgs& args) {
 #else
   (void)fallback_fd;
   std::fprintf(stderr,
-               "--runtime mpi: this preflight was built without MPI (PREFLIGHT_WITH_MPI=OFF); rebuild with it to "
-               "run %s, or use --runtime threads\n",
+               "--runtime mpi: this preflight was built without MPI (PREFLIGHT_WITH_MPI=OFF): rebuild it with MPI "
+               "and start it with %s, or use --runtime threads\n",
                how.c_str());
   return static_cast<int>(ExitCode::kBadInput);
 #endif
