@@ -40,6 +40,7 @@ _preflight() {
     --emit) mapfile -t COMPREPLY < <(compgen -W "megatron torchtitan" -- "$cur"); return ;;
     --sp) mapfile -t COMPREPLY < <(compgen -W "on off" -- "$cur"); return ;;
     --precision) mapfile -t COMPREPLY < <(compgen -W "fp64 fp32" -- "$cur"); return ;;
+    --runtime) mapfile -t COMPREPLY < <(compgen -W "auto threads mpi" -- "$cur"); return ;;
     --recompute) mapfile -t COMPREPLY < <(compgen -W "none selective full none,selective,full" -- "$cur"); return ;;
     --baseline)
       compopt -o filenames 2>/dev/null
@@ -53,7 +54,7 @@ _preflight() {
       ;;
     --set | --layout | --scale | --gpus | --top | --threads | --tp | --cp | --pp | --vpp | --ep | --expert-tp | \
       --micro-batch | --zero | --dp-replicate | --stage | --name | --baseline-ref | --max-regression-gib | \
-      --max-regression-gib-category | --compute-efficiency | --nvlink-efficiency | --ib-efficiency | --latency-us)
+      --max-regression-gib-category | --hang-timeout | --compute-efficiency | --nvlink-efficiency | --ib-efficiency | --latency-us)
       return  # a value the user types
       ;;
   esac

@@ -6,6 +6,8 @@ packages=(
   build-essential cmake ninja-build git
   libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # simulate's MPI runtime (CMake option PREFLIGHT_WITH_MPI, on by default).
+  libopenmpi-dev openmpi-bin
   # scripts/test.sh's fuzz step: clang and its libFuzzer/sanitizer runtimes.
   clang-14 libclang-rt-14-dev
   # scripts/lint.sh: clang-format (with clang-format-diff) and clang-tidy.

@@ -7,11 +7,13 @@
 // every parameter update (assembled per data-parallel replica after the step).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "blocks.h"
 #include "dist_optimizer.h"
@@ -23,7 +25,8 @@ namespace preflight {
 namespace sim {
 namespace {
 
-/// Threads the executor starts at most (one per simulated rank).
+/// Threads the in-process runtime starts at most (one per simulated rank);
+/// the MPI runtime has no limit of its own.
 constexpr int kMaxRanks = 256;
 
 std::vector<char> LayerLetters(const Recipe& r) {
@@ -43,10 +46,12 @@ void Require(bool ok, const std::string& why) {
 
 /// What the executor runs. Block-specific rules (Mamba heads, R blocks, CP
 /// modes) are checked by the blocks themselves when they are built.
-void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
+void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_process) {
   const ParallelConfig& p = r.parallel;
-  Require(r.world() <= kMaxRanks, "the executor runs at most " + std::to_string(kMaxRanks) +
-                                      " simulated ranks; the scaled layout has " + std::to_string(r.world()));
+  Require(!in_process || r.world() <= kMaxRanks, "the executor runs at most " + std::to_string(kMaxRanks) +
+                                                     " simulated ranks in one process; the scaled layout has " +
+                                                     std::to_string(r.world()) +
+                                                     " (run it under mpirun: docs/simulate.md)");
   Require(p.schedule == Schedule::k1F1B || p.schedule == Schedule::kInterleaved,
           std::string("the executor runs the 1f1b and interleaved schedules, not parallel.schedule = ") + Name(p.schedule));
   Require(!r.model.mla.has_value(), "MLA attention is not in the executor");
@@ -477,10 +482,144 @@ struct RunOutput {
   std::vector<RankMeasurement> measured;
 };
 
+/// A rank's results as bytes, for the transport runtime's gather (the values
+/// are copied bit for bit: the verdict must not depend on the runtime).
+class Encoder {
+ public:
+  template <class V>
+  void Put(const V& v) {
+    static_assert(std::is_trivially_copyable_v<V>);
+    const char* p = reinterpret_cast<const char*>(&v);
+    bytes_.insert(bytes_.end(), p, p + sizeof v);
+  }
+  void Put(const std::string& v) {
+    Put(static_cast<uint64_t>(v.size()));
+    bytes_.insert(bytes_.end(), v.begin(), v.end());
+  }
+  void Put(const Mat<double>& m) {
+    Put(static_cast<int64_t>(m.rows()));
+    Put(static_cast<int64_t>(m.cols()));
+    const char* p = reinterpret_cast<const char*>(m.data());
+    bytes_.insert(bytes_.end(), p, p + static_cast<size_t>(m.size()) * sizeof(double));
+  }
+  template <class V>
+  void Put(const std::vector<V>& v) {
+    Put(static_cast<uint64_t>(v.size()));
+    for (const V& x : v) Put(x);
+  }
+  template <class K, class V>
+  void Put(const std::map<K, V>& m) {
+    Put(static_cast<uint64_t>(m.size()));
+    for (const auto& [k, v] : m) Put(k), Put(v);
+  }
+  std::vector<char> Take() { return std::move(bytes_); }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+class Decoder {
+ public:
+  explicit Decoder(const std::vector<char>& bytes) : bytes_(bytes) {}
+  template <class V>
+  void Get(V* v) {
+    static_assert(std::is_trivially_copyable_v<V>);
+    Need(sizeof *v);
+    std::memcpy(v, bytes_.data() + at_, sizeof *v);
+    at_ += sizeof *v;
+  }
+  void Get(std::string* v) {
+    const size_t n = Size();
+    Need(n);
+    v->assign(bytes_.data() + at_, n);
+    at_ += n;
+  }
+  void Get(Mat<double>* m) {
+    int64_t rows = 0, cols = 0;
+    Get(&rows);
+    Get(&cols);
+    Need(static_cast<size_t>(rows * cols) * sizeof(double));
+    m->resize(rows, cols);
+    std::memcpy(m->data(), bytes_.data() + at_, static_cast<size_t>(rows * cols) * sizeof(double));
+    at_ += static_cast<size_t>(rows * cols) * sizeof(double);
+  }
+  template <class V>
+  void Get(std::vector<V>* v) {
+    v->resize(Size());
+    for (V& x : *v) Get(&x);
+  }
+  template <class K, class V>
+  void Get(std::map<K, V>* m) {
+    for (size_t n = Size(); n > 0; --n) {
+      K k{};
+      Get(&k);
+      Get(&(*m)[k]);
+    }
+  }
+
+ private:
+  size_t Size() {
+    uint64_t n = 0;
+    Get(&n);
+    return static_cast<size_t>(n);
+  }
+  void Need(size_t n) const {
+    if (at_ + n > bytes_.size()) throw SimError("a rank's results arrived truncated");
+  }
+  const std::vector<char>& bytes_;
+  size_t at_ = 0;
+};
+
+template <class Coder, class Result, class Param, class Measurement>
+void CodeResult(Coder& c, Result& r, Measurement& m) {
+  const auto each = [&](auto&... v) {
+    if constexpr (std::is_same_v<Coder, Encoder>) {
+      (c.Put(v), ...);
+    } else {
+      (c.Get(&v), ...);
+    }
+  };
+  each(r.coord, r.losses, r.outputs, r.dropped, r.peak_in_flight, r.flops);
+  uint64_t params = r.params.size();
+  each(params);
+  if constexpr (!std::is_const_v<Result>) r.params.resize(static_cast<size_t>(params));
+  for (Param& p : r.params) each(p.name, p.shard, p.segments, p.rows, p.cols, p.expert, p.grad, p.update);
+  each(m.rank, m.pipeline_rank, m.peak_in_flight, m.comm, m.peak_bytes, m.final_bytes, m.peak_total_bytes,
+       m.activations_at_peak);
+}
+
+std::vector<char> EncodeResult(const RankResult& result, const RankMeasurement& measured) {
+  Encoder e;
+  CodeResult<Encoder, const RankResult, const ParamRecord, const RankMeasurement>(e, result, measured);
+  return e.Take();
+}
+
+void DecodeResult(const std::vector<char>& bytes, RankResult* result, RankMeasurement* measured) {
+  Decoder d(bytes);
+  CodeResult<Decoder, RankResult, ParamRecord, RankMeasurement>(d, *result, *measured);
+}
+
+RankMeasurement Measure(const Rank& rank, const RankResult& result) {
+  RankMeasurement m;
+  m.rank = rank.id();
+  m.pipeline_rank = result.coord.pp;
+  m.peak_in_flight = result.peak_in_flight;
+  m.comm = rank.Counts();
+  for (int c = 0; c < kNumSimCategories; ++c) {
+    m.peak_bytes[static_cast<size_t>(c)] = rank.memory().peak(static_cast<SimCategory>(c));
+    m.final_bytes[static_cast<size_t>(c)] = rank.memory().live(static_cast<SimCategory>(c));
+  }
+  m.peak_total_bytes = rank.memory().peak_total();
+  m.activations_at_peak = rank.memory().activations_at_peak();
+  return m;
+}
+
+/// Under a transport every rank sends what it measured to rank 0, which
+/// verifies as the in-process runtime does; the other ranks' outputs stay empty.
 template <class T>
-RunOutput RunWorld(const Spec& spec) {
+RunOutput RunWorld(const Spec& spec, Transport* transport) {
   const int n = spec.topo.world();
-  World world(n);
+  World world(n, transport);
   const std::vector<RankGroups> groups = MakeGroups(world, spec.topo);
   RunOutput out;
   out.ranks.resize(static_cast<size_t>(n));
@@ -489,21 +628,22 @@ RunOutput RunWorld(const Spec& spec) {
     RankProgram<T> program(rank, spec, groups[i]);
     out.ranks[i] = program.Run();
   });
-  for (int i = 0; i < n; ++i) {
-    const Rank& rank = world.rank(i);
-    RankMeasurement m;
-    m.rank = i;
-    m.pipeline_rank = out.ranks[static_cast<size_t>(i)].coord.pp;
-    m.peak_in_flight = out.ranks[static_cast<size_t>(i)].peak_in_flight;
-    m.comm = rank.Counts();
-    for (int c = 0; c < kNumSimCategories; ++c) {
-      m.peak_bytes[static_cast<size_t>(c)] = rank.memory().peak(static_cast<SimCategory>(c));
-      m.final_bytes[static_cast<size_t>(c)] = rank.memory().live(static_cast<SimCategory>(c));
+  if (transport != nullptr) {
+    const int me = transport->rank();
+    RankMeasurement mine = Measure(world.rank(me), out.ranks[static_cast<size_t>(me)]);
+    if (me != 0) {
+      transport->Send(nullptr, 0, Transport::kResultsTag, EncodeResult(out.ranks[static_cast<size_t>(me)], mine));
+      return RunOutput{};
     }
-    m.peak_total_bytes = rank.memory().peak_total();
-    m.activations_at_peak = rank.memory().activations_at_peak();
-    out.measured.push_back(std::move(m));
+    out.measured.push_back(std::move(mine));
+    for (int i = 1; i < n; ++i) {
+      out.measured.emplace_back();
+      DecodeResult(transport->Recv(nullptr, i, Transport::kResultsTag, ""), &out.ranks[static_cast<size_t>(i)],
+                   &out.measured.back());
+    }
+    return out;
   }
+  for (int i = 0; i < n; ++i) out.measured.push_back(Measure(world.rank(i), out.ranks[static_cast<size_t>(i)]));
   return out;
 }
 
@@ -665,7 +805,7 @@ OptimizerSettings SettingsOf(const Recipe& r, const SimOptions& opt, int zero, d
 template <class T>
 SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const SimOptions& opt) {
   const std::vector<char> letters = LayerLetters(recipe);
-  CheckSupported(recipe, letters);
+  CheckSupported(recipe, letters, opt.transport == nullptr);
 
   Spec sharded;
   sharded.recipe = &recipe;
@@ -700,8 +840,9 @@ SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const
   one_rank.parallel.schedule = Schedule::k1F1B;
   reference.recipe = &one_rank;
 
-  const RunOutput run = RunWorld<T>(sharded);
-  const RunOutput ref = RunWorld<T>(reference);
+  const RunOutput run = RunWorld<T>(sharded, opt.transport);
+  if (opt.transport != nullptr && opt.transport->rank() != 0) return SimulationReport{};
+  const RunOutput ref = RunWorld<T>(reference, nullptr);  // one rank: in this process
 
   SimulationReport rep;
   rep.recipe_name = recipe.name;

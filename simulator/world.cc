@@ -152,7 +152,7 @@ std::string Post::Describe(const std::string& where) const {
   return os.str();
 }
 
-World::World(int size) : size_(size), pending_(static_cast<size_t>(size)) {
+World::World(int size, Transport* transport) : size_(size), pending_(static_cast<size_t>(size)), transport_(transport) {
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<Rank>(this, r));
 }
 
@@ -288,7 +288,45 @@ void World::PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, co
   Rendezvous(*ch, {src, dst}, index, std::move(post), where, exec, eager);
 }
 
+std::string World::NextOnGroup(const Group& g, const Post& post) {
+  const std::string where = GroupName(g.axis, g.members);
+  return post.Describe(where) + " #" + std::to_string(group_seq_[g.id]++);
+}
+
+std::string World::NextOnChannel(Axis axis, int src, int dst, int64_t tag, const Post& post) {
+  const std::string where = std::string(Key(axis)) + " channel " + std::to_string(src) + "->" + std::to_string(dst) +
+                            (tag != 0 ? " tag " + std::to_string(tag) : "");
+  return post.Describe(where) + " #" + std::to_string(p2p_seq_[{src, dst, tag}]++);
+}
+
+namespace {
+/// The transport runtime's World::Run: the local rank only; a failure ends
+/// the run with the thread runtime's message for it.
+void RunLocal(Transport& t, const std::vector<std::unique_ptr<Group>>& groups, Rank& rank,
+              const std::function<void(Rank&)>& program) {
+  std::vector<const Group*> all;
+  for (const auto& g : groups) all.push_back(g.get());
+  t.Connect(all);
+  const std::string who = "rank " + std::to_string(rank.id());
+  try {
+    program(rank);
+  } catch (const SimError& e) {
+    t.Fail(SimFailure::kFailed, e.what());
+  } catch (const SimUnsupported& e) {
+    t.Fail(SimFailure::kUnsupported, e.what());
+  } catch (const std::bad_alloc&) {
+    t.Fail(SimFailure::kOutOfMemory, who + " ran out of memory");
+  } catch (const std::exception& e) {
+    t.Fail(SimFailure::kFailed, who + " failed: " + e.what());
+  }
+}
+}  // namespace
+
 void World::Run(const std::function<void(Rank&)>& program) {
+  if (transport_ != nullptr) {
+    RunLocal(*transport_, groups_, *ranks_[static_cast<size_t>(transport_->rank())], program);
+    return;
+  }
   std::vector<std::thread> threads;
   for (int r = 0; r < size_; ++r) {
     threads.emplace_back([this, r, &program] {

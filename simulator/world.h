@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "preflight/simulator/sim.h"
+#include "transport.h"
 
 namespace preflight::sim {
 
@@ -207,13 +208,18 @@ using Executor = std::function<std::string(const std::vector<Post*>& posts, cons
 
 class World {
  public:
-  explicit World(int size);
+  /// With a transport, this process runs only rank transport->rank() and
+  /// collectives go through the transport (the MPI runtime).
+  explicit World(int size, Transport* transport = nullptr);
   int size() const { return size_; }
+  Transport* transport() const { return transport_; }
   /// Creates a group; call before Run (groups are fixed for the run).
   const Group& NewGroup(Axis axis, const std::vector<int>& members);
   /// Runs `program` on every rank, one thread each; rethrows the first error
   /// (mismatch, deadlock, or an exception a rank program threw) as SimError,
   /// except that a SimUnsupported thrown by a rank program is rethrown as is.
+  /// With a transport: runs the local rank's program in this thread, and a
+  /// failure ends the whole run through Transport::Fail.
   void Run(const std::function<void(Rank&)>& program);
   Rank& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
   const Rank& rank(int r) const { return *ranks_[static_cast<size_t>(r)]; }
@@ -224,6 +230,11 @@ class World {
   /// Point-to-point rendezvous on the channel src -> dst. With `eager`, a
   /// member that arrives first does not wait (its post must own its data).
   void PointToPoint(Axis axis, int src, int dst, int64_t tag, Post post, const Executor& exec, bool eager = false);
+
+  /// The transport runtime's names for a rank's next operation on a group or
+  /// a point-to-point channel: "<op> on <where> #<seq>", as the thread runtime's.
+  std::string NextOnGroup(const Group& g, const Post& post);
+  std::string NextOnChannel(Axis axis, int src, int dst, int64_t tag, const Post& post);
 
  private:
   struct Slot {
@@ -255,6 +266,9 @@ class World {
   int finished_ = 0;
   std::string error_;
   std::exception_ptr unsupported_;  // the first SimUnsupported (or bad_alloc) a rank program threw
+  Transport* transport_ = nullptr;
+  std::map<int, int64_t> group_seq_;                          // transport runtime: the local rank's
+  std::map<std::tuple<int, int, int64_t>, int64_t> p2p_seq_;  // operations so far, per group / channel
 };
 
 }  // namespace preflight::sim

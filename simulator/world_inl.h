@@ -92,6 +92,11 @@ inline std::string CountsDiffer(const std::vector<Post*>& posts) {
 }
 
 }  // namespace detail
+}  // namespace preflight::sim
+
+#include "remote_inl.h"
+
+namespace preflight::sim {
 
 template <class T>
 void Rank::AllReduce(const Group& g, T* data, int64_t count, int64_t elem_bytes, ReduceOp op) {
@@ -103,6 +108,7 @@ void Rank::AllReduce(const Group& g, T* data, int64_t count, int64_t elem_bytes,
   p.elem_bytes = elem_bytes;
   p.count = count;
   p.out = data;
+  if (world_->transport() != nullptr) return detail::RemoteAllReduce(*this, g, p, data);
   const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     const int n = static_cast<int>(posts.size());
@@ -134,6 +140,7 @@ void Rank::AllGather(const Group& g, const T* in, T* out, const std::vector<int6
   p.counts = counts;
   p.in = in;
   p.out = out;
+  if (world_->transport() != nullptr) return detail::RemoteAllGather(*this, g, p, in, out);
   const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     std::string problem = detail::CountsDiffer(posts);
@@ -162,6 +169,7 @@ void Rank::ReduceScatter(const Group& g, const T* in, T* out, const std::vector<
   p.counts = counts;
   p.in = in;
   p.out = out;
+  if (world_->transport() != nullptr) return detail::RemoteReduceScatter(*this, g, p, in, out);
   const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     std::string problem = detail::CountsDiffer(posts);
@@ -191,6 +199,7 @@ void Rank::AllToAll(const Group& g, const T* in, const std::vector<int64_t>& sen
   p.recv_counts = recv_counts;
   p.in = in;
   p.out = out;
+  if (world_->transport() != nullptr) return detail::RemoteAllToAll(*this, g, p, in, out);
   const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     const size_t n = posts.size();
@@ -234,6 +243,7 @@ void Rank::Broadcast(const Group& g, T* data, int64_t count, int root, int64_t e
   p.count = count;
   p.root = root;
   p.out = data;
+  if (world_->transport() != nullptr) return detail::RemoteBroadcast(*this, g, p, data);
   const Axis axis = g.axis;
   world_->Collective(g, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     const int n = static_cast<int>(posts.size());
@@ -276,6 +286,16 @@ std::string MatchSendRecv(Axis axis, const std::vector<Post*>& posts, const std:
 
 template <class T>
 void Rank::Send(Axis axis, int dest, const T* data, int64_t count, int64_t elem_bytes, int64_t tag) {
+  if (world_->transport() != nullptr) {
+    Post p;
+    p.rank = rank_;
+    p.kind = CollectiveKind::kSend;
+    p.elem_bytes = elem_bytes;
+    p.count = count;
+    p.pass = pass_;
+    p.what = what_;
+    return detail::RemoteSend(*this, axis, dest, tag, p, data);
+  }
   auto copy = std::make_shared<std::vector<T>>(data, data + count);
   Post p;
   p.rank = rank_;
@@ -304,6 +324,7 @@ void Rank::Recv(Axis axis, int src, T* data, int64_t count, int64_t elem_bytes, 
   p.elem_bytes = elem_bytes;
   p.count = count;
   p.out = data;
+  if (world_->transport() != nullptr) return detail::RemoteRecv(*this, axis, src, tag, p, data);
   world_->PointToPoint(axis, src, rank_, tag, std::move(p), [axis](const std::vector<Post*>& posts, const std::vector<Rank*>& ranks) {
     return detail::MatchSendRecv<T>(axis, posts, ranks);
   });

@@ -96,6 +96,30 @@ TEST(SimulateCli, BadScaleIsBadInput) {
   EXPECT_NE(k.err.find("KEY one of hidden"), std::string::npos) << k.err;
 }
 
+// The MPI runtime outside mpirun (or in a build without MPI) is bad input that
+// names the -np the scaled layout needs: nam56r-h200 keeps tp 4 x pp 4 x dp 4 = 64 ranks.
+TEST(SimulateCli, MpiRuntimeOutsideMpirunNamesTheRankCount) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--runtime", "mpi"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--runtime mpi: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("start it with mpirun -np 64"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  const auto bad = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--runtime", "mpich"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+}
+
+// More than 256 ranks need the MPI runtime; max_world counts ranks, up to 65,536.
+TEST(SimulateCli, ThreadRuntimeRefusesMoreThan256Ranks) {
+  const auto r = RunPreflight({"simulate", "recipes/llama3-405b-h200.yaml", "--scale", "max_world=512"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("at most 256 simulated ranks in one process; the scaled layout has 512 (run it under mpirun"),
+            std::string::npos)
+      << r.err;
+  const auto big = RunPreflight({"simulate", "recipes/llama3-8b-h200.yaml", "--scale", "max_world=65537"});
+  EXPECT_EQ(big.exit_code, 2);
+  EXPECT_NE(big.err.find("--scale max_world = 65537: must be an integer in 1..65536"), std::string::npos) << big.err;
+}
+
 TEST(SimulateCli, BadStageIsBadInput) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--stage", "9"});
   EXPECT_EQ(r.exit_code, 2);

@@ -1,7 +1,11 @@
 // preflight simulate R: run a scaled copy of the recipe on simulated ranks and
 // compare numerics with an unsharded run, counted bytes with the planner and
 // measured memory with the estimator. Exit 0 agree, 1 disagree, 2 bad input.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <new>
@@ -14,6 +18,9 @@
 #include "common.h"
 #include "preflight/recipe/diagnostic.h"
 #include "preflight/simulator/sim.h"
+#ifdef PREFLIGHT_WITH_MPI
+#include "preflight/simulator/mpi.h"
+#endif
 #include "preflight/report/sim_report.h"
 #include "verbs.h"
 
@@ -27,6 +34,8 @@ struct SimulateArgs {
   std::string precision = "fp64";
   OutputFormat format = OutputFormat::kTable;
   std::string out_path;
+  std::string runtime = "auto";  // threads, mpi, or auto: mpi when mpirun started us
+  double hang_timeout = 300;     // seconds a rank may wait in one operation under MPI
 };
 
 /// Applies "--scale key=value" items; false (with a message) on a bad one.
@@ -55,9 +64,12 @@ bool ApplyScale(const std::vector<std::string>& items, ScaleOptions* s) {
       used = 0;
     }
     // Sizes stay small: the executor runs dense fp64 math on one machine.
-    if (used != value.size() || v < 1 || v > 1024) {
-      std::fprintf(stderr, "--scale %s = %s: must be an integer in 1..1024\n", Shown(key).c_str(),
-                   Shown(value).c_str());
+    // max_world counts ranks, which the MPI runtime spreads over processes
+    // and hosts (a 16,384-GPU layout keeps its dp).
+    const long long most = key == "max_world" ? 65536 : 1024;
+    if (used != value.size() || v < 1 || v > most) {
+      std::fprintf(stderr, "--scale %s = %s: must be an integer in 1..%lld\n", Shown(key).c_str(), Shown(value).c_str(),
+                   most);
       return false;
     }
     *it->second = v;
@@ -70,31 +82,64 @@ bool ApplyScale(const std::vector<std::string>& items, ScaleOptions* s) {
   return true;
 }
 
-int RunSimulate(const SimulateArgs& args) {
-  auto recipe = LoadRecipeOrReport(args.recipe);
-  if (!recipe) return static_cast<int>(ExitCode::kBadInput);
-  ScaleOptions scale;
-  if (!ApplyScale(args.scale, &scale)) return static_cast<int>(ExitCode::kBadInput);
-  const Recipe scaled = ScaleRecipe(*recipe, scale);
-  SimOptions options;
-  options.precision = args.precision == "fp32" ? SimPrecision::kFp32 : SimPrecision::kFp64;
+/// Prints why the run did not finish; the exit code. The thread runtime's
+/// exceptions and the MPI runtime's reports from rank 0 come here alike.
+int ReportRunFailure(const std::string& path, SimFailure kind, const std::string& what) {
+  switch (kind) {
+    case SimFailure::kUnsupported:
+      std::fprintf(stderr, "%s: cannot simulate: %s\n", Shown(path).c_str(), what.c_str());
+      return static_cast<int>(ExitCode::kBadInput);
+    case SimFailure::kOutOfMemory:
+      // A resource limit of this machine, not a verdict on the plan.
+      std::fprintf(stderr, "%s: out of memory simulating at this scale; lower --scale\n", Shown(path).c_str());
+      return static_cast<int>(ExitCode::kBadInput);
+    case SimFailure::kFailed: break;
+  }
+  // A deadlock or a mismatched collective: the sharded program itself is
+  // inconsistent, which is a disagreement, not bad input.
+  std::fprintf(stderr, "%s: the simulated ranks failed: %s\n", Shown(path).c_str(), what.c_str());
+  return static_cast<int>(ExitCode::kVerdictFail);
+}
+
+/// Open MPI's mpirun (or another PMIx launcher) started this process.
+bool StartedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr; }
+
+int MpirunRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return 0;
+}
+
+/// Under MPI only rank 0 speaks: the other ranks' stdout and stderr go to
+/// /dev/null. Returns their original stderr (for a last-resort message), or -1.
+int SilenceOtherRanks() {
+  if (MpirunRank() == 0) return -1;
+  const int saved = dup(STDERR_FILENO);
+  const int null = open("/dev/null", O_WRONLY);
+  if (null >= 0) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    close(null);
+  }
+  return saved;
+}
+
+/// The scaled recipe's run and its report; `options.transport` picks the runtime.
+int SimulateAndReport(const SimulateArgs& args, const Recipe& scaled, const SimOptions& options) {
   SimulationReport report;
   try {
     report = Simulate(scaled, options);
   } catch (const SimUnsupported& e) {
-    std::fprintf(stderr, "%s: cannot simulate: %s\n", Shown(args.recipe.path).c_str(), e.what());
-    return static_cast<int>(ExitCode::kBadInput);
+    return ReportRunFailure(args.recipe.path, SimFailure::kUnsupported, e.what());
   } catch (const std::bad_alloc&) {
-    // A resource limit of this machine, not a verdict on the plan.
-    std::fprintf(stderr, "%s: out of memory simulating at this scale; lower --scale\n",
-                 Shown(args.recipe.path).c_str());
-    return static_cast<int>(ExitCode::kBadInput);
+    return ReportRunFailure(args.recipe.path, SimFailure::kOutOfMemory, "");
   } catch (const std::exception& e) {
-    // A deadlock or a mismatched collective: the sharded program itself is
-    // inconsistent, which is a disagreement, not bad input.
-    std::fprintf(stderr, "%s: the simulated ranks failed: %s\n", Shown(args.recipe.path).c_str(), e.what());
-    return static_cast<int>(ExitCode::kVerdictFail);
+    return ReportRunFailure(args.recipe.path, SimFailure::kFailed, e.what());
   }
+  if (options.transport != nullptr && report.ranks == 0) return static_cast<int>(ExitCode::kOk);  // not rank 0
   std::optional<int64_t> shown;
   if (args.stage != "all") {
     size_t used = 0;
@@ -120,6 +165,49 @@ int RunSimulate(const SimulateArgs& args) {
   return static_cast<int>(agree ? ExitCode::kOk : ExitCode::kVerdictFail);
 }
 
+int RunSimulate(const SimulateArgs& args) {
+  const bool mpirun = StartedByMpirun();
+  const bool mpi = args.runtime == "mpi" || (args.runtime == "auto" && mpirun);
+  const int fallback_fd = mpi && mpirun ? SilenceOtherRanks() : -1;
+  auto recipe = LoadRecipeOrReport(args.recipe);
+  if (!recipe) return static_cast<int>(ExitCode::kBadInput);
+  ScaleOptions scale;
+  if (!ApplyScale(args.scale, &scale)) return static_cast<int>(ExitCode::kBadInput);
+  const Recipe scaled = ScaleRecipe(*recipe, scale);
+  SimOptions options;
+  options.precision = args.precision == "fp32" ? SimPrecision::kFp32 : SimPrecision::kFp64;
+  if (!mpi) return SimulateAndReport(args, scaled, options);
+  const std::string how = fmt::format("mpirun -np {}", scaled.world());
+#ifdef PREFLIGHT_WITH_MPI
+  if (!mpirun) {
+    std::fprintf(stderr,
+                 "--runtime mpi: preflight was not started by mpirun (no OMPI_COMM_WORLD_SIZE or PMIX_RANK in the "
+                 "environment); the scaled layout has %lld ranks: start it with %s\n",
+                 static_cast<long long>(scaled.world()), how.c_str());
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  const std::string path = args.recipe.path;
+  MpiRuntime runtime(
+      args.hang_timeout,
+      [path](SimFailure kind, const std::string& what) { return ReportRunFailure(path, kind, what); }, fallback_fd);
+  if (runtime.size() != scaled.world()) {
+    std::fprintf(stderr,
+                 "--runtime mpi: mpirun started %d processes; the scaled layout has %lld ranks: start it with %s\n",
+                 runtime.size(), static_cast<long long>(scaled.world()), how.c_str());
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  options.transport = runtime.transport();
+  return runtime.ShareExitCode(SimulateAndReport(args, scaled, options));
+#else
+  (void)fallback_fd;
+  std::fprintf(stderr,
+               "--runtime mpi: this preflight was built without MPI (PREFLIGHT_WITH_MPI=OFF): rebuild it with MPI "
+               "and start it with %s, or use --runtime threads\n",
+               how.c_str());
+  return static_cast<int>(ExitCode::kBadInput);
+#endif
+}
+
 }  // namespace
 
 void SetupSimulate(CLI::App& command, int& exit_code) {
@@ -136,6 +224,17 @@ void SetupSimulate(CLI::App& command, int& exit_code) {
       ->check(CLI::IsMember({"fp64", "fp32"}))
       ->default_str("fp64");
   AddFormatOption(command, args->format, {OutputFormat::kTable, OutputFormat::kJson});
+  command
+      .add_option("--runtime", args->runtime,
+                  "Where the simulated ranks run: threads of this process, or mpi (one MPI process each, under "
+                  "mpirun); auto picks mpi when mpirun started preflight")
+      ->check(CLI::IsMember({"auto", "threads", "mpi"}))
+      ->default_str("auto");
+  command
+      .add_option("--hang-timeout", args->hang_timeout,
+                  "MPI runtime: seconds a rank may wait in one operation before the run ends as hung")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->default_str("300");
   command.callback([args, &exit_code] { exit_code = RunSimulate(*args); });
 }
 

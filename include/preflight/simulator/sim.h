@@ -16,6 +16,9 @@
 #include "preflight/recipe/recipe.h"
 
 namespace preflight {
+namespace sim {
+class Transport;
+}
 
 /// Collective kinds of the simulated runtime (NCCL's set; the planner's
 /// Collective prices kSend/kRecv as one kSendRecv, and has no broadcast).
@@ -65,6 +68,14 @@ struct RankMeasurement {
   std::map<std::string, int64_t> activations_at_peak;
 };
 
+/// How a simulated rank's program ended when it did not finish (the MPI
+/// runtime reports it from rank 0, the thread runtime by what it rethrows).
+enum class SimFailure {
+  kUnsupported,  // a SimUnsupported: the layout is refused (exit 2)
+  kOutOfMemory,  // std::bad_alloc: a resource limit of this machine (exit 2)
+  kFailed,       // a mismatch, a deadlock or hang, or an exception (exit 1)
+};
+
 /// Numerics scalar for the run.
 enum class SimPrecision { kFp64, kFp32 };
 
@@ -77,6 +88,10 @@ struct SimOptions {
   /// simulator/optimizers.h: KJ muon.py / PyTorch conventions).
   double adamw_lr = 1e-3;
   double muon_lr = 0.02;
+  /// The runtime: null runs every rank as a thread of this process; else
+  /// this process runs the transport's rank (the MPI runtime) and only rank 0
+  /// gets the report (the others get an empty one).
+  sim::Transport* transport = nullptr;
 };
 
 /// Error of one compared quantity: max |a-b| and max |a-b| / max(|a|,|b|) over
