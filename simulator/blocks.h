@@ -23,6 +23,10 @@ namespace preflight::sim {
 struct Dims {
   int64_t hidden = 0;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  // MLA (docs/formulas.md §1.3): A layers are latent attention when `mla`;
+  // q_lora 0 = no query down-projection.
+  bool mla = false;
+  int64_t mla_q_lora = 0, mla_kv_lora = 0, mla_rope = 0, mla_nope = 0, mla_v = 0;
   int64_t ffn = 0;                      // dense MLP
   int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
   double capacity_factor = 1.0;
@@ -270,6 +274,19 @@ T Sigmoid(T a) {
   return T(1) / (T(1) + std::exp(-a));
 }
 
+/// Where RoPE acts in a row of per-head columns: `heads` heads of `stride`
+/// columns, rotating `dim` of them from `offset` (GQA: the whole head; MLA:
+/// the rope part after the nope part).
+struct RopeSpan {
+  int64_t heads = 0, stride = 0, offset = 0, dim = 0;
+};
+
+/// Rotate-half RoPE by +angle (sign = 1) or -angle (sign = -1, the
+/// backward) at the global position of each row (docs/formulas.md §8.1; with
+/// CP, `seq` maps rows to positions), theta_i = base^(-2i/dim).
+template <class T>
+void ApplyRope(Mat<T>* m, const RopeSpan& span, const Dims& d, const SeqLayout& seq, int sign);
+
 /// SwiGLU z = silu(a) * u and its backward (docs/formulas.md §8.1).
 template <class T>
 Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u);
@@ -305,6 +322,10 @@ std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_
 template <class T>
 std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                          double scale);
+/// Multi-head latent attention (simulator/mla_block.cc). Throws
+/// SimUnsupported for tp > 1 without sequence parallelism.
+template <class T>
+std::unique_ptr<Block<T>> MakeMlaBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
 template <class T>
 std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
 /// Mamba-2 mixer (simulator/mamba_block.cc). Throws SimUnsupported for sizes

@@ -46,9 +46,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   const ParallelConfig& p = r.parallel;
   Require(r.world() <= kMaxRanks, "the executor runs at most " + std::to_string(kMaxRanks) +
                                       " simulated ranks; the scaled layout has " + std::to_string(r.world()));
-  Require(p.schedule == Schedule::k1F1B || p.schedule == Schedule::kInterleaved,
-          std::string("the executor runs the 1f1b and interleaved schedules, not parallel.schedule = ") + Name(p.schedule));
-  Require(!r.model.mla.has_value(), "MLA attention is not in the executor");
+  Require(
+      p.schedule == Schedule::k1F1B || p.schedule == Schedule::kInterleaved,
+      std::string("the executor runs the 1f1b and interleaved schedules, not parallel.schedule = ") + Name(p.schedule));
   Require(!r.model.tie_embeddings, "tied embeddings are not in the executor (set model.tie_embeddings: false)");
   Require(r.model.norm == NormKind::kRmsNorm, "only RMSNorm is in the executor (model.norm)");
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
@@ -81,10 +81,15 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
     has_moe = has_moe || c == 'E';
   }
   const ModelConfig& m = r.model;
-  Require(m.attention.heads % p.tp == 0 && m.attention.kv_heads % p.tp == 0,
-          "attention heads and kv_heads must be divisible by parallel.tp");
-  Require(m.attention.heads % m.attention.kv_heads == 0, "attention.heads must be a multiple of kv_heads");
-  Require(m.attention.head_dim % 2 == 0, "attention.head_dim must be even (RoPE rotates halves)");
+  if (m.mla) {
+    Require(m.mla->heads % p.tp == 0, "mla.heads must be divisible by parallel.tp");
+    Require(m.mla->qk_rope_head_dim % 2 == 0, "mla.qk_rope_head_dim must be even (RoPE rotates halves)");
+  } else {
+    Require(m.attention.heads % p.tp == 0 && m.attention.kv_heads % p.tp == 0,
+            "attention heads and kv_heads must be divisible by parallel.tp");
+    Require(m.attention.heads % m.attention.kv_heads == 0, "attention.heads must be a multiple of kv_heads");
+    Require(m.attention.head_dim % 2 == 0, "attention.head_dim must be even (RoPE rotates halves)");
+  }
   Require(m.mlp.ffn_hidden % p.tp == 0, "mlp.ffn_hidden must be divisible by parallel.tp");
   Require(m.mlp.activation == FfnActivation::kSwiglu, "only the SwiGLU MLP is in the executor (mlp.activation)");
   const bool sp = p.sp && p.tp > 1;
@@ -111,6 +116,16 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.heads = m.attention.heads;
   d.kv_heads = m.attention.kv_heads;
   d.head_dim = m.attention.head_dim;
+  if (m.mla) {  // every query head has its own key head, of d_nope + d_rope
+    d.mla = true;
+    d.heads = d.kv_heads = m.mla->heads;
+    d.head_dim = m.mla->qk_nope_head_dim + m.mla->qk_rope_head_dim;
+    d.mla_q_lora = m.mla->q_lora_rank;
+    d.mla_kv_lora = m.mla->kv_lora_rank;
+    d.mla_rope = m.mla->qk_rope_head_dim;
+    d.mla_nope = m.mla->qk_nope_head_dim;
+    d.mla_v = m.mla->v_head_dim;
+  }
   d.ffn = m.mlp.ffn_hidden;
   d.experts = m.moe.experts;
   d.top_k = m.moe.top_k;
