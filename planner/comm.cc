@@ -492,7 +492,7 @@ LocalUnit LocalLayer(const ParamTotals& t, const Layout& l) {
 // An end tensor (embedding, head, final norm): vocab-parallel rows are the
 // padded vocabulary's V_pad/t.
 void AddEndTensor(const ParamTensor& t, const Inventory& inv, const Layout& l, LocalUnit* u) {
-  if (t.shape.empty()) return;
+  if (t.shape.empty() || !t.trained) return;  // a buffer has no gradient to reduce
   const int c = static_cast<int>(ClassOf(t.split));
   const int o = static_cast<int>(t.optimizer);
   int64_t n = 0;
@@ -857,6 +857,27 @@ std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t,
   return out;
 }
 
+namespace {
+
+// The expert-bias update (Megatron finalize_model_grads.py
+// _update_router_expert_bias, moe_utils.py get_updated_expert_bias): once a
+// step, every MoE layer's fp32 count of routed tokens per expert, stacked,
+// is all-reduced so each replica moves its bias alike. Megatron reduces over
+// the TP x DP x CP group in one collective; preflight prices (and the executor
+// runs) it as an all-reduce over DP x CP, then one over TP.
+void AddRouterBias(const Inventory& inv, const PlanTables& t, std::span<const RankChunk> chunks, ItemList* items) {
+  const MoeConfig& moe = inv.recipe.model.moe;
+  if (!moe.router_bias) return;
+  int64_t layers = 0;
+  for (const RankChunk& c : chunks)
+    layers += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))];
+  const Bytes counts(CheckedMul(CheckedMul(layers, moe.experts), 4));
+  items->Add(Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
+  items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
+}
+
+}  // namespace
+
 void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out) {
   out->resize(static_cast<size_t>(l.pp));
@@ -888,6 +909,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     AddEp(t, l, s, chunks, &items);
     sc.pipeline_items = sc.items.size();
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
+    AddRouterBias(inv, t, chunks, &items);
   }
 }
 
@@ -915,6 +937,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
     AddOptimizer(inv, t, l, s, by_rank.On(r), &items, &sc.host_transfer);
+    AddRouterBias(inv, t, by_rank.On(r), &items);
   }
 }
 

@@ -32,6 +32,10 @@ struct Dims {
   double capacity_factor = 1.0;
   bool dropless = true;
   bool pad_to_capacity = false;
+  // Router: sigmoid scores (DeepSeek-V3) instead of softmax; an fp32 expert
+  // bias added to the scores for selection only (ExpertBias).
+  bool router_sigmoid = false;
+  bool router_bias = false;
   int64_t vocab = 0;                    // padded
   // Mamba-2 (M, docs/formulas.md §1.4): heads H = d_inner / head_dim.
   int64_t mamba_inner = 0, mamba_heads = 0, mamba_head_dim = 0, mamba_groups = 0, mamba_d_state = 0;
@@ -293,6 +297,24 @@ Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u);
 template <class T>
 void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du);
 
+/// Megatron's router expert bias for aux-loss-free balancing (router.py,
+/// moe_router_enable_expert_bias): an fp32 buffer added to the sigmoid
+/// scores to choose the experts, never to weigh them, with no gradient; and
+/// the step's count of routed (token, expert) pairs per expert
+/// (local_tokens_per_expert), which moves it after the step.
+template <class T>
+struct ExpertBias {
+  std::string name;  // as a parameter's, for the verifier
+  Tensor<T> bias;    // [1, E], fp32, charged with the replicated parameters
+  Tensor<T> counts;  // [1, E], fp32, routing scratch
+};
+
+/// Megatron's update (moe_utils.py get_updated_expert_bias, rate 1e-3 =
+/// --moe-router-bias-update-rate's default): bias += rate * sign(mean(c) - c)
+/// for the counts `c` summed over every replica; then the counts restart.
+template <class T>
+void UpdateExpertBias(const Mat<T>& counts, ExpertBias<T>* b);
+
 /// A layer of the stack: x <- x + F(RMSNorm(x)) on this rank's rows.
 template <class T>
 class Block {
@@ -300,6 +322,8 @@ class Block {
   virtual ~Block() = default;
   virtual Mat<T> Forward(Ctx& ctx, const Mat<T>& x) = 0;
   virtual Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) = 0;
+  /// The router's expert bias, when the block has one.
+  virtual ExpertBias<T>* expert_bias() { return nullptr; }
   std::vector<Param<T>*> params() {
     std::vector<Param<T>*> out;
     for (auto& p : params_) out.push_back(p.get());

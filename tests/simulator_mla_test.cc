@@ -123,19 +123,8 @@ namespace {
 
 /// The DeepSeek-V3 recipe through the parser with `sets`, scaled to at most
 /// 32 ranks (h 16, head_dim 4: MLA d_nope 4, d_rope 2, d_v 3, d_cq 12, d_c 8).
-Recipe ScaledDeepSeek(std::vector<Override> sets) {
-  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/deepseek-v3-h200.yaml", sets);
-  EXPECT_TRUE(loaded.ok());
-  if (!loaded.ok()) return Recipe();
-  ScaleOptions s;
-  s.hidden = 16;
-  s.head_dim = 4;
-  s.ffn_hidden = 16;
-  s.moe_ffn_hidden = 8;
-  s.vocab = 40;
-  s.seq_len = 8;
-  s.max_world = 32;
-  return ScaleRecipe(*loaded.recipe, s);
+Recipe ScaledDeepSeek(const std::vector<Override>& sets) {
+  return testing_sim::ScaledRecipe("deepseek-v3-h200.yaml", sets, /*max_world=*/32);
 }
 
 /// MLA only: 1F1B on two stages, no MTP, the softmax router.
