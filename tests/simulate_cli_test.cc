@@ -73,7 +73,16 @@ TEST(SimulateCli, DualPipeIsBadInput) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
                                "parallel.schedule=dualpipe", "--set", "parallel.partition=balanced"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("the executor runs the 1f1b and interleaved schedules"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the executor runs the 1f1b, interleaved and dualpipev schedules"), std::string::npos) << r.err;
+}
+
+TEST(SimulateCli, MoreThan1024RanksIsBadInput) {
+  // Llama 3 405B's long-context layout (the recipe's comment): tp 8 x cp 16 x
+  // pp 16 = 2,048 model ranks even at dp 1, past the executor's 1,024 threads.
+  const auto r = RunPreflight({"simulate", "recipes/llama3-405b-h200.yaml", "--set", "training.seq_len=131072", "--set",
+                               "parallel.cp=16", "--set", "training.global_batch=128"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("the executor runs at most 1024 simulated ranks"), std::string::npos) << r.err;
 }
 
 TEST(SimulateCli, ALayoutABlockRefusesIsBadInputNotACrash) {
