@@ -346,10 +346,13 @@ InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, in
 ///   the head's logits count only when that instant is the head's forward.
 /// - DualPipe: rank r also holds a copy of stage p-1-r (2x params) [DS3]; the
 ///   p+1 stage-micro-batches [DualPipe README] are split ceil/floor between the two.
-/// - DualPipeV: 2p V-stages on p ranks, rank r holding stages r and 2p-1-r; the
-///   README's PP+1 with PP = 2p gives 2p+1 V-stage-micro-batches per rank: p+1 on
-///   the down stage, p on the up stage [OURS: split]. A rank with two chunks is
-///   taken as (down, up); a single chunk as its first ceil(n/2) layers and the rest.
+/// - DualPipeV: 2p V-stages on p ranks, rank r holding stages r and 2p-1-r:
+///   the replay of DualPipe's order (ReplayDualPipeV) with each chunk's bytes;
+///   each chunk's count is its live micro-batches at the instant the live bytes
+///   peak (the reference executor found the earlier fixed split, p+1 down and
+///   p up, wrong: at the peak the down chunk of rank r holds 2p-r and the up
+///   chunk r+1). A plan with one chunk on the rank (or m < 2p) keeps the
+///   README's PP+1 with PP = 2p: p+1 on its first ceil(n/2) layers, p on the rest.
 /// Whether every chunk of `plan` sits where the StagePlan contract puts it
 /// (chunk vi of rank r at plan.chunks[vi * p + r]): then a rank's chunks, in
 /// plan order, are found without scanning the plan (checked once per layout).
@@ -398,6 +401,20 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
     out.units = n;
     return out;
   }
+  if (l.schedule == Schedule::kDualPipeV && own == 2 && m >= 2 * p) {
+    const ChunkActivations chunk(plan, p, r, 2, rates);
+    const DualPipeVPeak peak = ReplayDualPipeV(p, m, r, chunk);
+    for (int64_t vi = 0; vi < 2; ++vi) {
+      const StageChunk& c = ChunkOfRank(plan, p, r, vi);
+      visit(c, c.first_layer, c.end_layer, peak.live[static_cast<size_t>(vi)], false, true);
+      if (c.owns_head) {
+        out.head_units = peak.live[static_cast<size_t>(vi)];
+        out.head_logits = peak.running == vi;
+      }
+    }
+    out.units = peak.units;
+    return out;
+  }
   if (l.schedule == Schedule::kDualPipeV) {
     const int64_t down = DualPipeInFlight(p, m);
     const int64_t up = std::min(p, m);
@@ -412,7 +429,7 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
       }
       ++j;
     });
-    out.units = down;
+    out.units = down + up;
     return out;
   }
   if (own <= 1) {

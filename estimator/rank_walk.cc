@@ -33,9 +33,10 @@ void AddTensor(LocalParams& into, const ParamTensor& t, const Inventory& inv, co
   const int c = static_cast<int>(ClassOf(t.split));
   const int o = static_cast<int>(t.optimizer);
   const int64_t n = TensorLocalElements(t, inv, l);
+  into.bytes[c] = Add(into.bytes[c], Mul(n, SizeOf(t.dtype)));
+  if (!t.trained) return;  // a buffer: stored, never trained
   into.elements[c][o] = Add(into.elements[c][o], n);
   if (t.dtype == DType::kFp32) into.fp32[c][o] = Add(into.fp32[c][o], n);
-  into.bytes[c] = Add(into.bytes[c], Mul(n, SizeOf(t.dtype)));
 }
 
 /// Adds the FP4 copies of the linear weights among `params` to `into`.

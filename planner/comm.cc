@@ -218,7 +218,25 @@ struct Sizes {
   int64_t moe_copies = 0;
   /// Backward reruns the MoE layers (full recompute, or the "moe" module).
   bool moe_rerun = false;
+  /// What an attention layer's TP region gathers under SP, forward (and
+  /// reduce-scatters as dgrad), and re-gathers backward for the weight
+  /// gradients: x for GQA; MLA's up-projection inputs (MlaTpWidths).
+  Bytes attn_gather, attn_regather;
 };
+
+/// MLA's TP region under SP (Megatron multi_latent_attention.py, d98e8a6): the
+/// replicated ("duplicated") down-projections run on the SP rows; the
+/// column-parallel up-projections gather their inputs, the normed query
+/// latent d_cq (the norm output h without a query rank) and the normed KV
+/// latent d_c, and k_pos_emb (d_rope) is gathered beside them
+/// (gather_from_sequence_parallel_region). Backward re-gathers the two
+/// latents for the weight gradients and reduce-scatters all three dgrads.
+/// Returns {forward gather width, backward re-gather width}.
+std::pair<int64_t, int64_t> MlaTpWidths(const ModelConfig& m) {
+  const MlaConfig& a = *m.mla;
+  const int64_t q_in = a.q_lora_rank > 0 ? a.q_lora_rank : m.hidden;
+  return {q_in + a.kv_lora_rank + a.qk_rope_head_dim, q_in + a.kv_lora_rank};
+}
 
 Sizes SizesOf(const Inventory& inv, const PlanTables& t, const Layout& l) {
   const TrainingConfig& tr = inv.recipe.training;
@@ -231,6 +249,13 @@ Sizes SizesOf(const Inventory& inv, const PlanTables& t, const Layout& l) {
   s.param = SizeOf(tr.precision.params);
   s.muon = SizeOf(tr.optimizer.muon_momentum);
   s.x = Bytes(CheckedMul(CheckedMul(TokensOf(inv.recipe, l).cp_rank, s.hidden), s.act));
+  s.attn_gather = s.attn_regather = s.x;
+  if (inv.recipe.model.mla) {
+    const auto [gather, regather] = MlaTpWidths(inv.recipe.model);
+    const int64_t tokens = TokensOf(inv.recipe, l).cp_rank;
+    s.attn_gather = Bytes(CheckedMul(CheckedMul(tokens, gather), s.act));
+    s.attn_regather = Bytes(CheckedMul(CheckedMul(tokens, regather), s.act));
+  }
   s.moe_rerun = Reruns(tr, l.recompute, RecomputeModule::kMoe);
   const size_t moe = static_cast<size_t>(FamilyIndex(BlockKind::kMoe));
   if (t.family_count_prefix.back()[moe] + t.mtp_counts[moe] > 0) s.moe_copies = RouteMoeOn(inv.recipe, l).send_tokens;
@@ -254,10 +279,17 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
     if (sp) {
       // SP (MG/TE): fwd AG + RS; bwd AG (grad of row-parallel output) + RS
       // (column-parallel dgrad) + AG (re-gather of the saved sharded input).
-      items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, what, s.x, regions[f]);
+      const bool attention = f == static_cast<size_t>(FamilyIndex(BlockKind::kAttention));
+      const Bytes gather = attention ? s.attn_gather : s.x, regather = attention ? s.attn_regather : s.x;
+      items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, what, gather, regions[f]);
       items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, what, s.x, regions[f]);
-      items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, s.x, 2 * regions[f]);
-      items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, what, s.x, regions[f]);
+      if (regather == s.x) {
+        items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, s.x, 2 * regions[f]);
+      } else {
+        items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, s.x, regions[f]);
+        items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, regather, regions[f]);
+      }
+      items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, what, gather, regions[f]);
     } else {
       items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, what, s.x, regions[f]);
       items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, what, s.x, regions[f]);
@@ -460,7 +492,7 @@ LocalUnit LocalLayer(const ParamTotals& t, const Layout& l) {
 // An end tensor (embedding, head, final norm): vocab-parallel rows are the
 // padded vocabulary's V_pad/t.
 void AddEndTensor(const ParamTensor& t, const Inventory& inv, const Layout& l, LocalUnit* u) {
-  if (t.shape.empty()) return;
+  if (t.shape.empty() || !t.trained) return;  // a buffer has no gradient to reduce
   const int c = static_cast<int>(ClassOf(t.split));
   const int o = static_cast<int>(t.optimizer);
   int64_t n = 0;
@@ -825,6 +857,27 @@ std::vector<StageComm> BuildStageComm(const Inventory& inv, const PlanTables& t,
   return out;
 }
 
+namespace {
+
+// The expert-bias update (Megatron finalize_model_grads.py
+// _update_router_expert_bias, moe_utils.py get_updated_expert_bias): once a
+// step, every MoE layer's fp32 count of routed tokens per expert, stacked,
+// is all-reduced so each replica moves its bias alike. Megatron reduces over
+// the TP x DP x CP group in one collective; preflight prices (and the executor
+// runs) it as an all-reduce over DP x CP, then one over TP.
+void AddRouterBias(const Inventory& inv, const PlanTables& t, std::span<const RankChunk> chunks, ItemList* items) {
+  const MoeConfig& moe = inv.recipe.model.moe;
+  if (!moe.router_bias) return;
+  int64_t layers = 0;
+  for (const RankChunk& c : chunks)
+    layers += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))];
+  const Bytes counts(CheckedMul(CheckedMul(layers, moe.experts), 4));
+  items->Add(Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
+  items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
+}
+
+}  // namespace
+
 void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out) {
   out->resize(static_cast<size_t>(l.pp));
@@ -856,6 +909,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     AddEp(t, l, s, chunks, &items);
     sc.pipeline_items = sc.items.size();
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
+    AddRouterBias(inv, t, chunks, &items);
   }
 }
 
@@ -883,6 +937,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
     AddOptimizer(inv, t, l, s, by_rank.On(r), &items, &sc.host_transfer);
+    AddRouterBias(inv, t, by_rank.On(r), &items);
   }
 }
 

@@ -18,19 +18,21 @@ T NegInf() {
   return -std::numeric_limits<T>::infinity();
 }
 
-/// Rows of batch element `b` of head `h` (columns h*d_h ..).
+/// Rows of batch element `b` of head `h` of a tensor with `width` columns a
+/// head (columns h*width ..).
 template <class T>
-Mat<T> Take(const AttnShape& s, const Mat<T>& m, int64_t b, int64_t h) {
+Mat<T> Take(const AttnShape& s, const Mat<T>& m, int64_t b, int64_t h, int64_t width) {
   const int64_t len = m.rows() / s.batch;
-  Mat<T> out(len, s.head_dim);
-  for (int64_t i = 0; i < len; ++i) out.row(i) = m.row(i * s.batch + b).segment(h * s.head_dim, s.head_dim);
+  Mat<T> out(len, width);
+  for (int64_t i = 0; i < len; ++i) out.row(i) = m.row(i * s.batch + b).segment(h * width, width);
   return out;
 }
 
 template <class T>
 void Put(const AttnShape& s, Mat<T>* m, int64_t b, int64_t h, const Mat<T>& part, bool add) {
+  const int64_t width = part.cols();
   for (int64_t i = 0; i < part.rows(); ++i) {
-    auto dst = m->row(i * s.batch + b).segment(h * s.head_dim, s.head_dim);
+    auto dst = m->row(i * s.batch + b).segment(h * width, width);
     if (add) {
       dst += part.row(i);
     } else {
@@ -101,8 +103,9 @@ void AttendBlockBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, cons
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = h / shape.rep;
-      const Mat<T> qh = Take(shape, q, b, h), kh = Take(shape, k, b, g), vh = Take(shape, v, b, g);
-      const Mat<T> oh = Take(shape, o, b, h), doh = Take(shape, dout, b, h);
+      const int64_t dk_h = shape.head_dim, dv_h = shape.vdim();
+      const Mat<T> qh = Take(shape, q, b, h, dk_h), kh = Take(shape, k, b, g, dk_h), vh = Take(shape, v, b, g, dv_h);
+      const Mat<T> oh = Take(shape, o, b, h, dv_h), doh = Take(shape, dout, b, h, dv_h);
       Vec<T> l(len);
       for (int64_t i = 0; i < len; ++i) l(i) = lse(i * shape.batch + b, h);
       const Mat<T> p = ProbsGiven(ctx, shape, qh, kh, qpos, kpos, l);
@@ -217,8 +220,9 @@ void RingForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>
   CpLabel label(ctx, CommWhat::kAttentionKv);
   const Positions qpos = LocalPositions(ctx, shape, q.rows());
   KvRing<T> ring(ctx, k, v);
-  *o = Mat<T>::Zero(q.rows(), q.cols());
-  *lse = Mat<T>::Constant(q.rows(), q.cols() / shape.head_dim, NegInf<T>());
+  const int64_t heads = q.cols() / shape.head_dim;
+  *o = Mat<T>::Zero(q.rows(), heads * shape.vdim());
+  *lse = Mat<T>::Constant(q.rows(), heads, NegInf<T>());
   for (int i = 0; i < ctx.cp_size; ++i) {
     ring.SendOn(i);
     Mat<T> o_i, lse_i;
@@ -312,11 +316,11 @@ void GatherBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat
 
 /// Sequence split -> head split: this rank's rows of every head group go to
 /// the group's CP rank; it receives every rank's rows of its own group of
-/// `heads` heads (member order: the AllPositions row order).
+/// `heads` heads of `width` columns (member order: the AllPositions row order).
 template <class T>
-Mat<T> ToHeads(Ctx& ctx, const AttnShape& shape, const Mat<T>& local, int64_t heads) {
+Mat<T> ToHeads(Ctx& ctx, const Mat<T>& local, int64_t heads, int64_t width) {
   const int c = ctx.cp_size;
-  const int64_t w = heads * shape.head_dim, rows = local.rows();
+  const int64_t w = heads * width, rows = local.rows();
   Tensor<T> send(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, Mat<T>(rows * c, w));
   for (int j = 0; j < c; ++j) send.m.middleRows(j * rows, rows) = local.middleCols(j * w, w);
   Mat<T> out(rows * c, w);
@@ -328,9 +332,9 @@ Mat<T> ToHeads(Ctx& ctx, const AttnShape& shape, const Mat<T>& local, int64_t he
 /// Head split -> sequence split: the rows of rank j go back to rank j; this
 /// rank's rows of group j land in group j's columns.
 template <class T>
-Mat<T> ToSequence(Ctx& ctx, const AttnShape& shape, const Mat<T>& split, int64_t heads) {
+Mat<T> ToSequence(Ctx& ctx, const Mat<T>& split, int64_t heads, int64_t width) {
   const int c = ctx.cp_size;
-  const int64_t w = heads * shape.head_dim, rows = split.rows() / c;
+  const int64_t w = heads * width, rows = split.rows() / c;
   Tensor<T> recv(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation, Mat<T>(rows * c, w));
   const std::vector<int64_t> counts = EqualCounts(c, rows * w);
   ctx.rank->AllToAll(*ctx.cp, split.data(), counts, recv.m.data(), counts, ctx.bytes.activation);
@@ -343,13 +347,14 @@ template <class T>
 Mat<T> UlyssesForward(Ctx& ctx, const AttnShape& shape, Mat<T> q, Mat<T> k, Mat<T> v, AttnState<T>* state) {
   CpLabel label(ctx, CommWhat::kAttentionQkvo);
   const int64_t hq = q.cols() / shape.head_dim / ctx.cp_size, hkv = k.cols() / shape.head_dim / ctx.cp_size;
-  state->q = ToHeads(ctx, shape, q, hq);
-  state->k = ToHeads(ctx, shape, k, hkv);
-  state->v = ToHeads(ctx, shape, v, hkv);
+  const int64_t dk = shape.head_dim, dv = shape.vdim();
+  state->q = ToHeads(ctx, q, hq, dk);
+  state->k = ToHeads(ctx, k, hkv, dk);
+  state->v = ToHeads(ctx, v, hkv, dv);
   const Positions all = AllPositions(ctx);
   Mat<T> o_heads;
   AttendBlock(ctx, shape, state->q, all, state->k, state->v, all, &o_heads, &state->lse);
-  return ToSequence(ctx, shape, o_heads, hq);
+  return ToSequence(ctx, o_heads, hq, dv);
 }
 
 /// TE saves O on the sequence split: O and dO go to the head split, the
@@ -359,16 +364,16 @@ void UlyssesBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Ma
                      const Mat<T>& lse, const Mat<T>& o, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
   CpLabel label(ctx, CommWhat::kAttentionQkvo);
   const int64_t hq = q.cols() / shape.head_dim, hkv = k.cols() / shape.head_dim;
-  const int64_t ab = ctx.bytes.activation;
-  Tensor<T> o_heads(ctx.mem(), SimCategory::kTemporaries, ab, ToHeads(ctx, shape, o, hq));
-  Tensor<T> do_heads(ctx.mem(), SimCategory::kTemporaries, ab, ToHeads(ctx, shape, dout, hq));
+  const int64_t ab = ctx.bytes.activation, wk = shape.head_dim, wv = shape.vdim();
+  Tensor<T> o_heads(ctx.mem(), SimCategory::kTemporaries, ab, ToHeads(ctx, o, hq, wv));
+  Tensor<T> do_heads(ctx.mem(), SimCategory::kTemporaries, ab, ToHeads(ctx, dout, hq, wv));
   Mat<T> dq_h = Mat<T>::Zero(q.rows(), q.cols()), dk_h = Mat<T>::Zero(k.rows(), k.cols()),
          dv_h = Mat<T>::Zero(v.rows(), v.cols());
   const Positions all = AllPositions(ctx);
   AttendBlockBackward(ctx, shape, q, all, k, v, all, o_heads.m, lse, do_heads.m, &dq_h, &dk_h, &dv_h);
-  *dq = ToSequence(ctx, shape, dq_h, hq);
-  *dk = ToSequence(ctx, shape, dk_h, hkv);
-  *dv = ToSequence(ctx, shape, dv_h, hkv);
+  *dq = ToSequence(ctx, dq_h, hq, wk);
+  *dk = ToSequence(ctx, dk_h, hkv, wk);
+  *dv = ToSequence(ctx, dv_h, hkv, wv);
 }
 
 }  // namespace
@@ -398,14 +403,15 @@ template <class T>
 void AttendBlock(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const std::vector<int64_t>& qpos, const Mat<T>& k,
                  const Mat<T>& v, const std::vector<int64_t>& kpos, Mat<T>* o, Mat<T>* lse) {
   const int64_t heads = q.cols() / shape.head_dim;
-  o->resize(q.rows(), q.cols());
+  o->resize(q.rows(), heads * shape.vdim());
   lse->resize(q.rows(), heads);
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t g = h / shape.rep;
       Mat<T> l;
-      const Mat<T> p = Probs(ctx, shape, Take(shape, q, b, h), Take(shape, k, b, g), qpos, kpos, &l);
-      Put(shape, o, b, h, MatMul(ctx, p, Take(shape, v, b, g)), false);
+      const Mat<T> p =
+          Probs(ctx, shape, Take(shape, q, b, h, shape.head_dim), Take(shape, k, b, g, shape.head_dim), qpos, kpos, &l);
+      Put(shape, o, b, h, MatMul(ctx, p, Take(shape, v, b, g, shape.vdim())), false);
       for (int64_t i = 0; i < l.rows(); ++i) (*lse)(i * shape.batch + b, h) = l(i, 0);
     }
   }
@@ -417,8 +423,9 @@ void MergeAttention(const AttnShape& shape, const Mat<T>& o_i, const Mat<T>& lse
     for (int64_t h = 0; h < lse->cols(); ++h) {
       const T a = (*lse)(row, h), b = lse_i(row, h);
       if (b == NegInf<T>()) continue;  // this block hides every key from the row
-      auto dst = o->row(row).segment(h * shape.head_dim, shape.head_dim);
-      const auto src = o_i.row(row).segment(h * shape.head_dim, shape.head_dim);
+      const int64_t w = shape.vdim();
+      auto dst = o->row(row).segment(h * w, w);
+      const auto src = o_i.row(row).segment(h * w, w);
       if (a == NegInf<T>()) {
         dst = src;
         (*lse)(row, h) = b;

@@ -25,12 +25,14 @@
 namespace preflight::sim {
 
 /// Head geometry of one attention call: rows are position index x batch
-/// (row = i * batch + b); head_dim columns per head; query head h reads KV
-/// head h / rep (GQA).
+/// (row = i * batch + b); head_dim columns per head of Q and K, vdim() of V
+/// and O; query head h reads KV head h / rep (GQA).
 struct AttnShape {
   int64_t batch = 1;
   int64_t head_dim = 0;
-  int64_t rep = 1;  // query heads per KV head
+  int64_t rep = 1;         // query heads per KV head
+  int64_t v_head_dim = 0;  // V and O columns per head (MLA's d_v); 0 = head_dim
+  int64_t vdim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
 };
 
 /// What the core keeps for its backward besides the output O (which the A

@@ -23,11 +23,19 @@ namespace preflight::sim {
 struct Dims {
   int64_t hidden = 0;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  // MLA (docs/formulas.md §1.3): A layers are latent attention when `mla`;
+  // q_lora 0 = no query down-projection.
+  bool mla = false;
+  int64_t mla_q_lora = 0, mla_kv_lora = 0, mla_rope = 0, mla_nope = 0, mla_v = 0;
   int64_t ffn = 0;                      // dense MLP
   int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
   double capacity_factor = 1.0;
   bool dropless = true;
   bool pad_to_capacity = false;
+  // Router: sigmoid scores (DeepSeek-V3) instead of softmax; an fp32 expert
+  // bias added to the scores for selection only (ExpertBias).
+  bool router_sigmoid = false;
+  bool router_bias = false;
   int64_t vocab = 0;                    // padded
   // Mamba-2 (M, docs/formulas.md §1.4): heads H = d_inner / head_dim.
   int64_t mamba_inner = 0, mamba_heads = 0, mamba_head_dim = 0, mamba_groups = 0, mamba_d_state = 0;
@@ -270,11 +278,42 @@ T Sigmoid(T a) {
   return T(1) / (T(1) + std::exp(-a));
 }
 
+/// Where RoPE acts in a row of per-head columns: `heads` heads of `stride`
+/// columns, rotating `dim` of them from `offset` (GQA: the whole head; MLA:
+/// the rope part after the nope part).
+struct RopeSpan {
+  int64_t heads = 0, stride = 0, offset = 0, dim = 0;
+};
+
+/// Rotate-half RoPE by +angle (sign = 1) or -angle (sign = -1, the
+/// backward) at the global position of each row (docs/formulas.md §8.1; with
+/// CP, `seq` maps rows to positions), theta_i = base^(-2i/dim).
+template <class T>
+void ApplyRope(Mat<T>* m, const RopeSpan& span, const Dims& d, const SeqLayout& seq, int sign);
+
 /// SwiGLU z = silu(a) * u and its backward (docs/formulas.md §8.1).
 template <class T>
 Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u);
 template <class T>
 void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du);
+
+/// Megatron's router expert bias for aux-loss-free balancing (router.py,
+/// moe_router_enable_expert_bias): an fp32 buffer added to the sigmoid
+/// scores to choose the experts, never to weigh them, with no gradient; and
+/// the step's count of routed (token, expert) pairs per expert
+/// (local_tokens_per_expert), which moves it after the step.
+template <class T>
+struct ExpertBias {
+  std::string name;  // as a parameter's, for the verifier
+  Tensor<T> bias;    // [1, E], fp32, charged with the replicated parameters
+  Tensor<T> counts;  // [1, E], fp32, routing scratch
+};
+
+/// Megatron's update (moe_utils.py get_updated_expert_bias, rate 1e-3 =
+/// --moe-router-bias-update-rate's default): bias += rate * sign(mean(c) - c)
+/// for the counts `c` summed over every replica; then the counts restart.
+template <class T>
+void UpdateExpertBias(const Mat<T>& counts, ExpertBias<T>* b);
 
 /// A layer of the stack: x <- x + F(RMSNorm(x)) on this rank's rows.
 template <class T>
@@ -283,6 +322,8 @@ class Block {
   virtual ~Block() = default;
   virtual Mat<T> Forward(Ctx& ctx, const Mat<T>& x) = 0;
   virtual Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) = 0;
+  /// The router's expert bias, when the block has one.
+  virtual ExpertBias<T>* expert_bias() { return nullptr; }
   std::vector<Param<T>*> params() {
     std::vector<Param<T>*> out;
     for (auto& p : params_) out.push_back(p.get());
@@ -305,6 +346,10 @@ std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_
 template <class T>
 std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                          double scale);
+/// Multi-head latent attention (simulator/mla_block.cc). Throws
+/// SimUnsupported for tp > 1 without sequence parallelism.
+template <class T>
+std::unique_ptr<Block<T>> MakeMlaBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
 template <class T>
 std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale);
 /// Mamba-2 mixer (simulator/mamba_block.cc). Throws SimUnsupported for sizes

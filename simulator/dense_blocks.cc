@@ -8,27 +8,10 @@
 namespace preflight::sim {
 namespace {
 
-/// Rotates each head of `m` (rows = tokens, head_dim columns per head) by
-/// +angle (sign = 1) or -angle (sign = -1): rotate-half RoPE at the global
-/// position of each row (docs/formulas.md §8.1; with CP, `seq` maps rows to positions).
+/// GQA's RoPE: every head's whole head_dim rotates.
 template <class T>
 void Rope(Mat<T>* m, int64_t heads, const Dims& d, const SeqLayout& seq, int sign) {
-  const int64_t half = d.head_dim / 2;
-  for (int64_t row = 0; row < m->rows(); ++row) {
-    const double pos = static_cast<double>(seq.Position(row / d.batch));
-    for (int64_t i = 0; i < half; ++i) {
-      const double theta = std::pow(d.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(d.head_dim));
-      const T c = T(std::cos(pos * theta));
-      const T s = T(sign * std::sin(pos * theta));
-      for (int64_t h = 0; h < heads; ++h) {
-        T& a = (*m)(row, h * d.head_dim + i);
-        T& b = (*m)(row, h * d.head_dim + i + half);
-        const T a0 = a, b0 = b;
-        a = a0 * c - b0 * s;
-        b = b0 * c + a0 * s;
-      }
-    }
-  }
+  ApplyRope(m, RopeSpan{heads, d.head_dim, 0, d.head_dim}, d, seq, sign);
 }
 
 template <class T>
@@ -198,6 +181,26 @@ class MlpBlock final : public Block<T> {
 }  // namespace
 
 template <class T>
+void ApplyRope(Mat<T>* m, const RopeSpan& span, const Dims& d, const SeqLayout& seq, int sign) {
+  const int64_t half = span.dim / 2;
+  for (int64_t row = 0; row < m->rows(); ++row) {
+    const double pos = static_cast<double>(seq.Position(row / d.batch));
+    for (int64_t i = 0; i < half; ++i) {
+      const double theta = std::pow(d.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(span.dim));
+      const T c = T(std::cos(pos * theta));
+      const T s = T(sign * std::sin(pos * theta));
+      for (int64_t h = 0; h < span.heads; ++h) {
+        T& a = (*m)(row, h * span.stride + span.offset + i);
+        T& b = (*m)(row, h * span.stride + span.offset + i + half);
+        const T a0 = a, b0 = b;
+        a = a0 * c - b0 * s;
+        b = b0 * c + a0 * s;
+      }
+    }
+  }
+}
+
+template <class T>
 Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u) {
   Mat<T> z(a.rows(), a.cols());
   for (int64_t i = 0; i < a.size(); ++i) z.data()[i] = a.data()[i] * Sigmoid(a.data()[i]) * u.data()[i];
@@ -223,6 +226,8 @@ std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, i
   return std::make_unique<MlpBlock<T>>(ctx, d, layer, seed, scale);
 }
 
+template void ApplyRope<double>(Mat<double>*, const RopeSpan&, const Dims&, const SeqLayout&, int);
+template void ApplyRope<float>(Mat<float>*, const RopeSpan&, const Dims&, const SeqLayout&, int);
 template Mat<double> SwiGlu<double>(const Mat<double>&, const Mat<double>&);
 template Mat<float> SwiGlu<float>(const Mat<float>&, const Mat<float>&);
 template void SwiGluBackward<double>(const Mat<double>&, const Mat<double>&, const Mat<double>&, Mat<double>*,

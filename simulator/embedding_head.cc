@@ -116,6 +116,7 @@ std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_
   if (letter == 'E') return MakeMoeBlock<T>(ctx, d, layer, seed, scale);
   if (letter == 'M') return MakeMambaBlock<T>(ctx, d, layer, seed, scale);
   if (letter == 'R') return MakeRecurrentBlock<T>(ctx, d, layer, seed, scale);
+  if (letter == 'A' && d.mla) return MakeMlaBlock<T>(ctx, d, layer, seed, scale);
   if (letter == 'A' || letter == 'D') return MakeDenseBlock<T>(letter, ctx, d, layer, seed, scale);
   throw SimUnsupported(std::string("block '") + letter + "' is not in the executor");
 }

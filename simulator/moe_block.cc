@@ -1,4 +1,6 @@
-// E: MoE FFN with a softmax top-k router, capacity with token dropping (or
+// E: MoE FFN with a top-k router (softmax over the chosen logits, or
+// DeepSeek-V3's sigmoid scores normalised over the chosen experts, chosen by
+// score + expert bias when the router has one), capacity with token dropping (or
 // dropless, or padded to capacity), SwiGLU experts placed over EP and split
 // over expert-TP, and a shared expert over TP (docs/formulas.md §5, 8.2, 8.3).
 //
@@ -17,6 +19,9 @@
 
 namespace preflight::sim {
 namespace {
+
+/// Megatron's guard in the sigmoid router's normalisation: p = s / (sum s + 1e-20).
+constexpr double kSigmoidNormEps = 1e-20;
 
 /// Where the rows of a routed buffer come from: counts[source][local expert].
 struct RowLayout {
@@ -54,6 +59,15 @@ class MoeBlock final : public Block<T> {
     router_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.router.weight", h, d.experts, ShardKind::kReplicated,
                                                     Init::kMatrix, seed, 4.0 * scale / std::sqrt(double(h)))),
                         ParamRole::kRouter);
+    if (d.router_bias) {
+      // Megatron starts the bias at zero; a nonzero start makes the scaled
+      // step's selection depend on it, so a bias that steered the weights
+      // too would show.
+      bias_.name = p + "moe.router.expert_bias";
+      bias_.bias = Tensor<T>(ctx.mem(), SimCategory::kReplicatedParams, 4,
+                             GlobalValue(bias_.name, 1, d.experts, Init::kMatrix, seed, 0.05).template cast<T>());
+      bias_.counts = Tensor<T>(ctx.mem(), SimCategory::kRoutingScratch, 4, Mat<T>::Zero(1, d.experts));
+    }
     for (int64_t le = 0; le < local_experts_; ++le) {
       const int64_t e = ctx.ep_rank * local_experts_ + le;
       const std::string q = p + "moe.experts." + std::to_string(e) + ".";
@@ -75,6 +89,8 @@ class MoeBlock final : public Block<T> {
                                          Init::kMatrix, seed, s_out)), ParamRole::kMatrix);
     }
   }
+
+  ExpertBias<T>* expert_bias() override { return d_.router_bias ? &bias_ : nullptr; }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
@@ -175,21 +191,33 @@ class MoeBlock final : public Block<T> {
     }
     dback.Release();
 
-    // Router: p = softmax over the k selected logits; dropped pairs carry dp = 0.
+    // Router: p = softmax over the k selected logits, or p = s / (sum of
+    // the selected s + 1e-20) with s = sigmoid(logit) (p = s when k = 1);
+    // dropped pairs carry dp = 0. The expert bias chose the experts only: no
+    // gradient reaches it.
     Mat<T> dlogits = Mat<T>::Zero(dy.rows(), d_.experts);
     const int64_t k = d_.top_k;
     for (int64_t t = 0; t < dy.rows(); ++t) {
       std::vector<T> g(static_cast<size_t>(k), T(0)), p(static_cast<size_t>(k));
-      T dot = 0;
+      T dot = 0, selected = 0;
       for (int64_t j = 0; j < k; ++j) {
         const int64_t e = s_.topk.v[static_cast<size_t>(t * k + j)];
         p[static_cast<size_t>(j)] = s_.probs.m(t, e);
         const int64_t r = s_.pair_row.v[static_cast<size_t>(t * k + j)];
         if (r >= 0) g[static_cast<size_t>(j)] = dprob[static_cast<size_t>(r)];
         dot += p[static_cast<size_t>(j)] * g[static_cast<size_t>(j)];
+        selected += Sigmoid(s_.logits.m(t, e));
       }
       for (int64_t j = 0; j < k; ++j) {
-        dlogits(t, s_.topk.v[static_cast<size_t>(t * k + j)]) = p[static_cast<size_t>(j)] * (g[static_cast<size_t>(j)] - dot);
+        const int64_t e = s_.topk.v[static_cast<size_t>(t * k + j)];
+        const T gj = g[static_cast<size_t>(j)];
+        if (!d_.router_sigmoid) {
+          dlogits(t, e) = p[static_cast<size_t>(j)] * (gj - dot);
+          continue;
+        }
+        const T s = Sigmoid(s_.logits.m(t, e));
+        const T ds = k > 1 ? (gj - dot) / (selected + T(kSigmoidNormEps)) : gj;
+        dlogits(t, e) = ds * s * (T(1) - s);
       }
     }
     router_->grad.m += MatMulTransA(ctx, s_.n.m, dlogits);
@@ -208,18 +236,34 @@ class MoeBlock final : public Block<T> {
     s_.logits = Tensor<T>(ctx.mem(), act, 4, MatMul(ctx, s_.n.m, router_->value.m));
     std::vector<int64_t> topk(static_cast<size_t>(tokens * k));
     Mat<T> probs = Mat<T>::Zero(tokens, experts);
+    std::vector<T> key(static_cast<size_t>(experts));
     for (int64_t t = 0; t < tokens; ++t) {
+      // What chooses: the logits (softmax), or the sigmoid scores plus the
+      // expert bias (Megatron moe_utils.py topk_routing_with_score_function).
+      for (int64_t e = 0; e < experts; ++e) {
+        const T logit = s_.logits.m(t, e);
+        key[static_cast<size_t>(e)] =
+            !d_.router_sigmoid ? logit : Sigmoid(logit) + (d_.router_bias ? bias_.bias.m(0, e) : T(0));
+      }
       std::vector<int64_t> order(static_cast<size_t>(experts));
       std::iota(order.begin(), order.end(), 0);
       // Ties go to the lower expert id (docs/formulas.md §8.2).
       std::stable_sort(order.begin(), order.end(),
-                       [&](int64_t a, int64_t b) { return s_.logits.m(t, a) > s_.logits.m(t, b); });
+                       [&](int64_t a, int64_t b) { return key[static_cast<size_t>(a)] > key[static_cast<size_t>(b)]; });
       T mx = s_.logits.m(t, order[0]), sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += std::exp(s_.logits.m(t, order[static_cast<size_t>(j)]) - mx);
+      for (int64_t j = 0; j < k; ++j) {
+        const T logit = s_.logits.m(t, order[static_cast<size_t>(j)]);
+        sum += d_.router_sigmoid ? Sigmoid(logit) : std::exp(logit - mx);
+      }
       for (int64_t j = 0; j < k; ++j) {
         const int64_t e = order[static_cast<size_t>(j)];
         topk[static_cast<size_t>(t * k + j)] = e;
-        probs(t, e) = std::exp(s_.logits.m(t, e) - mx) / sum;
+        if (!d_.router_sigmoid) {
+          probs(t, e) = std::exp(s_.logits.m(t, e) - mx) / sum;
+        } else {
+          const T s = Sigmoid(s_.logits.m(t, e));
+          probs(t, e) = k > 1 ? s / (sum + T(kSigmoidNormEps)) : s;
+        }
       }
     }
     // Capacity per router-call group: C = ceil(T_g k / E * cf) (docs/formulas.md §5, Megatron get_capacity).
@@ -244,6 +288,7 @@ class MoeBlock final : public Block<T> {
         }
       }
     }
+    if (d_.router_bias) bias_.counts.m += map.colwise().sum();
     // Send order (expert, token); padded mode fills every expert to groups * C rows.
     s_.send_token.clear();
     std::vector<int64_t> pair_row(static_cast<size_t>(tokens * k), -1);
@@ -429,9 +474,23 @@ class MoeBlock final : public Block<T> {
   };
   State s_;
   SavedPerMicrobatch<State> saved_;
+  ExpertBias<T> bias_;  // when d_.router_bias
 };
 
 }  // namespace
+
+template <class T>
+void UpdateExpertBias(const Mat<T>& counts, ExpertBias<T>* b) {
+  constexpr double kRate = 1e-3;
+  const T mean = counts.sum() / T(counts.size());
+  for (int64_t e = 0; e < counts.size(); ++e) {
+    const T offset = mean - counts(0, e);
+    b->bias.m(0, e) += T(kRate) * T((offset > 0) - (offset < 0));
+  }
+  b->counts.m.setZero();
+}
+template void UpdateExpertBias<double>(const Mat<double>&, ExpertBias<double>*);
+template void UpdateExpertBias<float>(const Mat<float>&, ExpertBias<float>*);
 
 template <class T>
 std::unique_ptr<Block<T>> MakeMoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) {

@@ -59,6 +59,16 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   ParallelConfig& p = r.parallel;
   m.hidden = s.hidden;
   m.attention.head_dim = s.head_dim;
+  if (m.mla) {
+    // Distinct widths, so a slip between them shows: nope = head_dim, rope
+    // head_dim/2 (even), v 3/4 head_dim, latents 3/4 and 1/2 hidden.
+    MlaConfig& a = *m.mla;
+    a.qk_nope_head_dim = s.head_dim;
+    a.qk_rope_head_dim = RoundUp(std::max<int64_t>(2, s.head_dim / 2), 2);
+    a.v_head_dim = std::max<int64_t>(1, 3 * s.head_dim / 4);
+    if (a.q_lora_rank > 0) a.q_lora_rank = std::max<int64_t>(1, 3 * s.hidden / 4);
+    a.kv_lora_rank = std::max<int64_t>(1, s.hidden / 2);
+  }
   m.mlp.ffn_hidden = s.ffn_hidden;
   const int64_t shared_count = m.moe.SharedWidth() > 0 ? std::max<int64_t>(1, m.moe.shared_experts) : 0;
   m.moe.ffn_hidden = s.moe_ffn_hidden;

@@ -1,6 +1,7 @@
 #include "schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <utility>
 
@@ -22,11 +23,65 @@ std::vector<std::pair<int64_t, int64_t>> ScheduleTable(int64_t m, int64_t v, int
   return table;
 }
 
+/// The forwards and backwards of one rank's two phases, each phase's
+/// micro-batches in order (DualPipe's current_f_chunk_id / current_b_chunk_id).
+class PhaseOrder {
+ public:
+  void F(int64_t phase) { ops_.push_back(PipeOp{true, phase, next_f_[static_cast<size_t>(phase)]++}); }
+  void B(int64_t phase) { ops_.push_back(PipeOp{false, phase, next_b_[static_cast<size_t>(phase)]++}); }
+  std::vector<PipeOp> Take() { return std::move(ops_); }
+
+ private:
+  std::vector<PipeOp> ops_;
+  std::array<int64_t, 2> next_f_{}, next_b_{};
+};
+
+/// DualPipeV (deepseek-ai/DualPipe dualpipev.py, DualPipeV.step, 3da1bbe) on
+/// rank r of p: phase 0 is the down chunk r, phase 1 the up chunk 2p-1-r;
+/// every micro-batch goes down and comes back up. Its eight steps, with the
+/// weight-gradient halves (W, zero bubble) run inside their B:
+/// 1 2(p-r-1) F0; 2 r+1 x (F0 F1); 3 p-r-1 x (B1 F1); 4 m-2p+r+1 x (F0 B1 F1 B0);
+/// 5 p-r-1 x (B1 F1 B0); 6 r+1 x (B1 B0); 7 p-r-1 B0; 8 the remaining W.
+std::vector<PipeOp> DualPipeV(int64_t p, int64_t m, int64_t r) {
+  if (m < 2 * p) {
+    throw SimUnsupported("DualPipeV needs at least 2 x pp micro-batches per step; got " + std::to_string(m));
+  }
+  PhaseOrder o;
+  for (int64_t i = 0; i < 2 * (p - r - 1); ++i) o.F(0);
+  for (int64_t i = 0; i < r + 1; ++i) {
+    o.F(0);
+    o.F(1);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    o.B(1);
+    o.F(1);
+  }
+  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) {
+    o.F(0);
+    o.B(1);
+    o.F(1);
+    o.B(0);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    o.B(1);
+    o.F(1);
+    o.B(0);
+  }
+  for (int64_t i = 0; i < r + 1; ++i) {
+    o.B(1);
+    o.B(0);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) o.B(0);
+  return o.Take();
+}
+
 }  // namespace
 
 std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank) {
+  if (schedule == Schedule::kDualPipeV) return DualPipeV(p, m, rank);
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) {
-    throw SimUnsupported(std::string("the executor runs the 1f1b and interleaved schedules; got parallel.schedule = ") +
+    throw SimUnsupported(std::string("the executor runs the 1f1b, interleaved and dualpipev schedules; got "
+                                     "parallel.schedule = ") +
                          Name(schedule));
   }
   const auto table = ScheduleTable(m, v, p);

@@ -28,7 +28,9 @@ struct PipeOp {
 ///   g = p, chunk-major inside a group; backwards run the chunks in reverse),
 ///   warmup 2(p - rank - 1) + (v - 1) g forwards (all of them when that
 ///   reaches m v), then 1F1B over the table, then the cooldown.
-/// Throws SimUnsupported for other schedules (DualPipe, DualPipeV).
+/// - DualPipeV (v = 2: chunk 0 the down chunk `rank`, chunk 1 the up chunk
+///   2p-1-rank): DeepSeek's eight-step order (schedule.cc DualPipeV), m >= 2p.
+/// Throws SimUnsupported for other schedules (DualPipe).
 std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank);
 
 /// Most (chunk, micro-batch) forwards whose backward has not yet run, at any

@@ -296,8 +296,9 @@ TEST(InFlight, DualPipeDoublesParams) {
 
 TEST(InFlight, DualPipeVKeepsOneCopy) {
   // DualPipeV: 2p V-stages on p ranks, no duplicated params; 2p+1 = 9
-  // V-stage-micro-batches per rank: the down stage (first of its 2 layers)
-  // holds p+1 = 5, the up stage (second layer) p = 4.
+  // V-stage-micro-batches per rank (the in-flight row counts them all, as the
+  // executor does): with one chunk on the rank, its first layer (the down
+  // stage) holds p+1 = 5, the second (up) p = 4.
   const Inventory inv = DenseStack(8);
   Layout l = testing::LayoutFor(inv.recipe, 8, 1, 4, 1);
   const StagePlan plan = EqualStagePlan(8, 4, 1);
@@ -305,8 +306,40 @@ TEST(InFlight, DualPipeVKeepsOneCopy) {
   l.schedule = Schedule::kDualPipeV;
   const RankMemory v = EstimateRank(inv, l, plan, 1);
   EXPECT_EQ(v.of(Category::kTpShardedParams), one);
-  EXPECT_EQ(v.in_flight_microbatches, 5);
+  EXPECT_EQ(v.in_flight_microbatches, 9);
   EXPECT_EQ(v.activations_by_family[4], LayerActivations(inv.recipe, l, BlockKind::kDenseMlp) * 9);
+}
+
+// DualPipeV with its 2p chunks (rank r: down chunk r, up chunk 2p-1-r), p 4,
+// m 8, chunk 1 of 2 layers and every other chunk of one. Rank 1 replays
+// dualpipev.py's steps: 4 F0 | 2 x (F0 F1) | 2 x (B1 F1) | F0: the peak holds
+// 7 micro-batches on the down chunk 1 and 2 on the up chunk 6 (2p-r and r+1),
+// 7 x 2 + 2 x 1 = 16 layer-micro-batches; the fixed split p+1 / p said 5 x 2 +
+// 4 x 1 = 14.
+TEST(InFlight, DualPipeVReplaysTheOrder) {
+  const Inventory inv = DenseStack(9);
+  Layout l = testing::LayoutFor(inv.recipe, 8, 1, 4, 1);
+  l.schedule = Schedule::kDualPipeV;
+  l.micro_batches = 8;
+  const std::vector<int64_t> starts = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};  // each D layer its own start
+  const StagePlan plan = PlanFromLayerCounts({1, 2, 1, 1, 1, 1, 1, 1}, starts, 4, Schedule::kDualPipeV);
+  const Bytes d = LayerActivations(inv.recipe, l, BlockKind::kDenseMlp);
+  const RankMemory r1 = EstimateRank(inv, l, plan, 1);
+  EXPECT_EQ(r1.in_flight_microbatches, 9);
+  EXPECT_EQ(r1.activations_by_family[4], d * 16);
+}
+
+TEST(InFlight, DualPipeVReplayPeakByHand) {
+  // Down chunk 3 bytes a micro-batch, up chunk 5 with a transient of 7 (the head).
+  const auto bytes = [](int64_t c) { return c == 0 ? ChunkActivation{3, 0} : ChunkActivation{5, 7}; };
+  // Rank 0 of p 2, m 4: F0 F0 | F0 F1 (9 + 5 + 7 = 21) | B1 F1 (21 again) |
+  // F0 (17) B1 F1: the up forward ends with 4 x 3 + 5 + 7 = 24, the peak,
+  // with 4 micro-batches on the down chunk and 1 on the up one.
+  const DualPipeVPeak r0 = ReplayDualPipeV(2, 4, 0, bytes);
+  EXPECT_EQ(r0.bytes, 24);
+  EXPECT_EQ(r0.live, (std::array<int64_t, 2>{4, 1}));
+  EXPECT_EQ(r0.running, 1);
+  EXPECT_EQ(r0.units, 5);
 }
 
 }  // namespace

@@ -162,7 +162,8 @@ TEST(InventoryBlocks, RecurrentMatchesMathFormula) {
 
 TEST(InventoryBlocks, MoeWithSharedExpertRouterBiasAndGate) {
   // h=64, E=4, k=2, f_e=32, one shared expert (f_sh = 32), router bias, shared gate:
-  // router 4 x 64 = 256, bias 4, gate 64, pre-norm 64 (REP: 388);
+  // router 4 x 64 = 256, gate 64, pre-norm 64 (REP, trained: 384), and the
+  // expert bias 4, an untrained fp32 buffer (Megatron router.py register_buffer);
   // routed [4,64,64] 16,384 + [4,32,64] 8,192 = 24,576 (EP);
   // shared 64 x 64 = 4,096 + 32 x 64 = 2,048 (TP: 6,144). Total 31,108.
   Recipe r = OneBlock('E', 64);
@@ -175,11 +176,12 @@ TEST(InventoryBlocks, MoeWithSharedExpertRouterBiasAndGate) {
   const Inventory inv = BuildInventory(r);
   const Layer& e = inv.layers[0];
   EXPECT_EQ(e.totals.total(), 31'108);
-  EXPECT_EQ(e.totals.of(kRep), 388);
+  EXPECT_EQ(e.totals.of(kRep), 384);
+  EXPECT_EQ(e.totals.buffer_elements[0], 4);
   EXPECT_EQ(e.totals.of(kTp), 6'144);
   EXPECT_EQ(e.totals.of(kEp), 24'576);
   EXPECT_EQ(e.totals.of(kEp, kMuon), 24'576);
-  EXPECT_EQ(e.totals.of(kRep, kAdamW), 388);  // the router goes to AdamW by default (docs/formulas.md §2.4)
+  EXPECT_EQ(e.totals.of(kRep, kAdamW), 384);  // the router goes to AdamW by default (docs/formulas.md §2.4)
   // Active: all but routed experts, plus k * 3 h f_e = 2 * 3 * 64 * 32 = 12,288 -> 6,532 + 12,288.
   EXPECT_EQ(e.active_elements, 18'820);
   EXPECT_EQ(Find(e, "mlp.experts.gate_up_proj").shape, (std::vector<int64_t>{4, 64, 64}));

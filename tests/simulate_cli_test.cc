@@ -73,7 +73,16 @@ TEST(SimulateCli, DualPipeIsBadInput) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
                                "parallel.schedule=dualpipe", "--set", "parallel.partition=balanced"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("the executor runs the 1f1b and interleaved schedules"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the executor runs the 1f1b, interleaved and dualpipev schedules"), std::string::npos) << r.err;
+}
+
+TEST(SimulateCli, MoreThan1024RanksIsBadInput) {
+  // Llama 3 405B's long-context layout (the recipe's comment): tp 8 x cp 16 x
+  // pp 16 = 2,048 model ranks even at dp 1, past the executor's 1,024 threads.
+  const auto r = RunPreflight({"simulate", "recipes/llama3-405b-h200.yaml", "--set", "training.seq_len=131072", "--set",
+                               "parallel.cp=16", "--set", "training.global_batch=128"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("the executor runs at most 1024 simulated ranks"), std::string::npos) << r.err;
 }
 
 TEST(SimulateCli, ALayoutABlockRefusesIsBadInputNotACrash) {
@@ -108,11 +117,11 @@ TEST(SimulateCli, MpiRuntimeOutsideMpirunNamesTheRankCount) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
-// More than 256 ranks need the MPI runtime; max_world counts ranks, up to 65,536.
-TEST(SimulateCli, ThreadRuntimeRefusesMoreThan256Ranks) {
-  const auto r = RunPreflight({"simulate", "recipes/llama3-405b-h200.yaml", "--scale", "max_world=512"});
+// More than 1,024 ranks need the MPI runtime; max_world counts ranks, up to 65,536.
+TEST(SimulateCli, ThreadRuntimeRefusesMoreThan1024Ranks) {
+  const auto r = RunPreflight({"simulate", "recipes/llama3-405b-h200.yaml", "--scale", "max_world=2048"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("at most 256 simulated ranks in one process; the scaled layout has 512 (run it under mpirun"),
+  EXPECT_NE(r.err.find("at most 1024 simulated ranks in one process; the scaled layout has 2048 (run it under mpirun"),
             std::string::npos)
       << r.err;
   const auto big = RunPreflight({"simulate", "recipes/llama3-8b-h200.yaml", "--scale", "max_world=65537"});

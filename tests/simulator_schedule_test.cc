@@ -77,6 +77,44 @@ TEST(SimulatorSchedule, DualPipeIsRefused) {
   EXPECT_THROW(PipelineSchedule(Schedule::kDualPipe, 4, 1, 8, 0), SimUnsupported);
 }
 
+// DualPipeV (deepseek-ai/DualPipe dualpipev.py, DualPipeV.step, 3da1bbe), p 2,
+// m 4, chunk 0 = the down chunk, 1 = the up chunk; W runs inside B.
+// Rank 0: step 1 2(p-r-1) = 2 F0; step 2 r+1 = 1 x (F0 F1); step 3 p-r-1 = 1 x
+// (B1 F1); step 4 m-2p+r+1 = 1 x (F0 B1 F1 B0); step 5 1 x (B1 F1 B0); step 6
+// 1 x (B1 B0); step 7 1 x B0.
+// Rank 1 (the V's bottom): step 2 2 x (F0 F1); step 4 2 x (F0 B1 F1 B0); step 6 2 x (B1 B0).
+TEST(SimulatorSchedule, DualPipeVByHand) {
+  const std::vector<PipeOp> r0 = {F(0, 0), F(0, 1), F(0, 2), F(1, 0), B(1, 0), F(1, 1), F(0, 3), B(1, 1),
+                                  F(1, 2), B(0, 0), B(1, 2), F(1, 3), B(0, 1), B(1, 3), B(0, 2), B(0, 3)};
+  EXPECT_EQ(PipelineSchedule(Schedule::kDualPipeV, 2, 2, 4, 0), r0);
+  const std::vector<PipeOp> r1 = {F(0, 0), F(1, 0), F(0, 1), F(1, 1), F(0, 2), B(1, 0), F(1, 2), B(0, 0),
+                                  F(0, 3), B(1, 1), F(1, 3), B(0, 1), B(1, 2), B(0, 2), B(1, 3), B(0, 3)};
+  EXPECT_EQ(PipelineSchedule(Schedule::kDualPipeV, 2, 2, 4, 1), r1);
+  // The DualPipe README's PP+1 activations with PP = 2p V-stages: 2p + 1 = 5.
+  EXPECT_EQ(PeakInFlight(r0), 5);
+  EXPECT_EQ(PeakInFlight(r1), 5);
+}
+
+TEST(SimulatorSchedule, DualPipeVRunsEveryMicroBatchOnceAndHoldsTwoPPlusOne) {
+  for (int64_t p : {1, 2, 3, 4, 8}) {
+    for (int64_t m : {2 * p, 2 * p + 1, 3 * p, int64_t{20}}) {
+      for (int64_t r = 0; r < p; ++r) {
+        const std::vector<PipeOp> ops = PipelineSchedule(Schedule::kDualPipeV, p, 2, m, r);
+        ASSERT_EQ(ops.size(), static_cast<size_t>(4 * m));
+        std::vector<int> state(static_cast<size_t>(2 * m), 0);
+        for (const PipeOp& op : ops) {
+          int& s = state[static_cast<size_t>(op.chunk * m + op.microbatch)];
+          EXPECT_EQ(s, op.forward ? 0 : 1) << "p " << p << " m " << m << " r " << r;
+          s = op.forward ? 1 : 2;
+        }
+        for (int s : state) EXPECT_EQ(s, 2);
+        EXPECT_EQ(PeakInFlight(ops), 2 * p + 1) << "p " << p << " m " << m << " r " << r;
+      }
+    }
+  }
+  EXPECT_THROW(PipelineSchedule(Schedule::kDualPipeV, 4, 2, 7, 0), SimUnsupported);  // m < 2p
+}
+
 TEST(SimulatorTopology, CoordinatesByHand) {
   Topology t;
   t.tp = 2;

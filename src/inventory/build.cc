@@ -66,6 +66,11 @@ class TensorList {
     t.linear = IsLinearWeight(t);
     out_->push_back(std::move(t));
   }
+  /// An untrained buffer (ParamTensor::trained false) in `dtype`.
+  void AddBuffer(const std::string& name, std::vector<int64_t> shape, Split split, DType dtype) {
+    Add(name, std::move(shape), split, OptimizerKind::kAdamW, dtype);
+    out_->back().trained = false;
+  }
 
  private:
   std::string prefix_;
@@ -158,7 +163,11 @@ int64_t ExpertElements(const ModelConfig& m) {
 void AddMoe(TensorList& list, const ModelConfig& m, const OptimizerPolicy& p) {
   const MoeConfig& e = m.moe;
   list.Add("mlp.router.weight", {e.experts, m.hidden}, Split::kReplicated, p.router);
-  if (e.router_bias) list.Add("mlp.router.expert_bias", {e.experts}, Split::kReplicated, p.vector);
+  // Megatron's router keeps expert_bias as an fp32 buffer (router.py
+  // register_buffer; _maintain_float32_expert_bias), moved by the sign of each
+  // expert's load after the step, never by a gradient (moe_utils.py
+  // get_updated_expert_bias).
+  if (e.router_bias) list.AddBuffer("mlp.router.expert_bias", {e.experts}, Split::kReplicated, DType::kFp32);
   const bool gated = e.activation == FfnActivation::kSwiglu;
   const int64_t fc1 = gated ? CheckedMul(2, e.ffn_hidden) : e.ffn_hidden;
   list.Add(gated ? "mlp.experts.gate_up_proj" : "mlp.experts.up_proj", {e.experts, m.hidden, fc1}, Split::kExpert,

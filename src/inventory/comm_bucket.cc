@@ -73,6 +73,7 @@ const char* Key(CommWhat w) {
     case CommWhat::kMuonExpertTpGather: return "muon_expert_tp_gather";
     case CommWhat::kReplicaGrads: return "replica_grads";
     case CommWhat::kExpertReplicaGrads: return "expert_replica_grads";
+    case CommWhat::kRouterBias: return "router_bias";
     case CommWhat::kUnlabeled: return "";
   }
   return "?";

@@ -22,6 +22,7 @@ int64_t ParamTotals::total() const {
   for (const auto& by_optimizer : elements) {
     for (int64_t e : by_optimizer) n = CheckedAdd(n, e);
   }
+  for (int64_t e : buffer_elements) n = CheckedAdd(n, e);
   return n;
 }
 
@@ -29,8 +30,12 @@ void ParamTotals::Add(const ParamTensor& t) {
   const int c = static_cast<int>(ClassOf(t.split));
   const int o = static_cast<int>(t.optimizer);
   const int64_t n = t.elements();
-  elements[c][o] = CheckedAdd(elements[c][o], n);
   param_bytes[c] = CheckedAdd(param_bytes[c], CheckedMul(n, SizeOf(t.dtype)));
+  if (!t.trained) {
+    buffer_elements[c] = CheckedAdd(buffer_elements[c], n);
+    return;
+  }
+  elements[c][o] = CheckedAdd(elements[c][o], n);
   if (t.dtype == DType::kFp32) fp32_elements[c][o] = CheckedAdd(fp32_elements[c][o], n);
 }
 
@@ -41,6 +46,7 @@ ParamTotals& ParamTotals::operator+=(const ParamTotals& o) {
       fp32_elements[c][k] = CheckedAdd(fp32_elements[c][k], o.fp32_elements[c][k]);
     }
     param_bytes[c] = CheckedAdd(param_bytes[c], o.param_bytes[c]);
+    buffer_elements[c] = CheckedAdd(buffer_elements[c], o.buffer_elements[c]);
   }
   return *this;
 }
@@ -52,6 +58,7 @@ ParamTotals& ParamTotals::operator-=(const ParamTotals& o) {
       fp32_elements[c][k] = CheckedSub(fp32_elements[c][k], o.fp32_elements[c][k]);
     }
     param_bytes[c] = CheckedSub(param_bytes[c], o.param_bytes[c]);
+    buffer_elements[c] = CheckedSub(buffer_elements[c], o.buffer_elements[c]);
   }
   return *this;
 }

@@ -12,11 +12,13 @@
 
 namespace preflight::testing_sim {
 
-/// h 16, head_dim 4, ffn 16, expert ffn 8, vocab 40 (padded to 8 x tp), seq 8
-/// (rounded up for CP chunks), at most `max_world` ranks, `microbatches` per
-/// step (0: ScaleRecipe's 2 x pp).
-inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world = 64, int64_t microbatches = 0) {
-  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/nam56r-h200.yaml", sets);
+/// recipes/`file` through the parser with `sets`, scaled to h 16, head_dim 4,
+/// ffn 16, expert ffn 8, vocab 40 (padded to 8 x tp), seq 8 (rounded up for
+/// CP chunks), at most `max_world` ranks, `microbatches` per step (0:
+/// ScaleRecipe's 2 x pp).
+inline Recipe ScaledRecipe(const std::string& file, const std::vector<Override>& sets, int64_t max_world = 64,
+                           int64_t microbatches = 0) {
+  const LoadResult loaded = LoadRecipeFile(std::string(PREFLIGHT_SOURCE_DIR) + "/recipes/" + file, sets);
   EXPECT_TRUE(loaded.ok());
   if (!loaded.ok()) {
     for (const Diagnostic& d : loaded.diagnostics) ADD_FAILURE() << d.message;
@@ -32,6 +34,11 @@ inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world
   s.max_world = max_world;
   s.microbatches = microbatches;
   return ScaleRecipe(*loaded.recipe, s);
+}
+
+/// The default recipe (nam56r-h200) scaled as ScaledRecipe.
+inline Recipe ScaledDefault(const std::vector<Override>& sets, int64_t max_world = 64, int64_t microbatches = 0) {
+  return ScaledRecipe("nam56r-h200.yaml", sets, max_world, microbatches);
 }
 
 /// One pipeline stage of tp 4 (the default recipe with pp 1), dp 1 where the

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "preflight/estimator/memory_terms.h"
@@ -133,6 +134,70 @@ InterleavedPeak ReplayInterleaved(int64_t p, int64_t v, int64_t m, int64_t r, in
     backward();
   }
   // The cooldown only runs backwards: the live bytes only fall.
+  peak.bytes = std::max<int64_t>(peak.bytes, 0);
+  return peak;
+}
+
+/// Where the live activation bytes of a DualPipeV rank peak.
+struct DualPipeVPeak {
+  int64_t bytes = 0;              // live saved bytes plus the running chunk's transient
+  std::array<int64_t, 2> live{};  // micro-batches live on the down (0) and up (1) chunk then
+  int64_t running = 0;            // the chunk whose forward ends at the peak
+  int64_t units = 0;              // most live (chunk, micro-batch) units at any time
+};
+
+/// Replays DualPipeV (deepseek-ai/DualPipe dualpipev.py, DualPipeV.step,
+/// 3da1bbe; the reference executor keeps its own copy in
+/// simulator/schedule.cc) on rank r of p with m >= 2p micro-batches: chunk 0
+/// is the down chunk r, chunk 1 the up chunk 2p-1-r; a B frees its chunk's
+/// bytes (the zero-bubble W halves run inside their B). Steps: 1 2(p-r-1) F0;
+/// 2 r+1 x (F0 F1); 3 p-r-1 x (B1 F1); 4 m-2p+r+1 x (F0 B1 F1 B0); 5 p-r-1 x
+/// (B1 F1 B0); then backwards only, which cannot raise the peak. Every step-4
+/// round leaves the live bytes where it found them, so one round stands for
+/// all: O(p) look-ups. `bytes_of(chunk)` gives chunk 0 or 1's ChunkActivation.
+template <class BytesOf>
+DualPipeVPeak ReplayDualPipeV(int64_t p, int64_t m, int64_t r, const BytesOf& bytes_of) {
+  const std::array<ChunkActivation, 2> a = {bytes_of(0), bytes_of(1)};
+  DualPipeVPeak peak;
+  peak.bytes = -1;
+  std::array<int64_t, 2> live{};
+  int64_t bytes = 0, units = 0;
+  const auto forward = [&](int64_t c) {
+    ++live[static_cast<size_t>(c)];
+    bytes = CheckedAdd(bytes, a[static_cast<size_t>(c)].saved);
+    peak.units = std::max(peak.units, ++units);
+    const int64_t now = CheckedAdd(bytes, a[static_cast<size_t>(c)].transient);
+    if (now > peak.bytes) {
+      peak.bytes = now;
+      peak.live = live;
+      peak.running = c;
+    }
+  };
+  const auto backward = [&](int64_t c) {
+    --live[static_cast<size_t>(c)];
+    bytes = CheckedSub(bytes, a[static_cast<size_t>(c)].saved);
+    --units;
+  };
+  for (int64_t i = 0; i < 2 * (p - r - 1); ++i) forward(0);
+  for (int64_t i = 0; i < r + 1; ++i) {
+    forward(0);
+    forward(1);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    backward(1);
+    forward(1);
+  }
+  if (m - 2 * p + r + 1 > 0) {
+    forward(0);
+    backward(1);
+    forward(1);
+    backward(0);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    backward(1);
+    forward(1);
+    backward(0);
+  }
   peak.bytes = std::max<int64_t>(peak.bytes, 0);
   return peak;
 }

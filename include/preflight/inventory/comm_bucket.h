@@ -76,9 +76,10 @@ enum class CommWhat {
   kMuonExpertTpGather,  // Muon: expert-TP-sharded matrices gathered
   kReplicaGrads,        // HSDP: dense gradient shards all-reduced across replicas
   kExpertReplicaGrads,  // HSDP: expert gradient shards all-reduced across replicas
+  kRouterBias,          // DP x CP x TP: routed-token counts per expert for the expert-bias update
   kUnlabeled,           // executor only: traffic no block labeled (runtime tests)
 };
-inline constexpr int kNumCommWhats = 32;
+inline constexpr int kNumCommWhats = 33;
 /// Stable snake_case key: "attention", "moe_dispatch", "muon_gather", ...
 const char* Key(CommWhat w);
 

@@ -59,6 +59,11 @@ struct ParamTensor {
   /// Transformer Engine runs it as a GEMM and quantizes it for FP4
   /// (training.precision.fp4). Not the embedding, head, router or convs.
   bool linear = false;
+  /// false for a buffer the framework keeps beside the parameters but never
+  /// trains (Megatron's fp32 router expert_bias, a register_buffer updated
+  /// outside the gradient): it is stored and counted, with no gradient, no
+  /// optimizer state and no data-parallel traffic.
+  bool trained = true;
   int64_t elements() const;     // product of shape, checked; 0 for an empty (absent) tensor
 };
 
@@ -76,6 +81,9 @@ struct ParamTotals {
   /// are padded and sharded apart from the rest (estimator ZeRO state, planner
   /// DP traffic; simulator/dist_optimizer.h).
   std::array<std::array<int64_t, 2>, 3> fp32_elements{};
+  /// Elements of untrained buffers per ShardClass (ParamTensor::trained):
+  /// in total() and param_bytes, not in `elements`.
+  std::array<int64_t, 3> buffer_elements{};
   int64_t total() const;
   int64_t of(ShardClass c) const { return elements[static_cast<int>(c)][0] + elements[static_cast<int>(c)][1]; }
   int64_t of(ShardClass c, OptimizerKind o) const { return elements[static_cast<int>(c)][static_cast<int>(o)]; }
