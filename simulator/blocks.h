@@ -24,6 +24,9 @@ struct Dims {
   int64_t hidden = 0;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   int64_t ffn = 0;                      // dense MLP
+  FfnActivation mlp_activation = FfnActivation::kSwiglu;  // dense D blocks
+  FfnActivation moe_activation = FfnActivation::kSwiglu;  // routed and shared experts
+  bool qk_norm = false;                                   // per-head RMSNorm on q and k before RoPE
   int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
   double capacity_factor = 1.0;
   bool dropless = true;
@@ -182,6 +185,9 @@ struct Param {
   int64_t expert = -1;         // global expert id for routed experts
   ParamRole role = ParamRole::kVector;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
+  /// Replicated, but each TP rank's gradient is a partial sum even without
+  /// SP (qk norms: a rank normalizes only its heads), so it is all-reduced over TP.
+  bool tp_partial = false;
   Tensor<T> value;
   Tensor<T> grad;
 };
@@ -275,6 +281,19 @@ template <class T>
 Mat<T> SwiGlu(const Mat<T>& a, const Mat<T>& u);
 template <class T>
 void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du);
+
+/// Whether an FFN activation is gated: fc1 has two outputs, a (activated)
+/// and u (multiplied in), as SwiGLU; else one, a.
+inline bool Gated(FfnActivation f) { return f == FfnActivation::kSwiglu; }
+
+/// The FFN activation z of fc1's outputs: silu(a) * u (SwiGLU), GELU(a)
+/// (exact, erf: Megatron's default F.gelu) or relu(a)^2 (Megatron's
+/// squared_relu). `u` is read only when gated.
+template <class T>
+Mat<T> Activate(FfnActivation f, const Mat<T>& a, const Mat<T>& u);
+/// da (and du when gated) from dz.
+template <class T>
+void ActivateBackward(FfnActivation f, const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du);
 
 /// A layer of the stack: x <- x + F(RMSNorm(x)) on this rank's rows.
 template <class T>

@@ -1,6 +1,8 @@
 // A (GQA attention with RoPE and a causal mask) and D (SwiGLU MLP), forward and
 // backward, tensor- and sequence-parallel as Megatron (docs/formulas.md §8.1-8.3).
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "attention_core.h"
 #include "blocks.h"
@@ -31,6 +33,27 @@ void Rope(Mat<T>* m, int64_t heads, const Dims& d, const SeqLayout& seq, int sig
   }
 }
 
+/// RMSNorm of each head of `m` (head_dim columns per head) with one weight
+/// [1, head_dim] shared by the heads (Megatron's q_layernorm / k_layernorm,
+/// built with hidden_size = head_dim); rstd gets one entry per (row, head).
+template <class T>
+Mat<T> HeadNorm(const Mat<T>& m, int64_t head_dim, const Mat<T>& w, double eps, Mat<T>* rstd) {
+  const Mat<T> rows = Eigen::Map<const Mat<T>>(m.data(), m.size() / head_dim, head_dim);
+  const Mat<T> y = RmsNormForward(rows, w, eps, rstd);
+  return Eigen::Map<const Mat<T>>(y.data(), m.rows(), m.cols());
+}
+
+/// The input gradient of HeadNorm; adds into dw.
+template <class T>
+Mat<T> HeadNormBackward(const Mat<T>& dy, const Mat<T>& m, int64_t head_dim, const Mat<T>& rstd, const Mat<T>& w,
+                        Mat<T>* dw) {
+  const auto heads = [&](const Mat<T>& a) {
+    return Mat<T>(Eigen::Map<const Mat<T>>(a.data(), a.size() / head_dim, head_dim));
+  };
+  const Mat<T> dx = RmsNormBackward(heads(dy), heads(m), rstd, w, dw);
+  return Eigen::Map<const Mat<T>>(dx.data(), m.rows(), m.cols());
+}
+
 template <class T>
 class AttentionBlock final : public Block<T> {
  public:
@@ -44,6 +67,16 @@ class AttentionBlock final : public Block<T> {
                                    ShardKind::kColumns, Init::kMatrix, seed, scale / std::sqrt(double(h)))), ParamRole::kMatrix);
     out_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.out.weight", d.heads * d.head_dim, h, ShardKind::kRows,
                                    Init::kMatrix, seed, scale / std::sqrt(double(d.heads * d.head_dim)))), ParamRole::kMatrix);
+    if (d.qk_norm) {
+      // Replicated, but each TP rank normalizes only its own heads: the
+      // gradients are partial sums over TP, which Megatron all-reduces with
+      // or without SP (finalize_model_grads.py: sequence_parallel or qk_layernorm).
+      for (Param<T>** w : {&q_norm_, &k_norm_}) {
+        *w = &this->Add(MakeParam<T>(ctx, p + (w == &q_norm_ ? "attention.q_norm.weight" : "attention.k_norm.weight"),
+                                     1, d.head_dim, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+        (*w)->tp_partial = true;
+      }
+    }
     kv_local_ = d.kv_heads / ctx.tp_size;
     q_local_ = d.heads / ctx.tp_size;
     CheckAttentionCp(d, ctx.tp_size, ctx.cp_size, ctx.cp_comm, ctx.seq.load_balanced);
@@ -61,6 +94,17 @@ class AttentionBlock final : public Block<T> {
     Mat<T> q, k, v;
     Split(qkv.m, &q, &k, &v);
     qkv.Release();
+    if (q_norm_ != nullptr) {
+      // Per-head norms before RoPE (Megatron SelfAttention.get_query_key_value_tensors);
+      // their backward reads the inputs and an fp32 rstd per (token, head).
+      Mat<T> rq, rk;
+      s.q_in = Tensor<T>(ctx.mem(), act, ab, q);
+      s.k_in = Tensor<T>(ctx.mem(), act, ab, k);
+      q = HeadNorm(q, d_.head_dim, q_norm_->value.m, d_.norm_eps, &rq);
+      k = HeadNorm(k, d_.head_dim, k_norm_->value.m, d_.norm_eps, &rk);
+      s.q_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rq));
+      s.k_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rk));
+    }
     Rope(&q, q_local_, d_, ctx.seq, 1);
     Rope(&k, kv_local_, d_, ctx.seq, 1);
     // The core runs the CP mode (attention_core.h); what it keeps is the
@@ -88,6 +132,10 @@ class AttentionBlock final : public Block<T> {
     AttentionCoreBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
     Rope(&dq, q_local_, d_, ctx.seq, -1);
     Rope(&dk, kv_local_, d_, ctx.seq, -1);
+    if (q_norm_ != nullptr) {
+      dq = HeadNormBackward(dq, s.q_in.m, d_.head_dim, s.q_rstd.m, q_norm_->value.m, &q_norm_->grad.m);
+      dk = HeadNormBackward(dk, s.k_in.m, d_.head_dim, s.k_rstd.m, k_norm_->value.m, &k_norm_->grad.m);
+    }
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{qkv_, &dqkv.m}});
     dqkv.Release();
@@ -98,6 +146,7 @@ class AttentionBlock final : public Block<T> {
   /// What flash attention keeps for the backward (docs/formulas.md §3.2).
   struct Saved {
     Tensor<T> x, n, rstd, q, k, v, o, lse;
+    Tensor<T> q_in, k_in, q_rstd, k_rstd;  // qk_norm only
   };
 
   int64_t Rep() const { return d_.heads / d_.kv_heads; }
@@ -132,20 +181,26 @@ class AttentionBlock final : public Block<T> {
   Param<T>* norm_ = nullptr;
   Param<T>* qkv_ = nullptr;
   Param<T>* out_ = nullptr;
+  Param<T>* q_norm_ = nullptr;  // qk_norm only
+  Param<T>* k_norm_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
 };
 
 template <class T>
 class MlpBlock final : public Block<T> {
  public:
-  MlpBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) {
+  MlpBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : act_(d.mlp_activation) {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
     eps_ = d.norm_eps;
     norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
-    gate_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.gate.weight", h, d.ffn, ShardKind::kColumns,
-                                                  Init::kMatrix, seed, scale / std::sqrt(double(h)))),
-                      ParamRole::kMatrix);
+    // Gated (SwiGLU): fc1 = gate (activated) and up; else fc1 = up alone (activated).
+    if (Gated(act_)) {
+      gate_ = &WithRole(ctx,
+                        this->Add(MakeParam<T>(ctx, p + "mlp.gate.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix,
+                                               seed, scale / std::sqrt(double(h)))),
+                        ParamRole::kMatrix);
+    }
     up_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.up.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix,
                                                 seed, scale / std::sqrt(double(h)))),
                     ParamRole::kMatrix);
@@ -161,10 +216,15 @@ class MlpBlock final : public Block<T> {
     Saved& s = saved_.Open(ctx.microbatch);
     SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd);
     Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-    s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
-    s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    // The activation's inputs (a, and u when gated) and output z (fc2's input).
+    if (gate_ != nullptr) {
+      s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
+      s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    } else {
+      s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    }
     n_full.Release();
-    s.z = Tensor<T>(ctx.mem(), act, ab, SwiGlu(s.a.m, s.u.m));
+    s.z = Tensor<T>(ctx.mem(), act, ab, Activate(act_, s.a.m, s.u.m));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.z.m, down_->value.m));
     return x + ReduceFromTpForward(ctx, partial.m);
   }
@@ -178,8 +238,9 @@ class MlpBlock final : public Block<T> {
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, down_->value.m);
     dy_full.Release();
     Mat<T> da, du;
-    SwiGluBackward(dz, s.a.m, s.u.m, &da, &du);
-    const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}});
+    ActivateBackward(act_, dz, s.a.m, s.u.m, &da, &du);
+    const Mat<T> dn = gate_ != nullptr ? ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}})
+                                       : ColumnParallelBackward<T>(ctx, s.n.m, {{up_, &da}});
     return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
@@ -187,9 +248,10 @@ class MlpBlock final : public Block<T> {
   struct Saved {
     Tensor<T> x, n, rstd, a, u, z;
   };
+  FfnActivation act_;
   double eps_ = 1e-5;
   Param<T>* norm_ = nullptr;
-  Param<T>* gate_ = nullptr;
+  Param<T>* gate_ = nullptr;  // gated activations only
   Param<T>* up_ = nullptr;
   Param<T>* down_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
@@ -217,6 +279,40 @@ void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* 
 }
 
 template <class T>
+Mat<T> Activate(FfnActivation f, const Mat<T>& a, const Mat<T>& u) {
+  if (f == FfnActivation::kSwiglu) return SwiGlu(a, u);
+  Mat<T> z(a.rows(), a.cols());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const T x = a.data()[i];
+    if (f == FfnActivation::kGelu) {
+      z.data()[i] = T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2))));
+    } else {
+      const T r = std::max(x, T(0));
+      z.data()[i] = r * r;
+    }
+  }
+  return z;
+}
+
+template <class T>
+void ActivateBackward(FfnActivation f, const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du) {
+  if (f == FfnActivation::kSwiglu) return SwiGluBackward(dz, a, u, da, du);
+  da->resize(a.rows(), a.cols());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const T x = a.data()[i];
+    T slope;
+    if (f == FfnActivation::kGelu) {
+      // GELU'(x) = Phi(x) + x phi(x), phi the standard normal density.
+      const T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * std::numbers::pi_v<T>);
+      slope = T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2)))) + x * pdf;
+    } else {
+      slope = T(2) * std::max(x, T(0));
+    }
+    da->data()[i] = dz.data()[i] * slope;
+  }
+}
+
+template <class T>
 std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                          double scale) {
   if (letter == 'A') return std::make_unique<AttentionBlock<T>>(ctx, d, layer, seed, scale);
@@ -229,6 +325,12 @@ template void SwiGluBackward<double>(const Mat<double>&, const Mat<double>&, con
                                      Mat<double>*);
 template void SwiGluBackward<float>(const Mat<float>&, const Mat<float>&, const Mat<float>&, Mat<float>*,
                                     Mat<float>*);
+template Mat<double> Activate<double>(FfnActivation, const Mat<double>&, const Mat<double>&);
+template Mat<float> Activate<float>(FfnActivation, const Mat<float>&, const Mat<float>&);
+template void ActivateBackward<double>(FfnActivation, const Mat<double>&, const Mat<double>&, const Mat<double>&,
+                                       Mat<double>*, Mat<double>*);
+template void ActivateBackward<float>(FfnActivation, const Mat<float>&, const Mat<float>&, const Mat<float>&,
+                                      Mat<float>*, Mat<float>*);
 template std::unique_ptr<Block<double>> MakeDenseBlock<double>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
 template std::unique_ptr<Block<float>> MakeDenseBlock<float>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
 

@@ -173,10 +173,11 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
   // With SP each TP rank holds partial gradients of the replicated parameters
   // (norms, router): one coalesced all-reduce over TP (Megatron
   // _allreduce_layernorm_grads), padded to a multiple of tp like the DP buffers.
-  if (!groups_.sp || groups_.tp->size() == 1) return;
+  // Without SP only the qk norms' (tp_partial) gradients differ over TP.
+  if (groups_.tp->size() == 1) return;
   std::vector<Param<T>*> rep;
   for (Param<T>* p : params) {
-    if (p->shard == ShardKind::kReplicated) rep.push_back(p);
+    if (p->shard == ShardKind::kReplicated && (groups_.sp || p->tp_partial)) rep.push_back(p);
   }
   int64_t n = 0;
   for (Param<T>* p : rep) n += p->grad.m.size();

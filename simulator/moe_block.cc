@@ -1,5 +1,5 @@
 // E: MoE FFN with a softmax top-k router, capacity with token dropping (or
-// dropless, or padded to capacity), SwiGLU experts placed over EP and split
+// dropless, or padded to capacity), experts (SwiGLU, GELU or squared ReLU) placed over EP and split
 // over expert-TP, and a shared expert over TP (docs/formulas.md §5, 8.2, 8.3).
 //
 // Data flow on a rank (forward): route the local tokens; order the kept
@@ -46,7 +46,8 @@ std::vector<int64_t> Scaled(const std::vector<int64_t>& rows, int64_t width) {
 template <class T>
 class MoeBlock final : public Block<T> {
  public:
-  MoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : d_(d) {
+  MoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale)
+      : d_(d), gated_(Gated(d.moe_activation)) {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
     local_experts_ = d.experts / ctx.ep_size;
@@ -58,8 +59,13 @@ class MoeBlock final : public Block<T> {
       const int64_t e = ctx.ep_rank * local_experts_ + le;
       const std::string q = p + "moe.experts." + std::to_string(e) + ".";
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.expert_ffn));
-      gate_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "gate.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
-                                              Init::kMatrix, seed, s_in, e)), ParamRole::kMatrix));
+      // Gated experts: fc1 = gate (activated) and up; else up alone (activated).
+      if (gated_) {
+        gate_.push_back(&WithRole(ctx,
+                                  this->Add(MakeParam<T>(ctx, q + "gate.weight", h, d.expert_ffn,
+                                                         ShardKind::kExpertColumns, Init::kMatrix, seed, s_in, e)),
+                                  ParamRole::kMatrix));
+      }
       up_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "up.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
                                             Init::kMatrix, seed, s_in, e)), ParamRole::kMatrix));
       down_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "down.weight", d.expert_ffn, h, ShardKind::kExpertRows,
@@ -67,8 +73,13 @@ class MoeBlock final : public Block<T> {
     }
     if (d.shared_ffn > 0) {
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.shared_ffn));
-      sh_gate_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.gate.weight", h, d.shared_ffn, ShardKind::kColumns,
-                                         Init::kMatrix, seed, s_in)), ParamRole::kMatrix);
+      // Megatron's shared expert is an MLP with the experts' activation.
+      if (gated_) {
+        sh_gate_ = &WithRole(ctx,
+                             this->Add(MakeParam<T>(ctx, p + "moe.shared.gate.weight", h, d.shared_ffn,
+                                                    ShardKind::kColumns, Init::kMatrix, seed, s_in)),
+                             ParamRole::kMatrix);
+      }
       sh_up_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.up.weight", h, d.shared_ffn, ShardKind::kColumns,
                                        Init::kMatrix, seed, s_in)), ParamRole::kMatrix);
       sh_down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.down.weight", d.shared_ffn, h, ShardKind::kRows,
@@ -95,19 +106,20 @@ class MoeBlock final : public Block<T> {
     s_.expert_of_row = s_.gathered_layout.ExpertOfRows();
 
     // Experts, each on its rows of the gathered buffer.
-    const int64_t f = gate_.empty() ? 0 : gate_[0]->value.m.cols();
+    const int64_t f = up_.empty() ? 0 : up_[0]->value.m.cols();
     s_.a = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
-    s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    if (gated_) s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
     s_.z = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
     Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
       const Mat<T> in = Take(s_.gathered.m, rows);
-      const Mat<T> a = MatMul(ctx, in, gate_[static_cast<size_t>(le)]->value.m);
-      const Mat<T> u = MatMul(ctx, in, up_[static_cast<size_t>(le)]->value.m);
-      const Mat<T> z = SwiGlu(a, u);
+      const size_t i = static_cast<size_t>(le);
+      const Mat<T> a = MatMul(ctx, in, gated_ ? gate_[i]->value.m : up_[i]->value.m);
+      const Mat<T> u = gated_ ? MatMul(ctx, in, up_[i]->value.m) : Mat<T>();
+      const Mat<T> z = Activate(d_.moe_activation, a, u);
       Put(&s_.a.m, rows, a);
-      Put(&s_.u.m, rows, u);
+      if (gated_) Put(&s_.u.m, rows, u);
       Put(&s_.z.m, rows, z);
       Put(&y.m, rows, MatMul(ctx, z, down_[static_cast<size_t>(le)]->value.m));
     }
@@ -121,7 +133,7 @@ class MoeBlock final : public Block<T> {
     }
     Mat<T> result = x + out.m;
     ctx.rank->set_what(CommWhat::kMoeSharedExpert);
-    if (sh_gate_ != nullptr) result += SharedForward(ctx);
+    if (sh_up_ != nullptr) result += SharedForward(ctx);
     saved_.Open(ctx.microbatch) = std::exchange(s_, State());
     return result;
   }
@@ -132,7 +144,7 @@ class MoeBlock final : public Block<T> {
     s_ = saved_.Close(ctx.microbatch);
     Mat<T> dn = Mat<T>::Zero(dy.rows(), h);
     ctx.rank->set_what(CommWhat::kMoeSharedExpert);
-    if (sh_gate_ != nullptr) dn += SharedBackward(ctx, dy);
+    if (sh_up_ != nullptr) dn += SharedBackward(ctx, dy);
 
     // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
     const int64_t pairs = static_cast<int64_t>(s_.send_token.size());
@@ -152,17 +164,23 @@ class MoeBlock final : public Block<T> {
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
       const Mat<T> dyl = Take(dy_g.m, rows), in = Take(s_.gathered.m, rows);
-      const Mat<T> a = Take(s_.a.m, rows), u = Take(s_.u.m, rows), z = Take(s_.z.m, rows);
-      Param<T>& gw = *gate_[static_cast<size_t>(le)];
-      Param<T>& uw = *up_[static_cast<size_t>(le)];
-      Param<T>& dw = *down_[static_cast<size_t>(le)];
+      const Mat<T> a = Take(s_.a.m, rows), u = gated_ ? Take(s_.u.m, rows) : Mat<T>(), z = Take(s_.z.m, rows);
+      const size_t i = static_cast<size_t>(le);
+      Param<T>& uw = *up_[i];
+      Param<T>& dw = *down_[i];
       dw.grad.m += MatMulTransA(ctx, z, dyl);
       const Mat<T> dz = MatMulTransB(ctx, dyl, dw.value.m);
       Mat<T> da, du;
-      SwiGluBackward(dz, a, u, &da, &du);
-      gw.grad.m += MatMulTransA(ctx, in, da);
-      uw.grad.m += MatMulTransA(ctx, in, du);
-      Put(&dxg.m, rows, Mat<T>(MatMulTransB(ctx, da, gw.value.m) + MatMulTransB(ctx, du, uw.value.m)));
+      ActivateBackward(d_.moe_activation, dz, a, u, &da, &du);
+      if (gated_) {
+        Param<T>& gw = *gate_[i];
+        gw.grad.m += MatMulTransA(ctx, in, da);
+        uw.grad.m += MatMulTransA(ctx, in, du);
+        Put(&dxg.m, rows, Mat<T>(MatMulTransB(ctx, da, gw.value.m) + MatMulTransB(ctx, du, uw.value.m)));
+      } else {
+        uw.grad.m += MatMulTransA(ctx, in, da);
+        Put(&dxg.m, rows, MatMulTransB(ctx, da, uw.value.m));
+      }
     }
     dy_g.Release();
     // The backward of dispatch moves like a combine.
@@ -374,10 +392,14 @@ class MoeBlock final : public Block<T> {
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
     Tensor<T> n_full = TpRegionInput(ctx, s_.n.m);
-    s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
-    s_.sh_u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    if (sh_gate_ != nullptr) {
+      s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
+      s_.sh_u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    } else {
+      s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    }
     n_full.Release();
-    s_.sh_z = Tensor<T>(ctx.mem(), act, ab, SwiGlu(s_.sh_a.m, s_.sh_u.m));
+    s_.sh_z = Tensor<T>(ctx.mem(), act, ab, Activate(d_.moe_activation, s_.sh_a.m, s_.sh_u.m));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s_.sh_z.m, sh_down_->value.m));
     return ReduceFromTpForward(ctx, partial.m);
   }
@@ -389,7 +411,8 @@ class MoeBlock final : public Block<T> {
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, sh_down_->value.m);
     dy_full.Release();
     Mat<T> da, du;
-    SwiGluBackward(dz, s_.sh_a.m, s_.sh_u.m, &da, &du);
+    ActivateBackward(d_.moe_activation, dz, s_.sh_a.m, s_.sh_u.m, &da, &du);
+    if (sh_gate_ == nullptr) return ColumnParallelBackward<T>(ctx, s_.n.m, {{sh_up_, &da}});
     return ColumnParallelBackward<T>(ctx, s_.n.m, {{sh_gate_, &da}, {sh_up_, &du}});
   }
 
@@ -410,11 +433,12 @@ class MoeBlock final : public Block<T> {
   }
 
   Dims d_;
+  bool gated_ = true;  // fc1 is gate and up (SwiGLU), else up alone
   int64_t local_experts_ = 0;
   Param<T>* norm_ = nullptr;
   Param<T>* router_ = nullptr;
-  std::vector<Param<T>*> gate_, up_, down_;
-  Param<T>* sh_gate_ = nullptr;
+  std::vector<Param<T>*> gate_, up_, down_;  // gate_ empty unless gated
+  Param<T>* sh_gate_ = nullptr;              // gated only
   Param<T>* sh_up_ = nullptr;
   Param<T>* sh_down_ = nullptr;
   // The working set of the micro-batch being run; between its forward and

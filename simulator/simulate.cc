@@ -54,7 +54,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
   Require(r.training.flash_attention,
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
-  Require(!r.model.attention.qk_norm, "qk_norm is not in the executor");
   Require(r.parallel.dp_replicate == 1,
           "HSDP replicas are not in the executor (its distributed optimizer shards over the whole data-parallel "
           "group; set parallel.dp_replicate: 1)");
@@ -86,11 +85,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(m.attention.heads % m.attention.kv_heads == 0, "attention.heads must be a multiple of kv_heads");
   Require(m.attention.head_dim % 2 == 0, "attention.head_dim must be even (RoPE rotates halves)");
   Require(m.mlp.ffn_hidden % p.tp == 0, "mlp.ffn_hidden must be divisible by parallel.tp");
-  Require(m.mlp.activation == FfnActivation::kSwiglu, "only the SwiGLU MLP is in the executor (mlp.activation)");
   const bool sp = p.sp && p.tp > 1;
   if (has_moe) {
     Require(m.moe.router == RouterScore::kSoftmax, "only the softmax router is in the executor");
-    Require(m.moe.activation == FfnActivation::kSwiglu, "only SwiGLU experts are in the executor (moe.activation)");
     Require(!m.moe.router_bias && !m.moe.shared_gate, "router bias and the shared-expert gate are not in the executor");
     Require(p.tp == 1 || sp, "MoE with tp > 1 needs sequence parallel (Megatron requires it)");
     Require(m.moe.experts % p.ep == 0, "moe.experts must be divisible by parallel.ep");
@@ -112,6 +109,9 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.kv_heads = m.attention.kv_heads;
   d.head_dim = m.attention.head_dim;
   d.ffn = m.mlp.ffn_hidden;
+  d.mlp_activation = m.mlp.activation;
+  d.moe_activation = m.moe.activation;
+  d.qk_norm = m.attention.qk_norm;
   d.experts = m.moe.experts;
   d.top_k = m.moe.top_k;
   d.expert_ffn = m.moe.ffn_hidden;
@@ -193,6 +193,7 @@ struct ParamRecord {
   ShardKind shard = ShardKind::kReplicated;
   std::vector<int64_t> segments;
   int64_t rows = 0, cols = 0, expert = -1;
+  bool tp_partial = false;
   Mat<double> grad;    // summed over this rank's micro-batches, before any reduction
   Mat<double> update;  // value after the step - value before
 };
@@ -345,6 +346,7 @@ class RankProgram {
     rec.rows = p.rows;
     rec.cols = p.cols;
     rec.expert = p.expert;
+    rec.tp_partial = p.tp_partial;
     const auto& observed = optimizer_->local_gradients();
     const auto it = observed.find(p.name);
     rec.grad = it == observed.end() ? Mat<double>::Zero(p.grad.m.rows(), p.grad.m.cols()) : it->second;
@@ -554,7 +556,7 @@ Assembled Assemble(const RunOutput& run, const Spec& spec, double grad_divisor) 
       parts.any = &p;
       const auto [index, count] = ShardOf(p, spec.topo, r.coord);
       (void)count;
-      const bool partial = p.shard != ShardKind::kReplicated || spec.sp || r.coord.tp == 0;
+      const bool partial = p.shard != ShardKind::kReplicated || spec.sp || p.tp_partial || r.coord.tp == 0;
       if (partial) {
         auto [it, fresh] = parts.grad_shards.try_emplace(index, p.grad);
         if (!fresh) it->second += p.grad;

@@ -1,0 +1,193 @@
+// The block variants a recipe can name beyond the default ones: GELU and
+// squared-ReLU FFNs (dense D, routed and shared experts) and qk_norm. Each is
+// checked three ways: its hand-written backward against central finite
+// differences (simulator_blocks_test.cc style), the sharded step against the
+// unsharded one at tp/sp/cp/ep > 1 (fp64 1e-10), and the bytes and memory
+// of that step against the planner and the estimator (ExpectStepAgrees).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "blocks.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/simulator/sim.h"
+#include "support/sim_checks.h"
+#include "support/sim_recipes.h"
+
+namespace preflight::sim {
+namespace {
+
+using testing::ExpectBackwardMatchesFd;
+using testing::OnOneRank;
+using testing::SmallDims;
+using testing_sim::ExpectStepAgrees;
+using testing_sim::FindComm;
+using testing_sim::FindMemory;
+using testing_sim::OneStage;
+using testing_sim::Stage;
+
+constexpr double kFdTolerance = 1e-6;  // central differences, step 1e-5 (simulator_blocks_test.cc)
+
+void CheckBlock(char letter, const Dims& d, const std::string& what) {
+  OnOneRank([&](Ctx& ctx) {
+    auto block = MakeBlock<double>(letter, ctx, d, 0, 7, 0.8);
+    ExpectBackwardMatchesFd(ctx, *block, d, kFdTolerance, what);
+  });
+}
+
+// ---- the activations against their closed forms ----------------------------
+
+TEST(SimulatorVariants, GeluIsTheExactErfForm) {
+  // GELU(x) = x Phi(x); Phi(1) = 0.841344746068543, Phi(-2) = 0.0227501319481792
+  // (standard normal table), GELU'(0) = Phi(0) = 1/2.
+  Mat<double> a(1, 3);
+  a << 1.0, -2.0, 0.0;
+  const Mat<double> z = Activate(FfnActivation::kGelu, a, Mat<double>());
+  EXPECT_NEAR(z(0, 0), 0.841344746068543, 1e-14);
+  EXPECT_NEAR(z(0, 1), -2.0 * 0.0227501319481792, 1e-14);
+  EXPECT_EQ(z(0, 2), 0.0);
+  Mat<double> da, du;
+  ActivateBackward(FfnActivation::kGelu, Mat<double>(Mat<double>::Ones(1, 3)), a, Mat<double>(), &da, &du);
+  EXPECT_NEAR(da(0, 2), 0.5, 1e-15);
+  // GELU'(1) = Phi(1) + phi(1) = 0.841344746068543 + 0.241970724519143.
+  EXPECT_NEAR(da(0, 0), 0.841344746068543 + 0.241970724519143, 1e-14);
+}
+
+TEST(SimulatorVariants, SquaredReluSquaresThePositivePart) {
+  Mat<double> a(1, 3);
+  a << 3.0, -2.0, 0.5;
+  const Mat<double> z = Activate(FfnActivation::kRelu2, a, Mat<double>());
+  EXPECT_EQ(z(0, 0), 9.0);
+  EXPECT_EQ(z(0, 1), 0.0);
+  EXPECT_EQ(z(0, 2), 0.25);
+  Mat<double> da, du;
+  ActivateBackward(FfnActivation::kRelu2, Mat<double>(Mat<double>::Ones(1, 3)), a, Mat<double>(), &da, &du);
+  EXPECT_EQ(da(0, 0), 6.0);  // d/dx x^2 = 2x
+  EXPECT_EQ(da(0, 1), 0.0);
+  EXPECT_EQ(da(0, 2), 1.0);
+}
+
+// ---- finite differences -----------------------------------------------------
+
+TEST(SimulatorVariants, GeluAndSquaredReluMlpsMatchFiniteDifferences) {
+  for (FfnActivation f : {FfnActivation::kGelu, FfnActivation::kRelu2}) {
+    Dims d = SmallDims();
+    d.mlp_activation = f;
+    CheckBlock('D', d, Name(f));
+  }
+}
+
+TEST(SimulatorVariants, GeluAndSquaredReluExpertsMatchFiniteDifferences) {
+  for (FfnActivation f : {FfnActivation::kGelu, FfnActivation::kRelu2}) {
+    Dims d = SmallDims();
+    d.moe_activation = f;  // routed experts and the shared expert
+    CheckBlock('E', d, Name(f));
+  }
+}
+
+TEST(SimulatorVariants, QkNormAttentionMatchesFiniteDifferences) {
+  Dims d = SmallDims();
+  d.qk_norm = true;
+  CheckBlock('A', d, "qk_norm");
+}
+
+TEST(SimulatorVariants, NonGatedMlpHasTwoMatrices) {
+  // A non-gated FFN is up [h, f] and down [f, h] (plus the norm), as the
+  // inventory lists it: no gate matrix.
+  Dims d = SmallDims();
+  d.mlp_activation = FfnActivation::kRelu2;
+  OnOneRank([&](Ctx& ctx) {
+    auto block = MakeBlock<double>('D', ctx, d, 0, 7, 0.8);
+    int64_t elements = 0;
+    for (Param<double>* p : block->params()) elements += p->value.m.size();
+    EXPECT_EQ(elements, d.hidden + 2 * d.hidden * d.ffn);
+  });
+}
+
+// ---- sharded steps against the reference, the planner and the estimator ----
+
+TEST(SimulatorVariants, SquaredReluMlpStepAgreesAtTp4Sp) {
+  ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"model.mlp.activation", "relu2"}}));
+}
+
+TEST(SimulatorVariants, GeluMlpStepAgreesAtTp4Sp) {
+  ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"model.mlp.activation", "gelu"}}));
+}
+
+TEST(SimulatorVariants, SquaredReluExpertsAgreeExactlyOnExpertAxes) {
+  // Padded to capacity so every expert-axis bucket is exact, with expert TP
+  // and the shared expert (the default recipe has one).
+  const Recipe r = OneStage({{"model.pattern", "AE"},
+                             {"model.moe.activation", "relu2"},
+                             {"parallel.ep", "2"},
+                             {"parallel.expert_tp", "2"},
+                             {"model.moe.pad_to_capacity", "true"}});
+  ASSERT_GT(r.model.moe.SharedWidth(), 0);
+  const SimComparison c = ExpectStepAgrees(r);
+  const CommAgreement* g =
+      FindComm(Stage(c, 0), Axis::kExpertTp, Collective::kAllGather, Pass::kForward, CommWhat::kMoeExperts);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(g->exact);
+}
+
+TEST(SimulatorVariants, GeluExpertsStepAgrees) {
+  ExpectStepAgrees(OneStage({{"model.pattern", "AE"},
+                             {"model.moe.activation", "gelu"},
+                             {"parallel.ep", "2"},
+                             {"model.moe.pad_to_capacity", "true"}}));
+}
+
+TEST(SimulatorVariants, NonGatedMlpSavesOneThirdLessThanSwiglu) {
+  // Per token and TP rank, SwiGLU keeps a, u and z (3 f/t elements), a
+  // non-gated FFN a and z (2 f/t): with f = 16, t = 4, bf16 and 8 tokens
+  // per micro-batch the D block keeps 8 x 4 x 2 B = 64 B less per micro-batch.
+  const auto d_activations = [](const std::string& act) {
+    const Recipe r = OneStage({{"model.pattern", "AD"}, {"model.mlp.activation", act}});
+    const SimComparison c = ExpectStepAgrees(r);
+    return FindMemory(Stage(c, 0), "activations D").measured;
+  };
+  EXPECT_EQ(d_activations("swiglu") - d_activations("relu2"), 8 * 4 * 2);
+}
+
+TEST(SimulatorVariants, QkNormStepAgreesAtTp4Sp) {
+  ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"model.attention.qk_norm", "true"}}));
+}
+
+TEST(SimulatorVariants, QkNormStepAgreesUnderContextParallelism) {
+  for (const char* comm : {"p2p", "a2a"}) {
+    ExpectStepAgrees(OneStage({{"model.pattern", "AD"},
+                               {"model.attention.qk_norm", "true"},
+                               {"parallel.tp", "1"},
+                               {"parallel.cp", "4"},
+                               {"parallel.cp_comm", comm}}));
+  }
+}
+
+TEST(SimulatorVariants, QkNormGradsAllReducedOverTpWithoutSp) {
+  // Without SP the block norms' gradients agree over TP, the qk norms' do
+  // not (each rank normalizes its own heads): only they are all-reduced.
+  // tp 4, head_dim 4: 2 x 4 fp32 per attention layer.
+  for (const char* zero : {"1", "2"}) {
+    const Recipe r = OneStage({{"model.pattern", "AD"},
+                               {"model.attention.qk_norm", "true"},
+                               {"parallel.sp", "false"},
+                               {"parallel.zero", zero}});
+    const SimComparison c = ExpectStepAgrees(r);
+    int64_t attention_layers = 0;
+    for (BlockKind k : r.model.layers) attention_layers += k == BlockKind::kAttention ? 1 : 0;
+    ASSERT_GT(attention_layers, 0);
+    const bool per_unit = std::string(zero) == "2";
+    const CommAgreement* a = FindComm(Stage(c, 0), Axis::kTp, Collective::kAllReduce,
+                                      per_unit ? Pass::kBackward : Pass::kOptimizer, CommWhat::kReplicatedGrads);
+    ASSERT_NE(a, nullptr) << zero;
+    // Ring all-reduce sends 2 (t-1)/t of the 8 x 4 B buffer per attention
+    // layer (8 is a multiple of t, so no padding); ZeRO 2 once per unit and
+    // micro-batch (2 micro-batches), ZeRO 1 once per step.
+    const int64_t per_layer = 2 * 3 * 8 * 4 / 4;
+    EXPECT_EQ(a->measured_sent, per_layer * attention_layers * (per_unit ? r.micro_batches() : 1)) << zero;
+  }
+}
+
+}  // namespace
+}  // namespace preflight::sim
