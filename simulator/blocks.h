@@ -41,6 +41,7 @@ struct Dims {
   int64_t seq = 0, batch = 1;           // tokens = seq * batch, row = pos * batch + b
   double norm_eps = 1e-5;
   double rope_base = 10000.0;
+  bool tie_embeddings = false;  // the head's weight is the embedding's
   int64_t tokens() const { return seq * batch; }
 };
 
@@ -188,6 +189,9 @@ struct Param {
   /// Replicated, but each TP rank's gradient is a partial sum even without
   /// SP (qk norms: a rank normalizes only its heads), so it is all-reduced over TP.
   bool tp_partial = false;
+  /// One of a tied embedding's two copies (first and last pipeline stage),
+  /// whose gradients are summed over the embedding group.
+  bool tied = false;
   Tensor<T> value;
   Tensor<T> grad;
 };
@@ -362,20 +366,27 @@ class Embedding {
 };
 
 /// Final RMSNorm, column-parallel head over the vocabulary, vocab-parallel
-/// cross-entropy (mean over tokens).
+/// cross-entropy (mean over tokens). With tied embeddings the head reads the
+/// embedding's weight: `tied` when this rank holds it, else its own copy
+/// (same name and value, Param::tied) on the last pipeline stage.
 template <class T>
 class Head {
  public:
-  Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale);
+  Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* tied = nullptr);
   /// Returns the mean loss over all tokens (the same on every TP rank).
   double Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets);
   Mat<T> Backward(Ctx& ctx);
-  std::vector<Param<T>*> params() { return {norm_.get(), weight_.get()}; }
+  /// The head's own parameters (a shared tied weight is the embedding's).
+  std::vector<Param<T>*> params() {
+    if (!own_) return {norm_.get()};
+    return {norm_.get(), own_.get()};
+  }
 
  private:
   Dims d_;
-  std::unique_ptr<Param<T>> norm_;    // [1, hidden] REP
-  std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
+  std::unique_ptr<Param<T>> norm_;  // [1, hidden] REP
+  std::unique_ptr<Param<T>> own_;   // [vocab, hidden], rows split; null when the embedding's is shared
+  Param<T>* weight_ = nullptr;      // own_ or the shared embedding weight
   struct Saved {
     Tensor<T> x, n, rstd, softmax;
     std::vector<int64_t> targets;

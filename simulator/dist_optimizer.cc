@@ -191,6 +191,21 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
 }
 
 template <class T>
+void DistOptimizer<T>::AllReduceTied(Ctx& ctx, const std::vector<Param<T>*>& params) {
+  // The first and last stage each hold a copy of a tied embedding and their
+  // stage's part of its gradient: Megatron sums the copies' gradients over the
+  // embedding group (finalize_model_grads.py _allreduce_word_embedding_grads,
+  // after the DP sync). Summing before the DP sync moves the same V/t x h
+  // elements and gives the same sums; the DP sync then reduces the total.
+  if (groups_.embedding == nullptr) return;
+  for (Param<T>* p : params) {
+    if (!p->tied) continue;
+    ctx.rank->set_what(CommWhat::kTiedEmbedding);
+    ctx.rank->AllReduce(*groups_.embedding, p->grad.m.data(), p->grad.m.size(), ctx.bytes.grad);
+  }
+}
+
+template <class T>
 void DistOptimizer<T>::SyncGradients(Ctx& ctx, Buffer& b) {
   ctx.rank->set_what(b.expert ? CommWhat::kExpertGrads : CommWhat::kGrads);
   const double scale = b.expert ? settings_.expert_grad_scale : settings_.dense_grad_scale;
@@ -386,6 +401,7 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
     for (const auto& unit : unit_params_) all.insert(all.end(), unit.begin(), unit.end());
     Observe(all);
     AllReduceReplicated(ctx, all);
+    AllReduceTied(ctx, all);
     for (auto& unit : units_) {
       for (Buffer& b : unit) SyncGradients(ctx, b);
     }

@@ -43,10 +43,20 @@ void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
 }
 
 template <class T>
-Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : d_(d) {
+Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* tied) : d_(d), weight_(tied) {
   norm_ = MakeParam<T>(ctx, "final_norm.weight", 1, d.hidden, ShardKind::kReplicated, Init::kNormWeight, seed, scale);
-  weight_ = MakeParam<T>(ctx, "head.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed,
-                         scale / std::sqrt(double(d.hidden)));
+  if (weight_ != nullptr) return;
+  if (d.tie_embeddings) {
+    // Megatron's last-stage copy of the word embeddings (LanguageModule
+    // setup_embeddings_and_output_layer): the embedding's value, kept in step
+    // by summing the two copies' gradients (DistOptimizer, Param::tied).
+    own_ = MakeParam<T>(ctx, "embedding.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed, scale);
+    own_->tied = true;
+  } else {
+    own_ = MakeParam<T>(ctx, "head.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed,
+                        scale / std::sqrt(double(d.hidden)));
+  }
+  weight_ = own_.get();
 }
 
 template <class T>

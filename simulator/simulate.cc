@@ -49,7 +49,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(p.schedule == Schedule::k1F1B || p.schedule == Schedule::kInterleaved,
           std::string("the executor runs the 1f1b and interleaved schedules, not parallel.schedule = ") + Name(p.schedule));
   Require(!r.model.mla.has_value(), "MLA attention is not in the executor");
-  Require(!r.model.tie_embeddings, "tied embeddings are not in the executor (set model.tie_embeddings: false)");
+  Require(!r.model.tie_embeddings || p.zero <= 1,
+          "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
+          "embedding's gradient is sharded per unit before the stages' copies are summed");
   Require(r.model.norm == NormKind::kRmsNorm, "only RMSNorm is in the executor (model.norm)");
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
   Require(r.training.flash_attention,
@@ -135,6 +137,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.recurrent_d_conv = m.recurrent.d_conv;
   d.seq = r.training.seq_len;
   d.batch = r.training.micro_batch;
+  d.tie_embeddings = m.tie_embeddings;
   return d;
 }
 
@@ -275,6 +278,7 @@ class RankProgram {
       for (Param<T>* p : unit) before_[p->name] = p->value.m.template cast<double>();
     }
     DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
+    if (spec_.dims.tie_embeddings) dg.embedding = groups_.embedding;
     optimizer_ = std::make_unique<DistOptimizer<T>>(ctx_, dg, units, spec_.optim);
     // Blocks build full parameters and gradients that ZeRO 2/3 shard at once
     // (DeepSpeed zero.Init / FSDP's meta-device init never hold them): the
@@ -316,15 +320,30 @@ class RankProgram {
       const size_t parts = static_cast<size_t>(sc.end_layer - sc.first_layer) + (chunk.index == 0 ? 1 : 0) +
                            (chunk.index == n_chunks - 1 ? 1 : 0);
       for (size_t i = 0; i < parts; ++i) chunk.units.push_back(next_unit_++);
-      if (chunk.index == 0) chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      if (chunk.index == 0) {
+        chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+        // The first stage's copy of a tied embedding whose head is on another stage.
+        chunk.embedding->weight().tied = s.dims.tie_embeddings && s.topo.pp > 1;
+      }
       for (int64_t l = sc.first_layer; l < sc.end_layer; ++l) {
         const char letter = s.letters[static_cast<size_t>(l)];
         chunk.letters.push_back(letter);
         chunk.blocks.push_back(MakeBlock<T>(letter, ctx_, s.dims, l, s.opt.seed, s.opt.init_scale));
       }
-      if (chunk.index == n_chunks - 1) chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      if (chunk.index == n_chunks - 1) {
+        chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale, TiedWeight(chunk));
+      }
       chunks_.push_back(std::move(chunk));
     }
+  }
+
+  /// The embedding weight a tied head shares when this rank holds it (in
+  /// `chunk`, being built, or in the first chunk); else null.
+  Param<T>* TiedWeight(ModelChunk<T>& chunk) {
+    if (!spec_.dims.tie_embeddings) return nullptr;
+    if (chunk.embedding) return &chunk.embedding->weight();
+    if (!chunks_.empty() && chunks_.front().embedding) return &chunks_.front().embedding->weight();
+    return nullptr;
   }
 
   /// The optimizer's units in execution order: embedding, each layer, head.
@@ -562,9 +581,11 @@ Assembled Assemble(const RunOutput& run, const Spec& spec, double grad_divisor) 
         if (!fresh) it->second += p.grad;
       }
       // A replica: every coordinate but the shard's own axis.
+      // A tied embedding's copies on the first and last stage are replicas too.
       const std::vector<int> replica =
-          p.expert >= 0 ? std::vector<int>{r.coord.edp} : std::vector<int>{r.coord.cp, r.coord.dp,
-                                                                          p.shard == ShardKind::kReplicated ? r.coord.tp : 0};
+          p.expert >= 0 ? std::vector<int>{r.coord.edp}
+                        : std::vector<int>{r.coord.cp, r.coord.dp, p.shard == ShardKind::kReplicated ? r.coord.tp : 0,
+                                           r.coord.pp};
       parts.update_replicas[replica][index] = &p.update;
     }
   }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "blocks.h"
 #include "preflight/recipe/recipe.h"
@@ -19,6 +20,8 @@ namespace preflight::sim {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
+using testing::FdRelError;
+using testing::Numeric;
 using testing::OnOneRank;
 using testing::SmallDims;
 using testing_sim::ExpectStepAgrees;
@@ -187,6 +190,79 @@ TEST(SimulatorVariants, QkNormGradsAllReducedOverTpWithoutSp) {
     const int64_t per_layer = 2 * 3 * 8 * 4 / 4;
     EXPECT_EQ(a->measured_sent, per_layer * attention_layers * (per_unit ? r.micro_batches() : 1)) << zero;
   }
+}
+
+// ---- tied embeddings -----------------------------------------------------------
+
+TEST(SimulatorVariants, TiedEmbeddingMatchesFiniteDifferences) {
+  // The head reads the embedding's weight: its gradient is the sum of the
+  // lookup's and the head's parts.
+  Dims d = SmallDims();
+  d.tie_embeddings = true;
+  OnOneRank([&](Ctx& ctx) {
+    Embedding<double> emb(ctx, d, 7, 0.8);
+    Head<double> head(ctx, d, 7, 0.8, &emb.weight());
+    ASSERT_EQ(head.params().size(), 1u);  // the final norm; the weight is the embedding's
+    std::vector<int64_t> ids, targets;
+    for (int64_t t = 0; t < d.tokens(); ++t) {
+      ids.push_back((t * 5 + 3) % d.vocab);
+      targets.push_back((t * 7 + 1) % d.vocab);
+    }
+    const auto loss = [&] {  // each evaluation is its own micro-batch: FD runs forwards only
+      ++ctx.microbatch;
+      return head.Forward(ctx, emb.Forward(ctx, ids), targets);
+    };
+    loss();
+    emb.Backward(ctx, head.Backward(ctx));
+    EXPECT_LT(FdRelError(emb.weight().grad.m, Numeric(&emb.weight().value.m, loss)), kFdTolerance);
+  });
+}
+
+/// Sent bytes of the tied-embedding all-reduce on a stage (0 when absent).
+int64_t TiedSent(const StageComparison& s) {
+  const CommAgreement* a =
+      FindComm(s, Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kTiedEmbedding);
+  return a == nullptr ? 0 : a->measured_sent;
+}
+
+TEST(SimulatorVariants, TiedEmbeddingOnOneStageIsOneTensor) {
+  const Recipe r = OneStage({{"model.pattern", "AD"}, {"model.tie_embeddings", "true"}});
+  const SimComparison c = ExpectStepAgrees(r);
+  EXPECT_EQ(TiedSent(Stage(c, 0)), 0);
+  // The untied recipe has a second V/t x h tensor (the head): vocab 40 padded
+  // to 8 x 4 = 64, 16 rows of h 16 per rank, bf16 = 512 B more.
+  const Recipe untied = OneStage({{"model.pattern", "AD"}});
+  const SimComparison u = ExpectStepAgrees(untied);
+  EXPECT_EQ(
+      FindMemory(Stage(u, 0), "tp_sharded_params").measured - FindMemory(Stage(c, 0), "tp_sharded_params").measured,
+      16 * 16 * 2);
+}
+
+TEST(SimulatorVariants, TiedEmbeddingCopiesSummedAcrossStages) {
+  // pp 2: the first stage's embedding and the last stage's copy; their
+  // gradients are all-reduced over the 2-rank embedding group once per step:
+  // vocab 40 padded to 8 x 2 = 48, 24 rows of h 16 per rank, fp32 = 1536 B,
+  // 2 (2-1)/2 x 1536 = 1536 B sent by each, on both stages.
+  for (const char* vpp : {"1", "2"}) {
+    const Recipe r =
+        testing_sim::ScaledDefault({{"model.pattern", "AD"},
+                                    {"model.tie_embeddings", "true"},
+                                    {"parallel.pp", "2"},
+                                    {"parallel.vpp", vpp},
+                                    {"parallel.schedule", std::string(vpp) == "1" ? "1f1b" : "interleaved"},
+                                    {"parallel.tp", "2"},
+                                    {"parallel.ep", "1"}},
+                                   /*max_world=*/4);
+    ASSERT_EQ(r.world(), 4);
+    const SimComparison c = ExpectStepAgrees(r);
+    for (int64_t stage = 0; stage < 2; ++stage) EXPECT_EQ(TiedSent(Stage(c, stage)), 1536) << "vpp " << vpp;
+  }
+}
+
+TEST(SimulatorVariants, TiedEmbeddingUnderZeroTwoIsRefused) {
+  Recipe r = OneStage({{"model.pattern", "AD"}, {"model.tie_embeddings", "true"}});
+  r.parallel.zero = 2;
+  EXPECT_THROW(Simulate(r), SimUnsupported);
 }
 
 }  // namespace
