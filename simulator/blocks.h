@@ -42,6 +42,7 @@ struct Dims {
   double norm_eps = 1e-5;
   double rope_base = 10000.0;
   bool tie_embeddings = false;  // the head's weight is the embedding's
+  NormKind norm = NormKind::kRmsNorm;  // pre-norms and the final norm (qk norms are RMSNorm)
   int64_t tokens() const { return seq * batch; }
 };
 
@@ -247,9 +248,25 @@ Mat<T> RmsNormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* rstd
 template <class T>
 Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, const Mat<T>& w, Mat<T>* dw);
 
-/// The pre-norm prologue of a block x <- x + F(RMSNorm(x)): keeps x and n =
-/// RMSNorm(x) (ctx.bytes.activation per element) and rstd (fp32, 4 B) as
-/// activations for the backward, allocated in that order.
+/// A pre-norm's parameter (model.norm): RMSNorm's weight "<prefix>.weight"
+/// [1, h], or LayerNorm's weight and bias as the two rows of one tensor
+/// "<prefix>.weight_and_bias" [2, h] (replicated, AdamW, 2h elements like the
+/// inventory's weight + bias).
+template <class T>
+std::unique_ptr<Param<T>> MakeNorm(const Ctx& ctx, const Dims& d, const std::string& prefix, uint64_t seed,
+                                   double scale);
+/// The norm a MakeNorm parameter `w` says (two rows: LayerNorm): y and its
+/// fp32 statistics per row, rstd (RMSNorm) or mean and rstd (LayerNorm).
+template <class T>
+Mat<T> NormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* stats);
+/// Returns dx; adds into dw (both rows for LayerNorm).
+template <class T>
+Mat<T> NormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& stats, const Mat<T>& w, Mat<T>* dw);
+
+/// The pre-norm prologue of a block x <- x + F(Norm(x)): keeps x and n =
+/// Norm(x) (ctx.bytes.activation per element) and the fp32 statistics (4 B
+/// each: rstd, or LayerNorm's mean and rstd) as activations for the
+/// backward, allocated in that order. `w` is a MakeNorm parameter.
 template <class T>
 void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
                  Tensor<T>* saved_rstd);

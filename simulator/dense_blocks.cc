@@ -60,7 +60,7 @@ class AttentionBlock final : public Block<T> {
   AttentionBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : d_(d) {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
-    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    norm_ = &this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale));
     // QKV columns are interleaved per KV group, [q heads of the group | k | v],
     // so a column split hands each rank whole groups (docs/formulas.md §1.2).
     qkv_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.qkv.weight", h, (d.heads + 2 * d.kv_heads) * d.head_dim,
@@ -139,7 +139,7 @@ class AttentionBlock final : public Block<T> {
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{qkv_, &dqkv.m}});
     dqkv.Release();
-    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
@@ -193,7 +193,7 @@ class MlpBlock final : public Block<T> {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
     eps_ = d.norm_eps;
-    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    norm_ = &this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale));
     // Gated (SwiGLU): fc1 = gate (activated) and up; else fc1 = up alone (activated).
     if (Gated(act_)) {
       gate_ = &WithRole(ctx,
@@ -241,7 +241,7 @@ class MlpBlock final : public Block<T> {
     ActivateBackward(act_, dz, s.a.m, s.u.m, &da, &du);
     const Mat<T> dn = gate_ != nullptr ? ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}})
                                        : ColumnParallelBackward<T>(ctx, s.n.m, {{up_, &da}});
-    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:

@@ -51,7 +51,7 @@ class MoeBlock final : public Block<T> {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
     local_experts_ = d.experts / ctx.ep_size;
-    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    norm_ = &this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale));
     router_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.router.weight", h, d.experts, ShardKind::kReplicated,
                                                     Init::kMatrix, seed, 4.0 * scale / std::sqrt(double(h)))),
                         ParamRole::kRouter);
@@ -212,7 +212,7 @@ class MoeBlock final : public Block<T> {
     }
     router_->grad.m += MatMulTransA(ctx, s_.n.m, dlogits);
     dn += MatMulTransB(ctx, dlogits, router_->value.m);
-    Mat<T> dx = dy + RmsNormBackward(dn, s_.x.m, s_.rstd.m, norm_->value.m, &norm_->grad.m);
+    Mat<T> dx = dy + NormBackward(dn, s_.x.m, s_.rstd.m, norm_->value.m, &norm_->grad.m);
     s_ = State();  // frees what the backward read
     return dx;
   }

@@ -52,7 +52,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(!r.model.tie_embeddings || p.zero <= 1,
           "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
           "embedding's gradient is sharded per unit before the stages' copies are summed");
-  Require(r.model.norm == NormKind::kRmsNorm, "only RMSNorm is in the executor (model.norm)");
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
   Require(r.training.flash_attention,
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
@@ -138,6 +137,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.seq = r.training.seq_len;
   d.batch = r.training.micro_batch;
   d.tie_embeddings = m.tie_embeddings;
+  d.norm = m.norm;
   return d;
 }
 

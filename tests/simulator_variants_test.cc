@@ -265,5 +265,63 @@ TEST(SimulatorVariants, TiedEmbeddingUnderZeroTwoIsRefused) {
   EXPECT_THROW(Simulate(r), SimUnsupported);
 }
 
+// ---- LayerNorm -------------------------------------------------------------------
+
+TEST(SimulatorVariants, LayerNormOfARowByHand) {
+  // x = [1, 2, 3, 4]: mean 2.5, variance (2.25 + 0.25 + 0.25 + 2.25) / 4 = 1.25;
+  // weight 2, bias 0.5: y = 2 (x - 2.5) / sqrt(1.25 + eps) + 0.5.
+  Mat<double> x(1, 4), wb(2, 4), stats;
+  x << 1, 2, 3, 4;
+  wb.row(0).setConstant(2.0);
+  wb.row(1).setConstant(0.5);
+  const Mat<double> y = NormForward(x, wb, 1e-5, &stats);
+  ASSERT_EQ(stats.cols(), 2);  // mean and rstd: the estimator's 8 B per token
+  EXPECT_NEAR(stats(0, 0), 2.5, 1e-15);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y(0, i), 2.0 * (x(0, i) - 2.5) / std::sqrt(1.25 + 1e-5) + 0.5, 1e-14);
+}
+
+TEST(SimulatorVariants, LayerNormBlocksMatchFiniteDifferences) {
+  Dims d = SmallDims();
+  d.norm = NormKind::kLayerNorm;
+  for (char letter : {'A', 'D', 'E'}) CheckBlock(letter, d, std::string("layernorm ") + letter);
+  OnOneRank([&](Ctx& ctx) {
+    Head<double> head(ctx, d, 7, 0.8);
+    ASSERT_EQ(head.params()[0]->value.m.rows(), 2);  // weight and bias
+    Mat<double> x = testing::Random(d.tokens(), d.hidden, 11);
+    std::vector<int64_t> targets;
+    for (int64_t t = 0; t < d.tokens(); ++t) targets.push_back((t * 7 + 1) % d.vocab);
+    const auto loss = [&] {
+      ++ctx.microbatch;
+      return head.Forward(ctx, x, targets);
+    };
+    loss();
+    const Mat<double> dx = head.Backward(ctx);
+    EXPECT_LT(FdRelError(dx, Numeric(&x, loss)), kFdTolerance);
+    for (Param<double>* p : head.params()) {
+      EXPECT_LT(FdRelError(p->grad.m, Numeric(&p->value.m, loss)), kFdTolerance) << p->name;
+    }
+  });
+}
+
+TEST(SimulatorVariants, LayerNormStepAgreesOnEveryBlockFamily) {
+  // tp 4 + SP: the norms' weights and biases are replicated, their gradients
+  // all-reduced over TP (2h per norm, as the inventory lists weight + bias).
+  ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"model.norm", "layernorm"}}));
+  ExpectStepAgrees(testing_sim::ScaledDefault(
+      {{"model.pattern", "AEMR"}, {"model.norm", "layernorm"}, {"parallel.pp", "2"}, {"parallel.ep", "2"}},
+      /*max_world=*/16));
+}
+
+TEST(SimulatorVariants, LayerNormAddsABiasPerNorm) {
+  // Pattern AD's two pre-norms and the final norm each gain a bias of h = 16,
+  // bf16: 3 x 16 x 2 B = 96 B more replicated parameters. (The extra fp32
+  // mean per token is in the activations ExpectStepAgrees holds to fit.)
+  const auto stage = [](const std::string& norm) {
+    return Stage(ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"model.norm", norm}})), 0);
+  };
+  const StageComparison rms = stage("rmsnorm"), ln = stage("layernorm");
+  EXPECT_EQ(FindMemory(ln, "replicated_params").measured - FindMemory(rms, "replicated_params").measured, 3 * 16 * 2);
+}
+
 }  // namespace
 }  // namespace preflight::sim
