@@ -43,6 +43,7 @@ struct Dims {
   double rope_base = 10000.0;
   bool tie_embeddings = false;  // the head's weight is the embedding's
   NormKind norm = NormKind::kRmsNorm;  // pre-norms and the final norm (qk norms are RMSNorm)
+  bool linear_bias = false;            // biases of the A, D and expert linears (model.linear_bias)
   int64_t tokens() const { return seq * batch; }
 };
 
@@ -290,6 +291,17 @@ struct ColumnGrad {
 /// f'(sum of dout W^T), this rank's rows.
 template <class T>
 Mat<T> ColumnParallelBackward(Ctx& ctx, const Mat<T>& n, const std::vector<ColumnGrad<T>>& parts);
+
+/// Adds a linear's bias row to every row of `m`; no-op without a bias.
+template <class T>
+void AddBias(Mat<T>* m, const Param<T>* bias) {
+  if (bias != nullptr) m->rowwise() += bias->value.m.row(0);
+}
+/// A bias's gradient, the column sums of its output's gradient; no-op without.
+template <class T>
+void AddBiasGrad(const Mat<T>& dout, Param<T>* bias) {
+  if (bias != nullptr) bias->grad.m.row(0) += dout.colwise().sum();
+}
 
 /// The logistic function 1 / (1 + e^-a).
 template <class T>

@@ -67,6 +67,14 @@ class AttentionBlock final : public Block<T> {
                                    ShardKind::kColumns, Init::kMatrix, seed, scale / std::sqrt(double(h)))), ParamRole::kMatrix);
     out_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.out.weight", d.heads * d.head_dim, h, ShardKind::kRows,
                                    Init::kMatrix, seed, scale / std::sqrt(double(d.heads * d.head_dim)))), ParamRole::kMatrix);
+    if (d.linear_bias) {
+      // Megatron: the column-parallel bias is split with the output columns;
+      // the row-parallel one is added once, after the reduction (replicated).
+      qkv_b_ = &this->Add(MakeParam<T>(ctx, p + "attention.qkv.bias", 1, (d.heads + 2 * d.kv_heads) * d.head_dim,
+                                       ShardKind::kColumns, Init::kMatrix, seed, 0.5 * scale));
+      out_b_ = &this->Add(
+          MakeParam<T>(ctx, p + "attention.out.bias", 1, h, ShardKind::kReplicated, Init::kMatrix, seed, 0.5 * scale));
+    }
     if (d.qk_norm) {
       // Replicated, but each TP rank normalizes only its own heads: the
       // gradients are partial sums over TP, which Megatron all-reduces with
@@ -91,6 +99,7 @@ class AttentionBlock final : public Block<T> {
     Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     Tensor<T> qkv(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, n_full.m, qkv_->value.m));
     n_full.Release();
+    AddBias(&qkv.m, qkv_b_);
     Mat<T> q, k, v;
     Split(qkv.m, &q, &k, &v);
     qkv.Release();
@@ -117,13 +126,16 @@ class AttentionBlock final : public Block<T> {
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
     s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
-    return x + ReduceFromTpForward(ctx, partial.m);
+    Mat<T> y = ReduceFromTpForward(ctx, partial.m);
+    AddBias(&y, out_b_);
+    return x + y;
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
+    AddBiasGrad(dy, out_b_);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     out_->grad.m += MatMulTransA(ctx, s.o.m, dy_full.m);
     Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
@@ -137,6 +149,7 @@ class AttentionBlock final : public Block<T> {
       dk = HeadNormBackward(dk, s.k_in.m, d_.head_dim, s.k_rstd.m, k_norm_->value.m, &k_norm_->grad.m);
     }
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
+    AddBiasGrad(dqkv.m, qkv_b_);
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{qkv_, &dqkv.m}});
     dqkv.Release();
     return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
@@ -181,6 +194,8 @@ class AttentionBlock final : public Block<T> {
   Param<T>* norm_ = nullptr;
   Param<T>* qkv_ = nullptr;
   Param<T>* out_ = nullptr;
+  Param<T>* qkv_b_ = nullptr;  // linear_bias only
+  Param<T>* out_b_ = nullptr;
   Param<T>* q_norm_ = nullptr;  // qk_norm only
   Param<T>* k_norm_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
@@ -207,6 +222,15 @@ class MlpBlock final : public Block<T> {
     down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.down.weight", d.ffn, h, ShardKind::kRows,
                                                   Init::kMatrix, seed, scale / std::sqrt(double(d.ffn)))),
                       ParamRole::kMatrix);
+    if (d.linear_bias) {
+      // fc1's biases split with its columns; fc2's added once, after the reduction.
+      const auto bias = [&](const std::string& name, int64_t cols, ShardKind kind) {
+        return &this->Add(MakeParam<T>(ctx, p + name, 1, cols, kind, Init::kMatrix, seed, 0.5 * scale));
+      };
+      if (gate_ != nullptr) gate_b_ = bias("mlp.gate.bias", d.ffn, ShardKind::kColumns);
+      up_b_ = bias("mlp.up.bias", d.ffn, ShardKind::kColumns);
+      down_b_ = bias("mlp.down.bias", h, ShardKind::kReplicated);
+    }
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
@@ -220,25 +244,32 @@ class MlpBlock final : public Block<T> {
     if (gate_ != nullptr) {
       s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
       s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+      AddBias(&s.u.m, up_b_);
     } else {
       s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
     }
+    AddBias(&s.a.m, ABias());
     n_full.Release();
     s.z = Tensor<T>(ctx.mem(), act, ab, Activate(act_, s.a.m, s.u.m));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.z.m, down_->value.m));
-    return x + ReduceFromTpForward(ctx, partial.m);
+    Mat<T> y = ReduceFromTpForward(ctx, partial.m);
+    AddBias(&y, down_b_);
+    return x + y;
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kMlp);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
+    AddBiasGrad(dy, down_b_);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     down_->grad.m += MatMulTransA(ctx, s.z.m, dy_full.m);
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, down_->value.m);
     dy_full.Release();
     Mat<T> da, du;
     ActivateBackward(act_, dz, s.a.m, s.u.m, &da, &du);
+    AddBiasGrad(da, ABias());
+    if (gate_ != nullptr) AddBiasGrad(du, up_b_);
     const Mat<T> dn = gate_ != nullptr ? ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}})
                                        : ColumnParallelBackward<T>(ctx, s.n.m, {{up_, &da}});
     return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
@@ -248,12 +279,18 @@ class MlpBlock final : public Block<T> {
   struct Saved {
     Tensor<T> x, n, rstd, a, u, z;
   };
+  /// The bias of fc1's activated output a: the gate's when gated, else up's.
+  Param<T>* ABias() const { return gate_ != nullptr ? gate_b_ : up_b_; }
+
   FfnActivation act_;
   double eps_ = 1e-5;
   Param<T>* norm_ = nullptr;
   Param<T>* gate_ = nullptr;  // gated activations only
   Param<T>* up_ = nullptr;
   Param<T>* down_ = nullptr;
+  Param<T>* gate_b_ = nullptr;  // linear_bias only (gate_b_ also gated only)
+  Param<T>* up_b_ = nullptr;
+  Param<T>* down_b_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
 };
 

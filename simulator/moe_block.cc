@@ -70,6 +70,16 @@ class MoeBlock final : public Block<T> {
                                             Init::kMatrix, seed, s_in, e)), ParamRole::kMatrix));
       down_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "down.weight", d.expert_ffn, h, ShardKind::kExpertRows,
                                               Init::kMatrix, seed, s_out, e)), ParamRole::kMatrix));
+      if (d.linear_bias) {
+        // Each expert's fc1 and fc2 biases (expert_tp 1: CheckSupported).
+        const auto bias = [&](const std::string& name, int64_t cols) {
+          return &this->Add(
+              MakeParam<T>(ctx, q + name, 1, cols, ShardKind::kExpertColumns, Init::kMatrix, seed, 0.5 * scale, e));
+        };
+        if (gated_) gate_b_.push_back(bias("gate.bias", d.expert_ffn));
+        up_b_.push_back(bias("up.bias", d.expert_ffn));
+        down_b_.push_back(bias("down.bias", h));
+      }
     }
     if (d.shared_ffn > 0) {
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.shared_ffn));
@@ -115,13 +125,17 @@ class MoeBlock final : public Block<T> {
       const std::vector<int64_t> rows = RowsOf(le);
       const Mat<T> in = Take(s_.gathered.m, rows);
       const size_t i = static_cast<size_t>(le);
-      const Mat<T> a = MatMul(ctx, in, gated_ ? gate_[i]->value.m : up_[i]->value.m);
-      const Mat<T> u = gated_ ? MatMul(ctx, in, up_[i]->value.m) : Mat<T>();
+      Mat<T> a = MatMul(ctx, in, gated_ ? gate_[i]->value.m : up_[i]->value.m);
+      Mat<T> u = gated_ ? MatMul(ctx, in, up_[i]->value.m) : Mat<T>();
+      AddBias(&a, ABias(i));
+      if (gated_) AddBias(&u, Bias(up_b_, i));
       const Mat<T> z = Activate(d_.moe_activation, a, u);
       Put(&s_.a.m, rows, a);
       if (gated_) Put(&s_.u.m, rows, u);
       Put(&s_.z.m, rows, z);
-      Put(&y.m, rows, MatMul(ctx, z, down_[static_cast<size_t>(le)]->value.m));
+      Mat<T> yl = MatMul(ctx, z, down_[i]->value.m);
+      AddBias(&yl, Bias(down_b_, i));
+      Put(&y.m, rows, yl);
     }
     Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
     ctx.rank->set_what(CommWhat::kMoeCombine);
@@ -169,9 +183,12 @@ class MoeBlock final : public Block<T> {
       Param<T>& uw = *up_[i];
       Param<T>& dw = *down_[i];
       dw.grad.m += MatMulTransA(ctx, z, dyl);
+      AddBiasGrad(dyl, Bias(down_b_, i));
       const Mat<T> dz = MatMulTransB(ctx, dyl, dw.value.m);
       Mat<T> da, du;
       ActivateBackward(d_.moe_activation, dz, a, u, &da, &du);
+      AddBiasGrad(da, ABias(i));
+      if (gated_) AddBiasGrad(du, Bias(up_b_, i));
       if (gated_) {
         Param<T>& gw = *gate_[i];
         gw.grad.m += MatMulTransA(ctx, in, da);
@@ -416,6 +433,11 @@ class MoeBlock final : public Block<T> {
     return ColumnParallelBackward<T>(ctx, s_.n.m, {{sh_gate_, &da}, {sh_up_, &du}});
   }
 
+  /// Local expert i's bias in `biases`; null without linear biases.
+  static Param<T>* Bias(const std::vector<Param<T>*>& biases, size_t i) { return biases.empty() ? nullptr : biases[i]; }
+  /// The bias of expert i's activated fc1 output a: the gate's when gated, else up's.
+  Param<T>* ABias(size_t i) const { return Bias(gated_ ? gate_b_ : up_b_, i); }
+
   std::vector<int64_t> RowsOf(int64_t le) const {
     std::vector<int64_t> rows;
     for (size_t r = 0; r < s_.expert_of_row.size(); ++r) {
@@ -438,6 +460,7 @@ class MoeBlock final : public Block<T> {
   Param<T>* norm_ = nullptr;
   Param<T>* router_ = nullptr;
   std::vector<Param<T>*> gate_, up_, down_;  // gate_ empty unless gated
+  std::vector<Param<T>*> gate_b_, up_b_, down_b_;  // empty without linear biases (gate_b_ also unless gated)
   Param<T>* sh_gate_ = nullptr;              // gated only
   Param<T>* sh_up_ = nullptr;
   Param<T>* sh_down_ = nullptr;

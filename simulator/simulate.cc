@@ -67,7 +67,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
           "the executor keeps activations on the device (set training.activation_offload: [])");
   Require(r.parallel.embedding == EmbeddingSplit::kVocabParallel,
           "the executor's embedding is vocab-parallel (set parallel.embedding: vocab_parallel)");
-  Require(!r.model.linear_bias, "linear biases are not in the executor (set model.linear_bias: false)");
   Require(r.training.precision.fp4 == Fp4Format::kNone,
           "FP4 GEMMs are not in the executor (set training.precision.fp4: none)");
   Require(!r.training.defer_head_wgrad,
@@ -95,6 +94,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
     Require(m.moe.ffn_hidden % p.expert_tp == 0, "moe.ffn_hidden must be divisible by parallel.expert_tp");
     Require(m.moe.SharedWidth() % p.tp == 0, "the shared expert width must be divisible by parallel.tp");
     Require(m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts, "moe.top_k must be in 1..experts");
+    Require(!m.linear_bias || p.expert_tp == 1,
+            "expert biases are in the executor with parallel.expert_tp: 1 only (model.linear_bias)");
   }
   const int64_t chunks = p.cp_load_balance && p.cp > 1 ? 2 * p.cp : p.cp;
   Require(r.training.seq_len % chunks == 0, "seq_len must divide into the context-parallel chunks");
@@ -138,6 +139,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.batch = r.training.micro_batch;
   d.tie_embeddings = m.tie_embeddings;
   d.norm = m.norm;
+  d.linear_bias = m.linear_bias;
   return d;
 }
 

@@ -323,5 +323,50 @@ TEST(SimulatorVariants, LayerNormAddsABiasPerNorm) {
   EXPECT_EQ(FindMemory(ln, "replicated_params").measured - FindMemory(rms, "replicated_params").measured, 3 * 16 * 2);
 }
 
+// ---- linear biases ---------------------------------------------------------------
+
+TEST(SimulatorVariants, LinearBiasesMatchFiniteDifferences) {
+  for (FfnActivation f : {FfnActivation::kSwiglu, FfnActivation::kRelu2}) {
+    Dims d = SmallDims();
+    d.linear_bias = true;
+    d.mlp_activation = d.moe_activation = f;
+    for (char letter : {'A', 'D', 'E'}) CheckBlock(letter, d, std::string("bias ") + letter + " " + Name(f));
+  }
+}
+
+TEST(SimulatorVariants, LinearBiasesStepAgreesWithAndWithoutSp) {
+  // The row-parallel biases (attention out, MLP down) are added once, after
+  // the reduction: replicated, their gradients partial over TP with SP
+  // (all-reduced with the norms), whole without.
+  for (const char* sp : {"true", "false"}) {
+    ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"model.linear_bias", "true"}, {"parallel.sp", sp}}));
+  }
+  ExpectStepAgrees(OneStage({{"model.pattern", "AE"},
+                             {"model.linear_bias", "true"},
+                             {"parallel.ep", "2"},
+                             {"model.moe.pad_to_capacity", "true"}}));
+}
+
+TEST(SimulatorVariants, LinearBiasParamsByHand) {
+  // tp 4, pattern AD of the scaled default (32 heads, 8 KV heads of 4, h 16,
+  // ffn 16): column-parallel biases qkv (32 + 2 x 8) x 4 / 4 = 48 and gate +
+  // up 2 x 16 / 4 = 8 elements per rank; row-parallel (replicated) out and
+  // down 2 x 16. bf16: 112 B and 64 B more than without biases.
+  const auto params = [](const std::string& bias) {
+    return Stage(ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"model.linear_bias", bias}})), 0);
+  };
+  const StageComparison with = params("true"), without = params("false");
+  EXPECT_EQ(FindMemory(with, "tp_sharded_params").measured - FindMemory(without, "tp_sharded_params").measured,
+            (48 + 8) * 2);
+  EXPECT_EQ(FindMemory(with, "replicated_params").measured - FindMemory(without, "replicated_params").measured,
+            2 * 16 * 2);
+}
+
+TEST(SimulatorVariants, ExpertBiasesUnderExpertTpAreRefused) {
+  const Recipe r = OneStage(
+      {{"model.pattern", "AE"}, {"model.linear_bias", "true"}, {"parallel.ep", "2"}, {"parallel.expert_tp", "2"}});
+  EXPECT_THROW(Simulate(r), SimUnsupported);
+}
+
 }  // namespace
 }  // namespace preflight::sim
