@@ -30,6 +30,7 @@ struct Dims {
   int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
   double capacity_factor = 1.0;
   bool dropless = true;
+  RouterScore router = RouterScore::kSoftmax;  // score function of the top-k router
   bool pad_to_capacity = false;
   int64_t vocab = 0;                    // padded
   // Mamba-2 (M, docs/formulas.md §1.4): heads H = d_inner / head_dim.

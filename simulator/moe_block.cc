@@ -210,7 +210,9 @@ class MoeBlock final : public Block<T> {
     }
     dback.Release();
 
-    // Router: p = softmax over the k selected logits; dropped pairs carry dp = 0.
+    // Router; dropped pairs carry dp = 0. Softmax over the selected logits:
+    // dlogit_j = p_j (g_j - p.g). Sigmoid scores s normalized by their sum S:
+    // dlogit_j = s_j (1 - s_j) (g_j - p.g) / S (k > 1), s (1 - s) g (k = 1).
     Mat<T> dlogits = Mat<T>::Zero(dy.rows(), d_.experts);
     const int64_t k = d_.top_k;
     for (int64_t t = 0; t < dy.rows(); ++t) {
@@ -224,7 +226,14 @@ class MoeBlock final : public Block<T> {
         dot += p[static_cast<size_t>(j)] * g[static_cast<size_t>(j)];
       }
       for (int64_t j = 0; j < k; ++j) {
-        dlogits(t, s_.topk.v[static_cast<size_t>(t * k + j)]) = p[static_cast<size_t>(j)] * (g[static_cast<size_t>(j)] - dot);
+        const int64_t e = s_.topk.v[static_cast<size_t>(t * k + j)];
+        const size_t i = static_cast<size_t>(j);
+        if (d_.router == RouterScore::kSigmoid) {
+          const T s = Sigmoid(s_.logits.m(t, e));
+          dlogits(t, e) = k == 1 ? s * (T(1) - s) * g[i] : (T(1) - s) * p[i] * (g[i] - dot);  // s / S = p
+        } else {
+          dlogits(t, e) = p[i] * (g[i] - dot);
+        }
       }
     }
     router_->grad.m += MatMulTransA(ctx, s_.n.m, dlogits);
@@ -249,12 +258,21 @@ class MoeBlock final : public Block<T> {
       // Ties go to the lower expert id (docs/formulas.md §8.2).
       std::stable_sort(order.begin(), order.end(),
                        [&](int64_t a, int64_t b) { return s_.logits.m(t, a) > s_.logits.m(t, b); });
-      T mx = s_.logits.m(t, order[0]), sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += std::exp(s_.logits.m(t, order[static_cast<size_t>(j)]) - mx);
+      // Softmax: over the k selected logits. Sigmoid (monotonic, so the same
+      // top-k): the selected scores, divided by their sum when k > 1 (Megatron
+      // moe_utils.topk_routing_with_score_function, its 1e-20 included).
+      const bool sigmoid = d_.router == RouterScore::kSigmoid;
+      const T mx = s_.logits.m(t, order[0]);
+      const auto score = [&](int64_t e) {
+        return sigmoid ? Sigmoid(s_.logits.m(t, e)) : T(std::exp(s_.logits.m(t, e) - mx));
+      };
+      T sum = sigmoid ? T(1e-20) : T(0);
+      for (int64_t j = 0; j < k; ++j) sum += score(order[static_cast<size_t>(j)]);
+      if (sigmoid && k == 1) sum = 1;
       for (int64_t j = 0; j < k; ++j) {
         const int64_t e = order[static_cast<size_t>(j)];
         topk[static_cast<size_t>(t * k + j)] = e;
-        probs(t, e) = std::exp(s_.logits.m(t, e) - mx) / sum;
+        probs(t, e) = score(e) / sum;
       }
     }
     // Capacity per router-call group: C = ceil(T_g k / E * cf) (docs/formulas.md §5, Megatron get_capacity).

@@ -87,7 +87,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters) {
   Require(m.mlp.ffn_hidden % p.tp == 0, "mlp.ffn_hidden must be divisible by parallel.tp");
   const bool sp = p.sp && p.tp > 1;
   if (has_moe) {
-    Require(m.moe.router == RouterScore::kSoftmax, "only the softmax router is in the executor");
     Require(!m.moe.router_bias && !m.moe.shared_gate, "router bias and the shared-expert gate are not in the executor");
     Require(p.tp == 1 || sp, "MoE with tp > 1 needs sequence parallel (Megatron requires it)");
     Require(m.moe.experts % p.ep == 0, "moe.experts must be divisible by parallel.ep");
@@ -120,6 +119,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.shared_ffn = m.moe.SharedWidth();
   d.capacity_factor = m.moe.capacity_factor;
   d.dropless = m.moe.dropless;
+  d.router = m.moe.router;
   d.pad_to_capacity = m.moe.pad_to_capacity;
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (docs/formulas.md §0).
   d.vocab = RoundUp(m.vocab, m.vocab_pad_multiple * tp);

@@ -368,5 +368,40 @@ TEST(SimulatorVariants, ExpertBiasesUnderExpertTpAreRefused) {
   EXPECT_THROW(Simulate(r), SimUnsupported);
 }
 
+// ---- sigmoid router --------------------------------------------------------------
+
+TEST(SimulatorVariants, SigmoidRouterMatchesFiniteDifferences) {
+  for (int64_t k : {1, 2}) {
+    Dims d = SmallDims();
+    d.router = RouterScore::kSigmoid;
+    d.top_k = k;
+    CheckBlock('E', d, "sigmoid top-" + std::to_string(k));
+  }
+}
+
+TEST(SimulatorVariants, SigmoidRouterStepAgrees) {
+  ExpectStepAgrees(OneStage({{"model.pattern", "AE"},
+                             {"model.moe.router", "sigmoid"},
+                             {"parallel.ep", "2"},
+                             {"model.moe.pad_to_capacity", "true"}}));
+}
+
+TEST(SimulatorVariants, SigmoidRouterIsNotTheSoftmaxRouter) {
+  // The same weights and input routed by the two score functions give other
+  // probabilities (sigmoid(a) / (sigmoid(a) + sigmoid(b)) against
+  // e^a / (e^a + e^b)), so the block outputs differ: the knob is read.
+  const auto output = [](RouterScore router) {
+    Dims d = SmallDims();
+    d.router = router;
+    Mat<double> y;
+    OnOneRank([&](Ctx& ctx) {
+      auto block = MakeBlock<double>('E', ctx, d, 0, 7, 0.8);
+      y = block->Forward(ctx, testing::Random(d.tokens(), d.hidden, 11));
+    });
+    return y;
+  };
+  EXPECT_GT(testing::Rel(output(RouterScore::kSigmoid), output(RouterScore::kSoftmax)), 1e-3);
+}
+
 }  // namespace
 }  // namespace preflight::sim
