@@ -1,4 +1,5 @@
-// A (GQA attention with RoPE and a causal mask) and D (SwiGLU MLP), forward and
+// A (GQA attention with RoPE and a causal mask, optional per-head qk norms) and
+// D (SwiGLU, GELU or squared-ReLU MLP), with optional linear biases, forward and
 // backward, tensor- and sequence-parallel as Megatron (docs/formulas.md §8.1-8.3).
 #include <algorithm>
 #include <cmath>
