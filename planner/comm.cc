@@ -469,6 +469,7 @@ void AddEp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
 struct LocalUnit {
   std::array<std::array<int64_t, 2>, 3> elements{};
   std::array<std::array<int64_t, 2>, 3> fp32{};
+  int64_t tp_partial = 0;  // REP elements whose gradients differ over TP even without SP
 };
 
 int64_t ClassDivisor(int c, const Layout& l) {
@@ -477,8 +478,18 @@ int64_t ClassDivisor(int c, const Layout& l) {
                                                          : CheckedMul(l.ep, l.expert_tp);
 }
 
-LocalUnit LocalLayer(const ParamTotals& t, const Layout& l) {
+/// Replicated elements of a layer whose gradients each TP rank holds only a
+/// part of even without SP: the per-head q and k norms (a rank normalizes its
+/// own heads). Megatron all-reduces them over TP with or without SP
+/// (finalize_model_grads.py: "config.sequence_parallel or config.qk_layernorm").
+int64_t TpPartialElements(const ModelConfig& m, BlockKind kind) {
+  if (kind != BlockKind::kAttention || m.mla || !m.attention.qk_norm) return 0;
+  return CheckedMul(2, m.attention.head_dim);
+}
+
+LocalUnit LocalLayer(const ParamTotals& t, const Layout& l, int64_t tp_partial) {
   LocalUnit u;
+  u.tp_partial = tp_partial;
   for (int c = 0; c < 3; ++c) {
     const int64_t d = ClassDivisor(c, l);
     for (int o = 0; o < 2; ++o) {
@@ -517,7 +528,7 @@ struct DpBuffers {
   std::array<int64_t, 2> param_bytes{};  // sum of n_pad * the buffer's element bytes (param gathers)
   std::array<int64_t, 2> muon{};         // sum of n_pad over Muon buffers (momentum gathers)
   std::array<int64_t, 2> units{};        // units with a dense / expert buffer: ZeRO 2/3 collectives per round
-  int64_t replicated = 0;                // REP elements (norms, router): the SP all-reduce over TP
+  int64_t replicated = 0;                // REP elements all-reduced over TP: all with SP (norms, router), else qk norms
   int64_t replicated_padded = 0;         // sum over units of RoundUp(REP_u, t): ZeRO 2/3 reduce them unit by unit
   int64_t replicated_units = 0;          // units with REP elements
 
@@ -553,6 +564,7 @@ struct DpGroups {
   std::array<int64_t, 2> size{};  // D: the ZeRO groups [dense d*c, expert d_e] (per HSDP replica)
   int64_t beta_p = 2;
   int64_t tp = 1;                 // the replicated gradients' all-reduce is padded to a multiple of t
+  bool sp = false;                // every REP gradient is partial over TP, else only LocalUnit::tp_partial
 };
 
 // The ZeRO groups [dense, expert] the buffers are sharded over (per HSDP replica).
@@ -565,8 +577,9 @@ DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
   const int rep = static_cast<int>(ShardClass::kReplicated), tp = static_cast<int>(ShardClass::kTpSharded);
   const int ep = static_cast<int>(ShardClass::kEpSharded);
   DpBuffers b;
+  if (!dg.sp && dg.tp > 1) b.replicated = u.tp_partial;
   for (int o = 0; o < 2; ++o) {
-    b.replicated = CheckedAdd(b.replicated, u.elements[rep][o]);
+    if (dg.sp) b.replicated = CheckedAdd(b.replicated, u.elements[rep][o]);
     const int64_t dense_fp32 = CheckedAdd(u.fp32[rep][o], u.fp32[tp][o]);
     const int64_t dense = CheckedSub(CheckedAdd(u.elements[rep][o], u.elements[tp][o]), dense_fp32);
     const int64_t expert_fp32 = u.fp32[ep][o];
@@ -619,7 +632,7 @@ void WalkLayers(const Inventory& inv, const Layout& l, const DpGroups& dg, const
     FamilyMemo& last = memo[f];
     if (last.totals == nullptr || (!inv.family_uniform[f] && !(*last.totals == layer.totals))) {
       last.totals = &layer.totals;
-      last.buffers = UnitBuffers(LocalLayer(layer.totals, l), dg);
+      last.buffers = UnitBuffers(LocalLayer(layer.totals, l, TpPartialElements(inv.recipe.model, layer.kind)), dg);
     }
     if (inv.family_uniform[f]) {
       ++last.pending;
@@ -643,8 +656,9 @@ bool CountUniformLayers(const Inventory& inv, const PlanTables& t, const Layout&
   auto buffers_of = [&](size_t f) -> FamilyMemo& {
     FamilyMemo& m = memo[f];
     if (m.totals == nullptr) {
-      m.totals = &inv.layers.at(static_cast<size_t>(t.first_of_family[f])).totals;
-      m.buffers = UnitBuffers(LocalLayer(*m.totals, l), dg);
+      const Layer& first = inv.layers.at(static_cast<size_t>(t.first_of_family[f]));
+      m.totals = &first.totals;
+      m.buffers = UnitBuffers(LocalLayer(*m.totals, l, TpPartialElements(inv.recipe.model, first.kind)), dg);
     }
     return m;
   };
@@ -668,7 +682,7 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
   const bool edges = l.zero >= 2;
   DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
-  const DpGroups dg{ZeroGroups(l), s.param, l.tp};
+  const DpGroups dg{ZeroGroups(l), s.param, l.tp, l.sequence_parallel()};
   std::array<FamilyMemo, 5> memo{};
   for (const RankChunk& c : chunks) {
     const int64_t first = c.range.first_layer, end = c.range.end_layer;
@@ -827,16 +841,18 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
              BytesOf(muon_ep_local_full, s.muon), 1);
 
   // With SP each TP rank holds partial gradients of replicated params
-  // (norms, router): one coalesced all-reduce over TP (docs/formulas.md §7.2), padded
+  // (norms, router), without SP those of the qk norms (TpPartialElements):
+  // one coalesced all-reduce over TP (docs/formulas.md §7.2), padded
   // to a multiple of t like the DP buffers; ZeRO 2/3 all-reduce each unit's
   // before its reduce-scatter, in every micro-batch.
-  if (l.sequence_parallel() && per_unit_grads) {
+  const bool rep_partial = l.sequence_parallel() || (l.tp > 1 && buffers.replicated > 0);
+  if (rep_partial && per_unit_grads) {
     const auto rep = [&](const DpBuffers& b) {
       return UnitCalls{BytesOf(b.replicated_padded, s.grad), b.replicated_units};
     };
     items->AddPerUnit(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kReplicatedGrads, rep(buffers),
                       rep(rb.first), rounds);
-  } else if (l.sequence_parallel()) {
+  } else if (rep_partial) {
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads,
                BytesOf(RoundUp(buffers.replicated, l.tp), s.grad), 1);
   }

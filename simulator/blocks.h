@@ -28,6 +28,9 @@ struct Dims {
   bool mla = false;
   int64_t mla_q_lora = 0, mla_kv_lora = 0, mla_rope = 0, mla_nope = 0, mla_v = 0;
   int64_t ffn = 0;                      // dense MLP
+  FfnActivation mlp_activation = FfnActivation::kSwiglu;  // dense D blocks
+  FfnActivation moe_activation = FfnActivation::kSwiglu;  // routed and shared experts
+  bool qk_norm = false;                                   // per-head RMSNorm on q and k before RoPE
   int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
   double capacity_factor = 1.0;
   bool dropless = true;
@@ -46,6 +49,9 @@ struct Dims {
   int64_t seq = 0, batch = 1;           // tokens = seq * batch, row = pos * batch + b
   double norm_eps = 1e-5;
   double rope_base = 10000.0;
+  bool tie_embeddings = false;  // the head's weight is the embedding's
+  NormKind norm = NormKind::kRmsNorm;  // pre-norms and the final norm (qk norms are RMSNorm)
+  bool linear_bias = false;            // biases of the A, D and expert linears (model.linear_bias)
   int64_t tokens() const { return seq * batch; }
 };
 
@@ -190,6 +196,12 @@ struct Param {
   int64_t expert = -1;         // global expert id for routed experts
   ParamRole role = ParamRole::kVector;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
+  /// Replicated, but each TP rank's gradient is a partial sum even without
+  /// SP (qk norms: a rank normalizes only its heads), so it is all-reduced over TP.
+  bool tp_partial = false;
+  /// One of a tied embedding's two copies (first and last pipeline stage),
+  /// whose gradients are summed over the embedding group.
+  bool tied = false;
   Tensor<T> value;
   Tensor<T> grad;
 };
@@ -245,9 +257,25 @@ Mat<T> RmsNormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* rstd
 template <class T>
 Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, const Mat<T>& w, Mat<T>* dw);
 
-/// The pre-norm prologue of a block x <- x + F(RMSNorm(x)): keeps x and n =
-/// RMSNorm(x) (ctx.bytes.activation per element) and rstd (fp32, 4 B) as
-/// activations for the backward, allocated in that order.
+/// A pre-norm's parameter (model.norm): RMSNorm's weight "<prefix>.weight"
+/// [1, h], or LayerNorm's weight and bias as the two rows of one tensor
+/// "<prefix>.weight_and_bias" [2, h] (replicated, AdamW, 2h elements like the
+/// inventory's weight + bias).
+template <class T>
+std::unique_ptr<Param<T>> MakeNorm(const Ctx& ctx, const Dims& d, const std::string& prefix, uint64_t seed,
+                                   double scale);
+/// The norm a MakeNorm parameter `w` says (two rows: LayerNorm): y and its
+/// fp32 statistics per row, rstd (RMSNorm) or mean and rstd (LayerNorm).
+template <class T>
+Mat<T> NormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* stats);
+/// Returns dx; adds into dw (both rows for LayerNorm).
+template <class T>
+Mat<T> NormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& stats, const Mat<T>& w, Mat<T>* dw);
+
+/// The pre-norm prologue of a block x <- x + F(Norm(x)): keeps x and n =
+/// Norm(x) (ctx.bytes.activation per element) and the fp32 statistics (4 B
+/// each: rstd, or LayerNorm's mean and rstd) as activations for the
+/// backward, allocated in that order. `w` is a MakeNorm parameter.
 template <class T>
 void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
                  Tensor<T>* saved_rstd);
@@ -271,6 +299,17 @@ struct ColumnGrad {
 /// f'(sum of dout W^T), this rank's rows.
 template <class T>
 Mat<T> ColumnParallelBackward(Ctx& ctx, const Mat<T>& n, const std::vector<ColumnGrad<T>>& parts);
+
+/// Adds a linear's bias row to every row of `m`; no-op without a bias.
+template <class T>
+void AddBias(Mat<T>* m, const Param<T>* bias) {
+  if (bias != nullptr) m->rowwise() += bias->value.m.row(0);
+}
+/// A bias's gradient, the column sums of its output's gradient; no-op without.
+template <class T>
+void AddBiasGrad(const Mat<T>& dout, Param<T>* bias) {
+  if (bias != nullptr) bias->grad.m.row(0) += dout.colwise().sum();
+}
 
 /// The logistic function 1 / (1 + e^-a).
 template <class T>
@@ -314,6 +353,19 @@ struct ExpertBias {
 /// for the counts `c` summed over every replica; then the counts restart.
 template <class T>
 void UpdateExpertBias(const Mat<T>& counts, ExpertBias<T>* b);
+
+/// Whether an FFN activation is gated: fc1 has two outputs, a (activated)
+/// and u (multiplied in), as SwiGLU; else one, a.
+inline bool Gated(FfnActivation f) { return f == FfnActivation::kSwiglu; }
+
+/// The FFN activation z of fc1's outputs: silu(a) * u (SwiGLU), GELU(a)
+/// (exact, erf: Megatron's default F.gelu) or relu(a)^2 (Megatron's
+/// squared_relu). `u` is read only when gated.
+template <class T>
+Mat<T> Activate(FfnActivation f, const Mat<T>& a, const Mat<T>& u);
+/// da (and du when gated) from dz.
+template <class T>
+void ActivateBackward(FfnActivation f, const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du);
 
 /// A layer of the stack: x <- x + F(RMSNorm(x)) on this rank's rows.
 template <class T>
@@ -388,20 +440,27 @@ class Embedding {
 };
 
 /// Final RMSNorm, column-parallel head over the vocabulary, vocab-parallel
-/// cross-entropy (mean over tokens).
+/// cross-entropy (mean over tokens). With tied embeddings the head reads the
+/// embedding's weight: `tied` when this rank holds it, else its own copy
+/// (same name and value, Param::tied) on the last pipeline stage.
 template <class T>
 class Head {
  public:
-  Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale);
+  Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* tied = nullptr);
   /// Returns the mean loss over all tokens (the same on every TP rank).
   double Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets);
   Mat<T> Backward(Ctx& ctx);
-  std::vector<Param<T>*> params() { return {norm_.get(), weight_.get()}; }
+  /// The head's own parameters (a shared tied weight is the embedding's).
+  std::vector<Param<T>*> params() {
+    if (!own_) return {norm_.get()};
+    return {norm_.get(), own_.get()};
+  }
 
  private:
   Dims d_;
-  std::unique_ptr<Param<T>> norm_;    // [1, hidden] REP
-  std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
+  std::unique_ptr<Param<T>> norm_;  // [1, hidden] REP
+  std::unique_ptr<Param<T>> own_;   // [vocab, hidden], rows split; null when the embedding's is shared
+  Param<T>* weight_ = nullptr;      // own_ or the shared embedding weight
   struct Saved {
     Tensor<T> x, n, rstd, softmax;
     std::vector<int64_t> targets;

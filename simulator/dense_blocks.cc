@@ -1,6 +1,9 @@
-// A (GQA attention with RoPE and a causal mask) and D (SwiGLU MLP), forward and
+// A (GQA attention with RoPE and a causal mask, optional per-head qk norms) and
+// D (SwiGLU, GELU or squared-ReLU MLP), with optional linear biases, forward and
 // backward, tensor- and sequence-parallel as Megatron (docs/formulas.md §8.1-8.3).
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "attention_core.h"
 #include "blocks.h"
@@ -14,19 +17,58 @@ void Rope(Mat<T>* m, int64_t heads, const Dims& d, const SeqLayout& seq, int sig
   ApplyRope(m, RopeSpan{heads, d.head_dim, 0, d.head_dim}, d, seq, sign);
 }
 
+/// RMSNorm of each head of `m` (head_dim columns per head) with one weight
+/// [1, head_dim] shared by the heads (Megatron's q_layernorm / k_layernorm,
+/// built with hidden_size = head_dim); rstd gets one entry per (row, head).
+template <class T>
+Mat<T> HeadNorm(const Mat<T>& m, int64_t head_dim, const Mat<T>& w, double eps, Mat<T>* rstd) {
+  const Mat<T> rows = Eigen::Map<const Mat<T>>(m.data(), m.size() / head_dim, head_dim);
+  const Mat<T> y = RmsNormForward(rows, w, eps, rstd);
+  return Eigen::Map<const Mat<T>>(y.data(), m.rows(), m.cols());
+}
+
+/// The input gradient of HeadNorm; adds into dw.
+template <class T>
+Mat<T> HeadNormBackward(const Mat<T>& dy, const Mat<T>& m, int64_t head_dim, const Mat<T>& rstd, const Mat<T>& w,
+                        Mat<T>* dw) {
+  const auto heads = [&](const Mat<T>& a) {
+    return Mat<T>(Eigen::Map<const Mat<T>>(a.data(), a.size() / head_dim, head_dim));
+  };
+  const Mat<T> dx = RmsNormBackward(heads(dy), heads(m), rstd, w, dw);
+  return Eigen::Map<const Mat<T>>(dx.data(), m.rows(), m.cols());
+}
+
 template <class T>
 class AttentionBlock final : public Block<T> {
  public:
   AttentionBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : d_(d) {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
-    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    norm_ = &this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale));
     // QKV columns are interleaved per KV group, [q heads of the group | k | v],
     // so a column split hands each rank whole groups (docs/formulas.md §1.2).
     qkv_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.qkv.weight", h, (d.heads + 2 * d.kv_heads) * d.head_dim,
                                    ShardKind::kColumns, Init::kMatrix, seed, scale / std::sqrt(double(h)))), ParamRole::kMatrix);
     out_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "attention.out.weight", d.heads * d.head_dim, h, ShardKind::kRows,
                                    Init::kMatrix, seed, scale / std::sqrt(double(d.heads * d.head_dim)))), ParamRole::kMatrix);
+    if (d.linear_bias) {
+      // Megatron: the column-parallel bias is split with the output columns;
+      // the row-parallel one is added once, after the reduction (replicated).
+      qkv_b_ = &this->Add(MakeParam<T>(ctx, p + "attention.qkv.bias", 1, (d.heads + 2 * d.kv_heads) * d.head_dim,
+                                       ShardKind::kColumns, Init::kMatrix, seed, 0.5 * scale));
+      out_b_ = &this->Add(
+          MakeParam<T>(ctx, p + "attention.out.bias", 1, h, ShardKind::kReplicated, Init::kMatrix, seed, 0.5 * scale));
+    }
+    if (d.qk_norm) {
+      // Replicated, but each TP rank normalizes only its own heads: the
+      // gradients are partial sums over TP, which Megatron all-reduces with
+      // or without SP (finalize_model_grads.py: sequence_parallel or qk_layernorm).
+      for (Param<T>** w : {&q_norm_, &k_norm_}) {
+        *w = &this->Add(MakeParam<T>(ctx, p + (w == &q_norm_ ? "attention.q_norm.weight" : "attention.k_norm.weight"),
+                                     1, d.head_dim, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+        (*w)->tp_partial = true;
+      }
+    }
     kv_local_ = d.kv_heads / ctx.tp_size;
     q_local_ = d.heads / ctx.tp_size;
     CheckAttentionCp(d, ctx.tp_size, ctx.cp_size, ctx.cp_comm, ctx.seq.load_balanced);
@@ -41,9 +83,21 @@ class AttentionBlock final : public Block<T> {
     Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     Tensor<T> qkv(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, n_full.m, qkv_->value.m));
     n_full.Release();
+    AddBias(&qkv.m, qkv_b_);
     Mat<T> q, k, v;
     Split(qkv.m, &q, &k, &v);
     qkv.Release();
+    if (q_norm_ != nullptr) {
+      // Per-head norms before RoPE (Megatron SelfAttention.get_query_key_value_tensors);
+      // their backward reads the inputs and an fp32 rstd per (token, head).
+      Mat<T> rq, rk;
+      s.q_in = Tensor<T>(ctx.mem(), act, ab, q);
+      s.k_in = Tensor<T>(ctx.mem(), act, ab, k);
+      q = HeadNorm(q, d_.head_dim, q_norm_->value.m, d_.norm_eps, &rq);
+      k = HeadNorm(k, d_.head_dim, k_norm_->value.m, d_.norm_eps, &rk);
+      s.q_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rq));
+      s.k_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rk));
+    }
     Rope(&q, q_local_, d_, ctx.seq, 1);
     Rope(&k, kv_local_, d_, ctx.seq, 1);
     // The core runs the CP mode (attention_core.h); what it keeps is the
@@ -56,13 +110,16 @@ class AttentionBlock final : public Block<T> {
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
     s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
-    return x + ReduceFromTpForward(ctx, partial.m);
+    Mat<T> y = ReduceFromTpForward(ctx, partial.m);
+    AddBias(&y, out_b_);
+    return x + y;
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
+    AddBiasGrad(dy, out_b_);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     out_->grad.m += MatMulTransA(ctx, s.o.m, dy_full.m);
     Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
@@ -71,16 +128,22 @@ class AttentionBlock final : public Block<T> {
     AttentionCoreBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
     Rope(&dq, q_local_, d_, ctx.seq, -1);
     Rope(&dk, kv_local_, d_, ctx.seq, -1);
+    if (q_norm_ != nullptr) {
+      dq = HeadNormBackward(dq, s.q_in.m, d_.head_dim, s.q_rstd.m, q_norm_->value.m, &q_norm_->grad.m);
+      dk = HeadNormBackward(dk, s.k_in.m, d_.head_dim, s.k_rstd.m, k_norm_->value.m, &k_norm_->grad.m);
+    }
     Tensor<T> dqkv(ctx.mem(), SimCategory::kTemporaries, ab, Join(dq, dk, dv));
+    AddBiasGrad(dqkv.m, qkv_b_);
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{qkv_, &dqkv.m}});
     dqkv.Release();
-    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
   /// What flash attention keeps for the backward (docs/formulas.md §3.2).
   struct Saved {
     Tensor<T> x, n, rstd, q, k, v, o, lse;
+    Tensor<T> q_in, k_in, q_rstd, k_rstd;  // qk_norm only
   };
 
   int64_t Rep() const { return d_.heads / d_.kv_heads; }
@@ -115,26 +178,43 @@ class AttentionBlock final : public Block<T> {
   Param<T>* norm_ = nullptr;
   Param<T>* qkv_ = nullptr;
   Param<T>* out_ = nullptr;
+  Param<T>* qkv_b_ = nullptr;  // linear_bias only
+  Param<T>* out_b_ = nullptr;
+  Param<T>* q_norm_ = nullptr;  // qk_norm only
+  Param<T>* k_norm_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
 };
 
 template <class T>
 class MlpBlock final : public Block<T> {
  public:
-  MlpBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) {
+  MlpBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : act_(d.mlp_activation) {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
     eps_ = d.norm_eps;
-    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
-    gate_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.gate.weight", h, d.ffn, ShardKind::kColumns,
-                                                  Init::kMatrix, seed, scale / std::sqrt(double(h)))),
-                      ParamRole::kMatrix);
+    norm_ = &this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale));
+    // Gated (SwiGLU): fc1 = gate (activated) and up; else fc1 = up alone (activated).
+    if (Gated(act_)) {
+      gate_ = &WithRole(ctx,
+                        this->Add(MakeParam<T>(ctx, p + "mlp.gate.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix,
+                                               seed, scale / std::sqrt(double(h)))),
+                        ParamRole::kMatrix);
+    }
     up_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.up.weight", h, d.ffn, ShardKind::kColumns, Init::kMatrix,
                                                 seed, scale / std::sqrt(double(h)))),
                     ParamRole::kMatrix);
     down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.down.weight", d.ffn, h, ShardKind::kRows,
                                                   Init::kMatrix, seed, scale / std::sqrt(double(d.ffn)))),
                       ParamRole::kMatrix);
+    if (d.linear_bias) {
+      // fc1's biases split with its columns; fc2's added once, after the reduction.
+      const auto bias = [&](const std::string& name, int64_t cols, ShardKind kind) {
+        return &this->Add(MakeParam<T>(ctx, p + name, 1, cols, kind, Init::kMatrix, seed, 0.5 * scale));
+      };
+      if (gate_ != nullptr) gate_b_ = bias("mlp.gate.bias", d.ffn, ShardKind::kColumns);
+      up_b_ = bias("mlp.up.bias", d.ffn, ShardKind::kColumns);
+      down_b_ = bias("mlp.down.bias", h, ShardKind::kReplicated);
+    }
   }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
@@ -144,37 +224,57 @@ class MlpBlock final : public Block<T> {
     Saved& s = saved_.Open(ctx.microbatch);
     SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd);
     Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-    s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
-    s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    // The activation's inputs (a, and u when gated) and output z (fc2's input).
+    if (gate_ != nullptr) {
+      s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
+      s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+      AddBias(&s.u.m, up_b_);
+    } else {
+      s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    }
+    AddBias(&s.a.m, ABias());
     n_full.Release();
-    s.z = Tensor<T>(ctx.mem(), act, ab, SwiGlu(s.a.m, s.u.m));
+    s.z = Tensor<T>(ctx.mem(), act, ab, Activate(act_, s.a.m, s.u.m));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.z.m, down_->value.m));
-    return x + ReduceFromTpForward(ctx, partial.m);
+    Mat<T> y = ReduceFromTpForward(ctx, partial.m);
+    AddBias(&y, down_b_);
+    return x + y;
   }
 
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kMlp);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
+    AddBiasGrad(dy, down_b_);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     down_->grad.m += MatMulTransA(ctx, s.z.m, dy_full.m);
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, down_->value.m);
     dy_full.Release();
     Mat<T> da, du;
-    SwiGluBackward(dz, s.a.m, s.u.m, &da, &du);
-    const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}});
-    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    ActivateBackward(act_, dz, s.a.m, s.u.m, &da, &du);
+    AddBiasGrad(da, ABias());
+    if (gate_ != nullptr) AddBiasGrad(du, up_b_);
+    const Mat<T> dn = gate_ != nullptr ? ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}})
+                                       : ColumnParallelBackward<T>(ctx, s.n.m, {{up_, &da}});
+    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
   struct Saved {
     Tensor<T> x, n, rstd, a, u, z;
   };
+  /// The bias of fc1's activated output a: the gate's when gated, else up's.
+  Param<T>* ABias() const { return gate_ != nullptr ? gate_b_ : up_b_; }
+
+  FfnActivation act_;
   double eps_ = 1e-5;
   Param<T>* norm_ = nullptr;
-  Param<T>* gate_ = nullptr;
+  Param<T>* gate_ = nullptr;  // gated activations only
   Param<T>* up_ = nullptr;
   Param<T>* down_ = nullptr;
+  Param<T>* gate_b_ = nullptr;  // linear_bias only (gate_b_ also gated only)
+  Param<T>* up_b_ = nullptr;
+  Param<T>* down_b_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
 };
 
@@ -220,6 +320,40 @@ void SwiGluBackward(const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* 
 }
 
 template <class T>
+Mat<T> Activate(FfnActivation f, const Mat<T>& a, const Mat<T>& u) {
+  if (f == FfnActivation::kSwiglu) return SwiGlu(a, u);
+  Mat<T> z(a.rows(), a.cols());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const T x = a.data()[i];
+    if (f == FfnActivation::kGelu) {
+      z.data()[i] = T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2))));
+    } else {
+      const T r = std::max(x, T(0));
+      z.data()[i] = r * r;
+    }
+  }
+  return z;
+}
+
+template <class T>
+void ActivateBackward(FfnActivation f, const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du) {
+  if (f == FfnActivation::kSwiglu) return SwiGluBackward(dz, a, u, da, du);
+  da->resize(a.rows(), a.cols());
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const T x = a.data()[i];
+    T slope;
+    if (f == FfnActivation::kGelu) {
+      // GELU'(x) = Phi(x) + x phi(x), phi the standard normal density.
+      const T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * std::numbers::pi_v<T>);
+      slope = T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2)))) + x * pdf;
+    } else {
+      slope = T(2) * std::max(x, T(0));
+    }
+    da->data()[i] = dz.data()[i] * slope;
+  }
+}
+
+template <class T>
 std::unique_ptr<Block<T>> MakeDenseBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                          double scale) {
   if (letter == 'A') return std::make_unique<AttentionBlock<T>>(ctx, d, layer, seed, scale);
@@ -234,6 +368,12 @@ template void SwiGluBackward<double>(const Mat<double>&, const Mat<double>&, con
                                      Mat<double>*);
 template void SwiGluBackward<float>(const Mat<float>&, const Mat<float>&, const Mat<float>&, Mat<float>*,
                                     Mat<float>*);
+template Mat<double> Activate<double>(FfnActivation, const Mat<double>&, const Mat<double>&);
+template Mat<float> Activate<float>(FfnActivation, const Mat<float>&, const Mat<float>&);
+template void ActivateBackward<double>(FfnActivation, const Mat<double>&, const Mat<double>&, const Mat<double>&,
+                                       Mat<double>*, Mat<double>*);
+template void ActivateBackward<float>(FfnActivation, const Mat<float>&, const Mat<float>&, const Mat<float>&,
+                                      Mat<float>*, Mat<float>*);
 template std::unique_ptr<Block<double>> MakeDenseBlock<double>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
 template std::unique_ptr<Block<float>> MakeDenseBlock<float>(char, Ctx&, const Dims&, int64_t, uint64_t, double);
 

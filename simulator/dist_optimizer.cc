@@ -173,10 +173,11 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
   // With SP each TP rank holds partial gradients of the replicated parameters
   // (norms, router): one coalesced all-reduce over TP (Megatron
   // _allreduce_layernorm_grads), padded to a multiple of tp like the DP buffers.
-  if (!groups_.sp || groups_.tp->size() == 1) return;
+  // Without SP only the qk norms' (tp_partial) gradients differ over TP.
+  if (groups_.tp->size() == 1) return;
   std::vector<Param<T>*> rep;
   for (Param<T>* p : params) {
-    if (p->shard == ShardKind::kReplicated) rep.push_back(p);
+    if (p->shard == ShardKind::kReplicated && (groups_.sp || p->tp_partial)) rep.push_back(p);
   }
   int64_t n = 0;
   for (Param<T>* p : rep) n += p->grad.m.size();
@@ -187,6 +188,21 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
   Allocation temp(ctx.mem(), SimCategory::kTemporaries, padded * ctx.bytes.grad);
   ctx.rank->AllReduce(*groups_.tp, flat.data(), padded, ctx.bytes.grad);
   Unflatten(flat, rep, &Param<T>::grad);
+}
+
+template <class T>
+void DistOptimizer<T>::AllReduceTied(Ctx& ctx, const std::vector<Param<T>*>& params) {
+  // The first and last stage each hold a copy of a tied embedding and their
+  // stage's part of its gradient: Megatron sums the copies' gradients over the
+  // embedding group (finalize_model_grads.py _allreduce_word_embedding_grads,
+  // after the DP sync). Summing before the DP sync moves the same V/t x h
+  // elements and gives the same sums; the DP sync then reduces the total.
+  if (groups_.embedding == nullptr) return;
+  for (Param<T>* p : params) {
+    if (!p->tied) continue;
+    ctx.rank->set_what(CommWhat::kTiedEmbedding);
+    ctx.rank->AllReduce(*groups_.embedding, p->grad.m.data(), p->grad.m.size(), ctx.bytes.grad);
+  }
 }
 
 template <class T>
@@ -385,6 +401,7 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
     for (const auto& unit : unit_params_) all.insert(all.end(), unit.begin(), unit.end());
     Observe(all);
     AllReduceReplicated(ctx, all);
+    AllReduceTied(ctx, all);
     for (auto& unit : units_) {
       for (Buffer& b : unit) SyncGradients(ctx, b);
     }

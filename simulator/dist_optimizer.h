@@ -57,6 +57,7 @@ struct DistGroups {
   const Group* etp = nullptr;
   const Group* edp = nullptr;
   bool sp = false;  // REP grads are partial over TP: all-reduce them first
+  const Group* embedding = nullptr;  // a tied embedding's two copies (first and last stage)
 };
 
 /// A rank's optimizer: buffers and state of its units.
@@ -92,6 +93,7 @@ class DistOptimizer {
   struct Buffer;
   void Observe(const std::vector<Param<T>*>& params);
   void AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*>& params);
+  void AllReduceTied(Ctx& ctx, const std::vector<Param<T>*>& params);
   void SyncGradients(Ctx& ctx, Buffer& b);
   void OwnedValues(Buffer& b);
   void StepAdamW(Ctx& ctx, Buffer& b);

@@ -43,10 +43,20 @@ void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
 }
 
 template <class T>
-Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : d_(d) {
-  norm_ = MakeParam<T>(ctx, "final_norm.weight", 1, d.hidden, ShardKind::kReplicated, Init::kNormWeight, seed, scale);
-  weight_ = MakeParam<T>(ctx, "head.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed,
-                         scale / std::sqrt(double(d.hidden)));
+Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* tied) : d_(d), weight_(tied) {
+  norm_ = MakeNorm<T>(ctx, d, "final_norm", seed, scale);
+  if (weight_ != nullptr) return;
+  if (d.tie_embeddings) {
+    // Megatron's last-stage copy of the word embeddings (LanguageModule
+    // setup_embeddings_and_output_layer): the embedding's value, kept in step
+    // by summing the two copies' gradients (DistOptimizer, Param::tied).
+    own_ = MakeParam<T>(ctx, "embedding.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed, scale);
+    own_->tied = true;
+  } else {
+    own_ = MakeParam<T>(ctx, "head.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed,
+                        scale / std::sqrt(double(d.hidden)));
+  }
+  weight_ = own_.get();
 }
 
 template <class T>
@@ -107,7 +117,7 @@ Mat<T> Head<T>::Backward(Ctx& ctx) {
   n_full.Release();
   const Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));
   dlogits.Release();
-  return RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+  return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
 }
 
 template <class T>

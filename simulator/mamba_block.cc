@@ -553,7 +553,7 @@ class MambaBlock final : public Block<T> {
     if (a2a_) dk = Tensor<T>(ctx.mem(), tmp, ab, HeadsToSeq(ctx, dk.m, seq_to_heads_, tp_.proj(), d_.batch));
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{in_proj_, &dk.m}});
     dk.Release();
-    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
@@ -603,7 +603,7 @@ class MambaBlock final : public Block<T> {
       return WithRole(
           ctx, this->Add(MakeParam<T>(ctx, p + name, rows, cols, kind, init, seed, s, -1, std::move(segments))), role);
     };
-    norm_ = &add("norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, scale, ParamRole::kVector);
+    norm_ = &WithRole(ctx, this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale)), ParamRole::kVector);
     in_proj_ = &add("mixer.in_proj.weight", h, 2 * di + 2 * gn + nh, ShardKind::kColumns, Init::kMatrix,
                     scale / std::sqrt(double(h)), ParamRole::kMambaInProj, {di, di, gn, gn, nh});
     conv_w_ = &add("mixer.conv1d.weight", conv, d.mamba_d_conv, ShardKind::kRows, Init::kMatrix,

@@ -1,7 +1,7 @@
 // E: MoE FFN with a top-k router (softmax over the chosen logits, or
 // DeepSeek-V3's sigmoid scores normalised over the chosen experts, chosen by
 // score + expert bias when the router has one), capacity with token dropping (or
-// dropless, or padded to capacity), SwiGLU experts placed over EP and split
+// dropless, or padded to capacity), experts (SwiGLU, GELU or squared ReLU) placed over EP and split
 // over expert-TP, and a shared expert over TP (docs/formulas.md §5, 8.2, 8.3).
 //
 // Data flow on a rank (forward): route the local tokens; order the kept
@@ -51,11 +51,12 @@ std::vector<int64_t> Scaled(const std::vector<int64_t>& rows, int64_t width) {
 template <class T>
 class MoeBlock final : public Block<T> {
  public:
-  MoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale) : d_(d) {
+  MoeBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale)
+      : d_(d), gated_(Gated(d.moe_activation)) {
     const std::string p = "layers." + std::to_string(layer) + ".";
     const int64_t h = d.hidden;
     local_experts_ = d.experts / ctx.ep_size;
-    norm_ = &this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated, Init::kNormWeight, seed, scale));
+    norm_ = &this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale));
     router_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.router.weight", h, d.experts, ShardKind::kReplicated,
                                                     Init::kMatrix, seed, 4.0 * scale / std::sqrt(double(h)))),
                         ParamRole::kRouter);
@@ -72,17 +73,37 @@ class MoeBlock final : public Block<T> {
       const int64_t e = ctx.ep_rank * local_experts_ + le;
       const std::string q = p + "moe.experts." + std::to_string(e) + ".";
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.expert_ffn));
-      gate_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "gate.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
-                                              Init::kMatrix, seed, s_in, e)), ParamRole::kMatrix));
+      // Gated experts: fc1 = gate (activated) and up; else up alone (activated).
+      if (gated_) {
+        gate_.push_back(&WithRole(ctx,
+                                  this->Add(MakeParam<T>(ctx, q + "gate.weight", h, d.expert_ffn,
+                                                         ShardKind::kExpertColumns, Init::kMatrix, seed, s_in, e)),
+                                  ParamRole::kMatrix));
+      }
       up_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "up.weight", h, d.expert_ffn, ShardKind::kExpertColumns,
                                             Init::kMatrix, seed, s_in, e)), ParamRole::kMatrix));
       down_.push_back(&WithRole(ctx, this->Add(MakeParam<T>(ctx, q + "down.weight", d.expert_ffn, h, ShardKind::kExpertRows,
                                               Init::kMatrix, seed, s_out, e)), ParamRole::kMatrix));
+      if (d.linear_bias) {
+        // Each expert's fc1 and fc2 biases (expert_tp 1: CheckSupported).
+        const auto bias = [&](const std::string& name, int64_t cols) {
+          return &this->Add(
+              MakeParam<T>(ctx, q + name, 1, cols, ShardKind::kExpertColumns, Init::kMatrix, seed, 0.5 * scale, e));
+        };
+        if (gated_) gate_b_.push_back(bias("gate.bias", d.expert_ffn));
+        up_b_.push_back(bias("up.bias", d.expert_ffn));
+        down_b_.push_back(bias("down.bias", h));
+      }
     }
     if (d.shared_ffn > 0) {
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.shared_ffn));
-      sh_gate_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.gate.weight", h, d.shared_ffn, ShardKind::kColumns,
-                                         Init::kMatrix, seed, s_in)), ParamRole::kMatrix);
+      // Megatron's shared expert is an MLP with the experts' activation.
+      if (gated_) {
+        sh_gate_ = &WithRole(ctx,
+                             this->Add(MakeParam<T>(ctx, p + "moe.shared.gate.weight", h, d.shared_ffn,
+                                                    ShardKind::kColumns, Init::kMatrix, seed, s_in)),
+                             ParamRole::kMatrix);
+      }
       sh_up_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.up.weight", h, d.shared_ffn, ShardKind::kColumns,
                                        Init::kMatrix, seed, s_in)), ParamRole::kMatrix);
       sh_down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.down.weight", d.shared_ffn, h, ShardKind::kRows,
@@ -111,21 +132,26 @@ class MoeBlock final : public Block<T> {
     s_.expert_of_row = s_.gathered_layout.ExpertOfRows();
 
     // Experts, each on its rows of the gathered buffer.
-    const int64_t f = gate_.empty() ? 0 : gate_[0]->value.m.cols();
+    const int64_t f = up_.empty() ? 0 : up_[0]->value.m.cols();
     s_.a = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
-    s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    if (gated_) s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
     s_.z = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
     Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
       const Mat<T> in = Take(s_.gathered.m, rows);
-      const Mat<T> a = MatMul(ctx, in, gate_[static_cast<size_t>(le)]->value.m);
-      const Mat<T> u = MatMul(ctx, in, up_[static_cast<size_t>(le)]->value.m);
-      const Mat<T> z = SwiGlu(a, u);
+      const size_t i = static_cast<size_t>(le);
+      Mat<T> a = MatMul(ctx, in, gated_ ? gate_[i]->value.m : up_[i]->value.m);
+      Mat<T> u = gated_ ? MatMul(ctx, in, up_[i]->value.m) : Mat<T>();
+      AddBias(&a, ABias(i));
+      if (gated_) AddBias(&u, Bias(up_b_, i));
+      const Mat<T> z = Activate(d_.moe_activation, a, u);
       Put(&s_.a.m, rows, a);
-      Put(&s_.u.m, rows, u);
+      if (gated_) Put(&s_.u.m, rows, u);
       Put(&s_.z.m, rows, z);
-      Put(&y.m, rows, MatMul(ctx, z, down_[static_cast<size_t>(le)]->value.m));
+      Mat<T> yl = MatMul(ctx, z, down_[i]->value.m);
+      AddBias(&yl, Bias(down_b_, i));
+      Put(&y.m, rows, yl);
     }
     Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
     ctx.rank->set_what(CommWhat::kMoeCombine);
@@ -137,7 +163,7 @@ class MoeBlock final : public Block<T> {
     }
     Mat<T> result = x + out.m;
     ctx.rank->set_what(CommWhat::kMoeSharedExpert);
-    if (sh_gate_ != nullptr) result += SharedForward(ctx);
+    if (sh_up_ != nullptr) result += SharedForward(ctx);
     saved_.Open(ctx.microbatch) = std::exchange(s_, State());
     return result;
   }
@@ -148,7 +174,7 @@ class MoeBlock final : public Block<T> {
     s_ = saved_.Close(ctx.microbatch);
     Mat<T> dn = Mat<T>::Zero(dy.rows(), h);
     ctx.rank->set_what(CommWhat::kMoeSharedExpert);
-    if (sh_gate_ != nullptr) dn += SharedBackward(ctx, dy);
+    if (sh_up_ != nullptr) dn += SharedBackward(ctx, dy);
 
     // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
     const int64_t pairs = static_cast<int64_t>(s_.send_token.size());
@@ -168,17 +194,26 @@ class MoeBlock final : public Block<T> {
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
       const Mat<T> dyl = Take(dy_g.m, rows), in = Take(s_.gathered.m, rows);
-      const Mat<T> a = Take(s_.a.m, rows), u = Take(s_.u.m, rows), z = Take(s_.z.m, rows);
-      Param<T>& gw = *gate_[static_cast<size_t>(le)];
-      Param<T>& uw = *up_[static_cast<size_t>(le)];
-      Param<T>& dw = *down_[static_cast<size_t>(le)];
+      const Mat<T> a = Take(s_.a.m, rows), u = gated_ ? Take(s_.u.m, rows) : Mat<T>(), z = Take(s_.z.m, rows);
+      const size_t i = static_cast<size_t>(le);
+      Param<T>& uw = *up_[i];
+      Param<T>& dw = *down_[i];
       dw.grad.m += MatMulTransA(ctx, z, dyl);
+      AddBiasGrad(dyl, Bias(down_b_, i));
       const Mat<T> dz = MatMulTransB(ctx, dyl, dw.value.m);
       Mat<T> da, du;
-      SwiGluBackward(dz, a, u, &da, &du);
-      gw.grad.m += MatMulTransA(ctx, in, da);
-      uw.grad.m += MatMulTransA(ctx, in, du);
-      Put(&dxg.m, rows, Mat<T>(MatMulTransB(ctx, da, gw.value.m) + MatMulTransB(ctx, du, uw.value.m)));
+      ActivateBackward(d_.moe_activation, dz, a, u, &da, &du);
+      AddBiasGrad(da, ABias(i));
+      if (gated_) AddBiasGrad(du, Bias(up_b_, i));
+      if (gated_) {
+        Param<T>& gw = *gate_[i];
+        gw.grad.m += MatMulTransA(ctx, in, da);
+        uw.grad.m += MatMulTransA(ctx, in, du);
+        Put(&dxg.m, rows, Mat<T>(MatMulTransB(ctx, da, gw.value.m) + MatMulTransB(ctx, du, uw.value.m)));
+      } else {
+        uw.grad.m += MatMulTransA(ctx, in, da);
+        Put(&dxg.m, rows, MatMulTransB(ctx, da, uw.value.m));
+      }
     }
     dy_g.Release();
     // The backward of dispatch moves like a combine.
@@ -222,7 +257,7 @@ class MoeBlock final : public Block<T> {
     }
     router_->grad.m += MatMulTransA(ctx, s_.n.m, dlogits);
     dn += MatMulTransB(ctx, dlogits, router_->value.m);
-    Mat<T> dx = dy + RmsNormBackward(dn, s_.x.m, s_.rstd.m, norm_->value.m, &norm_->grad.m);
+    Mat<T> dx = dy + NormBackward(dn, s_.x.m, s_.rstd.m, norm_->value.m, &norm_->grad.m);
     s_ = State();  // frees what the backward read
     return dx;
   }
@@ -419,10 +454,14 @@ class MoeBlock final : public Block<T> {
     const int64_t ab = ctx.bytes.activation;
     const SimCategory act = SimCategory::kActivations;
     Tensor<T> n_full = TpRegionInput(ctx, s_.n.m);
-    s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
-    s_.sh_u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    if (sh_gate_ != nullptr) {
+      s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));
+      s_.sh_u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    } else {
+      s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_up_->value.m));
+    }
     n_full.Release();
-    s_.sh_z = Tensor<T>(ctx.mem(), act, ab, SwiGlu(s_.sh_a.m, s_.sh_u.m));
+    s_.sh_z = Tensor<T>(ctx.mem(), act, ab, Activate(d_.moe_activation, s_.sh_a.m, s_.sh_u.m));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s_.sh_z.m, sh_down_->value.m));
     return ReduceFromTpForward(ctx, partial.m);
   }
@@ -434,9 +473,15 @@ class MoeBlock final : public Block<T> {
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, sh_down_->value.m);
     dy_full.Release();
     Mat<T> da, du;
-    SwiGluBackward(dz, s_.sh_a.m, s_.sh_u.m, &da, &du);
+    ActivateBackward(d_.moe_activation, dz, s_.sh_a.m, s_.sh_u.m, &da, &du);
+    if (sh_gate_ == nullptr) return ColumnParallelBackward<T>(ctx, s_.n.m, {{sh_up_, &da}});
     return ColumnParallelBackward<T>(ctx, s_.n.m, {{sh_gate_, &da}, {sh_up_, &du}});
   }
+
+  /// Local expert i's bias in `biases`; null without linear biases.
+  static Param<T>* Bias(const std::vector<Param<T>*>& biases, size_t i) { return biases.empty() ? nullptr : biases[i]; }
+  /// The bias of expert i's activated fc1 output a: the gate's when gated, else up's.
+  Param<T>* ABias(size_t i) const { return Bias(gated_ ? gate_b_ : up_b_, i); }
 
   std::vector<int64_t> RowsOf(int64_t le) const {
     std::vector<int64_t> rows;
@@ -455,11 +500,13 @@ class MoeBlock final : public Block<T> {
   }
 
   Dims d_;
+  bool gated_ = true;  // fc1 is gate and up (SwiGLU), else up alone
   int64_t local_experts_ = 0;
   Param<T>* norm_ = nullptr;
   Param<T>* router_ = nullptr;
-  std::vector<Param<T>*> gate_, up_, down_;
-  Param<T>* sh_gate_ = nullptr;
+  std::vector<Param<T>*> gate_, up_, down_;  // gate_ empty unless gated
+  std::vector<Param<T>*> gate_b_, up_b_, down_b_;  // empty without linear biases (gate_b_ also unless gated)
+  Param<T>* sh_gate_ = nullptr;              // gated only
   Param<T>* sh_up_ = nullptr;
   Param<T>* sh_down_ = nullptr;
   // The working set of the micro-batch being run; between its forward and

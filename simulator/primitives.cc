@@ -258,14 +258,70 @@ Mat<T> RmsNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& rstd, co
 }
 
 template <class T>
+Mat<T> LayerNormForward(const Mat<T>& x, const Mat<T>& wb, double eps, Mat<T>* stats) {
+  const int64_t h = x.cols();
+  stats->resize(x.rows(), 2);
+  Mat<T> y(x.rows(), h);
+  for (int64_t i = 0; i < x.rows(); ++i) {
+    const T mean = x.row(i).sum() / T(h);
+    const auto centered = (x.row(i).array() - mean).matrix().eval();
+    const T r = T(1) / std::sqrt(centered.squaredNorm() / T(h) + T(eps));
+    (*stats)(i, 0) = mean;
+    (*stats)(i, 1) = r;
+    y.row(i) = (centered * r).cwiseProduct(wb.row(0)) + wb.row(1);
+  }
+  return y;
+}
+
+template <class T>
+Mat<T> LayerNormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& stats, const Mat<T>& wb, Mat<T>* dwb) {
+  // xhat = (x - mean) r, g = dy.w: dx = r (g - mean(g) - xhat mean(g.xhat));
+  // dw = sum_tokens dy.xhat, db = sum_tokens dy.
+  const int64_t h = x.cols();
+  Mat<T> dx(x.rows(), h);
+  for (int64_t i = 0; i < x.rows(); ++i) {
+    const T r = stats(i, 1);
+    const auto xhat = ((x.row(i).array() - stats(i, 0)) * r).matrix().eval();
+    const auto g = dy.row(i).cwiseProduct(wb.row(0)).eval();
+    const T mean_g = g.sum() / T(h), mean_gx = g.cwiseProduct(xhat).sum() / T(h);
+    dx.row(i) = r * ((g.array() - mean_g).matrix() - xhat * mean_gx);
+    dwb->row(0) += dy.row(i).cwiseProduct(xhat);
+    dwb->row(1) += dy.row(i);
+  }
+  return dx;
+}
+
+template <class T>
+std::unique_ptr<Param<T>> MakeNorm(const Ctx& ctx, const Dims& d, const std::string& prefix, uint64_t seed,
+                                   double scale) {
+  if (d.norm != NormKind::kLayerNorm) {
+    return MakeParam<T>(ctx, prefix + ".weight", 1, d.hidden, ShardKind::kReplicated, Init::kNormWeight, seed, scale);
+  }
+  auto p = MakeParam<T>(ctx, prefix + ".weight_and_bias", 2, d.hidden, ShardKind::kReplicated, Init::kNormWeight, seed,
+                        scale);
+  p->value.m.row(1) = GlobalValue(prefix + ".bias", 1, d.hidden, Init::kMatrix, seed, scale).template cast<T>();
+  return p;
+}
+
+template <class T>
+Mat<T> NormForward(const Mat<T>& x, const Mat<T>& w, double eps, Mat<T>* stats) {
+  return w.rows() == 2 ? LayerNormForward(x, w, eps, stats) : RmsNormForward(x, w, eps, stats);
+}
+
+template <class T>
+Mat<T> NormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& stats, const Mat<T>& w, Mat<T>* dw) {
+  return w.rows() == 2 ? LayerNormBackward(dy, x, stats, w, dw) : RmsNormBackward(dy, x, stats, w, dw);
+}
+
+template <class T>
 void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
-                 Tensor<T>* saved_rstd) {
+                 Tensor<T>* saved_stats) {
   const SimCategory act = SimCategory::kActivations;
   const int64_t ab = ctx.bytes.activation;
   *saved_x = Tensor<T>(ctx.mem(), act, ab, x);
-  Mat<T> rstd;
-  *saved_n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(x, w, eps, &rstd));
-  *saved_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rstd));
+  Mat<T> stats;
+  *saved_n = Tensor<T>(ctx.mem(), act, ab, NormForward(x, w, eps, &stats));
+  *saved_stats = Tensor<T>(ctx.mem(), act, 4, std::move(stats));  // fp32: rstd, or mean and rstd
 }
 
 template <class T>
@@ -283,22 +339,24 @@ Mat<T> ColumnParallelBackward(Ctx& ctx, const Mat<T>& n, const std::vector<Colum
   return CopyToTpBackward(ctx, dn);
 }
 
-#define PREFLIGHT_INSTANTIATE(T)                                                                                \
-  template void PutShard<T>(ShardKind, const std::vector<int64_t>&, int, int, const Mat<T>&, Mat<T>*);         \
-  template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, \
-                                                  Init, uint64_t, double, int64_t, std::vector<int64_t>);      \
-  template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
-  template Mat<T> MatMulTransB<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                         \
-  template Mat<T> MatMulTransA<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                         \
-  template Mat<T> CopyToTpForward<T>(Ctx&, const Mat<T>&);                                                     \
-  template Mat<T> CopyToTpBackward<T>(Ctx&, const Mat<T>&);                                                    \
-  template Mat<T> ReduceFromTpForward<T>(Ctx&, const Mat<T>&);                                                 \
-  template Mat<T> ReduceFromTpBackward<T>(Ctx&, const Mat<T>&);                                                \
-  template Mat<T> RmsNormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                            \
-  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);     \
-  template void SavePreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*,             \
-                               Tensor<T>*);                                                                    \
-  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);                                                    \
+#define PREFLIGHT_INSTANTIATE(T)                                                                                     \
+  template void PutShard<T>(ShardKind, const std::vector<int64_t>&, int, int, const Mat<T>&, Mat<T>*);               \
+  template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, Init, \
+                                                  uint64_t, double, int64_t, std::vector<int64_t>);                  \
+  template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                                     \
+  template Mat<T> MatMulTransB<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
+  template Mat<T> MatMulTransA<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
+  template Mat<T> CopyToTpForward<T>(Ctx&, const Mat<T>&);                                                           \
+  template Mat<T> CopyToTpBackward<T>(Ctx&, const Mat<T>&);                                                          \
+  template Mat<T> ReduceFromTpForward<T>(Ctx&, const Mat<T>&);                                                       \
+  template Mat<T> ReduceFromTpBackward<T>(Ctx&, const Mat<T>&);                                                      \
+  template Mat<T> RmsNormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                                  \
+  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);           \
+  template void SavePreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*, Tensor<T>*);      \
+  template Mat<T> NormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                                     \
+  template Mat<T> NormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);              \
+  template std::unique_ptr<Param<T>> MakeNorm<T>(const Ctx&, const Dims&, const std::string&, uint64_t, double);     \
+  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);                                                          \
   template Mat<T> ColumnParallelBackward<T>(Ctx&, const Mat<T>&, const std::vector<ColumnGrad<T>>&);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)

@@ -366,9 +366,7 @@ class RecurrentBlock final : public Block<T> {
     };
     // Names, shapes (input x output) and splits of the inventory (src/inventory/build.cc AddRecurrent);
     // the 3-D gate stacks [n_b, B, B] are held as [n_b * B, B] and split by rows, so whole blocks.
-    norm_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "norm.weight", 1, h, ShardKind::kReplicated,
-                                                  Init::kNormWeight, seed, scale)),
-                      ParamRole::kVector);
+    norm_ = &WithRole(ctx, this->Add(MakeNorm<T>(ctx, d, p + "norm", seed, scale)), ParamRole::kVector);
     gate_ = matrix("gate_proj.weight", h, w, ShardKind::kColumns, scale / std::sqrt(double(h)));
     in_ = matrix("input_proj.weight", h, w, ShardKind::kColumns, scale / std::sqrt(double(h)));
     mixer_.conv_w = per_channel("conv1d.weight", w, taps, ShardKind::kRows, scale / std::sqrt(double(taps)));
@@ -438,7 +436,7 @@ class RecurrentBlock final : public Block<T> {
       du.m = RecurrenceBackward(ctx, s, dyo.cwiseProduct(gelu));
     }
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &dg_pre.m}, {in_, &du.m}});
-    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:

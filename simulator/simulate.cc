@@ -58,12 +58,12 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   Require(p.schedule != Schedule::kDualPipe,
           std::string("the executor runs the 1f1b, interleaved and dualpipev schedules, not parallel.schedule = ") +
               Name(p.schedule));
-  Require(!r.model.tie_embeddings, "tied embeddings are not in the executor (set model.tie_embeddings: false)");
-  Require(r.model.norm == NormKind::kRmsNorm, "only RMSNorm is in the executor (model.norm)");
+  Require(!r.model.tie_embeddings || p.zero <= 1,
+          "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
+          "embedding's gradient is sharded per unit before the stages' copies are summed");
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
   Require(r.training.flash_attention,
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
-  Require(!r.model.attention.qk_norm, "qk_norm is not in the executor");
   Require(r.parallel.dp_replicate == 1,
           "HSDP replicas are not in the executor (its distributed optimizer shards over the whole data-parallel "
           "group; set parallel.dp_replicate: 1)");
@@ -76,7 +76,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
           "the executor keeps activations on the device (set training.activation_offload: [])");
   Require(r.parallel.embedding == EmbeddingSplit::kVocabParallel,
           "the executor's embedding is vocab-parallel (set parallel.embedding: vocab_parallel)");
-  Require(!r.model.linear_bias, "linear biases are not in the executor (set model.linear_bias: false)");
   Require(r.training.precision.fp4 == Fp4Format::kNone,
           "FP4 GEMMs are not in the executor (set training.precision.fp4: none)");
   Require(!r.training.defer_head_wgrad,
@@ -100,10 +99,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
     Require(m.attention.head_dim % 2 == 0, "attention.head_dim must be even (RoPE rotates halves)");
   }
   Require(m.mlp.ffn_hidden % p.tp == 0, "mlp.ffn_hidden must be divisible by parallel.tp");
-  Require(m.mlp.activation == FfnActivation::kSwiglu, "only the SwiGLU MLP is in the executor (mlp.activation)");
   const bool sp = p.sp && p.tp > 1;
   if (has_moe) {
-    Require(m.moe.activation == FfnActivation::kSwiglu, "only SwiGLU experts are in the executor (moe.activation)");
     Require(!m.moe.router_bias || m.moe.router == RouterScore::kSigmoid,
             "moe.router_bias steers the sigmoid router (Megatron adds the expert bias to sigmoid scores); "
             "set moe.router: sigmoid");
@@ -116,6 +113,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
     Require(m.moe.ffn_hidden % p.expert_tp == 0, "moe.ffn_hidden must be divisible by parallel.expert_tp");
     Require(m.moe.SharedWidth() % p.tp == 0, "the shared expert width must be divisible by parallel.tp");
     Require(m.moe.top_k >= 1 && m.moe.top_k <= m.moe.experts, "moe.top_k must be in 1..experts");
+    Require(!m.linear_bias || p.expert_tp == 1,
+            "expert biases are in the executor with parallel.expert_tp: 1 only (model.linear_bias)");
   }
   const int64_t chunks = p.cp_load_balance && p.cp > 1 ? 2 * p.cp : p.cp;
   Require(r.training.seq_len % chunks == 0, "seq_len must divide into the context-parallel chunks");
@@ -141,6 +140,9 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
     d.mla_v = m.mla->v_head_dim;
   }
   d.ffn = m.mlp.ffn_hidden;
+  d.mlp_activation = m.mlp.activation;
+  d.moe_activation = m.moe.activation;
+  d.qk_norm = m.attention.qk_norm;
   d.experts = m.moe.experts;
   d.top_k = m.moe.top_k;
   d.expert_ffn = m.moe.ffn_hidden;
@@ -166,6 +168,9 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.recurrent_d_conv = m.recurrent.d_conv;
   d.seq = r.training.seq_len;
   d.batch = r.training.micro_batch;
+  d.tie_embeddings = m.tie_embeddings;
+  d.norm = m.norm;
+  d.linear_bias = m.linear_bias;
   return d;
 }
 
@@ -219,12 +224,15 @@ struct Spec {
 };
 
 /// One parameter on one rank, as the verifier needs it.
+/// Every field travels to rank 0 under MPI: a new one goes into CodeResult too
+/// (mpi_parity_test fails otherwise).
 struct ParamRecord {
   std::string name;
   ShardKind shard = ShardKind::kReplicated;
   std::vector<int64_t> segments;
   int64_t rows = 0, cols = 0, expert = -1;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
+  bool tp_partial = false;
   Mat<double> grad;    // summed over this rank's micro-batches, before any reduction
   Mat<double> update;  // value after the step - value before
 };
@@ -306,6 +314,7 @@ class RankProgram {
       for (Param<T>* p : unit) before_[p->name] = p->value.m.template cast<double>();
     }
     DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
+    if (spec_.dims.tie_embeddings) dg.embedding = groups_.embedding;
     optimizer_ = std::make_unique<DistOptimizer<T>>(ctx_, dg, units, spec_.optim);
     // Blocks build full parameters and gradients that ZeRO 2/3 shard at once
     // (DeepSpeed zero.Init / FSDP's meta-device init never hold them): the
@@ -358,13 +367,19 @@ class RankProgram {
       const size_t parts = static_cast<size_t>(sc.end_layer - sc.first_layer) + (chunk.index == 0 ? 1 : 0) +
                            (chunk.index == n_chunks - 1 ? 1 : 0);
       for (size_t i = 0; i < parts; ++i) chunk.units.push_back(next_unit_++);
-      if (chunk.index == 0) chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      if (chunk.index == 0) {
+        chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+        // The first stage's copy of a tied embedding whose head is on another stage.
+        chunk.embedding->weight().tied = s.dims.tie_embeddings && s.topo.pp > 1;
+      }
       for (int64_t l = sc.first_layer; l < sc.end_layer; ++l) {
         const char letter = s.letters[static_cast<size_t>(l)];
         chunk.letters.push_back(letter);
         chunk.blocks.push_back(MakeBlock<T>(letter, ctx_, s.dims, l, s.opt.seed, s.opt.init_scale));
       }
-      if (chunk.index == n_chunks - 1) chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      if (chunk.index == n_chunks - 1) {
+        chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale, TiedWeight(chunk));
+      }
       chunks_.push_back(std::move(chunk));
     }
   }
@@ -405,6 +420,15 @@ class RankProgram {
     for (size_t i = 0; i < all.size(); ++i) UpdateExpertBias<T>(stacked.row(static_cast<int64_t>(i)), all[i]);
   }
 
+  /// The embedding weight a tied head shares when this rank holds it (in
+  /// `chunk`, being built, or in the first chunk); else null.
+  Param<T>* TiedWeight(ModelChunk<T>& chunk) {
+    if (!spec_.dims.tie_embeddings) return nullptr;
+    if (chunk.embedding) return &chunk.embedding->weight();
+    if (!chunks_.empty() && chunks_.front().embedding) return &chunks_.front().embedding->weight();
+    return nullptr;
+  }
+
   /// The optimizer's units in execution order: embedding, each layer, head.
   std::vector<std::vector<Param<T>*>> Units() {
     std::vector<std::vector<Param<T>*>> units;
@@ -425,6 +449,7 @@ class RankProgram {
     rec.cols = p.cols;
     rec.expert = p.expert;
     rec.optimizer = p.optimizer;
+    rec.tp_partial = p.tp_partial;
     const auto& observed = optimizer_->local_gradients();
     const auto it = observed.find(p.name);
     rec.grad = it == observed.end() ? Mat<double>::Zero(p.grad.m.rows(), p.grad.m.cols()) : it->second;
@@ -665,7 +690,9 @@ void CodeResult(Coder& c, Result& r, Measurement& m) {
   uint64_t params = r.params.size();
   each(params);
   if constexpr (!std::is_const_v<Result>) r.params.resize(static_cast<size_t>(params));
-  for (Param& p : r.params) each(p.name, p.shard, p.segments, p.rows, p.cols, p.expert, p.grad, p.update);
+  for (Param& p : r.params) {
+    each(p.name, p.shard, p.segments, p.rows, p.cols, p.expert, p.optimizer, p.tp_partial, p.grad, p.update);
+  }
   each(m.rank, m.pipeline_rank, m.peak_in_flight, m.comm, m.peak_bytes, m.final_bytes, m.peak_total_bytes,
        m.activations_at_peak);
 }
@@ -793,15 +820,17 @@ Assembled Assemble(const RunOutput& run, const Spec& spec, double grad_divisor) 
       parts.any = &p;
       const auto [index, count] = ShardOf(p, spec.topo, r.coord);
       (void)count;
-      const bool partial = p.shard != ShardKind::kReplicated || spec.sp || r.coord.tp == 0;
+      const bool partial = p.shard != ShardKind::kReplicated || spec.sp || p.tp_partial || r.coord.tp == 0;
       if (partial) {
         auto [it, fresh] = parts.grad_shards.try_emplace(index, p.grad);
         if (!fresh) it->second += p.grad;
       }
       // A replica: every coordinate but the shard's own axis.
+      // A tied embedding's copies on the first and last stage are replicas too.
       const std::vector<int> replica =
-          p.expert >= 0 ? std::vector<int>{r.coord.edp} : std::vector<int>{r.coord.cp, r.coord.dp,
-                                                                          p.shard == ShardKind::kReplicated ? r.coord.tp : 0};
+          p.expert >= 0 ? std::vector<int>{r.coord.edp}
+                        : std::vector<int>{r.coord.cp, r.coord.dp, p.shard == ShardKind::kReplicated ? r.coord.tp : 0,
+                                           r.coord.pp};
       parts.update_replicas[replica][index] = &p.update;
     }
   }

@@ -140,6 +140,10 @@ std::vector<RankGroups> MakeGroups(World& world, const Topology& topo) {
     RankGroups& g = out[static_cast<size_t>(r)];
     if (x.pp > 0) g.prev_pp = topo.RankOf(x.tp, x.cp, x.dp, x.pp - 1);
     if (x.pp + 1 < topo.pp) g.next_pp = topo.RankOf(x.tp, x.cp, x.dp, x.pp + 1);
+    if (topo.pp > 1 && x.pp == 0) {
+      const int last = topo.RankOf(x.tp, x.cp, x.dp, topo.pp - 1);
+      g.embedding = out[static_cast<size_t>(last)].embedding = &world.NewGroup(Axis::kEmbedding, {r, last});
+    }
   }
   return out;
 }

@@ -46,6 +46,10 @@ struct RankGroups {
   const Group* ep = nullptr;
   const Group* etp = nullptr;
   const Group* edp = nullptr;
+  /// The first and last pipeline rank of this rank's (tp, cp, dp), which
+  /// hold a tied embedding's two copies (Megatron's embedding group); set on
+  /// those two ranks when pp > 1.
+  const Group* embedding = nullptr;
   int prev_pp = -1, next_pp = -1;
 };
 

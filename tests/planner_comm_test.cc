@@ -461,6 +461,30 @@ TEST(PlannerComm, ReplicatedGradsPaddedToTp) {
   EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kReplicatedGrads), 1152);
 }
 
+// Without SP only the per-head q and k norms' gradients differ over TP (each
+// rank normalizes its own heads), and Megatron all-reduces them anyway
+// (megatron/core/distributed/finalize_model_grads.py @ 00c2c0a,
+// _allreduce_layernorm_grads: "config.sequence_parallel or config.qk_layernorm",
+// params named q_layernorm / k_layernorm). "ADAD" with head_dim 8: 2 x 8 per
+// attention layer, 2 layers = 32 fp32 = 128 B once per step (ZeRO 1),
+// 2 * 3/4 * 128 = 192. ZeRO 2: each attention unit's 16 (a multiple of t)
+// = 64 B, 2 * 3/4 * 64 = 96 per unit and micro-batch: 2 x 3 x 96 = 576.
+// Without qk_norm, or with t = 1, nothing.
+TEST(PlannerComm, QkNormGradsAllReducedOverTpWithoutSp) {
+  auto inv = TinyInventory("ADAD");
+  const auto ar = [&](const Layout& l, Pass pass) {
+    return Sent(Price(inv, l).comm[0], Axis::kTp, Collective::kAllReduce, pass, CommWhat::kReplicatedGrads);
+  };
+  auto l = TinyLayout(4, 1, 1, 1, 3);
+  EXPECT_EQ(ar(l, Pass::kOptimizer), 0);
+  inv.recipe.model.attention.qk_norm = true;
+  EXPECT_EQ(ar(l, Pass::kOptimizer), 192);
+  EXPECT_EQ(ar(TinyLayout(1, 1, 1, 1, 3), Pass::kOptimizer), 0);
+  l.zero = 2;
+  EXPECT_EQ(ar(l, Pass::kBackward), 576);
+  EXPECT_EQ(ar(l, Pass::kOptimizer), 0);
+}
+
 // Tied embedding with pp 2: first and last stage all-reduce the V/t*h
 // gradient over their 2-rank group: 2*1/2 * 1024*64*4 = 262144 on each.
 TEST(PlannerComm, TiedEmbeddingAllReduce) {

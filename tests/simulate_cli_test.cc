@@ -69,6 +69,17 @@ TEST(SimulateCli, JsonCarriesEveryRankEveryStageAndTheVerdict) {
   EXPECT_EQ(j["numerics"]["updates"].size(), j["numerics"]["gradients"].size());
 }
 
+// Issue 20: shipped recipes the executor used to refuse, each for a block
+// it lacked: Nemotron-H's squared-ReLU MLP, Qwen3-30B-A3B's qk_norm, Mamba-2's
+// tied embeddings. Each now runs on its own layout and agrees.
+TEST(SimulateCli, ShippedRecipesWithNewBlocksAgree) {
+  for (const char* recipe : {"nemotron-h-8b-h200", "qwen3-30b-a3b-h200", "mamba2-2.7b-h200"}) {
+    const auto r = RunPreflight({"simulate", std::string("recipes/") + recipe + ".yaml", "--format", "json"});
+    ASSERT_EQ(r.exit_code, 0) << recipe << "\n" << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["verdict"], "agree") << recipe;
+  }
+}
+
 TEST(SimulateCli, DualPipeIsBadInput) {
   const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
                                "parallel.schedule=dualpipe", "--set", "parallel.partition=balanced"});

@@ -17,25 +17,9 @@ using testing::FdRelError;
 using testing::Numeric;
 using testing::OnOneRank;
 using testing::Random;
+using testing::SmallDims;
 
 constexpr double kTolerance = 1e-6;  // the step is testing::kFdStep = 1e-5
-
-Dims SmallDims() {
-  Dims d;
-  d.hidden = 8;
-  d.heads = 4;
-  d.kv_heads = 2;
-  d.head_dim = 4;
-  d.ffn = 12;
-  d.experts = 4;
-  d.top_k = 2;
-  d.expert_ffn = 6;
-  d.shared_ffn = 6;
-  d.vocab = 16;
-  d.seq = 6;
-  d.batch = 2;
-  return d;
-}
 
 void CheckBlock(char letter, const Dims& d, int64_t router_groups = 1) {
   OnOneRank([&](Ctx& ctx) {

@@ -21,6 +21,26 @@
 
 namespace preflight::sim::testing {
 
+/// The finite-difference checks' model: h 8, 4 heads / 2 KV heads of 4, ffn
+/// 12, 4 experts top-2 of 6 and a shared expert of 6, vocab 16, 6 positions x
+/// batch 2.
+inline Dims SmallDims() {
+  Dims d;
+  d.hidden = 8;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 4;
+  d.ffn = 12;
+  d.experts = 4;
+  d.top_k = 2;
+  d.expert_ffn = 6;
+  d.shared_ffn = 6;
+  d.vocab = 16;
+  d.seq = 6;
+  d.batch = 2;
+  return d;
+}
+
 /// rows x cols entries uniform in [lo, hi) from mt19937_64(seed).
 inline Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937_64 gen(seed);
