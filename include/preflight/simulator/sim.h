@@ -47,8 +47,9 @@ enum class SimCategory : int {
   kRoutingScratch,  // MoE routing/dispatch/combine buffers
   kTemporaries,     // other named buffers a block materialises (gathered inputs, projections,
                     // partial outputs); Eigen's expression temporaries are not counted
+  kRecomputed,      // what a recompute rerun regenerates in backward, beyond the tensors kept for it
 };
-inline constexpr int kNumSimCategories = 9;
+inline constexpr int kNumSimCategories = 10;
 const char* Key(SimCategory c);
 
 struct RankMeasurement {
