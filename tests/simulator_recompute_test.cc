@@ -166,6 +166,17 @@ TEST(SimulatorRecompute, RerunFlopsAreCounted) {
   EXPECT_EQ(extra, 2.0 * 2 * 3 * 2 * 8 * 16 * 16);
 }
 
+TEST(SimulatorRecompute, Fp16AndFp8DtypesAgreeUnderRecompute) {
+  // Numerics in fp64; memory and bytes in the recipe's dtypes (fp16 2 B,
+  // FP8 activations 1 B), as the estimator and planner price them.
+  for (const char* dtype : {"fp16", "fp8"}) {
+    SCOPED_TRACE(dtype);
+    const Recipe r = StackWith({{"training.recompute", "full"}, {"training.precision.activations", dtype}});
+    const SimComparison c = ExpectStepAgrees(r);
+    EXPECT_GT(FindMemory(Stage(c, 0), "activations_rerun").measured, 0);
+  }
+}
+
 TEST(SimulatorRecompute, PoliciesNotExecutedAreRefused) {
   const Recipe r = ScaledDefault(
       {{"training.recompute", "selective"}, {"training.recompute_modules", "[moe]"}, {"parallel.pp", "1"}},
