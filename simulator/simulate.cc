@@ -60,8 +60,7 @@ void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
   };
   refuse(RecomputeModule::kMlp, has('D') && !r.training.transformer_engine,
          "without Transformer Engine the MLP's checkpoint is its separate norm's output");
-  refuse(RecomputeModule::kLayernorm, has('E') || (!r.training.transformer_engine && letters.size() > 0),
-         "the norm rerun");
+  refuse(RecomputeModule::kLayernorm, has('E') || !r.training.transformer_engine, "the norm rerun");
   refuse(RecomputeModule::kMoe, has('E'), "the MoE layer's rerun");
   refuse(RecomputeModule::kMoeAct, has('E'), "the experts' activation rerun");
   refuse(RecomputeModule::kSharedExperts, has('E'), "the shared experts' rerun");
