@@ -85,6 +85,21 @@ int64_t RecomputeGroup(const Recipe& rc, const Walk& w) {
   return std::max<int64_t>(1, std::min(rc.training.recompute_layers, w.chunk_layers));
 }
 
+/// Under Ulysses CP the attention core's rerun ("core_attn") all-to-alls the
+/// kept q, k, v to the head split, and TE's AttnFuncWithCPAndQKVOA2A keeps
+/// those copies for its backward beside the checkpoint's inputs: as many
+/// elements again (dot_product_attention/context_parallel.py).
+Bytes UlyssesCoreRerunCopies(const Recipe& rc, const Layout& l) {
+  if (l.recompute != Recompute::kSelective || l.cp <= 1 || l.cp_comm != CpComm::kA2a || rc.model.mla ||
+      !Reruns(rc.training, l.recompute, RecomputeModule::kCoreAttn)) {
+    return Bytes(0);
+  }
+  const AttentionConfig& a = rc.model.attention;
+  const int64_t per_token =
+      CheckedMul(CheckedMul(a.heads + 2 * a.kv_heads, a.head_dim), SizeOf(rc.training.precision.activations));
+  return Bytes(CeilDiv(CheckedMul(TokensOf(rc, l).cp_rank, per_token), l.tp));
+}
+
 /// Activation offloading: what the in-flight layers moved to host memory
 /// (RankMemory::host) and what of it the device still holds at the peak.
 void PriceActivationOffload(RankMemory& out, const Walk& w, const Layout& l, ActivationRates& rates, Sink* sink) {
@@ -130,19 +145,26 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     // The transient of one layer at a time: under full recompute, the layers
     // being recomputed (one, or a uniform group of recompute_layers: an upper
     // bound for mixed families) hold their whole no-recompute activation set
-    // during their backward, under selective recompute what its rerun modules
-    // regenerate; Mamba and CP attention add their kernel workspaces.
-    Bytes transient = rates.Workspace(f);
-    if (l.recompute == Recompute::kFull) transient += rates.Unrecomputed(f) * RecomputeGroup(rc, w);
-    if (l.recompute == Recompute::kSelective) transient += rates.Unrecomputed(f) - per_layer;
-    out.activations_transient = std::max(out.activations_transient, transient);
+    // during their backward less the checkpoint they rerun from (its storage:
+    // CheckpointFunction.backward reruns on detach_variable(saved inputs),
+    // megatron/core/tensor_parallel/random.py), under selective recompute what
+    // its rerun modules regenerate; Mamba and CP attention add their kernel
+    // workspaces.
+    Bytes rerun;
+    if (l.recompute == Recompute::kFull) rerun = rates.Unrecomputed(f) * RecomputeGroup(rc, w) - per_layer;
+    if (l.recompute == Recompute::kSelective) rerun = rates.Unrecomputed(f) - per_layer;
+    if (kind == BlockKind::kAttention) rerun += UlyssesCoreRerunCopies(rc, l);
+    out.activations_rerun = std::max(out.activations_rerun, rerun);
+    out.activations_transient = std::max(out.activations_transient, rates.Workspace(f) + rerun);
     // A transformer layer recomputes attention and its MLP together: both
-    // sublayers' activations are live in its backward.
+    // sublayers' activations are live in its backward, from the attention's checkpoint.
     const int attention = FamilyIndex(BlockKind::kAttention);
     if (l.recompute == Recompute::kFull && PairedLayers(inv) && kind != BlockKind::kAttention) {
-      const Bytes pair = (rates.Unrecomputed(attention) + rates.Unrecomputed(f)) * RecomputeGroup(rc, w) +
-                         std::max(rates.Workspace(attention), rates.Workspace(f));
-      out.activations_transient = std::max(out.activations_transient, pair);
+      const Bytes pair_rerun =
+          (rates.Unrecomputed(attention) + rates.Unrecomputed(f)) * RecomputeGroup(rc, w) - rates.Layer(attention);
+      out.activations_rerun = std::max(out.activations_rerun, pair_rerun);
+      out.activations_transient =
+          std::max(out.activations_transient, pair_rerun + std::max(rates.Workspace(attention), rates.Workspace(f)));
     }
     if (sink) {
       const TokenBytes tb =
@@ -205,8 +227,9 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   sum += out.activations_offload_kept;
   if (sink && out.activations_transient.count() > 0) {
     Note(sink, Category::kActivations, "one-layer transient (largest on this rank)",
-         l.recompute == Recompute::kFull ? "max over layers of (no-recompute layer activations + workspace)"
-                                         : "max over families of workspace (Mamba SSD states, CP ring KV)",
+         l.recompute == Recompute::kFull
+             ? "max over layers of (no-recompute layer activations - checkpoint + workspace)"
+             : "max over families of workspace (Mamba SSD states, CP ring KV)",
          Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"t", l.tp}, {"c", l.cp}}),
          out.activations_transient);
   }

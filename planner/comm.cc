@@ -11,6 +11,7 @@
 
 namespace preflight {
 
+using planner_internal::BlockRecomputeEnd;
 using planner_internal::ChunkCounts;
 using planner_internal::FamilyCounts;
 using planner_internal::FillRankChunks;
@@ -216,8 +217,6 @@ struct Sizes {
   /// k*T, E*C when padded to capacity, at most E*C when tokens beyond
   /// capacity drop); 0 without MoE layers (main or MTP).
   int64_t moe_copies = 0;
-  /// Backward reruns the MoE layers (full recompute, or the "moe" module).
-  bool moe_rerun = false;
   /// What an attention layer's TP region gathers under SP, forward (and
   /// reduce-scatters as dgrad), and re-gathers backward for the weight
   /// gradients: x for GQA; MLA's up-projection inputs (MlaTpWidths).
@@ -256,14 +255,61 @@ Sizes SizesOf(const Inventory& inv, const PlanTables& t, const Layout& l) {
     s.attn_gather = Bytes(CheckedMul(CheckedMul(tokens, gather), s.act));
     s.attn_regather = Bytes(CheckedMul(CheckedMul(tokens, regather), s.act));
   }
-  s.moe_rerun = Reruns(tr, l.recompute, RecomputeModule::kMoe);
   const size_t moe = static_cast<size_t>(FamilyIndex(BlockKind::kMoe));
   if (t.family_count_prefix.back()[moe] + t.mtp_counts[moe] > 0) s.moe_copies = RouteMoeOn(inv.recipe, l).send_tokens;
   return s;
 }
 
+// Layer-micro-batches per family whose forward backward runs again with its
+// collectives (Megatron's checkpoints wrap the modules' TP, CP and EP
+// exchanges; CheckpointFunction.backward reruns the forward): under full
+// recompute every layer of the rank's chunks (the block method: those of each
+// chunk's first recompute_layers framework layers), under selective the
+// dense MLPs ("mlp") and the MoE layers ("moe"). The attention core's own
+// rerun ("core_attn") is counted apart (CoreRerunMicrobatches).
+std::array<int64_t, 5> RerunMicrobatches(const Inventory& inv, const PlanTables& t, const Layout& l,
+                                         std::span<const RankChunk> chunks) {
+  std::array<int64_t, 5> out{};
+  const TrainingConfig& tr = inv.recipe.training;
+  const bool block = tr.recompute_method == RecomputeMethod::kBlock;
+  for (const RankChunk& c : chunks) {
+    std::array<int64_t, 5> layers{};
+    if (l.recompute == Recompute::kFull) {
+      layers = ChunkCounts(t, c.range);
+      if (block) {
+        const auto rest = FamilyCounts(t, BlockRecomputeEnd(inv, c.range, tr.recompute_layers), c.range.end_layer);
+        for (size_t f = 0; f < 5; ++f) layers[f] -= rest[f];
+      }
+    } else if (l.recompute == Recompute::kSelective) {
+      const auto counts = ChunkCounts(t, c.range);
+      for (const auto& [kind, module] : {std::pair{BlockKind::kDenseMlp, RecomputeModule::kMlp},
+                                         std::pair{BlockKind::kMoe, RecomputeModule::kMoe}}) {
+        const size_t f = static_cast<size_t>(FamilyIndex(kind));
+        if (tr.recompute_modules.has(module)) layers[f] = counts[f];
+      }
+    }
+    for (size_t f = 0; f < 5; ++f) out[f] += layers[f] * c.microbatches;
+  }
+  return out;
+}
+
+// Attention layer-micro-batches whose core reruns with its CP exchange:
+// every one under the selective "core_attn" module, else the rerun layers'.
+int64_t CoreRerunMicrobatches(const Inventory& inv, const PlanTables& t, const Layout& l,
+                              std::span<const RankChunk> chunks, const std::array<int64_t, 5>& rerun) {
+  const size_t a = static_cast<size_t>(FamilyIndex(BlockKind::kAttention));
+  if (l.recompute != Recompute::kSelective || !inv.recipe.training.recompute_modules.has(RecomputeModule::kCoreAttn)) {
+    return rerun[a];
+  }
+  int64_t n = 0;
+  for (const RankChunk& c : chunks) n += ChunkCounts(t, c.range)[a] * c.microbatches;
+  return n;
+}
+
 // TP regions of the layer families, the embedding, head and loss (docs/formulas.md §7.2 "TP").
-void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, ItemList* items) {
+// A rerun region repeats its forward collectives in the backward pass.
+void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks,
+           const std::array<int64_t, 5>& rerun, ItemList* items) {
   if (l.tp <= 1) return;
   const bool sp = l.sequence_parallel();
   std::array<int64_t, 5> regions{};
@@ -276,6 +322,7 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
   }
   for (size_t f = 0; f < 5; ++f) {
     const CommWhat what = FamilyWhat(f);
+    const int64_t reruns = rerun[f] * t.family[f].tp_regions;
     if (sp) {
       // SP (MG/TE): fwd AG + RS; bwd AG (grad of row-parallel output) + RS
       // (column-parallel dgrad) + AG (re-gather of the saved sharded input).
@@ -283,16 +330,22 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
       const Bytes gather = attention ? s.attn_gather : s.x, regather = attention ? s.attn_regather : s.x;
       items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, what, gather, regions[f]);
       items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, what, s.x, regions[f]);
-      if (regather == s.x) {
-        items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, s.x, 2 * regions[f]);
+      // A recompute rerun repeats the forward's gather and reduce-scatter in backward.
+      if (regather == s.x && gather == s.x) {
+        items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, s.x, 2 * regions[f] + reruns);
+        items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, what, s.x, regions[f] + reruns);
       } else {
         items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, s.x, regions[f]);
         items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, regather, regions[f]);
+        items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, what, gather, regions[f]);
+        if (reruns > 0) {
+          items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, what, gather, reruns);
+          items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, what, s.x, reruns);
+        }
       }
-      items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, what, gather, regions[f]);
     } else {
       items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, what, s.x, regions[f]);
-      items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, what, s.x, regions[f]);
+      items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, what, s.x, regions[f] + reruns);
     }
   }
   // Every MTP module predicts through the head again, with its own loss, and
@@ -336,8 +389,10 @@ int64_t MambaGroupRepeat(const MambaConfig& m, const Layout& l) {
 
 // Attention under CP per TE's cp_comm_type (docs/formulas.md §7.2; TransformerEngine
 // dot_product_attention/context_parallel.py).
-void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std::function<Bytes(int64_t)>& width_bytes,
-                    ItemList* items) {
+// `n_rerun` of the n_a layer-micro-batches rerun the core's forward, and its
+// exchange, in backward.
+void AddCpAttention(const FamilyCost& a, int64_t n_a, int64_t n_rerun, const Layout& l,
+                    const std::function<Bytes(int64_t)>& width_bytes, ItemList* items) {
   const int64_t c1 = l.cp - 1;
   switch (l.cp_comm) {
     case CpComm::kP2p: {
@@ -345,7 +400,8 @@ void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std
       // go round again (c-1) and the dKV of each block follows it home (c-1).
       const Bytes kc = width_bytes(a.cp_kv_width);
       items->AddP2p(Axis::kCp, Pass::kForward, CommWhat::kAttentionKv, kc, c1 * n_a, c1 * n_a);
-      items->AddP2p(Axis::kCp, Pass::kBackward, CommWhat::kAttentionKv, kc, 2 * c1 * n_a, 2 * c1 * n_a);
+      const int64_t bwd = c1 * (2 * n_a + n_rerun);
+      items->AddP2p(Axis::kCp, Pass::kBackward, CommWhat::kAttentionKv, kc, bwd, bwd);
       break;
     }
     case CpComm::kAllGather: {
@@ -353,7 +409,7 @@ void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std
       // all-gathers them again, then reduce-scatters dK, dV.
       const Bytes full = width_bytes(a.cp_kv_width) * l.cp;
       items->Add(Axis::kCp, Collective::kAllGather, Pass::kForward, CommWhat::kAttentionKv, full, n_a);
-      items->Add(Axis::kCp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttentionKv, full, n_a);
+      items->Add(Axis::kCp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttentionKv, full, n_a + n_rerun);
       items->Add(Axis::kCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kAttentionKv, full, n_a);
       break;
     }
@@ -365,6 +421,8 @@ void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std
                  width_bytes(a.cp_a2a_width), n_a);
       items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kAttentionQkvo,
                  width_bytes(a.cp_a2a_bwd_width), n_a);
+      items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kAttentionQkvo,
+                 width_bytes(a.cp_a2a_width), n_rerun);
       break;
     }
   }
@@ -375,8 +433,12 @@ void AddCpAttention(const FamilyCost& a, int64_t n_a, const Layout& l, const std
 // [OURS]: per chain edge per layer per micro-batch one message of the conv
 // tail (the last d_conv-1 conv inputs of the local channels, beta_a) and the
 // recurrent state (fp32) in each pass; the busiest CP rank's count.
+// `rerun` (layer-micro-batches per family, RerunMicrobatches) repeat their
+// forward all-to-alls in backward; the hand-off's received state serves the
+// rerun as it is (LayerActivations keeps it under every policy).
 void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s, int64_t n_m,
-                    int64_t n_r, const std::function<Bytes(int64_t)>& width_bytes, ItemList* items) {
+                    int64_t n_r, const std::array<int64_t, 5>& rerun, const std::function<Bytes(int64_t)>& width_bytes,
+                    ItemList* items) {
   const MambaConfig& mc = inv.recipe.model.mamba;
   const RecurrentConfig& rc = inv.recipe.model.recurrent;
   if (l.cp_recurrent == CpRecurrent::kAllToAll) {
@@ -386,11 +448,15 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
                width_bytes(m.cp_a2a_width + repeat_extra), n_m);
     items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMamba,
                width_bytes(m.cp_a2a_bwd_width + repeat_extra), n_m);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMamba,
+               width_bytes(m.cp_a2a_width + repeat_extra), rerun[static_cast<size_t>(FamilyIndex(BlockKind::kMamba))]);
     const FamilyCost& r = t.family[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))];
     items->Add(Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_width),
                n_r);
     items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_bwd_width),
                n_r);
+    items->Add(Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kRecurrent, width_bytes(r.cp_a2a_width),
+               rerun[static_cast<size_t>(FamilyIndex(BlockKind::kRecurrent))]);
     return;
   }
   const int64_t sends = CpHandoffMaxSends(l.cp, l.cp_load_balance);
@@ -404,7 +470,7 @@ void AddCpRecurrent(const Inventory& inv, const PlanTables& t, const Layout& l, 
 }
 
 void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
-           std::span<const RankChunk> chunks, ItemList* items) {
+           std::span<const RankChunk> chunks, const std::array<int64_t, 5>& rerun, ItemList* items) {
   if (l.cp <= 1) return;
   std::array<int64_t, 5> layers_mb{};
   for (const RankChunk& c : chunks) {
@@ -416,9 +482,9 @@ void AddCp(const Inventory& inv, const PlanTables& t, const Layout& l, const Siz
     return Bytes(CheckedMul(CheckedMul(tokens, width), s.act) / l.tp);
   };
   const auto n_of = [&](BlockKind k) { return layers_mb[static_cast<size_t>(FamilyIndex(k))]; };
-  AddCpAttention(t.family[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))], n_of(BlockKind::kAttention), l,
-                 width_bytes, items);
-  AddCpRecurrent(inv, t, l, s, n_of(BlockKind::kMamba), n_of(BlockKind::kRecurrent), width_bytes, items);
+  AddCpAttention(t.family[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))], n_of(BlockKind::kAttention),
+                 CoreRerunMicrobatches(inv, t, l, chunks, rerun), l, width_bytes, items);
+  AddCpRecurrent(inv, t, l, s, n_of(BlockKind::kMamba), n_of(BlockKind::kRecurrent), rerun, width_bytes, items);
 }
 
 // PP boundaries: a chunk sends activations forward unless it is the last
@@ -441,7 +507,8 @@ void AddPp(const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, i
   items->AddP2p(Axis::kPp, Pass::kBackward, CommWhat::kActivationGrads, msg, fwd_recv, fwd_send);
 }
 
-void AddEp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, ItemList* items) {
+void AddEp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks,
+           const std::array<int64_t, 5>& rerun, ItemList* items) {
   int64_t n_e = 0;
   for (const RankChunk& c : chunks) {
     n_e += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] * c.microbatches;
@@ -453,7 +520,7 @@ void AddEp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
   // A rerun MoE layer (full recompute, or the selective "moe" module)
   // dispatches and combines its tokens once more in backward, before its
   // gradients flow (the checkpointed forward includes the all-to-alls).
-  const int64_t n_bwd = s.moe_rerun ? CheckedMul(2, n_e) : n_e;
+  const int64_t n_bwd = n_e + rerun[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))];
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeDispatch, buf, n_bwd);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeCombine, buf, n_bwd);
   // Expert TP: AG of the received tokens after dispatch, RS before combine; mirrored in backward.
@@ -919,10 +986,11 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
     const std::span<const RankChunk> chunks = by_rank.On(r);
-    AddTp(t, l, s, chunks, &items);
-    AddCp(inv, t, l, s, chunks, &items);
+    const std::array<int64_t, 5> rerun = RerunMicrobatches(inv, t, l, chunks);
+    AddTp(t, l, s, chunks, rerun, &items);
+    AddCp(inv, t, l, s, chunks, rerun, &items);
     AddPp(l, s, chunks, n_chunks, &items);
-    AddEp(t, l, s, chunks, &items);
+    AddEp(t, l, s, chunks, rerun, &items);
     sc.pipeline_items = sc.items.size();
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
     AddRouterBias(inv, t, chunks, &items);

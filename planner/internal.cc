@@ -66,11 +66,7 @@ bool FillKey(const Inventory& inv, const PlanTables& t, const Layout& l, const R
   }
   if (l.recompute == Recompute::kFull && inv.recipe.training.recompute_method == RecomputeMethod::kBlock) {
     // As KeepBlockRecompute (step_time.cc): the layers from the (n+1)-th framework layer on.
-    const std::vector<int64_t>& starts = inv.layer_starts;
-    const auto first = std::lower_bound(starts.begin(), starts.end(), r.first_layer);
-    const int64_t n = inv.recipe.training.recompute_layers;
-    const int64_t after = std::distance(first, starts.end()) > n ? *(first + n) : r.end_layer;
-    k.unrerun = FamilyCounts(t, std::min(after, r.end_layer), r.end_layer);
+    k.unrerun = FamilyCounts(t, BlockRecomputeEnd(inv, r, inv.recipe.training.recompute_layers), r.end_layer);
   }
   k.embedding = r.owns_embedding;
   k.head = r.owns_head;
@@ -120,6 +116,20 @@ void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, 
     }
     (*same_as)[static_cast<size_t>(r)] = match;
   }
+}
+
+int CommRerunKey(const Layout& l, const TrainingConfig& t) {
+  if (l.recompute == Recompute::kFull) return 1;
+  if (l.recompute != Recompute::kSelective) return 0;
+  const bool modules = t.recompute_modules.has(RecomputeModule::kMlp) || t.recompute_modules.has(RecomputeModule::kMoe);
+  return modules || (l.cp > 1 && t.recompute_modules.has(RecomputeModule::kCoreAttn)) ? 2 : 0;
+}
+
+int64_t BlockRecomputeEnd(const Inventory& inv, const StageChunk& range, int64_t n) {
+  const std::vector<int64_t>& starts = inv.layer_starts;
+  const auto first = std::lower_bound(starts.begin(), starts.end(), range.first_layer);
+  const int64_t after = std::distance(first, starts.end()) > n ? *(first + n) : range.end_layer;
+  return std::min(after, range.end_layer);
 }
 
 std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t end) {

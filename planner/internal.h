@@ -45,8 +45,17 @@ void FillRankChunks(const StagePlan& plan, const Layout& layout, RankChunks* out
 void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, const RankChunks& by_rank,
                int64_t n_chunks, std::vector<int64_t>* same_as);
 
+/// What of the recompute policy BuildStageComm reads: 0 when backward reruns
+/// no collective (none; selective core_attn alone without CP), else one
+/// value per policy. Layouts with equal keys (and stages) share their items.
+int CommRerunKey(const Layout& l, const TrainingConfig& t);
+
 /// Layers of each family in [first, end).
 std::array<int64_t, 5> FamilyCounts(const PlanTables& t, int64_t first, int64_t end);
+/// Full recompute's block method reruns only the first `n` framework layers
+/// of a chunk (Megatron transformer_block.py _checkpointed_forward): the
+/// first sublayer of `range` after them (range.end_layer when it has no more).
+int64_t BlockRecomputeEnd(const Inventory& inv, const StageChunk& range, int64_t n);
 /// The layers a chunk runs by family: FamilyCounts, plus the MTP modules'
 /// layers when it owns the head.
 std::array<int64_t, 5> ChunkCounts(const PlanTables& t, const StageChunk& range);

@@ -7,6 +7,7 @@
 
 namespace preflight {
 
+using planner_internal::BlockRecomputeEnd;
 using planner_internal::ChunkCompute;
 using planner_internal::ChunkCounts;
 using planner_internal::ComputeOf;
@@ -104,11 +105,8 @@ double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout
 // a chunk (Megatron recompute.py): the rest of the chunk's rerun is removed.
 void KeepBlockRecompute(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const StageChunk& range,
                         int64_t n, ChunkCompute* cc) {
-  const std::vector<int64_t>& starts = inv.layer_starts;
-  const auto first = std::lower_bound(starts.begin(), starts.end(), range.first_layer);
-  const int64_t after = std::distance(first, starts.end()) > n ? *(first + n) : range.end_layer;
   StageChunk rest = range;
-  rest.first_layer = std::min(after, range.end_layer);
+  rest.first_layer = BlockRecomputeEnd(inv, range, n);
   rest.owns_head = false;
   const auto counts = ChunkCounts(t, rest);
   for (size_t f = 0; f < 5; ++f) {

@@ -20,6 +20,7 @@
 
 #include <mutex>
 
+#include "internal.h"
 #include "preflight/estimator/estimate.h"
 #include "preflight/estimator/estimate_by_zero.h"
 #include "preflight/recipe/fields.h"
@@ -181,12 +182,12 @@ PartitionKey PartitionKeyOf(const Layout& l, const ComputeTimes& ct) {
 }
 
 // One layout's communication and the stage plan it was built for.
-// BuildStageComm reads of the recompute policy only whether MoE layers are
-// rerun, so an item's recompute modes share it (one per ZeRO stage) when
-// they share a partition and that.
+// BuildStageComm reads of the recompute policy only which collectives
+// backward reruns (CommRerunKey), so an item's recompute modes share it (one
+// per ZeRO stage) when they share a partition and that.
 struct CommSlot {
   const StagePlan* stages = nullptr;
-  bool moe_rerun = false;
+  int rerun_key = 0;
   std::vector<StageComm> comm;
   StepTime time;  // the last step time priced on it, kept for its storage
 };
@@ -301,10 +302,10 @@ Priced WorstOf(const std::vector<RankMemory>& ranks) {
 void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
                const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot,
                const std::vector<CommSlot>* siblings, Priced& p) {
-  // The one policy input of the communication: whether backward reruns
-  // the MoE layers' token dispatch (full recompute, or the "moe" module).
-  const bool moe_rerun = Reruns(inv.recipe.training, layout.recompute, RecomputeModule::kMoe);
-  const auto built_for_this = [&](const CommSlot& c) { return c.stages == &stages && c.moe_rerun == moe_rerun; };
+  // The one policy input of the communication: which collectives backward
+  // reruns (the layers' under full recompute, the modules' under selective).
+  const int rerun_key = planner_internal::CommRerunKey(layout, inv.recipe.training);
+  const auto built_for_this = [&](const CommSlot& c) { return c.stages == &stages && c.rerun_key == rerun_key; };
   if (!built_for_this(slot)) {
     const CommSlot* sibling = nullptr;
     if (siblings != nullptr) {
@@ -318,7 +319,7 @@ void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& lay
       BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
     }
     slot.stages = &stages;
-    slot.moe_rerun = moe_rerun;
+    slot.rerun_key = rerun_key;
   }
   EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times, &slot.time);
   const StepTime& time = slot.time;

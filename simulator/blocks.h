@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -87,6 +88,26 @@ struct SeqLayout {
   int OwnerOf(int64_t c) const;
 };
 
+/// A forward that keeps nothing for backward: a checkpointed layer's first
+/// forward, which Megatron runs under torch.no_grad (CheckpointFunction.forward,
+/// megatron/core/tensor_parallel/random.py). While one is open on this thread
+/// (one simulated rank), each saved set a block opens is listed, and Drop()
+/// discards them when the block returns. Nests nowhere: one at a time.
+class NoGradForward {
+ public:
+  NoGradForward();
+  ~NoGradForward();
+  NoGradForward(const NoGradForward&) = delete;
+  NoGradForward& operator=(const NoGradForward&) = delete;
+  /// The one open on this thread, or null.
+  static NoGradForward* Current();
+  void Defer(std::function<void()> drop) { drops_.push_back(std::move(drop)); }
+  void Drop();
+
+ private:
+  std::vector<std::function<void()>> drops_;
+};
+
 /// Tensors a block keeps for its backward, one set per micro-batch in flight
 /// (a pipeline schedule runs several forwards before their backwards).
 template <class S>
@@ -95,6 +116,9 @@ class SavedPerMicrobatch {
   S& Open(int64_t microbatch) {
     auto [it, fresh] = live_.try_emplace(microbatch);
     if (!fresh) throw std::logic_error("forward of micro-batch " + std::to_string(microbatch) + " ran twice");
+    if (NoGradForward* no_grad = NoGradForward::Current()) {
+      no_grad->Defer([this, microbatch] { live_.erase(microbatch); });
+    }
     return it->second;
   }
   S Close(int64_t microbatch) {
@@ -138,6 +162,9 @@ struct Ctx {
   SeqLayout seq;
   /// The micro-batch being run: blocks keep saved tensors per micro-batch.
   int64_t microbatch = 0;
+  /// Modules selective recompute reruns in backward (training.recompute_modules;
+  /// empty without selective recompute): a block keeps only their inputs.
+  ModuleSet rerun;
   int64_t router_groups = 1;  // capacity groups among this rank's local tokens (docs/formulas.md §8.3 (3))
   /// When set, the capacity group of each local row (the unsharded reference
   /// groups tokens as the sharded ranks do, which with CP load balancing is

@@ -102,13 +102,23 @@ class AttentionBlock final : public Block<T> {
     Rope(&k, kv_local_, d_, ctx.seq, 1);
     // The core runs the CP mode (attention_core.h); what it keeps is the
     // flash-attention set of docs/formulas.md §3.2 in the mode's layout (/c per rank).
+    // Rerun in backward ("core_attn", Megatron's _checkpointed_attention_forward):
+    // only the core's inputs q, k, v stay, and its state is dropped.
+    const bool rerun = ctx.rerun.has(RecomputeModule::kCoreAttn);
+    if (rerun) {
+      s.q = Tensor<T>(ctx.mem(), act, ab, q);
+      s.k = Tensor<T>(ctx.mem(), act, ab, k);
+      s.v = Tensor<T>(ctx.mem(), act, ab, v);
+    }
     AttnState<T> core;
     Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
-    s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
-    s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
-    s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
+    if (!rerun) {
+      s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
+      s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
+      s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
+      s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
+    }
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
-    s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
     Mat<T> y = ReduceFromTpForward(ctx, partial.m);
     AddBias(&y, out_b_);
@@ -124,8 +134,11 @@ class AttentionBlock final : public Block<T> {
     out_->grad.m += MatMulTransA(ctx, s.o.m, dy_full.m);
     Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
     dy_full.Release();
+    if (ctx.rerun.has(RecomputeModule::kCoreAttn)) RerunCore(ctx, &s);
+    const bool head_split = s.qc.m.size() > 0;  // the core's own layout, from a rerun
     Mat<T> dq, dk, dv;
-    AttentionCoreBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    AttentionCoreBackward(ctx, Shape(), head_split ? s.qc.m : s.q.m, head_split ? s.kc.m : s.k.m,
+                          head_split ? s.vc.m : s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
     Rope(&dq, q_local_, d_, ctx.seq, -1);
     Rope(&dk, kv_local_, d_, ctx.seq, -1);
     if (q_norm_ != nullptr) {
@@ -144,9 +157,30 @@ class AttentionBlock final : public Block<T> {
   struct Saved {
     Tensor<T> x, n, rstd, q, k, v, o, lse;
     Tensor<T> q_in, k_in, q_rstd, k_rstd;  // qk_norm only
+    Tensor<T> qc, kc, vc;                  // a "core_attn" rerun under a2a: the core's head split
   };
 
   int64_t Rep() const { return d_.heads / d_.kv_heads; }
+
+  /// The "core_attn" rerun, after the O-projection's backward: the core's
+  /// forward again on the kept q, k, v (its CP exchange included), giving the
+  /// state its backward reads in the mode's layout. The rerun's output takes
+  /// the place of the O the projection's backward freed (equal values, so the
+  /// saved one stands in); the rest is new memory for this layer's backward:
+  /// the fp32 lse, and under a2a the head-split q, k, v (elsewhere the core
+  /// keeps its inputs themselves).
+  void RerunCore(Ctx& ctx, Saved* s) const {
+    const SimCategory rerun = SimCategory::kRecomputed;
+    const int64_t ab = ctx.bytes.activation;
+    AttnState<T> core;
+    s->o.m = AttentionCoreForward(ctx, Shape(), s->q.m, s->k.m, s->v.m, &core);
+    if (ctx.cp_size > 1 && ctx.cp_comm == CpComm::kA2a) {
+      s->qc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.q));
+      s->kc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.k));
+      s->vc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.v));
+    }
+    s->lse = Tensor<T>(ctx.mem(), rerun, 4, std::move(core.lse));
+  }
 
   void Split(const Mat<T>& qkv, Mat<T>* q, Mat<T>* k, Mat<T>* v) const {
     const int64_t dh = d_.head_dim, rep = Rep(), group = (rep + 2) * dh;

@@ -7,6 +7,27 @@
 namespace preflight::sim {
 
 namespace {
+thread_local NoGradForward* g_no_grad = nullptr;
+}  // namespace
+
+NoGradForward::NoGradForward() {
+  if (g_no_grad != nullptr) throw std::logic_error("a no-grad forward is already open on this rank");
+  g_no_grad = this;
+}
+
+NoGradForward::~NoGradForward() {
+  Drop();
+  g_no_grad = nullptr;
+}
+
+NoGradForward* NoGradForward::Current() { return g_no_grad; }
+
+void NoGradForward::Drop() {
+  for (auto& drop : drops_) drop();
+  drops_.clear();
+}
+
+namespace {
 // FNV-1a: a stable hash, so initial values do not depend on the standard library.
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;

@@ -107,7 +107,6 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
   const int64_t min_chunk = std::max({m.mamba.d_conv, m.recurrent.d_conv, int64_t{2}}) - 1;
   r.training.seq_len = ScaledSeq(p, s.seq_len, min_chunk);
   r.training.micro_batch = 1;
-  r.training.recompute = Recompute::kNone;  // the executor keeps every saved tensor
 
   const int64_t model_ranks = p.tp * p.cp * p.pp;
   const int64_t dp = ScaledDp(p, recipe.dp(), std::max<int64_t>(1, s.max_world / model_ranks));

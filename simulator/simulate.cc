@@ -19,6 +19,7 @@
 #include "dist_optimizer.h"
 #include "preflight/recipe/partition.h"
 #include "preflight/simulator/sim.h"
+#include "recompute.h"
 #include "schedule.h"
 #include "topology.h"
 
@@ -45,6 +46,31 @@ std::vector<char> LayerLetters(const Recipe& r) {
 
 void Require(bool ok, const std::string& why) {
   if (!ok) throw SimUnsupported(why);
+}
+
+/// The recompute policies the executor runs: none, full (uniform or block),
+/// and selective with core_attn, and mlp with Transformer Engine (its norm is
+/// inside the MLP module, so the checkpoint is the sublayer's input).
+void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
+  const TrainingConfig& t = r.training;
+  const auto has = [&](char c) { return std::find(letters.begin(), letters.end(), c) != letters.end(); };
+  if (t.recompute == Recompute::kFull) {
+    Require(r.parallel.cp == 1 || r.parallel.cp_recurrent != CpRecurrent::kHandoff || (!has('M') && !has('R')),
+            "full recompute with the CP state hand-off (parallel.cp_recurrent: handoff) is not in the executor");
+    return;
+  }
+  if (t.recompute != Recompute::kSelective) return;
+  const auto refuse = [&](RecomputeModule m, bool applies, const std::string& why) {
+    Require(!t.recompute_modules.has(m) || !applies,
+            std::string("training.recompute_modules: ") + Name(m) + " is not in the executor (" + why +
+                "); valid here: core_attn, mlp (with training.transformer_engine: true)");
+  };
+  refuse(RecomputeModule::kMlp, has('D') && !r.training.transformer_engine,
+         "without Transformer Engine the MLP's checkpoint is its separate norm's output");
+  refuse(RecomputeModule::kLayernorm, has('E') || !r.training.transformer_engine, "the norm rerun");
+  refuse(RecomputeModule::kMoe, has('E'), "the MoE layer's rerun");
+  refuse(RecomputeModule::kMoeAct, has('E'), "the experts' activation rerun");
+  refuse(RecomputeModule::kSharedExperts, has('E'), "the shared experts' rerun");
 }
 
 /// What the executor runs. Block-specific rules (Mamba heads, R blocks, CP
@@ -88,6 +114,7 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
     Require(c == 'A' || c == 'D' || c == 'E' || c == 'M' || c == 'R', std::string("block '") + c + "' is not in the executor");
     has_moe = has_moe || c == 'E';
   }
+  CheckRecompute(r, letters);
   const ModelConfig& m = r.model;
   if (m.mla) {
     Require(m.mla->heads % p.tp == 0, "mla.heads must be divisible by parallel.tp");
@@ -209,6 +236,7 @@ struct Spec {
   Topology topo;
   Dims dims;
   std::vector<char> letters;
+  std::vector<BlockKind> kinds;  // the same layers as kinds
   StagePlan stages;          // chunk c lives on pipeline rank stages.chunks[c].pipeline_rank
   int64_t vpp = 1;           // chunks per pipeline rank (DualPipeV: 2)
   int64_t microbatches = 1;  // per pipeline per step
@@ -255,6 +283,10 @@ struct ModelChunk {
   std::vector<size_t> units;  // the optimizer's unit of each part, in forward order
   std::vector<char> letters;
   std::vector<std::unique_ptr<Block<T>>> blocks;
+  /// Recompute checkpoints over `blocks`, and each one's kept input per
+  /// micro-batch in flight (keyed by the group's first block).
+  std::vector<CheckpointGroup> groups;
+  std::map<std::pair<int64_t, int64_t>, Tensor<T>> checkpoints;
   std::unique_ptr<Embedding<T>> embedding;
   std::unique_ptr<Head<T>> head;
 };
@@ -303,6 +335,8 @@ class RankProgram {
     c.router_group_of_row = spec.router_group_of_row;
     c.bytes = BytesOf(*spec.recipe);
     c.optimizer = spec.recipe->training.optimizer;
+    const TrainingConfig& training = spec.recipe->training;
+    if (training.recompute == Recompute::kSelective) c.rerun = training.recompute_modules;
     BuildChunks();
   }
 
@@ -380,6 +414,7 @@ class RankProgram {
       if (chunk.index == n_chunks - 1) {
         chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale, TiedWeight(chunk));
       }
+      chunk.groups = CheckpointGroups(s.kinds, sc.first_layer, sc.end_layer, s.recipe->training);
       chunks_.push_back(std::move(chunk));
     }
   }
@@ -538,7 +573,20 @@ class RankProgram {
     for (size_t i = 0; i < chunk.blocks.size(); ++i) {
       ForwardUnit(chunk, unit++, [&] {
         r.memory().set_owner(std::string(1, chunk.letters[i]));
+        const CheckpointGroup* g = GroupOf(chunk, static_cast<int64_t>(i));
+        if (g == nullptr) {
+          x = chunk.blocks[i]->Forward(ctx_, x);
+          return;
+        }
+        if (g->first == static_cast<int64_t>(i)) {
+          chunk.checkpoints[{g->first, mb}] =
+              Tensor<T>(ctx_.mem(), SimCategory::kActivations, ctx_.bytes.activation, x);
+        }
+        // Under torch.no_grad: the block's saved set lives only while it runs.
+        NoGradForward no_grad;
+        r.memory().set_saved_category(SimCategory::kTemporaries);
         x = chunk.blocks[i]->Forward(ctx_, x);
+        r.memory().set_saved_category(SimCategory::kActivations);
       });
     }
     if (chunk.head) {
@@ -564,13 +612,49 @@ class RankProgram {
       Pass(chunk.index, mb, 1, RankOfChunk(chunk.index + 1), &dy, false);
     }
     for (size_t i = chunk.blocks.size(); i-- > 0;) {
-      BackwardUnit(chunk, --unit, [&] { dy = chunk.blocks[i]->Backward(ctx_, dy); });
+      BackwardUnit(chunk, --unit, [&] {
+        const CheckpointGroup* g = GroupOf(chunk, static_cast<int64_t>(i));
+        if (g != nullptr && g->end == static_cast<int64_t>(i) + 1) Rerun(chunk, *g, mb);
+        dy = chunk.blocks[i]->Backward(ctx_, dy);
+        if (g != nullptr && g->first == static_cast<int64_t>(i)) chunk.checkpoints.erase({g->first, mb});
+      });
     }
     if (chunk.embedding) {
       BackwardUnit(chunk, --unit, [&] { chunk.embedding->Backward(ctx_, dy); });
     } else {
       Pass(chunk.index - 1, mb, 1, RankOfChunk(chunk.index - 1), &dy, true);
     }
+  }
+
+  static const CheckpointGroup* GroupOf(const ModelChunk<T>& chunk, int64_t block) {
+    for (const CheckpointGroup& g : chunk.groups) {
+      if (block >= g.first && block < g.end) return &g;
+    }
+    return nullptr;
+  }
+
+  /// Recompute in backward, before the backward of the group's last block:
+  /// the group's forward again from its kept input (parameters gathered
+  /// under ZeRO 3), every collective and FLOP counted in the backward pass.
+  /// What it keeps is charged as rerun memory until each block's backward
+  /// frees it; the first block's input is the checkpoint itself.
+  void Rerun(ModelChunk<T>& chunk, const CheckpointGroup& g, int64_t mb) {
+    MemoryTracker& mem = ctx_.rank->memory();
+    const Tensor<T>& kept = chunk.checkpoints.at({g.first, mb});
+    Mat<T> x = kept.m;
+    mem.set_saved_category(SimCategory::kRecomputed);
+    mem.ExpectAlias(kept.alloc.bytes());
+    for (int64_t j = g.first; j < g.end; ++j) {
+      optimizer_->GatherUnit(ctx_, chunk.units[UnitOfBlock(chunk, j)]);
+      mem.set_owner(std::string(1, chunk.letters[static_cast<size_t>(j)]));
+      x = chunk.blocks[static_cast<size_t>(j)]->Forward(ctx_, x);
+    }
+    mem.set_saved_category(SimCategory::kActivations);
+  }
+
+  /// The optimizer unit of block `j` of a chunk (the embedding comes first).
+  static size_t UnitOfBlock(const ModelChunk<T>& chunk, int64_t j) {
+    return static_cast<size_t>(j) + (chunk.embedding ? 1 : 0);
   }
 
   const Spec& spec_;
@@ -923,6 +1007,7 @@ SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const
   sharded.topo = TopologyOf(recipe);
   sharded.dims = DimsOf(recipe, recipe.parallel.tp);
   sharded.letters = letters;
+  for (char c : letters) sharded.kinds.push_back(static_cast<BlockKind>(c));
   sharded.stages = stages;
   sharded.vpp = ChunkCountOf(recipe.parallel.schedule, recipe.parallel.pp, recipe.parallel.vpp) / recipe.parallel.pp;
   sharded.microbatches = recipe.micro_batches();
@@ -949,6 +1034,9 @@ SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const
   reference.router_groups = topo.cp * (sharded.sp ? topo.tp : 1);
   Recipe one_rank = recipe;
   one_rank.parallel.schedule = Schedule::k1F1B;
+  // The reference keeps every activation: a rerun must give the values a
+  // run without recompute gives.
+  one_rank.training.recompute = Recompute::kNone;
   reference.recipe = &one_rank;
 
   const RunOutput run = RunWorld<T>(sharded, opt.transport);

@@ -32,6 +32,7 @@ const char* Key(SimCategory c) {
     case SimCategory::kActivations: return "activations";
     case SimCategory::kRoutingScratch: return "routing_scratch";
     case SimCategory::kTemporaries: return "temporaries";
+    case SimCategory::kRecomputed: return "activations_rerun";
   }
   return "?";
 }
@@ -70,7 +71,11 @@ void MemoryTracker::Remove(SimCategory c, int64_t bytes, const std::string& owne
 }
 
 Allocation::Allocation(MemoryTracker* tracker, SimCategory c, int64_t bytes)
-    : tracker_(tracker), category_(c), bytes_(bytes), owner_(tracker != nullptr ? tracker->owner() : "") {
+    : tracker_(tracker),
+      category_(tracker != nullptr && c == SimCategory::kActivations ? tracker->saved_category() : c),
+      bytes_(bytes),
+      owner_(tracker != nullptr ? tracker->owner() : "") {
+  if (tracker_ != nullptr && category_ == SimCategory::kRecomputed && tracker_->TakeAlias(bytes_)) bytes_ = 0;
   if (tracker_ != nullptr) tracker_->Add(category_, bytes_, owner_);
 }
 Allocation::Allocation(Allocation&& o) noexcept

@@ -64,6 +64,23 @@ class MemoryTracker {
   /// kept per owner, and the split at the activation peak is recorded.
   void set_owner(const std::string& owner) { owner_ = owner; }
   const std::string& owner() const { return owner_; }
+  /// Where the tensors a block keeps for its backward (allocated as
+  /// kActivations) are charged: kActivations, kTemporaries in a forward that
+  /// keeps nothing (a checkpointed layer's first forward runs under
+  /// torch.no_grad), kRecomputed while a recompute rerun regenerates them.
+  void set_saved_category(SimCategory c) { saved_category_ = c; }
+  SimCategory saved_category() const { return saved_category_; }
+  /// The first tensor the next rerun keeps (a block's pre-norm input, SavePreNorm)
+  /// is the kept checkpoint input of `bytes` itself, charged nothing:
+  /// Megatron's CheckpointFunction.backward reruns on detach_variable(saved
+  /// inputs), which share the checkpoint's storage (megatron/core/tensor_parallel/random.py).
+  void ExpectAlias(int64_t bytes) { alias_bytes_ = bytes; }
+  /// True when `bytes` is the expected alias; any rerun tensor disarms it.
+  bool TakeAlias(int64_t bytes) {
+    const bool alias = alias_bytes_ >= 0 && bytes == alias_bytes_;
+    alias_bytes_ = -1;
+    return alias;
+  }
   const std::map<std::string, int64_t>& activations_at_peak() const { return activations_at_peak_; }
   int64_t live(SimCategory c) const { return live_[static_cast<int>(c)]; }
   int64_t peak(SimCategory c) const { return peak_[static_cast<int>(c)]; }
@@ -79,6 +96,8 @@ class MemoryTracker {
   int64_t live_total_ = 0;
   int64_t peak_total_ = 0;
   std::string owner_;
+  SimCategory saved_category_ = SimCategory::kActivations;
+  int64_t alias_bytes_ = -1;
   std::map<std::string, int64_t> activations_live_, activations_at_peak_;
 };
 

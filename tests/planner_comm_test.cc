@@ -129,10 +129,12 @@ TEST(PlannerComm, PipelineP2pInterleaved) {
 
 // CP p2p ring (docs/formulas.md §7.2): K_c = 2*(s/c)*b*(n_kv/t)*d_h*beta_a
 // = 2*512*2*4*8*2 = 131072. Forward c-1 = 1 send per A layer per
-// micro-batch; backward 2(c-1) = 2. m = 3, one A layer.
+// micro-batch; backward 2(c-1) = 2. m = 3, one A layer, no recompute.
 TEST(PlannerComm, ContextParallelP2p) {
   const auto inv = TinyInventory("AD");
-  const auto p = Price(inv, TinyLayout(1, 2, 1, 1, 3));
+  auto l = TinyLayout(1, 2, 1, 1, 3);
+  l.recompute = Recompute::kNone;
+  const auto p = Price(inv, l);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kForward, CommWhat::kAttentionKv), 3 * 131072);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kSendRecv, Pass::kBackward, CommWhat::kAttentionKv), 3 * 2 * 131072);
 }
@@ -155,6 +157,7 @@ TEST(PlannerComm, ContextParallelAllGather) {
   const auto inv = TinyInventory("AD");
   auto l = TinyLayout(1, 2, 1, 1, 3);
   l.cp_comm = CpComm::kAllGather;
+  l.recompute = Recompute::kNone;
   const auto p = Price(inv, l);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kForward, CommWhat::kAttentionKv), 3 * 131072);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttentionKv), 3 * 131072);
@@ -170,9 +173,55 @@ TEST(PlannerComm, ContextParallelUlysses) {
   const auto inv = TinyInventory("AD");
   auto l = TinyLayout(1, 2, 1, 1, 1);
   l.cp_comm = CpComm::kA2a;
+  l.recompute = Recompute::kNone;
   const auto p = Price(inv, l);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kForward, CommWhat::kAttentionQkvo), 196608);
   EXPECT_EQ(Sent(p.comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kAttentionQkvo), 262144);
+}
+
+// Selective "core_attn" (Megatron's _checkpointed_attention_forward wraps
+// TE's DotProductAttention, its CP exchange inside): backward reruns the
+// core's forward exchange once more per A layer per micro-batch. The three
+// cases above (m = 3, 3, 1): p2p backward 2(c-1) + (c-1) = 3 sends of K_c;
+// all_gather backward 2 gathers; a2a backward 262144 + the forward's 196608.
+TEST(PlannerComm, CoreAttentionRerunRepeatsTheCpExchangeInBackward) {
+  const auto inv = TinyInventory("AD");
+  auto l = TinyLayout(1, 2, 1, 1, 3);
+  ASSERT_EQ(l.recompute, Recompute::kSelective);  // with the recipe's recompute_modules [core_attn]
+  EXPECT_EQ(Sent(Price(inv, l).comm[0], Axis::kCp, Collective::kSendRecv, Pass::kBackward, CommWhat::kAttentionKv),
+            3 * 3 * 131072);
+  l.cp_comm = CpComm::kAllGather;
+  const auto g = Price(inv, l);
+  EXPECT_EQ(Sent(g.comm[0], Axis::kCp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttentionKv),
+            2 * 3 * 131072);
+  EXPECT_EQ(Sent(g.comm[0], Axis::kCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kAttentionKv),
+            3 * 131072);
+  l.cp_comm = CpComm::kA2a;
+  l.micro_batches = 1;
+  EXPECT_EQ(Sent(Price(inv, l).comm[0], Axis::kCp, Collective::kAllToAll, Pass::kBackward, CommWhat::kAttentionQkvo),
+            262144 + 196608);
+}
+
+// Full recompute reruns each layer's forward in backward, its TP
+// collectives included (CheckpointFunction.backward calls the layer's
+// forward, whose f/g operators communicate). Without SP: 4 AR per layer per
+// micro-batch become 6; with SP each region's backward gains the forward's
+// AG and RS. ADAD, t 4, m 3, as the two tests above.
+TEST(PlannerComm, FullRecomputeRepeatsTheForwardTpCollectives) {
+  const auto inv = TinyInventory("ADAD");
+  auto l = TinyLayout(4, 1, 1, 1, 3);
+  l.recompute = Recompute::kFull;
+  const auto p = Price(inv, l);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kAttention),
+            2 * 2 * 3 * 393216);
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kAttention), 2 * 3 * 393216);
+  // The head and the embedding are not checkpointed.
+  EXPECT_EQ(Sent(p.comm[0], Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kHead), 3 * 393216);
+  l.sp = true;
+  const auto q = Price(inv, l);
+  EXPECT_EQ(Sent(q.comm[0], Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMlp), 2 * 3 * 3 * 196608);
+  EXPECT_EQ(Sent(q.comm[0], Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMlp),
+            2 * 3 * 2 * 196608);
 }
 
 // Hand-off chain edges (cp_recurrent: handoff). Balanced, c = 4: chunks

@@ -15,7 +15,9 @@
 //
 // Memory: peak per category over the stage's ranks beside the estimator's
 // figure for the stage. Parameters, gradients, both optimizer states, the
-// number of micro-batches in flight and the saved activations are exact.
+// number of micro-batches in flight and the saved activations are exact, and
+// under recompute the largest rerun set (exact but for uniform groups of
+// several layers, where the estimator's figure is a bound).
 // With routing-dependent MoE shapes the executor holds the rows its router
 // chose: under a capacity without padding the estimator prices the capacity
 // bound (every expert receiving C tokens from every source, capped by what
@@ -203,15 +205,31 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
   }
   // Saved activations: the estimator's figure less its one-layer transient
   // (scan workspace, ring buffers), which the executor holds as temporaries.
-  MemoryAgreement act = Row(Key(SimCategory::kActivations), worst(SimCategory::kActivations),
-                            (est.of(Category::kActivations) - est.activations_transient).count(), 0.0);
-  if (RoutingDependent(scaled) && scaled.model.moe.dropless) {
-    act = Row(act.category, act.measured, act.modeled, kDroplessActivationTolerance);
-  } else if (RoutingDependent(scaled)) {
-    act.bound = true;
-    act.agrees = act.measured <= act.modeled;
+  // Routing-dependent MoE rows: within the dropless tolerance, or under the
+  // capacity bound.
+  const auto activation_row = [&](SimCategory c, Bytes modeled, bool bound) {
+    MemoryAgreement row = Row(Key(c), worst(c), modeled.count(), 0.0);
+    if (RoutingDependent(scaled) && scaled.model.moe.dropless) {
+      row = Row(row.category, row.measured, row.modeled, kDroplessActivationTolerance);
+    } else if (RoutingDependent(scaled) || bound) {
+      row.bound = true;
+      row.agrees = row.measured <= row.modeled;
+    }
+    return row;
+  };
+  out->memory.push_back(
+      activation_row(SimCategory::kActivations, est.of(Category::kActivations) - est.activations_transient, false));
+  if (scaled.training.recompute != Recompute::kNone) {
+    // What a recompute rerun regenerates in backward beyond the kept
+    // tensors, the largest layer's (or group's). The estimator prices a
+    // uniform group of recompute_layers as that many of its largest family,
+    // and the block method's reruns as the largest family on the rank: bounds
+    // when the group mixes families or the block's layers miss one.
+    const TrainingConfig& t = scaled.training;
+    const bool bound =
+        t.recompute == Recompute::kFull && (t.recompute_method == RecomputeMethod::kBlock || t.recompute_layers > 1);
+    out->memory.push_back(activation_row(SimCategory::kRecomputed, est.activations_rerun, bound));
   }
-  out->memory.push_back(act);
   int64_t in_flight = 0;
   for (const RankMeasurement& r : report.per_rank) {
     if (r.pipeline_rank == stage) in_flight = std::max(in_flight, r.peak_in_flight);

@@ -46,6 +46,9 @@ struct RankMemory {
   /// The largest one-layer transient on this rank (included in kActivations):
   /// the layer being recomputed under full recompute, Mamba SSD workspace, CP ring buffers.
   Bytes activations_transient;
+  /// Of it, what a recompute rerun regenerates beyond the tensors kept for
+  /// it (the largest layer's, or uniform group's): the simulator measures it apart.
+  Bytes activations_rerun;
   /// Activation offloading (training.activation_offload): the offloaded
   /// tensors still on the device, the last layer of each family before the
   /// first backward (Megatron keeps each module's last group so that its

@@ -168,10 +168,11 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
 std::vector<int64_t> RankByThroughput(const std::vector<SweepRow>& rows, int64_t top);
 
 /// The step-time model's stated uncertainty: its median |error| against the
-/// published runs' throughput (bench/README.md "throughput": 2.0 %;
+/// published runs' throughput (bench/README.md "throughput": 2.1 % since full
+/// recompute's rerun collectives are priced, stated as 2.5 %;
 /// tests/published_runs_test.cc holds the median under it). Layouts closer
 /// than this in step time are a tie, not a ranking.
-inline constexpr double kStepTimeUncertainty = 0.02;
+inline constexpr double kStepTimeUncertainty = 0.025;
 
 /// For each position of `ranked` (indices into `rows`, best first), the
 /// 1-based position of the first row of its tie group: a group starts at a

@@ -50,8 +50,9 @@ enum class SimCategory : int {
   kRoutingScratch,  // MoE routing/dispatch/combine buffers
   kTemporaries,     // other named buffers a block materialises (gathered inputs, projections,
                     // partial outputs); Eigen's expression temporaries are not counted
+  kRecomputed,      // what a recompute rerun regenerates in backward, beyond the tensors kept for it
 };
-inline constexpr int kNumSimCategories = 9;
+inline constexpr int kNumSimCategories = 10;
 const char* Key(SimCategory c);
 
 struct RankMeasurement {
@@ -234,7 +235,7 @@ struct ScaleOptions {
 /// every parallel degree and mode (tp, sp, cp and its modes, pp, vpp,
 /// schedule, ep, expert_tp, zero, order; dp as max_world allows); hidden,
 /// head_dim, ffn, vocab and seq_len shrunk (seq_len rounded up so every CP
-/// chunk and SP slice divides evenly), micro_batch 1, recompute none, pinned
+/// chunk and SP slice divides evenly), micro_batch 1, the recipe's recompute policy, pinned
 /// stage boundaries dropped (they name layers of the full model).
 Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& scale);
 

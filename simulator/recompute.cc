@@ -1,0 +1,36 @@
+#include "recompute.h"
+
+#include <algorithm>
+
+#include "preflight/recipe/partition.h"
+
+namespace preflight::sim {
+
+std::vector<CheckpointGroup> CheckpointGroups(const std::vector<BlockKind>& layers, int64_t first, int64_t end,
+                                              const TrainingConfig& training) {
+  std::vector<CheckpointGroup> out;
+  if (training.recompute == Recompute::kSelective && training.recompute_modules.has(RecomputeModule::kMlp)) {
+    for (int64_t i = first; i < end; ++i) {
+      if (layers[static_cast<size_t>(i)] == BlockKind::kDenseMlp) out.push_back({i - first, i - first + 1});
+    }
+    return out;
+  }
+  if (training.recompute != Recompute::kFull) return out;
+  // The chunk's framework layers: the starts inside [first, end), then end.
+  std::vector<int64_t> starts;
+  for (int64_t s : LayerStarts(layers)) {
+    if (s >= first && s < end) starts.push_back(s - first);
+  }
+  const auto count = static_cast<int64_t>(starts.size());
+  starts.push_back(end - first);
+  const int64_t n = std::max<int64_t>(1, training.recompute_layers);
+  const bool block = training.recompute_method == RecomputeMethod::kBlock;
+  const int64_t step = block ? 1 : n;
+  const int64_t limit = block ? std::min(n, count) : count;
+  for (int64_t k = 0; k < limit; k += step) {
+    out.push_back({starts[static_cast<size_t>(k)], starts[static_cast<size_t>(std::min(k + step, count))]});
+  }
+  return out;
+}
+
+}  // namespace preflight::sim
