@@ -16,7 +16,7 @@ shift || true
 fuzz_cxx=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || echo clang++)}
 CXX=${fuzz_cxx} cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DPREFLIGHT_FUZZ=ON -DPREFLIGHT_WERROR=ON \
-  -DPREFLIGHT_BUILD_TESTS=OFF -DPREFLIGHT_BUILD_BENCH=OFF >/dev/null
+  -DPREFLIGHT_BUILD_TESTS=OFF -DPREFLIGHT_BUILD_BENCH=OFF -DPREFLIGHT_WITH_MPI=OFF >/dev/null
 cmake --build build-fuzz --target recipe_fuzz hf_import_fuzz megatron_import_fuzz
 mkdir -p build-fuzz/artifacts
 
