@@ -49,8 +49,9 @@ void Require(bool ok, const std::string& why) {
 }
 
 /// The recompute policies the executor runs: none, full (uniform or block),
-/// and selective with core_attn, and mlp with Transformer Engine (its norm is
-/// inside the MLP module, so the checkpoint is the sublayer's input).
+/// and selective with core_attn (GQA attention), and mlp with Transformer
+/// Engine (its norm is inside the MLP module, so the checkpoint is the
+/// sublayer's input).
 void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
   const TrainingConfig& t = r.training;
   const auto has = [&](char c) { return std::find(letters.begin(), letters.end(), c) != letters.end(); };
@@ -65,6 +66,8 @@ void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
             std::string("training.recompute_modules: ") + Name(m) + " is not in the executor (" + why +
                 "); valid here: core_attn, mlp (with training.transformer_engine: true)");
   };
+  refuse(RecomputeModule::kCoreAttn, r.model.mla.has_value() && has('A'),
+         "MLA's attention core is not rerun in the executor yet");
   refuse(RecomputeModule::kMlp, has('D') && !r.training.transformer_engine,
          "without Transformer Engine the MLP's checkpoint is its separate norm's output");
   refuse(RecomputeModule::kLayernorm, has('E') || !r.training.transformer_engine, "the norm rerun");

@@ -199,3 +199,18 @@ TEST(SimulateCli, OutputIsIdenticalRunAfterRun) {
 
 }  // namespace
 }  // namespace preflight
+
+namespace preflight {
+namespace {
+// MLA's core is not rerun in the executor: selective core_attn on an MLA
+// recipe is refused, not measured as a disagreement.
+TEST(SimulateCli, MlaWithCoreAttnRecomputeIsRefused) {
+  const auto r = testing::RunPreflight({"simulate", "recipes/deepseek-v3-h200.yaml", "--set", "parallel.schedule=1f1b",
+                                        "--set", "model.mtp_layers=0", "--set", "parallel.ep=4", "--set",
+                                        "parallel.pp=2", "--set", "training.recompute=selective"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("core_attn is not in the executor (MLA's attention core is not rerun"), std::string::npos)
+      << r.err;
+}
+}  // namespace
+}  // namespace preflight
