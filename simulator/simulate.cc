@@ -843,7 +843,11 @@ RunOutput RunWorld(const Spec& spec, Transport* transport) {
   return out;
 }
 
-ErrorStat Compare(const std::string& name, const Mat<double>& got, const Mat<double>& ref) {
+/// The largest difference of `got` from `ref`, less `slack` per element where
+/// given (what an AdamW update's gradient rounding explains,
+/// AdamWFirstStepSlack): what remains is the error of the step itself.
+ErrorStat Compare(const std::string& name, const Mat<double>& got, const Mat<double>& ref,
+                  const Mat<double>& slack = Mat<double>()) {
   ErrorStat e;
   e.name = name;
   e.elements = ref.size();
@@ -851,24 +855,13 @@ ErrorStat Compare(const std::string& name, const Mat<double>& got, const Mat<dou
     e.max_abs = e.max_rel = std::numeric_limits<double>::infinity();
     return e;
   }
-  e.max_abs = ref.size() == 0 ? 0.0 : (got - ref).cwiseAbs().maxCoeff();
+  Mat<double> error = (got - ref).cwiseAbs();
+  if (slack.rows() == ref.rows() && slack.cols() == ref.cols()) error = (error - slack).cwiseMax(0.0);
+  e.max_abs = ref.size() == 0 ? 0.0 : error.maxCoeff();
   const double scale = ref.size() == 0 ? 0.0 : ref.cwiseAbs().maxCoeff();
   e.max_rel = e.max_abs / std::max(scale, 1e-300);
   if (e.max_abs == 0.0) e.max_rel = 0.0;
   return e;
-}
-
-/// An update compared with the reference's, net of `slack` per element (what
-/// the gradient's rounding explains; empty = none): the error that remains is
-/// the optimizer's.
-ErrorStat CompareUpdate(const std::string& name, const Mat<double>& got, const Mat<double>& ref,
-                        const Mat<double>& slack) {
-  if (slack.size() == 0 || got.rows() != ref.rows() || got.cols() != ref.cols() || slack.rows() != ref.rows() ||
-      slack.cols() != ref.cols()) {
-    return Compare(name, got, ref);
-  }
-  const Mat<double> net = ((got - ref).cwiseAbs() - slack).cwiseMax(0.0);
-  return Compare(name, ref + net, ref);
 }
 
 /// Which shard of a parameter a rank holds, and over how many parts.
@@ -1076,7 +1069,7 @@ SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const
                                     ? AdamWFirstStepSlack(sharded.optim.adamw, it->second, g)
                                     : Mat<double>();
       for (const Mat<double>& u : ut->second) {
-        const ErrorStat e = CompareUpdate(name, u, want_update, slack);
+        const ErrorStat e = Compare(name, u, want_update, slack);
         if (e.max_rel >= worst.max_rel) worst = e;
       }
     }
