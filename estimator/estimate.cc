@@ -213,7 +213,6 @@ void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout
   // Allocator figures: everything priced so far goes through PyTorch's caching
   // allocator; the reserve and fragmentation below do not show in
   // torch.cuda.max_memory_allocated() (docs/allocated.md).
-  out.allocated_peak = managed;
   // Between steps ZeRO 3 has resharded every gathered unit and ZeRO 2/3 have
   // reduce-scattered (and freed) every unit's full gradients: only the shares
   // stay (FSDP2 reshard_after_forward/backward; Megatron-FSDP frees its
@@ -224,7 +223,11 @@ void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout
   out.allocated_static = out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) +
                          out.of(Category::kEpShardedParams) + out.of(Category::kGradients) +
                          out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
-                         out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces) - step_transients;
+                         out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces) - step_transients +
+                         estimator_detail::MainGradCopies(b.w, b.ends, rc, l);
+  // Those copies are freed before the next forward: the peak is the larger
+  // of the step's and the activations' (the device total keeps the latter).
+  out.allocated_peak = std::max(managed, out.allocated_static);
   out.bytes[static_cast<int>(Category::kRuntimeReserve)] = RuntimeReserve(rc);
   // Fragmentation of the caching allocator, a fraction of what it manages
   // (Megatron's estimator multiplies activations by 1.05; docs/formulas.md §2.4).

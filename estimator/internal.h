@@ -447,6 +447,10 @@ void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout&
 void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink);
 void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l,
                     const Context& x, Sink* sink);
+/// The fp32 copies of lower-precision gradients Megatron's optimizer step
+/// makes: allocated between steps, not at the activation peak, and in no
+/// category (DeepSpeed frees its own after the step).
+Bytes MainGradCopies(const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l);
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink);
 void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, ActivationRates& rates,

@@ -154,6 +154,51 @@ void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layo
   out.bytes[static_cast<int>(Category::kGradients)] = sum;
 }
 
+namespace {
+
+/// Optimizer state elements of optimizer o (dense or expert params) the rank
+/// keeps: its ZeRO >= 1 shares or every local element; `host` of them are
+/// offloaded. Megatron's HybridDeviceOptimizer moves whole params to the host
+/// until the offloaded elements reach fraction x the rank's (per optimizer:
+/// dense and expert); each keeps an fp32 param, grad, m and v there
+/// (cpu_offloading/hybrid_optimizer.py _get_sub_optimizer_param_groups).
+struct KeptState {
+  int64_t local = 0, kept = 0, host = 0;
+};
+KeptState KeptStateOf(const Walk& w, const Ends& ends, const Layout& l, double offload, int o, int expert) {
+  KeptState k;
+  k.local = StateElements(w, ends, o, expert);
+  k.kept = l.zero >= 1 ? w.shares.elements[o][expert] : k.local;
+  k.host = o == kMuon || offload <= 0 ? 0 : std::min(k.kept, CeilFraction(k.kept, offload));
+  return k;
+}
+
+/// Megatron's mixed-precision optimizers (ZeRO 0 and 1) hand each fp32 main
+/// param the fp32 copy of its share of a lower-precision gradient buffer
+/// (optimizer.py and distrib_optimizer.py _copy_model_grads_to_main_grads:
+/// `model_grad.float()`), and free it at the next step's zero_grad
+/// (set_to_none): it stays allocated between steps, not at the activation
+/// peak. With fp32 gradients `.float()` is the buffer itself; Megatron-FSDP
+/// (ZeRO 2/3) returns before copying.
+bool CopiesMainGrads(const Recipe& rc, const Layout& l) {
+  const PrecisionConfig& p = rc.training.precision;
+  return l.zero <= 1 && p.params != DType::kFp32 && p.master == DType::kFp32 && p.grads != DType::kFp32;
+}
+
+}  // namespace
+
+Bytes MainGradCopies(const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l) {
+  if (!CopiesMainGrads(rc, l)) return Bytes(0);
+  int64_t elems = 0;
+  for (int o = 0; o < 2; ++o) {
+    for (int expert = 0; expert < 2; ++expert) {
+      const KeptState k = KeptStateOf(w, ends, l, rc.training.optimizer.offload_fraction, o, expert);
+      elems = Add(elems, k.kept - k.host);
+    }
+  }
+  return Bytes(Mul(elems, SizeOf(DType::kFp32)));
+}
+
 void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l,
                     const Context& x, Sink* sink) {
   const PrecisionConfig& prec = rc.training.precision;
@@ -169,17 +214,11 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
     const int64_t per_elem = Add(muon ? momentum : 8, master);
     Bytes sum;
     for (int expert = 0; expert < 2; ++expert) {
-      const int64_t elems = StateElements(w, ends, o, expert);
-      if (elems == 0) continue;
-      const int64_t group = expert ? x.expert_group : x.dense_group;
       // ZeRO >= 1: each unit's buffer of n elements is padded to a multiple
       // of D and the busiest rank keeps ceil(n/D) of it (Walk::shares).
-      const int64_t kept = sharded ? w.shares.elements[o][expert] : elems;
-      // Megatron's HybridDeviceOptimizer moves whole params to the host until
-      // the offloaded elements reach fraction x the rank's (per optimizer:
-      // dense and expert); each keeps an fp32 param, grad, m and v there
-      // (cpu_offloading/hybrid_optimizer.py _get_sub_optimizer_param_groups).
-      const int64_t host = muon || offload <= 0 ? 0 : std::min(kept, CeilFraction(kept, offload));
+      const auto [elems, kept, host] = KeptStateOf(w, ends, l, offload, o, expert);
+      if (elems == 0) continue;
+      const int64_t group = expert ? x.expert_group : x.dense_group;
       const Bytes b(Mul(kept - host, per_elem));
       sum += b;
       if (host > 0) {

@@ -408,6 +408,14 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
   }
   for (auto& unit : units_) {
     for (Buffer& b : unit) {
+      // Megatron's mixed-precision step (ZeRO 0/1) gives each fp32 main param
+      // model_grad.float() of a lower-precision gradient share
+      // (_copy_model_grads_to_main_grads); it is freed at the next zero_grad,
+      // after this step: held with the state, as a temporary of the step
+      // (fit counts it only in the allocator's between-steps figure).
+      if (settings_.zero <= 1 && settings_.master_bytes > 0 && ctx.bytes.grad < 4) {
+        b.held.emplace_back(ctx.mem(), SimCategory::kTemporaries, (settings_.zero == 1 ? b.own_real : b.n) * 4);
+      }
       if (b.muon) {
         StepMuon(ctx, b);
       } else {

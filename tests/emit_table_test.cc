@@ -115,6 +115,7 @@ const MegatronArg kMegatronArgs[] = {
     {"--moe-shared-expert-intermediate-size", ArgKind::kInt, {}},
     {"--moe-token-dispatcher-type", ArgKind::kChoice, {"allgather", "alltoall", "flex"}},
     {"--mtp-num-layers", ArgKind::kInt, {}},
+    {"--mtp-use-repeated-layer", ArgKind::kBare, {}},
     {"--multi-latent-attention", ArgKind::kBare, {}},
     {"--muon-tp-mode", ArgKind::kChoice, {"blockwise", "duplicated", "distributed"}},
     {"--normalization", ArgKind::kChoice, {"LayerNorm", "RMSNorm"}},

@@ -336,6 +336,19 @@ const FlagCase kFlagCases[] = {
      "--decoder-last-pipeline-num-layers",
      "9"},
     // ZeRO 0: DDP; 2 and 3: Megatron-FSDP, which needs the fsdp_dtensor format (arguments.py).
+    // One MTP module's weights at every depth (MultiTokenPredictionBlock, mtp_use_repeated_layer).
+    {"Mtp_SharedLayer",
+     "llama3-8b-h200",
+     {"model.mtp_layers=2", "model.mtp_shared_layer=true"},
+     "--mtp-use-repeated-layer",
+     ""},
+    {"Mtp_Apart", "llama3-8b-h200", {"model.mtp_layers=2"}, "--mtp-use-repeated-layer", kAbsent},
+    // A hybrid's MTP depths follow its pattern after '/' (hybrid_layer_allocation.py parse_hybrid_pattern).
+    {"Mtp_HybridDepths",
+     "jamba-v0.1-h200",
+     {"model.mtp_layers=2", "parallel.pp=1", "parallel.ep=8"},
+     "--hybrid-layer-pattern",
+     "M-MEM-ME*-MEM-MEM-MEM-ME*-MEM-MEM-MEM-ME*-MEM-MEM-MEM-ME*-MEM-ME/*E/*E"},
     {"Zero0_NoDistOpt", "llama3-8b-h200", {"parallel.zero=0"}, "--use-distributed-optimizer", kAbsent},
     {"Zero2_Fsdp", "llama3-8b-h200", {"parallel.zero=2"}, "--use-megatron-fsdp", ""},
     {"Zero2_Strategy", "llama3-8b-h200", {"parallel.zero=2"}, "--data-parallel-sharding-strategy", "optim_grads"},

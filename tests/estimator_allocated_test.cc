@@ -62,6 +62,46 @@ TEST(AllocatedFigures, StaticIsEighteenBytesAParameterAndPeakAddsActivations) {
 }
 
 // The workspace count by mechanism, over the switches that change it.
+TEST(AllocatedFigures, ABf16GradientBufferAddsTheStepsFp32CopiesBetweenStepsOnly) {
+  // Megatron with --grad-reduce-in-bf16: the step's model_grad.float() gives every
+  // fp32 main param an fp32 gradient, kept until the next zero_grad.
+  std::string text = kRecipe;
+  text.replace(text.find("grads: fp32"), 11, "grads: bf16");
+  const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
+  ASSERT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
+  const Inventory inv = BuildInventory(*loaded.recipe);
+  const int64_t params = inv.total_params;
+  const RankMemory m = EstimateMemory(inv, LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1)).stages.front();
+  const int64_t workspaces = 3 * 32 * 1024 * 1024;
+  // bf16 param 2 + bf16 grad 2 + fp32 master 4 + moments 8 + the fp32 gradient copy 4.
+  EXPECT_EQ(m.allocated_static.count(), 20 * params + workspaces);
+  // At the activation peak the copies are gone, and no category holds them:
+  // the peak is the larger phase, here the step's (4 B a parameter is more
+  // than this 128-token micro-batch's activations).
+  const int64_t forward =
+      16 * params + workspaces + m.of(Category::kActivations).count() + m.of(Category::kRoutingScratch).count();
+  EXPECT_EQ(forward, (m.total() - m.of(Category::kRuntimeReserve) - m.of(Category::kAllocatorOverhead)).count());
+  ASSERT_LT(forward, 20 * params + workspaces);
+  EXPECT_EQ(m.allocated_peak.count(), 20 * params + workspaces);
+  // 8,192 tokens: the activations' phase is the peak.
+  std::string longer = text;
+  longer.replace(longer.find("seq_len: 128"), 12, "seq_len: 8192");
+  const LoadResult l8k = LoadRecipeFromString(longer, "hand.yaml");
+  ASSERT_TRUE(l8k.ok()) << Format(l8k.diagnostics.front());
+  const RankMemory m8k =
+      EstimateMemory(BuildInventory(*l8k.recipe), LayoutOf(*l8k.recipe), EqualStagePlan(4, 1, 1)).stages.front();
+  EXPECT_GT(m8k.of(Category::kActivations).count(), 4 * params);
+  EXPECT_EQ(m8k.allocated_peak, m8k.total() - m8k.of(Category::kRuntimeReserve) - m8k.of(Category::kAllocatorOverhead));
+  // Megatron-FSDP (ZeRO 3 here) returns before copying.
+  std::string fsdp = text;
+  fsdp.replace(fsdp.find("zero: 0"), 7, "zero: 3");
+  const LoadResult z3 = LoadRecipeFromString(fsdp, "hand.yaml");
+  ASSERT_TRUE(z3.ok()) << Format(z3.diagnostics.front());
+  const RankMemory m3 =
+      EstimateMemory(BuildInventory(*z3.recipe), LayoutOf(*z3.recipe), EqualStagePlan(4, 1, 1)).stages.front();
+  EXPECT_EQ(m3.allocated_static.count(), 16 * params + workspaces);
+}
+
 TEST(AllocatedFigures, LibraryWorkspacesFollowTheLibrariesThatRunGemms) {
   // Each edit replaces one piece of kRecipe.
   const auto mib = [](const std::vector<std::pair<std::string, std::string>>& edits) {

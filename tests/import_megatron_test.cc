@@ -385,5 +385,56 @@ TEST(ImportMegatron, CorpusHybridParameterCount) {
   EXPECT_EQ(BuildInventory(r).total_params, expected);
 }
 
+TEST(ImportMegatron, HybridMtpDepthsAndASharedLayer) {
+  const fidelity::Case& c =
+      CorpusCase("nemotron/nemotron3_5_lightning_no_load_optim_tp1_pp1_cp1_ep4_dgx_gb200_1N4G/dev_dgx_gb200");
+  const Recipe r = Load(ImportMegatronArgs(fidelity::ModelArgsYaml(c), c.id), fidelity::ClusterOf(c));
+  // "MEMEM*EMEMEM*E/*E/*E" with --mtp-use-repeated-layer: two depths of one module.
+  EXPECT_EQ(Letters(r), "MEMEMAEMEMEMAE");
+  EXPECT_EQ(r.model.mtp_layers, 2);
+  EXPECT_TRUE(r.model.mtp_shared_layer);
+  // --data-parallel-sharding-strategy without --use-megatron-fsdp is never read:
+  // the distributed optimizer alone.
+  EXPECT_EQ(r.parallel.zero, 1);
+  // h 768, RMSNorm, no biases, untied GPT-2 vocabulary of 50257 (the inventory counts it unpadded:
+  // Megatron's padding depends on tp, and is priced per rank).
+  // Mamba (16 heads of 64, 8 groups, state 128): in_proj 768 x (2 x 1024 + 2 x 8 x 128 + 16),
+  // conv1d 3072 x 4 + 3072, dt_bias/A_log/D 3 x 16, gated norm 1024, out_proj 1024 x 768, pre-norm.
+  const int64_t mamba = 768LL * 4112 + 3072 * 4 + 3072 + 3 * 16 + 1024 + 1024LL * 768 + 768;
+  // Attention (8 heads of 64, 2 query groups): qkv 768 x 768, o 512 x 768, pre-norm.
+  const int64_t attention = 768LL * 768 + 512LL * 768 + 768;
+  // MoE: router 32 x 768 and its expert bias (32, an fp32 buffer the optimizer skips but the
+  // checkpoint holds), 32 squared-ReLU experts of 512 (fc1 + fc2), a shared expert of 1024, pre-norm.
+  const int64_t moe = 32LL * 768 + 32 + 32 * 2LL * 768 * 512 + 2LL * 768 * 1024 + 768;
+  // One MTP module: enorm, hnorm, eh_proj 2h x h, attention + MoE, final norm.
+  const int64_t mtp = 3 * 768 + 2LL * 768 * 768 + attention + moe;
+  const int64_t expected = 6 * mamba + 2 * attention + 6 * moe + 768 + 2LL * 50257 * 768 + mtp;
+  EXPECT_EQ(BuildInventory(r).total_params, expected);
+}
+
+TEST(ImportMegatron, HybridMtpDepthsMustAgreeAndOtherLayersAreNotCounted) {
+  const std::string head =
+      "MODEL_ARGS:\n  --hidden-size: 64\n  --num-attention-heads: 4\n  --seq-length: 128\n"
+      "  --tokenizer-type: NullTokenizer\n  --vocab-size: 100\n  --num-experts: 4\n  --mamba-num-groups: 1\n";
+  const MegatronImport differ = ImportMegatronArgs(head + "  --hybrid-layer-pattern: \"M*E/*E/*-\"\n", "h.yaml");
+  const Diagnostic* e = FirstError(differ);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->key_path, "--hybrid-layer-pattern");
+  EXPECT_THAT(e->message, HasSubstr("MTP depths differ"));
+  const MegatronImport other = ImportMegatronArgs(head + "  --hybrid-layer-pattern: \"M*E/MM\"\n", "h.yaml");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(Load(other).model.mtp_layers, 0);
+  bool warned = false;
+  for (const Diagnostic& d : other.diagnostics)
+    warned |= d.message.find("('MM' a depth) is not counted") != std::string::npos;
+  EXPECT_TRUE(warned);
+  // The older spelling: one depth's layers, --mtp-num-layers times.
+  const MegatronImport legacy = ImportMegatronArgs(
+      head + "  --hybrid-layer-pattern: \"M*E\"\n  --mtp-hybrid-override-pattern: \"*E\"\n  --mtp-num-layers: 3\n",
+      "h.yaml");
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_EQ(Load(legacy).model.mtp_layers, 3);
+}
+
 }  // namespace
 }  // namespace preflight

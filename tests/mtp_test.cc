@@ -1,6 +1,9 @@
 // Multi-token prediction (model.mtp_layers): the modules' parameters counted
 // by hand, where they live (the last stage, with a word-embedding copy kept in
-// step by the embedding group), and the refusal on hybrid stacks.
+// step by the embedding group), one module's weights shared by every depth
+// (--mtp-use-repeated-layer), and which stacks may carry them.
+#include <array>
+#include <cstdint>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -15,17 +18,17 @@ namespace {
 
 // 2 transformer layers, h 64, 4 heads of 16 (MHA), SwiGLU 128, untied vocab 256
 // (a multiple of 128: no padding at tp 1), RMSNorm, bf16, pp 2.
-std::string Recipe(int mtp, const std::string& pattern = "AD") {
+std::string Recipe(int mtp, const std::string& pattern = "AD", bool shared = false) {
   return "name: mtp\nmodel:\n  pattern: \"" + pattern + "\"\n  repeat: 2\n  hidden: 64\n  vocab: 256\n" +
-         "  mtp_layers: " + std::to_string(mtp) +
+         "  mtp_shared_layer: " + (shared ? "true" : "false") + "\n  mtp_layers: " + std::to_string(mtp) +
          "\n  attention: {heads: 4, kv_heads: 4, head_dim: 16}\n  mlp: {ffn_hidden: 128, activation: swiglu}\n"
          "  mamba: {d_state: 16, head_dim: 16, groups: 1}\n"
          "training: {seq_len: 64, micro_batch: 1, global_batch: 4, recompute: none}\n"
          "parallel: {tp: 1, pp: 2, zero: 0}\ncluster: {gpu: h100, nodes: 1, gpus_per_node: 2}\n";
 }
 
-Inventory Build(int mtp) {
-  const LoadResult loaded = LoadRecipeFromString(Recipe(mtp), "mtp.yaml");
+Inventory Build(int mtp, const std::string& pattern = "AD", bool shared = false) {
+  const LoadResult loaded = LoadRecipeFromString(Recipe(mtp, pattern, shared), "mtp.yaml");
   EXPECT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
   return BuildInventory(*loaded.recipe);
 }
@@ -64,7 +67,29 @@ TEST(Mtp, LivesOnTheLastStageWithAnEmbeddingCopy) {
   EXPECT_TRUE(tied_all_reduce);
 }
 
-TEST(Mtp, RefusedOnHybridStacks) {
+// The module of ModuleParametersByHand.
+constexpr int64_t kModule = 49472;
+
+TEST(Mtp, ASharedLayerHoldsOneModuleAndKeepsEveryDepthsActivations) {
+  EXPECT_EQ(Build(3, "AD", true).total_params - Build(0).total_params, kModule);
+  const auto last_stage = [](const Inventory& inv) {
+    return EstimateMemory(inv, LayoutOf(inv.recipe), EqualStagePlan(4, 2, 1)).stages[1];
+  };
+  const RankMemory shared = last_stage(Build(3, "AD", true)), apart = last_stage(Build(3));
+  EXPECT_EQ(shared.of(Category::kActivations), apart.of(Category::kActivations));
+  // bf16 weights: two modules fewer.
+  EXPECT_EQ((apart.of(Category::kTpShardedParams) + apart.of(Category::kReplicatedParams)).count() -
+                (shared.of(Category::kTpShardedParams) + shared.of(Category::kReplicatedParams)).count(),
+            2 * 2 * kModule);
+}
+
+TEST(Mtp, AHybridStackEndingInAnFfnCarriesThem) {
+  // Megatron's "MDMD/*-": the module's layer is attention and the last FFN,
+  // the same tensors as on the transformer stack.
+  EXPECT_EQ(Build(1, "MD").total_params - Build(0, "MD").total_params, kModule);
+}
+
+TEST(Mtp, RefusedWhenTheStackDoesNotEndInAnFfn) {
   const LoadResult loaded = LoadRecipeFromString(Recipe(1, "AM"), "mtp.yaml");
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.diagnostics.front().key_path, "model.mtp_layers");

@@ -94,7 +94,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Bases() {
       {"nam56r-h200", {"serving.batch=8"}},
       {"nam56r-h200", {"parallel.cp=2", "model.mamba.fused_norm_out_proj=false", "training.dropout=0.1"}},
       {"mixtral-8x7b-h200", {"parallel.dp_replicate=2", "model.moe.capacity_factor=0.5"}},
-      {"deepseek-v3-h200", {}},
+      {"deepseek-v3-h200", {"model.mtp_layers=2"}},  // two depths: model.mtp_shared_layer moves them
       {"llama3-8b-h200", {"model.learned_positions=8192", "model.linear_bias=true", "parallel.tp=2"}},
       // Capacity factor away from the dropless skew (both 1.25 by default).
       {"nam56r-h200", {"model.moe.capacity_factor=2.0", "parallel.cp=4", "parallel.cp_recurrent=handoff"}},

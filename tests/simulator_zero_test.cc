@@ -105,6 +105,17 @@ TEST(SimulatorZero, ZeroTwoSmallHybrid) {
                     CommWhat::kExpertGrads);
 }
 
+// A bf16 gradient buffer under ZeRO 0 and 1: the step's fp32 copies of each
+// rank's gradient share (Megatron's model_grad.float()) are a temporary of the
+// step, in no compared category, so both still agree.
+TEST(SimulatorZero, Bf16GradientsAgreeAtZeroZeroAndOne) {
+  for (int zero : {0, 1}) {
+    std::vector<Override> o = SmallHybrid(zero);
+    o.push_back({"training.precision.grads", "bf16"});
+    ExpectAgreement(ScaledDefault(o));
+  }
+}
+
 TEST(SimulatorZero, ZeroTwoOddBuffers) {
   const Recipe r = ScaledDefault(SmallHybrid(2, 3));
   ASSERT_EQ(r.dp(), 3);

@@ -6,6 +6,7 @@
 // Shapes are written input x output for linears (docs/formulas.md §8.1, Y = X W), so a
 // TP-column tensor splits its last dimension and a TP-row tensor its first.
 // Names follow the Megatron/HF habit: "layers.<i>.<module>.<tensor>".
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -292,7 +293,9 @@ void AddModelEnds(const Recipe& recipe, const OptimizerPolicy& p, Inventory& inv
   // enorm and hnorm, eh_proj [2h, h] column-parallel without bias, one
   // transformer layer like the model's last (attention + its FFN), and a
   // final norm; the embedding and output head are the model's.
-  for (int64_t k = 0; k < m.mtp_layers; ++k) {
+  // --mtp-use-repeated-layer builds one module and applies it at every depth.
+  const int64_t modules = m.mtp_shared_layer ? std::min<int64_t>(m.mtp_layers, 1) : m.mtp_layers;
+  for (int64_t k = 0; k < modules; ++k) {
     TensorList list("mtp." + std::to_string(k) + ".", dtype, &inv.mtp);
     AddNorm(list, "enorm", m.hidden, m.norm, p);
     AddNorm(list, "hnorm", m.hidden, m.norm, p);
@@ -304,8 +307,8 @@ void AddModelEnds(const Recipe& recipe, const OptimizerPolicy& p, Inventory& inv
     AddNorm(list, "final_layernorm", m.hidden, m.norm, p);
   }
   // A token runs through top_k of an MTP MoE layer's experts.
-  if (inv.mtp_ffn == BlockKind::kMoe && m.mtp_layers > 0) {
-    inv.mtp_inactive = CheckedMul(m.mtp_layers, CheckedMul(m.moe.experts - m.moe.top_k, ExpertElements(m)));
+  if (inv.mtp_ffn == BlockKind::kMoe && modules > 0) {
+    inv.mtp_inactive = CheckedMul(modules, CheckedMul(m.moe.experts - m.moe.top_k, ExpertElements(m)));
   }
 }
 

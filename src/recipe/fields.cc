@@ -250,6 +250,9 @@ std::vector<RecipeField> MakeFields() {
       Spell(IntField(
                 "model.mtp_layers", "modules", 0, 64, [](auto& r) -> auto& { return r.model.mtp_layers; }),
             "--mtp-num-layers", "model_registry(num_mtp_layers=...)"),
+      Spell(BoolField(
+                "model.mtp_shared_layer", [](auto& r) -> auto& { return r.model.mtp_shared_layer; }),
+            "--mtp-use-repeated-layer", kNone),
       Spell(EnumField(
                 "model.norm", "enum", kNorms, [](auto& r) -> auto& { return r.model.norm; }),
             "--normalization", "(model flavor)"),

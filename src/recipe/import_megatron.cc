@@ -169,7 +169,6 @@ const std::set<std::string> kQuiet = {
 // each would change. (New recipe keys come with the key-table rework.)
 const std::map<std::string, std::string>& Unrepresentable() {
   static const std::map<std::string, std::string> kMap = {
-      {"--mtp-use-repeated-layer", "MTP modules sharing one layer's weights; priced as separate layers"},
       {"--fp8-format",
        "FP8 GEMMs: TE keeps FP8 copies / transposes of weights and FP8 activations for "
        "backward, and amax histories; the recipe prices bf16 compute"},
@@ -238,6 +237,8 @@ const std::set<std::string> kMapped = {
     "--moe-grouped-gemm",
     "--mtp-num-layers",
     "--mtp-loss-scaling-factor",
+    "--mtp-use-repeated-layer",
+    "--mtp-hybrid-override-pattern",
     "--num-distributed-optimizer-instances",
     "--defer-embedding-wgrad-compute",
     "--wgrad-deferral-limit",
@@ -690,11 +691,14 @@ void Add(std::vector<YamlEntry>* out, const std::string& key, int64_t value, con
 }
 std::string Bool(bool b) { return b ? "true" : "false"; }
 
-/// Hybrid-pattern letters (with '|' cuts) -> recipe letters and cut positions.
-bool MapHybrid(const std::string& pattern, std::string* letters, std::vector<int64_t>* cuts, bool* mtp, char* bad) {
-  for (char c : pattern) {
-    if (c == '/') {  // the MTP part follows (mamba_hybrid_layer_allocation.py)
-      *mtp = true;
+/// Hybrid-pattern letters (with '|' cuts) -> recipe letters and cut positions;
+/// the MTP part after the first '/' is returned as written.
+bool MapHybrid(const std::string& pattern, std::string* letters, std::vector<int64_t>* cuts, std::string* mtp,
+               char* bad) {
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '/') {  // the MTP part follows (hybrid_layer_allocation.py parse_hybrid_pattern)
+      *mtp = pattern.substr(i + 1);
       break;
     }
     switch (c) {
@@ -724,6 +728,7 @@ struct Stack {
   std::string flag;  // the hybrid pattern's flag; empty for GPT
   std::string letters;
   std::vector<int64_t> cuts;
+  std::string mtp;  // a hybrid pattern's MTP part: one pattern a depth, '/' between
   int64_t layers = 0;
   bool hybrid() const { return !flag.empty(); }
   bool Has(char letter) const { return letters.find(letter) != std::string::npos; }
@@ -737,15 +742,13 @@ bool MapStack(Args& a, int64_t experts, Stack* st) {
   std::string& letters = st->letters;
   int64_t& layers = st->layers;
   if (st->hybrid()) {
-    bool mtp = false;
     char bad = 0;
-    if (!MapHybrid(a.Str(hybrid_flag, ""), &letters, &st->cuts, &mtp, &bad)) {
+    if (!MapHybrid(a.Str(hybrid_flag, ""), &letters, &st->cuts, &st->mtp, &bad)) {
       a.Fail(hybrid_flag, fmt::format("letter '{}' is not one of M (Mamba), * (attention), - (MLP), E (MoE), "
                                       "| (pipeline cut), / (MTP part)",
                                       bad));
       return false;
     }
-    if (mtp) a.Warn(hybrid_flag, "the MTP part after '/' is not counted");
     layers = static_cast<int64_t>(letters.size());
     if (letters.empty()) {
       a.Fail(hybrid_flag, "no layers in the pattern");
@@ -1162,7 +1165,9 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
     Add(&l, "parallel.expert_tp", a.Int("--expert-tensor-parallel-size", tp), "Megatron default: = tp");
   }
   int64_t zero = a.Flag("--use-distributed-optimizer") ? 1 : 0;
-  if (a.Has("--data-parallel-sharding-strategy")) {
+  // The strategy is read only under Megatron-FSDP (core/optimizer/__init__.py,
+  // use_megatron_fsdp); beside the plain distributed optimizer it is inert.
+  if (a.Has("--data-parallel-sharding-strategy") && a.Flag("--use-megatron-fsdp")) {
     const std::string s = a.Str("--data-parallel-sharding-strategy", "");
     zero = s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
   }
@@ -1203,6 +1208,77 @@ void WarnTheRest(Args& a, MegatronImport* out) {
   }
 }
 
+/// A hybrid pattern's MTP part: its depths, each the same layers
+/// (hybrid_layer_allocation.py raises otherwise); 0 when there is none.
+/// --mtp-hybrid-override-pattern is the older spelling of one depth's layers
+/// (arguments.py joins it --mtp-num-layers times after a '/').
+int64_t HybridMtpDepths(Args& a, const Stack& st, std::string* depth) {
+  std::string part = st.mtp;
+  const int64_t asked = a.Int("--mtp-num-layers", 0, 0);
+  if (part.empty() && a.Has("--mtp-hybrid-override-pattern") && asked > 0) {
+    part = a.Str("--mtp-hybrid-override-pattern", "");
+    for (int64_t k = 1; k < asked; ++k) part += "/" + a.Str("--mtp-hybrid-override-pattern", "");
+  }
+  if (part.empty()) return 0;
+  int64_t depths = 0;
+  for (size_t start = 0;; ++depths) {
+    const size_t end = std::min(part.find('/', start), part.size());
+    std::string one;
+    for (char c : part.substr(start, end - start)) {
+      if (!std::isspace(static_cast<unsigned char>(c))) one += c;
+    }
+    if (depths == 0) *depth = one;
+    if (one != *depth) {
+      a.Fail(st.flag,
+             fmt::format("MTP depths differ ('{}' and '{}'): every depth after '/' has the same layers", *depth, one));
+      return -1;
+    }
+    if (end == part.size()) return depths + 1;
+    start = end + 1;
+  }
+}
+
+/// MTP modules: GPT models build --mtp-num-layers of them on the last stage;
+/// hybrid models one a depth of the pattern after '/' (which sets the count,
+/// arguments.py). The recipe's MTP layer is attention and the model's last
+/// FFN, so a hybrid depth is imported when it is "*" and that FFN's symbol.
+void MapMtp(Args& a, const Stack& st, MegatronImport* out) {
+  std::vector<YamlEntry>& m = out->model;
+  int64_t depths = a.Int("--mtp-num-layers", 0, 0);
+  if (st.hybrid()) {
+    std::string depth;
+    const int64_t in_pattern = HybridMtpDepths(a, st, &depth);
+    if (in_pattern < 0) return;
+    if (in_pattern == 0 && depths > 0) {
+      a.Warn("--mtp-num-layers",
+             "not represented: a hybrid model takes its MTP layers from the pattern after '/', "
+             "and this pattern has none");
+      out->unrepresented.push_back("--mtp-num-layers");
+      return;
+    }
+    if (in_pattern > 0 && depths > 0 && depths != in_pattern) {
+      a.Warn("--mtp-num-layers", fmt::format("the pattern has {} MTP depths; Megatron uses the pattern's count, and "
+                                             "so does the recipe",
+                                             in_pattern));
+    }
+    depths = in_pattern;
+    const char last = st.letters.empty() ? ' ' : st.letters.back();
+    const std::string expected = last == 'E' ? "*E" : last == 'D' ? "*-" : "";
+    if (depths > 0 && depth != expected) {
+      a.Warn(st.flag, fmt::format("the MTP part ('{}' a depth) is not counted: the recipe's MTP layer is attention and "
+                                  "the model's last FFN ('*E' or '*-' after a stack ending in E or -)",
+                                  depth));
+      out->unrepresented.push_back(st.flag);
+      return;
+    }
+  }
+  if (depths == 0) return;
+  Add(&m, "model.mtp_layers", depths, st.hybrid() ? "MTP depths after '/' in the pattern" : "--mtp-num-layers");
+  if (a.Flag("--mtp-use-repeated-layer")) {
+    Add(&m, "model.mtp_shared_layer", "true", "--mtp-use-repeated-layer: one module's weights at every depth");
+  }
+}
+
 void MapArguments(const std::string& file, MegatronImport* out) {
   Args a(*out, file, &out->diagnostics);
   std::vector<YamlEntry>& m = out->model;
@@ -1214,17 +1290,7 @@ void MapArguments(const std::string& file, MegatronImport* out) {
       st.hybrid() ? "hybrid pattern: M->M, *->A, -->D, E->E" : "per GPT layer: attention + MLP (D) or MoE (E)");
   const int64_t hidden = a.Require("--hidden-size");
   Add(&m, "model.hidden", hidden);
-  // GPT models build --mtp-num-layers MTP modules on the last stage; hybrid
-  // models take theirs from the pattern after '/', which MapStack warns about.
-  if (const int64_t mtp = a.Int("--mtp-num-layers", 0, 0); mtp > 0) {
-    if (st.hybrid()) {
-      a.Warn("--mtp-num-layers",
-             "not represented: a hybrid model's MTP modules (the pattern after '/') are not counted");
-      out->unrepresented.push_back("--mtp-num-layers");
-    } else {
-      Add(&m, "model.mtp_layers", mtp, "--mtp-num-layers");
-    }
-  }
+  MapMtp(a, st, out);
   // Read once: the learned position table defaults to it too.
   const int64_t seq = a.Require("--seq-length");
   MapEmbeddings(a, seq, m);

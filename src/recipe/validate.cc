@@ -267,20 +267,16 @@ class Validator {
     }
   }
 
-  /// MTP modules repeat the model's last transformer layer: the stack must be
-  /// (attention, MLP or MoE) pairs.
+  /// An MTP module's layer is an attention layer and the model's last FFN:
+  /// a transformer stack's last layer, or a hybrid stack ending in D or E
+  /// (Megatron's hybrid pattern after '/': "*-" or "*E" a depth).
   void CheckMtp() {
     const auto& layers = r_.model.layers;
     if (r_.model.mtp_layers == 0 || Bad({"model.mtp_layers"})) return;
-    bool pairs = !layers.empty() && layers.size() % 2 == 0;
-    for (size_t i = 0; pairs && i < layers.size(); i += 2) {
-      pairs = layers[i] == BlockKind::kAttention &&
-              (layers[i + 1] == BlockKind::kDenseMlp || layers[i + 1] == BlockKind::kMoe);
-    }
-    if (pairs) return;
+    if (!layers.empty() && (layers.back() == BlockKind::kDenseMlp || layers.back() == BlockKind::kMoe)) return;
     ctx_.ErrorAt("model.mtp_layers", Str(r_.model.mtp_layers),
-                 "MTP modules are priced for transformer stacks (attention + MLP/MoE pairs, as in Megatron's GPT "
-                 "model); this layer list is a hybrid (Megatron's hybrid models take MTP from the pattern after '/')");
+                 "an MTP module's layer is an attention layer and the model's last FFN (D or E), as Megatron's GPT "
+                 "model builds it and a hybrid pattern's '/*-' or '/*E'; this layer list ends in another block");
   }
 
   /// Megatron's ModelParallelConfig raises "Cannot defer embedding wgrad

@@ -285,6 +285,7 @@ void ModelFlags(const Context& c) {
   c.args.Flag("--hidden-dropout", Number(c.r.training.dropout));
   if (!m.tie_embeddings) c.args.Flag("--untie-embeddings-and-output-weights");
   if (m.mtp_layers > 0) c.args.Flag("--mtp-num-layers", m.mtp_layers);
+  if (m.mtp_layers > 0 && m.mtp_shared_layer) c.args.Flag("--mtp-use-repeated-layer");
   c.args.Flag("--make-vocab-size-divisible-by", m.vocab_pad_multiple);
 }
 
@@ -359,6 +360,9 @@ std::string HybridPattern(const Context& c) {
     if (cut_before[i]) out += '|';
     out += HybridSymbol(c.r.model.layers[i]);
   }
+  // MTP depths after '/': attention and the last FFN (recipe validation).
+  const std::string depth = {'*', HybridSymbol(c.r.model.layers.back())};
+  for (int64_t k = 0; k < c.r.model.mtp_layers; ++k) out += "/" + depth;
   return out;
 }
 

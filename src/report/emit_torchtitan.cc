@@ -248,6 +248,9 @@ void ModelKeys(const Context& c, const Flavor* f) {
                    "torchtitan's MTP does not support pipeline parallelism (deepseek_v3/mtp.py raises "
                    "NotImplementedError)");
   }
+  if (c.r.model.mtp_layers > 1 && c.r.model.mtp_shared_layer) {
+    c.notes.Cannot("model.mtp_shared_layer", "true", "torchtitan builds one MTP module a depth (no shared layer)");
+  }
   if (c.r.model.linear_bias != (std::string(f->family) == "gpt_oss")) {
     c.notes.Cannot("model.linear_bias", c.r.model.linear_bias ? "true" : "false",
                    fmt::format("torchtitan's {} {} {} linear biases", f->family, f->name,

@@ -221,6 +221,9 @@ struct ModelConfig {
   /// two norms, a [2h, h] projection, one transformer layer like the model's
   /// last, a final norm and the shared output head with its own loss.
   int64_t mtp_layers = 0;
+  /// One MTP module's weights applied at every depth (Megatron
+  /// --mtp-use-repeated-layer): parameters once, activations per depth.
+  bool mtp_shared_layer = false;
   NormKind norm = NormKind::kRmsNorm;
   AttentionConfig attention;
   std::optional<MlaConfig> mla;  // when set, A layers are MLA
