@@ -3,6 +3,7 @@
 // match the figures the model authors published. The expected values are the
 // published figures (source beside each), never computed by preflight.
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -171,6 +172,23 @@ TEST_P(ImportedCounts, MatchPublishedFigures) {
 INSTANTIATE_TEST_SUITE_P(All, ImportedCounts, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
+/// A fixture's parameter count worked by hand from the modeling file's shapes, and the difference its
+/// stand-in warnings must state: the recipe's count minus the stated difference is the hand count.
+struct HandCount {
+  const char* fixture;
+  int64_t count;
+  int64_t stated;
+};
+void ExpectHandCounts(std::initializer_list<HandCount> cases) {
+  for (const HandCount& c : cases) {
+    int64_t stated = 0;
+    const LoadResult loaded = ImportAndLoad(c.fixture, &stated);
+    ASSERT_TRUE(loaded.ok()) << c.fixture << "\n" << Messages(loaded.diagnostics);
+    EXPECT_EQ(stated, c.stated) << c.fixture;
+    EXPECT_EQ(BuildInventory(*loaded.recipe).total_params - stated, c.count) << c.fixture;
+  }
+}
+
 TEST(ImportedCounts, Granite40HSmallIsCountedToTheParameter) {
   // By GraniteMoeHybrid's module shapes (transformers modeling_granitemoehybrid.py), hidden 4096, tied
   // embedding of 100,352 rows (411,041,792):
@@ -235,20 +253,9 @@ TEST(ImportedCounts, FalconH1LargerSizesAreCountedToTheParameterThroughTheStandI
   // The stand-in counts one more RMSNorm of hidden a layer: 66 x 1280, 44 x 3072, 72 x 5120 more. The model
   // names round loosely: 1.55B is "1.5B" and 7.59B "7B" (3.7 % and 8.4 % off), so only 34B's name is held to
   // its rounding (in kCases above).
-  struct Case {
-    const char* fixture;
-    int64_t count;
-    int64_t stated;
-  };
-  for (const Case& c :
-       {Case{"falcon-h1-1.5b-deep.json", 1554874768, 66 * 1280}, Case{"falcon-h1-7b.json", 7585654880, 44 * 3072},
-        Case{"falcon-h1-34b.json", 33642516224, 72 * 5120}}) {
-    int64_t stated = 0;
-    const LoadResult loaded = ImportAndLoad(c.fixture, &stated);
-    ASSERT_TRUE(loaded.ok()) << c.fixture << "\n" << Messages(loaded.diagnostics);
-    EXPECT_EQ(stated, c.stated) << c.fixture;
-    EXPECT_EQ(BuildInventory(*loaded.recipe).total_params - stated, c.count) << c.fixture;
-  }
+  ExpectHandCounts({{"falcon-h1-1.5b-deep.json", 1554874768, 66 * 1280},
+                    {"falcon-h1-7b.json", 7585654880, 44 * 3072},
+                    {"falcon-h1-34b.json", 33642516224, 72 * 5120}});
 }
 
 TEST(ImportedCounts, Zamba2IsCountedToTheParameterThroughItsStandIns) {
@@ -289,19 +296,7 @@ TEST(ImportedCounts, Zamba2IsCountedToTheParameterThroughItsStandIns) {
   // stated by the importer in four warnings; the stated total is compared with the hand figures here:
   //   1.2B: 5 x 83,890,176 - 25,167,872 - 25,165,824 - 33,030,144 = 336,087,040.
   //   7B: 11 x 256,908,288 - 154,147,840 - 166,985,728 - 53,673,984 = 2,451,183,616.
-  struct Case {
-    const char* fixture;
-    int64_t count;
-    int64_t stated;
-  };
-  for (const Case& c :
-       {Case{"zamba2-1.2b.json", 1215064704, 336087040}, Case{"zamba2-7b.json", 7356749648, 2451183616}}) {
-    int64_t stated = 0;
-    const LoadResult loaded = ImportAndLoad(c.fixture, &stated);
-    ASSERT_TRUE(loaded.ok()) << c.fixture << "\n" << Messages(loaded.diagnostics);
-    EXPECT_EQ(stated, c.stated) << c.fixture;
-    EXPECT_EQ(BuildInventory(*loaded.recipe).total_params - stated, c.count) << c.fixture;
-  }
+  ExpectHandCounts({{"zamba2-1.2b.json", 1215064704, 336087040}, {"zamba2-7b.json", 7356749648, 2451183616}});
 }
 
 TEST(ImportedCounts, KimiK2IsCountedToTheParameter) {
