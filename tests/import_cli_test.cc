@@ -65,6 +65,24 @@ TEST(ImportCli, EveryFixtureWritesASplitTheFrameworkRuns) {
   }
 }
 
+// Zamba2's stand-in (A, D, M a hybrid layer) is a recipe the other verbs take: fit and plan run on it
+// (exit 0 or 1, never 2) and the scaled simulation agrees with the estimate's memory and bytes.
+TEST(ImportCli, ZambaTwoRecipeFitsPlansAndSimulates) {
+  const std::string out = TempYaml("import-zamba2");
+  const auto imported = RunPreflight({"import", "hf", "tests/data/hf/zamba2-1.2b.json", "-o", out});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_THAT(imported.err, HasSubstr("num_mem_blocks = 1: imported as the nearest recipe block"));
+  EXPECT_THAT(ReadFile(out), HasSubstr("the recipe counts 419,450,880 more parameters than the model"));
+  const auto fit = RunPreflight({"fit", out});
+  EXPECT_TRUE(fit.exit_code == 0 || fit.exit_code == 1) << fit.exit_code << fit.err;
+  const auto plan = RunPreflight({"plan", out});
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  const auto simulated = RunPreflight({"simulate", out});
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.out << simulated.err;
+  EXPECT_THAT(simulated.out, HasSubstr("verdict: agree"));
+  std::filesystem::remove(out);
+}
+
 TEST(ImportCli, DefaultRuleGrowsTheClusterForLargeModels) {
   // Mixtral 8x7B, by hand. Routed experts 32 x 8 x 3 x 4096 x 14336 = 45.10e9, the rest 1.61e9;
   // budget half of 143771 MiB = 75.38e9 B.

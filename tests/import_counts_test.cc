@@ -3,6 +3,7 @@
 // match the figures the model authors published. The expected values are the
 // published figures (source beside each), never computed by preflight.
 #include <cmath>
+#include <initializer_list>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -141,6 +142,15 @@ const PublishedCase kCases[] = {
     // figures are: the count lies in [106, 107)B and [12, 13)B, i.e. the middle of that interval with half
     // its width as the tolerance (0.47 %, 4 %). The exact count is checked below.
     {"Glm45Air", "glm-4.5-air.json", 106.5e9, 0.5 / 106.5, 12.5e9, 0.04, Active::kWithoutInputEmbedding},
+    // Zamba2-1.2B and Zamba2-7B: "a suite of 1.2B, 2.7B, and 7.4B parameter hybrid Mamba2-transformer models"
+    // (Glorioso et al., "The Zamba2 Suite: Technical Report", arXiv 2411.15242, abstract). Dense: active =
+    // total. Half a unit of the last digit: 4.2 % and 0.68 %. The shared block stands in as A and D at every
+    // use (counted once per use, the model holds it once per block), which the stated differences take back.
+    {"Zamba2_1_2B", "zamba2-1.2b.json", 1.2e9, 0.042, 1.2e9, 0.042, Active::kAll},
+    {"Zamba2_7B", "zamba2-7b.json", 7.4e9, 0.05 / 7.4, 7.4e9, 0.05 / 7.4, Active::kAll},
+    // Falcon-H1-34B: "34B" (tiiuae/Falcon-H1-34B model name and the Falcon-H1 technical report, arXiv
+    // 2507.22448), two significant digits: 1.5 %. The exact count is checked below.
+    {"FalconH1_34B", "falcon-h1-34b.json", 34e9, 0.015, 34e9, 0.015, Active::kAll},
 };
 
 class ImportedCounts : public ::testing::TestWithParam<PublishedCase> {};
@@ -161,6 +171,23 @@ TEST_P(ImportedCounts, MatchPublishedFigures) {
 
 INSTANTIATE_TEST_SUITE_P(All, ImportedCounts, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+/// A fixture's parameter count worked by hand from the modeling file's shapes, and the difference its
+/// stand-in warnings must state: the recipe's count minus the stated difference is the hand count.
+struct HandCount {
+  const char* fixture;
+  int64_t count;
+  int64_t stated;
+};
+void ExpectHandCounts(std::initializer_list<HandCount> cases) {
+  for (const HandCount& c : cases) {
+    int64_t stated = 0;
+    const LoadResult loaded = ImportAndLoad(c.fixture, &stated);
+    ASSERT_TRUE(loaded.ok()) << c.fixture << "\n" << Messages(loaded.diagnostics);
+    EXPECT_EQ(stated, c.stated) << c.fixture;
+    EXPECT_EQ(BuildInventory(*loaded.recipe).total_params - stated, c.count) << c.fixture;
+  }
+}
 
 TEST(ImportedCounts, Granite40HSmallIsCountedToTheParameter) {
   // By GraniteMoeHybrid's module shapes (transformers modeling_granitemoehybrid.py), hidden 4096, tied
@@ -205,6 +232,71 @@ TEST(ImportedCounts, FalconH1HalfBIsCountedToTheParameterThroughItsStandIn) {
   EXPECT_EQ(loaded.recipe->model.mamba.heads, 24);  // 1536 is not a whole multiple of hidden 1024
   const Inventory inv = BuildInventory(*loaded.recipe);
   EXPECT_EQ(inv.total_params - stated, 521411104);
+}
+
+TEST(ImportedCounts, FalconH1LargerSizesAreCountedToTheParameterThroughTheStandIn) {
+  // Fixtures: the config.json fields of Megatron-Bridge's FalconH1ModelProvider1P5BDeep / 7B / 34B
+  // (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/falcon_h1/falconh1_provider.py @ 070c45b7a318,
+  // "Model architecture from config.json" of tiiuae/Falcon-H1-*-Instruct), the attention head width 128 from
+  // transformers' FalconH1 model page table (d_head 128 / mamba d_head), and mamba_d_ssm = mamba_n_heads x
+  // mamba_d_head. All have mamba_rms_norm true (the gated norm is the model's too), untied head, no biases.
+  // By modeling_falcon_h1.py's shapes (attention q, k, v, o; Mamba-2 in_proj h x (2 d_ssm + 2 g N + heads),
+  // conv1d (d_ssm + 2 g N) x 4 + bias, dt_bias, A_log, D, gated norm d_ssm, out_proj d_ssm x h; SwiGLU MLP;
+  // input_layernorm and pre_ff_layernorm; final norm; embedding and lm_head):
+  //   1.5B-Deep: h 1280, 66 layers, 6 heads / 2 kv of 128, d_ssm 24 x 64 = 1536, N 256, 1 group, ffn 3072,
+  //     vocab 65,537: attention 2,621,440 + mixer 6,596,168 + MLP 11,796,480 + norms 2,560 = 21,016,648 a
+  //     layer; 66 x that + 2 x 65,537 x 1280 + 1280 = 1,554,874,768.
+  //   7B: h 3072, 44 layers, 12 heads / 2 kv, d_ssm 24 x 128 = 3072, N 256, 1 group, ffn 12288, vocab 130,049:
+  //     11,010,048 + 29,979,208 + 113,246,208 + 6,144 = 154,241,608 a layer; total 7,585,654,880.
+  //   34B: h 5120, 72 layers, 20 heads / 4 kv, d_ssm 32 x 128 = 4096, N 256, 2 groups, ffn 21504, vocab
+  //     261,120: 31,457,280 + 68,351,072 + 330,301,440 + 10,240 = 430,120,032 a layer; total 33,642,516,224.
+  // The stand-in counts one more RMSNorm of hidden a layer: 66 x 1280, 44 x 3072, 72 x 5120 more. The model
+  // names round loosely: 1.55B is "1.5B" and 7.59B "7B" (3.7 % and 8.4 % off), so only 34B's name is held to
+  // its rounding (in kCases above).
+  ExpectHandCounts({{"falcon-h1-1.5b-deep.json", 1554874768, 66 * 1280},
+                    {"falcon-h1-7b.json", 7585654880, 44 * 3072},
+                    {"falcon-h1-34b.json", 33642516224, 72 * 5120}});
+}
+
+TEST(ImportedCounts, Zamba2IsCountedToTheParameterThroughItsStandIns) {
+  // Zamba2 by modeling_zamba2.py's shapes (transformers main, modeling_zamba2.py generated from
+  // modular_zamba2.py): every layer has a Zamba2MambaDecoderLayer (input RMSNorm; Zamba2MambaMixer: in_proj
+  // h x (2 d_inner + 2 g N + heads), conv1d (d_inner + 2 g N) x 4 with bias, dt_bias, A_log, D, gated norm
+  // d_inner, out_proj d_inner x h); each hybrid layer adds its own linear h x h and a use of one of
+  // num_mem_blocks shared blocks (Zamba2AttentionDecoderLayer: input_layernorm of 2h; q, k, v 2h x 2h; o 2h x h;
+  // pre_ff_layernorm h; gate_up_proj h x 2 ffn; down_proj ffn x h) with, per use, gate_up_proj's adapter
+  // h x r + r x 2 ffn (built whatever use_shared_mlp_adapter says) and, with use_shared_attention_adapter,
+  // q/k/v adapters 3 x (2h x r + r x 2h); a final norm; the embedding, tied to the head.
+  //
+  // Zamba2-1.2B (tests/data/hf/zamba2-1.2b.json: the values of Zyphra/Zamba2-1.2B's config.json at revision
+  // 6b05bf29d1bb4ca71a36d12f7da4d3120dcde7fe as a meta-device trace of transformers' Zamba2 code records
+  // them, written with Zamba2Config's keys; fields without a recorded value are left out): h 2048, 38 layers
+  // with hybrid at 5, 11, 17, 23, 29, 35, d_inner 4096 in 64 heads, N 128, 1 group, 1 shared block, 32 heads,
+  // ffn 8192, r 128, attention adapters, vocabulary 32,000 (the trace's 406 parameter tensors are these
+  // modules exactly):
+  //   Mamba layer: 2048 x 8512 + 4352 x 5 + 192 + 4096 + 4096 x 2048 + 2048 = 25,849,280; 38 of them.
+  //   shared block: 4096 + 3 x 4096^2 + 4096 x 2048 + 2048 + 2048 x 16384 + 8192 x 2048 = 109,058,048.
+  //   linears 6 x 2048^2 = 25,165,824; MLP adapters 6 x (2048 x 128 + 128 x 16384) = 14,155,776; attention
+  //   adapters 6 x 3 x 2 x 4096 x 128 = 18,874,368; embedding 65,536,000; final norm 2048.
+  // Total 1,215,064,704 (the trace's "1.22B"; the report's "1.2B").
+  //
+  // Zamba2-7B (tests/data/hf/zamba2-7b.json: Zyphra/Zamba2-7B's config.json for Zyphra's transformers fork,
+  // transformers_version 4.43.0.dev0, verbatim as quoted in subho406/mlstm_kernels
+  // mlstm_kernels/utils/benchmark/benchmarks/huggingface_model_benchmark.py @
+  // 90263b80921130dfc3da19a2814f7501e43341bb): h 3584, 81 layers with 13 hybrid, d_inner 7168 in 112 heads of 64, N 64,
+  // 2 groups, 2 shared blocks, 32 heads, ffn 14336, r 128, no attention adapters, tied 32,000-row embedding:
+  //   Mamba layer: 3584 x 14704 + 7424 x 5 + 336 + 7168 + 7168 x 3584 + 3584 = 78,437,456; 81 of them.
+  //   shared blocks 2 x (7168 + 3 x 7168^2 + 7168 x 3584 + 3584 + 3584 x 28672 + 14336 x 3584) = 667,964,416.
+  //   linears 13 x 3584^2 = 166,985,728; MLP adapters 13 x (3584 x 128 + 128 x 28672) = 53,673,984;
+  //   embedding 114,688,000; final norm 3584.
+  // Total 7,356,749,648 (the report's "7.4B").
+  //
+  // The recipe (A, D, M a hybrid layer) counts each use's A (hidden-wide q/k/v) and D: its difference is
+  // (uses - blocks) x (A + D) - blocks x (the 2h norm's and q/k/v's extra half) - the linears - the adapters,
+  // stated by the importer in four warnings; the stated total is compared with the hand figures here:
+  //   1.2B: 5 x 83,890,176 - 25,167,872 - 25,165,824 - 33,030,144 = 336,087,040.
+  //   7B: 11 x 256,908,288 - 154,147,840 - 166,985,728 - 53,673,984 = 2,451,183,616.
+  ExpectHandCounts({{"zamba2-1.2b.json", 1215064704, 336087040}, {"zamba2-7b.json", 7356749648, 2451183616}});
 }
 
 TEST(ImportedCounts, KimiK2IsCountedToTheParameter) {

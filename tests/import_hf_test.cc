@@ -329,17 +329,76 @@ TEST(ImportHf, UnsupportedArchitectureListsTheSupportedOnes) {
                         "Gemma3ForCausalLM, Glm4MoeForCausalLM, GptOssForCausalLM, GraniteMoeHybridForCausalLM, "
                         "JambaForCausalLM, LlamaForCausalLM, "
                         "Mamba2ForCausalLM, MistralForCausalLM, MixtralForCausalLM, NemotronHForCausalLM, "
-                        "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM and "
-                        "mamba_ssm configs "
+                        "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, "
+                        "Zamba2ForCausalLM and mamba_ssm configs "
                         "(mamba_ssm MambaLMHeadModel)"));
 }
 
-TEST(ImportHf, ZambaTwoIsRefused) {
-  // Zamba2 (shared attention blocks with LoRA per use) has no importer: refused, not imported as
-  // something else.
-  const HfImport r = ImportHfConfig("{\"architectures\": [\"Zamba2ForCausalLM\"]}", "h.json");
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(Format(r.diagnostics[0]), HasSubstr("unsupported architecture; supported:"));
+/// A small Zamba2 config in Zamba2Config's keys (transformers >= 4.48): 4 layers, the last hybrid.
+constexpr const char* kSmallZamba2 = R"({"architectures": ["Zamba2ForCausalLM"], "hidden_size": 64,
+  "vocab_size": 100, "num_hidden_layers": 4, "layers_block_type": ["mamba", "mamba", "mamba", "hybrid"],
+  "num_attention_heads": 4, "intermediate_size": 256, "mamba_d_state": 16, "mamba_expand": 2, "n_mamba_heads": 4,
+  "num_mem_blocks": 1, "adapter_rank": 8, "use_shared_attention_adapter": true, "hidden_act": "gelu"})";
+
+TEST(ImportHf, ZambaTwoHybridLayerStandsInAsAttentionMlpThenMamba) {
+  const HfImport r = ImportHfConfig(kSmallZamba2, "z.json");
+  ASSERT_TRUE(r.ok()) << AllMessages(r);
+  const auto e = Entries(r);
+  EXPECT_EQ(e.at("model.pattern"), "\"MMMADM\"");  // the shared block runs before the hybrid layer's Mamba
+  // The shared attention's heads are 2 x hidden / heads wide (Zamba2Config's attention_head_dim).
+  EXPECT_EQ(e.at("model.attention.head_dim"), "32");
+  EXPECT_EQ(e.at("model.attention.kv_heads"), "4");  // absent num_key_value_heads = MHA
+  EXPECT_EQ(e.at("model.mamba.head_dim"), "32");     // 2 x 64 / 4 heads
+  EXPECT_EQ(e.at("model.tie_embeddings"), "true");   // PretrainedConfig's default
+  // Four stand-in warnings, one per difference the recipe cannot hold.
+  const auto warned = WarnedKeys(r);
+  for (const char* k : {"num_mem_blocks", "num_attention_heads", "layers_block_type", "adapter_rank"}) {
+    EXPECT_TRUE(warned.count(k)) << k << "\n" << AllMessages(r);
+  }
+  ASSERT_EQ(r.stand_ins.size(), 4u);
+  // One use of one block: nothing counted twice. The 2h input: norm 64 + q/k/v 64 x 3 x 128; the linear
+  // 64 x 64; the adapters: gate_up 64 x 8 + 8 x 512, q/k/v 3 x (128 x 8 + 8 x 128).
+  EXPECT_EQ(r.stand_ins[0].param_difference, 0);
+  EXPECT_EQ(r.stand_ins[1].param_difference, -(64 + 64 * 3 * 128));
+  EXPECT_EQ(r.stand_ins[2].param_difference, -64 * 64);
+  EXPECT_EQ(r.stand_ins[3].param_difference, -(64 * 8 + 8 * 512 + 3 * (128 * 8 + 8 * 128)));
+}
+
+TEST(ImportHf, ZambaTwoForkKeysImportAsTheirCurrentNames) {
+  // Zyphra's transformers fork wrote ffn_hidden_size, lora_rank, state_size, expansion_factor,
+  // conv_dimension, mamba_headdim and use_shared_*_lora; the same model in either form imports alike.
+  const HfImport current = ImportHfConfig(kSmallZamba2, "z.json");
+  const HfImport fork = ImportHfConfig(R"({"architectures": ["Zamba2ForCausalLM"], "hidden_size": 64,
+    "vocab_size": 100, "num_hidden_layers": 4, "layers_block_type": ["mamba", "mamba", "mamba", "hybrid"],
+    "num_attention_heads": 4, "ffn_hidden_size": 256, "state_size": 16, "expansion_factor": 2, "mamba_headdim": 32,
+    "num_mem_blocks": 1, "lora_rank": 8, "use_shared_attention_lora": true, "use_shared_block_lora": true,
+    "gated_linear_unit": true, "conv_dimension": 4, "kv_channels": 16, "num_query_groups": 4})",
+                                       "z.json");
+  ASSERT_TRUE(current.ok() && fork.ok()) << AllMessages(fork);
+  EXPECT_EQ(Entries(current), Entries(fork));
+  ASSERT_EQ(current.stand_ins.size(), fork.stand_ins.size());
+  for (size_t i = 0; i < fork.stand_ins.size(); ++i) {
+    EXPECT_EQ(current.stand_ins[i].param_difference, fork.stand_ins[i].param_difference) << i;
+  }
+  EXPECT_THAT(AllMessages(fork), Not(HasSubstr("keys not imported")));
+}
+
+TEST(ImportHf, ZambaTwoBadLayoutsAreNamed) {
+  const HfImport missing = ImportHfConfig(R"({"architectures": ["Zamba2ForCausalLM"], "hidden_size": 64,
+    "vocab_size": 100, "num_hidden_layers": 2})",
+                                          "z.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(AllMessages(missing), HasSubstr("layers_block_type: missing required field for Zamba2ForCausalLM"));
+  const HfImport odd = ImportHfConfig(R"({"architectures": ["Zamba2ForCausalLM"], "hidden_size": 64,
+    "vocab_size": 100, "num_hidden_layers": 2, "layers_block_type": ["mamba", "attention"]})",
+                                      "z.json");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_THAT(AllMessages(odd), HasSubstr("each layer type must be \"hybrid\" or \"mamba\""));
+  const HfImport heads = ImportHfConfig(R"({"architectures": ["Zamba2ForCausalLM"], "hidden_size": 64,
+    "vocab_size": 100, "num_hidden_layers": 1, "layers_block_type": ["hybrid"], "num_attention_heads": 3})",
+                                        "z.json");
+  ASSERT_FALSE(heads.ok());
+  EXPECT_THAT(AllMessages(heads), HasSubstr("num_attention_heads = 3: must divide 2 x hidden_size = 128"));
 }
 
 TEST(ImportHf, FalconH1StandsInAsAttentionThenMambaWithItsWidthInHeads) {

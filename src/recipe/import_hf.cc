@@ -1086,18 +1086,20 @@ std::set<int64_t> LayerIndexList(ConfigReader& r, const std::string& key, int64_
   return out;
 }
 
-/// A present layer_types list of two kinds, one entry a layer: true where the
-/// entry is `yes`; an error naming the list or entry otherwise (all false).
-std::vector<bool> LayerTypeFlags(ConfigReader& r, int64_t layers, const std::string& yes, const std::string& no) {
+/// A present list of two layer kinds under `key` (layer_types), one entry a
+/// layer: true where the entry is `yes`; an error naming the list or entry
+/// otherwise (all false).
+std::vector<bool> LayerTypeFlags(ConfigReader& r, const std::string& key, int64_t layers, const std::string& yes,
+                                 const std::string& no) {
   std::vector<bool> flags(static_cast<size_t>(layers));
-  const Json& v = r.At("layer_types");
+  const Json& v = r.At(key);
   if (!v.is_array() || static_cast<int64_t>(v.size()) != layers) {
-    r.Error("layer_types", v.dump(), fmt::format("must list num_hidden_layers ({}) layer types", layers));
+    r.Error(key, v.dump(), fmt::format("must list num_hidden_layers ({}) layer types", layers));
     return flags;
   }
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] != yes && v[i] != no) {
-      r.Error("layer_types", v[i].dump(), fmt::format("each layer type must be \"{}\" or \"{}\"", yes, no));
+      r.Error(key, v[i].dump(), fmt::format("each layer type must be \"{}\" or \"{}\"", yes, no));
       return std::vector<bool>(static_cast<size_t>(layers));
     }
     flags[i] = v[i] == yes;
@@ -1139,7 +1141,7 @@ std::vector<bool> GraniteAttentionLayers(ConfigReader& r, int64_t layers) {
             "for each of the num_hidden_layers layers)");
     return std::vector<bool>(static_cast<size_t>(layers));
   }
-  return LayerTypeFlags(r, layers, "attention", "mamba");
+  return LayerTypeFlags(r, "layer_types", layers, "attention", "mamba");
 }
 
 /// GraniteMoeHybridForCausalLM (Granite-4.0-H): a Mamba-2 or attention mixer
@@ -1289,6 +1291,175 @@ void ImportFalconH1(ConfigReader& r, ModelWriter* w) {
   WarnBiases(r);
 }
 
+// ---- Zamba2 -----------------------------------------------------------------
+
+/// The key a Zamba2 config names a field by: Zamba2Config's (transformers >=
+/// 4.48), else the older name of Zyphra's transformers fork, whose config.json
+/// files (transformers_version 4.43.0.dev0) still circulate.
+std::string Zamba2Key(ConfigReader& r, const std::string& current, const std::string& legacy) {
+  r.Use(current);
+  r.Use(legacy);
+  return r.Has(current) || !r.Has(legacy) ? current : legacy;
+}
+
+/// The shape of a Zamba2 model's shared transformer blocks, their uses and
+/// the per-use modules around them (modeling_zamba2.py).
+struct Zamba2Shape {
+  int64_t hidden = 1;
+  int64_t uses = 0;    // hybrid layers: one use of a shared block each
+  int64_t blocks = 1;  // shared blocks that exist: num_mem_blocks, at most one per use
+  AttentionShape attention;
+  int64_t ffn = 1;
+  int64_t rank = 0;
+  bool attention_adapters = false;
+};
+
+/// Parameters of the recipe's A block as imported (its pre-norm, q/k/v read
+/// from hidden, o back to hidden) and of its gated D block.
+int64_t RecipeAttentionParams(int64_t hidden, const AttentionShape& a) {
+  return hidden + hidden * a.QkvWidth() + a.heads * a.head_dim * hidden;
+}
+int64_t RecipeGatedMlpParams(int64_t hidden, int64_t ffn) { return hidden + 3 * hidden * ffn; }
+
+/// The four ways the A, D and M letters of a hybrid layer differ from
+/// Zamba2's shared block, each a warning with its parameter difference.
+void WarnZamba2StandIns(ConfigReader& r, const Zamba2Shape& z, const std::string& rank_key) {
+  const int64_t h = z.hidden;
+  const int64_t per_use = RecipeAttentionParams(h, z.attention) + RecipeGatedMlpParams(h, z.ffn);
+  r.StandIn("num_mem_blocks",
+            fmt::format("the shared transformer block (attention + gated MLP; {} block{}, used round-robin at {} "
+                        "hybrid layers) is written as an A and a D letter at every use: the recipe has no shared "
+                        "weights, so it counts them once per use where the model holds them once per block; the "
+                        "model state of the {} extra copies is not there in the model, while the activations are "
+                        "per use in both",
+                        z.blocks, z.blocks == 1 ? "" : "s", z.uses, z.uses - z.blocks),
+            (z.uses - z.blocks) * per_use);
+  r.StandIn("num_attention_heads",
+            fmt::format("the shared attention reads concat(hidden, the input embeddings), 2 x hidden = {} wide: its "
+                        "input RMSNorm and its q, k and v projections ({} heads of {}) are twice as wide as the "
+                        "recipe's A, which reads hidden; the q/k/v FLOPs are half the model's and its saved "
+                        "[s, b, 2 x hidden] input is priced at hidden (about s x b x hidden x 2 B a use less in bf16)",
+                        2 * h, z.attention.heads, z.attention.head_dim),
+            -z.blocks * (h + h * z.attention.QkvWidth()));
+  r.StandIn("layers_block_type",
+            fmt::format("each hybrid layer's linear [hidden, hidden] projection of the shared block's output into the "
+                        "Mamba layer's input ({} layers, unshared) has no letter: not counted, nor its saved "
+                        "[s, b, hidden] input",
+                        z.uses),
+            -z.uses * h * h);
+  const int64_t mlp_adapter = h * z.rank + z.rank * 2 * z.ffn;
+  const int64_t attention_adapter = z.attention_adapters ? 3 * (2 * h * z.rank + z.rank * 2 * h) : 0;
+  r.StandIn(rank_key,
+            fmt::format("the per-use LoRA adapters (rank {}: gate_up_proj's hidden -> rank -> 2 x ffn{}) are not "
+                        "counted, nor their rank-wide intermediates ({} x s x b x rank a use)",
+                        z.rank, z.attention_adapters ? "; q, k and v's 2 x hidden -> rank -> 2 x hidden" : "",
+                        z.attention_adapters ? 4 : 1),
+            -z.uses * (mlp_adapter + attention_adapter));
+}
+
+/// Zamba2ForCausalLM (modeling_zamba2.py): a Mamba-2 layer per
+/// layers_block_type entry; at the "hybrid" ones a shared transformer block
+/// (num_mem_blocks of them, round-robin) first reads concat(hidden,
+/// embeddings), its output goes through the layer's own linear into the
+/// Mamba layer's input. A hybrid layer stands in as A, D, M at the real
+/// widths the recipe can express; the warnings state the rest.
+void ImportZamba2(ConfigReader& r, ModelWriter* w) {
+  const int64_t layers = LayerCount(r);
+  r.Use("hybrid_layer_ids");  // derived from layers_block_type
+  if (!r.Has("layers_block_type")) {
+    r.Error("layers_block_type", "",
+            "missing required field for Zamba2ForCausalLM (\"mamba\" or \"hybrid\" for each of the "
+            "num_hidden_layers layers)");
+    return;
+  }
+  r.Use("layers_block_type");
+  const std::vector<bool> hybrid = LayerTypeFlags(r, "layers_block_type", layers, "hybrid", "mamba");
+  std::string letters;
+  for (const bool h : hybrid) letters += h ? "ADM" : "M";
+  WriteLayers(letters, "Zamba2 layer = Mamba-2 (M); a hybrid layer runs the shared block first (stand-in: A, D)", w);
+  Zamba2Shape z;
+  z.hidden = ReadTrunk(r, /*tie_default=*/true, w);
+  const int64_t h = z.hidden;
+  z.uses = std::count(hybrid.begin(), hybrid.end(), true);
+  if (z.uses > 0) {
+    z.blocks = std::min(r.OptInt("num_mem_blocks", 1), z.uses);
+    z.attention.heads = r.OptInt("num_attention_heads", 32);
+    z.attention.kv_heads = r.OptInt("num_key_value_heads", z.attention.heads);
+    // Zamba2Config: attention_head_dim = 2 x hidden_size / num_attention_heads, whatever the file says.
+    for (const char* k : {"attention_head_dim", "attention_hidden_size", "kv_channels", "num_query_groups"}) r.Use(k);
+    if (2 * h % z.attention.heads != 0) {
+      r.Error("num_attention_heads", std::to_string(z.attention.heads),
+              fmt::format("must divide 2 x hidden_size = {} (the shared attention's width)", 2 * h));
+      return;
+    }
+    z.attention.head_dim = 2 * h / z.attention.heads;
+    w->Add("attention.heads", z.attention.heads);
+    w->Add("attention.kv_heads", z.attention.kv_heads);
+    w->Add("attention.head_dim", z.attention.head_dim, "attention_head_dim = 2 x hidden / heads");
+    z.ffn = r.OptInt(Zamba2Key(r, "intermediate_size", "ffn_hidden_size"), 4 * h);
+    w->Add("mlp.ffn_hidden", z.ffn);
+    w->Add("mlp.activation", "swiglu", "gated: gate_up_proj to 2 x ffn");
+    const std::string act = r.OptString("hidden_act", "gelu");  // Zamba2Config's default
+    if (act != "silu" && act != "swish") {
+      r.Unrepresented("hidden_act", fmt::format("the gated MLP's activation ({}{}) is imported as swiglu: the same "
+                                                "three matrices and saved tensors; the parameter count is exact",
+                                                act, r.Has("hidden_act") ? "" : ", Zamba2Config's default"));
+    }
+    if (!r.OptBool("gated_linear_unit", true)) {
+      r.Error("gated_linear_unit", "false",
+              "Zamba2's shared MLP is gated (gate_up_proj); a non-gated one is not "
+              "supported");
+    }
+    const std::string rank_key = Zamba2Key(r, "adapter_rank", "lora_rank");
+    z.rank = r.OptInt(rank_key, 128);
+    z.attention_adapters = r.OptBool(Zamba2Key(r, "use_shared_attention_adapter", "use_shared_attention_lora"), false);
+    // transformers builds gate_up_proj's adapters whatever use_shared_mlp_adapter says.
+    const std::string mlp_flag = Zamba2Key(r, "use_shared_mlp_adapter", "use_shared_block_lora");
+    if (!r.OptBool(mlp_flag, true)) {
+      r.Unrepresented(mlp_flag,
+                      "transformers' Zamba2MLP has gate_up_proj adapters at every use whatever this "
+                      "flag says; they are counted in the difference stated");
+    }
+    WarnZamba2StandIns(r, z, rank_key);
+  } else {
+    for (const char* k :
+         {"num_mem_blocks", "num_attention_heads", "num_key_value_heads", "intermediate_size", "ffn_hidden_size",
+          "hidden_act", "adapter_rank", "lora_rank", "use_shared_attention_adapter", "use_shared_attention_lora",
+          "use_shared_mlp_adapter", "use_shared_block_lora", "attention_head_dim", "attention_hidden_size",
+          "kv_channels", "num_query_groups", "gated_linear_unit"}) {
+      r.Use(k);
+    }
+  }
+  // The Mamba-2 mixer (Zamba2MambaMixer): the recipe's M, conv1d bias and gated norm included.
+  const int64_t expand = r.OptInt(Zamba2Key(r, "mamba_expand", "expansion_factor"), 2);
+  const int64_t d_inner = expand * h;
+  // Zamba2Config derives mamba_headdim from n_mamba_heads (default 8); the fork's config gives mamba_headdim alone.
+  r.Use("mamba_headdim");
+  const bool by_heads = r.Has("n_mamba_heads") || !r.Has("mamba_headdim");
+  const std::string width_key = by_heads ? "n_mamba_heads" : "mamba_headdim";
+  const int64_t split = r.OptInt(width_key, by_heads ? 8 : 64);
+  if (d_inner % split != 0) {
+    r.Error(width_key, std::to_string(split),
+            fmt::format("must divide the Mamba width mamba_expand x hidden_size = {}", d_inner));
+    return;
+  }
+  const int64_t head_dim = by_heads ? d_inner / split : split;
+  WriteMamba2({.d_state = r.OptInt(Zamba2Key(r, "mamba_d_state", "state_size"), 64),
+               .d_conv = r.OptInt(Zamba2Key(r, "mamba_d_conv", "conv_dimension"), 4),
+               .expand = expand,
+               .head_dim = head_dim,
+               .groups = r.OptInt("mamba_ngroups", 1),
+               .chunk = r.OptInt("chunk_size", 256)},
+              w, {.expand = "", .head_dim = "mamba_expand x hidden / n_mamba_heads", .groups = ""});
+  r.Use("use_conv_bias");  // Zamba2MambaMixer's conv1d always has a bias
+  r.UnrepresentedUnless("add_bias_linear", Json(false),
+                        "biases on the Mamba in/out projections and the MLP are not counted");
+  r.UnrepresentedUnless("ft_lora", Json(false), "fine-tuning LoRA weights are not part of the recipe");
+  for (const char* k : {"use_mem_rope", "use_long_context", "use_mem_eff_path", "sliding_window"}) {
+    r.Use(k);  // RoPE, its scaling and kernel choice: no parameters
+  }
+}
+
 /// Whether each layer of a Qwen3-Next model is full attention: layer_types
 /// ("full_attention" / "linear_attention") when given, else every
 /// full_attention_interval-th layer (Qwen3NextConfig, default 4).
@@ -1296,7 +1467,7 @@ std::vector<bool> Qwen3NextFullAttention(ConfigReader& r, int64_t layers) {
   std::vector<bool> full(static_cast<size_t>(layers));
   r.Use("layer_types");
   r.Use("full_attention_interval");
-  if (r.Has("layer_types")) return LayerTypeFlags(r, layers, "full_attention", "linear_attention");
+  if (r.Has("layer_types")) return LayerTypeFlags(r, "layer_types", layers, "full_attention", "linear_attention");
   const int64_t interval = r.OptInt("full_attention_interval", 4);
   for (int64_t i = 0; i < layers; ++i) full[static_cast<size_t>(i)] = (i + 1) % interval == 0;
   return full;
@@ -1576,6 +1747,7 @@ const std::map<std::string, ImportFn>& Importers() {
       {"Gemma3ForCausalLM", ImportGemma3},       {"BambaForCausalLM", ImportBamba},
       {"Qwen3NextForCausalLM", ImportQwen3Next}, {"GraniteMoeHybridForCausalLM", ImportGraniteMoeHybrid},
       {"Glm4MoeForCausalLM", ImportGlm4Moe},     {"FalconH1ForCausalLM", ImportFalconH1},
+      {"Zamba2ForCausalLM", ImportZamba2},
   };
   return kImporters;
 }
