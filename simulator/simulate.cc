@@ -1088,6 +1088,10 @@ SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const
 }  // namespace
 }  // namespace sim
 
+void CheckExecutorSupports(const Recipe& recipe, bool in_process) {
+  sim::CheckSupported(recipe, sim::LayerLetters(recipe), in_process);
+}
+
 SimulationReport RunExecutor(const Recipe& recipe, const StagePlan& stages, const SimOptions& options) {
   if (options.precision == SimPrecision::kFp32) return sim::SimulateAs<float>(recipe, stages, options);
   return sim::SimulateAs<double>(recipe, stages, options);

@@ -128,6 +128,16 @@ TEST(SimulateCli, MpiRuntimeOutsideMpirunNamesTheRankCount) {
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
+// A recipe the executor refuses says so first, under any runtime: no -np to
+// start processes that would not be used.
+TEST(SimulateCli, MpiRuntimeRefusesAnUnsupportedRecipeBeforeAskingForRanks) {
+  const auto r =
+      RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "training.dropout=0.1", "--runtime", "mpi"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("dropout is not in the executor"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("-np"), std::string::npos) << r.err;
+}
+
 // More than 1,024 ranks need the MPI runtime; max_world counts ranks, up to 65,536.
 TEST(SimulateCli, ThreadRuntimeRefusesMoreThan1024Ranks) {
   const auto r = RunPreflight({"simulate", "recipes/llama3-405b-h200.yaml", "--scale", "max_world=2048"});

@@ -177,6 +177,12 @@ int RunSimulate(const SimulateArgs& args) {
   SimOptions options;
   options.precision = args.precision == "fp32" ? SimPrecision::kFp32 : SimPrecision::kFp64;
   if (!mpi) return SimulateAndReport(args, scaled, options);
+  // A refused recipe says why before asking for processes it would not use.
+  try {
+    CheckExecutorSupports(scaled, /*in_process=*/false);
+  } catch (const SimUnsupported& e) {
+    return ReportRunFailure(args.recipe.path, SimFailure::kUnsupported, e.what());
+  }
   const std::string how = fmt::format("mpirun -np {}", scaled.world());
 #ifdef PREFLIGHT_WITH_MPI
   if (!mpirun) {

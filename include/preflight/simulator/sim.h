@@ -202,6 +202,10 @@ class SimUnsupported : public std::runtime_error {
 /// compares their numerics. Throws SimUnsupported for what it cannot run.
 SimulationReport RunExecutor(const Recipe& recipe, const StagePlan& stages, const SimOptions& options = {});
 
+/// Throws what RunExecutor would throw as SimUnsupported for `recipe`,
+/// without running it: under MPI, checked before the processes are counted.
+void CheckExecutorSupports(const Recipe& recipe, bool in_process);
+
 /// RunExecutor on SimulatedStages(recipe) (library preflight_simulator).
 SimulationReport Simulate(const Recipe& recipe, const SimOptions& options = {});
 
