@@ -184,6 +184,21 @@ inline int64_t LayerInChunk(const Inventory& inv, int64_t first, int64_t i) {
   return inv.RangeLayerStarts(first + 1, i + 1);
 }
 
+/// Per family (FamilyIndex), the sublayers of a range that KeptBy keeps by the
+/// policy and those it keeps whole.
+struct KeptCounts {
+  std::array<int64_t, 5> policy{};
+  std::array<int64_t, 5> all{};
+  bool operator==(const KeptCounts&) const = default;
+};
+/// KeptBy summed over the sublayers [first, end) of the chunk that starts at
+/// `chunk_first`, from the inventory's prefix counts: O(families), not
+/// O(layers). False, leaving `out` unspecified, when the counts do not give it
+/// (an inventory without its prefix counts; full recompute's uniform method
+/// over more than one layer, whose checkpoints depend on each layer's place).
+bool CountKept(const Inventory& inv, int64_t chunk_first, int64_t first, int64_t end, Recompute recompute,
+               const TrainingConfig& t, KeptCounts* out);
+
 class ActivationRates {
  public:
   ActivationRates(const Inventory& inv, const Layout& l) : inv_(inv), l_(l) {}
@@ -274,14 +289,16 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
 /// have equal walks (RankVisits).
 struct VisitKey {
   std::array<int64_t, 5> counts{};
+  KeptCounts kept;     // differs from counts under full recompute only
   int64_t layers = 0;  // framework layers starting in it
   int64_t in_flight = 0;
   bool mirrored = false, embedding = false, head = false;
   bool operator==(const VisitKey&) const = default;
 };
 /// Rank r's visits into `out` (cleared first) and its InFlight; false when
-/// a visit would not go by family counts (non-uniform family, full recompute,
-/// ZeRO 3) or the schedule is interleaved (its replay is the walk's cost).
+/// a visit would not go by family counts (non-uniform family, kept layers not
+/// countable: CountKept), under ZeRO 3 (the gathered pairs follow the layers'
+/// order) or when the schedule is interleaved (its replay is the walk's cost).
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
 

@@ -1,6 +1,6 @@
 // The pricing fast paths against the layer-by-layer paths they stand in for.
 // A sweep prices millions of layouts, so pricing adds a uniform family's
-// layers from their counts (VisitByFamilies, CountUniformLayers), prices
+// layers from their counts (VisitByFamilies, CountUniformLayers, CountKept), prices
 // identical pipeline ranks once (SameRanks for communication and step time,
 // RankVisits for memory), walks a rank once for ZeRO 0-2 (EstimateRanksByZero)
 // and finds a rank's chunks at their StagePlan positions (RegularPlan). An inventory whose family_uniform flags are
@@ -30,11 +30,15 @@ using testing::SourcePath;
 
 Recipe Load(const std::string& relative) { return testing::LoadSourceRecipe(relative); }
 
-// The same inventory with no family known to be uniform: every pricing loop
-// walks the layers one by one and no two ranks are taken as alike.
+// The same inventory with no family known to be uniform and without its
+// per-family prefix counts: every pricing loop walks the layers one by one
+// (each layer's kept activations from KeptBy, not CountKept) and no two ranks
+// are taken as alike.
 Inventory LayerByLayer(const Inventory& inv) {
   Inventory slow = inv;
   slow.family_uniform.fill(false);
+  slow.prefix_family_layers.clear();
+  slow.prefix_layer_starts.clear();
   return slow;
 }
 
@@ -212,6 +216,12 @@ TEST(FastPaths, RecomputeBlockAndOffloadVariants) {
   hybrid.training.recompute_method = RecomputeMethod::kBlock;
   hybrid.training.recompute_layers = 3;
   EXPECT_GT(ComparePlans(hybrid, 40).plans, 0);
+
+  // Full recompute's uniform method over two layers: its checkpoints follow
+  // each layer's place in its chunk (walked layer by layer on both sides).
+  Recipe uniform = Load("recipes/deepseek-v3-h200.yaml");
+  uniform.training.recompute_layers = 2;
+  EXPECT_GT(ComparePlans(uniform, 20).plans, 0);
 }
 
 // FP4 weight copies ride in the per-family figures the fast walk shares:
