@@ -258,7 +258,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
 /// its ZeRO-independent categories priced once. Ranks whose walks agree
 /// (RankVisits: pipelines repeat their middle stages) are priced once.
 void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
-                   std::span<const size_t> group, std::vector<std::vector<RankMemory>>& out) {
+                   std::span<const size_t> group, bool until_all_over, std::vector<std::vector<RankMemory>>& out) {
   Layout l = layout;
   l.zero = zeros[group.front()];
   LayoutFigures shared(inv, l, stages);
@@ -269,8 +269,22 @@ void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& 
   if (visits.size() < static_cast<size_t>(l.pp)) visits.resize(static_cast<size_t>(l.pp));
   in_flight.resize(static_cast<size_t>(l.pp));
   distinct.clear();
+  // until_all_over: the members of `group` with a rank over so far.
+  const auto over = [&](const RankMemory& m) { return m.total() > m.capacity || !HostMemoryFits(inv.recipe, m.host); };
+  size_t members_over = 0;
+  std::array<bool, 8> is_over{};
+  const auto note_over = [&](size_t i) {
+    for (size_t k = 0; k < group.size() && k < is_over.size(); ++k) {
+      if (!is_over[k] && over(out[group[k]][i])) {
+        is_over[k] = true;
+        ++members_over;
+      }
+    }
+    return until_all_over && members_over == group.size();
+  };
   for (int64_t r = 0; r < l.pp; ++r) {
     const size_t i = static_cast<size_t>(r);
+    bool priced = false;
     if (estimator_detail::RankVisits(inv, l, stages, r, shared.regular, shared.rates, &visits[i], &in_flight[i])) {
       const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
         const size_t j = static_cast<size_t>(q);
@@ -280,20 +294,27 @@ void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& 
       });
       if (same != distinct.end()) {
         for (size_t g : group) out[g][i] = out[g][static_cast<size_t>(*same)];
-        continue;
+        priced = true;  // an equal rank was checked already
+      } else {
+        distinct.push_back(r);
       }
-      distinct.push_back(r);
     }
-    const Walked b = WalkOf(inv, l, stages, r, shared);
-    RankMemory transients;
-    PriceTransients(transients, b, inv, l, shared.rates, nullptr);
-    for (size_t g : group) {
-      Layout at = layout;
-      at.zero = zeros[g];
-      RankMemory& m = out[g][i];
-      m = transients;
-      PriceModelState(m, b, inv.recipe, at, shared.x, nullptr);
-      FinishRank(m, b, inv.recipe, at, nullptr);
+    if (!priced) {
+      const Walked b = WalkOf(inv, l, stages, r, shared);
+      RankMemory transients;
+      PriceTransients(transients, b, inv, l, shared.rates, nullptr);
+      for (size_t g : group) {
+        Layout at = layout;
+        at.zero = zeros[g];
+        RankMemory& m = out[g][i];
+        m = transients;
+        PriceModelState(m, b, inv.recipe, at, shared.x, nullptr);
+        FinishRank(m, b, inv.recipe, at, nullptr);
+      }
+      if (until_all_over && note_over(i)) {
+        for (size_t g : group) std::fill(out[g].begin() + r + 1, out[g].end(), RankMemory{});
+        return;
+      }
     }
   }
 }
@@ -313,7 +334,8 @@ RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const 
 }
 
 void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
-                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out) {
+                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out,
+                         bool until_all_over) {
   out->resize(zeros.size());
   for (std::vector<RankMemory>& ranks : *out) ranks.resize(static_cast<size_t>(layout.pp));
   thread_local std::vector<size_t> group;
@@ -322,7 +344,7 @@ void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const
     for (size_t i = 0; i < zeros.size(); ++i) {
       if ((zeros[i] >= 3) == zero3) group.push_back(i);
     }
-    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, *out);
+    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, until_all_over, *out);
   }
 }
 
