@@ -834,6 +834,11 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
     Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    // An item's reason is FirstError's key, value and message, ordered by the
+    // source marks: the file's name and text each diagnostic would copy are
+    // not read (an empty name sorts as the file's, as the name did).
+    w.recipe.source.file.clear();
+    w.recipe.source.lines.reset();
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;
