@@ -288,9 +288,9 @@ void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& 
     if (estimator_detail::RankVisits(inv, l, stages, r, shared.regular, shared.rates, &visits[i], &in_flight[i])) {
       const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
         const size_t j = static_cast<size_t>(q);
-        return visits[j] == visits[i] && in_flight[j].units == in_flight[i].units &&
-               in_flight[j].head_units == in_flight[i].head_units &&
-               in_flight[j].head_logits == in_flight[i].head_logits;
+        // The in-flight figures first: under 1F1B they tell most ranks apart.
+        return in_flight[j].units == in_flight[i].units && in_flight[j].head_units == in_flight[i].head_units &&
+               in_flight[j].head_logits == in_flight[i].head_logits && visits[j] == visits[i];
       });
       if (same != distinct.end()) {
         for (size_t g : group) out[g][i] = out[g][static_cast<size_t>(*same)];

@@ -290,6 +290,14 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
 struct VisitKey {
   std::array<int64_t, 5> counts{};
   KeptCounts kept;     // differs from counts under full recompute only
+  /// ZeRO 3 (GatherByFamilies): the first and last sublayer's families,
+  /// whether the visit goes on with the previous visit's chunk, and whether
+  /// it holds the embedding's first or the head's last neighbour.
+  struct Gather {
+    int first = -1, last = -1;
+    bool continues = false, after_embedding = false, before_head = false;
+    bool operator==(const Gather&) const = default;
+  } gather;
   int64_t layers = 0;  // framework layers starting in it
   int64_t in_flight = 0;
   bool mirrored = false, embedding = false, head = false;
@@ -297,8 +305,9 @@ struct VisitKey {
 };
 /// Rank r's visits into `out` (cleared first) and its InFlight; false when
 /// a visit would not go by family counts (non-uniform family, kept layers not
-/// countable: CountKept), under ZeRO 3 (the gathered pairs follow the layers'
-/// order) or when the schedule is interleaved (its replay is the walk's cost).
+/// countable: CountKept), under ZeRO 3 outside a transformer stack (the
+/// gathered pairs follow the layers' order) or when the schedule is
+/// interleaved (its replay is the walk's cost).
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
 

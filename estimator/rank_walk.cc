@@ -180,12 +180,46 @@ bool CountStarts(const Inventory& inv, int64_t first, int64_t end, std::array<in
   return starts == inv.RangeLayerStarts(first, end);
 }
 
+/// Whether the sublayers alternate attention and an MLP (a transformer stack:
+/// recipe/partition.h LayerStarts steps by two): every adjacent pair of a
+/// range is then one of its attentions beside one of its MLPs.
+bool TransformerStack(const Inventory& inv) {
+  return !inv.layers.empty() && 2 * inv.layer_count() == static_cast<int64_t>(inv.layers.size());
+}
+
+/// GatherPeak::Layer over the sublayers [first, end) of chunk c of a
+/// transformer stack whose families there are uniform (their full local bytes
+/// in `memo`), from the families present: the same pairs, by their sums.
+void GatherByFamilies(GatherPeak& g, const Inventory& inv, const StageChunk& c, int64_t first, int64_t end,
+                      const std::array<int64_t, 5>& counts, const LayerMemos& memo) {
+  const auto bytes = [&](int64_t i) -> const std::array<int64_t, 3>& {
+    return memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.bytes;
+  };
+  if (&c != g.chunk) {
+    g.prev = {};
+    g.chunk = &c;
+  }
+  const std::array<int64_t, 3>& at_first = bytes(first);
+  for (size_t k = 0; k < 3; ++k) g.pairs[k] = std::max(g.pairs[k], Add(g.prev[k], at_first[k]));
+  if (end - first >= 2) {  // each MLP family present sits beside an attention of the range
+    const size_t attention = static_cast<size_t>(FamilyIndex(BlockKind::kAttention));
+    for (size_t f = 0; f < 5; ++f) {
+      if (f == attention || counts[f] == 0) continue;
+      for (size_t k = 0; k < 3; ++k) {
+        g.pairs[k] = std::max(g.pairs[k], Add(memo[attention].local.bytes[k], memo[f].local.bytes[k]));
+      }
+    }
+  }
+  g.prev = bytes(end - 1);
+  if (c.owns_embedding && first == c.first_layer) g.after_embedding = at_first;
+  if (c.owns_head && end == c.end_layer) g.before_head = g.prev;
+}
+
 /// The layers [first, end) of a chunk from their per-family counts, O(families)
 /// rather than O(layers), when that gives what the layer-by-layer visit gives:
-/// every family on the chunk uniform, every layer keeping the policy's
-/// activations (no full recompute) and no ZeRO-3 gather pairs to track. The
-/// tallies are integer sums, so adding a family's layers at once is exact.
-/// Returns false, touching nothing, when it does not apply.
+/// every family on the chunk uniform and the kept activations countable
+/// (CountKept). The tallies are integer sums, so adding a family's layers at
+/// once is exact. Returns false, touching nothing, when it does not apply.
 bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, const StageChunk& c, int64_t first,
                      int64_t end, int64_t in_flight, bool mirrored, LayerMemos& memo, std::array<int64_t, 5>& pending,
                      Walk& w, int64_t* layers_here) {
@@ -217,9 +251,12 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, co
     while (memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].unit.grads != most) ++i;
     w.grad_unit = {most, i};
   }
-  // ZeRO 3's gathered pairs follow the layers' order: a pass without the
-  // rest of the per-layer work.
-  if (x.zero3) {
+  // ZeRO 3's gathered pairs follow the layers' order: from the families
+  // present in a transformer stack, else a pass without the rest of the
+  // per-layer work.
+  if (x.zero3 && TransformerStack(inv)) {
+    GatherByFamilies(w.gather, inv, c, first, end, counts, memo);
+  } else if (x.zero3) {
     for (int64_t i = first; i < end; ++i) {
       w.gather.Layer(c, i, memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.bytes);
     }
@@ -265,11 +302,20 @@ bool RegularPlan(const StagePlan& plan, int64_t p) {
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight) {
   out->clear();
-  if (l.zero >= 3 || l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) return false;
+  const bool zero3 = l.zero >= 3;
+  if ((zero3 && !TransformerStack(inv)) || l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) return false;
   bool ok = true;
+  const StageChunk* last_chunk = nullptr;
   *in_flight = ForEachChunk(plan, l, r, regular, rates,
                             [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
                               VisitKey k;
+                              if (zero3 && first < end) {  // what GatherByFamilies reads besides the counts
+                                k.gather = {FamilyIndex(inv.layers[static_cast<size_t>(first)].kind),
+                                            FamilyIndex(inv.layers[static_cast<size_t>(end - 1)].kind),
+                                            &c == last_chunk, c.owns_embedding && first == c.first_layer,
+                                            c.owns_head && end == c.end_layer};
+                              }
+                              last_chunk = &c;
                               k.counts = inv.RangeFamilyLayers(first, end);
                               for (size_t f = 0; f < 5; ++f) ok = ok && (k.counts[f] == 0 || inv.family_uniform[f]);
                               ok = ok &&
