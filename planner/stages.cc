@@ -137,8 +137,13 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   StagePlan plan;
   // ValidateForPlan reports both.
   if (k_chunks <= 0 || k_chunks > n || !BalancedSearchAffordable(n, k_chunks)) return plan;
-  std::vector<double> t_prefix(static_cast<size_t>(n + 1), 0.0);
-  std::vector<int64_t> p_prefix(static_cast<size_t>(n + 1), 0);
+  // Per-thread buffers: a sweep partitions tens of thousands of layouts.
+  thread_local std::vector<double> t_prefix;
+  thread_local std::vector<int64_t> p_prefix;
+  thread_local std::vector<Best> best;
+  thread_local Lightest lightest;
+  t_prefix.assign(static_cast<size_t>(n + 1), 0.0);
+  p_prefix.assign(static_cast<size_t>(n + 1), 0);
   for (int64_t l = 0; l < n; ++l) {
     t_prefix[static_cast<size_t>(l + 1)] = t_prefix[static_cast<size_t>(l)] + w.layer_s[static_cast<size_t>(l)];
     p_prefix[static_cast<size_t>(l + 1)] = p_prefix[static_cast<size_t>(l)] + w.layer_params[static_cast<size_t>(l)];
@@ -153,13 +158,12 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   };
   // best[k][j]: first k chunks cover layers [0, j).
   const size_t width = static_cast<size_t>(n + 1);
-  std::vector<Best> best(static_cast<size_t>(k_chunks + 1) * width);
+  best.assign(static_cast<size_t>(k_chunks + 1) * width, Best{});
   auto at = [&](int64_t k, int64_t j) -> Best& { return best[static_cast<size_t>(k) * width + static_cast<size_t>(j)]; };
   at(0, 0) = Best{0.0, 0, 0};
   // The shortcuts below lean on chunk times falling as a chunk starts later.
   const bool shortcuts =
       w.embedding_s >= 0 && std::all_of(w.layer_s.begin(), w.layer_s.end(), [](double x) { return x >= 0; });
-  Lightest lightest;
   for (int64_t k = 1; k <= k_chunks; ++k) {
     const Best* prev_row = &at(k - 1, 0);
     SuffixMinimum(prev_row, n, &lightest);
@@ -177,11 +181,13 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
       }
     }
   }
-  std::vector<int64_t> starts(static_cast<size_t>(k_chunks));
+  thread_local std::vector<int64_t> starts;
+  starts.assign(static_cast<size_t>(k_chunks), 0);
   for (int64_t k = k_chunks, j = n; k >= 1; --k) {
     j = at(k, j).cut;
     starts[static_cast<size_t>(k - 1)] = j;
   }
+  plan.chunks.reserve(static_cast<size_t>(k_chunks));
   for (int64_t c = 0; c < k_chunks; ++c) {
     StageChunk chunk;
     std::tie(chunk.pipeline_rank, chunk.virtual_index) = PlaceChunk(c, k_chunks, layout.pp, layout.schedule);
