@@ -157,10 +157,16 @@ Context ContextOf(const Recipe& rc, const Layout& l) {
 
 /// What every pipeline rank of one layout prices alike, worked out once.
 struct LayoutFigures {
-  LayoutFigures(const Inventory& inv, const Layout& l, const StagePlan& plan)
-      : x(ContextOf(inv.recipe, l)), rates(inv, l), regular(estimator_detail::RegularPlan(plan, l.pp)) {}
+  /// `shared`: the activation rates of the layout at another ZeRO stage (they
+  /// do not depend on it), else its own.
+  LayoutFigures(const Inventory& inv, const Layout& l, const StagePlan& plan, ActivationRates* shared = nullptr)
+      : x(ContextOf(inv.recipe, l)),
+        own(inv, l),
+        rates(shared != nullptr ? *shared : own),
+        regular(estimator_detail::RegularPlan(plan, l.pp)) {}
   Context x;
-  ActivationRates rates;
+  ActivationRates own;
+  ActivationRates& rates;
   bool regular = false;  // RegularPlan
   estimator_detail::LayerMemos memo{};
 };
@@ -258,10 +264,11 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
 /// its ZeRO-independent categories priced once. Ranks whose walks agree
 /// (RankVisits: pipelines repeat their middle stages) are priced once.
 void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
-                   std::span<const size_t> group, bool until_all_over, std::vector<std::vector<RankMemory>>& out) {
+                   std::span<const size_t> group, bool until_all_over, ActivationRates& rates,
+                   std::vector<std::vector<RankMemory>>& out) {
   Layout l = layout;
   l.zero = zeros[group.front()];
-  LayoutFigures shared(inv, l, stages);
+  LayoutFigures shared(inv, l, stages, &rates);
   // Per-thread buffers: a sweep prices millions of layouts.
   thread_local std::vector<std::vector<estimator_detail::VisitKey>> visits;
   thread_local std::vector<estimator_detail::InFlight> in_flight;
@@ -339,12 +346,18 @@ void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const
   out->resize(zeros.size());
   for (std::vector<RankMemory>& ranks : *out) ranks.resize(static_cast<size_t>(layout.pp));
   thread_local std::vector<size_t> group;
+  // The groups share the activation rates and each rank's interleaved replay.
+  thread_local ActivationRates::Replays replays;
+  replays.peak.resize(static_cast<size_t>(layout.pp));
+  replays.known.assign(static_cast<size_t>(layout.pp), 0);
+  ActivationRates rates(inventory, layout);
+  rates.replays = &replays;
   for (bool zero3 : {false, true}) {
     group.clear();
     for (size_t i = 0; i < zeros.size(); ++i) {
       if ((zeros[i] >= 3) == zero3) group.push_back(i);
     }
-    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, until_all_over, *out);
+    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, until_all_over, rates, *out);
   }
 }
 

@@ -225,6 +225,14 @@ class ActivationRates {
   Bytes Workspace(int f);
   /// The MoE routing scratch of one layer (RouteMoeOn's peak).
   Bytes RoutingPeak();
+  /// Each pipeline rank's interleaved replay (InterleavedChunks), kept when
+  /// set: it reads the plan and the activations only, so the ZeRO groups of
+  /// one layout share it (EstimateRanksByZero).
+  struct Replays {
+    std::vector<InterleavedPeak> peak;
+    std::vector<char> known;
+  };
+  Replays* replays = nullptr;
 
  private:
   /// `slot` computed on first use: every figure depends on the layout only,
@@ -345,8 +353,15 @@ InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, in
   const int64_t p = l.pp;
   const int64_t m = l.micro_batches;
   const int64_t g = p;  // Megatron's microbatch_group_size_per_vp_stage defaults to pp
-  const ChunkActivations chunk(plan, p, r, v, rates);
-  const InterleavedPeak peak = ReplayInterleaved(p, v, m, r, g, chunk);
+  ActivationRates::Replays* kept = rates.replays;
+  const size_t at = static_cast<size_t>(r);
+  const bool known = kept != nullptr && at < kept->known.size() && kept->known[at] != 0;
+  const InterleavedPeak peak =
+      known ? kept->peak[at] : ReplayInterleaved(p, v, m, r, g, ChunkActivations(plan, p, r, v, rates));
+  if (kept != nullptr && !known && at < kept->known.size()) {
+    kept->peak[at] = peak;
+    kept->known[at] = 1;
+  }
   InFlight out;
   out.units = peak.units;
   for (int64_t vi = 0; vi < v; ++vi) {
