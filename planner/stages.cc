@@ -77,21 +77,17 @@ void SuffixMinimum(const Best* row, int64_t n, Lightest* out) {
 // chunk_time(s, j); every earlier candidate weighs at least chunk_time(s-1, j)
 // (chunk times fall as the chunk starts later). When that is heavier by more
 // than the tolerance, s is accepted whatever the earlier candidates left in
-// the cell, and the scan may start at s. The latest such s (found by
-// bisection where the chunk stops outweighing the prefix, then checked
-// exactly), or the first candidate.
+// the cell, and the scan may start at s. The s before where the chunk stops
+// outweighing the prefix (then checked exactly), or the first candidate.
+// That place only moves right as j grows (a chunk ending later weighs more),
+// so it is walked to from the row's previous cell (`boundary`) instead of
+// bisected: any s that passes the checks gives the cell the full scan gives.
 template <class ChunkTime>
-int64_t FirstCandidate(const Best* prev_row, int64_t lo, int64_t j, const ChunkTime& chunk_time) {
+int64_t FirstCandidate(const Best* prev_row, int64_t lo, int64_t j, int64_t* boundary, const ChunkTime& chunk_time) {
   auto outweighs = [&](int64_t i) { return prev_row[i].cut >= 0 && chunk_time(i, j) >= prev_row[i].time; };
-  int64_t a = lo, b = j;  // outweighs(a - 1) holds (or a == lo), outweighs(b) does not (or b == j)
-  while (a < b) {
-    const int64_t mid = a + (b - a) / 2;
-    if (outweighs(mid)) {
-      a = mid + 1;
-    } else {
-      b = mid;
-    }
-  }
+  int64_t a = std::max(lo, *boundary);
+  while (a < j && outweighs(a)) ++a;
+  *boundary = a;
   const int64_t s = a - 1;
   if (s <= lo || !outweighs(s)) return lo;
   return chunk_time(s, j) * (1.0 + kMargin) < chunk_time(s - 1, j) ? s : lo;
@@ -168,9 +164,10 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
     const Best* prev_row = &at(k - 1, 0);
     SuffixMinimum(prev_row, n, &lightest);
     // Leave at least one layer for each of the remaining chunks.
+    int64_t boundary = k - 1;
     for (int64_t j = k; j <= n - (k_chunks - k); ++j) {
       Best& cell = at(k, j);
-      const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, chunk_time) : k - 1;
+      const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, &boundary, chunk_time) : k - 1;
       for (int64_t i = first; i < j; ++i) {
         if (shortcuts && lightest.Stops(static_cast<size_t>(i), cell)) break;
         const Best& prev = prev_row[i];
