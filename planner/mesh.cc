@@ -333,29 +333,13 @@ std::optional<AxisLocality> TranslatesLocality(const Layout& l, Axis a, int64_t 
   }
   if (static_cast<int64_t>(offsets.size()) != size) return std::nullopt;
   std::sort(offsets.begin(), offsets.end());
-  AxisLocality loc;
-  loc.axis = a;
-  loc.size = size;
-  loc.groups = groups;
-  loc.min_members_per_node = size;
-  loc.max_nodes_spanned = 0;
-  for (int64_t r : residues) {  // one group per residue: its members in rank order, as LocalityCounter::Add
-    int64_t node = -1, length = 0, nodes = 0;
-    for (int64_t o : offsets) {
-      const int64_t at = (r + o) / domain;
-      if (at == node) {
-        ++length;
-        continue;
-      }
-      if (node >= 0) loc.min_members_per_node = std::min(loc.min_members_per_node, length);
-      node = at;
-      length = 1;
-      ++nodes;
-    }
-    loc.min_members_per_node = std::min(loc.min_members_per_node, length);
-    loc.max_nodes_spanned = std::max(loc.max_nodes_spanned, nodes);
+  // One group per residue, its members in rank order.
+  LocalityCounter counter(a, size, static_cast<int64_t>(residues.size()));
+  for (size_t g = 0; g < residues.size(); ++g) {
+    for (int64_t o : offsets) counter.Add(static_cast<int64_t>(g), (residues[g] + o) / domain);
   }
-  loc.intra_node = loc.max_nodes_spanned <= 1;
+  AxisLocality loc = counter.Finish();
+  loc.groups = groups;
   return loc;
 }
 
