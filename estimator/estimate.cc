@@ -263,18 +263,23 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
 /// below 3 or all 3 (their walks agree), into out[i]: each rank walked and
 /// its ZeRO-independent categories priced once. Ranks whose walks agree
 /// (RankVisits: pipelines repeat their middle stages) are priced once.
+/// Every rank's RankVisits, shared by the ZeRO groups of one layout.
+struct Visits {
+  std::vector<std::vector<estimator_detail::VisitKey>> keys;
+  std::vector<estimator_detail::InFlight> in_flight;
+  std::vector<char> comparable;
+};
+
 void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
-                   std::span<const size_t> group, bool until_all_over, ActivationRates& rates,
+                   std::span<const size_t> group, bool until_all_over, ActivationRates& rates, const Visits& v,
                    std::vector<std::vector<RankMemory>>& out) {
   Layout l = layout;
   l.zero = zeros[group.front()];
   LayoutFigures shared(inv, l, stages, &rates);
-  // Per-thread buffers: a sweep prices millions of layouts.
-  thread_local std::vector<std::vector<estimator_detail::VisitKey>> visits;
-  thread_local std::vector<estimator_detail::InFlight> in_flight;
-  thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits
-  if (visits.size() < static_cast<size_t>(l.pp)) visits.resize(static_cast<size_t>(l.pp));
-  in_flight.resize(static_cast<size_t>(l.pp));
+  const auto& visits = v.keys;
+  const auto& in_flight = v.in_flight;
+  const bool zero3_by_counts = !shared.x.zero3 || estimator_detail::TransformerStack(inv);
+  thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits (per-thread buffer)
   distinct.clear();
   // until_all_over: the members of `group` with a rank over so far.
   const auto over = [&](const RankMemory& m) { return m.total() > m.capacity || !HostMemoryFits(inv.recipe, m.host); };
@@ -292,7 +297,7 @@ void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& 
   for (int64_t r = 0; r < l.pp; ++r) {
     const size_t i = static_cast<size_t>(r);
     bool priced = false;
-    if (estimator_detail::RankVisits(inv, l, stages, r, shared.regular, shared.rates, &visits[i], &in_flight[i])) {
+    if (v.comparable[i] != 0 && zero3_by_counts) {
       const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
         const size_t j = static_cast<size_t>(q);
         // The in-flight figures first: under 1F1B they tell most ranks apart.
@@ -352,12 +357,26 @@ void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const
   replays.known.assign(static_cast<size_t>(layout.pp), 0);
   ActivationRates rates(inventory, layout);
   rates.replays = &replays;
+  // Per-thread buffers: a sweep prices millions of layouts.
+  thread_local Visits visits;
+  const size_t pp = static_cast<size_t>(layout.pp);
+  if (visits.keys.size() < pp) visits.keys.resize(pp);
+  visits.in_flight.resize(pp);
+  visits.comparable.resize(pp);
+  const bool regular = estimator_detail::RegularPlan(stages, layout.pp);
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    visits.comparable[i] = estimator_detail::RankVisits(inventory, layout, stages, r, regular, rates, &visits.keys[i],
+                                                        &visits.in_flight[i])
+                               ? 1
+                               : 0;
+  }
   for (bool zero3 : {false, true}) {
     group.clear();
     for (size_t i = 0; i < zeros.size(); ++i) {
       if ((zeros[i] >= 3) == zero3) group.push_back(i);
     }
-    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, until_all_over, rates, *out);
+    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, until_all_over, rates, visits, *out);
   }
 }
 

@@ -311,11 +311,18 @@ struct VisitKey {
   bool mirrored = false, embedding = false, head = false;
   bool operator==(const VisitKey&) const = default;
 };
-/// Rank r's visits into `out` (cleared first) and its InFlight; false when
-/// a visit would not go by family counts (non-uniform family, kept layers not
-/// countable: CountKept), under ZeRO 3 outside a transformer stack (the
-/// gathered pairs follow the layers' order) or when the schedule is
-/// interleaved (its replay is the walk's cost).
+/// Whether the sublayers alternate attention and an MLP (a transformer stack:
+/// recipe/partition.h LayerStarts steps by two): every adjacent pair of a
+/// range is then one of its attentions beside one of its MLPs, and ZeRO 3's
+/// gathered pairs go by family counts (GatherByFamilies).
+bool TransformerStack(const Inventory& inv);
+/// Rank r's visits into `out` (cleared first; the Gather fields in a
+/// transformer stack) and its InFlight, which do not depend on the ZeRO
+/// stage; false when a visit would not go by family counts (non-uniform
+/// family, kept layers not countable: CountKept) or when the schedule is
+/// interleaved (its replay is the walk's cost). Under ZeRO 3 the visits
+/// compare walks only in a transformer stack (elsewhere the gathered pairs
+/// follow the layers' order).
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
 

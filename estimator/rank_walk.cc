@@ -6,6 +6,11 @@
 #include "preflight/inventory/fp4_storage.h"
 
 namespace preflight::estimator_detail {
+
+bool TransformerStack(const Inventory& inv) {
+  return !inv.layers.empty() && 2 * inv.layer_count() == static_cast<int64_t>(inv.layers.size());
+}
+
 namespace {
 
 /// Divisor of a sharding class on this layout: 1, t, or e*t_e.
@@ -180,13 +185,6 @@ bool CountStarts(const Inventory& inv, int64_t first, int64_t end, std::array<in
   return starts == inv.RangeLayerStarts(first, end);
 }
 
-/// Whether the sublayers alternate attention and an MLP (a transformer stack:
-/// recipe/partition.h LayerStarts steps by two): every adjacent pair of a
-/// range is then one of its attentions beside one of its MLPs.
-bool TransformerStack(const Inventory& inv) {
-  return !inv.layers.empty() && 2 * inv.layer_count() == static_cast<int64_t>(inv.layers.size());
-}
-
 /// GatherPeak::Layer over the sublayers [first, end) of chunk c of a
 /// transformer stack whose families there are uniform (their full local bytes
 /// in `memo`), from the families present: the same pairs, by their sums.
@@ -302,14 +300,14 @@ bool RegularPlan(const StagePlan& plan, int64_t p) {
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight) {
   out->clear();
-  const bool zero3 = l.zero >= 3;
-  if ((zero3 && !TransformerStack(inv)) || l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) return false;
+  if (l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) return false;
+  const bool gather = TransformerStack(inv);
   bool ok = true;
   const StageChunk* last_chunk = nullptr;
   *in_flight = ForEachChunk(plan, l, r, regular, rates,
                             [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
                               VisitKey k;
-                              if (zero3 && first < end) {  // what GatherByFamilies reads besides the counts
+                              if (gather && first < end) {  // what GatherByFamilies reads besides the counts
                                 k.gather = {FamilyIndex(inv.layers[static_cast<size_t>(first)].kind),
                                             FamilyIndex(inv.layers[static_cast<size_t>(end - 1)].kind),
                                             &c == last_chunk, c.owns_embedding && first == c.first_layer,
