@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "preflight/planner/plan.h"
@@ -175,6 +176,31 @@ NodeCounts CountNodes(const Groups& groups, int64_t domain) {
 // an axis whose groups keep pp (or dp) fixed over the ranks at its first
 // value when the shift to the next is a whole number of domains (e.g. tp 2,
 // cp 2, domain 4: t*c = 4; tp 6, cp 2, domain 12).
+// Every axis of LocalityOf(l) against the groups PlaceRanks lists, tied
+// embedding, 8-GPU nodes; the axes checked.
+int ExpectListedLocality(const Layout& l, int64_t domain, const MeshLocality& fast) {
+  const Mesh m = PlaceRanks(l, 8, true, domain);
+  int checked = 0;
+  for (int a = 0; a < kNumAxes; ++a) {
+    const Axis axis = static_cast<Axis>(a);
+    const Groups& groups = GroupsOf(m, axis);
+    const NodeCounts want = CountNodes(groups, domain > 0 ? domain : 8);
+    const AxisLocality& got = fast[static_cast<size_t>(a)];
+    const std::string where =
+        fmt::format("{} tp {} cp {} dp {} pp {} order {} ep {} etp {} replicas {} domain {}", Key(axis), l.tp, l.cp,
+                    l.dp, l.pp, static_cast<int>(l.order), l.ep, l.expert_tp, l.dp_replicate, domain);
+    EXPECT_EQ(got.axis, axis) << where;
+    EXPECT_EQ(got.size, Loc(m, axis).size) << where;
+    EXPECT_EQ(got.groups, static_cast<int64_t>(groups.size())) << where;
+    EXPECT_EQ(got.intra_node, want.most_nodes == 1) << where;
+    EXPECT_EQ(got.max_nodes_spanned, want.most_nodes) << where;
+    // No groups (the untied embedding): the whole group size.
+    EXPECT_EQ(got.min_members_per_node, groups.empty() ? got.size : want.fewest_members) << where;
+    ++checked;
+  }
+  return checked;
+}
+
 TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
   int checked = 0;
   for (int64_t tp : {1, 2, 3, 6}) {
@@ -188,25 +214,8 @@ TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
               l.expert_tp = tp % 2 == 0 ? 2 : 1;
               l.zero = 1;
               l.dp_replicate = cp == 2 ? 2 : 1;
-              const Mesh m = PlaceRanks(l, 8, true, domain);
               const MeshLocality fast = LocalityOf(l, 8, true, domain);
-              for (int a = 0; a < kNumAxes; ++a) {
-                const Axis axis = static_cast<Axis>(a);
-                const Groups& groups = GroupsOf(m, axis);
-                const NodeCounts want = CountNodes(groups, domain > 0 ? domain : 8);
-                const AxisLocality& got = fast[static_cast<size_t>(a)];
-                const std::string where = std::string(Key(axis)) + " tp " + std::to_string(tp) + " cp " +
-                                          std::to_string(cp) + " pp " + std::to_string(pp) + " dp " +
-                                          std::to_string(dp) + " domain " + std::to_string(domain);
-                EXPECT_EQ(got.axis, axis) << where;
-                EXPECT_EQ(got.size, Loc(m, axis).size) << where;
-                EXPECT_EQ(got.groups, static_cast<int64_t>(groups.size())) << where;
-                EXPECT_EQ(got.intra_node, want.most_nodes == 1) << where;
-                EXPECT_EQ(got.max_nodes_spanned, want.most_nodes) << where;
-                // No groups (the untied embedding): the whole group size.
-                EXPECT_EQ(got.min_members_per_node, groups.empty() ? got.size : want.fewest_members) << where;
-                ++checked;
-              }
+              checked += ExpectListedLocality(l, domain, fast);
               // The sweep's passes over some axes (the dense ones, the expert
               // ones) give the same figures for them.
               for (bool (*pick)(Axis) : {&DenseAxis, +[](Axis a) { return !DenseAxis(a); }}) {
@@ -227,6 +236,44 @@ TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
     }
   }
   EXPECT_EQ(checked, 4 * 2 * 3 * 2 * 3 * 2 * kNumAxes);
+}
+
+// The residue counting (TranslatesLocality) on MoE foldings and HSDP
+// replicas: ep up to 8 and expert_tp up to 4 beside tp 1-4 and cp 1-2,
+// replicas 1-4 (shards that cut a cp row and take the passes over ranks
+// among them), domains of 6, 8 and 72 (an NVL72 rack over the 8-GPU nodes).
+TEST(PlannerMesh, LocalityOfMatchesTheListedGroupsOnFoldings) {
+  int layouts = 0;
+  for (int64_t tp : {1, 2, 4}) {
+    for (int64_t cp : {1, 2}) {
+      for (int64_t dp : {2, 3, 4, 8}) {
+        for (int64_t pp : {1, 3}) {
+          for (AxisOrder order : {AxisOrder::kTpCpDpPp, AxisOrder::kTpCpPpDp}) {
+            for (int64_t ep : {1, 2, 4, 8}) {
+              for (int64_t etp : {1, 2, 4}) {
+                for (int64_t replicas : {1, 2, 4}) {
+                  Layout l = Degrees(tp, cp, dp, pp, order);
+                  l.ep = ep;
+                  l.expert_tp = etp;
+                  l.zero = 1;
+                  l.dp_replicate = replicas;
+                  const int64_t stage = tp * cp * dp;
+                  if (stage % (ep * etp) != 0 || (dp * cp) % replicas != 0 || (stage / (ep * etp)) % replicas != 0) {
+                    continue;  // not a layout the validator passes
+                  }
+                  for (int64_t domain : {6, 8, 72}) {
+                    ExpectListedLocality(l, domain, LocalityOf(l, 8, true, domain));
+                  }
+                  ++layouts;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(layouts, 300);
 }
 
 }  // namespace
