@@ -297,7 +297,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
 /// have equal walks (RankVisits).
 struct VisitKey {
   std::array<int64_t, 5> counts{};
-  KeptCounts kept;     // differs from counts under full recompute only
+  KeptCounts kept;  // differs from counts under full recompute only
   /// ZeRO 3 (GatherByFamilies): the first and last sublayer's families,
   /// whether the visit goes on with the previous visit's chunk, and whether
   /// it holds the embedding's first or the head's last neighbour.
