@@ -59,8 +59,18 @@ Bytes ActivationRates::HeadSaved() {
 
 ChunkActivation ActivationRates::Chunk(const StageChunk& c) {
   ChunkActivation a;
+  KeptCounts kept;
+  const bool kept_counted =
+      CountKept(inv_, c.first_layer, c.first_layer, c.end_layer, l_.recompute, inv_.recipe.training, &kept);
+  if (kept_counted) {
+    for (size_t f = 0; f < 5; ++f) {  // integer sums: by family, as exact as layer by layer
+      const int family = static_cast<int>(f);
+      if (kept.policy[f] > 0) a.saved = Add(a.saved, Mul(kept.policy[f], Layer(family).count()));
+      if (kept.all[f] > 0) a.saved = Add(a.saved, Mul(kept.all[f], Stored(family).count()));
+    }
+  }
   const bool full = l_.recompute == Recompute::kFull;
-  for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
+  for (int64_t i = kept_counted ? c.end_layer : c.first_layer; i < c.end_layer; ++i) {
     const preflight::Layer& layer = inv_.layers.at(static_cast<size_t>(i));
     const int f = FamilyIndex(layer.kind);
     switch (KeptBy(layer, full ? LayerInChunk(inv_, c.first_layer, i) : 0, l_.recompute, inv_.recipe.training)) {

@@ -157,10 +157,16 @@ Context ContextOf(const Recipe& rc, const Layout& l) {
 
 /// What every pipeline rank of one layout prices alike, worked out once.
 struct LayoutFigures {
-  LayoutFigures(const Inventory& inv, const Layout& l, const StagePlan& plan)
-      : x(ContextOf(inv.recipe, l)), rates(inv, l), regular(estimator_detail::RegularPlan(plan, l.pp)) {}
+  /// `shared`: the activation rates of the layout at another ZeRO stage (they
+  /// do not depend on it), else its own.
+  LayoutFigures(const Inventory& inv, const Layout& l, const StagePlan& plan, ActivationRates* shared = nullptr)
+      : x(ContextOf(inv.recipe, l)),
+        own(inv, l),
+        rates(shared != nullptr ? *shared : own),
+        regular(estimator_detail::RegularPlan(plan, l.pp)) {}
   Context x;
-  ActivationRates rates;
+  ActivationRates own;
+  ActivationRates& rates;
   bool regular = false;  // RegularPlan
   estimator_detail::LayerMemos memo{};
 };
@@ -260,43 +266,70 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
 /// below 3 or all 3 (their walks agree), into out[i]: each rank walked and
 /// its ZeRO-independent categories priced once. Ranks whose walks agree
 /// (RankVisits: pipelines repeat their middle stages) are priced once.
+/// Every rank's RankVisits, shared by the ZeRO groups of one layout.
+struct Visits {
+  std::vector<std::vector<estimator_detail::VisitKey>> keys;
+  std::vector<estimator_detail::InFlight> in_flight;
+  std::vector<char> comparable;
+};
+
 void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
-                   std::span<const size_t> group, std::vector<std::vector<RankMemory>>& out) {
+                   std::span<const size_t> group, bool until_all_over, ActivationRates& rates, const Visits& v,
+                   std::vector<std::vector<RankMemory>>& out) {
   Layout l = layout;
   l.zero = zeros[group.front()];
-  LayoutFigures shared(inv, l, stages);
-  // Per-thread buffers: a sweep prices millions of layouts.
-  thread_local std::vector<std::vector<estimator_detail::VisitKey>> visits;
-  thread_local std::vector<estimator_detail::InFlight> in_flight;
-  thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits
-  if (visits.size() < static_cast<size_t>(l.pp)) visits.resize(static_cast<size_t>(l.pp));
-  in_flight.resize(static_cast<size_t>(l.pp));
+  LayoutFigures shared(inv, l, stages, &rates);
+  const auto& visits = v.keys;
+  const auto& in_flight = v.in_flight;
+  const bool zero3_by_counts = !shared.x.zero3 || estimator_detail::TransformerStack(inv);
+  thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits (per-thread buffer)
   distinct.clear();
+  // until_all_over: the members of `group` with a rank over so far.
+  const auto over = [&](const RankMemory& m) { return m.total() > m.capacity || !HostMemoryFits(inv.recipe, m.host); };
+  size_t members_over = 0;
+  std::array<bool, 8> is_over{};
+  const auto note_over = [&](size_t i) {
+    for (size_t k = 0; k < group.size() && k < is_over.size(); ++k) {
+      if (!is_over[k] && over(out[group[k]][i])) {
+        is_over[k] = true;
+        ++members_over;
+      }
+    }
+    return until_all_over && members_over == group.size();
+  };
   for (int64_t r = 0; r < l.pp; ++r) {
     const size_t i = static_cast<size_t>(r);
-    if (estimator_detail::RankVisits(inv, l, stages, r, shared.regular, shared.rates, &visits[i], &in_flight[i])) {
+    bool priced = false;
+    if (v.comparable[i] != 0 && zero3_by_counts) {
       const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
         const size_t j = static_cast<size_t>(q);
-        return visits[j] == visits[i] && in_flight[j].units == in_flight[i].units &&
-               in_flight[j].head_units == in_flight[i].head_units &&
-               in_flight[j].head_logits == in_flight[i].head_logits;
+        // The in-flight figures first: under 1F1B they tell most ranks apart.
+        return in_flight[j].units == in_flight[i].units && in_flight[j].head_units == in_flight[i].head_units &&
+               in_flight[j].head_logits == in_flight[i].head_logits && visits[j] == visits[i];
       });
       if (same != distinct.end()) {
         for (size_t g : group) out[g][i] = out[g][static_cast<size_t>(*same)];
-        continue;
+        priced = true;  // an equal rank was checked already
+      } else {
+        distinct.push_back(r);
       }
-      distinct.push_back(r);
     }
-    const Walked b = WalkOf(inv, l, stages, r, shared);
-    RankMemory transients;
-    PriceTransients(transients, b, inv, l, shared.rates, nullptr);
-    for (size_t g : group) {
-      Layout at = layout;
-      at.zero = zeros[g];
-      RankMemory& m = out[g][i];
-      m = transients;
-      PriceModelState(m, b, inv.recipe, at, shared.x, nullptr);
-      FinishRank(m, b, inv.recipe, at, nullptr);
+    if (!priced) {
+      const Walked b = WalkOf(inv, l, stages, r, shared);
+      RankMemory transients;
+      PriceTransients(transients, b, inv, l, shared.rates, nullptr);
+      for (size_t g : group) {
+        Layout at = layout;
+        at.zero = zeros[g];
+        RankMemory& m = out[g][i];
+        m = transients;
+        PriceModelState(m, b, inv.recipe, at, shared.x, nullptr);
+        FinishRank(m, b, inv.recipe, at, nullptr);
+      }
+      if (until_all_over && note_over(i)) {
+        for (size_t g : group) std::fill(out[g].begin() + r + 1, out[g].end(), RankMemory{});
+        return;
+      }
     }
   }
 }
@@ -316,16 +349,37 @@ RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const 
 }
 
 void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
-                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out) {
+                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out,
+                         bool until_all_over) {
   out->resize(zeros.size());
   for (std::vector<RankMemory>& ranks : *out) ranks.resize(static_cast<size_t>(layout.pp));
   thread_local std::vector<size_t> group;
+  // The groups share the activation rates and each rank's interleaved replay.
+  thread_local ActivationRates::Replays replays;
+  replays.peak.resize(static_cast<size_t>(layout.pp));
+  replays.known.assign(static_cast<size_t>(layout.pp), 0);
+  ActivationRates rates(inventory, layout);
+  rates.replays = &replays;
+  // Per-thread buffers: a sweep prices millions of layouts.
+  thread_local Visits visits;
+  const size_t pp = static_cast<size_t>(layout.pp);
+  if (visits.keys.size() < pp) visits.keys.resize(pp);
+  visits.in_flight.resize(pp);
+  visits.comparable.resize(pp);
+  const bool regular = estimator_detail::RegularPlan(stages, layout.pp);
+  for (int64_t r = 0; r < layout.pp; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    visits.comparable[i] = estimator_detail::RankVisits(inventory, layout, stages, r, regular, rates, &visits.keys[i],
+                                                        &visits.in_flight[i])
+                               ? 1
+                               : 0;
+  }
   for (bool zero3 : {false, true}) {
     group.clear();
     for (size_t i = 0; i < zeros.size(); ++i) {
       if ((zeros[i] >= 3) == zero3) group.push_back(i);
     }
-    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, *out);
+    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, until_all_over, rates, visits, *out);
   }
 }
 

@@ -184,6 +184,21 @@ inline int64_t LayerInChunk(const Inventory& inv, int64_t first, int64_t i) {
   return inv.RangeLayerStarts(first + 1, i + 1);
 }
 
+/// Per family (FamilyIndex), the sublayers of a range that KeptBy keeps by the
+/// policy and those it keeps whole.
+struct KeptCounts {
+  std::array<int64_t, 5> policy{};
+  std::array<int64_t, 5> all{};
+  bool operator==(const KeptCounts&) const = default;
+};
+/// KeptBy summed over the sublayers [first, end) of the chunk that starts at
+/// `chunk_first`, from the inventory's prefix counts: O(families), not
+/// O(layers). False, leaving `out` unspecified, when the counts do not give it
+/// (an inventory without its prefix counts; full recompute's uniform method
+/// over more than one layer, whose checkpoints depend on each layer's place).
+bool CountKept(const Inventory& inv, int64_t chunk_first, int64_t first, int64_t end, Recompute recompute,
+               const TrainingConfig& t, KeptCounts* out);
+
 class ActivationRates {
  public:
   ActivationRates(const Inventory& inv, const Layout& l) : inv_(inv), l_(l) {}
@@ -210,6 +225,14 @@ class ActivationRates {
   Bytes Workspace(int f);
   /// The MoE routing scratch of one layer (RouteMoeOn's peak).
   Bytes RoutingPeak();
+  /// Each pipeline rank's interleaved replay (InterleavedChunks), kept when
+  /// set: it reads the plan and the activations only, so the ZeRO groups of
+  /// one layout share it (EstimateRanksByZero).
+  struct Replays {
+    std::vector<InterleavedPeak> peak;
+    std::vector<char> known;
+  };
+  Replays* replays = nullptr;
 
  private:
   /// `slot` computed on first use: every figure depends on the layout only,
@@ -274,14 +297,32 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
 /// have equal walks (RankVisits).
 struct VisitKey {
   std::array<int64_t, 5> counts{};
+  KeptCounts kept;  // differs from counts under full recompute only
+  /// ZeRO 3 (GatherByFamilies): the first and last sublayer's families,
+  /// whether the visit goes on with the previous visit's chunk, and whether
+  /// it holds the embedding's first or the head's last neighbour.
+  struct Gather {
+    int first = -1, last = -1;
+    bool continues = false, after_embedding = false, before_head = false;
+    bool operator==(const Gather&) const = default;
+  } gather;
   int64_t layers = 0;  // framework layers starting in it
   int64_t in_flight = 0;
   bool mirrored = false, embedding = false, head = false;
   bool operator==(const VisitKey&) const = default;
 };
-/// Rank r's visits into `out` (cleared first) and its InFlight; false when
-/// a visit would not go by family counts (non-uniform family, full recompute,
-/// ZeRO 3) or the schedule is interleaved (its replay is the walk's cost).
+/// Whether the sublayers alternate attention and an MLP (a transformer stack:
+/// recipe/partition.h LayerStarts steps by two): every adjacent pair of a
+/// range is then one of its attentions beside one of its MLPs, and ZeRO 3's
+/// gathered pairs go by family counts (GatherByFamilies).
+bool TransformerStack(const Inventory& inv);
+/// Rank r's visits into `out` (cleared first; the Gather fields in a
+/// transformer stack) and its InFlight, which do not depend on the ZeRO
+/// stage; false when a visit would not go by family counts (non-uniform
+/// family, kept layers not countable: CountKept) or when the schedule is
+/// interleaved (its replay is the walk's cost). Under ZeRO 3 the visits
+/// compare walks only in a transformer stack (elsewhere the gathered pairs
+/// follow the layers' order).
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
 
@@ -319,8 +360,15 @@ InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, in
   const int64_t p = l.pp;
   const int64_t m = l.micro_batches;
   const int64_t g = p;  // Megatron's microbatch_group_size_per_vp_stage defaults to pp
-  const ChunkActivations chunk(plan, p, r, v, rates);
-  const InterleavedPeak peak = ReplayInterleaved(p, v, m, r, g, chunk);
+  ActivationRates::Replays* kept = rates.replays;
+  const size_t at = static_cast<size_t>(r);
+  const bool known = kept != nullptr && at < kept->known.size() && kept->known[at] != 0;
+  const InterleavedPeak peak =
+      known ? kept->peak[at] : ReplayInterleaved(p, v, m, r, g, ChunkActivations(plan, p, r, v, rates));
+  if (kept != nullptr && !known && at < kept->known.size()) {
+    kept->peak[at] = peak;
+    kept->known[at] = 1;
+  }
   InFlight out;
   out.units = peak.units;
   for (int64_t vi = 0; vi < v; ++vi) {

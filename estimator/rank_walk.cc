@@ -6,6 +6,11 @@
 #include "preflight/inventory/fp4_storage.h"
 
 namespace preflight::estimator_detail {
+
+bool TransformerStack(const Inventory& inv) {
+  return !inv.layers.empty() && 2 * inv.layer_count() == static_cast<int64_t>(inv.layers.size());
+}
+
 namespace {
 
 /// Divisor of a sharding class on this layout: 1, t, or e*t_e.
@@ -154,22 +159,75 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
 
 /// Whether the inventory carries its per-family prefix counts (one built by
 /// hand may not: its walks go layer by layer).
-bool HasPrefixes(const Inventory& inv) { return inv.prefix_family_layers.size() == inv.layers.size() + 1; }
+bool HasPrefixes(const Inventory& inv) {
+  return inv.prefix_family_layers.size() == inv.layers.size() + 1 &&
+         inv.prefix_layer_starts.size() == inv.layers.size() + 1;
+}
+
+/// Per family, the sublayers of [first, end) that start a framework layer
+/// (Layer::starts_layer): recipe/partition.h LayerStarts starts one at every
+/// sublayer of a stack of hybrid symbols and at the attention of each
+/// attention + MLP pair of a transformer stack. False for any other layout of
+/// the starts (checked against their count).
+bool CountStarts(const Inventory& inv, int64_t first, int64_t end, std::array<int64_t, 5>* out) {
+  *out = inv.RangeFamilyLayers(first, end);
+  const int64_t sublayers = static_cast<int64_t>(inv.layers.size());
+  if (2 * inv.layer_count() == sublayers) {  // a transformer stack: the attentions start the layers
+    const size_t attention = static_cast<size_t>(FamilyIndex(BlockKind::kAttention));
+    for (size_t f = 0; f < 5; ++f) {
+      if (f != attention) (*out)[f] = 0;
+    }
+  } else if (inv.layer_count() != sublayers) {
+    return false;
+  }
+  int64_t starts = 0;
+  for (int64_t n : *out) starts += n;
+  return starts == inv.RangeLayerStarts(first, end);
+}
+
+/// GatherPeak::Layer over the sublayers [first, end) of chunk c of a
+/// transformer stack whose families there are uniform (their full local bytes
+/// in `memo`), from the families present: the same pairs, by their sums.
+void GatherByFamilies(GatherPeak& g, const Inventory& inv, const StageChunk& c, int64_t first, int64_t end,
+                      const std::array<int64_t, 5>& counts, const LayerMemos& memo) {
+  const auto bytes = [&](int64_t i) -> const std::array<int64_t, 3>& {
+    return memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.bytes;
+  };
+  if (&c != g.chunk) {
+    g.prev = {};
+    g.chunk = &c;
+  }
+  const std::array<int64_t, 3>& at_first = bytes(first);
+  for (size_t k = 0; k < 3; ++k) g.pairs[k] = std::max(g.pairs[k], Add(g.prev[k], at_first[k]));
+  if (end - first >= 2) {  // each MLP family present sits beside an attention of the range
+    const size_t attention = static_cast<size_t>(FamilyIndex(BlockKind::kAttention));
+    for (size_t f = 0; f < 5; ++f) {
+      if (f == attention || counts[f] == 0) continue;
+      for (size_t k = 0; k < 3; ++k) {
+        g.pairs[k] = std::max(g.pairs[k], Add(memo[attention].local.bytes[k], memo[f].local.bytes[k]));
+      }
+    }
+  }
+  g.prev = bytes(end - 1);
+  if (c.owns_embedding && first == c.first_layer) g.after_embedding = at_first;
+  if (c.owns_head && end == c.end_layer) g.before_head = g.prev;
+}
 
 /// The layers [first, end) of a chunk from their per-family counts, O(families)
 /// rather than O(layers), when that gives what the layer-by-layer visit gives:
-/// every family on the chunk uniform, every layer keeping the policy's
-/// activations (no full recompute) and no ZeRO-3 gather pairs to track. The
-/// tallies are integer sums, so adding a family's layers at once is exact.
-/// Returns false, touching nothing, when it does not apply.
-bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, int64_t first, int64_t end,
-                     int64_t in_flight, bool mirrored, LayerMemos& memo, std::array<int64_t, 5>& pending, Walk& w,
-                     int64_t* layers_here) {
-  if (l.recompute == Recompute::kFull || x.zero3 || first >= end || !HasPrefixes(inv)) return false;
+/// every family on the chunk uniform and the kept activations countable
+/// (CountKept). The tallies are integer sums, so adding a family's layers at
+/// once is exact. Returns false, touching nothing, when it does not apply.
+bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, const StageChunk& c, int64_t first,
+                     int64_t end, int64_t in_flight, bool mirrored, LayerMemos& memo, std::array<int64_t, 5>& pending,
+                     Walk& w, int64_t* layers_here) {
+  if (first >= end || !HasPrefixes(inv)) return false;
   const std::array<int64_t, 5> counts = inv.RangeFamilyLayers(first, end);
   for (size_t f = 0; f < 5; ++f) {
     if (counts[f] > 0 && !inv.family_uniform[f]) return false;
   }
+  KeptCounts kept;
+  if (!CountKept(inv, c.first_layer, first, end, l.recompute, inv.recipe.training, &kept)) return false;
   int64_t most = -1;  // the largest unit on the chunk
   for (size_t f = 0; f < 5; ++f) {
     if (counts[f] == 0) continue;
@@ -180,7 +238,8 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, in
     }
     pending[f] += counts[f];
     w.layer_count[f] += counts[f];
-    w.units[f] = Add(w.units[f], Mul(in_flight, counts[f]));
+    w.units[f] = Add(w.units[f], Mul(in_flight, Add(kept.policy[f], kept.all[f])));
+    w.stored_units[f] = Add(w.stored_units[f], Mul(in_flight, kept.all[f]));
     if (!mirrored) w.own_layers[f] += counts[f];
     most = std::max(most, memo[f].unit.grads);
   }
@@ -190,6 +249,16 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, in
     while (memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].unit.grads != most) ++i;
     w.grad_unit = {most, i};
   }
+  // ZeRO 3's gathered pairs follow the layers' order: from the families
+  // present in a transformer stack, else a pass without the rest of the
+  // per-layer work.
+  if (x.zero3 && TransformerStack(inv)) {
+    GatherByFamilies(w.gather, inv, c, first, end, counts, memo);
+  } else if (x.zero3) {
+    for (int64_t i = first; i < end; ++i) {
+      w.gather.Layer(c, i, memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.bytes);
+    }
+  }
   *layers_here = inv.RangeLayerStarts(first, end);
   return true;
 }
@@ -197,6 +266,26 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, in
 }  // namespace
 
 void AddUnitShares(Walk& w, const LocalParams& unit, const Context& x) { AddShares(w, UnitShares(unit, x), 1); }
+
+bool CountKept(const Inventory& inv, int64_t chunk_first, int64_t first, int64_t end, Recompute recompute,
+               const TrainingConfig& t, KeptCounts* out) {
+  *out = {};
+  if (first >= end) return true;
+  if (!HasPrefixes(inv)) return false;
+  if (recompute != Recompute::kFull) {
+    out->policy = inv.RangeFamilyLayers(first, end);
+    return true;
+  }
+  const int64_t n = t.recompute_layers;
+  if (t.recompute_method != RecomputeMethod::kBlock) return n == 1 && CountStarts(inv, first, end, &out->policy);
+  // Block: a sublayer keeps everything from the n-th framework layer start
+  // after the chunk's first sublayer on (LayerInChunk >= n), that start being
+  // layer_starts[k] with k the starts in [0, chunk_first] plus n - 1.
+  const int64_t k = inv.prefix_layer_starts[static_cast<size_t>(chunk_first + 1)] + n - 1;
+  const int64_t whole = std::clamp(k < inv.layer_count() ? inv.layer_starts[static_cast<size_t>(k)] : end, first, end);
+  out->all = inv.RangeFamilyLayers(whole, end);
+  return CountStarts(inv, first, whole, &out->policy);
+}
 
 bool RegularPlan(const StagePlan& plan, int64_t p) {
   if (p <= 0 || plan.chunks.size() % static_cast<size_t>(p) != 0) return false;
@@ -211,15 +300,24 @@ bool RegularPlan(const StagePlan& plan, int64_t p) {
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight) {
   out->clear();
-  if (l.recompute == Recompute::kFull || l.zero >= 3 || l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) {
-    return false;
-  }
+  if (l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) return false;
+  const bool gather = TransformerStack(inv);
   bool ok = true;
+  const StageChunk* last_chunk = nullptr;
   *in_flight = ForEachChunk(plan, l, r, regular, rates,
                             [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
                               VisitKey k;
+                              if (gather && first < end) {  // what GatherByFamilies reads besides the counts
+                                k.gather = {FamilyIndex(inv.layers[static_cast<size_t>(first)].kind),
+                                            FamilyIndex(inv.layers[static_cast<size_t>(end - 1)].kind),
+                                            &c == last_chunk, c.owns_embedding && first == c.first_layer,
+                                            c.owns_head && end == c.end_layer};
+                              }
+                              last_chunk = &c;
                               k.counts = inv.RangeFamilyLayers(first, end);
                               for (size_t f = 0; f < 5; ++f) ok = ok && (k.counts[f] == 0 || inv.family_uniform[f]);
+                              ok = ok &&
+                                   CountKept(inv, c.first_layer, first, end, l.recompute, inv.recipe.training, &k.kept);
                               k.layers = inv.RangeLayerStarts(first, end);
                               k.in_flight = in;
                               k.mirrored = mirrored;
@@ -240,7 +338,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
                      const bool full = l.recompute == Recompute::kFull;
                      int64_t layers_here = 0;
                      const bool counted =
-                         VisitByFamilies(inv, l, x, first, end, in_flight, mirrored, memo, pending, w, &layers_here);
+                         VisitByFamilies(inv, l, x, c, first, end, in_flight, mirrored, memo, pending, w, &layers_here);
                      for (int64_t i = counted ? end : first; i < end; ++i) {
                        const Layer& layer = inv.layers.at(static_cast<size_t>(i));  // a plan of another model is a bug
                        const int f = FamilyIndex(layer.kind);

@@ -2,6 +2,7 @@
 // every axis (docs/formulas.md §7.3).
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "preflight/planner/mesh.h"
 
@@ -222,6 +223,126 @@ void CountLocality(const Layout& l, int64_t domain, bool tied_embedding, const s
   for (size_t k = 0; k < axes.size(); ++k) out[static_cast<size_t>(axes[k])] = counters[k].Finish();
 }
 
+// Rank as a mixed-radix number whose digits each move the rank by a fixed
+// stride: the pipeline stage and the stage-local index i = tp + t*(cp + c*dp)
+// cut at every boundary an axis's groups have in it (t, t*c, the dense and
+// expert ZeRO shards, e_t, e_t*e). An axis's groups then vary some digits and
+// keep the others: each is a translate of the group at rank 0, by a base whose
+// residue modulo the NVLink domain fixes how it spans nodes. Empty when the
+// boundaries do not nest (tp 3 beside expert_tp 2, say).
+struct Digit {
+  int64_t low = 1;     // first index of i the digit moves (1 for its lowest), 0 for the stage
+  int64_t count = 1;   // values
+  int64_t stride = 1;  // rank step of one value
+};
+std::vector<Digit> RankDigits(const Layout& l) {
+  const int64_t tc = l.tp * l.cp, stage = tc * l.dp;
+  const int64_t dense_shard = l.zero_group(), expert_shard = l.expert_zero_group();
+  std::vector<int64_t> bounds = {
+      1, l.tp, tc, stage, l.expert_tp, l.expert_tp * l.ep, l.tp * dense_shard, l.expert_tp * l.ep * expert_shard};
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  std::vector<Digit> out;
+  if (bounds.front() < 1 || bounds.back() != stage) return out;
+  const bool pp_outer = l.order == AxisOrder::kTpCpDpPp;
+  for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+    if (bounds[k + 1] % bounds[k] != 0) return {};
+    // tp->cp->dp->pp: rank = i + stage * pp; tp->cp->pp->dp: the dp part of
+    // i (from t*c up) moves the rank by t*c*p per step of t*c.
+    const int64_t stride = pp_outer || bounds[k] < tc ? bounds[k] : bounds[k] * l.pp;
+    out.push_back({bounds[k], bounds[k + 1] / bounds[k], stride});
+  }
+  out.push_back({0, l.pp, pp_outer ? stage : tc});
+  return out;
+}
+
+// The part of i (first, end) an axis's groups vary; the stage when `stage`.
+struct Varies {
+  int64_t first = 1, end = 1;
+  bool stage = false;
+};
+std::optional<Varies> VariesOf(const Layout& l, Axis a) {
+  const int64_t tc = l.tp * l.cp, stage = tc * l.dp;
+  const int64_t et = l.expert_tp, ete = l.expert_tp * l.ep;
+  switch (a) {
+    case Axis::kTp: return Varies{1, l.tp, false};
+    case Axis::kCp: return Varies{l.tp, tc, false};
+    case Axis::kDp: return Varies{tc, stage, false};
+    case Axis::kPp: return Varies{1, 1, true};
+    case Axis::kExpertTp: return Varies{1, et, false};
+    case Axis::kEp: return Varies{et, ete, false};
+    case Axis::kExpertDp: return Varies{ete, ete * l.expert_zero_group(), false};
+    case Axis::kExpertDpReplica: return Varies{ete * l.expert_zero_group(), stage, false};
+    case Axis::kDpCp: return Varies{l.tp, l.tp * l.zero_group(), false};
+    case Axis::kDpReplica: return Varies{l.tp * l.zero_group(), stage, false};
+    case Axis::kEmbedding: return std::nullopt;  // two stages, not a digit
+  }
+  return std::nullopt;
+}
+
+// Locality of an axis from one group per residue of the bases (see
+// RankDigits), as LocalityCounter::Finish gives it; nullopt when the axis's
+// groups are not digit translates.
+std::optional<AxisLocality> TranslatesLocality(const Layout& l, Axis a, int64_t size, int64_t groups, int64_t domain,
+                                               const std::vector<Digit>& digits) {
+  if (digits.empty()) return std::nullopt;
+  std::vector<int64_t> offsets = {0};
+  std::vector<int64_t> residues = {0};  // of the bases, modulo the domain
+  std::vector<bool> seen(static_cast<size_t>(domain));
+  const auto fix = [&](int64_t count, int64_t stride) {  // the bases take count values of this digit
+    std::fill(seen.begin(), seen.end(), false);
+    std::vector<int64_t> next;
+    for (int64_t r : residues) {
+      for (int64_t x = 0; x < std::min(count, domain); ++x) {
+        const int64_t v = (r + x % domain * (stride % domain)) % domain;
+        if (!seen[static_cast<size_t>(v)]) {
+          seen[static_cast<size_t>(v)] = true;
+          next.push_back(v);
+        }
+      }
+    }
+    residues = std::move(next);
+  };
+  const auto vary = [&](int64_t count, int64_t stride) {
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * static_cast<size_t>(count));
+    for (int64_t x = 0; x < count; ++x) {
+      for (int64_t o : offsets) next.push_back(o + x * stride);
+    }
+    offsets = std::move(next);
+  };
+  if (a == Axis::kEmbedding) {  // the first and the last stage
+    for (const Digit& d : digits) {
+      if (d.low == 0) {
+        offsets = {0, (l.pp - 1) * d.stride};
+      } else {
+        fix(d.count, d.stride);
+      }
+    }
+  } else {
+    const std::optional<Varies> v = VariesOf(l, a);
+    if (!v) return std::nullopt;
+    for (const Digit& d : digits) {
+      const bool varied = d.low == 0 ? v->stage : d.low >= v->first && d.low < v->end;
+      if (varied) {
+        vary(d.count, d.stride);
+      } else {
+        fix(d.count, d.stride);
+      }
+    }
+  }
+  if (static_cast<int64_t>(offsets.size()) != size) return std::nullopt;
+  std::sort(offsets.begin(), offsets.end());
+  // One group per residue, its members in rank order.
+  LocalityCounter counter(a, size, static_cast<int64_t>(residues.size()));
+  for (size_t g = 0; g < residues.size(); ++g) {
+    for (int64_t o : offsets) counter.Add(static_cast<int64_t>(g), (residues[g] + o) / domain);
+  }
+  AxisLocality loc = counter.Finish();
+  loc.groups = groups;
+  return loc;
+}
+
 // Whether every group of `a` keeps pp (keeps_pp) or dp (otherwise) fixed.
 bool KeepsFixed(Axis a, bool keeps_pp) {
   if (keeps_pp) return a != Axis::kPp && a != Axis::kEmbedding;
@@ -247,6 +368,7 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
   const bool by_inner = inner_n > 1 && tc % domain == 0;
   std::vector<Axis> whole, first_outer, first_inner;  // axes with groups of more than one rank
   MeshLocality out;
+  const std::vector<Digit> digits = RankDigits(l);
   for (int a = 0; a < kNumAxes; ++a) {
     const Axis axis = static_cast<Axis>(a);
     if (!axes(axis)) continue;
@@ -255,6 +377,11 @@ MeshLocality LocalityOf(const Layout& l, int64_t gpus_per_node, bool tied_embedd
       // A rank alone (or no group at all) spans one node.
       out[static_cast<size_t>(a)] = LocalityCounter(axis, size, 0).Finish();
       out[static_cast<size_t>(a)].groups = groups;
+      continue;
+    }
+    // O(size x domain) when the groups are digit translates, else a pass over ranks.
+    if (const auto loc = TranslatesLocality(l, axis, size, groups, domain, digits)) {
+      out[static_cast<size_t>(a)] = *loc;
       continue;
     }
     // The outer axis is fixed in an axis's groups when it keeps pp (dp) fixed.

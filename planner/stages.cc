@@ -77,21 +77,17 @@ void SuffixMinimum(const Best* row, int64_t n, Lightest* out) {
 // chunk_time(s, j); every earlier candidate weighs at least chunk_time(s-1, j)
 // (chunk times fall as the chunk starts later). When that is heavier by more
 // than the tolerance, s is accepted whatever the earlier candidates left in
-// the cell, and the scan may start at s. The latest such s (found by
-// bisection where the chunk stops outweighing the prefix, then checked
-// exactly), or the first candidate.
+// the cell, and the scan may start at s. The s before where the chunk stops
+// outweighing the prefix (then checked exactly), or the first candidate.
+// That place only moves right as j grows (a chunk ending later weighs more),
+// so it is walked to from the row's previous cell (`boundary`) instead of
+// bisected: any s that passes the checks gives the cell the full scan gives.
 template <class ChunkTime>
-int64_t FirstCandidate(const Best* prev_row, int64_t lo, int64_t j, const ChunkTime& chunk_time) {
+int64_t FirstCandidate(const Best* prev_row, int64_t lo, int64_t j, int64_t* boundary, const ChunkTime& chunk_time) {
   auto outweighs = [&](int64_t i) { return prev_row[i].cut >= 0 && chunk_time(i, j) >= prev_row[i].time; };
-  int64_t a = lo, b = j;  // outweighs(a - 1) holds (or a == lo), outweighs(b) does not (or b == j)
-  while (a < b) {
-    const int64_t mid = a + (b - a) / 2;
-    if (outweighs(mid)) {
-      a = mid + 1;
-    } else {
-      b = mid;
-    }
-  }
+  int64_t a = std::max(lo, *boundary);
+  while (a < j && outweighs(a)) ++a;
+  *boundary = a;
   const int64_t s = a - 1;
   if (s <= lo || !outweighs(s)) return lo;
   return chunk_time(s, j) * (1.0 + kMargin) < chunk_time(s - 1, j) ? s : lo;
@@ -137,8 +133,13 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   StagePlan plan;
   // ValidateForPlan reports both.
   if (k_chunks <= 0 || k_chunks > n || !BalancedSearchAffordable(n, k_chunks)) return plan;
-  std::vector<double> t_prefix(static_cast<size_t>(n + 1), 0.0);
-  std::vector<int64_t> p_prefix(static_cast<size_t>(n + 1), 0);
+  // Per-thread buffers: a sweep partitions tens of thousands of layouts.
+  thread_local std::vector<double> t_prefix;
+  thread_local std::vector<int64_t> p_prefix;
+  thread_local std::vector<Best> best;
+  thread_local Lightest lightest;
+  t_prefix.assign(static_cast<size_t>(n + 1), 0.0);
+  p_prefix.assign(static_cast<size_t>(n + 1), 0);
   for (int64_t l = 0; l < n; ++l) {
     t_prefix[static_cast<size_t>(l + 1)] = t_prefix[static_cast<size_t>(l)] + w.layer_s[static_cast<size_t>(l)];
     p_prefix[static_cast<size_t>(l + 1)] = p_prefix[static_cast<size_t>(l)] + w.layer_params[static_cast<size_t>(l)];
@@ -153,20 +154,20 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   };
   // best[k][j]: first k chunks cover layers [0, j).
   const size_t width = static_cast<size_t>(n + 1);
-  std::vector<Best> best(static_cast<size_t>(k_chunks + 1) * width);
+  best.assign(static_cast<size_t>(k_chunks + 1) * width, Best{});
   auto at = [&](int64_t k, int64_t j) -> Best& { return best[static_cast<size_t>(k) * width + static_cast<size_t>(j)]; };
   at(0, 0) = Best{0.0, 0, 0};
   // The shortcuts below lean on chunk times falling as a chunk starts later.
   const bool shortcuts =
       w.embedding_s >= 0 && std::all_of(w.layer_s.begin(), w.layer_s.end(), [](double x) { return x >= 0; });
-  Lightest lightest;
   for (int64_t k = 1; k <= k_chunks; ++k) {
     const Best* prev_row = &at(k - 1, 0);
     SuffixMinimum(prev_row, n, &lightest);
     // Leave at least one layer for each of the remaining chunks.
+    int64_t boundary = k - 1;
     for (int64_t j = k; j <= n - (k_chunks - k); ++j) {
       Best& cell = at(k, j);
-      const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, chunk_time) : k - 1;
+      const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, &boundary, chunk_time) : k - 1;
       for (int64_t i = first; i < j; ++i) {
         if (shortcuts && lightest.Stops(static_cast<size_t>(i), cell)) break;
         const Best& prev = prev_row[i];
@@ -177,11 +178,13 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
       }
     }
   }
-  std::vector<int64_t> starts(static_cast<size_t>(k_chunks));
+  thread_local std::vector<int64_t> starts;
+  starts.assign(static_cast<size_t>(k_chunks), 0);
   for (int64_t k = k_chunks, j = n; k >= 1; --k) {
     j = at(k, j).cut;
     starts[static_cast<size_t>(k - 1)] = j;
   }
+  plan.chunks.reserve(static_cast<size_t>(k_chunks));
   for (int64_t c = 0; c < k_chunks; ++c) {
     StageChunk chunk;
     std::tie(chunk.pipeline_rank, chunk.virtual_index) = PlaceChunk(c, k_chunks, layout.pp, layout.schedule);

@@ -261,6 +261,14 @@ const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const
   return it->second;
 }
 
+bool SameCut(const StagePlan& a, const StagePlan& b) {
+  return std::equal(
+      a.chunks.begin(), a.chunks.end(), b.chunks.begin(), b.chunks.end(), [](const StageChunk& x, const StageChunk& y) {
+        return x.first_layer == y.first_layer && x.end_layer == y.end_layer && x.pipeline_rank == y.pipeline_rank &&
+               x.virtual_index == y.virtual_index && x.owns_embedding == y.owns_embedding && x.owns_head == y.owns_head;
+      });
+}
+
 Schedule ScheduleFor(Schedule recipe_schedule, int64_t vpp) {
   if (recipe_schedule == Schedule::kDualPipe || recipe_schedule == Schedule::kDualPipeV) return recipe_schedule;
   return vpp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
@@ -443,8 +451,12 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         }
         for (size_t c = 0; c < cuts.size(); ++c) {
           const NamedCut& cut = cuts[c];
+          // A fallback that cuts where the time-balanced cut does has its memory.
+          if (SameCut(cut.stages, stages)) continue;
           if (!w.fallback_known[c]) {
-            EstimateRanksByZero(inv, layout, cut.stages, w.zeros, &w.fallback_memory[c]);
+            // Only a fallback that fits is used: its ranks are priced until
+            // every ZeRO stage has one over.
+            EstimateRanksByZero(inv, layout, cut.stages, w.zeros, &w.fallback_memory[c], true);
             w.fallback_known[c] = true;
           }
           Priced priced = WorstOf(w.fallback_memory[c][at]);
@@ -822,6 +834,11 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
     Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    // An item's reason is FirstError's key, value and message, ordered by the
+    // source marks: the file's name and text each diagnostic would copy are
+    // not read (an empty name sorts as the file's, as the name did).
+    w.recipe.source.file.clear();
+    w.recipe.source.lines.reset();
     while (true) {
       const int64_t item = next.fetch_add(1);
       if (item >= items.count) return;

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "preflight/planner/plan.h"
@@ -38,8 +39,8 @@ TEST(PlannerMesh, TwoNodeMegatronOrderHandTable) {
   struct Row {
     int64_t rank, node, gpu, tp, dp, pp;
   };
-  const Row rows[] = {{0, 0, 0, 0, 0, 0},  {3, 0, 3, 3, 0, 0},  {4, 0, 4, 0, 1, 0},  {7, 0, 7, 3, 1, 0},
-                      {8, 1, 0, 0, 0, 1},  {11, 1, 3, 3, 0, 1}, {12, 1, 4, 0, 1, 1}, {15, 1, 7, 3, 1, 1}};
+  const Row rows[] = {{0, 0, 0, 0, 0, 0}, {3, 0, 3, 3, 0, 0},  {4, 0, 4, 0, 1, 0},  {7, 0, 7, 3, 1, 0},
+                      {8, 1, 0, 0, 0, 1}, {11, 1, 3, 3, 0, 1}, {12, 1, 4, 0, 1, 1}, {15, 1, 7, 3, 1, 1}};
   for (const Row& r : rows) {
     const RankCoord& c = m.ranks[static_cast<size_t>(r.rank)];
     EXPECT_EQ(c.node, r.node) << r.rank;
@@ -50,8 +51,7 @@ TEST(PlannerMesh, TwoNodeMegatronOrderHandTable) {
     EXPECT_EQ(c.cp, 0) << r.rank;
   }
   EXPECT_EQ(GroupsOf(m, Axis::kTp), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
-  EXPECT_EQ(GroupsOf(m, Axis::kDp),
-            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(GroupsOf(m, Axis::kDp), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
   EXPECT_EQ(GroupsOf(m, Axis::kPp), (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
   EXPECT_TRUE(Loc(m, Axis::kTp).intra_node);
   EXPECT_TRUE(Loc(m, Axis::kDp).intra_node);
@@ -168,11 +168,39 @@ NodeCounts CountNodes(const Groups& groups, int64_t domain) {
 
 // LocalityOf (what sweeps use, without the groups) equals the summary of the
 // groups PlaceRanks lists, on layouts whose groups straddle nodes unevenly:
-// tp 3 and 6 against 8-GPU nodes, an NVLink domain of 4 and 12, both rank
-// orders, MoE folding, HSDP replicas, the tied embedding. LocalityOf counts
+// tp 3 and 6 against 8-GPU nodes, an NVLink domain of 4 and 12, dp 4 and 6,
+// both rank orders, MoE folding, HSDP replicas, the tied embedding. Most
+// axes' groups are translates of the one at rank 0 (TranslatesLocality: one
+// group per residue of their bases modulo the domain); tp 6 with expert_tp 2
+// and cp 2 do not nest and take the passes over ranks. LocalityOf counts
 // an axis whose groups keep pp (or dp) fixed over the ranks at its first
 // value when the shift to the next is a whole number of domains (e.g. tp 2,
 // cp 2, domain 4: t*c = 4; tp 6, cp 2, domain 12).
+// Every axis of LocalityOf(l) against the groups PlaceRanks lists, tied
+// embedding, 8-GPU nodes; the axes checked.
+int ExpectListedLocality(const Layout& l, int64_t domain, const MeshLocality& fast) {
+  const Mesh m = PlaceRanks(l, 8, true, domain);
+  int checked = 0;
+  for (int a = 0; a < kNumAxes; ++a) {
+    const Axis axis = static_cast<Axis>(a);
+    const Groups& groups = GroupsOf(m, axis);
+    const NodeCounts want = CountNodes(groups, domain > 0 ? domain : 8);
+    const AxisLocality& got = fast[static_cast<size_t>(a)];
+    const std::string where =
+        fmt::format("{} tp {} cp {} dp {} pp {} order {} ep {} etp {} replicas {} domain {}", Key(axis), l.tp, l.cp,
+                    l.dp, l.pp, static_cast<int>(l.order), l.ep, l.expert_tp, l.dp_replicate, domain);
+    EXPECT_EQ(got.axis, axis) << where;
+    EXPECT_EQ(got.size, Loc(m, axis).size) << where;
+    EXPECT_EQ(got.groups, static_cast<int64_t>(groups.size())) << where;
+    EXPECT_EQ(got.intra_node, want.most_nodes == 1) << where;
+    EXPECT_EQ(got.max_nodes_spanned, want.most_nodes) << where;
+    // No groups (the untied embedding): the whole group size.
+    EXPECT_EQ(got.min_members_per_node, groups.empty() ? got.size : want.fewest_members) << where;
+    ++checked;
+  }
+  return checked;
+}
+
 TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
   int checked = 0;
   for (int64_t tp : {1, 2, 3, 6}) {
@@ -180,41 +208,26 @@ TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
       for (int64_t pp : {1, 2, 3}) {
         for (AxisOrder order : {AxisOrder::kTpCpDpPp, AxisOrder::kTpCpPpDp}) {
           for (int64_t domain : {0, 4, 12}) {
-            Layout l = Degrees(tp, cp, 4, pp, order);
-            l.ep = 2;
-            l.expert_tp = tp % 2 == 0 ? 2 : 1;
-            l.zero = 1;
-            l.dp_replicate = cp == 2 ? 2 : 1;
-            const Mesh m = PlaceRanks(l, 8, true, domain);
-            const MeshLocality fast = LocalityOf(l, 8, true, domain);
-            for (int a = 0; a < kNumAxes; ++a) {
-              const Axis axis = static_cast<Axis>(a);
-              const Groups& groups = GroupsOf(m, axis);
-              const NodeCounts want = CountNodes(groups, domain > 0 ? domain : 8);
-              const AxisLocality& got = fast[static_cast<size_t>(a)];
-              const std::string where = std::string(Key(axis)) + " tp " + std::to_string(tp) + " cp " +
-                                        std::to_string(cp) + " pp " + std::to_string(pp) + " domain " +
-                                        std::to_string(domain);
-              EXPECT_EQ(got.axis, axis) << where;
-              EXPECT_EQ(got.size, Loc(m, axis).size) << where;
-              EXPECT_EQ(got.groups, static_cast<int64_t>(groups.size())) << where;
-              EXPECT_EQ(got.intra_node, want.most_nodes == 1) << where;
-              EXPECT_EQ(got.max_nodes_spanned, want.most_nodes) << where;
-              // No groups (the untied embedding): the whole group size.
-              EXPECT_EQ(got.min_members_per_node, groups.empty() ? got.size : want.fewest_members) << where;
-              ++checked;
-            }
-            // The sweep's passes over some axes (the dense ones, the expert
-            // ones) give the same figures for them.
-            for (bool (*pick)(Axis) : {&DenseAxis, +[](Axis a) { return !DenseAxis(a); }}) {
-              const MeshLocality part = LocalityOf(l, 8, true, domain, pick);
-              for (int a = 0; a < kNumAxes; ++a) {
-                if (!pick(static_cast<Axis>(a))) continue;
-                const AxisLocality& x = part[static_cast<size_t>(a)];
-                const AxisLocality& y = fast[static_cast<size_t>(a)];
-                EXPECT_TRUE(x.size == y.size && x.groups == y.groups && x.max_nodes_spanned == y.max_nodes_spanned &&
-                            x.min_members_per_node == y.min_members_per_node && x.intra_node == y.intra_node)
-                    << Key(static_cast<Axis>(a)) << " tp " << tp << " cp " << cp << " pp " << pp;
+            for (int64_t dp : {4, 6}) {
+              Layout l = Degrees(tp, cp, dp, pp, order);
+              l.ep = 2;
+              l.expert_tp = tp % 2 == 0 ? 2 : 1;
+              l.zero = 1;
+              l.dp_replicate = cp == 2 ? 2 : 1;
+              const MeshLocality fast = LocalityOf(l, 8, true, domain);
+              checked += ExpectListedLocality(l, domain, fast);
+              // The sweep's passes over some axes (the dense ones, the expert
+              // ones) give the same figures for them.
+              for (bool (*pick)(Axis) : {&DenseAxis, +[](Axis a) { return !DenseAxis(a); }}) {
+                const MeshLocality part = LocalityOf(l, 8, true, domain, pick);
+                for (int a = 0; a < kNumAxes; ++a) {
+                  if (!pick(static_cast<Axis>(a))) continue;
+                  const AxisLocality& x = part[static_cast<size_t>(a)];
+                  const AxisLocality& y = fast[static_cast<size_t>(a)];
+                  EXPECT_TRUE(x.size == y.size && x.groups == y.groups && x.max_nodes_spanned == y.max_nodes_spanned &&
+                              x.min_members_per_node == y.min_members_per_node && x.intra_node == y.intra_node)
+                      << Key(static_cast<Axis>(a)) << " tp " << tp << " cp " << cp << " pp " << pp;
+                }
               }
             }
           }
@@ -222,7 +235,45 @@ TEST(PlannerMesh, LocalityOfMatchesTheListedGroups) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 2 * 3 * 2 * 3 * kNumAxes);
+  EXPECT_EQ(checked, 4 * 2 * 3 * 2 * 3 * 2 * kNumAxes);
+}
+
+// The residue counting (TranslatesLocality) on MoE foldings and HSDP
+// replicas: ep up to 8 and expert_tp up to 4 beside tp 1-4 and cp 1-2,
+// replicas 1-4 (shards that cut a cp row and take the passes over ranks
+// among them), domains of 6, 8 and 72 (an NVL72 rack over the 8-GPU nodes).
+TEST(PlannerMesh, LocalityOfMatchesTheListedGroupsOnFoldings) {
+  int layouts = 0;
+  for (int64_t tp : {1, 2, 4}) {
+    for (int64_t cp : {1, 2}) {
+      for (int64_t dp : {2, 3, 4, 8}) {
+        for (int64_t pp : {1, 3}) {
+          for (AxisOrder order : {AxisOrder::kTpCpDpPp, AxisOrder::kTpCpPpDp}) {
+            for (int64_t ep : {1, 2, 4, 8}) {
+              for (int64_t etp : {1, 2, 4}) {
+                for (int64_t replicas : {1, 2, 4}) {
+                  Layout l = Degrees(tp, cp, dp, pp, order);
+                  l.ep = ep;
+                  l.expert_tp = etp;
+                  l.zero = 1;
+                  l.dp_replicate = replicas;
+                  const int64_t stage = tp * cp * dp;
+                  if (stage % (ep * etp) != 0 || (dp * cp) % replicas != 0 || (stage / (ep * etp)) % replicas != 0) {
+                    continue;  // not a layout the validator passes
+                  }
+                  for (int64_t domain : {6, 8, 72}) {
+                    ExpectListedLocality(l, domain, LocalityOf(l, 8, true, domain));
+                  }
+                  ++layouts;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(layouts, 300);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The pricing fast paths against the layer-by-layer paths they stand in for.
 // A sweep prices millions of layouts, so pricing adds a uniform family's
-// layers from their counts (VisitByFamilies, CountUniformLayers), prices
+// layers from their counts (VisitByFamilies, CountUniformLayers, CountKept), prices
 // identical pipeline ranks once (SameRanks for communication and step time,
-// RankVisits for memory), walks a rank once for ZeRO 0-2 (EstimateRanksByZero)
+// RankVisits for memory), walks a rank once for ZeRO 0-2 (EstimateRanksByZero;
+// a sweep's fallback cuts only until every stage has a rank over)
 // and finds a rank's chunks at their StagePlan positions (RegularPlan). An inventory whose family_uniform flags are
 // cleared (the state of a hand-built inventory) takes none of the family
 // paths and prices every rank on its own; a plan whose chunks are listed out
@@ -30,11 +31,15 @@ using testing::SourcePath;
 
 Recipe Load(const std::string& relative) { return testing::LoadSourceRecipe(relative); }
 
-// The same inventory with no family known to be uniform: every pricing loop
-// walks the layers one by one and no two ranks are taken as alike.
+// The same inventory with no family known to be uniform and without its
+// per-family prefix counts: every pricing loop walks the layers one by one
+// (each layer's kept activations from KeptBy, not CountKept) and no two ranks
+// are taken as alike.
 Inventory LayerByLayer(const Inventory& inv) {
   Inventory slow = inv;
   slow.family_uniform.fill(false);
+  slow.prefix_family_layers.clear();
+  slow.prefix_layer_starts.clear();
   return slow;
 }
 
@@ -127,7 +132,15 @@ void ExpectSamePlan(const Plan& a, const Plan& b, const std::string& where) {
 struct Reach {
   int plans = 0;
   int ranks_priced_as_another = 0;
+  int fitting_stages = 0;  // ZeRO stages whose every rank fits (EstimateRanksByZero until all over)
+  int stages_over = 0;
 };
+
+// Every rank within capacity and the node's host memory (the sweep's test).
+bool Fits(const Recipe& r, const std::vector<RankMemory>& ranks) {
+  return std::all_of(ranks.begin(), ranks.end(),
+                     [&](const RankMemory& m) { return m.total() <= m.capacity && HostMemoryFits(r, m.host); });
+}
 
 // About `want` valid layouts of the recipe's sweep space (micro-batch 1 and
 // 2), evenly spread, each planned on the inventory and on its layer-by-layer
@@ -171,6 +184,20 @@ Reach ComparePlans(const Recipe& base, size_t want) {
       ExpectSameRanks(by_zero[z], EstimateMemory(slow, at, a.plan->stages).stages,
                       fmt::format("{} (at ZeRO {})", where, zeros[z]));
     }
+    // Priced only until every stage has a rank over (a sweep's fallback
+    // cuts): the stages that fit complete, the others still over.
+    std::vector<std::vector<RankMemory>> until_over;
+    EstimateRanksByZero(fast, l, a.plan->stages, zeros, &until_over, true);
+    for (size_t z = 0; z < std::min(zeros.size(), until_over.size()); ++z) {
+      const std::string at = fmt::format("{} (ZeRO {}, until all over)", where, zeros[z]);
+      if (Fits(fast.recipe, by_zero[z])) {
+        ExpectSameRanks(until_over[z], by_zero[z], at);
+        ++reach.fitting_stages;
+      } else {
+        EXPECT_FALSE(Fits(fast.recipe, until_over[z])) << at;
+        ++reach.stages_over;
+      }
+    }
     StagePlan backwards = a.plan->stages;
     std::reverse(backwards.chunks.begin(), backwards.chunks.end());
     ExpectSameMemory(EstimateMemory(fast, a.plan->layout, backwards), *a.plan->memory, where + " (chunks backwards)");
@@ -183,6 +210,14 @@ class FastPathsAgree : public ::testing::TestWithParam<const char*> {};
 TEST_P(FastPathsAgree, WithTheLayerByLayerPaths) {
   const Reach reach = ComparePlans(Load(fmt::format("recipes/{}.yaml", GetParam())), 60);
   EXPECT_GT(reach.plans, 0);
+}
+
+// The stop after every stage has a rank over fires and leaves the fitting
+// stages whole: DeepSeek-V3 on its cluster has both.
+TEST(FastPaths, RanksArePricedUntilEveryStageIsOver) {
+  const Reach reach = ComparePlans(Load("recipes/deepseek-v3-h200.yaml"), 40);
+  EXPECT_GT(reach.fitting_stages, 0);
+  EXPECT_GT(reach.stages_over, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(ShippedRecipes, FastPathsAgree, ::testing::ValuesIn(testing::kShippedRecipes),
@@ -212,6 +247,12 @@ TEST(FastPaths, RecomputeBlockAndOffloadVariants) {
   hybrid.training.recompute_method = RecomputeMethod::kBlock;
   hybrid.training.recompute_layers = 3;
   EXPECT_GT(ComparePlans(hybrid, 40).plans, 0);
+
+  // Full recompute's uniform method over two layers: its checkpoints follow
+  // each layer's place in its chunk (walked layer by layer on both sides).
+  Recipe uniform = Load("recipes/deepseek-v3-h200.yaml");
+  uniform.training.recompute_layers = 2;
+  EXPECT_GT(ComparePlans(uniform, 20).plans, 0);
 }
 
 // FP4 weight copies ride in the per-family figures the fast walk shares:

@@ -194,6 +194,31 @@ TEST(SweepRun, HandCountedValidLayouts) {
   }
 }
 
+// A sweep's workers validate without the recipe's file name and text (the
+// diagnostics would copy both): the errors keep their order and wording.
+// Jamba at tp 3, pp 5, micro-batch 3 breaks several rules on several lines.
+TEST(SweepSpace, ReasonsDoNotNeedTheRecipeText) {
+  Recipe r = Load("recipes/jamba-v0.1-h200.yaml");
+  ASSERT_NE(r.source.lines, nullptr);
+  r.parallel.tp = 3;
+  r.parallel.pp = 5;
+  r.training.micro_batch = 3;
+  Recipe bare = r;
+  bare.source.file.clear();
+  bare.source.lines.reset();
+  const std::vector<Diagnostic> with_text = ValidateRecipe(r);
+  const std::vector<Diagnostic> without = ValidateRecipe(bare);
+  ASSERT_GT(with_text.size(), 2u);
+  ASSERT_EQ(with_text.size(), without.size());
+  EXPECT_FALSE(with_text.front().source_line.empty());
+  for (size_t i = 0; i < with_text.size(); ++i) {
+    EXPECT_EQ(with_text[i].key_path, without[i].key_path) << i;
+    EXPECT_EQ(with_text[i].value, without[i].value) << i;
+    EXPECT_EQ(with_text[i].message, without[i].message) << i;
+    EXPECT_EQ(with_text[i].severity, without[i].severity) << i;
+  }
+}
+
 // Why nothing fits, on the same hand-counted space: the 80 invalid rows blame
 // training.global_batch (micro-batch 3 with tp 1, 2, 4: 3 x 2 x 2 x 4 = 48)
 // before training.seq_len (tp 3 under sequence parallelism: 2 x 2 x 2 x 4 =

@@ -14,7 +14,13 @@ namespace preflight {
 /// (layout.zero is not read): each rank's walk and the categories ZeRO does
 /// not change (activations, routing scratch, serving state, workspaces) are
 /// worked out once for the stages below 3 and once for ZeRO 3.
+/// `until_all_over` (a caller that only uses a stage's ranks when they all
+/// fit, as a sweep's fallback cuts): the ranks after the first one at which
+/// every stage of a group (below 3, or 3) has a rank over capacity or over
+/// the node's host memory (HostMemoryFits) are left as RankMemory{}; the
+/// stages that fit are complete.
 void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
-                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out);
+                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out,
+                         bool until_all_over = false);
 
 }  // namespace preflight
