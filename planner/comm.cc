@@ -813,6 +813,9 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
     emb = emb || c.range.owns_embedding;
     head = head || c.range.owns_head;
   }
+  // The MTP modules' matrices live with the head and are Muon's like the
+  // layers' (their TP and expert-TP gathers below).
+  if (head) p += inv.mtp_totals;
   const ModelConfig& m = inv.recipe.model;
   const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
   const RankBuffers rb = BuffersOf(inv, t, l, s, chunks);
