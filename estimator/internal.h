@@ -388,9 +388,26 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
   }
   InFlight out;
   if (l.schedule == Schedule::kDualPipe) {
+    const int64_t mirror = p - 1 - r;
+    if (m >= 2 * p && p % 2 == 0 && m % 2 == 0 && regular && static_cast<int64_t>(plan.chunks.size()) == p) {
+      // The replay of DualPipe's order with each of the rank's two stages' bytes.
+      const std::array<ChunkActivation, 2> stage = {rates.Chunk(plan.chunks[static_cast<size_t>(r)]),
+                                                    rates.Chunk(plan.chunks[static_cast<size_t>(mirror)])};
+      const DualPipeVPeak peak = ReplayDualPipe(p, m, r, [&](int64_t c) { return stage[static_cast<size_t>(c)]; });
+      for (int64_t c : {r, mirror}) {
+        const StageChunk& sc = plan.chunks[static_cast<size_t>(c)];
+        const int64_t in = peak.live[c == r ? 0 : 1];
+        visit(sc, sc.first_layer, sc.end_layer, in, c != r, true);
+        if (sc.owns_head) {
+          out.head_units = in;
+          out.head_logits = peak.running == (c == r ? 0 : 1);
+        }
+      }
+      out.units = peak.units;
+      return out;
+    }
     const int64_t n = DualPipeInFlight(p, m);
     const int64_t own_share = CeilDiv(n, 2);
-    const int64_t mirror = p - 1 - r;
     ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) {
       if (c.pipeline_rank == r) {
         visit(c, c.first_layer, c.end_layer, own_share, false, true);

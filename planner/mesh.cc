@@ -75,6 +75,7 @@ GroupSlot SlotOf(const Layout& l, const RankCoord& c, Axis a) {
       return {(c.tp + l.tp * c.pp) * shard + j % shard, j / shard};
     }
     case Axis::kEmbedding: return {i, c.pp == 0 ? 0 : 1};
+    case Axis::kPpMirror: return {i + stage_ranks * std::min(c.pp, l.pp - 1 - c.pp), 2 * c.pp < l.pp ? 0 : 1};
   }
   return {};
 }
@@ -92,6 +93,7 @@ int64_t AxisSize(const Layout& l, Axis a) {
     case Axis::kEmbedding: return 2;
     case Axis::kDpReplica: return l.dp_replicate;
     case Axis::kExpertDpReplica: return l.dp_replicate;
+    case Axis::kPpMirror: return 2;
   }
   return 1;
 }
@@ -224,8 +226,8 @@ void CountLocality(const Layout& l, int64_t domain, bool tied_embedding, const s
 
 // Whether every group of `a` keeps pp (keeps_pp) or dp (otherwise) fixed.
 bool KeepsFixed(Axis a, bool keeps_pp) {
-  if (keeps_pp) return a != Axis::kPp && a != Axis::kEmbedding;
-  return a == Axis::kTp || a == Axis::kCp || a == Axis::kPp || a == Axis::kEmbedding;
+  if (keeps_pp) return a != Axis::kPp && a != Axis::kEmbedding && a != Axis::kPpMirror;
+  return a == Axis::kTp || a == Axis::kCp || a == Axis::kPp || a == Axis::kEmbedding || a == Axis::kPpMirror;
 }
 
 }  // namespace

@@ -484,12 +484,16 @@ class Head {
   /// Returns the mean loss over all tokens (the same on every TP rank), or
   /// with `weights` (one per row) the weighted sum of the rows' losses (an
   /// MTP module's masked, scaled loss). `normed`, when given, gets the final
-  /// norm's output (this rank's rows: what an MTP module reads).
+  /// norm's output (this rank's rows: what an MTP module reads). With
+  /// `normed_input` the final norm ran elsewhere (inside an MTP module's
+  /// checkpoint): `x` is its output, which the output layer keeps.
   double Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets,
-                 const std::vector<T>* weights = nullptr, Mat<T>* normed = nullptr);
+                 const std::vector<T>* weights = nullptr, Mat<T>* normed = nullptr, bool normed_input = false);
   /// `dnormed`, when given, is a further gradient of the final norm's output
-  /// (from the MTP modules that read it).
+  /// (from the MTP modules that read it). After a `normed_input` forward it
+  /// returns the gradient of the norm's output.
   Mat<T> Backward(Ctx& ctx, const Mat<T>* dnormed = nullptr);
+  Param<T>& norm() { return *norm_; }
   /// The head's own parameters (a shared weight is its owner's).
   std::vector<Param<T>*> params() {
     if (!own_) return {norm_.get()};
@@ -530,8 +534,12 @@ class MtpModule {
   /// `layer`: the executor's layer id of its attention block (its FFN is
   /// layer + 1); `ffn`: the FFN letter ('D' or 'E'); `output`: the model's
   /// output weight, which the module's head shares.
+  /// `checkpointed`: full recompute (Megatron MultiTokenPredictionLayer.
+  /// _checkpointed_forward, uniform): enorm through the final norm run under
+  /// one checkpoint on the embedding and the previous depth's output, rerun
+  /// in backward; the output layer stays outside it.
   MtpModule(Ctx& ctx, const Dims& d, int64_t depth, char ffn, int64_t layer, uint64_t seed, double scale,
-            Param<T>* output);
+            Param<T>* output, bool checkpointed = false);
   /// `h`: the previous depth's normed output, `e`: the shifted ids'
   /// embedding (this rank's rows each); `weights`: each row's loss weight
   /// (0 where the shift ran past the sequence). Returns the weighted loss;
@@ -550,6 +558,18 @@ class MtpModule {
   std::unique_ptr<Param<T>> enorm_, hnorm_, eh_proj_;
   std::unique_ptr<Block<T>> attention_, ffn_;
   std::unique_ptr<Head<T>> head_;
+  bool checkpointed_ = false;
+  /// enorm through the FFN block: the forward (returns the final norm's
+  /// input) and its backward (returns dh, sets de).
+  Mat<T> Inner(Ctx& ctx, const Mat<T>& h, const Mat<T>& e);
+  Mat<T> InnerBackward(Ctx& ctx, const Mat<T>& dx, Mat<T>* de);
+  /// A checkpoint's inputs: the embedding (kept) and the previous depth's
+  /// output (the previous head's saved tensor: one storage, not charged).
+  struct Kept {
+    Tensor<T> e;
+    Mat<T> h;
+  };
+  SavedPerMicrobatch<Kept> kept_;
   struct Saved {
     // enorm's input and statistics, hnorm's statistics, eh_proj's input
     // [enorm | hnorm] (this rank's rows, ctx.bytes.activation / fp32).

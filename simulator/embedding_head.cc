@@ -62,13 +62,17 @@ Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* sh
 
 template <class T>
 double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets, const std::vector<T>* weights,
-                        Mat<T>* normed) {
+                        Mat<T>* normed, bool normed_input) {
   const SimCategory act = SimCategory::kActivations;
   const int64_t ab = ctx.bytes.activation;
   ctx.rank->set_what(CommWhat::kHead);
   Saved& s = saved_.Open(ctx.microbatch);
   s.targets = targets;
-  SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+  if (normed_input) {
+    s.n = Tensor<T>(ctx.mem(), act, ab, x);
+  } else {
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+  }
   if (normed != nullptr) *normed = s.n.m;
   if (weights != nullptr) s.weights = *weights;
   Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
@@ -125,6 +129,7 @@ Mat<T> Head<T>::Backward(Ctx& ctx, const Mat<T>* dnormed) {
   Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));
   dlogits.Release();
   if (dnormed != nullptr) dn += *dnormed;
+  if (s.x.m.size() == 0) return dn;  // a normed_input forward: the norm's backward is its caller's
   return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
 }
 

@@ -27,8 +27,8 @@ Mat<T> GatherColumns(Ctx& ctx, const Mat<T>& local) {
 
 template <class T>
 MtpModule<T>::MtpModule(Ctx& ctx, const Dims& d, int64_t depth, char ffn, int64_t layer, uint64_t seed, double scale,
-                        Param<T>* output)
-    : d_(d) {
+                        Param<T>* output, bool checkpointed)
+    : d_(d), checkpointed_(checkpointed) {
   const std::string p = "mtp." + std::to_string(depth - 1) + ".";
   enorm_ = MakeNorm<T>(ctx, d, p + "enorm", seed, scale);
   hnorm_ = MakeNorm<T>(ctx, d, p + "hnorm", seed, scale);
@@ -41,8 +41,7 @@ MtpModule<T>::MtpModule(Ctx& ctx, const Dims& d, int64_t depth, char ffn, int64_
 }
 
 template <class T>
-double MtpModule<T>::Forward(Ctx& ctx, const Mat<T>& h, const Mat<T>& e, const std::vector<int64_t>& targets,
-                             const std::vector<T>& weights, Mat<T>* normed) {
+Mat<T> MtpModule<T>::Inner(Ctx& ctx, const Mat<T>& h, const Mat<T>& e) {
   const SimCategory act = SimCategory::kActivations;
   const int64_t ab = ctx.bytes.activation, hd = d_.hidden;
   Saved& s = saved_.Open(ctx.microbatch);
@@ -64,15 +63,13 @@ double MtpModule<T>::Forward(Ctx& ctx, const Mat<T>& h, const Mat<T>& e, const s
   Mat<T> x = ctx.sp ? Mat<T>(y.m.middleRows(ctx.tp_rank * e.rows(), e.rows())) : y.m;
   y.Release();
   x = attention_->Forward(ctx, x);
-  x = ffn_->Forward(ctx, x);
-  return head_->Forward(ctx, x, targets, &weights, normed);
+  return ffn_->Forward(ctx, x);
 }
 
 template <class T>
-Mat<T> MtpModule<T>::Backward(Ctx& ctx, const Mat<T>* dnormed, Mat<T>* de) {
+Mat<T> MtpModule<T>::InnerBackward(Ctx& ctx, const Mat<T>& dx_in, Mat<T>* de) {
   Saved s = saved_.Close(ctx.microbatch);
-  Mat<T> dx = head_->Backward(ctx, dnormed);
-  dx = ffn_->Backward(ctx, dx);
+  Mat<T> dx = ffn_->Backward(ctx, dx_in);
   dx = attention_->Backward(ctx, dx);
   ctx.rank->set_what(CommWhat::kMtpProjection);
   // The scatter's backward gathers the rows (SP); the column gather's keeps
@@ -84,6 +81,50 @@ Mat<T> MtpModule<T>::Backward(Ctx& ctx, const Mat<T>* dnormed, Mat<T>* de) {
   s.cat.Release();
   *de = NormBackward<T>(dcat.leftCols(d_.hidden), s.e.m, s.e_stats.m, enorm_->value.m, &enorm_->grad.m);
   return NormBackward<T>(dcat.rightCols(d_.hidden), s.h, s.h_stats.m, hnorm_->value.m, &hnorm_->grad.m);
+}
+
+template <class T>
+double MtpModule<T>::Forward(Ctx& ctx, const Mat<T>& h, const Mat<T>& e, const std::vector<int64_t>& targets,
+                             const std::vector<T>& weights, Mat<T>* normed) {
+  if (!checkpointed_) return head_->Forward(ctx, Inner(ctx, h, e), targets, &weights, normed);
+  Kept& k = kept_.Open(ctx.microbatch);
+  k.e = Tensor<T>(ctx.mem(), SimCategory::kActivations, ctx.bytes.activation, e);
+  k.h = h;
+  Mat<T> n;
+  {
+    // Under torch.no_grad (CheckpointFunction.forward): nothing kept.
+    NoGradForward no_grad;
+    MemoryTracker& mem = ctx.rank->memory();
+    mem.set_saved_category(SimCategory::kTemporaries);
+    Mat<T> stats;
+    n = NormForward(Inner(ctx, h, e), head_->norm().value.m, d_.norm_eps, &stats);
+    mem.set_saved_category(SimCategory::kActivations);
+  }
+  return head_->Forward(ctx, n, targets, &weights, normed, /*normed_input=*/true);
+}
+
+template <class T>
+Mat<T> MtpModule<T>::Backward(Ctx& ctx, const Mat<T>* dnormed, Mat<T>* de) {
+  if (!checkpointed_) return InnerBackward(ctx, head_->Backward(ctx, dnormed), de);
+  const Mat<T> dn = head_->Backward(ctx, dnormed);
+  // The rerun (CheckpointFunction.backward) on the kept inputs, its saved
+  // sets charged as rerun memory; the first, enorm's input, is the kept
+  // embedding itself.
+  Kept k = kept_.Close(ctx.microbatch);
+  MemoryTracker& mem = ctx.rank->memory();
+  mem.set_saved_category(SimCategory::kRecomputed);
+  mem.ExpectAlias(k.e.alloc.bytes());
+  const Mat<T> x = Inner(ctx, k.h, k.e.m);
+  Tensor<T> x_kept(ctx.mem(), SimCategory::kActivations, ctx.bytes.activation, x);
+  Mat<T> stats;
+  NormForward(x, head_->norm().value.m, d_.norm_eps, &stats);
+  Tensor<T> stats_kept(ctx.mem(), SimCategory::kActivations, 4, std::move(stats));
+  mem.set_saved_category(SimCategory::kActivations);
+  k.e.Release();
+  const Mat<T> dx = NormBackward(dn, x_kept.m, stats_kept.m, head_->norm().value.m, &head_->norm().grad.m);
+  x_kept.Release();
+  stats_kept.Release();
+  return InnerBackward(ctx, dx, de);
 }
 
 template <class T>

@@ -75,15 +75,60 @@ std::vector<PipeOp> DualPipeV(int64_t p, int64_t m, int64_t r) {
   return o.Take();
 }
 
+/// DualPipe (deepseek-ai/DualPipe dualpipe/dualpipe.py, DualPipe.step) on
+/// rank r of p (even): chunk 0 is stage r, which the first half of the m
+/// micro-batches (0..m/2-1) cross going down from rank 0, chunk 1 is stage
+/// p-1-r, which the second half (m/2..m-1) cross going up from rank p-1.
+/// The schedule names phases from the rank's half: for ranks r >= p/2 its
+/// phase 0 is chunk 1 (phase ^= is_in_second_half). With h = min(r, p-1-r)
+/// and H = p/2, its eight steps, the weight halves (W, zero bubble) run
+/// inside their B: 1 2(H-h-1) F0; 2 h+1 x (F0 F1); 3 H-h-1 x (B1 F1);
+/// 4 m/2-p+h+1 x (F0 B1 F1 B0); 5 H-h-1 x (B1 F1 B0); 6 h+1 x (B1 B0);
+/// 7 H-h-1 B0; 8 the remaining W.
+std::vector<PipeOp> DualPipe(int64_t p, int64_t m, int64_t r) {
+  if (p % 2 != 0 || m % 2 != 0 || m < 2 * p) {
+    throw SimUnsupported("DualPipe needs an even pp and an even micro-batch count of at least 2 x pp; got pp " +
+                         std::to_string(p) + ", " + std::to_string(m) + " micro-batches");
+  }
+  const int64_t half = p / 2, h = std::min(r, p - 1 - r), flip = r >= half ? 1 : 0;
+  PhaseOrder o;
+  const auto f = [&](int64_t phase) { o.F(phase ^ flip); };
+  const auto b = [&](int64_t phase) { o.B(phase ^ flip); };
+  for (int64_t i = 0; i < 2 * (half - h - 1); ++i) f(0);
+  for (int64_t i = 0; i < h + 1; ++i) {
+    f(0);
+    f(1);
+  }
+  for (int64_t i = 0; i < half - h - 1; ++i) {
+    b(1);
+    f(1);
+  }
+  for (int64_t i = 0; i < m / 2 - p + h + 1; ++i) {
+    f(0);
+    b(1);
+    f(1);
+    b(0);
+  }
+  for (int64_t i = 0; i < half - h - 1; ++i) {
+    b(1);
+    f(1);
+    b(0);
+  }
+  for (int64_t i = 0; i < h + 1; ++i) {
+    b(1);
+    b(0);
+  }
+  for (int64_t i = 0; i < half - h - 1; ++i) b(0);
+  std::vector<PipeOp> ops = o.Take();
+  for (PipeOp& op : ops) op.microbatch += op.chunk * (m / 2);  // chunk 1 runs the second half
+  return ops;
+}
+
 }  // namespace
 
 std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank) {
   if (schedule == Schedule::kDualPipeV) return DualPipeV(p, m, rank);
-  if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) {
-    throw SimUnsupported(std::string("the executor runs the 1f1b, interleaved and dualpipev schedules; got "
-                                     "parallel.schedule = ") +
-                         Name(schedule));
-  }
+  if (schedule == Schedule::kDualPipe) return DualPipe(p, m, rank);
   const auto table = ScheduleTable(m, v, p);
   const int64_t total = m * v;
   int64_t warmup = v == 1 ? p - rank - 1 : 2 * (p - rank - 1) + (v - 1) * p;

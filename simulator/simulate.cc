@@ -84,9 +84,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
                                                      " simulated ranks in one process; the scaled layout has " +
                                                      std::to_string(r.world()) +
                                                      " (run it under mpirun: docs/simulate.md)");
-  Require(p.schedule != Schedule::kDualPipe,
-          std::string("the executor runs the 1f1b, interleaved and dualpipev schedules, not parallel.schedule = ") +
-              Name(p.schedule));
+  Require(p.schedule != Schedule::kDualPipe || p.zero <= 1,
+          "DualPipe is in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 a stage's "
+          "gradients are sharded per unit before its two copies are summed");
   Require(!r.model.tie_embeddings || p.zero <= 1,
           "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
           "embedding's gradient is sharded per unit before the stages' copies are summed");
@@ -102,8 +102,13 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
     Require(p.zero <= 1,
             "MTP modules are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): the last stage's embedding "
             "copy is summed with the first stage's once per step");
-    Require(r.training.recompute == Recompute::kNone,
-            "MTP modules are in the executor without recompute only (set training.recompute: none)");
+    const TrainingConfig& t = r.training;
+    Require(t.recompute != Recompute::kSelective,
+            "MTP modules are in the executor with training.recompute none or full, not selective");
+    Require(
+        t.recompute != Recompute::kFull || t.recompute_method != RecomputeMethod::kUniform || t.recompute_layers == 1,
+        "MTP under uniform full recompute needs training.recompute_layers: 1 (Megatron asserts "
+        "recompute_num_layers == 1 for MTP recompute)");
   }
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
@@ -365,7 +370,8 @@ class RankProgram {
       for (Param<T>* p : unit) before_[p->name] = p->value.m.template cast<double>();
     }
     DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
-    if (EmbeddingOnLastStage()) dg.embedding = groups_.embedding;
+    if (EmbeddingOnLastStage() && !DualPipe()) dg.embedding = groups_.embedding;
+    dg.mirror = groups_.mirror;
     optimizer_ = std::make_unique<DistOptimizer<T>>(ctx_, dg, units, spec_.optim);
     // Blocks build full parameters and gradients that ZeRO 2/3 shard at once
     // (DeepSpeed zero.Init / FSDP's meta-device init never hold them): the
@@ -413,7 +419,7 @@ class RankProgram {
     const int64_t n_chunks = static_cast<int64_t>(s.stages.chunks.size());
     for (int64_t v = 0; v < s.vpp; ++v) {
       ModelChunk<T> chunk;
-      chunk.index = ChunkAt(coord_.pp, v);
+      chunk.index = DualPipe() ? (v == 0 ? coord_.pp : s.topo.pp - 1 - coord_.pp) : ChunkAt(coord_.pp, v);
       const StageChunk& sc = s.stages.chunks.at(static_cast<size_t>(chunk.index));
       const size_t parts = static_cast<size_t>(sc.end_layer - sc.first_layer) + (chunk.index == 0 ? 1 : 0) +
                            (chunk.index == n_chunks - 1 ? 1 : 0);
@@ -421,16 +427,20 @@ class RankProgram {
       if (chunk.index == 0) {
         chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
         // The first stage's copy of an embedding the last stage (tied head or MTP) also holds.
-        chunk.embedding->weight().tied = EmbeddingOnLastStage() && s.topo.pp > 1;
+        chunk.embedding->weight().tied = EmbeddingOnLastStage() && s.topo.pp > 1 && !DualPipe();
       }
       for (int64_t l = sc.first_layer; l < sc.end_layer; ++l) {
         const char letter = s.letters[static_cast<size_t>(l)];
         chunk.letters.push_back(letter);
         chunk.blocks.push_back(MakeBlock<T>(letter, ctx_, s.dims, l, s.opt.seed, s.opt.init_scale));
       }
-      if (chunk.index == n_chunks - 1) BuildEnds(chunk);
       chunk.groups = CheckpointGroups(s.kinds, sc.first_layer, sc.end_layer, s.recipe->training);
       chunks_.push_back(std::move(chunk));
+    }
+    // The ends last: a tied head or MTP reads the embedding of any chunk of
+    // this rank (DualPipe's rank p-1 builds its stage-0 copy after the head).
+    for (ModelChunk<T>& chunk : chunks_) {
+      if (chunk.index == n_chunks - 1) BuildEnds(chunk);
     }
   }
 
@@ -467,28 +477,47 @@ class RankProgram {
       for (ExpertBias<T>* e : ExpertBiasesOf(c)) all.push_back(e);
     }
     if (all.empty()) return;
+    // DualPipe: the mirror rank holds the same layers in the other chunk
+    // order; both stack them by name.
+    if (groups_.mirror != nullptr) {
+      std::sort(all.begin(), all.end(),
+                [](const ExpertBias<T>* a, const ExpertBias<T>* b) { return a->name < b->name; });
+    }
     Mat<T> stacked(static_cast<int64_t>(all.size()), all.front()->counts.m.cols());
     for (size_t i = 0; i < all.size(); ++i) stacked.row(static_cast<int64_t>(i)) = all[i]->counts.m;
     Rank& r = *ctx_.rank;
     r.set_pass(Pass::kOptimizer);
     r.set_what(CommWhat::kRouterBias);
-    for (const Group* g : {groups_.dp_cp, groups_.tp}) {
-      if (g->size() > 1) r.AllReduce(*g, stacked.data(), stacked.size(), 4);
+    // DualPipe: each copy of a layer routed one direction's micro-batches;
+    // the mirror pair sums them first.
+    for (const Group* g : {groups_.mirror, groups_.dp_cp, groups_.tp}) {
+      if (g != nullptr && g->size() > 1) r.AllReduce(*g, stacked.data(), stacked.size(), 4);
     }
     for (size_t i = 0; i < all.size(); ++i) UpdateExpertBias<T>(stacked.row(static_cast<int64_t>(i)), all[i]);
   }
 
+  /// Megatron checkpoints each MTP module under full uniform recompute
+  /// (MultiTokenPredictionLayer.forward: recompute_granularity full); under
+  /// block it warns and skips the recompute.
+  static bool MtpCheckpointed(const TrainingConfig& t) {
+    return t.recompute == Recompute::kFull && t.recompute_method == RecomputeMethod::kUniform;
+  }
   bool EmbeddingOnLastStage() const { return spec_.recipe->model.embedding_on_last_stage(); }
+  /// DualPipe: this rank holds stage r (chunk 0) and a copy of stage p-1-r
+  /// (chunk 1); ranks 0 and p-1 hold both ends, so a tied head or MTP reads
+  /// the rank's own embedding, and the copies' gradients are summed over the
+  /// mirror pair (DistOptimizer::AllReduceMirror), the embedding's with them.
+  bool DualPipe() const { return spec_.recipe->parallel.schedule == Schedule::kDualPipe; }
 
   /// The last chunk's head and MTP modules. A tied head and the MTP modules
-  /// read the embedding this rank holds (in `chunk`, being built, or in its
-  /// first chunk), else the last stage's copy (same name and value,
+  /// read the embedding this rank holds (in any of its chunks), else the last
+  /// stage's copy (same name and value,
   /// Param::tied), which Megatron builds on the last stage for both.
   void BuildEnds(ModelChunk<T>& chunk) {
     const Spec& s = spec_;
-    chunk.lookup = chunk.embedding                                 ? chunk.embedding.get()
-                   : !chunks_.empty() && chunks_.front().embedding ? chunks_.front().embedding.get()
-                                                                   : nullptr;
+    for (ModelChunk<T>& c : chunks_) {
+      if (c.embedding) chunk.lookup = c.embedding.get();
+    }
     if (chunk.lookup == nullptr && EmbeddingOnLastStage()) {
       chunk.embedding_copy = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
       chunk.embedding_copy->weight().tied = true;
@@ -501,7 +530,8 @@ class RankProgram {
     const int64_t layers = static_cast<int64_t>(s.letters.size());
     for (int64_t k = 1; k <= s.recipe->model.mtp_layers; ++k) {
       chunk.mtp.push_back(std::make_unique<MtpModule<T>>(ctx_, s.dims, k, s.letters.back(), layers + 2 * (k - 1),
-                                                         s.opt.seed, s.opt.init_scale, chunk.head->weight()));
+                                                         s.opt.seed, s.opt.init_scale, chunk.head->weight(),
+                                                         MtpCheckpointed(s.recipe->training)));
     }
   }
 
@@ -564,10 +594,14 @@ class RankProgram {
     optimizer_->ReleaseUnit(chunk.units[i]);
   }
 
-  /// Global rank holding chunk `chunk` in this rank's (tp, cp, dp) pipeline.
-  int RankOfChunk(int64_t chunk) const {
+  /// Global rank holding chunk `chunk` for micro-batch `mb` in this rank's
+  /// (tp, cp, dp) pipeline (DualPipe: the second half of the micro-batches
+  /// runs stage c on pipeline rank p-1-c).
+  int RankOfChunk(int64_t chunk, int64_t mb) const {
     const StageChunk& c = spec_.stages.chunks.at(static_cast<size_t>(chunk));
-    return spec_.topo.RankOf(coord_.tp, coord_.cp, coord_.dp, static_cast<int>(c.pipeline_rank));
+    int64_t pp = c.pipeline_rank;
+    if (DualPipe()) pp = mb < spec_.microbatches / 2 ? chunk : spec_.topo.pp - 1 - chunk;
+    return spec_.topo.RankOf(coord_.tp, coord_.cp, coord_.dp, static_cast<int>(pp));
   }
 
   /// The chunk at virtual index `v` of pipeline rank `pp` (c mod pp; DualPipeV's V).
@@ -647,7 +681,7 @@ class RankProgram {
         x = chunk.embedding->Forward(ctx_, LocalTokens(spec_.data->ids[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
       });
     } else {
-      Pass(chunk.index, mb, 0, RankOfChunk(chunk.index - 1), &x, false);
+      Pass(chunk.index, mb, 0, RankOfChunk(chunk.index - 1, mb), &x, false);
     }
     for (size_t i = 0; i < chunk.blocks.size(); ++i) {
       ForwardUnit(chunk, unit++, [&] {
@@ -686,7 +720,7 @@ class RankProgram {
         out->losses[key] = loss;
       });
     } else {
-      Pass(chunk.index + 1, mb, 0, RankOfChunk(chunk.index + 1), &x, true);
+      Pass(chunk.index + 1, mb, 0, RankOfChunk(chunk.index + 1, mb), &x, true);
     }
   }
 
@@ -707,7 +741,7 @@ class RankProgram {
         dy = chunk.head->Backward(ctx_, chunk.mtp.empty() ? nullptr : &dnormed);
       });
     } else {
-      Pass(chunk.index, mb, 1, RankOfChunk(chunk.index + 1), &dy, false);
+      Pass(chunk.index, mb, 1, RankOfChunk(chunk.index + 1, mb), &dy, false);
     }
     for (size_t i = chunk.blocks.size(); i-- > 0;) {
       BackwardUnit(chunk, --unit, [&] {
@@ -720,7 +754,7 @@ class RankProgram {
     if (chunk.embedding) {
       BackwardUnit(chunk, --unit, [&] { chunk.embedding->Backward(ctx_, dy); });
     } else {
-      Pass(chunk.index - 1, mb, 1, RankOfChunk(chunk.index - 1), &dy, true);
+      Pass(chunk.index - 1, mb, 1, RankOfChunk(chunk.index - 1, mb), &dy, true);
     }
   }
 
@@ -911,7 +945,8 @@ template <class T>
 RunOutput RunWorld(const Spec& spec, Transport* transport) {
   const int n = spec.topo.world();
   World world(n, transport);
-  const std::vector<RankGroups> groups = MakeGroups(world, spec.topo);
+  const std::vector<RankGroups> groups =
+      MakeGroups(world, spec.topo, spec.recipe->parallel.schedule == Schedule::kDualPipe);
   RunOutput out;
   out.ranks.resize(static_cast<size_t>(n));
   world.Run([&](Rank& rank) {
@@ -1100,7 +1135,11 @@ SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const
   sharded.letters = letters;
   for (char c : letters) sharded.kinds.push_back(static_cast<BlockKind>(c));
   sharded.stages = stages;
-  sharded.vpp = ChunkCountOf(recipe.parallel.schedule, recipe.parallel.pp, recipe.parallel.vpp) / recipe.parallel.pp;
+  // DualPipe's p stages run on every rank twice: chunk 0 its own, chunk 1 the mirror's copy.
+  sharded.vpp =
+      recipe.parallel.schedule == Schedule::kDualPipe
+          ? 2
+          : ChunkCountOf(recipe.parallel.schedule, recipe.parallel.pp, recipe.parallel.vpp) / recipe.parallel.pp;
   sharded.microbatches = recipe.micro_batches();
   sharded.sp = recipe.parallel.sp && recipe.parallel.tp > 1;
   sharded.load_balance = recipe.parallel.cp_load_balance;
