@@ -59,6 +59,13 @@ TEST(SimulatorDualPipe, MtpAndTensorParallelAgree) {
       ScaledDualPipe(2, {{"model.mtp_layers", "1"}, {"parallel.tp", "2"}, {"parallel.sp", "true"}}));
 }
 
+TEST(SimulatorDualPipe, ShippedShapeWithFullRecomputeAndMtpAgrees) {
+  // The shipped recipe's knobs (full recompute, MTP) on 4 stages.
+  const SimComparison c =
+      testing_sim::ExpectStepAgrees(ScaledDualPipe(4, {{"training.recompute", "full"}, {"model.mtp_layers", "1"}}));
+  ExpectCopiesSummed(c);
+}
+
 TEST(SimulatorDualPipe, ReplayHoldsWhatTheScheduleHolds) {
   // fit's replay (estimator, pipeline_replay.h) and the executor's order
   // (simulator/schedule.cc) are two copies of DualPipe.step: with one byte per

@@ -29,12 +29,12 @@ constexpr double kFdTolerance = 1e-6;  // central differences at testing::kFdSte
 
 /// L = MTP loss + sum(normed * R): the module's loss and its normed output
 /// (what the next depth reads) both carry gradient.
-void CheckModule(char ffn) {
+void CheckModule(char ffn, bool checkpointed = false) {
   const Dims d = sim::testing::SmallDims();
   OnOneRank(d.seq, [&](Ctx& ctx) {
     auto head_weight = sim::MakeParam<double>(ctx, "head.weight", d.vocab, d.hidden, sim::ShardKind::kRows,
                                               sim::Init::kMatrix, 7, 0.8);
-    sim::MtpModule<double> mtp(ctx, d, 1, ffn, 4, 7, 0.8, head_weight.get());
+    sim::MtpModule<double> mtp(ctx, d, 1, ffn, 4, 7, 0.8, head_weight.get(), checkpointed);
     Mat<double> h = Random(d.tokens(), d.hidden, 11), e = Random(d.tokens(), d.hidden, 13);
     const Mat<double> r = Random(d.tokens(), d.hidden, 12);
     std::vector<int64_t> targets;
@@ -65,6 +65,12 @@ void CheckModule(char ffn) {
 TEST(SimulatorMtp, ModuleMatchesFiniteDifferences) {
   CheckModule('D');
   CheckModule('E');
+}
+
+TEST(SimulatorMtp, CheckpointedModuleMatchesFiniteDifferences) {
+  // Full recompute: the forward keeps only the checkpoint's inputs and the
+  // output layer's, the backward reruns enorm through the final norm.
+  CheckModule('D', /*checkpointed=*/true);
 }
 
 /// Scaled DeepSeek-V3 with its MTP module (MLA + MoE layer) on 1F1B, routing
@@ -140,6 +146,22 @@ TEST(SimulatorMtp, TiedHeadSharesTheCopyWithTheModules) {
                                                            {"parallel.sp", "true"},
                                                            {"parallel.pp", "2"}},
                                                           /*max_world=*/8));
+}
+
+TEST(SimulatorMtp, FullRecomputeAgrees) {
+  // Uniform: each module is one checkpoint, rerun in backward with eh_proj's
+  // gathers (plan's rerun items) and its rerun memory (fit's MTP transient).
+  const SimComparison c = testing_sim::ExpectStepAgrees(ScaledDeepSeek({{"training.recompute", "full"},
+                                                                        {"parallel.pp", "2"},
+                                                                        {"parallel.tp", "2"},
+                                                                        {"parallel.sp", "true"},
+                                                                        {"parallel.ep", "2"}}));
+  EXPECT_GT(testing_sim::FindMemory(testing_sim::Stage(c, 1), "activations_rerun").measured, 0);
+  // Block: Megatron skips the MTP recompute (a warning), the layers' follow the method.
+  testing_sim::ExpectStepAgrees(ScaledDeepSeek({{"training.recompute", "full"},
+                                                {"training.recompute_method", "block"},
+                                                {"parallel.pp", "2"},
+                                                {"parallel.ep", "4"}}));
 }
 
 TEST(SimulatorMtp, RefusedWithContextParallel) {
