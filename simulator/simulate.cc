@@ -29,8 +29,8 @@ namespace {
 
 /// Threads the in-process runtime starts at most (one per simulated rank);
 /// the MPI runtime has no limit of its own. DeepSeek-V3's scaled layout (pp 16
-/// x dp 64 = 1,024 ranks, 1F1B, no MTP) ran on a 2-core 24 GiB machine in
-/// 6.5 min wall, 244 s user, peak RSS 9.8 GiB (bench/README.md).
+/// x dp 64 = 1,024 ranks, DualPipe, MTP, full recompute) ran on a 2-core
+/// 24 GiB machine in 323 s user, peak RSS 9.0 GiB (bench/README.md).
 constexpr int kMaxRanks = 1024;
 
 std::vector<char> LayerLetters(const Recipe& r) {
