@@ -178,9 +178,14 @@ void ForEachCoord(const Layout& l, bool expert, RankSet only, const Visit& visit
   }
 }
 
+// DualPipe's mirror pairs (pipeline ranks i and p-1-i) exist with an even pp only.
+bool Mirrored(const Layout& l) { return l.schedule == Schedule::kDualPipe && l.pp > 1 && l.pp % 2 == 0; }
+
 // The groups of axis `a`: world / size, except the tied embedding's, which
-// exist only with pp > 1 (one per position of a stage).
+// exist only with pp > 1 (one per position of a stage), and DualPipe's
+// mirror pairs, only under DualPipe.
 int64_t GroupCount(const Layout& l, Axis a, bool tied_embedding) {
+  if (a == Axis::kPpMirror) return Mirrored(l) ? l.world() / 2 : 0;
   if (a != Axis::kEmbedding) return l.world() / AxisSize(l, a);
   return tied_embedding && l.pp > 1 ? l.tp * l.cp * l.dp : 0;
 }
@@ -188,6 +193,7 @@ int64_t GroupCount(const Layout& l, Axis a, bool tied_embedding) {
 // Whether rank `c` is a member of an axis's groups (the embedding's hold the
 // first and last stage only).
 bool InGroups(const Layout& l, const RankCoord& c, Axis a) {
+  if (a == Axis::kPpMirror) return Mirrored(l);
   return a != Axis::kEmbedding || c.pp == 0 || c.pp == l.pp - 1;
 }
 
