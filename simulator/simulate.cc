@@ -511,8 +511,8 @@ class RankProgram {
 
   /// The last chunk's head and MTP modules. A tied head and the MTP modules
   /// read the embedding this rank holds (in any of its chunks), else the last
-  /// stage's copy (same name and value,
-  /// Param::tied), which Megatron builds on the last stage for both.
+  /// stage's copy (same name and value, Param::tied), which Megatron builds
+  /// on the last stage for both.
   void BuildEnds(ModelChunk<T>& chunk) {
     const Spec& s = spec_;
     for (ModelChunk<T>& c : chunks_) {
