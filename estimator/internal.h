@@ -436,9 +436,27 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
   }
   InFlight out;
   if (l.schedule == Schedule::kDualPipe) {
+    const int64_t mirror = p - 1 - r;
+    // The rank's own stage and the mirror's copy, found as ChunksOf lists them.
+    std::array<const StageChunk*, 2> stage{};
+    ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) { stage[c.pipeline_rank == r ? 0 : 1] = &c; });
+    if (m >= 2 * p && p % 2 == 0 && m % 2 == 0 && stage[0] != nullptr && stage[1] != nullptr) {
+      // The replay of DualPipe's order with each of the rank's two stages' bytes.
+      const std::array<ChunkActivation, 2> bytes = {rates.Chunk(*stage[0]), rates.Chunk(*stage[1])};
+      const DualPipeVPeak peak = ReplayDualPipe(p, m, r, [&](int64_t c) { return bytes[static_cast<size_t>(c)]; });
+      ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) {
+        const size_t k = c.pipeline_rank == r ? 0 : 1;
+        visit(c, c.first_layer, c.end_layer, peak.live[k], k == 1, true);
+        if (c.owns_head) {
+          out.head_units = peak.live[k];
+          out.head_logits = peak.running == static_cast<int64_t>(k);
+        }
+      });
+      out.units = peak.units;
+      return out;
+    }
     const int64_t n = DualPipeInFlight(p, m);
     const int64_t own_share = CeilDiv(n, 2);
-    const int64_t mirror = p - 1 - r;
     ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) {
       if (c.pipeline_rank == r) {
         visit(c, c.first_layer, c.end_layer, own_share, false, true);

@@ -47,24 +47,56 @@ void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, 
 
 /// MTP modules (Megatron multi_token_prediction.py), per micro-batch in flight
 /// at the head: each keeps its transformer layer's activations (the A and FFN
-/// families' per-layer sets), the saved inputs of enorm and hnorm (h each),
-/// of eh_proj (the 2h concatenation) and of its final norm (h) — 5h per
-/// token, split like the residual stream under SP — and its own head inputs
-/// and fp32 cross-entropy, as the main head.
+/// families' per-layer sets); its embedding lookup's token ids (the shifted
+/// ids, as the first stage's); enorm's input and statistics, hnorm's
+/// statistics (its input is the previous head's final-norm output, which
+/// that head's output layer already saves: one storage), eh_proj's 2h input
+/// (the concatenation), so 3h + two norms' statistics per token split like
+/// the residual stream under SP; and its final_layernorm and head as the main
+/// head's (final-norm input and output, statistics, fp32 cross-entropy).
+/// Under full uniform recompute Megatron checkpoints each module from enorm
+/// to its final norm (MultiTokenPredictionLayer._checkpointed_forward): it
+/// keeps the ids, the checkpoint's embedding input, and the output layer's
+/// input and softmax; its backward reruns the rest, a rerun transient beside
+/// the layers' (the module's two sublayers unrecomputed, the concatenation,
+/// the final norm's input, three norms' statistics). Under block full
+/// recompute Megatron skips the MTP recompute: everything, unrecomputed.
 void PriceMtp(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
               Sink* sink) {
   const Recipe& rc = inv.recipe;
   const int64_t n = rc.model.mtp_layers;
   if (n == 0) return;
-  const int64_t per_token = Mul(Mul(5, rc.model.hidden), SizeOf(rc.training.precision.activations));
-  const int64_t inputs = CeilDiv(Mul(TokensOf(rc, l).cp_rank, per_token), l.sequence_parallel() ? l.tp : 1);
-  const Bytes per_module = rates.Layer(FamilyIndex(BlockKind::kAttention)) + rates.Layer(FamilyIndex(inv.mtp_ffn)) +
-                           Bytes(inputs) + rates.HeadSaved();
+  const int64_t h = rc.model.hidden, beta = SizeOf(rc.training.precision.activations);
+  const int64_t stats = rc.model.norm == NormKind::kLayerNorm ? 8 : 4;  // fp32 rstd [and mean]
+  const int64_t tokens = TokensOf(rc, l).cp_rank;
+  const auto residual = [&](int64_t per_token) {
+    return Bytes(CeilDiv(Mul(tokens, per_token), l.sequence_parallel() ? l.tp : 1));
+  };
+  const int a = FamilyIndex(BlockKind::kAttention), f = FamilyIndex(inv.mtp_ffn);
+  const bool full = l.recompute == Recompute::kFull;
+  const bool checkpointed = full && rc.training.recompute_method == RecomputeMethod::kUniform;
+  Bytes per_module;
+  if (checkpointed) {
+    const Bytes softmax(Mul(tokens, Mul(PaddedVocab(rc.model, l.tp) / l.tp, 4)));
+    per_module = rates.Embedding() + residual(Mul(2, Mul(h, beta))) + softmax;
+    const Bytes rerun =
+        rates.Unrecomputed(a) + rates.Unrecomputed(f) + residual(Add(Mul(3, Mul(h, beta)), Mul(3, stats)));
+    out.activations_rerun = std::max(out.activations_rerun, rerun);
+    out.activations_transient =
+        std::max(out.activations_transient, rerun + std::max(rates.Workspace(a), rates.Workspace(f)));
+  } else {
+    const Bytes layer = full ? rates.Unrecomputed(a) + rates.Unrecomputed(f) : rates.Layer(a) + rates.Layer(f);
+    per_module = layer + rates.Embedding() + residual(Add(Mul(3, Mul(h, beta)), Mul(2, stats))) + rates.HeadSaved();
+  }
   const Bytes b = per_module * Mul(n, w.head_units);
   out.activations_ends += b;
   if (sink) {
-    Note(sink, Category::kActivations, "last stage: MTP modules (layer, norms and projection inputs, head and loss)",
-         "mtp_layers * head_in_flight * (layer A + layer FFN + s*b/c*5h*beta/(SP ? t : 1) + head inputs and CE)",
+    Note(sink, Category::kActivations,
+         "last stage: MTP modules (layer, token ids, norms and projection inputs, head and loss)",
+         checkpointed ? "mtp_layers * head_in_flight * (8*s*b/c + s*b/c*2h*beta/(SP ? t : 1) + s*b/c*V_pad/t*4); "
+                        "rerun: layer A + layer FFN + s*b/c*(3h*beta + 3*stats)/(SP ? t : 1)"
+                      : "mtp_layers * head_in_flight * (layer A + layer FFN + 8*s*b/c + s*b/c*(3h*beta + "
+                        "2*stats)/(SP ? t : 1) + head inputs and CE)",
          Inputs({{"mtp_layers", n}, {"head_in_flight", w.head_units}, {"per_module", per_module.count()}}), b);
   }
 }

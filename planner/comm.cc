@@ -279,6 +279,11 @@ std::array<int64_t, 5> RerunMicrobatches(const Inventory& inv, const PlanTables&
       if (block) {
         const auto rest = FamilyCounts(t, BlockRecomputeEnd(inv, c.range, tr.recompute_layers), c.range.end_layer);
         for (size_t f = 0; f < 5; ++f) layers[f] -= rest[f];
+        // Megatron skips the MTP modules' recompute under block
+        // (MultiTokenPredictionLayer._checkpointed_forward warns and runs them plainly).
+        if (c.range.owns_head) {
+          for (size_t f = 0; f < 5; ++f) layers[f] -= t.mtp_counts[f];
+        }
       }
     } else if (l.recompute == Recompute::kSelective) {
       const auto counts = ChunkCounts(t, c.range);
@@ -309,7 +314,7 @@ int64_t CoreRerunMicrobatches(const Inventory& inv, const PlanTables& t, const L
 // TP regions of the layer families, the embedding, head and loss (docs/formulas.md §7.2 "TP").
 // A rerun region repeats its forward collectives in the backward pass.
 void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks,
-           const std::array<int64_t, 5>& rerun, ItemList* items) {
+           const std::array<int64_t, 5>& rerun, bool mtp_rerun, ItemList* items) {
   if (l.tp <= 1) return;
   const bool sp = l.sequence_parallel();
   std::array<int64_t, 5> regions{};
@@ -353,6 +358,9 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
   // tokens on every TP rank: no collective.
   const int64_t heads = head_mb * (1 + t.mtp_layers);
   const int64_t mtp = head_mb * t.mtp_layers;
+  // Under full uniform recompute each MTP module's checkpoint (enorm through
+  // its final norm) reruns in backward: eh_proj's forward gathers again.
+  const int64_t mtp_reruns = mtp_rerun ? mtp : 0;
   const int64_t lookups = t.replicated_embedding ? 0 : emb_mb + mtp;
   if (sp) {
     items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kEmbedding, s.x, lookups);
@@ -365,14 +373,15 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
     // backward AG (the scatter's), RS of the 2h dgrad, AG re-gathering the input.
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kMtpProjection, s.x * 2, mtp);
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kMtpProjection, s.x, mtp);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x, mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x, mtp + mtp_reruns);
     items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
-    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp + mtp_reruns);
   } else {
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kForward, CommWhat::kEmbedding, s.x, lookups);
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kHead, s.x, heads);
     // eh_proj: its output gathered forward; its 2h dgrad all-reduced backward.
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kMtpProjection, s.x, mtp);
+    items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kMtpProjection, s.x, mtp_reruns);
     items->Add(Axis::kTp, Collective::kAllReduce, Pass::kBackward, CommWhat::kMtpProjection, s.x * 2, mtp);
   }
   // Vocab-parallel cross-entropy: AR of the max, the sum of exp and the
@@ -770,7 +779,9 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
       for (const ParamTensor& x : inv.mtp) AddEndTensor(x, inv, l, &u);
       // A tied head (or MTP) on a single-stage pipeline shares the embedding
       // tensor; with pp > 1 the last stage keeps a second copy (docs/formulas.md §1.1).
-      if (m.embedding_on_last_stage() && l.pp > 1) AddEndTensor(inv.embedding, inv, l, &u);
+      // DualPipe's ranks 0 and p-1 hold stage 0 beside stage p-1: no copy.
+      if (m.embedding_on_last_stage() && l.pp > 1 && l.schedule != Schedule::kDualPipe)
+        AddEndTensor(inv.embedding, inv, l, &u);
       head = UnitBuffers(u, dg);
       b += head;
     }
@@ -813,6 +824,9 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
     emb = emb || c.range.owns_embedding;
     head = head || c.range.owns_head;
   }
+  // The MTP modules' matrices live with the head and are Muon's like the
+  // layers' (their TP and expert-TP gathers below).
+  if (head) p += inv.mtp_totals;
   const ModelConfig& m = inv.recipe.model;
   const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
   const RankBuffers rb = BuffersOf(inv, t, l, s, chunks);
@@ -925,9 +939,19 @@ void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, co
   }
   // Tied embedding (or MTP's copy): the first and last stage all-reduce the
   // embedding gradient.
-  if (m.embedding_on_last_stage() && l.pp > 1 && (emb || head)) {
+  // Under DualPipe the mirror sum below carries it (ranks 0 and p-1 hold both ends).
+  if (m.embedding_on_last_stage() && l.pp > 1 && (emb || head) && l.schedule != Schedule::kDualPipe) {
     items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kTiedEmbedding,
                BytesOf(vocab_local, s.grad), 1);
+  }
+  // DualPipe: pipeline ranks r and p-1-r each hold a copy of stages r and
+  // p-1-r, with the gradients of one direction's micro-batches; the copies'
+  // gradients are summed (deepseek-ai/DualPipe examples/example_dualpipe.py),
+  // one all-reduce of every gradient buffer over the mirror pair before the
+  // data-parallel sync, as the reference executor runs it.
+  if (l.schedule == Schedule::kDualPipe && l.pp > 1) {
+    items->Add(Axis::kPpMirror, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kDualPipeCopyGrads,
+               BytesOf(CheckedAdd(buffers.padded[0], buffers.padded[1]), s.grad), 1);
   }
 }
 
@@ -948,13 +972,19 @@ namespace {
 // is all-reduced so each replica moves its bias alike. Megatron reduces over
 // the TP x DP x CP group in one collective; preflight prices (and the executor
 // runs) it as an all-reduce over DP x CP, then one over TP.
-void AddRouterBias(const Inventory& inv, const PlanTables& t, std::span<const RankChunk> chunks, ItemList* items) {
+void AddRouterBias(const Inventory& inv, const PlanTables& t, const Layout& l, std::span<const RankChunk> chunks,
+                   ItemList* items) {
   const MoeConfig& moe = inv.recipe.model.moe;
   if (!moe.router_bias) return;
   int64_t layers = 0;
   for (const RankChunk& c : chunks)
     layers += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))];
   const Bytes counts(CheckedMul(CheckedMul(layers, moe.experts), 4));
+  // DualPipe: a layer's two copies each routed one direction's micro-batches;
+  // the executor sums their counts over the mirror pair first.
+  if (l.schedule == Schedule::kDualPipe && l.pp > 1) {
+    items->Add(Axis::kPpMirror, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
+  }
   items->Add(Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
   items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
 }
@@ -987,13 +1017,14 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     ItemList items(locality, links, cost, &sc.items);
     const std::span<const RankChunk> chunks = by_rank.On(r);
     const std::array<int64_t, 5> rerun = RerunMicrobatches(inv, t, l, chunks);
-    AddTp(t, l, s, chunks, rerun, &items);
+    AddTp(t, l, s, chunks, rerun,
+          l.recompute == Recompute::kFull && inv.recipe.training.recompute_method == RecomputeMethod::kUniform, &items);
     AddCp(inv, t, l, s, chunks, rerun, &items);
     AddPp(l, s, chunks, n_chunks, &items);
     AddEp(t, l, s, chunks, rerun, &items);
     sc.pipeline_items = sc.items.size();
     AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
-    AddRouterBias(inv, t, chunks, &items);
+    AddRouterBias(inv, t, l, chunks, &items);
   }
 }
 
@@ -1021,7 +1052,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
     AddOptimizer(inv, t, l, s, by_rank.On(r), &items, &sc.host_transfer);
-    AddRouterBias(inv, t, by_rank.On(r), &items);
+    AddRouterBias(inv, t, l, by_rank.On(r), &items);
   }
 }
 

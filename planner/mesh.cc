@@ -76,6 +76,7 @@ GroupSlot SlotOf(const Layout& l, const RankCoord& c, Axis a) {
       return {(c.tp + l.tp * c.pp) * shard + j % shard, j / shard};
     }
     case Axis::kEmbedding: return {i, c.pp == 0 ? 0 : 1};
+    case Axis::kPpMirror: return {i + stage_ranks * std::min(c.pp, l.pp - 1 - c.pp), 2 * c.pp < l.pp ? 0 : 1};
   }
   return {};
 }
@@ -93,6 +94,7 @@ int64_t AxisSize(const Layout& l, Axis a) {
     case Axis::kEmbedding: return 2;
     case Axis::kDpReplica: return l.dp_replicate;
     case Axis::kExpertDpReplica: return l.dp_replicate;
+    case Axis::kPpMirror: return 2;
   }
   return 1;
 }
@@ -177,9 +179,14 @@ void ForEachCoord(const Layout& l, bool expert, RankSet only, const Visit& visit
   }
 }
 
+// DualPipe's mirror pairs (pipeline ranks i and p-1-i) exist with an even pp only.
+bool Mirrored(const Layout& l) { return l.schedule == Schedule::kDualPipe && l.pp > 1 && l.pp % 2 == 0; }
+
 // The groups of axis `a`: world / size, except the tied embedding's, which
-// exist only with pp > 1 (one per position of a stage).
+// exist only with pp > 1 (one per position of a stage), and DualPipe's
+// mirror pairs, only under DualPipe.
 int64_t GroupCount(const Layout& l, Axis a, bool tied_embedding) {
+  if (a == Axis::kPpMirror) return Mirrored(l) ? l.world() / 2 : 0;
   if (a != Axis::kEmbedding) return l.world() / AxisSize(l, a);
   return tied_embedding && l.pp > 1 ? l.tp * l.cp * l.dp : 0;
 }
@@ -187,6 +194,7 @@ int64_t GroupCount(const Layout& l, Axis a, bool tied_embedding) {
 // Whether rank `c` is a member of an axis's groups (the embedding's hold the
 // first and last stage only).
 bool InGroups(const Layout& l, const RankCoord& c, Axis a) {
+  if (a == Axis::kPpMirror) return Mirrored(l);
   return a != Axis::kEmbedding || c.pp == 0 || c.pp == l.pp - 1;
 }
 
@@ -345,8 +353,8 @@ std::optional<AxisLocality> TranslatesLocality(const Layout& l, Axis a, int64_t 
 
 // Whether every group of `a` keeps pp (keeps_pp) or dp (otherwise) fixed.
 bool KeepsFixed(Axis a, bool keeps_pp) {
-  if (keeps_pp) return a != Axis::kPp && a != Axis::kEmbedding;
-  return a == Axis::kTp || a == Axis::kCp || a == Axis::kPp || a == Axis::kEmbedding;
+  if (keeps_pp) return a != Axis::kPp && a != Axis::kEmbedding && a != Axis::kPpMirror;
+  return a == Axis::kTp || a == Axis::kCp || a == Axis::kPp || a == Axis::kEmbedding || a == Axis::kPpMirror;
 }
 
 }  // namespace

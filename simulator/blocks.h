@@ -456,14 +456,17 @@ template <class T>
 class Embedding {
  public:
   Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale);
-  Mat<T> Forward(Ctx& ctx, const std::vector<int64_t>& ids);
-  void Backward(Ctx& ctx, const Mat<T>& dx);
+  /// `slot` tells apart the lookups of one micro-batch: 0 the model's
+  /// input, k the ids an MTP module of depth k embeds (shifted by k).
+  Mat<T> Forward(Ctx& ctx, const std::vector<int64_t>& ids, int64_t slot = 0);
+  void Backward(Ctx& ctx, const Mat<T>& dx, int64_t slot = 0);
   Param<T>& weight() { return *weight_; }
 
  private:
+  static constexpr int64_t kSlots = 65;  // model.mtp_layers is at most 64
   Dims d_;
   std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
-  SavedPerMicrobatch<IndexTensor> ids_;
+  SavedPerMicrobatch<IndexTensor> ids_;  // keyed by microbatch * kSlots + slot
 };
 
 /// Final RMSNorm, column-parallel head over the vocabulary, vocab-parallel
@@ -473,25 +476,107 @@ class Embedding {
 template <class T>
 class Head {
  public:
-  Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* tied = nullptr);
-  /// Returns the mean loss over all tokens (the same on every TP rank).
-  double Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets);
-  Mat<T> Backward(Ctx& ctx);
-  /// The head's own parameters (a shared tied weight is the embedding's).
+  /// `shared`: the output weight this head reads (a tied embedding, or the
+  /// model's head for an MTP module's), else it builds its own. `norm` names
+  /// its final norm (an MTP module's is "mtp.<k>.final_layernorm").
+  Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* shared = nullptr,
+       const std::string& norm = "final_norm");
+  /// Returns the mean loss over all tokens (the same on every TP rank), or
+  /// with `weights` (one per row) the weighted sum of the rows' losses (an
+  /// MTP module's masked, scaled loss). `normed`, when given, gets the final
+  /// norm's output (this rank's rows: what an MTP module reads). With
+  /// `normed_input` the final norm ran elsewhere (inside an MTP module's
+  /// checkpoint): `x` is its output, which the output layer keeps.
+  double Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets,
+                 const std::vector<T>* weights = nullptr, Mat<T>* normed = nullptr, bool normed_input = false);
+  /// `dnormed`, when given, is a further gradient of the final norm's output
+  /// (from the MTP modules that read it). After a `normed_input` forward it
+  /// returns the gradient of the norm's output.
+  Mat<T> Backward(Ctx& ctx, const Mat<T>* dnormed = nullptr);
+  Param<T>& norm() { return *norm_; }
+  /// The head's own parameters (a shared weight is its owner's).
   std::vector<Param<T>*> params() {
     if (!own_) return {norm_.get()};
     return {norm_.get(), own_.get()};
   }
+  Param<T>* weight() { return weight_; }
 
  private:
   Dims d_;
   std::unique_ptr<Param<T>> norm_;  // [1, hidden] REP
-  std::unique_ptr<Param<T>> own_;   // [vocab, hidden], rows split; null when the embedding's is shared
-  Param<T>* weight_ = nullptr;      // own_ or the shared embedding weight
+  std::unique_ptr<Param<T>> own_;   // [vocab, hidden], rows split; null when the weight is shared
+  Param<T>* weight_ = nullptr;      // own_ or the shared weight
   struct Saved {
     Tensor<T> x, n, rstd, softmax;
     std::vector<int64_t> targets;
+    std::vector<T> weights;  // per row; empty: 1 / tokens each
     int64_t tokens = 0;  // tokens the loss is averaged over (all CP ranks')
+  };
+  SavedPerMicrobatch<Saved> saved_;
+};
+
+/// Megatron's --mtp-loss-scaling-factor default: the MTP losses' weight
+/// (the D modules' losses are averaged, then scaled by it).
+inline constexpr double kMtpLossScale = 0.1;
+
+/// One multi-token-prediction module of depth k (Megatron
+/// multi_token_prediction.py MultiTokenPredictionLayer, on the last stage):
+/// enorm on the embedding of the ids shifted by k, hnorm on the previous
+/// depth's normed output (the main final norm's at depth 1: Megatron's
+/// decoder applies its final norm before the MTP block), their concatenation
+/// [enorm | hnorm] through eh_proj [2h -> h] (column-parallel, gather_output
+/// false, then gathered over TP and, with SP, scattered back to the
+/// sequence), one transformer layer of the model's last kind (attention +
+/// its FFN), its final_layernorm and the shared output head.
+template <class T>
+class MtpModule {
+ public:
+  /// `layer`: the executor's layer id of its attention block (its FFN is
+  /// layer + 1); `ffn`: the FFN letter ('D' or 'E'); `output`: the model's
+  /// output weight, which the module's head shares.
+  /// `checkpointed`: full recompute (Megatron MultiTokenPredictionLayer.
+  /// _checkpointed_forward, uniform): enorm through the final norm run under
+  /// one checkpoint on the embedding and the previous depth's output, rerun
+  /// in backward; the output layer stays outside it.
+  MtpModule(Ctx& ctx, const Dims& d, int64_t depth, char ffn, int64_t layer, uint64_t seed, double scale,
+            Param<T>* output, bool checkpointed = false);
+  /// `h`: the previous depth's normed output, `e`: the shifted ids'
+  /// embedding (this rank's rows each); `weights`: each row's loss weight
+  /// (0 where the shift ran past the sequence). Returns the weighted loss;
+  /// `normed` gets this depth's final-norm output.
+  double Forward(Ctx& ctx, const Mat<T>& h, const Mat<T>& e, const std::vector<int64_t>& targets,
+                 const std::vector<T>& weights, Mat<T>* normed);
+  /// `dnormed`: the next depth's gradient of this depth's normed output (null
+  /// at the last depth). Returns the gradient of `h`; `de` gets that of `e`.
+  Mat<T> Backward(Ctx& ctx, const Mat<T>* dnormed, Mat<T>* de);
+  std::vector<Param<T>*> params();
+  /// The router's expert bias of its MoE layer, when it has one.
+  ExpertBias<T>* expert_bias() { return ffn_->expert_bias(); }
+
+ private:
+  Dims d_;
+  std::unique_ptr<Param<T>> enorm_, hnorm_, eh_proj_;
+  std::unique_ptr<Block<T>> attention_, ffn_;
+  std::unique_ptr<Head<T>> head_;
+  bool checkpointed_ = false;
+  /// enorm through the FFN block: the forward (returns the final norm's
+  /// input) and its backward (returns dh, sets de).
+  Mat<T> Inner(Ctx& ctx, const Mat<T>& h, const Mat<T>& e);
+  Mat<T> InnerBackward(Ctx& ctx, const Mat<T>& dx, Mat<T>* de);
+  /// A checkpoint's inputs: the embedding (kept) and the previous depth's
+  /// output (the previous head's saved tensor: one storage, not charged).
+  struct Kept {
+    Tensor<T> e;
+    Mat<T> h;
+  };
+  SavedPerMicrobatch<Kept> kept_;
+  struct Saved {
+    // enorm's input and statistics, hnorm's statistics, eh_proj's input
+    // [enorm | hnorm] (this rank's rows, ctx.bytes.activation / fp32).
+    Tensor<T> e, e_stats, h_stats, cat;
+    // hnorm's input: the previous head's saved final-norm output, one storage
+    // in the framework (both save the same tensor), so not charged twice.
+    Mat<T> h;
   };
   SavedPerMicrobatch<Saved> saved_;
 };

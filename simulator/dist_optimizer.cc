@@ -206,6 +206,28 @@ void DistOptimizer<T>::AllReduceTied(Ctx& ctx, const std::vector<Param<T>*>& par
 }
 
 template <class T>
+void DistOptimizer<T>::AllReduceMirror(Ctx& ctx) {
+  // DualPipe keeps two copies of every stage, on pipeline ranks r and p-1-r,
+  // each with the gradient of the micro-batches of its direction: the copies'
+  // gradients are summed (deepseek-ai/DualPipe examples/example_dualpipe.py:
+  // p0.grad += the mirror rank's p1.grad and back), here as one all-reduce of
+  // each gradient buffer over the mirror pair, before the data-parallel sync.
+  // Both ranks hold the same buffers in another unit order: by first name.
+  if (groups_.mirror == nullptr) return;
+  std::map<std::pair<std::string, bool>, Buffer*> by_name;
+  for (auto& unit : units_) {
+    for (Buffer& b : unit) by_name[{b.params.front()->name, b.muon}] = &b;
+  }
+  ctx.rank->set_what(CommWhat::kDualPipeCopyGrads);
+  for (auto& [key, b] : by_name) {
+    std::vector<T> flat = Flatten(b->params, &Param<T>::grad, b->n_pad);
+    Allocation temp(ctx.mem(), SimCategory::kTemporaries, b->n_pad * ctx.bytes.grad);
+    ctx.rank->AllReduce(*groups_.mirror, flat.data(), b->n_pad, ctx.bytes.grad);
+    Unflatten(flat, b->params, &Param<T>::grad);
+  }
+}
+
+template <class T>
 void DistOptimizer<T>::SyncGradients(Ctx& ctx, Buffer& b) {
   ctx.rank->set_what(b.expert ? CommWhat::kExpertGrads : CommWhat::kGrads);
   const double scale = b.expert ? settings_.expert_grad_scale : settings_.dense_grad_scale;
@@ -402,6 +424,7 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
     Observe(all);
     AllReduceReplicated(ctx, all);
     AllReduceTied(ctx, all);
+    AllReduceMirror(ctx);
     for (auto& unit : units_) {
       for (Buffer& b : unit) SyncGradients(ctx, b);
     }

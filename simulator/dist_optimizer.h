@@ -58,6 +58,7 @@ struct DistGroups {
   const Group* edp = nullptr;
   bool sp = false;  // REP grads are partial over TP: all-reduce them first
   const Group* embedding = nullptr;  // a tied embedding's two copies (first and last stage)
+  const Group* mirror = nullptr;     // DualPipe: the rank holding the other copies of this rank's two stages
 };
 
 /// A rank's optimizer: buffers and state of its units.
@@ -94,6 +95,7 @@ class DistOptimizer {
   void Observe(const std::vector<Param<T>*>& params);
   void AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*>& params);
   void AllReduceTied(Ctx& ctx, const std::vector<Param<T>*>& params);
+  void AllReduceMirror(Ctx& ctx);
   void SyncGradients(Ctx& ctx, Buffer& b);
   void OwnedValues(Buffer& b);
   void StepAdamW(Ctx& ctx, Buffer& b);

@@ -16,10 +16,10 @@ Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : 
 }
 
 template <class T>
-Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
+Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids, int64_t slot) {
   // Token ids stay alive for the backward (int64, docs/formulas.md §3.4).
   ctx.rank->set_what(CommWhat::kEmbedding);
-  ids_.Open(ctx.microbatch) = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
+  ids_.Open(ctx.microbatch * kSlots + slot) = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation,
                     Mat<T>::Zero(static_cast<int64_t>(ids.size()), d_.hidden));
@@ -31,9 +31,9 @@ Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids) {
 }
 
 template <class T>
-void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
+void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx, int64_t slot) {
   ctx.rank->set_what(CommWhat::kEmbedding);
-  const IndexTensor ids = ids_.Close(ctx.microbatch);
+  const IndexTensor ids = ids_.Close(ctx.microbatch * kSlots + slot);
   const Mat<T> dfull = ReduceFromTpBackward(ctx, dx);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   for (size_t t = 0; t < ids.v.size(); ++t) {
@@ -43,8 +43,9 @@ void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx) {
 }
 
 template <class T>
-Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* tied) : d_(d), weight_(tied) {
-  norm_ = MakeNorm<T>(ctx, d, "final_norm", seed, scale);
+Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* shared, const std::string& norm)
+    : d_(d), weight_(shared) {
+  norm_ = MakeNorm<T>(ctx, d, norm, seed, scale);
   if (weight_ != nullptr) return;
   if (d.tie_embeddings) {
     // Megatron's last-stage copy of the word embeddings (LanguageModule
@@ -60,13 +61,20 @@ Head<T>::Head(Ctx& ctx, const Dims& d, uint64_t seed, double scale, Param<T>* ti
 }
 
 template <class T>
-double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets) {
+double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& targets, const std::vector<T>* weights,
+                        Mat<T>* normed, bool normed_input) {
   const SimCategory act = SimCategory::kActivations;
   const int64_t ab = ctx.bytes.activation;
   ctx.rank->set_what(CommWhat::kHead);
   Saved& s = saved_.Open(ctx.microbatch);
   s.targets = targets;
-  SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+  if (normed_input) {
+    s.n = Tensor<T>(ctx.mem(), act, ab, x);
+  } else {
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+  }
+  if (normed != nullptr) *normed = s.n.m;
+  if (weights != nullptr) s.weights = *weights;
   Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
   // The bf16 logits are transient but live at the stage's activation peak (docs/formulas.md §3.4: 2V/t per token).
   Tensor<T> logits(ctx.mem(), SimCategory::kActivations, ab, MatMulTransB(ctx, n_full.m, weight_->value.m));
@@ -92,22 +100,25 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
   for (int64_t t = 0; t < tokens; ++t) {
     const size_t i = static_cast<size_t>(t);
     e.row(t) /= sum[i];
-    loss += static_cast<double>(std::log(sum[i]) + mx[i] - target[i]);
+    const double ce = static_cast<double>(std::log(sum[i]) + mx[i] - target[i]);
+    loss += s.weights.empty() ? ce : static_cast<double>(s.weights[i]) * ce;
   }
   s.softmax = Tensor<T>(ctx.mem(), act, 4, std::move(e));  // fp32 softmax kept for the backward
   s.tokens = tokens;
-  return loss / static_cast<double>(tokens);
+  return s.weights.empty() ? loss / static_cast<double>(tokens) : loss;
 }
 
 template <class T>
-Mat<T> Head<T>::Backward(Ctx& ctx) {
+Mat<T> Head<T>::Backward(Ctx& ctx, const Mat<T>* dnormed) {
   ctx.rank->set_what(CommWhat::kHead);
   const int64_t ab = ctx.bytes.activation;
   Saved s = saved_.Close(ctx.microbatch);
   const int64_t rows = s.softmax.m.rows(), cols = s.softmax.m.cols(), first = ctx.tp_rank * cols;
-  const T scale = T(1) / T(s.tokens);
-  Tensor<T> dlogits(ctx.mem(), SimCategory::kTemporaries, ab, s.softmax.m * scale);
+  const T mean = T(1) / T(s.tokens);
+  Tensor<T> dlogits(ctx.mem(), SimCategory::kTemporaries, ab, s.softmax.m * mean);
   for (int64_t t = 0; t < rows; ++t) {
+    const T scale = s.weights.empty() ? mean : s.weights[static_cast<size_t>(t)];
+    if (!s.weights.empty()) dlogits.m.row(t) = s.softmax.m.row(t) * scale;
     const int64_t local = s.targets[static_cast<size_t>(t)] - first;
     if (local >= 0 && local < cols) dlogits.m(t, local) -= scale;
   }
@@ -115,8 +126,10 @@ Mat<T> Head<T>::Backward(Ctx& ctx) {
   Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
   weight_->grad.m += MatMulTransA(ctx, dlogits.m, n_full.m);
   n_full.Release();
-  const Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));
+  Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));
   dlogits.Release();
+  if (dnormed != nullptr) dn += *dnormed;
+  if (s.x.m.size() == 0) return dn;  // a normed_input forward: the norm's backward is its caller's
   return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
 }
 

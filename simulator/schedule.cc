@@ -36,6 +36,40 @@ class PhaseOrder {
   std::array<int64_t, 2> next_f_{}, next_b_{};
 };
 
+/// DeepSeek's eight steps on a rank with parameters (p, m, r), the
+/// schedule's phase s running chunk s ^ flip (DualPipeV: p, m, r, no flip).
+std::vector<PipeOp> EightSteps(int64_t p, int64_t m, int64_t r, int64_t flip) {
+  PhaseOrder o;
+  const auto f = [&](int64_t phase) { o.F(phase ^ flip); };
+  const auto b = [&](int64_t phase) { o.B(phase ^ flip); };
+  for (int64_t i = 0; i < 2 * (p - r - 1); ++i) f(0);
+  for (int64_t i = 0; i < r + 1; ++i) {
+    f(0);
+    f(1);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    b(1);
+    f(1);
+  }
+  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) {
+    f(0);
+    b(1);
+    f(1);
+    b(0);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    b(1);
+    f(1);
+    b(0);
+  }
+  for (int64_t i = 0; i < r + 1; ++i) {
+    b(1);
+    b(0);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) b(0);
+  return o.Take();
+}
+
 /// DualPipeV (deepseek-ai/DualPipe dualpipev.py, DualPipeV.step, 3da1bbe) on
 /// rank r of p: phase 0 is the down chunk r, phase 1 the up chunk 2p-1-r;
 /// every micro-batch goes down and comes back up. Its eight steps, with the
@@ -46,44 +80,34 @@ std::vector<PipeOp> DualPipeV(int64_t p, int64_t m, int64_t r) {
   if (m < 2 * p) {
     throw SimUnsupported("DualPipeV needs at least 2 x pp micro-batches per step; got " + std::to_string(m));
   }
-  PhaseOrder o;
-  for (int64_t i = 0; i < 2 * (p - r - 1); ++i) o.F(0);
-  for (int64_t i = 0; i < r + 1; ++i) {
-    o.F(0);
-    o.F(1);
+  return EightSteps(p, m, r, 0);
+}
+
+/// DualPipe (deepseek-ai/DualPipe dualpipe/dualpipe.py, DualPipe.step) on
+/// rank r of p (even): chunk 0 is stage r, which the first half of the m
+/// micro-batches (0..m/2-1) cross going down from rank 0, chunk 1 is stage
+/// p-1-r, which the second half (m/2..m-1) cross going up from rank p-1.
+/// The schedule names phases from the rank's half: for ranks r >= p/2 its
+/// phase 0 is chunk 1 (phase ^= is_in_second_half). With h = min(r, p-1-r)
+/// and H = p/2, its eight steps, the weight halves (W, zero bubble) run
+/// inside their B: 1 2(H-h-1) F0; 2 h+1 x (F0 F1); 3 H-h-1 x (B1 F1);
+/// 4 m/2-p+h+1 x (F0 B1 F1 B0); 5 H-h-1 x (B1 F1 B0); 6 h+1 x (B1 B0);
+/// 7 H-h-1 B0; 8 the remaining W: DualPipeV's steps with (p/2, m/2, h).
+std::vector<PipeOp> DualPipe(int64_t p, int64_t m, int64_t r) {
+  if (p % 2 != 0 || m % 2 != 0 || m < 2 * p) {
+    throw SimUnsupported("DualPipe needs an even pp and an even micro-batch count of at least 2 x pp; got pp " +
+                         std::to_string(p) + ", " + std::to_string(m) + " micro-batches");
   }
-  for (int64_t i = 0; i < p - r - 1; ++i) {
-    o.B(1);
-    o.F(1);
-  }
-  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) {
-    o.F(0);
-    o.B(1);
-    o.F(1);
-    o.B(0);
-  }
-  for (int64_t i = 0; i < p - r - 1; ++i) {
-    o.B(1);
-    o.F(1);
-    o.B(0);
-  }
-  for (int64_t i = 0; i < r + 1; ++i) {
-    o.B(1);
-    o.B(0);
-  }
-  for (int64_t i = 0; i < p - r - 1; ++i) o.B(0);
-  return o.Take();
+  std::vector<PipeOp> ops = EightSteps(p / 2, m / 2, std::min(r, p - 1 - r), r >= p / 2 ? 1 : 0);
+  for (PipeOp& op : ops) op.microbatch += op.chunk * (m / 2);  // chunk 1 runs the second half
+  return ops;
 }
 
 }  // namespace
 
 std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank) {
   if (schedule == Schedule::kDualPipeV) return DualPipeV(p, m, rank);
-  if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) {
-    throw SimUnsupported(std::string("the executor runs the 1f1b, interleaved and dualpipev schedules; got "
-                                     "parallel.schedule = ") +
-                         Name(schedule));
-  }
+  if (schedule == Schedule::kDualPipe) return DualPipe(p, m, rank);
   const auto table = ScheduleTable(m, v, p);
   const int64_t total = m * v;
   int64_t warmup = v == 1 ? p - rank - 1 : 2 * (p - rank - 1) + (v - 1) * p;

@@ -30,7 +30,9 @@ struct PipeOp {
 ///   reaches m v), then 1F1B over the table, then the cooldown.
 /// - DualPipeV (v = 2: chunk 0 the down chunk `rank`, chunk 1 the up chunk
 ///   2p-1-rank): DeepSeek's eight-step order (schedule.cc DualPipeV), m >= 2p.
-/// Throws SimUnsupported for other schedules (DualPipe).
+/// - DualPipe (v = 2: chunk 0 stage `rank` for micro-batches 0..m/2-1 going
+///   down, chunk 1 stage p-1-rank for m/2..m-1 going up): DeepSeek's
+///   eight-step order (schedule.cc DualPipe), p and m even, m >= 2p.
 std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank);
 
 /// Most (chunk, micro-batch) forwards whose backward has not yet run, at any

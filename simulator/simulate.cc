@@ -29,8 +29,8 @@ namespace {
 
 /// Threads the in-process runtime starts at most (one per simulated rank);
 /// the MPI runtime has no limit of its own. DeepSeek-V3's scaled layout (pp 16
-/// x dp 64 = 1,024 ranks, 1F1B, no MTP) ran on a 2-core 24 GiB machine in
-/// 6.5 min wall, 244 s user, peak RSS 9.8 GiB (bench/README.md).
+/// x dp 64 = 1,024 ranks, DualPipe, MTP, full recompute) ran on a 2-core
+/// 24 GiB machine in 323 s user, peak RSS 9.0 GiB (bench/README.md).
 constexpr int kMaxRanks = 1024;
 
 std::vector<char> LayerLetters(const Recipe& r) {
@@ -84,9 +84,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
                                                      " simulated ranks in one process; the scaled layout has " +
                                                      std::to_string(r.world()) +
                                                      " (run it under mpirun: docs/simulate.md)");
-  Require(p.schedule != Schedule::kDualPipe,
-          std::string("the executor runs the 1f1b, interleaved and dualpipev schedules, not parallel.schedule = ") +
-              Name(p.schedule));
+  Require(p.schedule != Schedule::kDualPipe || p.zero <= 1,
+          "DualPipe is in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 a stage's "
+          "gradients are sharded per unit before its two copies are summed");
   Require(!r.model.tie_embeddings || p.zero <= 1,
           "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
           "embedding's gradient is sharded per unit before the stages' copies are summed");
@@ -96,7 +96,20 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   Require(r.parallel.dp_replicate == 1,
           "HSDP replicas are not in the executor (its distributed optimizer shards over the whole data-parallel "
           "group; set parallel.dp_replicate: 1)");
-  Require(r.model.mtp_layers == 0, "MTP modules are not in the executor (set model.mtp_layers: 0)");
+  if (r.model.mtp_layers > 0) {
+    Require(p.cp == 1,
+            "MTP modules are in the executor with parallel.cp: 1 only (the shifted ids cross the CP ranks' chunks)");
+    Require(p.zero <= 1,
+            "MTP modules are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): the last stage's embedding "
+            "copy is summed with the first stage's once per step");
+    const TrainingConfig& t = r.training;
+    Require(t.recompute != Recompute::kSelective,
+            "MTP modules are in the executor with training.recompute none or full, not selective");
+    Require(
+        t.recompute != Recompute::kFull || t.recompute_method != RecomputeMethod::kUniform || t.recompute_layers == 1,
+        "MTP under uniform full recompute needs training.recompute_layers: 1 (Megatron asserts "
+        "recompute_num_layers == 1 for MTP recompute)");
+  }
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
   Require(!r.parallel.fsdp_cpu_offload,
@@ -292,6 +305,12 @@ struct ModelChunk {
   std::map<std::pair<int64_t, int64_t>, Tensor<T>> checkpoints;
   std::unique_ptr<Embedding<T>> embedding;
   std::unique_ptr<Head<T>> head;
+  /// The last chunk: the MTP modules, the embedding they look up (this rank's
+  /// own, or `embedding_copy`), and the last stage's copy of the embedding a
+  /// tied head or MTP needs when the first stage is another rank (Megatron's).
+  std::vector<std::unique_ptr<MtpModule<T>>> mtp;
+  Embedding<T>* lookup = nullptr;
+  std::unique_ptr<Embedding<T>> embedding_copy;
 };
 
 /// The rows a rank holds of a global per-token list: its CP positions, every
@@ -351,7 +370,8 @@ class RankProgram {
       for (Param<T>* p : unit) before_[p->name] = p->value.m.template cast<double>();
     }
     DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
-    if (spec_.dims.tie_embeddings) dg.embedding = groups_.embedding;
+    if (EmbeddingOnLastStage() && !DualPipe()) dg.embedding = groups_.embedding;
+    dg.mirror = groups_.mirror;
     optimizer_ = std::make_unique<DistOptimizer<T>>(ctx_, dg, units, spec_.optim);
     // Blocks build full parameters and gradients that ZeRO 2/3 shard at once
     // (DeepSpeed zero.Init / FSDP's meta-device init never hold them): the
@@ -399,26 +419,28 @@ class RankProgram {
     const int64_t n_chunks = static_cast<int64_t>(s.stages.chunks.size());
     for (int64_t v = 0; v < s.vpp; ++v) {
       ModelChunk<T> chunk;
-      chunk.index = ChunkAt(coord_.pp, v);
+      chunk.index = DualPipe() ? (v == 0 ? coord_.pp : s.topo.pp - 1 - coord_.pp) : ChunkAt(coord_.pp, v);
       const StageChunk& sc = s.stages.chunks.at(static_cast<size_t>(chunk.index));
       const size_t parts = static_cast<size_t>(sc.end_layer - sc.first_layer) + (chunk.index == 0 ? 1 : 0) +
                            (chunk.index == n_chunks - 1 ? 1 : 0);
       for (size_t i = 0; i < parts; ++i) chunk.units.push_back(next_unit_++);
       if (chunk.index == 0) {
         chunk.embedding = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
-        // The first stage's copy of a tied embedding whose head is on another stage.
-        chunk.embedding->weight().tied = s.dims.tie_embeddings && s.topo.pp > 1;
+        // The first stage's copy of an embedding the last stage (tied head or MTP) also holds.
+        chunk.embedding->weight().tied = EmbeddingOnLastStage() && s.topo.pp > 1 && !DualPipe();
       }
       for (int64_t l = sc.first_layer; l < sc.end_layer; ++l) {
         const char letter = s.letters[static_cast<size_t>(l)];
         chunk.letters.push_back(letter);
         chunk.blocks.push_back(MakeBlock<T>(letter, ctx_, s.dims, l, s.opt.seed, s.opt.init_scale));
       }
-      if (chunk.index == n_chunks - 1) {
-        chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale, TiedWeight(chunk));
-      }
       chunk.groups = CheckpointGroups(s.kinds, sc.first_layer, sc.end_layer, s.recipe->training);
       chunks_.push_back(std::move(chunk));
+    }
+    // The ends last: a tied head or MTP reads the embedding of any chunk of
+    // this rank (DualPipe's rank p-1 builds its stage-0 copy after the head).
+    for (ModelChunk<T>& chunk : chunks_) {
+      if (chunk.index == n_chunks - 1) BuildEnds(chunk);
     }
   }
 
@@ -426,9 +448,19 @@ class RankProgram {
   std::map<std::string, Mat<double>> ExpertBiases() {
     std::map<std::string, Mat<double>> out;
     for (ModelChunk<T>& c : chunks_) {
-      for (auto& b : c.blocks) {
-        if (ExpertBias<T>* e = b->expert_bias()) out[e->name] = e->bias.m.template cast<double>();
-      }
+      for (ExpertBias<T>* e : ExpertBiasesOf(c)) out[e->name] = e->bias.m.template cast<double>();
+    }
+    return out;
+  }
+
+  /// The routers' expert biases of a chunk: its layers', then its MTP modules'.
+  static std::vector<ExpertBias<T>*> ExpertBiasesOf(ModelChunk<T>& c) {
+    std::vector<ExpertBias<T>*> out;
+    for (auto& b : c.blocks) {
+      if (ExpertBias<T>* e = b->expert_bias()) out.push_back(e);
+    }
+    for (auto& m : c.mtp) {
+      if (ExpertBias<T>* e = m->expert_bias()) out.push_back(e);
     }
     return out;
   }
@@ -442,29 +474,65 @@ class RankProgram {
   void UpdateExpertBiases() {
     std::vector<ExpertBias<T>*> all;
     for (ModelChunk<T>& c : chunks_) {
-      for (auto& b : c.blocks) {
-        if (ExpertBias<T>* e = b->expert_bias()) all.push_back(e);
-      }
+      for (ExpertBias<T>* e : ExpertBiasesOf(c)) all.push_back(e);
     }
     if (all.empty()) return;
+    // DualPipe: the mirror rank holds the same layers in the other chunk
+    // order; both stack them by name.
+    if (groups_.mirror != nullptr) {
+      std::sort(all.begin(), all.end(),
+                [](const ExpertBias<T>* a, const ExpertBias<T>* b) { return a->name < b->name; });
+    }
     Mat<T> stacked(static_cast<int64_t>(all.size()), all.front()->counts.m.cols());
     for (size_t i = 0; i < all.size(); ++i) stacked.row(static_cast<int64_t>(i)) = all[i]->counts.m;
     Rank& r = *ctx_.rank;
     r.set_pass(Pass::kOptimizer);
     r.set_what(CommWhat::kRouterBias);
-    for (const Group* g : {groups_.dp_cp, groups_.tp}) {
-      if (g->size() > 1) r.AllReduce(*g, stacked.data(), stacked.size(), 4);
+    // DualPipe: each copy of a layer routed one direction's micro-batches;
+    // the mirror pair sums them first.
+    for (const Group* g : {groups_.mirror, groups_.dp_cp, groups_.tp}) {
+      if (g != nullptr && g->size() > 1) r.AllReduce(*g, stacked.data(), stacked.size(), 4);
     }
     for (size_t i = 0; i < all.size(); ++i) UpdateExpertBias<T>(stacked.row(static_cast<int64_t>(i)), all[i]);
   }
 
-  /// The embedding weight a tied head shares when this rank holds it (in
-  /// `chunk`, being built, or in the first chunk); else null.
-  Param<T>* TiedWeight(ModelChunk<T>& chunk) {
-    if (!spec_.dims.tie_embeddings) return nullptr;
-    if (chunk.embedding) return &chunk.embedding->weight();
-    if (!chunks_.empty() && chunks_.front().embedding) return &chunks_.front().embedding->weight();
-    return nullptr;
+  /// Megatron checkpoints each MTP module under full uniform recompute
+  /// (MultiTokenPredictionLayer.forward: recompute_granularity full); under
+  /// block it warns and skips the recompute.
+  static bool MtpCheckpointed(const TrainingConfig& t) {
+    return t.recompute == Recompute::kFull && t.recompute_method == RecomputeMethod::kUniform;
+  }
+  bool EmbeddingOnLastStage() const { return spec_.recipe->model.embedding_on_last_stage(); }
+  /// DualPipe: this rank holds stage r (chunk 0) and a copy of stage p-1-r
+  /// (chunk 1); ranks 0 and p-1 hold both ends, so a tied head or MTP reads
+  /// the rank's own embedding, and the copies' gradients are summed over the
+  /// mirror pair (DistOptimizer::AllReduceMirror), the embedding's with them.
+  bool DualPipe() const { return spec_.recipe->parallel.schedule == Schedule::kDualPipe; }
+
+  /// The last chunk's head and MTP modules. A tied head and the MTP modules
+  /// read the embedding this rank holds (in any of its chunks), else the last
+  /// stage's copy (same name and value, Param::tied), which Megatron builds
+  /// on the last stage for both.
+  void BuildEnds(ModelChunk<T>& chunk) {
+    const Spec& s = spec_;
+    for (ModelChunk<T>& c : chunks_) {
+      if (c.embedding) chunk.lookup = c.embedding.get();
+    }
+    if (chunk.lookup == nullptr && EmbeddingOnLastStage()) {
+      chunk.embedding_copy = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      chunk.embedding_copy->weight().tied = true;
+      chunk.lookup = chunk.embedding_copy.get();
+    }
+    Param<T>* tied = s.dims.tie_embeddings && chunk.lookup != nullptr ? &chunk.lookup->weight() : nullptr;
+    chunk.head = std::make_unique<Head<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale, tied);
+    // Each module's layer ids follow the model's: attention, then its FFN of
+    // the model's last kind (inventory: mtp_ffn).
+    const int64_t layers = static_cast<int64_t>(s.letters.size());
+    for (int64_t k = 1; k <= s.recipe->model.mtp_layers; ++k) {
+      chunk.mtp.push_back(std::make_unique<MtpModule<T>>(ctx_, s.dims, k, s.letters.back(), layers + 2 * (k - 1),
+                                                         s.opt.seed, s.opt.init_scale, chunk.head->weight(),
+                                                         MtpCheckpointed(s.recipe->training)));
+    }
   }
 
   /// The optimizer's units in execution order: embedding, each layer, head.
@@ -473,7 +541,16 @@ class RankProgram {
     for (ModelChunk<T>& c : chunks_) {
       if (c.embedding) units.push_back({&c.embedding->weight()});
       for (auto& b : c.blocks) units.push_back(b->params());
-      if (c.head) units.push_back(c.head->params());
+      if (c.head) {
+        // One unit, as the planner's: the head, the last stage's embedding
+        // copy, the MTP modules.
+        std::vector<Param<T>*> ends = c.head->params();
+        if (c.embedding_copy) ends.push_back(&c.embedding_copy->weight());
+        for (auto& m : c.mtp) {
+          for (Param<T>* p : m->params()) ends.push_back(p);
+        }
+        units.push_back(std::move(ends));
+      }
     }
     return units;
   }
@@ -517,10 +594,14 @@ class RankProgram {
     optimizer_->ReleaseUnit(chunk.units[i]);
   }
 
-  /// Global rank holding chunk `chunk` in this rank's (tp, cp, dp) pipeline.
-  int RankOfChunk(int64_t chunk) const {
+  /// Global rank holding chunk `chunk` for micro-batch `mb` in this rank's
+  /// (tp, cp, dp) pipeline (DualPipe: the second half of the micro-batches
+  /// runs stage c on pipeline rank p-1-c).
+  int RankOfChunk(int64_t chunk, int64_t mb) const {
     const StageChunk& c = spec_.stages.chunks.at(static_cast<size_t>(chunk));
-    return spec_.topo.RankOf(coord_.tp, coord_.cp, coord_.dp, static_cast<int>(c.pipeline_rank));
+    int64_t pp = c.pipeline_rank;
+    if (DualPipe()) pp = mb < spec_.microbatches / 2 ? chunk : spec_.topo.pp - 1 - chunk;
+    return spec_.topo.RankOf(coord_.tp, coord_.cp, coord_.dp, static_cast<int>(pp));
   }
 
   /// The chunk at virtual index `v` of pipeline rank `pp` (c mod pp; DualPipeV's V).
@@ -554,6 +635,35 @@ class RankProgram {
     }
   }
 
+  /// What the MTP module of depth k reads for data index `key`, this rank's
+  /// rows: the ids and targets shifted by k along the sequence, 0 past its
+  /// end (Megatron roll_tensor: torch.roll, the wrapped positions zeroed),
+  /// and each row's loss weight: mtp_loss_scaling_factor / D over the rows
+  /// the shift kept (the rolled loss mask's sum), 0 for the others.
+  struct MtpTokens {
+    std::vector<int64_t> ids, targets;
+    std::vector<T> weights;
+  };
+  MtpTokens ShiftedTokens(int64_t key, int64_t k) const {
+    const Dims& d = spec_.dims;
+    const std::vector<int64_t>& ids = spec_.data->ids[static_cast<size_t>(key)];
+    const std::vector<int64_t>& targets = spec_.data->targets[static_cast<size_t>(key)];
+    std::vector<int64_t> shifted_ids(ids.size(), 0), shifted_targets(targets.size(), 0), kept(ids.size(), 0);
+    for (int64_t pos = 0; pos + k < d.seq; ++pos) {
+      for (int64_t b = 0; b < d.batch; ++b) {
+        const size_t at = static_cast<size_t>(pos * d.batch + b), from = static_cast<size_t>((pos + k) * d.batch + b);
+        shifted_ids[at] = ids[from];
+        shifted_targets[at] = targets[from];
+        kept[at] = 1;
+      }
+    }
+    const double weight = kMtpLossScale / static_cast<double>(spec_.recipe->model.mtp_layers) /
+                          static_cast<double>((d.seq - k) * d.batch);
+    MtpTokens out{LocalTokens(shifted_ids, ctx_.seq, d.batch), LocalTokens(shifted_targets, ctx_.seq, d.batch), {}};
+    for (int64_t m : LocalTokens(kept, ctx_.seq, d.batch)) out.weights.push_back(m != 0 ? T(weight) : T(0));
+    return out;
+  }
+
   int64_t LocalRows() const {
     const int64_t rows = ctx_.seq.local_len() * spec_.dims.batch;
     return spec_.sp ? rows / spec_.topo.tp : rows;
@@ -571,7 +681,7 @@ class RankProgram {
         x = chunk.embedding->Forward(ctx_, LocalTokens(spec_.data->ids[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
       });
     } else {
-      Pass(chunk.index, mb, 0, RankOfChunk(chunk.index - 1), &x, false);
+      Pass(chunk.index, mb, 0, RankOfChunk(chunk.index - 1, mb), &x, false);
     }
     for (size_t i = 0; i < chunk.blocks.size(); ++i) {
       ForwardUnit(chunk, unit++, [&] {
@@ -596,11 +706,21 @@ class RankProgram {
       out->outputs[key] = x.template cast<double>();
       ForwardUnit(chunk, unit++, [&] {
         r.memory().set_owner("ends");
-        out->losses[key] = chunk.head->Forward(
-            ctx_, x, LocalTokens(spec_.data->targets[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch));
+        Mat<T> normed;
+        double loss = chunk.head->Forward(
+            ctx_, x, LocalTokens(spec_.data->targets[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch), nullptr,
+            chunk.mtp.empty() ? nullptr : &normed);
+        for (size_t k = 1; k <= chunk.mtp.size(); ++k) {
+          const MtpTokens in = ShiftedTokens(key, static_cast<int64_t>(k));
+          const Mat<T> e = chunk.lookup->Forward(ctx_, in.ids, static_cast<int64_t>(k));
+          Mat<T> next;
+          loss += chunk.mtp[k - 1]->Forward(ctx_, normed, e, in.targets, in.weights, &next);
+          normed = std::move(next);
+        }
+        out->losses[key] = loss;
       });
     } else {
-      Pass(chunk.index + 1, mb, 0, RankOfChunk(chunk.index + 1), &x, true);
+      Pass(chunk.index + 1, mb, 0, RankOfChunk(chunk.index + 1, mb), &x, true);
     }
   }
 
@@ -610,9 +730,18 @@ class RankProgram {
     Mat<T> dy(LocalRows(), spec_.dims.hidden);
     size_t unit = chunk.units.size();
     if (chunk.head) {
-      BackwardUnit(chunk, --unit, [&] { dy = chunk.head->Backward(ctx_); });
+      BackwardUnit(chunk, --unit, [&] {
+        Mat<T> dnormed;  // the gradient of the final norm's output from the MTP modules
+        for (size_t k = chunk.mtp.size(); k >= 1; --k) {
+          Mat<T> de;
+          Mat<T> dh = chunk.mtp[k - 1]->Backward(ctx_, k == chunk.mtp.size() ? nullptr : &dnormed, &de);
+          chunk.lookup->Backward(ctx_, de, static_cast<int64_t>(k));
+          dnormed = std::move(dh);
+        }
+        dy = chunk.head->Backward(ctx_, chunk.mtp.empty() ? nullptr : &dnormed);
+      });
     } else {
-      Pass(chunk.index, mb, 1, RankOfChunk(chunk.index + 1), &dy, false);
+      Pass(chunk.index, mb, 1, RankOfChunk(chunk.index + 1, mb), &dy, false);
     }
     for (size_t i = chunk.blocks.size(); i-- > 0;) {
       BackwardUnit(chunk, --unit, [&] {
@@ -625,7 +754,7 @@ class RankProgram {
     if (chunk.embedding) {
       BackwardUnit(chunk, --unit, [&] { chunk.embedding->Backward(ctx_, dy); });
     } else {
-      Pass(chunk.index - 1, mb, 1, RankOfChunk(chunk.index - 1), &dy, true);
+      Pass(chunk.index - 1, mb, 1, RankOfChunk(chunk.index - 1, mb), &dy, true);
     }
   }
 
@@ -816,7 +945,8 @@ template <class T>
 RunOutput RunWorld(const Spec& spec, Transport* transport) {
   const int n = spec.topo.world();
   World world(n, transport);
-  const std::vector<RankGroups> groups = MakeGroups(world, spec.topo);
+  const std::vector<RankGroups> groups =
+      MakeGroups(world, spec.topo, spec.recipe->parallel.schedule == Schedule::kDualPipe);
   RunOutput out;
   out.ranks.resize(static_cast<size_t>(n));
   world.Run([&](Rank& rank) {
@@ -1005,7 +1135,11 @@ SimulationReport SimulateAs(const Recipe& recipe, const StagePlan& stages, const
   sharded.letters = letters;
   for (char c : letters) sharded.kinds.push_back(static_cast<BlockKind>(c));
   sharded.stages = stages;
-  sharded.vpp = ChunkCountOf(recipe.parallel.schedule, recipe.parallel.pp, recipe.parallel.vpp) / recipe.parallel.pp;
+  // DualPipe's p stages run on every rank twice: chunk 0 its own, chunk 1 the mirror's copy.
+  sharded.vpp =
+      recipe.parallel.schedule == Schedule::kDualPipe
+          ? 2
+          : ChunkCountOf(recipe.parallel.schedule, recipe.parallel.pp, recipe.parallel.vpp) / recipe.parallel.pp;
   sharded.microbatches = recipe.micro_batches();
   sharded.sp = recipe.parallel.sp && recipe.parallel.tp > 1;
   sharded.load_balance = recipe.parallel.cp_load_balance;

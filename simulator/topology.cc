@@ -80,7 +80,7 @@ void AddGroups(World& world, const Topology& topo, Axis axis, int size, const st
 
 }  // namespace
 
-std::vector<RankGroups> MakeGroups(World& world, const Topology& topo) {
+std::vector<RankGroups> MakeGroups(World& world, const Topology& topo, bool dualpipe) {
   std::vector<RankGroups> out(static_cast<size_t>(topo.world()));
   const auto c = [&](int r) { return topo.CoordOf(r); };
   // A group key packs the coordinates that stay fixed inside the group.
@@ -143,6 +143,10 @@ std::vector<RankGroups> MakeGroups(World& world, const Topology& topo) {
     if (topo.pp > 1 && x.pp == 0) {
       const int last = topo.RankOf(x.tp, x.cp, x.dp, topo.pp - 1);
       g.embedding = out[static_cast<size_t>(last)].embedding = &world.NewGroup(Axis::kEmbedding, {r, last});
+    }
+    if (dualpipe && 2 * x.pp < topo.pp) {
+      const int mirror = topo.RankOf(x.tp, x.cp, x.dp, topo.pp - 1 - x.pp);
+      g.mirror = out[static_cast<size_t>(mirror)].mirror = &world.NewGroup(Axis::kPpMirror, {r, mirror});
     }
   }
   return out;

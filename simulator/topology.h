@@ -50,10 +50,14 @@ struct RankGroups {
   /// hold a tied embedding's two copies (Megatron's embedding group); set on
   /// those two ranks when pp > 1.
   const Group* embedding = nullptr;
+  /// DualPipe: this rank and pipeline rank p-1-pp of its (tp, cp, dp), which
+  /// hold copies of the same two stages (whose gradients they sum).
+  const Group* mirror = nullptr;
   int prev_pp = -1, next_pp = -1;
 };
 
-/// Creates every group of `topo` in `world`; entry r is rank r's view.
-std::vector<RankGroups> MakeGroups(World& world, const Topology& topo);
+/// Creates every group of `topo` in `world` (with `dualpipe` the mirror
+/// pairs too); entry r is rank r's view.
+std::vector<RankGroups> MakeGroups(World& world, const Topology& topo, bool dualpipe = false);
 
 }  // namespace preflight::sim

@@ -361,14 +361,18 @@ TEST(AdviceFit, UnbalancedStagesAreSaid) {
   EXPECT_THAT(table.out,
               HasSubstr(fmt::format("balance   stage {} peaks {:.1f} % above stage {}", heaviest, spread, lightest)));
   EXPECT_LT(table.out.find("balance   "), table.out.find("stages    balanced cut"));
-  // DeepSeek-V3's 16 DualPipe stages peak within a tenth of each other
-  // (9.1 %: each rank holds two mirrored stages): nothing said.
+  // DeepSeek-V3's 16 DualPipe stages: each rank holds two mirrored stages,
+  // but fit's replay of DualPipe.step (which the executor runs and measures)
+  // puts most of the p + 1 in-flight micro-batches on a first-half rank's own
+  // stage, so ranks 0 and 15 (stage 0's four layers and the embedding, beside
+  // the head and MTP) peak 11.3 % above the middle ranks (9.1 % with the
+  // earlier even split): said.
   const auto dsv3 =
       nlohmann::json::parse(RunPreflight({"fit", "recipes/deepseek-v3-h200.yaml", "--format", "json"}).out);
-  EXPECT_LT(dsv3["advice"]["heaviest_stage"]["peak_bytes"].get<double>() /
+  EXPECT_GT(dsv3["advice"]["heaviest_stage"]["peak_bytes"].get<double>() /
                 dsv3["advice"]["lightest_stage"]["peak_bytes"].get<double>(),
             1.10);
-  EXPECT_THAT(RunPreflight({"fit", "recipes/deepseek-v3-h200.yaml"}).out, Not(HasSubstr("balance   ")));
+  EXPECT_THAT(RunPreflight({"fit", "recipes/deepseek-v3-h200.yaml"}).out, HasSubstr("balance   stage 0 peaks"));
 }
 
 TEST(AdviceFit, FasterMovesThatCannotApply) {

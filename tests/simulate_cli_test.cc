@@ -80,11 +80,12 @@ TEST(SimulateCli, ShippedRecipesWithNewBlocksAgree) {
   }
 }
 
-TEST(SimulateCli, DualPipeIsBadInput) {
-  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
-                               "parallel.schedule=dualpipe", "--set", "parallel.partition=balanced"});
+TEST(SimulateCli, DualPipeUnderZero2IsBadInput) {
+  const auto r =
+      RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
+                    "parallel.schedule=dualpipe", "--set", "parallel.partition=balanced", "--set", "parallel.zero=2"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("the executor runs the 1f1b, interleaved and dualpipev schedules"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("DualPipe is in the executor with ZeRO 0 and 1 only"), std::string::npos) << r.err;
 }
 
 TEST(SimulateCli, MoreThan1024RanksIsBadInput) {

@@ -73,8 +73,41 @@ TEST(SimulatorSchedule, EveryMicroBatchRunsForwardThenBackwardOnce) {
   }
 }
 
-TEST(SimulatorSchedule, DualPipeIsRefused) {
-  EXPECT_THROW(PipelineSchedule(Schedule::kDualPipe, 4, 1, 8, 0), SimUnsupported);
+// DualPipe (deepseek-ai/DualPipe dualpipe/dualpipe.py, DualPipe.step), p 2,
+// m 4: chunk 0 = stage r for micro-batches 0, 1 (entering at rank 0), chunk 1
+// = stage 1-r for 2, 3 (entering at rank 1); W runs inside B. Rank 0 (half_rank
+// 0, H 1): step 1 2(H-h-1) = 0; step 2 h+1 = 1 x (F0 F1); step 3 0; step 4
+// m/2-p+h+1 = 1 x (F0 B1 F1 B0); step 5 0; step 6 1 x (B1 B0); step 7 0.
+// Rank 1 is in the second half: its phase 0 is chunk 1 (phase ^= 1).
+TEST(SimulatorSchedule, DualPipeByHand) {
+  const std::vector<PipeOp> r0 = {F(0, 0), F(1, 2), F(0, 1), B(1, 2), F(1, 3), B(0, 0), B(1, 3), B(0, 1)};
+  EXPECT_EQ(PipelineSchedule(Schedule::kDualPipe, 2, 2, 4, 0), r0);
+  const std::vector<PipeOp> r1 = {F(1, 2), F(0, 0), F(1, 3), B(0, 0), F(0, 1), B(1, 2), B(0, 1), B(1, 3)};
+  EXPECT_EQ(PipelineSchedule(Schedule::kDualPipe, 2, 2, 4, 1), r1);
+  // The DualPipe README's PP + 1 activations.
+  EXPECT_EQ(PeakInFlight(r0), 3);
+  EXPECT_EQ(PeakInFlight(r1), 3);
+}
+
+TEST(SimulatorSchedule, DualPipeRunsEachHalfOnItsChunk) {
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t m : {2 * p, 2 * p + 2, 4 * p}) {
+      for (int64_t r = 0; r < p; ++r) {
+        const std::vector<PipeOp> ops = PipelineSchedule(Schedule::kDualPipe, p, 2, m, r);
+        ASSERT_EQ(ops.size(), static_cast<size_t>(2 * m));
+        std::vector<int> state(static_cast<size_t>(m), 0);
+        for (const PipeOp& op : ops) {
+          EXPECT_EQ(op.chunk, op.microbatch < m / 2 ? 0 : 1);  // the first half goes down through chunk 0
+          int& s = state[static_cast<size_t>(op.microbatch)];
+          EXPECT_EQ(s, op.forward ? 0 : 1) << "p " << p << " m " << m << " r " << r;
+          s = op.forward ? 1 : 2;
+        }
+        for (int s : state) EXPECT_EQ(s, 2);
+      }
+    }
+  }
+  EXPECT_THROW(PipelineSchedule(Schedule::kDualPipe, 3, 2, 8, 0), SimUnsupported);  // odd pp
+  EXPECT_THROW(PipelineSchedule(Schedule::kDualPipe, 4, 2, 6, 0), SimUnsupported);  // m < 2p
 }
 
 // DualPipeV (deepseek-ai/DualPipe dualpipev.py, DualPipeV.step, 3da1bbe), p 2,

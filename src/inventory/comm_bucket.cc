@@ -16,6 +16,7 @@ const char* Key(Axis a) {
     case Axis::kEmbedding: return "embedding";
     case Axis::kDpReplica: return "dp_replica";
     case Axis::kExpertDpReplica: return "expert_dp_replica";
+    case Axis::kPpMirror: return "pp_mirror";
   }
   return "?";
 }
@@ -74,6 +75,7 @@ const char* Key(CommWhat w) {
     case CommWhat::kReplicaGrads: return "replica_grads";
     case CommWhat::kExpertReplicaGrads: return "expert_replica_grads";
     case CommWhat::kRouterBias: return "router_bias";
+    case CommWhat::kDualPipeCopyGrads: return "dualpipe_copy_grads";
     case CommWhat::kUnlabeled: return "";
   }
   return "?";

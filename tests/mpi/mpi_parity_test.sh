@@ -15,7 +15,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # No recipe's own scaled layout has 16 ranks or fewer (the smallest is 32),
 # so each case caps dp with max_world and, where tp x pp x ep alone exceeds
 # 16, shrinks pp or ep. Together they cover dense, MoE (all-to-all), Mamba,
-# SP, interleaved 1F1B over pipeline sends, ZeRO-1 and a disagreeing run.
+# SP, interleaved 1F1B over pipeline sends, ZeRO-1, a disagreeing run, and
+# DeepSeek-V3 as shipped but smaller (DualPipe's mirror groups, MTP, MLA,
+# full recompute).
 cases=(
   "8|llama3-8b-h200.yaml|--scale max_world=8"
   "16|llama3-405b-h200.yaml|--set parallel.pp=2 --scale max_world=16"
@@ -23,6 +25,7 @@ cases=(
   "16|nam56r-h200.yaml|--set parallel.pp=2 --set parallel.ep=4 --scale max_world=16"
   "8|gpt-oss-120b-h200.yaml|--set parallel.ep=8 --scale max_world=8"
   "16|jamba-v0.1-h200.yaml|--scale max_world=16"
+  "8|deepseek-v3-h200.yaml|--set parallel.pp=4 --set parallel.ep=2 --scale max_world=8"
 )
 failed=0
 for c in "${cases[@]}"; do

@@ -146,36 +146,33 @@ struct DualPipeVPeak {
   int64_t units = 0;              // most live (chunk, micro-batch) units at any time
 };
 
-/// Replays DualPipeV (deepseek-ai/DualPipe dualpipev.py, DualPipeV.step,
-/// 3da1bbe; the reference executor keeps its own copy in
-/// simulator/schedule.cc) on rank r of p with m >= 2p micro-batches: chunk 0
-/// is the down chunk r, chunk 1 the up chunk 2p-1-r; a B frees its chunk's
-/// bytes (the zero-bubble W halves run inside their B). Steps: 1 2(p-r-1) F0;
-/// 2 r+1 x (F0 F1); 3 p-r-1 x (B1 F1); 4 m-2p+r+1 x (F0 B1 F1 B0); 5 p-r-1 x
-/// (B1 F1 B0); then backwards only, which cannot raise the peak. Every step-4
-/// round leaves the live bytes where it found them, so one round stands for
-/// all: O(p) look-ups. `bytes_of(chunk)` gives chunk 0 or 1's ChunkActivation.
+/// The first five steps of DeepSeek's eight-step order on a rank with
+/// parameters (p, m, r) (DualPipeV: p, m, r; DualPipe: p/2, m/2, min(r,
+/// p-1-r)), the schedule's phase s running chunk s ^ flip; one step-4 round
+/// stands for all; then backwards only. Returns the peak.
 template <class BytesOf>
-DualPipeVPeak ReplayDualPipeV(int64_t p, int64_t m, int64_t r, const BytesOf& bytes_of) {
+DualPipeVPeak ReplayEightSteps(int64_t p, int64_t m, int64_t r, int64_t flip, const BytesOf& bytes_of) {
   const std::array<ChunkActivation, 2> a = {bytes_of(0), bytes_of(1)};
   DualPipeVPeak peak;
   peak.bytes = -1;
   std::array<int64_t, 2> live{};
   int64_t bytes = 0, units = 0;
-  const auto forward = [&](int64_t c) {
-    ++live[static_cast<size_t>(c)];
-    bytes = CheckedAdd(bytes, a[static_cast<size_t>(c)].saved);
+  const auto forward = [&](int64_t phase) {
+    const size_t c = static_cast<size_t>(phase ^ flip);
+    ++live[c];
+    bytes = CheckedAdd(bytes, a[c].saved);
     peak.units = std::max(peak.units, ++units);
-    const int64_t now = CheckedAdd(bytes, a[static_cast<size_t>(c)].transient);
+    const int64_t now = CheckedAdd(bytes, a[c].transient);
     if (now > peak.bytes) {
       peak.bytes = now;
       peak.live = live;
-      peak.running = c;
+      peak.running = static_cast<int64_t>(c);
     }
   };
-  const auto backward = [&](int64_t c) {
-    --live[static_cast<size_t>(c)];
-    bytes = CheckedSub(bytes, a[static_cast<size_t>(c)].saved);
+  const auto backward = [&](int64_t phase) {
+    const size_t c = static_cast<size_t>(phase ^ flip);
+    --live[c];
+    bytes = CheckedSub(bytes, a[c].saved);
     --units;
   };
   for (int64_t i = 0; i < 2 * (p - r - 1); ++i) forward(0);
@@ -200,6 +197,35 @@ DualPipeVPeak ReplayDualPipeV(int64_t p, int64_t m, int64_t r, const BytesOf& by
   }
   peak.bytes = std::max<int64_t>(peak.bytes, 0);
   return peak;
+}
+
+/// Replays DualPipeV (deepseek-ai/DualPipe dualpipev.py, DualPipeV.step,
+/// 3da1bbe; the reference executor keeps its own copy in
+/// simulator/schedule.cc) on rank r of p with m >= 2p micro-batches: chunk 0
+/// is the down chunk r, chunk 1 the up chunk 2p-1-r; a B frees its chunk's
+/// bytes (the zero-bubble W halves run inside their B). Steps: 1 2(p-r-1) F0;
+/// 2 r+1 x (F0 F1); 3 p-r-1 x (B1 F1); 4 m-2p+r+1 x (F0 B1 F1 B0); 5 p-r-1 x
+/// (B1 F1 B0); then backwards only, which cannot raise the peak. Every step-4
+/// round leaves the live bytes where it found them, so one round stands for
+/// all: O(p) look-ups. `bytes_of(chunk)` gives chunk 0 or 1's ChunkActivation.
+template <class BytesOf>
+DualPipeVPeak ReplayDualPipeV(int64_t p, int64_t m, int64_t r, const BytesOf& bytes_of) {
+  return ReplayEightSteps(p, m, r, 0, bytes_of);
+}
+
+/// Replays DualPipe (deepseek-ai/DualPipe dualpipe/dualpipe.py, DualPipe.step;
+/// the reference executor keeps its own copy in simulator/schedule.cc) on
+/// rank r of p (even) with m >= 2p micro-batches (even), half entering at
+/// each end: chunk 0 is stage r, chunk 1 the copy of stage p-1-r; on the
+/// second half of the ranks the schedule's phase 0 is chunk 1. With h =
+/// min(r, p-1-r) and H = p/2: 1 2(H-h-1) F0; 2 h+1 x (F0 F1); 3 H-h-1 x
+/// (B1 F1); 4 m/2-p+h+1 x (F0 B1 F1 B0); 5 H-h-1 x (B1 F1 B0); then
+/// backwards only: DualPipeV's steps with (p/2, m/2, h). As in
+/// ReplayDualPipeV a B frees its chunk's bytes (the W halves run inside it).
+/// Returns the peak with live[] per chunk (0 own, 1 mirror).
+template <class BytesOf>
+DualPipeVPeak ReplayDualPipe(int64_t p, int64_t m, int64_t r, const BytesOf& bytes_of) {
+  return ReplayEightSteps(p / 2, m / 2, std::min(r, p - 1 - r), r >= p / 2 ? 1 : 0, bytes_of);
 }
 
 }  // namespace preflight

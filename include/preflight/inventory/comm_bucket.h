@@ -26,11 +26,12 @@ enum class Axis : int {
   kDpCp,
   kEmbedding,
   kDpReplica,
-  kExpertDpReplica
+  kExpertDpReplica,
+  kPpMirror,  // DualPipe: pipeline ranks r and p-1-r, which hold copies of the same two stages
 };
-inline constexpr int kNumAxes = 11;
+inline constexpr int kNumAxes = 12;
 /// Stable snake_case key: "tp", "cp", "dp", "pp", "ep", "expert_tp", "expert_dp", "dp_cp", "embedding",
-/// "dp_replica", "expert_dp_replica".
+/// "dp_replica", "expert_dp_replica", "pp_mirror".
 const char* Key(Axis a);
 
 /// Collectives as NCCL offers them; kSendRecv is one point-to-point message.
@@ -77,9 +78,10 @@ enum class CommWhat {
   kReplicaGrads,        // HSDP: dense gradient shards all-reduced across replicas
   kExpertReplicaGrads,  // HSDP: expert gradient shards all-reduced across replicas
   kRouterBias,          // DP x CP x TP: routed-token counts per expert for the expert-bias update
+  kDualPipeCopyGrads,   // DualPipe: the two copies of a stage sum their gradients (mirror pipeline ranks)
   kUnlabeled,           // executor only: traffic no block labeled (runtime tests)
 };
-inline constexpr int kNumCommWhats = 33;
+inline constexpr int kNumCommWhats = 34;
 /// Stable snake_case key: "attention", "moe_dispatch", "muon_gather", ...
 const char* Key(CommWhat w);
 
