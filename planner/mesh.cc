@@ -284,6 +284,7 @@ std::optional<Varies> VariesOf(const Layout& l, Axis a) {
     case Axis::kDpCp: return Varies{l.tp, l.tp * l.zero_group(), false};
     case Axis::kDpReplica: return Varies{l.tp * l.zero_group(), stage, false};
     case Axis::kEmbedding: return std::nullopt;  // two stages, not a digit
+    case Axis::kPpMirror: return std::nullopt;   // DualPipe's mirrored stage pairs, not a digit
   }
   return std::nullopt;
 }
