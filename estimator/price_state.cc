@@ -86,7 +86,22 @@ Bytes PriceFp4Copies(const Walk& w, const Ends& ends, int c, Category cat, Sink*
   return Bytes(copies) - Bytes(replaced);
 }
 
+/// Whether the layer-wise deal prices this layout's optimizer state: the
+/// recipe's optimizer_sharding, at ZeRO 1 (a sweep's other stages keep flat).
+bool LayerWise(const Layout& l, const Context& x) { return x.layer_wise && l.zero == 1; }
+
 }  // namespace
+
+Bytes LayerWiseLastLess(const Walk& w, const Layout& l, const Context& x) {
+  if (!LayerWise(l, x)) return Bytes(0);
+  int64_t less = 0;
+  for (int g = 0; g < 2; ++g) {
+    for (int o = 0; o < 2; ++o) {
+      less = Add(less, Mul(w.layer_wise.heaviest[o][g] - w.layer_wise.last[o][g], StateBytesPerElement(o, x)));
+    }
+  }
+  return Bytes(less);
+}
 
 void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink) {
   static constexpr Category kCat[] = {Category::kReplicatedParams, Category::kTpShardedParams,
@@ -156,17 +171,16 @@ void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layo
 
 void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l,
                     const Context& x, Sink* sink) {
-  const PrecisionConfig& prec = rc.training.precision;
-  // fp32 master copies exist only when the parameters are kept in lower precision.
-  const int64_t master = prec.master && prec.params != DType::kFp32 ? SizeOf(*prec.master) : 0;
-  const int64_t momentum = SizeOf(rc.training.optimizer.muon_momentum);
+  const int64_t master = x.master;
+  const int64_t momentum = x.momentum;
   const bool sharded = l.zero >= 1;
+  const bool layer_wise = LayerWise(l, x);
   // FSDP2 CPU offload moves every shard's state (validation: AdamW, ZeRO 3).
   const double offload = x.fsdp_cpu_offload ? 1.0 : rc.training.optimizer.offload_fraction;
   for (int o = 0; o < 2; ++o) {
     const bool muon = o == kMuon;
     const Category cat = muon ? Category::kOptimizerMuon : Category::kOptimizerAdamW;
-    const int64_t per_elem = Add(muon ? momentum : 8, master);
+    const int64_t per_elem = StateBytesPerElement(o, x);
     Bytes sum;
     for (int expert = 0; expert < 2; ++expert) {
       const int64_t elems = StateElements(w, ends, o, expert);
@@ -174,7 +188,10 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
       const int64_t group = expert ? x.expert_group : x.dense_group;
       // ZeRO >= 1: each unit's buffer of n elements is padded to a multiple
       // of D and the busiest rank keeps ceil(n/D) of it (Walk::shares).
-      const int64_t kept = sharded ? w.shares.elements[o][expert] : elems;
+      // Layer-wise: the whole tensors dealt to the heaviest rank (LayerWiseOf).
+      const int64_t kept = layer_wise ? w.layer_wise.heaviest[o][expert]
+                           : sharded  ? w.shares.elements[o][expert]
+                                      : elems;
       // Megatron's HybridDeviceOptimizer moves whole params to the host until
       // the offloaded elements reach fraction x the rank's (per optimizer:
       // dense and expert); each keeps an fp32 param, grad, m and v there
@@ -192,7 +209,19 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
                Inputs({{"kept", kept}, {"offloaded", host}, {"host_bytes", h.count()}}), Bytes(0));
         }
       }
-      if (sink) {
+      if (sink && layer_wise) {
+        Note(sink, cat, Cat({muon ? "Muon" : "AdamW", expert ? " state, expert params" : " state, dense params"}),
+             Cat({"whole tensors dealt by size over D ranks (Megatron's layer-wise optimizer, ping-pong), the "
+                  "heaviest rank's",
+                  muon ? " * (momentum + master)" : " * (m + v (fp32) + master)"}),
+             Inputs({{"P", elems},
+                     {"kept", kept},
+                     {"kept_last_rank", w.layer_wise.last[o][expert]},
+                     {muon ? "momentum" : "m+v", muon ? momentum : 8},
+                     {"master", master},
+                     {"D", group}}),
+             b);
+      } else if (sink) {
         Note(sink, cat, Cat({muon ? "Muon" : "AdamW", expert ? " state, expert params" : " state, dense params"}),
              Cat({host > 0 ? "(" : "", sharded ? "sum over units and buffers of ceil(n/D)" : "P",
                   host > 0 ? " - offloaded)" : "", muon ? " * (momentum + master)" : " * (m + v (fp32) + master)",

@@ -97,6 +97,9 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
           "HSDP replicas are not in the executor (its distributed optimizer shards over the whole data-parallel "
           "group; set parallel.dp_replicate: 1)");
   Require(r.model.mtp_layers == 0, "MTP modules are not in the executor (set model.mtp_layers: 0)");
+  Require(p.optimizer_sharding == OptimizerSharding::kFlat,
+          "Megatron's layer-wise optimizer is not in the executor (its distributed optimizer shards flat buffers; "
+          "set parallel.optimizer_sharding: flat)");
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
   Require(!r.parallel.fsdp_cpu_offload,
