@@ -144,8 +144,8 @@ inline Outcome Run(const Case& c) {
   const MemoryEstimate estimate = EstimateMemory(inventory, layout, StagesOf(inventory, layout));
   const RankMemory& last = estimate.stages.back();  // Megatron logs the last global rank
   o.imported = true;
-  o.modeled_static = last.allocated_static.count();
-  o.modeled_peak = last.allocated_peak.count();
+  o.modeled_static = last.last_rank_allocated_static.count();
+  o.modeled_peak = last.last_rank_allocated_peak.count();
   o.static_error_pct = ErrorPct(o.modeled_static, c.measured_static);
   o.peak_error_pct = ErrorPct(o.modeled_peak, c.measured_peak);
   o.modeled_routing = last.of(Category::kRoutingScratch).count();

@@ -65,6 +65,7 @@ namespace preflight {
 namespace {
 
 using estimator_detail::ActivationRates;
+using estimator_detail::Add;
 using estimator_detail::AddInto;
 using estimator_detail::AddUnitShares;
 using estimator_detail::Cat;
@@ -152,6 +153,11 @@ Context ContextOf(const Recipe& rc, const Layout& l) {
   x.fsdp_cpu_offload = x.zero3 && rc.parallel.fsdp_cpu_offload;
   x.fp4 = rc.training.precision.fp4;
   x.fp4_params = x.fp4 != Fp4Format::kNone && rc.training.precision.fp4_params;
+  x.layer_wise = rc.parallel.optimizer_sharding == OptimizerSharding::kLayerWise;
+  const PrecisionConfig& prec = rc.training.precision;
+  // fp32 master copies exist only when the parameters are kept in lower precision.
+  x.master = prec.master && prec.params != DType::kFp32 ? SizeOf(*prec.master) : 0;
+  x.momentum = SizeOf(rc.training.optimizer.muon_momentum);
   return x;
 }
 
@@ -189,6 +195,7 @@ Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
   Offer(w, UnitOf(head_unit, x, -1));
   AddUnitShares(w, head_unit, x);
   if (x.zero3) w.gathered = w.gather.Peak(b.ends.embedding.bytes, head_unit.bytes);
+  if (x.layer_wise) w.layer_wise = estimator_detail::LayerWiseOf(inv, l, plan, r, shared.regular, w, x);
   return b;
 }
 
@@ -212,9 +219,33 @@ void PriceTransients(RankMemory& out, const Walked& b, const Inventory& inv, con
   PriceWorkspaces(out, b.w, rc, sink);
 }
 
+/// Megatron-FSDP (ZeRO 3) with --overlap-param-gather: the optimizer step
+/// ends in start_param_sync (distrib_optimizer.py step_with_ready_grads),
+/// which all-gathers the bucket of the model's first parameter with
+/// prefetch (megatron_fsdp.py start_param_sync); the prefetch takes the
+/// following buckets in forward order until suggested_AG_prefetch_size
+/// elements, max(1e9, 2 x a unit's elements) / 2 = 500M (megatron_fsdp.py
+/// __init__, param_and_grad_buffer.py all_gather_params). Those unsharded
+/// weights stay allocated until the next forward uses and reshards them: the
+/// rank's local parameter bytes, up to 500M elements after the embedding
+/// (an approximation of the bucket order: the bucket that crosses the limit
+/// is gathered whole). FSDP2 and Megatron-FSDP without the flag gather in
+/// the forward.
+Bytes PrefetchedAfterStep(const Walked& b, const Recipe& rc, const Layout& l, const Context& x) {
+  if (l.zero < 3 || !rc.parallel.overlap_param_gather) return Bytes(0);
+  constexpr int64_t kPrefetchElements = 500'000'000;
+  int64_t all = 0, first = 0;
+  for (int c = 0; c < 3; ++c) {
+    first = Add(first, b.ends.embedding.bytes[c]);
+    all = Add(all, Add(Add(b.w.layers.bytes[c], b.ends.embedding.bytes[c]),
+                       Add(b.ends.head.bytes[c], b.ends.final_norm.bytes[c])));
+  }
+  return Bytes(std::min(all, Add(first, Mul(kPrefetchElements, x.beta_p))));
+}
+
 /// The allocator figures, the runtime reserve and the allocator overhead of
 /// a rank whose categories are priced.
-void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout& l, Sink* sink) {
+void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout& l, const Context& x, Sink* sink) {
   const Bytes managed = out.total();
   // Allocator figures: everything priced so far goes through PyTorch's caching
   // allocator; the reserve and fragmentation below do not show in
@@ -222,7 +253,9 @@ void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout
   // Between steps ZeRO 3 has resharded every gathered unit and ZeRO 2/3 have
   // reduce-scattered (and freed) every unit's full gradients: only the shares
   // stay (FSDP2 reshard_after_forward/backward; Megatron-FSDP frees its
-  // unsharded bucket buffers; DeepSpeed stage 2 its reduction buckets).
+  // unsharded bucket buffers, but gathers the next step's early under
+  // overlap_param_gather: PrefetchedAfterStep; DeepSpeed stage 2 its
+  // reduction buckets).
   Bytes step_transients;
   for (int64_t g : b.w.gathered) step_transients += Bytes(g);
   if (l.zero >= 2) step_transients += Bytes(b.w.grad_unit.grads);
@@ -230,10 +263,13 @@ void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout
                          out.of(Category::kEpShardedParams) + out.of(Category::kGradients) +
                          out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
                          out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces) - step_transients +
-                         estimator_detail::MainGradCopies(b.w, b.ends, rc, l);
-  // Those copies are freed before the next forward: the peak is the larger
-  // of the step's and the activations' (the device total keeps the latter).
+                         estimator_detail::MainGradCopies(b.w, b.ends, rc, l, x) + PrefetchedAfterStep(b, rc, l, x);
+  // max_memory_allocated covers every instant, between steps included: the
+  // gradient copies and the prefetch are gone by the activations' peak.
   out.allocated_peak = std::max(managed, out.allocated_static);
+  const Bytes last_less = estimator_detail::LayerWiseLastLess(b.w, l, x);
+  out.last_rank_allocated_static = out.allocated_static - last_less;
+  out.last_rank_allocated_peak = out.allocated_peak - last_less;
   out.bytes[static_cast<int>(Category::kRuntimeReserve)] = RuntimeReserve(rc);
   // Fragmentation of the caching allocator, a fraction of what it manages
   // (Megatron's estimator multiplies activations by 1.05; docs/formulas.md §2.4).
@@ -258,7 +294,7 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   RankMemory out;
   PriceModelState(out, b, inv.recipe, l, shared.x, sink);
   PriceTransients(out, b, inv, l, shared.rates, sink);
-  FinishRank(out, b, inv.recipe, l, sink);
+  FinishRank(out, b, inv.recipe, l, shared.x, sink);
   return out;
 }
 
@@ -324,7 +360,7 @@ void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& 
         RankMemory& m = out[g][i];
         m = transients;
         PriceModelState(m, b, inv.recipe, at, shared.x, nullptr);
-        FinishRank(m, b, inv.recipe, at, nullptr);
+        FinishRank(m, b, inv.recipe, at, shared.x, nullptr);
       }
       if (until_all_over && note_over(i)) {
         for (size_t g : group) std::fill(out[g].begin() + r + 1, out[g].end(), RankMemory{});

@@ -72,8 +72,16 @@ struct Context {
   bool fsdp_cpu_offload = false;  // ZeRO 3 shards on the host (parallel.fsdp_cpu_offload)
   Fp4Format fp4 = Fp4Format::kNone;  // training.precision.fp4
   bool fp4_params = false;           // training.precision.fp4_params
+  /// parallel.optimizer_sharding: layer_wise (deal the tensors; it applies at zero 1 only).
+  bool layer_wise = false;
+  int64_t master = 0;    // bytes of an fp32 master element (0 without master copies)
+  int64_t momentum = 4;  // bytes of a Muon momentum element
   int64_t group(int c) const { return c == kEp ? expert_group : dense_group; }
 };
+
+/// Optimizer-state bytes of one element owned by optimizer o (OptimizerKind
+/// index): Muon's momentum or AdamW's two fp32 moments, plus the fp32 master.
+inline int64_t StateBytesPerElement(int o, const Context& x) { return Add(o == kMuon ? x.momentum : 8, x.master); }
 
 /// A ZeRO unit (one layer, the embedding, or the head with the final norm):
 /// what ZeRO 2/3 hold of it unsharded during its backward.
@@ -135,6 +143,15 @@ struct GatherPeak {
   }
 };
 
+/// Megatron's layer-wise distributed optimizer (parallel.optimizer_sharding:
+/// layer_wise): the optimizer-state elements [OptimizerKind][dense 0 /
+/// expert 1] of the whole tensors that the heaviest data-parallel rank and the
+/// last one (Megatron logs the last global rank) own.
+struct LayerWiseOwned {
+  std::array<std::array<int64_t, 2>, 2> heaviest{};
+  std::array<std::array<int64_t, 2>, 2> last{};
+};
+
 /// What one pass over the rank's chunks collects.
 struct Walk {
   LocalParams layers;                    // every layer whose params live here
@@ -154,6 +171,7 @@ struct Walk {
   GatherPeak gather;            // ZeRO 3 (Context::zero3): the layers' part of the gathered peak
   std::array<int64_t, 3> gathered{};  // ZeRO 3: GatherPeak::Peak with the ends (set after EndsOf)
   Fp4Copies fp4;                      // the layers' FP4 weight copies
+  LayerWiseOwned layer_wise;          // Context::layer_wise: set by LayerWiseOf after EndsOf
 };
 
 /// Activation bytes one micro-batch keeps per piece of a chunk, fixed for one
@@ -266,6 +284,10 @@ struct Ends {
   Fp4Copies mtp_fp4;  // the MTP modules' FP4 weight copies (last stage)
 };
 
+/// Local elements of one tensor on this layout (vocabulary rows padded; a
+/// routed-expert stack: the rank's experts).
+int64_t TensorLocalElements(const ParamTensor& t, const Inventory& inv, const Layout& l);
+
 /// This rank's share of a layer's totals: each class /1, /t or /(e*t_e), rounded up.
 LocalParams LocalOf(const ParamTotals& totals, const Layout& l);
 void AddInto(LocalParams& into, const LocalParams& x);
@@ -326,8 +348,62 @@ bool TransformerStack(const Inventory& inv);
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
 
+/// Which Ends entry a pipeline-end tensor goes to.
+enum class EndPart { kEmbedding, kFinalNorm, kHead, kTiedCopy };
+
+/// Calls f(tensor, part) for each pipeline-end tensor rank `w` holds: the
+/// word and position embeddings on the first stage; on the last the final
+/// norms, the head, the MTP modules and, with tied weights (or MTP, which
+/// embeds the shifted tokens: GPTModel builds its embedding on the MTP stage
+/// too) and the ends on different ranks, Megatron's second V*h/t copy of the
+/// word embedding, whose grad it all-reduces (docs/formulas.md §1.1).
+template <class F>
+void ForEachEndTensor(const Inventory& inv, const Walk& w, F&& f) {
+  if (w.embedding) {
+    f(inv.embedding, EndPart::kEmbedding);
+    for (const ParamTensor& t : inv.positions) f(t, EndPart::kEmbedding);
+  }
+  if (!w.head) return;
+  if (inv.final_norms.empty()) f(inv.final_norm, EndPart::kFinalNorm);
+  for (const ParamTensor& t : inv.final_norms) f(t, EndPart::kFinalNorm);
+  for (const ParamTensor& t : inv.head) f(t, EndPart::kHead);
+  for (const ParamTensor& t : inv.mtp) f(t, EndPart::kHead);
+  if (inv.recipe.model.embedding_on_last_stage() && !w.embedding) f(inv.embedding, EndPart::kTiedCopy);
+}
+
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w, const Context& x);
+
+/// One tensor as Megatron's optimizer holds it: its local elements and
+/// optimizer (OptimizerKind index). Routed-expert stacks are one tensor per
+/// local expert (TEGroupedMLP's weight<i>, SequentialMLP's experts).
+struct DealtTensor {
+  int64_t elements = 0;
+  int optimizer = kAdam;
+};
+
+/// Elements [OptimizerKind] that each of the `d` ranks owns (into `owned`,
+/// resized to d) when Megatron's layer-wise optimizer deals `tensors`
+/// (sorted here): LayerWiseDistributedOptimizer._shard_params_ping_pong
+/// (megatron/core/optimizer/layer_wise_optimizer.py at d98e8a6) sorts the
+/// params by numel, smallest first (a stable sort: equal sizes keep the
+/// model's order), and gives the i-th to rank loop[i mod 2d] of the loop
+/// 0, 1, ..., d-1, d-1, ..., 0.
+void DealPingPong(std::vector<DealtTensor>& tensors, int64_t d, std::vector<std::array<int64_t, 2>>* owned);
+
+/// The layer-wise deal of rank r's tensors (its chunks' layers and the ends
+/// EndsOf gives it): dense tensors over x.dense_group (d x c), expert ones
+/// over x.expert_group; in each group the rank with the most optimizer-state
+/// bytes (the two may be different global ranks: their sum bounds the
+/// stage's worst rank from above) and the last rank. Allocates only when its
+/// thread-local tensor lists grow.
+LayerWiseOwned LayerWiseOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
+                           const Walk& w, const Context& x);
+
+/// What the last data-parallel rank holds less than the heaviest one: the
+/// optimizer state of the tensors dealt to the heaviest beyond the last's
+/// (0 unless the layer-wise deal applies: x.layer_wise at zero 1).
+Bytes LayerWiseLastLess(const Walk& w, const Layout& l, const Context& x);
 
 /// Chunk `vi` (virtual index) of pipeline rank r: plan.chunks[vi * p + r] by
 /// the StagePlan contract, found by a scan if a plan breaks it.
@@ -516,7 +592,7 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
 /// The fp32 copies of lower-precision gradients Megatron's optimizer step
 /// makes: allocated between steps, not at the activation peak, and in no
 /// category (DeepSpeed frees its own after the step).
-Bytes MainGradCopies(const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l);
+Bytes MainGradCopies(const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l, const Context& x);
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
                       Sink* sink);
 void PriceRoutingScratch(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, ActivationRates& rates,

@@ -86,7 +86,22 @@ Bytes PriceFp4Copies(const Walk& w, const Ends& ends, int c, Category cat, Sink*
   return Bytes(copies) - Bytes(replaced);
 }
 
+/// Whether the layer-wise deal prices this layout's optimizer state: the
+/// recipe's optimizer_sharding, at ZeRO 1 (a sweep's other stages keep flat).
+bool LayerWise(const Layout& l, const Context& x) { return x.layer_wise && l.zero == 1; }
+
 }  // namespace
+
+Bytes LayerWiseLastLess(const Walk& w, const Layout& l, const Context& x) {
+  if (!LayerWise(l, x)) return Bytes(0);
+  int64_t less = 0;
+  for (int g = 0; g < 2; ++g) {
+    for (int o = 0; o < 2; ++o) {
+      less = Add(less, Mul(w.layer_wise.heaviest[o][g] - w.layer_wise.last[o][g], StateBytesPerElement(o, x)));
+    }
+  }
+  return Bytes(less);
+}
 
 void PriceParams(RankMemory& out, const Walk& w, const Ends& ends, const Layout& l, const Context& x, Sink* sink) {
   static constexpr Category kCat[] = {Category::kReplicatedParams, Category::kTpShardedParams,
@@ -165,10 +180,11 @@ namespace {
 struct KeptState {
   int64_t local = 0, kept = 0, host = 0;
 };
-KeptState KeptStateOf(const Walk& w, const Ends& ends, const Layout& l, double offload, int o, int expert) {
+KeptState KeptStateOf(const Walk& w, const Ends& ends, const Layout& l, const Context& x, double offload, int o,
+                      int expert) {
   KeptState k;
   k.local = StateElements(w, ends, o, expert);
-  k.kept = l.zero >= 1 ? w.shares.elements[o][expert] : k.local;
+  k.kept = LayerWise(l, x) ? w.layer_wise.heaviest[o][expert] : l.zero >= 1 ? w.shares.elements[o][expert] : k.local;
   k.host = o == kMuon || offload <= 0 ? 0 : std::min(k.kept, CeilFraction(k.kept, offload));
   return k;
 }
@@ -187,12 +203,12 @@ bool CopiesMainGrads(const Recipe& rc, const Layout& l) {
 
 }  // namespace
 
-Bytes MainGradCopies(const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l) {
+Bytes MainGradCopies(const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l, const Context& x) {
   if (!CopiesMainGrads(rc, l)) return Bytes(0);
   int64_t elems = 0;
   for (int o = 0; o < 2; ++o) {
     for (int expert = 0; expert < 2; ++expert) {
-      const KeptState k = KeptStateOf(w, ends, l, rc.training.optimizer.offload_fraction, o, expert);
+      const KeptState k = KeptStateOf(w, ends, l, x, rc.training.optimizer.offload_fraction, o, expert);
       elems = Add(elems, k.kept - k.host);
     }
   }
@@ -201,22 +217,22 @@ Bytes MainGradCopies(const Walk& w, const Ends& ends, const Recipe& rc, const La
 
 void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Recipe& rc, const Layout& l,
                     const Context& x, Sink* sink) {
-  const PrecisionConfig& prec = rc.training.precision;
-  // fp32 master copies exist only when the parameters are kept in lower precision.
-  const int64_t master = prec.master && prec.params != DType::kFp32 ? SizeOf(*prec.master) : 0;
-  const int64_t momentum = SizeOf(rc.training.optimizer.muon_momentum);
+  const int64_t master = x.master;
+  const int64_t momentum = x.momentum;
   const bool sharded = l.zero >= 1;
+  const bool layer_wise = LayerWise(l, x);
   // FSDP2 CPU offload moves every shard's state (validation: AdamW, ZeRO 3).
   const double offload = x.fsdp_cpu_offload ? 1.0 : rc.training.optimizer.offload_fraction;
   for (int o = 0; o < 2; ++o) {
     const bool muon = o == kMuon;
     const Category cat = muon ? Category::kOptimizerMuon : Category::kOptimizerAdamW;
-    const int64_t per_elem = Add(muon ? momentum : 8, master);
+    const int64_t per_elem = StateBytesPerElement(o, x);
     Bytes sum;
     for (int expert = 0; expert < 2; ++expert) {
       // ZeRO >= 1: each unit's buffer of n elements is padded to a multiple
       // of D and the busiest rank keeps ceil(n/D) of it (Walk::shares).
-      const auto [elems, kept, host] = KeptStateOf(w, ends, l, offload, o, expert);
+      // Layer-wise: the whole tensors dealt to the heaviest rank (LayerWiseOf).
+      const auto [elems, kept, host] = KeptStateOf(w, ends, l, x, offload, o, expert);
       if (elems == 0) continue;
       const int64_t group = expert ? x.expert_group : x.dense_group;
       const Bytes b(Mul(kept - host, per_elem));
@@ -231,7 +247,19 @@ void PriceOptimizer(RankMemory& out, const Walk& w, const Ends& ends, const Reci
                Inputs({{"kept", kept}, {"offloaded", host}, {"host_bytes", h.count()}}), Bytes(0));
         }
       }
-      if (sink) {
+      if (sink && layer_wise) {
+        Note(sink, cat, Cat({muon ? "Muon" : "AdamW", expert ? " state, expert params" : " state, dense params"}),
+             Cat({"whole tensors dealt by size over D ranks (Megatron's layer-wise optimizer, ping-pong), the "
+                  "heaviest rank's",
+                  muon ? " * (momentum + master)" : " * (m + v (fp32) + master)"}),
+             Inputs({{"P", elems},
+                     {"kept", kept},
+                     {"kept_last_rank", w.layer_wise.last[o][expert]},
+                     {muon ? "momentum" : "m+v", muon ? momentum : 8},
+                     {"master", master},
+                     {"D", group}}),
+             b);
+      } else if (sink) {
         Note(sink, cat, Cat({muon ? "Muon" : "AdamW", expert ? " state, expert params" : " state, dense params"}),
              Cat({host > 0 ? "(" : "", sharded ? "sum over units and buffers of ceil(n/D)" : "P",
                   host > 0 ? " - offloaded)" : "", muon ? " * (momentum + master)" : " * (m + v (fp32) + master)",

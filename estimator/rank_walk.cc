@@ -16,7 +16,8 @@ namespace {
 /// Divisor of a sharding class on this layout: 1, t, or e*t_e.
 int64_t ClassDivisor(int c, const Layout& l) { return c == kRep ? 1 : c == kTp ? l.tp : Mul(l.ep, l.expert_tp); }
 
-/// Local elements of one non-layer tensor (embedding, head, final norm).
+}  // namespace
+
 int64_t TensorLocalElements(const ParamTensor& t, const Inventory& inv, const Layout& l) {
   if (t.shape.empty()) return 0;
   if (t.split == Split::kVocab) {
@@ -33,6 +34,8 @@ int64_t TensorLocalElements(const ParamTensor& t, const Inventory& inv, const La
   }
   return n;
 }
+
+namespace {
 
 void AddTensor(LocalParams& into, const ParamTensor& t, const Inventory& inv, const Layout& l) {
   const int c = static_cast<int>(ClassOf(t.split));
@@ -382,25 +385,18 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
 
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w, const Context& x) {
   Ends e;
-  if (w.embedding) {
-    AddTensor(e.embedding, inv.embedding, inv, l);
-    for (const ParamTensor& t : inv.positions) AddTensor(e.embedding, t, inv, l);
-  }
-  if (w.head) {
-    if (inv.final_norms.empty()) AddTensor(e.final_norm, inv.final_norm, inv, l);
-    for (const ParamTensor& t : inv.final_norms) AddTensor(e.final_norm, t, inv, l);
-    for (const ParamTensor& t : inv.head) AddTensor(e.head, t, inv, l);
-    for (const ParamTensor& t : inv.mtp) AddTensor(e.head, t, inv, l);
-    AddFp4(e.mtp_fp4, inv.mtp, inv, l, x);
-    // Tied weights (or MTP, which embeds the shifted tokens: GPTModel builds
-    // its embedding on the MTP stage too) with the ends on different ranks:
-    // Megatron keeps a second V*h/t copy on the last stage and all-reduces
-    // its grad (docs/formulas.md §1.1).
-    if (inv.recipe.model.embedding_on_last_stage() && !w.embedding) {
-      AddTensor(e.head, inv.embedding, inv, l);
-      e.tied_copy = true;
+  ForEachEndTensor(inv, w, [&](const ParamTensor& t, EndPart part) {
+    switch (part) {
+      case EndPart::kEmbedding: AddTensor(e.embedding, t, inv, l); break;
+      case EndPart::kFinalNorm: AddTensor(e.final_norm, t, inv, l); break;
+      case EndPart::kHead: AddTensor(e.head, t, inv, l); break;
+      case EndPart::kTiedCopy:
+        AddTensor(e.head, t, inv, l);
+        e.tied_copy = true;
+        break;
     }
-  }
+  });
+  if (w.head) AddFp4(e.mtp_fp4, inv.mtp, inv, l, x);
   return e;
 }
 

@@ -109,7 +109,13 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
         t.recompute != Recompute::kFull || t.recompute_method != RecomputeMethod::kUniform || t.recompute_layers == 1,
         "MTP under uniform full recompute needs training.recompute_layers: 1 (Megatron asserts "
         "recompute_num_layers == 1 for MTP recompute)");
+    Require(!r.model.mtp_shared_layer || r.model.mtp_layers == 1,
+            "one MTP module shared by every depth (model.mtp_shared_layer) is not in the executor: each depth runs "
+            "its own module (set model.mtp_shared_layer: false)");
   }
+  Require(p.optimizer_sharding == OptimizerSharding::kFlat,
+          "Megatron's layer-wise optimizer is not in the executor (its distributed optimizer shards flat buffers; "
+          "set parallel.optimizer_sharding: flat)");
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
   Require(!r.parallel.fsdp_cpu_offload,

@@ -228,6 +228,13 @@ const FlagCase kFlagCases[] = {
     // Recipe: optimizer.matrices muon; at tp 1 no TP mode is needed.
     {"Llama8B_Muon", "llama3-8b-h200", {}, "--optimizer", "muon"},
     {"Llama8B_NoMuonTpMode", "llama3-8b-h200", {}, "--muon-tp-mode", kAbsent},
+    // parallel.optimizer_sharding layer_wise: the legacy whole-tensor deal the plan prices.
+    {"Llama8B_LayerWise",
+     "llama3-8b-h200",
+     {"parallel.optimizer_sharding=layer_wise"},
+     "--no-use-layer-wise-param-layout",
+     ""},
+    {"Llama8B_FlatKeepsTheLayout", "llama3-8b-h200", {}, "--no-use-layer-wise-param-layout", kAbsent},
     // Mixtral 8x7B (HF config): 8 experts of 14336, top-2, every layer MoE, no dense FFN.
     {"Mixtral_Ep", "mixtral-8x7b-h200", {}, "--expert-model-parallel-size", "8"},
     {"Mixtral_Etp", "mixtral-8x7b-h200", {}, "--expert-tensor-parallel-size", "1"},

@@ -259,6 +259,40 @@ TEST(ImportMegatron, OptimizerOffloadMapsToTheOffloadFraction) {
   EXPECT_EQ(Load(whole, {{"cluster.gpus_per_node", "2"}}).training.optimizer.offload_fraction, 1.0);
 }
 
+// Muon with --use-distributed-optimizer is Megatron's layer-wise optimizer
+// (arguments.py validate_args at d98e8a6); without the shard-aligned layout
+// it deals whole tensors, which the recipe prices as optimizer_sharding
+// layer_wise. Muon owns the router too (a 2-D matrix, _is_muon_excluded).
+TEST(ImportMegatron, MuonWithTheDistributedOptimizerIsLayerWise) {
+  const std::string base =
+      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
+      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n"
+      "  --max-position-embeddings: 64\n  --bf16: true\n  --optimizer: muon\n  --use-distributed-optimizer: true\n";
+  const MegatronImport legacy = ImportMegatronArgs(base + "  --no-use-layer-wise-param-layout: true\n", "m.yaml");
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_TRUE(legacy.unknown.empty());
+  const Recipe r = Load(legacy, {{"cluster.gpus_per_node", "2"}});
+  EXPECT_EQ(r.parallel.optimizer_sharding, OptimizerSharding::kLayerWise);
+  EXPECT_EQ(r.parallel.zero, 1);
+  EXPECT_EQ(r.training.optimizer.router, OptimizerKind::kMuon);
+  // With Megatron's default param layout: flat shards, and a warning that says so.
+  const MegatronImport layout = ImportMegatronArgs(base, "m.yaml");
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(Load(layout, {{"cluster.gpus_per_node", "2"}}).parallel.optimizer_sharding, OptimizerSharding::kFlat);
+  bool warned = false;
+  for (const Diagnostic& d : layout.diagnostics) {
+    warned = warned || (d.severity == Severity::kWarning && d.message.find("shard-aligned") != std::string::npos);
+  }
+  EXPECT_TRUE(warned);
+  // Adam keeps the flat distributed optimizer.
+  std::string adam = base;
+  adam.replace(adam.find("muon"), 4, "adam");
+  EXPECT_EQ(Load(ImportMegatronArgs(adam + "  --no-use-layer-wise-param-layout: true\n", "m.yaml"),
+                 {{"cluster.gpus_per_node", "2"}})
+                .parallel.optimizer_sharding,
+            OptimizerSharding::kFlat);
+}
+
 TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {
   std::vector<int> list;
   int64_t period = 0;

@@ -58,7 +58,8 @@ const Case kCases[] = {
     {"UnknownKeySuggestion", "model:\n  mamba: {d_stat: 128}\n", 2, 11, "model.mamba.d_stat",
      "unknown key; did you mean 'd_state'?"},
     {"UnknownKeyList", "parallel: {foo: 1}\n", 1, 12, "parallel.foo",
-     "unknown key; valid keys in parallel: tp, sp, cp, pp, vpp, ep, expert_tp, zero, dp_replicate, fsdp_cpu_offload, "
+     "unknown key; valid keys in parallel: tp, sp, cp, pp, vpp, ep, expert_tp, zero, dp_replicate, optimizer_sharding, "
+     "fsdp_cpu_offload, "
      "schedule, order, "
      "cp_comm, "
      "cp_recurrent, cp_load_balance, stage_boundaries"},

@@ -77,6 +77,8 @@ const Names<EmbeddingSplit> kEmbeddingSplits = {{"vocab_parallel", EmbeddingSpli
                                                 {"replicated", EmbeddingSplit::kReplicated}};
 const Names<AxisOrder> kAxisOrders = {{"tp-cp-dp-pp", AxisOrder::kTpCpDpPp}, {"tp-cp-pp-dp", AxisOrder::kTpCpPpDp}};
 const Names<CpComm> kCpComms = {{"p2p", CpComm::kP2p}, {"all_gather", CpComm::kAllGather}, {"a2a", CpComm::kA2a}};
+const Names<OptimizerSharding> kOptimizerShardings = {{"flat", OptimizerSharding::kFlat},
+                                                      {"layer_wise", OptimizerSharding::kLayerWise}};
 const Names<CpRecurrent> kCpRecurrents = {{"all_to_all", CpRecurrent::kAllToAll}, {"handoff", CpRecurrent::kHandoff}};
 
 std::string Int(int64_t x) { return fmt::format("{}", x); }
@@ -545,6 +547,12 @@ std::vector<RecipeField> MakeFields() {
                 "parallel.dp_replicate", "replicas", 1, kMaxDegree,
                 [](auto& r) -> auto& { return r.parallel.dp_replicate; }),
             "--num-distributed-optimizer-instances", "parallelism.data_parallel_replicate_degree"),
+      // Memory only: the planner prices the layer-wise all-gather as ZeRO 1's.
+      Moves(kAffectsMemory,
+            Spell(EnumField(
+                      "parallel.optimizer_sharding", "enum", kOptimizerShardings,
+                      [](auto& r) -> auto& { return r.parallel.optimizer_sharding; }),
+                  "--no-use-layer-wise-param-layout (with --optimizer muon --use-distributed-optimizer)", kNone)),
       Spell(BoolField(
                 "parallel.fsdp_cpu_offload", [](auto& r) -> auto& { return r.parallel.fsdp_cpu_offload; }),
             kNone, "training.enable_cpu_offload"),

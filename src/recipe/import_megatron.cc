@@ -154,7 +154,6 @@ const std::set<std::string> kQuiet = {
     "--use-tp-pp-dp-mapping",
     "--max-position-embeddings",
     "--enable-experimental",
-    "--no-use-layer-wise-param-layout",
     "--vocab-file",
     "--tokenizer-type",
     "--tokenizer-model",
@@ -276,6 +275,7 @@ const std::set<std::string> kMapped = {
     "--num-virtual-stages-per-pipeline-rank",
     "--sequence-parallel",
     "--use-distributed-optimizer",
+    "--no-use-layer-wise-param-layout",
     "--data-parallel-sharding-strategy",
     "--bf16",
     "--fp16",
@@ -997,6 +997,9 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   }
   Add(&l, "training.optimizer.matrices", optimizer == "muon" ? "muon" : "adamw");
   Add(&l, "training.optimizer.other", "adamw");
+  // Muon takes every 2-D parameter but the embeddings and output layer, the
+  // router included (emerging_optimizers.py _is_muon_excluded).
+  if (optimizer == "muon") Add(&l, "training.optimizer.router", "muon", "a 2-D matrix: Megatron's Muon owns it");
   if (a.Flag("--optimizer-cpu-offload")) {
     Add(&l, "training.optimizer.offload_fraction", a.Str("--optimizer-offload-fraction", "1.0"),
         "--optimizer-cpu-offload (Megatron's default fraction 1.0)");
@@ -1134,6 +1137,22 @@ void MapStageSplit(Args& a, const Stack& st, int64_t pp, int64_t* vpp, std::vect
   if (a.Flag("--overlap-moe-expert-parallel-comm")) Add(&l, "parallel.ep_comm_overlap", "true");
 }
 
+/// Whether the run is Megatron's legacy layer-wise optimizer: validate_args
+/// (arguments.py) turns --use-distributed-optimizer with a non-Adam
+/// optimizer into use_layer_wise_distributed_optimizer, and without the
+/// shard-aligned param layout LayerWiseDistributedOptimizer deals whole
+/// tensors by size (_shard_params_ping_pong). With the layout (Megatron's
+/// default) Adam's tensors go to a flat distributed optimizer and Muon's to
+/// shard-aligned buffers: priced as flat shards, with a warning.
+bool MuonLayerWise(Args& a) {
+  if (a.Str("--optimizer", "adam") != "muon" || !a.Flag("--use-distributed-optimizer")) return false;
+  if (a.Flag("--no-use-layer-wise-param-layout")) return true;
+  a.Warn("--use-distributed-optimizer",
+         "with --optimizer muon: Megatron's layer-wise optimizer with its shard-aligned param layout, priced as "
+         "flat ZeRO-1 shards (add --no-use-layer-wise-param-layout for the whole-tensor deal preflight prices)");
+  return false;
+}
+
 /// Degrees, ZeRO, schedule, rank order, stage cuts and the cluster defaults.
 void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
   const int64_t tp = a.Int("--tensor-model-parallel-size", 1);
@@ -1172,6 +1191,10 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
     zero = s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
   }
   Add(&l, "parallel.zero", zero, zero == 1 ? "--use-distributed-optimizer" : "");
+  if (MuonLayerWise(a)) {
+    Add(&l, "parallel.optimizer_sharding", "layer_wise",
+        "--optimizer muon --use-distributed-optimizer --no-use-layer-wise-param-layout");
+  }
   if (a.Has("--num-distributed-optimizer-instances")) {
     Add(&l, "parallel.dp_replicate", a.Int("--num-distributed-optimizer-instances", 1),
         "--num-distributed-optimizer-instances: ZeRO shards inside each instance");

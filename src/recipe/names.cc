@@ -201,6 +201,8 @@ const char* Name(CpComm c) {
   return "p2p";
 }
 
+const char* Name(OptimizerSharding s) { return s == OptimizerSharding::kFlat ? "flat" : "layer_wise"; }
+
 std::optional<GpuSpec> GpuPreset(const std::string& name) {
   for (const GpuSpec& spec : kPresets) {
     if (spec.name == name) return spec;

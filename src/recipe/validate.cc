@@ -48,6 +48,7 @@ class Validator {
     CheckOverlap();
     CheckOffload();
     CheckFsdpCpuOffload();
+    CheckOptimizerSharding();
     CheckFp4();
     if (layers_ok) CheckRecomputeModules();
     CheckRecomputeMethod();
@@ -477,6 +478,31 @@ class Validator {
     } else if (o.offload_fraction > 0) {
       ctx_.ErrorAt(key, "true",
                    "already moves the whole optimizer to the host; set training.optimizer.offload_fraction: 0");
+    }
+  }
+
+  /// Megatron runs its layer-wise optimizer only for Muon, on a DDP without
+  /// the distributed optimizer (arguments.py validate_args), and asserts one
+  /// optimizer instance (layer_wise_optimizer.py LayerWiseDistributedOptimizer).
+  void CheckOptimizerSharding() {
+    const char* key = "parallel.optimizer_sharding";
+    if (p_.optimizer_sharding != OptimizerSharding::kLayerWise ||
+        Bad({key, "parallel.zero", "parallel.dp_replicate", "training.optimizer.matrices"})) {
+      return;
+    }
+    if (p_.zero != 1) {
+      ctx_.ErrorAt(key, "layer_wise",
+                   fmt::format("deals whole tensors' optimizer state to the data-parallel ranks, ZeRO 1 only "
+                               "(parallel.zero is {}): set parallel.zero: 1, or optimizer_sharding: flat",
+                               p_.zero));
+    } else if (r_.training.optimizer.matrices != OptimizerKind::kMuon) {
+      ctx_.ErrorAt(key, "layer_wise",
+                   "is Megatron's optimizer for Muon (with Adam, --use-distributed-optimizer shards flat buffers): "
+                   "set training.optimizer.matrices: muon, or optimizer_sharding: flat");
+    } else if (p_.dp_replicate != 1) {
+      ctx_.ErrorAt(key, "layer_wise",
+                   "supports one optimizer instance (Megatron asserts num_distributed_optimizer_instances == 1): set "
+                   "parallel.dp_replicate: 1, or optimizer_sharding: flat");
     }
   }
 

@@ -436,7 +436,15 @@ void ZeroFlags(const Context& c, bool muon) {
     case 0: c.notes.Note("zero 0: plain data parallel, no --use-distributed-optimizer"); break;
     case 1:
       c.args.Flag("--use-distributed-optimizer");
-      if (muon) {
+      if (muon && c.r.parallel.optimizer_sharding == OptimizerSharding::kLayerWise) {
+        // Without the shard-aligned layout LayerWiseDistributedOptimizer deals
+        // whole tensors by size, as the plan prices (parallel.optimizer_sharding).
+        c.args.Flag("--no-use-layer-wise-param-layout");
+        c.notes.Note(
+            "--optimizer muon --use-distributed-optimizer --no-use-layer-wise-param-layout: Megatron's layer-wise "
+            "distributed optimizer dealing whole tensors by size, as priced (parallel.optimizer_sharding: "
+            "layer_wise)");
+      } else if (muon) {
         c.notes.Note(
             "--optimizer muon --use-distributed-optimizer: validate_args turns it into Megatron's layer-wise "
             "distributed optimizer (use_layer_wise_distributed_optimizer; --optimizer dist_muon is its "

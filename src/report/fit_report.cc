@@ -230,8 +230,8 @@ nlohmann::json LastRankJson(const MemoryEstimate& est) {
   if (est.stages.empty()) return nlohmann::json::object();
   const RankMemory& m = est.stages.back();
   return {{"pipeline_rank", est.stages.size() - 1},
-          {"allocated_static_bytes", m.allocated_static.count()},
-          {"allocated_peak_bytes", m.allocated_peak.count()}};
+          {"allocated_static_bytes", m.last_rank_allocated_static.count()},
+          {"allocated_peak_bytes", m.last_rank_allocated_peak.count()}};
 }
 
 }  // namespace

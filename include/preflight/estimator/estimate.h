@@ -65,6 +65,13 @@ struct RankMemory {
   /// torch.cuda.max_memory_allocated()).
   Bytes allocated_static;
   Bytes allocated_peak;
+  /// The same two figures for the stage's last data-parallel rank (Megatron
+  /// logs the last global rank): equal to them, except under
+  /// parallel.optimizer_sharding: layer_wise, where whole tensors' optimizer
+  /// state is dealt out by size and the last rank may own less than the
+  /// heaviest (docs/allocated.md).
+  Bytes last_rank_allocated_static;
+  Bytes last_rank_allocated_peak;
   /// Host memory this rank's offloaded optimizer state takes
   /// (training.optimizer.offload_fraction): fp32 param, grad, Adam m and v.
   Bytes host;

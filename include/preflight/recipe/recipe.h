@@ -116,6 +116,14 @@ enum class AxisOrder { kTpCpDpPp, kTpCpPpDp };
 const char* Name(AxisOrder o);
 enum class CpComm { kP2p, kAllGather, kA2a };
 const char* Name(CpComm c);
+/// How ZeRO 1 spreads the optimizer state over the data-parallel ranks:
+/// element shards of flat buffers (Megatron's distributed optimizer, FSDP), or
+/// whole tensors dealt to ranks by size (Megatron's layer-wise distributed
+/// optimizer: --optimizer muon --use-distributed-optimizer
+/// --no-use-layer-wise-param-layout).
+enum class OptimizerSharding { kFlat, kLayerWise };
+/// "flat", "layer_wise" (the recipe's parallel.optimizer_sharding values).
+const char* Name(OptimizerSharding s);
 /// How M and R blocks run under context parallelism: Megatron's all-to-all
 /// (sequence-split -> head-split around the mixer, docs/formulas.md §7.2) or a state
 /// hand-off along the CP chain (conv tail + recurrent state, [OURS]).
@@ -318,6 +326,8 @@ struct ParallelConfig {
   /// all-reduce their shards (Megatron --num-distributed-optimizer-instances,
   /// torchtitan data_parallel_replicate_degree).
   int64_t dp_replicate = 1;
+  /// ZeRO 1's unit of ownership (OptimizerSharding); layer_wise needs zero 1.
+  OptimizerSharding optimizer_sharding = OptimizerSharding::kFlat;
   /// FSDP2's CPU offload (torchtitan training.enable_cpu_offload,
   /// CPUOffloadPolicy): with ZeRO 3, the sharded fp32 params, their grads and
   /// the AdamW state live in host memory and the optimizer steps on the CPU;
