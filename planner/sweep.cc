@@ -24,6 +24,7 @@
 #include "preflight/estimator/estimate.h"
 #include "preflight/estimator/estimate_by_zero.h"
 #include "preflight/recipe/fields.h"
+#include "preflight/recipe/first_error.h"
 #include "preflight/recipe/partition.h"
 
 namespace preflight {
@@ -67,12 +68,16 @@ bool HasMoe(const Recipe& r) {
   return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
 }
 
-// The first error, as one line: "parallel.tp = 3: must divide ...".
+// An error as one line: "parallel.tp = 3: must divide ...".
+std::string OneLine(const Diagnostic& d) {
+  return d.value.empty() ? fmt::format("{}: {}", d.key_path, d.message)
+                         : fmt::format("{} = {}: {}", d.key_path, d.value, d.message);
+}
+
+// The first error, as one line; "" when there is none.
 std::string FirstError(const std::vector<Diagnostic>& ds) {
   for (const Diagnostic& d : ds) {
-    if (d.severity != Severity::kError) continue;
-    return d.value.empty() ? fmt::format("{}: {}", d.key_path, d.message)
-                           : fmt::format("{} = {}: {}", d.key_path, d.value, d.message);
+    if (d.severity == Severity::kError) return OneLine(d);
   }
   return "";
 }
@@ -377,7 +382,9 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   };
 
   Layout layout;
-  std::string error = FirstError(ValidateRecipe(r));
+  // Only the first error is shown: the others are not formatted.
+  const std::optional<Diagnostic> recipe_error = FirstRecipeError(r);
+  std::string error = recipe_error ? OneLine(*recipe_error) : "";
   if (error.empty()) {
     layout = LayoutOf(r);
     error = FirstError(ValidateForPlan(r, layout));
