@@ -194,6 +194,7 @@ struct CommSlot {
   const StagePlan* stages = nullptr;
   int rerun_key = 0;
   std::vector<StageComm> comm;
+  std::vector<planner_internal::RankOptimizer> optimizer;  // each rank's, shared by the ZeRO stages
   StepTime time;  // the last step time priced on it, kept for its storage
 };
 
@@ -327,9 +328,11 @@ void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& lay
       }
     }
     if (sibling != nullptr) {
-      BuildStageComm(inv, tables, layout, stages, locality, cost, sibling->comm, &slot.comm);
+      planner_internal::BuildStageCommForZero(inv, tables, layout, stages, locality, cost, sibling->comm,
+                                              sibling->optimizer, &slot.comm);
+      slot.optimizer = sibling->optimizer;  // this slot may be the next one's sibling
     } else {
-      BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+      planner_internal::BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm, &slot.optimizer);
     }
     slot.stages = &stages;
     slot.rerun_key = rerun_key;
