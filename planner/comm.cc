@@ -13,12 +13,12 @@ namespace preflight {
 
 using planner_internal::BlockRecomputeEnd;
 using planner_internal::ChunkCounts;
+using planner_internal::DpBuffers;
 using planner_internal::FamilyCounts;
-using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
+using planner_internal::RankBuffers;
 using planner_internal::RankChunk;
-using planner_internal::RankChunks;
-using planner_internal::SameRanks;
+using planner_internal::RankOptimizer;
 
 Bytes StageComm::send_total() const {
   Bytes total;
@@ -594,47 +594,6 @@ void AddEndTensor(const ParamTensor& t, const Inventory& inv, const Layout& l, L
   if (t.dtype == DType::kFp32) u->fp32[c][o] = CheckedAdd(u->fp32[c][o], n);
 }
 
-// What the data-parallel collectives of one rank move, summed over its units'
-// flat buffers. A buffer of n elements is padded to n_pad = RoundUp(n, D) with
-// D its group (d*c dense, d_e expert) and the ring collectives move n_pad
-// elements (Megatron pads its grad buffers so they split evenly;
-// simulator/dist_optimizer.h).
-struct DpBuffers {
-  std::array<int64_t, 2> padded{};       // [dense, expert]: sum of n_pad (grads, beta_g each)
-  std::array<int64_t, 2> param_bytes{};  // sum of n_pad * the buffer's element bytes (param gathers)
-  std::array<int64_t, 2> muon{};         // sum of n_pad over Muon buffers (momentum gathers)
-  std::array<int64_t, 2> units{};        // units with a dense / expert buffer: ZeRO 2/3 collectives per round
-  int64_t replicated = 0;                // REP elements all-reduced over TP: all with SP (norms, router), else qk norms
-  int64_t replicated_padded = 0;         // sum over units of RoundUp(REP_u, t): ZeRO 2/3 reduce them unit by unit
-  int64_t replicated_units = 0;          // units with REP elements
-
-  DpBuffers& operator+=(const DpBuffers& o) {
-    for (size_t g = 0; g < 2; ++g) {
-      padded[g] = CheckedAdd(padded[g], o.padded[g]);
-      param_bytes[g] = CheckedAdd(param_bytes[g], o.param_bytes[g]);
-      muon[g] = CheckedAdd(muon[g], o.muon[g]);
-      units[g] = CheckedAdd(units[g], o.units[g]);
-    }
-    replicated = CheckedAdd(replicated, o.replicated);
-    replicated_padded = CheckedAdd(replicated_padded, o.replicated_padded);
-    replicated_units = CheckedAdd(replicated_units, o.replicated_units);
-    return *this;
-  }
-  DpBuffers Times(int64_t n) const {
-    DpBuffers out;
-    for (size_t g = 0; g < 2; ++g) {
-      out.padded[g] = CheckedMul(padded[g], n);
-      out.param_bytes[g] = CheckedMul(param_bytes[g], n);
-      out.muon[g] = CheckedMul(muon[g], n);
-      out.units[g] = CheckedMul(units[g], n);
-    }
-    out.replicated = CheckedMul(replicated, n);
-    out.replicated_padded = CheckedMul(replicated_padded, n);
-    out.replicated_units = CheckedMul(replicated_units, n);
-    return out;
-  }
-};
-
 // The groups and element size the buffers of one layout are padded with.
 struct DpGroups {
   std::array<int64_t, 2> size{};  // D: the ZeRO groups [dense d*c, expert d_e] (per HSDP replica)
@@ -678,16 +637,6 @@ DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
   }
   return b;
 }
-
-// The buffers of a rank's units, and (ZeRO 2/3 only) of the units at the
-// ends of its chunks: the first unit of a chunk (the embedding or its first
-// layer) runs first in forward and last in backward, the last unit (the head
-// or its last layer) the other way round. Summed over the rank's chunks.
-struct RankBuffers {
-  DpBuffers all;
-  DpBuffers first;
-  DpBuffers last;
-};
 
 // A family's per-layer buffers, worked out from the first of its layers that
 // the walk meets (a uniform family's, from any of its layers).
@@ -755,7 +704,9 @@ bool CountUniformLayers(const Inventory& inv, const PlanTables& t, const Layout&
 RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
                       std::span<const RankChunk> chunks) {
   RankBuffers rb;
-  const bool edges = l.zero >= 2;
+  // The chunks' end units are summed under every ZeRO stage (only ZeRO 2/3
+  // read them): a rank's buffers then serve all of an item's ZeRO stages.
+  const bool edges = true;
   DpBuffers& b = rb.all;
   const ModelConfig& m = inv.recipe.model;
   const DpGroups dg{ZeroGroups(l), s.param, l.tp, l.sequence_parallel()};
@@ -815,21 +766,28 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
 //   rank's shard (a 1/D slice of the same buffers) across the r replicas
 //   (Megatron: the inter-instance all-reduce after the intra-instance
 //   reduce-scatter; FSDP2 HSDP likewise).
-void AddOptimizer(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
-                  std::span<const RankChunk> chunks, ItemList* items, Bytes* host_transfer) {
-  ParamTotals p;
-  bool emb = false, head = false;
+RankOptimizer OptimizerOf(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+                          std::span<const RankChunk> chunks) {
+  RankOptimizer o;
   for (const RankChunk& c : chunks) {
-    p += ParamsOf(t, c.range.first_layer, c.range.end_layer);
-    emb = emb || c.range.owns_embedding;
-    head = head || c.range.owns_head;
+    o.params += ParamsOf(t, c.range.first_layer, c.range.end_layer);
+    o.embedding = o.embedding || c.range.owns_embedding;
+    o.head = o.head || c.range.owns_head;
   }
   // The MTP modules' matrices live with the head and are Muon's like the
   // layers' (their TP and expert-TP gathers below).
-  if (head) p += inv.mtp_totals;
+  if (o.head) o.params += inv.mtp_totals;
+  o.buffers = BuffersOf(inv, t, l, s, chunks);
+  return o;
+}
+
+void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const RankOptimizer& o,
+                  std::span<const RankChunk> chunks, ItemList* items, Bytes* host_transfer) {
+  const ParamTotals& p = o.params;
+  const bool emb = o.embedding, head = o.head;
   const ModelConfig& m = inv.recipe.model;
   const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
-  const RankBuffers rb = BuffersOf(inv, t, l, s, chunks);
+  const RankBuffers& rb = o.buffers;
   const DpBuffers& buffers = rb.all;
   // Per-unit traffic runs in every micro-batch of a chunk; FillRankChunks gives all
   // chunks of a rank the same count (m, DualPipe m/2).
@@ -993,7 +951,17 @@ void AddRouterBias(const Inventory& inv, const PlanTables& t, const Layout& l, s
 
 void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out) {
+  thread_local std::vector<RankOptimizer> optimizer;  // per-thread, as below
+  planner_internal::BuildStageComm(inv, t, l, stages, locality, cost, out, &optimizer);
+}
+
+namespace planner_internal {
+
+void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out,
+                    std::vector<RankOptimizer>* optimizer) {
   out->resize(static_cast<size_t>(l.pp));
+  optimizer->resize(static_cast<size_t>(l.pp));
   const Sizes s = SizesOf(inv, t, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
   const int64_t n_chunks = static_cast<int64_t>(stages.chunks.size());
@@ -1023,14 +991,16 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     AddPp(l, s, chunks, n_chunks, &items);
     AddEp(t, l, s, chunks, rerun, &items);
     sc.pipeline_items = sc.items.size();
-    AddOptimizer(inv, t, l, s, chunks, &items, &sc.host_transfer);
+    RankOptimizer& o = (*optimizer)[static_cast<size_t>(r)];
+    o = OptimizerOf(inv, t, l, s, chunks);
+    AddOptimizer(inv, l, s, o, chunks, &items, &sc.host_transfer);
     AddRouterBias(inv, t, l, chunks, &items);
   }
 }
 
-void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
-                    const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
-                    std::vector<StageComm>* out) {
+void BuildStageCommForZero(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                           const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
+                           const std::vector<RankOptimizer>& optimizer, std::vector<StageComm>* out) {
   out->resize(static_cast<size_t>(l.pp));
   const Sizes s = SizesOf(inv, t, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
@@ -1051,9 +1021,11 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     sc.items.assign(from.items.begin(), pipeline_end);
     sc.host_transfer = Bytes(0);
     ItemList items(locality, links, cost, &sc.items);
-    AddOptimizer(inv, t, l, s, by_rank.On(r), &items, &sc.host_transfer);
+    AddOptimizer(inv, l, s, optimizer[static_cast<size_t>(r)], by_rank.On(r), &items, &sc.host_transfer);
     AddRouterBias(inv, t, l, by_rank.On(r), &items);
   }
 }
+
+}  // namespace planner_internal
 
 }  // namespace preflight

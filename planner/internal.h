@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "preflight/inventory/inventory.h"
+#include "preflight/planner/comm.h"
 #include "preflight/planner/compute.h"
 #include "preflight/planner/plan.h"
+#include "preflight/recipe/units.h"
 
 namespace preflight::planner_internal {
 
@@ -74,5 +76,80 @@ struct ChunkCompute {
   std::array<int64_t, 5> counts{};                 // its layers per family (ChunkCounts)
 };
 ChunkCompute ComputeOf(const ComputeTimes& times, const PlanTables& t, const StageChunk& range);
+
+// What the data-parallel collectives of one rank move, summed over its units'
+// flat buffers. A buffer of n elements is padded to n_pad = RoundUp(n, D) with
+// D its group (d*c dense, d_e expert) and the ring collectives move n_pad
+// elements (Megatron pads its grad buffers so they split evenly;
+// simulator/dist_optimizer.h).
+struct DpBuffers {
+  std::array<int64_t, 2> padded{};       // [dense, expert]: sum of n_pad (grads, beta_g each)
+  std::array<int64_t, 2> param_bytes{};  // sum of n_pad * the buffer's element bytes (param gathers)
+  std::array<int64_t, 2> muon{};         // sum of n_pad over Muon buffers (momentum gathers)
+  std::array<int64_t, 2> units{};        // units with a dense / expert buffer: ZeRO 2/3 collectives per round
+  int64_t replicated = 0;                // REP elements all-reduced over TP: all with SP (norms, router), else qk norms
+  int64_t replicated_padded = 0;         // sum over units of RoundUp(REP_u, t): ZeRO 2/3 reduce them unit by unit
+  int64_t replicated_units = 0;          // units with REP elements
+
+  DpBuffers& operator+=(const DpBuffers& o) {
+    for (size_t g = 0; g < 2; ++g) {
+      padded[g] = CheckedAdd(padded[g], o.padded[g]);
+      param_bytes[g] = CheckedAdd(param_bytes[g], o.param_bytes[g]);
+      muon[g] = CheckedAdd(muon[g], o.muon[g]);
+      units[g] = CheckedAdd(units[g], o.units[g]);
+    }
+    replicated = CheckedAdd(replicated, o.replicated);
+    replicated_padded = CheckedAdd(replicated_padded, o.replicated_padded);
+    replicated_units = CheckedAdd(replicated_units, o.replicated_units);
+    return *this;
+  }
+  DpBuffers Times(int64_t n) const {
+    DpBuffers out;
+    for (size_t g = 0; g < 2; ++g) {
+      out.padded[g] = CheckedMul(padded[g], n);
+      out.param_bytes[g] = CheckedMul(param_bytes[g], n);
+      out.muon[g] = CheckedMul(muon[g], n);
+      out.units[g] = CheckedMul(units[g], n);
+    }
+    out.replicated = CheckedMul(replicated, n);
+    out.replicated_padded = CheckedMul(replicated_padded, n);
+    out.replicated_units = CheckedMul(replicated_units, n);
+    return out;
+  }
+};
+
+// The buffers of a rank's units, and of the units at the ends of its chunks
+// (read under ZeRO 2/3 only): the first unit of a chunk (the embedding or its first
+// layer) runs first in forward and last in backward, the last unit (the head
+// or its last layer) the other way round. Summed over the rank's chunks.
+struct RankBuffers {
+  DpBuffers all;
+  DpBuffers first;
+  DpBuffers last;
+};
+
+/// What of a pipeline rank's data-parallel and optimizer communication does
+/// not depend on the ZeRO stage: its parameters, whether it holds the
+/// embedding or the head, and its padded buffers.
+struct RankOptimizer {
+  ParamTotals params;
+  bool embedding = false;
+  bool head = false;
+  RankBuffers buffers;
+};
+
+/// BuildStageComm (comm.h) that also keeps each rank's RankOptimizer in
+/// `optimizer` (the entries of ranks priced as an earlier one are not set).
+void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& layout, const StagePlan& stages,
+                    const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out,
+                    std::vector<RankOptimizer>* optimizer);
+/// The communication of a layout that differs from the one `built` (and
+/// `optimizer`) was built for, with these stages, only in its ZeRO stage, as
+/// a sweep's rows of one item do: each rank's TP, CP, PP and EP items are
+/// taken from `built`, the data-parallel and optimizer items priced for
+/// layout.zero from the rank's kept RankOptimizer.
+void BuildStageCommForZero(const Inventory& inv, const PlanTables& t, const Layout& layout, const StagePlan& stages,
+                           const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
+                           const std::vector<RankOptimizer>& optimizer, std::vector<StageComm>* out);
 
 }  // namespace preflight::planner_internal

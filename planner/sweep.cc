@@ -24,6 +24,7 @@
 #include "preflight/estimator/estimate.h"
 #include "preflight/estimator/estimate_by_zero.h"
 #include "preflight/recipe/fields.h"
+#include "preflight/recipe/first_error.h"
 #include "preflight/recipe/partition.h"
 
 namespace preflight {
@@ -67,12 +68,16 @@ bool HasMoe(const Recipe& r) {
   return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
 }
 
-// The first error, as one line: "parallel.tp = 3: must divide ...".
+// An error as one line: "parallel.tp = 3: must divide ...".
+std::string OneLine(const Diagnostic& d) {
+  return d.value.empty() ? fmt::format("{}: {}", d.key_path, d.message)
+                         : fmt::format("{} = {}: {}", d.key_path, d.value, d.message);
+}
+
+// The first error, as one line; "" when there is none.
 std::string FirstError(const std::vector<Diagnostic>& ds) {
   for (const Diagnostic& d : ds) {
-    if (d.severity != Severity::kError) continue;
-    return d.value.empty() ? fmt::format("{}: {}", d.key_path, d.message)
-                           : fmt::format("{} = {}: {}", d.key_path, d.value, d.message);
+    if (d.severity == Severity::kError) return OneLine(d);
   }
   return "";
 }
@@ -189,6 +194,7 @@ struct CommSlot {
   const StagePlan* stages = nullptr;
   int rerun_key = 0;
   std::vector<StageComm> comm;
+  std::vector<planner_internal::RankOptimizer> optimizer;  // each rank's, shared by the ZeRO stages
   StepTime time;  // the last step time priced on it, kept for its storage
 };
 
@@ -322,9 +328,11 @@ void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& lay
       }
     }
     if (sibling != nullptr) {
-      BuildStageComm(inv, tables, layout, stages, locality, cost, sibling->comm, &slot.comm);
+      planner_internal::BuildStageCommForZero(inv, tables, layout, stages, locality, cost, sibling->comm,
+                                              sibling->optimizer, &slot.comm);
+      slot.optimizer = sibling->optimizer;  // this slot may be the next one's sibling
     } else {
-      BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm);
+      planner_internal::BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm, &slot.optimizer);
     }
     slot.stages = &stages;
     slot.rerun_key = rerun_key;
@@ -377,7 +385,9 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   };
 
   Layout layout;
-  std::string error = FirstError(ValidateRecipe(r));
+  // Only the first error is shown: the others are not formatted.
+  const std::optional<Diagnostic> recipe_error = FirstRecipeError(r);
+  std::string error = recipe_error ? OneLine(*recipe_error) : "";
   if (error.empty()) {
     layout = LayoutOf(r);
     error = FirstError(ValidateForPlan(r, layout));

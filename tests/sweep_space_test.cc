@@ -12,6 +12,7 @@
 #include "preflight/inventory/inventory.h"
 #include "preflight/planner/plan.h"
 #include "preflight/planner/sweep.h"
+#include "preflight/recipe/first_error.h"
 #include "preflight/recipe/recipe.h"
 #include "preflight/report/sweep_report.h"
 #include "support/shipped_recipes.h"
@@ -217,6 +218,54 @@ TEST(SweepSpace, ReasonsDoNotNeedTheRecipeText) {
     EXPECT_EQ(with_text[i].message, without[i].message) << i;
     EXPECT_EQ(with_text[i].severity, without[i].severity) << i;
   }
+}
+
+// The sweep's reason comes from FirstRecipeError, which builds only the error
+// that file order puts first: on a grid of degrees that breaks rules on
+// several lines (and with parallel.tp set by --set, which sorts after the file),
+// it is ValidateRecipe's first error, field for field.
+TEST(SweepSpace, FirstRecipeErrorIsValidateRecipesFirst) {
+  int invalid = 0;
+  int several = 0;  // layouts with more than one error: the order decides
+  const auto check = [&](const Recipe& r) {
+    const std::vector<Diagnostic> all = ValidateRecipe(r);
+    const auto first =
+        std::find_if(all.begin(), all.end(), [](const Diagnostic& d) { return d.severity == Severity::kError; });
+    const std::optional<Diagnostic> got = FirstRecipeError(r);
+    ASSERT_EQ(got.has_value(), first != all.end()) << r.parallel.tp << " " << r.parallel.pp;
+    if (!got) return;
+    ++invalid;
+    several +=
+        std::count_if(all.begin(), all.end(), [](const Diagnostic& d) { return d.severity == Severity::kError; }) > 1;
+    EXPECT_EQ(got->key_path, first->key_path);
+    EXPECT_EQ(got->value, first->value);
+    EXPECT_EQ(got->message, first->message);
+    EXPECT_EQ(got->file, first->file);
+    EXPECT_EQ(got->mark.line, first->mark.line);
+    EXPECT_EQ(got->mark.column, first->mark.column);
+    EXPECT_EQ(got->source_line, first->source_line);
+  };
+  LoadResult with_set = LoadRecipeFile(SourcePath("recipes/jamba-v0.1-h200.yaml"), {{"parallel.tp", "1"}});
+  ASSERT_TRUE(with_set.ok());
+  for (Recipe base : {Load("recipes/jamba-v0.1-h200.yaml"), Load("recipes/deepseek-v3-h200.yaml"),
+                      Load("recipes/nam56r-h200.yaml"), *with_set.recipe}) {
+    for (int64_t tp : {1, 2, 3, 4, 8}) {
+      for (int64_t pp : {1, 2, 3, 5}) {
+        for (int64_t ep : {1, 2, 3}) {
+          for (int64_t mb : {1, 3}) {
+            Recipe r = base;
+            r.parallel.tp = tp;
+            r.parallel.pp = pp;
+            r.parallel.ep = ep;
+            r.training.micro_batch = mb;
+            check(r);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(invalid, 300);
+  EXPECT_GT(several, 200);
 }
 
 // Why nothing fits, on the same hand-counted space: the 80 invalid rows blame

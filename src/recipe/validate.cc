@@ -6,11 +6,13 @@
 #include <array>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "preflight/recipe/first_error.h"
 #include "preflight/recipe/partition.h"
 #include "recipe_bounds.h"
 #include "schema.h"
@@ -77,7 +79,7 @@ class Validator {
 
   /// Reports "parallel.tp = t: must divide <what>; try ..." for divisors of n.
   void TpMustDivide(int64_t n, const std::string& what) {
-    ctx_.ErrorAt("parallel.tp", Str(p_.tp), fmt::format("must divide {}{}", what, TryDivisorsOf(n, p_.tp)));
+    ctx_.ErrorAt("parallel.tp", Str(p_.tp), "must divide {}{}", what, TryDivisorsOf(n, p_.tp));
   }
 
   void CheckAttention() {
@@ -85,8 +87,8 @@ class Validator {
     if (Bad({"model.attention"})) return;
     if (a.heads % a.kv_heads != 0) {
       ctx_.ErrorAt("model.attention.kv_heads", Str(a.kv_heads),
-                   fmt::format("must divide model.attention.heads ({}) for grouped-query attention{}", a.heads,
-                               TryDivisorsOf(a.heads, a.kv_heads)));
+                   "must divide model.attention.heads ({}) for grouped-query attention{}", a.heads,
+                   TryDivisorsOf(a.heads, a.kv_heads));
       return;
     }
     if (Bad({"parallel.tp"})) return;
@@ -101,9 +103,9 @@ class Validator {
       const int64_t local = std::gcd(a.heads, a.kv_heads) / p_.tp;
       if (local % p_.cp != 0) {
         ctx_.ErrorAt("parallel.cp", Str(p_.cp),
-                     fmt::format("cp_comm a2a splits the attention heads over cp: heads/tp ({}) and kv_heads/tp ({}) "
-                                 "must both be divisible by cp{}, or use cp_comm p2p",
-                                 a.heads / p_.tp, a.kv_heads / p_.tp, TryDivisorsOf(local, p_.cp)));
+                     "cp_comm a2a splits the attention heads over cp: heads/tp ({}) and kv_heads/tp ({}) "
+                     "must both be divisible by cp{}, or use cp_comm p2p",
+                     a.heads / p_.tp, a.kv_heads / p_.tp, TryDivisorsOf(local, p_.cp));
       }
     }
   }
@@ -118,9 +120,9 @@ class Validator {
     if (p_.cp > 1 && p_.cp_comm == CpComm::kA2a && !Bad({"parallel.cp", "parallel.cp_comm"}) &&
         (heads / p_.tp) % p_.cp != 0) {
       ctx_.ErrorAt("parallel.cp", Str(p_.cp),
-                   fmt::format("cp_comm a2a splits the attention heads over cp: model.mla.heads/tp ({}) must be "
-                               "divisible by cp{}, or use cp_comm p2p",
-                               heads / p_.tp, TryDivisorsOf(heads / p_.tp, p_.cp)));
+                   "cp_comm a2a splits the attention heads over cp: model.mla.heads/tp ({}) must be "
+                   "divisible by cp{}, or use cp_comm p2p",
+                   heads / p_.tp, TryDivisorsOf(heads / p_.tp, p_.cp));
     }
   }
 
@@ -130,17 +132,16 @@ class Validator {
     const int64_t inner = m.Inner(r_.model.hidden);  // bounded: <= 2^34 either way
     if (m.heads == 0 && inner % m.head_dim != 0) {
       ctx_.ErrorAt("model.mamba.head_dim", Str(m.head_dim),
-                   fmt::format("must divide the Mamba inner width expand x hidden = {} x {} = {}{}, or set "
-                               "model.mamba.heads",
-                               m.expand, r_.model.hidden, inner, TryDivisorsOf(inner, m.head_dim)));
+                   "must divide the Mamba inner width expand x hidden = {} x {} = {}{}, or set "
+                   "model.mamba.heads",
+                   m.expand, r_.model.hidden, inner, TryDivisorsOf(inner, m.head_dim));
       return;
     }
     const int64_t heads = m.Heads(r_.model.hidden);
     const std::string heads_from = m.heads > 0 ? "model.mamba.heads" : "expand x hidden / head_dim";
     if (heads % m.groups != 0) {
-      ctx_.ErrorAt(
-          "model.mamba.groups", Str(m.groups),
-          fmt::format("must divide the Mamba head count {} = {}{}", heads_from, heads, TryDivisorsOf(heads, m.groups)));
+      ctx_.ErrorAt("model.mamba.groups", Str(m.groups), "must divide the Mamba head count {} = {}{}", heads_from, heads,
+                   TryDivisorsOf(heads, m.groups));
       return;
     }
     if (Bad({"parallel.tp"})) return;
@@ -167,12 +168,11 @@ class Validator {
       return local_heads % c == 0 && (local_groups % c == 0 || c % local_groups == 0);
     };
     if (valid(p_.cp)) return;
-    ctx_.ErrorAt(
-        "parallel.cp", Str(p_.cp),
-        fmt::format("Mamba all-to-all context parallelism needs heads/tp ({}) divisible by cp and groups/tp "
-                    "({}) divisible by cp or dividing it (docs/formulas.md §1.4); {}, or set parallel.cp_recurrent: "
-                    "handoff",
-                    local_heads, local_groups, TryText(NearestValid(p_.cp, 1, local_heads, valid))));
+    ctx_.ErrorAt("parallel.cp", Str(p_.cp),
+                 "Mamba all-to-all context parallelism needs heads/tp ({}) divisible by cp and groups/tp "
+                 "({}) divisible by cp or dividing it (docs/formulas.md §1.4); {}, or set parallel.cp_recurrent: "
+                 "handoff",
+                 local_heads, local_groups, TryText(NearestValid(p_.cp, 1, local_heads, valid)));
   }
 
   /// Sequence chunks a CP rank's positions are cut into: 2*cp with causal
@@ -190,11 +190,10 @@ class Validator {
     const int64_t per_rank_chunks = p_.cp_load_balance ? 2 : 1;
     const int64_t max_cp = tail > 0 ? s / (per_rank_chunks * tail) : p_.cp;
     ctx_.ErrorAt("parallel.cp", Str(p_.cp),
-                 fmt::format("the context-parallel state hand-off needs every sequence chunk (seq_len / {} = {} "
-                             "positions) to hold the conv tail of {} - 1 = {} positions; {}",
-                             CpChunks(), s / CpChunks(), conv_key, tail,
-                             max_cp >= 1 ? fmt::format("use cp <= {}", max_cp)
-                                         : std::string("use a longer training.seq_len")));
+                 "the context-parallel state hand-off needs every sequence chunk (seq_len / {} = {} "
+                 "positions) to hold the conv tail of {} - 1 = {} positions; {}",
+                 CpChunks(), s / CpChunks(), conv_key, tail,
+                 max_cp >= 1 ? fmt::format("use cp <= {}", max_cp) : std::string("use a longer training.seq_len"));
   }
 
   void CheckRecurrent() {
@@ -202,8 +201,8 @@ class Validator {
     if (Bad({"model.recurrent"})) return;
     if (rc.width % rc.heads != 0) {
       ctx_.ErrorAt("model.recurrent.heads", Str(rc.heads),
-                   fmt::format("must divide model.recurrent.width ({}) into equal gate blocks{}", rc.width,
-                               TryDivisorsOf(rc.width, rc.heads)));
+                   "must divide model.recurrent.width ({}) into equal gate blocks{}", rc.width,
+                   TryDivisorsOf(rc.width, rc.heads));
       return;
     }
     if (Bad({"parallel.tp"})) return;
@@ -220,9 +219,9 @@ class Validator {
     const int64_t local_blocks = rc.heads / p_.tp;
     if (local_blocks % p_.cp == 0) return;
     ctx_.ErrorAt("parallel.cp", Str(p_.cp),
-                 fmt::format("recurrent all-to-all context parallelism needs model.recurrent.heads/tp ({}) divisible "
-                             "by cp{}, or set parallel.cp_recurrent: handoff",
-                             local_blocks, TryDivisorsOf(local_blocks, p_.cp)));
+                 "recurrent all-to-all context parallelism needs model.recurrent.heads/tp ({}) divisible "
+                 "by cp{}, or set parallel.cp_recurrent: handoff",
+                 local_blocks, TryDivisorsOf(local_blocks, p_.cp));
   }
 
   void CheckDenseMlp() {
@@ -235,27 +234,26 @@ class Validator {
     const MoeConfig& e = r_.model.moe;
     if (Bad({"model.moe"})) return;
     if (e.top_k > e.experts) {
-      ctx_.ErrorAt("model.moe.top_k", Str(e.top_k),
-                   fmt::format("must not exceed model.moe.experts ({}); valid range is [1, {}]", e.experts, e.experts));
+      ctx_.ErrorAt("model.moe.top_k", Str(e.top_k), "must not exceed model.moe.experts ({}); valid range is [1, {}]",
+                   e.experts, e.experts);
     }
     const int64_t shared = e.SharedWidth();
     if (!Bad({"parallel.tp"}) && shared > 0 && shared % p_.tp != 0) {
       TpMustDivide(shared, fmt::format("the shared-expert FFN width ({})", shared));
     }
     if (!Bad({"parallel.ep"}) && e.experts % p_.ep != 0) {
-      ctx_.ErrorAt("parallel.ep", Str(p_.ep),
-                   fmt::format("must divide model.moe.experts ({}){}", e.experts, TryDivisorsOf(e.experts, p_.ep)));
+      ctx_.ErrorAt("parallel.ep", Str(p_.ep), "must divide model.moe.experts ({}){}", e.experts,
+                   TryDivisorsOf(e.experts, p_.ep));
     }
     if (!Bad({"parallel.expert_tp"}) && e.ffn_hidden % p_.expert_tp != 0) {
-      ctx_.ErrorAt("parallel.expert_tp", Str(p_.expert_tp),
-                   fmt::format("must divide model.moe.ffn_hidden ({}){}", e.ffn_hidden,
-                               TryDivisorsOf(e.ffn_hidden, p_.expert_tp)));
+      ctx_.ErrorAt("parallel.expert_tp", Str(p_.expert_tp), "must divide model.moe.ffn_hidden ({}){}", e.ffn_hidden,
+                   TryDivisorsOf(e.ffn_hidden, p_.expert_tp));
     }
     if (!Bad({"parallel.tp", "parallel.sp"}) && p_.tp > 1 && !p_.sp) {
       ctx_.ErrorAt("parallel.sp", "false",
-                   fmt::format("must be true: Megatron requires sequence parallelism for MoE layers when tp > 1 "
-                               "(tp = {})",
-                               p_.tp));
+                   "must be true: Megatron requires sequence parallelism for MoE layers when tp > 1 "
+                   "(tp = {})",
+                   p_.tp);
     }
   }
 
@@ -337,9 +335,9 @@ class Validator {
     if (r_.training.recompute != Recompute::kSelective) {
       if (ctx_.IsWritten(key)) {
         ctx_.ErrorAt(key, text,
-                     fmt::format("applies only under training.recompute: selective (it is {}); remove it "
-                                 "or set recompute: selective",
-                                 Name(r_.training.recompute)));
+                     "applies only under training.recompute: selective (it is {}); remove it "
+                     "or set recompute: selective",
+                     Name(r_.training.recompute));
       }
       return;
     }
@@ -381,9 +379,9 @@ class Validator {
     for (const auto& [key, value, set] : keys) {
       if (set && ctx_.IsWritten(key) && !Bad({key})) {
         ctx_.ErrorAt(key, value,
-                     fmt::format("applies only under training.recompute: full (it is {}); remove it or set "
-                                 "recompute: full",
-                                 Name(t.recompute)));
+                     "applies only under training.recompute: full (it is {}); remove it or set "
+                     "recompute: full",
+                     Name(t.recompute));
       }
     }
   }
@@ -434,10 +432,9 @@ class Validator {
         if (GpuPreset(name)->fp4_dense_tflops > 0) with.push_back(name);
       }
       ctx_.ErrorAt(key, value,
-                   fmt::format("needs FP4 tensor cores, and {} has none (fp4_dense_tflops 0); presets with them: {} "
-                               "(or a cluster.device with fp4_dense_tflops > 0), or set fp4: none",
-                               r_.cluster.gpu.empty() ? std::string("the cluster.device") : r_.cluster.gpu,
-                               fmt::join(with, ", ")));
+                   "needs FP4 tensor cores, and {} has none (fp4_dense_tflops 0); presets with them: {} "
+                   "(or a cluster.device with fp4_dense_tflops > 0), or set fp4: none",
+                   r_.cluster.gpu.empty() ? std::string("the cluster.device") : r_.cluster.gpu, fmt::join(with, ", "));
     }
     if (!r_.training.transformer_engine && !Bad({"training.transformer_engine"})) {
       ctx_.ErrorAt(key, value,
@@ -492,9 +489,9 @@ class Validator {
     }
     if (p_.zero != 1) {
       ctx_.ErrorAt(key, "layer_wise",
-                   fmt::format("deals whole tensors' optimizer state to the data-parallel ranks, ZeRO 1 only "
-                               "(parallel.zero is {}): set parallel.zero: 1, or optimizer_sharding: flat",
-                               p_.zero));
+                   "deals whole tensors' optimizer state to the data-parallel ranks, ZeRO 1 only "
+                   "(parallel.zero is {}): set parallel.zero: 1, or optimizer_sharding: flat",
+                   p_.zero);
     } else if (r_.training.optimizer.matrices != OptimizerKind::kMuon) {
       ctx_.ErrorAt(key, "layer_wise",
                    "is Megatron's optimizer for Muon (with Adam, --use-distributed-optimizer shards flat buffers): "
@@ -518,30 +515,30 @@ class Validator {
     const int64_t positions = r_.model.learned_positions;
     if (positions > 0 && !Bad({"training.seq_len", "model.learned_positions"}) && positions < s) {
       ctx_.ErrorAt("model.learned_positions", Str(positions),
-                   fmt::format("must be 0 (no learned table) or at least training.seq_len ({}): a learned table "
-                               "has one row per position",
-                               s));
+                   "must be 0 (no learned table) or at least training.seq_len ({}): a learned table "
+                   "has one row per position",
+                   s);
     }
     if (Bad({"training.seq_len", "parallel.cp", "parallel.tp", "parallel.sp", "parallel.cp_load_balance"})) return;
     if (p_.cp > 1 && p_.cp_load_balance && s % (2 * p_.cp) != 0) {
       ctx_.ErrorAt("training.seq_len", Str(s),
-                   fmt::format("must be a multiple of 2 x parallel.cp = {} (causal load balancing splits the "
-                               "sequence into 2 x cp chunks){}",
-                               2 * p_.cp, TryMultiplesOf(2 * p_.cp, s)));
+                   "must be a multiple of 2 x parallel.cp = {} (causal load balancing splits the "
+                   "sequence into 2 x cp chunks){}",
+                   2 * p_.cp, TryMultiplesOf(2 * p_.cp, s));
       return;
     }
     if (p_.cp > 1 && !p_.cp_load_balance && s % p_.cp != 0) {
       ctx_.ErrorAt("training.seq_len", Str(s),
-                   fmt::format("must be a multiple of parallel.cp = {} (context parallelism without load balancing "
-                               "splits the sequence into cp chunks){}",
-                               p_.cp, TryMultiplesOf(p_.cp, s)));
+                   "must be a multiple of parallel.cp = {} (context parallelism without load balancing "
+                   "splits the sequence into cp chunks){}",
+                   p_.cp, TryMultiplesOf(p_.cp, s));
       return;
     }
     if (p_.sp && p_.tp > 1 && (s / p_.cp) % p_.tp != 0) {
       const auto step = Mul(p_.cp, p_.tp);
       ctx_.ErrorAt("training.seq_len", Str(s),
-                   fmt::format("seq_len / cp = {} must be a multiple of parallel.tp ({}) with sequence parallelism{}",
-                               s / p_.cp, p_.tp, step ? TryMultiplesOf(*step, s) : ""));
+                   "seq_len / cp = {} must be a multiple of parallel.tp ({}) with sequence parallelism{}", s / p_.cp,
+                   p_.tp, step ? TryMultiplesOf(*step, s) : "");
     }
   }
 
@@ -569,9 +566,8 @@ class Validator {
       others = p_.tp * p_.cp;
     }
     const int64_t room = world / others;
-    ctx_.ErrorAt(key, Str(value),
-                 fmt::format("tp x cp x pp = {} x {} x {} must divide {}{}", p_.tp, p_.cp, p_.pp, world_text,
-                             TryDivisorsOf(room, value)));
+    ctx_.ErrorAt(key, Str(value), "tp x cp x pp = {} x {} x {} must divide {}{}", p_.tp, p_.cp, p_.pp, world_text,
+                 TryDivisorsOf(room, value));
     return false;
   }
 
@@ -585,10 +581,10 @@ class Validator {
     const int64_t other = blame_ep ? p_.expert_tp : p_.ep;
     const int64_t value = blame_ep ? p_.ep : p_.expert_tp;
     ctx_.ErrorAt(blame_ep ? "parallel.ep" : "parallel.expert_tp", Str(value),
-                 fmt::format("ep x expert_tp = {} x {} must divide tp x cp x dp = {} (the ranks of one pipeline "
-                             "stage, Megatron's MoE folding){}",
-                             p_.ep, p_.expert_tp, dense_ranks,
-                             dense_ranks % other == 0 ? TryDivisorsOf(dense_ranks / other, value) : ""));
+                 "ep x expert_tp = {} x {} must divide tp x cp x dp = {} (the ranks of one pipeline "
+                 "stage, Megatron's MoE folding){}",
+                 p_.ep, p_.expert_tp, dense_ranks,
+                 dense_ranks % other == 0 ? TryDivisorsOf(dense_ranks / other, value) : "");
   }
 
   /// HSDP replicas split the d*c ZeRO group, and the expert one, evenly
@@ -607,11 +603,10 @@ class Validator {
     const int64_t expert = r_.expert_dp();
     const int64_t group = dense % r != 0 ? dense : expert % r != 0 ? expert : 0;
     if (group == 0) return;
-    ctx_.ErrorAt(
-        "parallel.dp_replicate", Str(r),
-        fmt::format("must divide the {} data-parallel group ({} ranks) into equal replicas{}{}",
-                    group == dense ? "dense (dp x cp)" : "expert", group, TryDivisorsOf(group, r),
-                    group != dense && !moe ? "; without E layers parallel.ep has no effect: set it to 1" : ""));
+    ctx_.ErrorAt("parallel.dp_replicate", Str(r),
+                 "must divide the {} data-parallel group ({} ranks) into equal replicas{}{}",
+                 group == dense ? "dense (dp x cp)" : "expert", group, TryDivisorsOf(group, r),
+                 group != dense && !moe ? "; without E layers parallel.ep has no effect: set it to 1" : "");
   }
 
   bool CheckGlobalBatch() {
@@ -620,9 +615,8 @@ class Validator {
     const auto per_step = Mul(r_.training.micro_batch, dp);
     const int64_t gb = r_.training.global_batch;
     if (per_step && gb % *per_step == 0) return true;
-    ctx_.ErrorAt("training.global_batch", Str(gb),
-                 fmt::format("must be a multiple of micro_batch x dp = {} x {}{}", r_.training.micro_batch, dp,
-                             per_step ? TryMultiplesOf(*per_step, gb) : ""));
+    ctx_.ErrorAt("training.global_batch", Str(gb), "must be a multiple of micro_batch x dp = {} x {}{}",
+                 r_.training.micro_batch, dp, per_step ? TryMultiplesOf(*per_step, gb) : "");
     return false;
   }
 
@@ -643,8 +637,8 @@ class Validator {
       if (!chunks || *chunks > layers) {
         const char* key = p_.vpp > 1 ? "parallel.vpp" : "parallel.pp";
         ctx_.ErrorAt(key, Str(p_.vpp > 1 ? p_.vpp : pp),
-                     fmt::format("pp x vpp = {} x {} model chunks exceed the {} layers; each chunk needs a layer", pp,
-                                 p_.vpp, layers));
+                     "pp x vpp = {} x {} model chunks exceed the {} layers; each chunk needs a layer", pp, p_.vpp,
+                     layers);
         return;
       }
     }
@@ -660,8 +654,8 @@ class Validator {
           ctx_.ErrorAt("parallel.vpp", "1", "the interleaved schedule needs vpp > 1; try vpp 2, or schedule 1f1b");
         } else if (m < pp) {
           ctx_.ErrorAt("training.global_batch", Str(r_.training.global_batch),
-                       fmt::format("{}; the interleaved schedule needs at least pp = {} (Megatron); try global_batch {}",
-                                   m_text, pp, Mul(pp, per_m).value_or(0)));
+                       "{}; the interleaved schedule needs at least pp = {} (Megatron); try global_batch {}", m_text,
+                       pp, Mul(pp, per_m).value_or(0));
         }
         break;
       case Schedule::kDualPipe:
@@ -679,21 +673,21 @@ class Validator {
     const char* name = Name(p_.schedule);
     const int64_t pp = p_.pp;
     if (p_.vpp != 1) {
-      ctx_.ErrorAt("parallel.vpp", Str(p_.vpp), fmt::format("{} places two model chunks per rank itself; set vpp 1", name));
+      ctx_.ErrorAt("parallel.vpp", Str(p_.vpp), "{} places two model chunks per rank itself; set vpp 1", name);
       return;
     }
     if (dualpipe && pp % 2 != 0) {
-      ctx_.ErrorAt("parallel.pp", Str(pp),
-                   fmt::format("dualpipe needs an even pp; try {} or {}", std::max<int64_t>(pp - 1, 2), pp + 1));
+      ctx_.ErrorAt("parallel.pp", Str(pp), "dualpipe needs an even pp; try {} or {}", std::max<int64_t>(pp - 1, 2),
+                   pp + 1);
       return;
     }
     const int64_t need = 2 * pp;  // pp <= 2^24
     if (m >= need && (!dualpipe || m % 2 == 0)) return;
     const int64_t m_try = std::max(need, m + (dualpipe ? m % 2 : 0));
     ctx_.ErrorAt("training.global_batch", Str(r_.training.global_batch),
-                 fmt::format("gives m = {} micro-batches per pipeline (global_batch / (micro_batch x dp)); {} needs {}"
-                             "m >= 2 x pp = {}; try global_batch {}",
-                             m, name, dualpipe ? "an even " : "", need, Mul(m_try, per_m).value_or(0)));
+                 "gives m = {} micro-batches per pipeline (global_batch / (micro_batch x dp)); {} needs {}"
+                 "m >= 2 x pp = {}; try global_batch {}",
+                 m, name, dualpipe ? "an even " : "", need, Mul(m_try, per_m).value_or(0));
   }
 
   /// The stage split: pinned boundaries, or the framework rule's (which
@@ -713,10 +707,11 @@ class Validator {
           {"parallel.embedding_in_split", p_.embedding_in_split},
           {"parallel.loss_in_split", p_.loss_in_split}}) {
       if (set && !megatron_rule) {
-        ctx_.ErrorAt(key, "",
-                     p_.stage_boundaries.empty()
-                         ? fmt::format("shapes Megatron-LM's split; parallel.partition is {}", Name(p_.partition))
-                         : std::string("shapes Megatron-LM's split; parallel.stage_boundaries pins the stages"));
+        if (p_.stage_boundaries.empty()) {
+          ctx_.ErrorAt(key, "", "shapes Megatron-LM's split; parallel.partition is {}", Name(p_.partition));
+        } else {
+          ctx_.ErrorAt(key, "", "shapes Megatron-LM's split; parallel.stage_boundaries pins the stages");
+        }
         return;
       }
     }
@@ -726,7 +721,7 @@ class Validator {
     }
     if (p_.partition == Partition::kBalanced) return;
     const LayerSplit split = RecipeSplit(p_, r_.model.layers);
-    if (!split.ok()) ctx_.ErrorAt(split.key, split.value, split.error);
+    if (!split.ok()) ctx_.ErrorAt(split.key, split.value, "{}", split.error);
   }
 
   void CheckStageBoundaries() {
@@ -735,9 +730,9 @@ class Validator {
     const int64_t chunks = ChunkCountOf(p_.schedule, p_.pp, p_.vpp);
     if (static_cast<int64_t>(b.size()) != chunks - 1) {
       ctx_.ErrorAt("parallel.stage_boundaries", "",
-                   fmt::format("has {} entries; the {} model chunks (pp = {}, vpp = {}, schedule {}) need exactly {} "
-                               "(the first layer of each chunk after the first)",
-                               b.size(), chunks, p_.pp, p_.vpp, Name(p_.schedule), chunks - 1));
+                   "has {} entries; the {} model chunks (pp = {}, vpp = {}, schedule {}) need exactly {} "
+                   "(the first layer of each chunk after the first)",
+                   b.size(), chunks, p_.pp, p_.vpp, Name(p_.schedule), chunks - 1);
       return;
     }
     for (size_t i = 0; i < b.size(); ++i) {
@@ -747,9 +742,9 @@ class Validator {
       const int64_t low = i == 0 ? 0 : b[i - 1];
       if (b[i] < low || b[i] > layers) {
         ctx_.ErrorAt(key, Str(b[i]),
-                     fmt::format("stage boundaries must not decrease and stay within [0, {}] layers; valid here: [{}, "
-                                 "{}]",
-                                 layers, low, layers));
+                     "stage boundaries must not decrease and stay within [0, {}] layers; valid here: [{}, "
+                     "{}]",
+                     layers, low, layers);
         return;
       }
     }
@@ -764,21 +759,32 @@ class Validator {
 
 void Validate(const Recipe& recipe, bool layers_ok, Reporter& out) { Validator(recipe, out).Run(layers_ok); }
 
-void SortDiagnostics(const SourceMap& source, std::vector<Diagnostic>* ds) {
-  // Position of a diagnostic's override on the command line; -1 for the file.
-  const auto override_index = [&source](const Diagnostic& d) -> int64_t {
-    if (d.file == source.file) return -1;
+DiagnosticOrder OrderOf(const SourceMap& source, const std::string& file, SourceMark mark) {
+  DiagnosticOrder order{-1, mark.line, mark.column};
+  if (file != source.file) {
+    // Position of the override on the command line.
+    order.override_index = static_cast<int64_t>(source.overrides.size());
     for (size_t i = 0; i < source.overrides.size(); ++i) {
-      if (source.overrides[i].second == d.file) return static_cast<int64_t>(i);
+      if (source.overrides[i].second == file) {
+        order.override_index = static_cast<int64_t>(i);
+        break;
+      }
     }
-    return static_cast<int64_t>(source.overrides.size());
-  };
+  }
+  return order;
+}
+
+DiagnosticOrder OrderOf(const SourceMap& source, const std::string& key_path) {
+  // As SourceMap::At locates it: an override has no mark; a key without a
+  // line keeps the empty mark.
+  if (const std::string* text = source.OverrideFor(key_path)) return OrderOf(source, *text, SourceMark{});
+  const SourceMark mark = source.Find(key_path);
+  return OrderOf(source, source.file, mark.line > 0 ? mark : SourceMark{});
+}
+
+void SortDiagnostics(const SourceMap& source, std::vector<Diagnostic>* ds) {
   std::stable_sort(ds->begin(), ds->end(), [&](const Diagnostic& a, const Diagnostic& b) {
-    const int64_t a_index = override_index(a);
-    const int64_t b_index = override_index(b);
-    if (a_index != b_index) return a_index < b_index;
-    if (a.mark.line != b.mark.line) return a.mark.line < b.mark.line;
-    return a.mark.column < b.mark.column;
+    return OrderOf(source, a.file, a.mark) < OrderOf(source, b.file, b.mark);
   });
 }
 
@@ -860,12 +866,12 @@ bool CheckRanges(const Recipe& r, Reporter& out) {
     const IntRange range = ranges[i];
     if (value >= range.min && value <= range.max) continue;
     ok = false;
-    out.ErrorAt(path, std::to_string(value), fmt::format("out of range; valid range is [{}, {}]", range.min, range.max));
+    out.ErrorAt(path, std::to_string(value), "out of range; valid range is [{}, {}]", range.min, range.max);
   }
   if (ok && r.model.moe.layer_offset >= r.model.moe.layer_freq) {
     ok = false;
     out.ErrorAt("model.moe.layer_offset", std::to_string(r.model.moe.layer_offset),
-                fmt::format("must be less than model.moe.layer_freq ({})", r.model.moe.layer_freq));
+                "must be less than model.moe.layer_freq ({})", r.model.moe.layer_freq);
   }
   return ok;
 }
@@ -876,20 +882,36 @@ bool CheckRanges(const Recipe& r, Reporter& out) {
 
 namespace preflight {
 
+namespace {
+
+/// ValidateRecipe's checks, reported to `out`.
+void CheckRecipe(const Recipe& recipe, recipe_internal::Reporter& out) {
+  if (!recipe_internal::CheckRanges(recipe, out)) return;
+  const auto& layers = recipe.model.layers;
+  const bool layers_ok = !layers.empty() && static_cast<int64_t>(layers.size()) <= recipe_internal::kMaxLayers;
+  if (!layers_ok) {
+    out.ErrorAt("model.layers", std::to_string(layers.size()), "the layer list must have 1 to {} layers",
+                recipe_internal::kMaxLayers);
+  }
+  recipe_internal::Validate(recipe, layers_ok, out);
+}
+
+}  // namespace
+
 std::vector<Diagnostic> ValidateRecipe(const Recipe& recipe) {
   std::vector<Diagnostic> out;
   recipe_internal::Reporter reporter(recipe.source, &out, nullptr);
-  if (recipe_internal::CheckRanges(recipe, reporter)) {
-    const auto& layers = recipe.model.layers;
-    const bool layers_ok = !layers.empty() && static_cast<int64_t>(layers.size()) <= recipe_internal::kMaxLayers;
-    if (!layers_ok) {
-      reporter.ErrorAt("model.layers", std::to_string(layers.size()),
-                       fmt::format("the layer list must have 1 to {} layers", recipe_internal::kMaxLayers));
-    }
-    recipe_internal::Validate(recipe, layers_ok, reporter);
-  }
+  CheckRecipe(recipe, reporter);
   recipe_internal::SortDiagnostics(recipe.source, &out);
   return out;
+}
+
+std::optional<Diagnostic> FirstRecipeError(const Recipe& recipe) {
+  std::vector<Diagnostic> out;
+  recipe_internal::Reporter reporter(recipe.source, &out, nullptr, /*first_error_only=*/true);
+  CheckRecipe(recipe, reporter);
+  if (out.empty()) return std::nullopt;
+  return std::move(out.front());
 }
 
 }  // namespace preflight

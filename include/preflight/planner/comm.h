@@ -92,12 +92,5 @@ std::vector<StageComm> BuildStageComm(const Inventory& inventory, const PlanTabl
 /// millions of layouts with one).
 void BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out);
-/// The same for a layout that differs from the one `built` was built for
-/// (with these stages) only in its ZeRO stage, as a sweep's rows of one item
-/// do: each rank's TP, CP, PP and EP items are taken from `built`, the
-/// data-parallel and optimizer items priced for layout.zero.
-void BuildStageComm(const Inventory& inventory, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
-                    const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
-                    std::vector<StageComm>* out);
 
 }  // namespace preflight
