@@ -1,7 +1,10 @@
 // The allocator figures (docs/allocated.md): what stays allocated between
 // steps and what max_memory_allocated shows, on a dense model worked by hand.
+#include <cstdint>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -37,13 +40,28 @@ parallel: {tp: 1, sp: false, pp: 1, zero: 0}
 cluster: {gpu: h100, nodes: 1, gpus_per_node: 1}
 )";
 
+// Its parameters by hand: attention 4 x 256^2 + norm 256; MLP 3 x 256 x 512 + norm 256;
+// embedding 1024 x 256; final norm 256.
+constexpr int64_t kParams = 2 * (4 * 256 * 256 + 256) + 2 * (3 * 256 * 512 + 256) + 1024 * 256 + 256;
+
+/// The first stage of kRecipe with each (from, to) edit applied.
+RankMemory FirstStage(const std::vector<std::pair<std::string, std::string>>& edits) {
+  std::string text = kRecipe;
+  for (const auto& [from, to] : edits) text.replace(text.find(from), from.size(), to);
+  const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
+  if (!loaded.ok()) {
+    ADD_FAILURE() << Format(loaded.diagnostics.front());
+    return RankMemory{};
+  }
+  return EstimateMemory(BuildInventory(*loaded.recipe), LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1))
+      .stages.front();
+}
+
 TEST(AllocatedFigures, StaticIsEighteenBytesAParameterAndPeakAddsActivations) {
   const LoadResult loaded = LoadRecipeFromString(kRecipe, "hand.yaml");
   ASSERT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
   const Inventory inv = BuildInventory(*loaded.recipe);
-  // By hand: attention 4 x 256^2 + norm 256; MLP 3 x 256 x 512 + norm 256; embedding 1024 x 256;
-  // final norm 256.
-  const int64_t params = 2 * (4 * 256 * 256 + 256) + 2 * (3 * 256 * 512 + 256) + 1024 * 256 + 256;
+  const int64_t params = kParams;
   ASSERT_EQ(inv.total_params, params);
   const Layout layout = LayoutOf(*loaded.recipe);
   const MemoryEstimate est = EstimateMemory(inv, layout, EqualStagePlan(4, 1, 1));
@@ -61,17 +79,12 @@ TEST(AllocatedFigures, StaticIsEighteenBytesAParameterAndPeakAddsActivations) {
   EXPECT_EQ(m.allocated_peak, m.total() - m.of(Category::kRuntimeReserve) - m.of(Category::kAllocatorOverhead));
 }
 
-// The workspace count by mechanism, over the switches that change it.
 TEST(AllocatedFigures, ABf16GradientBufferAddsTheStepsFp32CopiesBetweenStepsOnly) {
   // Megatron with --grad-reduce-in-bf16: the step's model_grad.float() gives every
   // fp32 main param an fp32 gradient, kept until the next zero_grad.
-  std::string text = kRecipe;
-  text.replace(text.find("grads: fp32"), 11, "grads: bf16");
-  const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
-  ASSERT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
-  const Inventory inv = BuildInventory(*loaded.recipe);
-  const int64_t params = inv.total_params;
-  const RankMemory m = EstimateMemory(inv, LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1)).stages.front();
+  const std::pair<std::string, std::string> bf16{"grads: fp32", "grads: bf16"};
+  const RankMemory m = FirstStage({bf16});
+  const int64_t params = kParams;
   const int64_t workspaces = 3 * 32 * 1024 * 1024;
   // bf16 param 2 + bf16 grad 2 + fp32 master 4 + moments 8 + the fp32 gradient copy 4.
   EXPECT_EQ(m.allocated_static.count(), 20 * params + workspaces);
@@ -84,34 +97,18 @@ TEST(AllocatedFigures, ABf16GradientBufferAddsTheStepsFp32CopiesBetweenStepsOnly
   ASSERT_LT(forward, 20 * params + workspaces);
   EXPECT_EQ(m.allocated_peak.count(), 20 * params + workspaces);
   // 8,192 tokens: the activations' phase is the peak.
-  std::string longer = text;
-  longer.replace(longer.find("seq_len: 128"), 12, "seq_len: 8192");
-  const LoadResult l8k = LoadRecipeFromString(longer, "hand.yaml");
-  ASSERT_TRUE(l8k.ok()) << Format(l8k.diagnostics.front());
-  const RankMemory m8k =
-      EstimateMemory(BuildInventory(*l8k.recipe), LayoutOf(*l8k.recipe), EqualStagePlan(4, 1, 1)).stages.front();
+  const RankMemory m8k = FirstStage({bf16, {"seq_len: 128", "seq_len: 8192"}});
   EXPECT_GT(m8k.of(Category::kActivations).count(), 4 * params);
   EXPECT_EQ(m8k.allocated_peak, m8k.total() - m8k.of(Category::kRuntimeReserve) - m8k.of(Category::kAllocatorOverhead));
   // Megatron-FSDP (ZeRO 3 here) returns before copying.
-  std::string fsdp = text;
-  fsdp.replace(fsdp.find("zero: 0"), 7, "zero: 3");
-  const LoadResult z3 = LoadRecipeFromString(fsdp, "hand.yaml");
-  ASSERT_TRUE(z3.ok()) << Format(z3.diagnostics.front());
-  const RankMemory m3 =
-      EstimateMemory(BuildInventory(*z3.recipe), LayoutOf(*z3.recipe), EqualStagePlan(4, 1, 1)).stages.front();
-  EXPECT_EQ(m3.allocated_static.count(), 16 * params + workspaces);
+  EXPECT_EQ(FirstStage({bf16, {"zero: 0", "zero: 3"}}).allocated_static.count(), 16 * params + workspaces);
 }
 
+// The workspace count by mechanism, over the switches that change it.
 TEST(AllocatedFigures, LibraryWorkspacesFollowTheLibrariesThatRunGemms) {
   // Each edit replaces one piece of kRecipe.
   const auto mib = [](const std::vector<std::pair<std::string, std::string>>& edits) {
-    std::string text = kRecipe;
-    for (const auto& [from, to] : edits) text.replace(text.find(from), from.size(), to);
-    const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
-    EXPECT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
-    const Inventory inv = BuildInventory(*loaded.recipe);
-    const MemoryEstimate est = EstimateMemory(inv, LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1));
-    return est.stages.front().of(Category::kLibraryWorkspaces).count() / (1024 * 1024);
+    return FirstStage(edits).of(Category::kLibraryWorkspaces).count() / (1024 * 1024);
   };
   EXPECT_EQ(mib({}), 3 * 32);
   // Without TE every linear is a torch GEMM: PyTorch's two handles, no TE workspace.
@@ -138,14 +135,8 @@ TEST(AllocatedFigures, TorchWorkspacesMatchTheH100Measurement) {
   const nlohmann::json measured = nlohmann::json::parse(in);
   EXPECT_EQ(measured.at("steady_state_extra_mib").get<double>(), 0.0);
   const double measured_mib = measured.at("total_workspace_mib_after_fwd_bwd").get<double>();
-  std::string text = kRecipe;
-  text.replace(text.find("recompute: none"), 15, "recompute: none\n  transformer_engine: false");
-  const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
-  ASSERT_TRUE(loaded.ok()) << Format(loaded.diagnostics.front());
-  const Inventory inv = BuildInventory(*loaded.recipe);
-  const MemoryEstimate est = EstimateMemory(inv, LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1));
-  EXPECT_EQ(static_cast<double>(est.stages.front().of(Category::kLibraryWorkspaces).count()),
-            measured_mib * 1024 * 1024);
+  const RankMemory m = FirstStage({{"recompute: none", "recompute: none\n  transformer_engine: false"}});
+  EXPECT_EQ(static_cast<double>(m.of(Category::kLibraryWorkspaces).count()), measured_mib * 1024 * 1024);
 }
 
 // Megatron-FSDP with --overlap-param-gather: the optimizer step's
@@ -155,20 +146,13 @@ TEST(AllocatedFigures, TorchWorkspacesMatchTheH100Measurement) {
 // the ZeRO-3 shards: its bf16 copy, 2 bytes a parameter of the rank.
 TEST(AllocatedFigures, MegatronFsdpKeepsTheNextStepsGatherBetweenSteps) {
   const auto rank = [](bool overlap) {
-    std::string text = kRecipe;
-    const std::string from = "zero: 0}";
-    text.replace(text.find(from), from.size(),
-                 overlap ? "zero: 3, overlap_grad_reduce: true, overlap_param_gather: true}" : "zero: 3}");
-    text.replace(text.find("gpus_per_node: 1"), 16, "gpus_per_node: 2");
-    text.replace(text.find("global_batch: 1"), 15, "global_batch: 2");
-    const LoadResult loaded = LoadRecipeFromString(text, "hand.yaml");
-    EXPECT_TRUE(loaded.ok()) << (loaded.ok() ? "" : Format(loaded.diagnostics.front()));
-    const Inventory inv = BuildInventory(*loaded.recipe);
-    return EstimateMemory(inv, LayoutOf(*loaded.recipe), EqualStagePlan(4, 1, 1)).stages.front();
+    return FirstStage(
+        {{"zero: 0}", overlap ? "zero: 3, overlap_grad_reduce: true, overlap_param_gather: true}" : "zero: 3}"},
+         {"gpus_per_node: 1", "gpus_per_node: 2"},
+         {"global_batch: 1", "global_batch: 2"}});
   };
-  const int64_t params = 2 * (4 * 256 * 256 + 256) + 2 * (3 * 256 * 512 + 256) + 1024 * 256 + 256;
   const RankMemory with = rank(true), without = rank(false);
-  EXPECT_EQ((with.allocated_static - without.allocated_static).count(), 2 * params);
+  EXPECT_EQ((with.allocated_static - without.allocated_static).count(), 2 * kParams);
   // The peak is later in the step, after the units' forward resharded them.
   EXPECT_EQ(with.allocated_peak, without.allocated_peak);
   EXPECT_GE(with.allocated_peak, with.allocated_static);
