@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -1236,27 +1237,30 @@ void WarnTheRest(Args& a, MegatronImport* out) {
 /// --mtp-hybrid-override-pattern is the older spelling of one depth's layers
 /// (arguments.py joins it --mtp-num-layers times after a '/').
 int64_t HybridMtpDepths(Args& a, const Stack& st, std::string* depth) {
-  std::string part = st.mtp;
-  const int64_t asked = a.Int("--mtp-num-layers", 0, 0);
-  if (part.empty() && a.Has("--mtp-hybrid-override-pattern") && asked > 0) {
-    part = a.Str("--mtp-hybrid-override-pattern", "");
-    for (int64_t k = 1; k < asked; ++k) part += "/" + a.Str("--mtp-hybrid-override-pattern", "");
+  // One depth's symbols, whitespace dropped as MapHybrid drops it.
+  const auto symbols = [](std::string_view text) {
+    std::string out;
+    for (char c : text) {
+      if (!std::isspace(static_cast<unsigned char>(c))) out += c;
+    }
+    return out;
+  };
+  if (st.mtp.empty()) {
+    const int64_t asked = a.Int("--mtp-num-layers", 0, 0);
+    *depth = symbols(a.Str("--mtp-hybrid-override-pattern", ""));
+    return depth->empty() ? 0 : asked;
   }
-  if (part.empty()) return 0;
   int64_t depths = 0;
   for (size_t start = 0;; ++depths) {
-    const size_t end = std::min(part.find('/', start), part.size());
-    std::string one;
-    for (char c : part.substr(start, end - start)) {
-      if (!std::isspace(static_cast<unsigned char>(c))) one += c;
-    }
+    const size_t end = std::min(st.mtp.find('/', start), st.mtp.size());
+    const std::string one = symbols(std::string_view(st.mtp).substr(start, end - start));
     if (depths == 0) *depth = one;
     if (one != *depth) {
       a.Fail(st.flag,
              fmt::format("MTP depths differ ('{}' and '{}'): every depth after '/' has the same layers", *depth, one));
       return -1;
     }
-    if (end == part.size()) return depths + 1;
+    if (end == st.mtp.size()) return depths + 1;
     start = end + 1;
   }
 }
