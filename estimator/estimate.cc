@@ -299,11 +299,33 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   return out;
 }
 
-/// Every rank's RankVisits, shared by the ZeRO groups of one layout.
+/// Every rank's RankVisits, shared by the ZeRO groups of one layout and
+/// worked out when a group first reaches the rank (a sweep's fallback cuts
+/// stop at the first rank over).
 struct Visits {
   std::vector<std::vector<estimator_detail::VisitKey>> keys;
   std::vector<estimator_detail::InFlight> in_flight;
   std::vector<char> comparable;
+  std::vector<char> known;
+  /// Empties every rank's entry for a layout of `pp` ranks (keeping storage).
+  void Reset(size_t pp) {
+    if (keys.size() < pp) keys.resize(pp);
+    in_flight.resize(pp);
+    comparable.resize(pp);
+    known.assign(pp, 0);
+  }
+  /// Whether rank i's visits can be compared (RankVisits), working them out first.
+  bool Comparable(const Inventory& inv, const Layout& l, const StagePlan& stages, bool regular, ActivationRates& rates,
+                  size_t i) {
+    if (known[i] == 0) {
+      comparable[i] =
+          estimator_detail::RankVisits(inv, l, stages, static_cast<int64_t>(i), regular, rates, &keys[i], &in_flight[i])
+              ? 1
+              : 0;
+      known[i] = 1;
+    }
+    return comparable[i] != 0;
+  }
 };
 
 /// ZeRO stages of one layout priced from the same walk: members index
@@ -336,7 +358,7 @@ Walked BelowZero3(const Walked& b) {
 /// stages) are priced once. With two groups every group must allow that
 /// (ZeRO 3 only in a transformer stack, GatherByFamilies).
 void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
-                    std::span<ZeroGroup> groups, bool until_all_over, ActivationRates& rates, const Visits& v,
+                    std::span<ZeroGroup> groups, bool until_all_over, ActivationRates& rates, Visits& v,
                     std::vector<std::vector<RankMemory>>& out) {
   Layout l = layout;
   l.zero = zeros[groups.back().members.front()];
@@ -361,7 +383,7 @@ void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan&
   for (int64_t r = 0; r < l.pp; ++r) {
     const size_t i = static_cast<size_t>(r);
     bool priced = false;
-    if (v.comparable[i] != 0 && zero3_by_counts) {
+    if (zero3_by_counts && v.Comparable(inv, layout, stages, shared.regular, shared.rates, i)) {
       const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
         const size_t j = static_cast<size_t>(q);
         // The in-flight figures first: under 1F1B they tell most ranks apart.
@@ -433,18 +455,7 @@ void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const
   rates.replays = &replays;
   // Per-thread buffers: a sweep prices millions of layouts.
   thread_local Visits visits;
-  const size_t pp = static_cast<size_t>(layout.pp);
-  if (visits.keys.size() < pp) visits.keys.resize(pp);
-  visits.in_flight.resize(pp);
-  visits.comparable.resize(pp);
-  const bool regular = estimator_detail::RegularPlan(stages, layout.pp);
-  for (int64_t r = 0; r < layout.pp; ++r) {
-    const size_t i = static_cast<size_t>(r);
-    visits.comparable[i] = estimator_detail::RankVisits(inventory, layout, stages, r, regular, rates, &visits.keys[i],
-                                                        &visits.in_flight[i])
-                               ? 1
-                               : 0;
-  }
+  visits.Reset(static_cast<size_t>(layout.pp));
   group.clear();
   for (size_t i = 0; i < zeros.size(); ++i) {
     if (zeros[i] < 3) group.push_back(i);
