@@ -11,10 +11,8 @@ using planner_internal::BlockRecomputeEnd;
 using planner_internal::ChunkCompute;
 using planner_internal::ChunkCounts;
 using planner_internal::ComputeOf;
-using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
-using planner_internal::RankChunks;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
   const double pp = static_cast<double>(p);
