@@ -55,6 +55,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -298,45 +299,91 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   return out;
 }
 
-/// Every rank of `layout` at the ZeRO stages zeros[i] for i in `group`, all
-/// below 3 or all 3 (their walks agree), into out[i]: each rank walked and
-/// its ZeRO-independent categories priced once. Ranks whose walks agree
-/// (RankVisits: pipelines repeat their middle stages) are priced once.
-/// Every rank's RankVisits, shared by the ZeRO groups of one layout.
+/// Every rank's RankVisits, shared by the ZeRO groups of one layout and
+/// worked out when a group first reaches the rank (a sweep's fallback cuts
+/// stop at the first rank over).
 struct Visits {
   std::vector<std::vector<estimator_detail::VisitKey>> keys;
   std::vector<estimator_detail::InFlight> in_flight;
   std::vector<char> comparable;
+  std::vector<char> known;
+  /// Empties every rank's entry for a layout of `pp` ranks (keeping storage).
+  void Reset(size_t pp) {
+    if (keys.size() < pp) keys.resize(pp);
+    in_flight.resize(pp);
+    comparable.resize(pp);
+    known.assign(pp, 0);
+  }
+  /// Whether rank i's visits can be compared (RankVisits), working them out first.
+  bool Comparable(const Inventory& inv, const Layout& l, const StagePlan& stages, bool regular, ActivationRates& rates,
+                  size_t i) {
+    if (known[i] == 0) {
+      comparable[i] =
+          estimator_detail::RankVisits(inv, l, stages, static_cast<int64_t>(i), regular, rates, &keys[i], &in_flight[i])
+              ? 1
+              : 0;
+      known[i] = 1;
+    }
+    return comparable[i] != 0;
+  }
 };
 
-void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
-                   std::span<const size_t> group, bool until_all_over, ActivationRates& rates, const Visits& v,
-                   std::vector<std::vector<RankMemory>>& out) {
+/// ZeRO stages of one layout priced from the same walk: members index
+/// `zeros`, all below 3 or all 3, and `x` is their context. until_all_over
+/// tracks, per member, whether one of its ranks is over.
+struct ZeroGroup {
+  std::span<const size_t> members;
+  Context x;
+  std::array<bool, 8> is_over{};
+  size_t members_over = 0;
+  bool done = false;  // until_all_over: every member has a rank over
+};
+
+/// A ZeRO 3 walk as a walk below ZeRO 3 leaves it: the ZeRO 3 walk only adds
+/// the gathered units (GatherPeak) and the owned shares' parameter bytes
+/// (UnitShares), both read under ZeRO 3 only.
+Walked BelowZero3(const Walked& b) {
+  Walked out = b;
+  out.w.gather = {};
+  out.w.gathered = {};
+  out.w.shares.param_bytes = {};
+  return out;
+}
+
+/// Every rank of `layout` at the ZeRO stages of `groups` into out[i] for i in
+/// each group's members: each rank walked once, with the last group's
+/// context (ZeRO 3 when the groups are below 3 and 3: that walk is a
+/// superset, BelowZero3), and its ZeRO-independent categories priced once.
+/// Ranks whose walks agree (RankVisits: pipelines repeat their middle
+/// stages) are priced once. With two groups every group must allow that
+/// (ZeRO 3 only in a transformer stack, GatherByFamilies).
+void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
+                    std::span<ZeroGroup> groups, bool until_all_over, ActivationRates& rates, Visits& v,
+                    std::vector<std::vector<RankMemory>>& out) {
   Layout l = layout;
-  l.zero = zeros[group.front()];
+  l.zero = zeros[groups.back().members.front()];
   LayoutFigures shared(inv, l, stages, &rates);
   const auto& visits = v.keys;
   const auto& in_flight = v.in_flight;
   const bool zero3_by_counts = !shared.x.zero3 || estimator_detail::TransformerStack(inv);
   thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits (per-thread buffer)
   distinct.clear();
-  // until_all_over: the members of `group` with a rank over so far.
   const auto over = [&](const RankMemory& m) { return m.total() > m.capacity || !HostMemoryFits(inv.recipe, m.host); };
-  size_t members_over = 0;
-  std::array<bool, 8> is_over{};
-  const auto note_over = [&](size_t i) {
-    for (size_t k = 0; k < group.size() && k < is_over.size(); ++k) {
-      if (!is_over[k] && over(out[group[k]][i])) {
-        is_over[k] = true;
-        ++members_over;
+  // until_all_over: whether rank i puts the last member of `g` over.
+  const auto note_over = [&](ZeroGroup& g, size_t i) {
+    for (size_t k = 0; k < g.members.size() && k < g.is_over.size(); ++k) {
+      if (!g.is_over[k] && over(out[g.members[k]][i])) {
+        g.is_over[k] = true;
+        ++g.members_over;
       }
     }
-    return until_all_over && members_over == group.size();
+    return until_all_over && g.members_over == g.members.size();
   };
+  size_t open = groups.size();  // groups not done
   for (int64_t r = 0; r < l.pp; ++r) {
     const size_t i = static_cast<size_t>(r);
     bool priced = false;
-    if (v.comparable[i] != 0 && zero3_by_counts) {
+    if (zero3_by_counts && v.Comparable(inv, layout, stages, shared.regular, shared.rates, i)) {
       const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
         const size_t j = static_cast<size_t>(q);
         // The in-flight figures first: under 1F1B they tell most ranks apart.
@@ -344,27 +391,37 @@ void EstimateGroup(const Inventory& inv, const Layout& layout, const StagePlan& 
                in_flight[j].head_logits == in_flight[i].head_logits && visits[j] == visits[i];
       });
       if (same != distinct.end()) {
-        for (size_t g : group) out[g][i] = out[g][static_cast<size_t>(*same)];
+        for (const ZeroGroup& g : groups) {
+          if (g.done) continue;
+          for (size_t m : g.members) out[m][i] = out[m][static_cast<size_t>(*same)];
+        }
         priced = true;  // an equal rank was checked already
       } else {
         distinct.push_back(r);
       }
     }
-    if (!priced) {
-      const Walked b = WalkOf(inv, l, stages, r, shared);
-      RankMemory transients;
-      PriceTransients(transients, b, inv, l, shared.rates, nullptr);
-      for (size_t g : group) {
+    if (priced) continue;
+    const Walked b = WalkOf(inv, l, stages, r, shared);
+    RankMemory transients;
+    PriceTransients(transients, b, inv, l, shared.rates, nullptr);
+    std::optional<Walked> below;  // the ZeRO 3 walk as the stages below 3 see it
+    for (ZeroGroup& g : groups) {
+      if (g.done) continue;
+      const bool superset = g.x.zero3 != shared.x.zero3;
+      if (superset && !below) below = BelowZero3(b);
+      const Walked& walked = superset ? *below : b;
+      for (size_t m : g.members) {
         Layout at = layout;
-        at.zero = zeros[g];
-        RankMemory& m = out[g][i];
-        m = transients;
-        PriceModelState(m, b, inv.recipe, at, shared.x, nullptr);
-        FinishRank(m, b, inv.recipe, at, shared.x, nullptr);
+        at.zero = zeros[m];
+        RankMemory& mem = out[m][i];
+        mem = transients;
+        PriceModelState(mem, walked, inv.recipe, at, g.x, nullptr);
+        FinishRank(mem, walked, inv.recipe, at, g.x, nullptr);
       }
-      if (until_all_over && note_over(i)) {
-        for (size_t g : group) std::fill(out[g].begin() + r + 1, out[g].end(), RankMemory{});
-        return;
+      if (until_all_over && note_over(g, i)) {
+        for (size_t m : g.members) std::fill(out[m].begin() + r + 1, out[m].end(), RankMemory{});
+        g.done = true;
+        if (--open == 0) return;
       }
     }
   }
@@ -398,24 +455,40 @@ void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const
   rates.replays = &replays;
   // Per-thread buffers: a sweep prices millions of layouts.
   thread_local Visits visits;
-  const size_t pp = static_cast<size_t>(layout.pp);
-  if (visits.keys.size() < pp) visits.keys.resize(pp);
-  visits.in_flight.resize(pp);
-  visits.comparable.resize(pp);
-  const bool regular = estimator_detail::RegularPlan(stages, layout.pp);
-  for (int64_t r = 0; r < layout.pp; ++r) {
-    const size_t i = static_cast<size_t>(r);
-    visits.comparable[i] = estimator_detail::RankVisits(inventory, layout, stages, r, regular, rates, &visits.keys[i],
-                                                        &visits.in_flight[i])
-                               ? 1
-                               : 0;
+  visits.Reset(static_cast<size_t>(layout.pp));
+  group.clear();
+  for (size_t i = 0; i < zeros.size(); ++i) {
+    if (zeros[i] < 3) group.push_back(i);
   }
-  for (bool zero3 : {false, true}) {
-    group.clear();
-    for (size_t i = 0; i < zeros.size(); ++i) {
-      if ((zeros[i] >= 3) == zero3) group.push_back(i);
+  const size_t below = group.size();
+  for (size_t i = 0; i < zeros.size(); ++i) {
+    if (zeros[i] >= 3) group.push_back(i);
+  }
+  // The ZeRO stages below 3 and ZeRO 3, each with its context.
+  std::array<ZeroGroup, 2> groups;
+  size_t n = 0;
+  for (const auto& [first, end] : {std::pair<size_t, size_t>{0, below}, {below, group.size()}}) {
+    if (first == end) continue;
+    Layout at = layout;
+    at.zero = zeros[group[first]];
+    groups[n].members = std::span<const size_t>(group).subspan(first, end - first);
+    groups[n++].x = ContextOf(inventory.recipe, at);
+  }
+  // One walk for both when ZeRO 3's walks group alike too (a transformer
+  // stack, EstimateGroups). Should it overflow, the walks one group at a time
+  // raise what they raised before.
+  if (n == 2 && estimator_detail::TransformerStack(inventory)) {
+    try {
+      EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(groups.data(), 2), until_all_over, rates,
+                     visits, *out);
+      return;
+    } catch (const ArithmeticOverflow&) {
+      for (ZeroGroup& g : groups) g = ZeroGroup{g.members, g.x};
     }
-    if (!group.empty()) EstimateGroup(inventory, layout, stages, zeros, group, until_all_over, rates, visits, *out);
+  }
+  for (size_t g = 0; g < n; ++g) {
+    EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(&groups[g], 1), until_all_over, rates, visits,
+                   *out);
   }
 }
 

@@ -957,9 +957,23 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
 
 namespace planner_internal {
 
+namespace {
+
+/// The items of a rank priced as an earlier one: a copy of that rank's, or
+/// none when the caller reads only the earlier rank's (copy_alike false).
+void AssignAlike(std::vector<CommItem>& items, const std::vector<CommItem>& alike, bool copy_alike) {
+  if (copy_alike) {
+    items = alike;
+  } else {
+    items.clear();  // keeps its storage
+  }
+}
+
+}  // namespace
+
 void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out,
-                    std::vector<RankOptimizer>* optimizer) {
+                    std::vector<RankOptimizer>* optimizer, bool copy_alike) {
   out->resize(static_cast<size_t>(l.pp));
   optimizer->resize(static_cast<size_t>(l.pp));
   const Sizes s = SizesOf(inv, t, l);
@@ -976,7 +990,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     const int64_t q = same_as[static_cast<size_t>(r)];
     sc.priced_as = q != r ? q : -1;
     if (q != r) {  // an earlier rank's chunks price alike: its items (assigned into this rank's storage)
-      sc.items = (*out)[static_cast<size_t>(q)].items;
+      AssignAlike(sc.items, (*out)[static_cast<size_t>(q)].items, copy_alike);
       sc.host_transfer = (*out)[static_cast<size_t>(q)].host_transfer;
       continue;
     }
@@ -1000,7 +1014,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
 
 void BuildStageCommForZero(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                            const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
-                           const std::vector<RankOptimizer>& optimizer, std::vector<StageComm>* out) {
+                           const std::vector<RankOptimizer>& optimizer, std::vector<StageComm>* out, bool copy_alike) {
   out->resize(static_cast<size_t>(l.pp));
   const Sizes s = SizesOf(inv, t, l);
   const Links links = LinksOf(inv.recipe.cluster.spec);
@@ -1013,7 +1027,7 @@ void BuildStageCommForZero(const Inventory& inv, const PlanTables& t, const Layo
     sc.priced_as = from.priced_as;  // the ranks alike do not depend on the ZeRO stage (SameRanks)
     sc.pipeline_items = from.pipeline_items;
     if (from.priced_as >= 0) {
-      sc.items = (*out)[static_cast<size_t>(from.priced_as)].items;
+      AssignAlike(sc.items, (*out)[static_cast<size_t>(from.priced_as)].items, copy_alike);
       sc.host_transfer = (*out)[static_cast<size_t>(from.priced_as)].host_transfer;
       continue;
     }

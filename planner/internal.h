@@ -140,16 +140,26 @@ struct RankOptimizer {
 
 /// BuildStageComm (comm.h) that also keeps each rank's RankOptimizer in
 /// `optimizer` (the entries of ranks priced as an earlier one are not set).
+/// `copy_alike` false: a rank priced as an earlier one gets no items (a
+/// sweep reads only the step time; EstimateStepTime reads that rank's).
 void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& layout, const StagePlan& stages,
                     const MeshLocality& locality, const CostModel& cost, std::vector<StageComm>* out,
-                    std::vector<RankOptimizer>* optimizer);
+                    std::vector<RankOptimizer>* optimizer, bool copy_alike = true);
 /// The communication of a layout that differs from the one `built` (and
 /// `optimizer`) was built for, with these stages, only in its ZeRO stage, as
 /// a sweep's rows of one item do: each rank's TP, CP, PP and EP items are
 /// taken from `built`, the data-parallel and optimizer items priced for
-/// layout.zero from the rank's kept RankOptimizer.
+/// layout.zero from the rank's kept RankOptimizer. `copy_alike` as above.
 void BuildStageCommForZero(const Inventory& inv, const PlanTables& t, const Layout& layout, const StagePlan& stages,
                            const MeshLocality& locality, const CostModel& cost, const std::vector<StageComm>& built,
-                           const std::vector<RankOptimizer>& optimizer, std::vector<StageComm>* out);
+                           const std::vector<RankOptimizer>& optimizer, std::vector<StageComm>* out,
+                           bool copy_alike = true);
+
+/// EstimateStepTime into `out` (step_time.h); `copy_alike` false: a rank
+/// priced as an earlier one keeps its items as they are (a sweep reads only
+/// the step time; the earlier rank's items carry the exposure).
+void EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
+                      std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times, StepTime* out,
+                      bool copy_alike);
 
 }  // namespace preflight::planner_internal

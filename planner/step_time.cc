@@ -11,10 +11,8 @@ using planner_internal::BlockRecomputeEnd;
 using planner_internal::ChunkCompute;
 using planner_internal::ChunkCounts;
 using planner_internal::ComputeOf;
-using planner_internal::FillRankChunks;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
-using planner_internal::RankChunks;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
   const double pp = static_cast<double>(p);
@@ -391,6 +389,12 @@ StepTime EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layou
 
 void EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                       std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times, StepTime* out) {
+  planner_internal::EstimateStepTime(inv, t, l, stages, comm, cost, times, out, true);
+}
+
+void planner_internal::EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l,
+                                        const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
+                                        const ComputeTimes& times, StepTime* out, bool copy_alike) {
   std::vector<StageTime> stages_storage = std::move(out->stages);
   stages_storage.clear();
   *out = StepTime{};
@@ -416,7 +420,7 @@ void EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l
     if (q == static_cast<size_t>(r)) {
       priced[q].first = ComputeOnRank(inv, t, times, l, by_rank.On(r));
       priced[q].second = ExposeRank((*comm)[q].items, priced[q].first, inv, l, cost, groups);
-    } else {
+    } else if (copy_alike) {
       (*comm)[static_cast<size_t>(r)].items = (*comm)[q].items;  // with the exposure set
     }
     const RankCompute& rc = priced[q].first;

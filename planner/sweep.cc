@@ -194,7 +194,10 @@ struct CommSlot {
   const StagePlan* stages = nullptr;
   int rerun_key = 0;
   std::vector<StageComm> comm;
-  std::vector<planner_internal::RankOptimizer> optimizer;  // each rank's, shared by the ZeRO stages
+  std::vector<planner_internal::RankOptimizer> optimizer;  // each rank's, when this slot was built whole
+  /// The RankOptimizer of `comm`'s ranks: this slot's `optimizer` or, for a
+  /// slot built from a sibling, the one the sibling read (not copied).
+  const std::vector<planner_internal::RankOptimizer>* kept = nullptr;
   StepTime time;  // the last step time priced on it, kept for its storage
 };
 
@@ -315,7 +318,7 @@ Priced WorstOf(const std::vector<RankMemory>& ranks) {
 // takes when one of them is built for these stages.
 void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
                const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot,
-               const std::vector<CommSlot>* siblings, Priced& p) {
+               std::vector<CommSlot>* siblings, Priced& p) {
   // The one policy input of the communication: which collectives backward
   // reruns (the layers' under full recompute, the modules' under selective).
   const int rerun_key = planner_internal::CommRerunKey(layout, inv.recipe.training);
@@ -329,15 +332,23 @@ void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& lay
     }
     if (sibling != nullptr) {
       planner_internal::BuildStageCommForZero(inv, tables, layout, stages, locality, cost, sibling->comm,
-                                              sibling->optimizer, &slot.comm);
-      slot.optimizer = sibling->optimizer;  // this slot may be the next one's sibling
+                                              *sibling->kept, &slot.comm, false);
+      slot.kept = sibling->kept;  // this slot may be the next one's sibling
     } else {
-      planner_internal::BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm, &slot.optimizer);
+      planner_internal::BuildStageComm(inv, tables, layout, stages, locality, cost, &slot.comm, &slot.optimizer, false);
+      slot.kept = &slot.optimizer;
+      // The slots that read this one's optimizer hold other stages' items now.
+      if (siblings != nullptr) {
+        for (CommSlot& c : *siblings) {
+          if (&c != &slot && c.kept == &slot.optimizer) c.stages = nullptr;
+        }
+      }
     }
     slot.stages = &stages;
     slot.rerun_key = rerun_key;
   }
-  EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times, &slot.time);
+  // Only the step time is read: the ranks priced as an earlier one get no items.
+  planner_internal::EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times, &slot.time, false);
   const StepTime& time = slot.time;
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
@@ -419,7 +430,10 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   }
   const MeshLocality& locality = LocalityFor(r, layout, items, digits, cache);
   w.comm_by_zero.resize(space.zero.size());
-  for (CommSlot& c : w.comm_by_zero) c.stages = nullptr;  // built for another item
+  for (CommSlot& c : w.comm_by_zero) {  // built for another item
+    c.stages = nullptr;
+    c.kept = nullptr;
+  }
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;

@@ -2,8 +2,9 @@
 // A sweep prices millions of layouts, so pricing adds a uniform family's
 // layers from their counts (VisitByFamilies, CountUniformLayers, CountKept), prices
 // identical pipeline ranks once (SameRanks for communication and step time,
-// RankVisits for memory), walks a rank once for ZeRO 0-2 (EstimateRanksByZero;
-// a sweep's fallback cuts only until every stage has a rank over)
+// RankVisits for memory), walks a rank once for ZeRO 0-2 and, in a
+// transformer stack, once for every ZeRO stage (EstimateRanksByZero; a
+// sweep's fallback cuts only until every stage has a rank over)
 // and finds a rank's chunks at their StagePlan positions (RegularPlan). An inventory whose family_uniform flags are
 // cleared (the state of a hand-built inventory) takes none of the family
 // paths and prices every rank on its own; a plan whose chunks are listed out
@@ -270,6 +271,26 @@ TEST(FastPaths, Fp4Variants) {
         ASSERT_TRUE(loaded.ok()) << name << " " << testing::FirstErrorText(loaded);
         EXPECT_GT(ComparePlans(*loaded.recipe, 20).plans, 0) << name << " " << format << " " << params;
       }
+    }
+  }
+}
+
+// In a transformer stack one walk serves ZeRO 0-2 and ZeRO 3 (the ZeRO 3
+// walk less its gathered units and share bytes, BelowZero3), each stage's
+// model state priced in its own context: FSDP2's CPU offload and the
+// prefetch after the step change ZeRO 3's figures only, on a dense and a MoE
+// recipe (AdamW throughout, as the offload needs).
+TEST(FastPaths, ZeroStagesShareOneWalk) {
+  for (const char* name : {"llama3-8b-h200", "mixtral-8x7b-h200"}) {
+    for (const char* offload : {"false", "true"}) {
+      std::vector<Override> overrides = {
+          *ParseOverride("training.optimizer.matrices=adamw"), *ParseOverride("parallel.zero=3"),
+          *ParseOverride(std::string("parallel.fsdp_cpu_offload=") + offload),
+          *ParseOverride("parallel.overlap_grad_reduce=true"), *ParseOverride("parallel.overlap_param_gather=true")};
+      const LoadResult loaded =
+          LoadRecipeFile(testing::SourcePath(std::string("recipes/") + name + ".yaml"), overrides);
+      ASSERT_TRUE(loaded.ok()) << name << " " << testing::FirstErrorText(loaded);
+      EXPECT_GT(ComparePlans(*loaded.recipe, 20).plans, 0) << name << " offload " << offload;
     }
   }
 }

@@ -13,7 +13,9 @@ namespace preflight {
 /// EstimateRanks of `layout` at each ZeRO stage zeros[i] into (*out)[i]
 /// (layout.zero is not read): each rank's walk and the categories ZeRO does
 /// not change (activations, routing scratch, serving state, workspaces) are
-/// worked out once for the stages below 3 and once for ZeRO 3.
+/// worked out once (in a transformer stack: the ZeRO 3 walk, less what only
+/// ZeRO 3 reads, serves the stages below 3), else once for the stages below
+/// 3 and once for ZeRO 3.
 /// `until_all_over` (a caller that only uses a stage's ranks when they all
 /// fit, as a sweep's fallback cuts): the ranks after the first one at which
 /// every stage of a group (below 3, or 3) has a rank over capacity or over
