@@ -60,6 +60,7 @@
 #include <string>
 
 #include "internal.h"
+#include "preflight/estimator/geometry.h"
 #include "preflight/estimator/memory_terms.h"
 
 namespace preflight {
@@ -127,11 +128,28 @@ Workspaces WorkspacesOf(const Recipe& rc, const Walk& w) {
   return out;
 }
 
-void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, Sink* sink) {
+/// Megatron's own attention core (the local implementation: no Transformer
+/// Engine, no flash attention) writes the raw scores of every attention
+/// layer into one buffer it keeps for the run: DotProductAttention.forward
+/// takes its baddbmm input, [b * heads/t, s_q, s_k] in the activation
+/// dtype, from the global memory buffer ("mpu"), which allocates the
+/// largest size asked for once and never frees it (core/utils.py
+/// GlobalMemoryBuffer.get_tensor; Megatron-LM d98e8a6). s_q is one CP
+/// rank's queries (Megatron's local core refuses CP > 1).
+Bytes ScoresBuffer(const Recipe& rc, const Layout& l, const Walk& w) {
+  const bool local_core = !rc.training.transformer_engine && !rc.training.flash_attention && !rc.model.mla;
+  if (!local_core || w.layer_count[static_cast<size_t>(FamilyIndex(BlockKind::kAttention))] == 0) return Bytes(0);
+  const int64_t heads = (rc.model.attention.heads + l.tp - 1) / l.tp;
+  return Bytes(
+      Mul(Mul(Mul(TokensOf(rc, l).cp_rank, heads), rc.training.seq_len), SizeOf(rc.training.precision.activations)));
+}
+
+void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
   const Workspaces ws = WorkspacesOf(rc, w);
-  const Bytes b = MiB(Mul(ws.count(), rc.cluster.cublas_workspace_mib));
-  out.bytes[static_cast<int>(Category::kLibraryWorkspaces)] = b;
-  if (sink && b.count() > 0) {
+  const Bytes cublas = MiB(Mul(ws.count(), rc.cluster.cublas_workspace_mib));
+  const Bytes scores = ScoresBuffer(rc, l, w);
+  out.bytes[static_cast<int>(Category::kLibraryWorkspaces)] = cublas + scores;
+  if (sink && cublas.count() > 0) {
     Note(sink, Category::kLibraryWorkspaces,
          "cuBLAS workspaces: PyTorch's per (thread handle, stream), TE's, TE grouped GEMM's per stream",
          "(torch + te + te_grouped) * cublas_workspace_mib * 2^20",
@@ -139,7 +157,17 @@ void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, Sink* sin
                  {"te", ws.te},
                  {"te_grouped", ws.te_grouped},
                  {"cublas_workspace_mib", rc.cluster.cublas_workspace_mib}}),
-         b);
+         cublas);
+  }
+  if (sink && scores.count() > 0) {
+    Note(sink, Category::kLibraryWorkspaces, "Megatron's global buffer for the local attention core's raw scores",
+         "(s/c * b) * ceil(heads/t) * s * beta_a",
+         Inputs({{"tokens", TokensOf(rc, l).cp_rank},
+                 {"heads", rc.model.attention.heads},
+                 {"t", l.tp},
+                 {"s", rc.training.seq_len},
+                 {"beta_a", SizeOf(rc.training.precision.activations)}}),
+         scores);
   }
 }
 
@@ -182,11 +210,33 @@ struct LayoutFigures {
 struct Walked {
   Walk w;
   Ends ends;
+  Bytes inputs_kept;  // PipelineInputsKept
 };
+
+/// Megatron keeps, between steps, the last micro-batch's pipeline input of
+/// every model chunk that receives one, with its gradient: forward_step hands
+/// the received tensor to the model (schedules.py forward_step,
+/// set_input_tensor), whose decoder stores it (TransformerBlock and
+/// HybridStack set_input_tensor: self.input_tensor) until the next
+/// micro-batch replaces it, and backward_step retains its gradient
+/// (schedules.py backward_step, x.retain_grad()), so the tensor carries .grad
+/// (Megatron-LM d98e8a6). Every chunk but the pipeline's first (rank 0,
+/// virtual index 0) receives; each tensor is one micro-batch's residual
+/// stream on this rank (s/c tokens, split over TP under sequence
+/// parallelism) in the activation dtype (Megatron's pipeline_dtype is
+/// params_dtype). 1F1B and interleaved only: DualPipe is not Megatron's.
+Bytes PipelineInputsKept(const Recipe& rc, const Layout& l, const StagePlan& plan, int64_t r) {
+  if (l.pp <= 1 || (l.schedule != Schedule::k1F1B && l.schedule != Schedule::kInterleaved)) return Bytes(0);
+  const int64_t chunks = static_cast<int64_t>(plan.chunks.size()) / l.pp - (r == 0 ? 1 : 0);
+  const int64_t stream = Mul(Mul(TokensOf(rc, l).router, rc.model.hidden), SizeOf(rc.training.precision.activations));
+  return Bytes(Mul(Mul(2, chunks), stream));
+}
 
 Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, LayoutFigures& shared) {
   const Context& x = shared.x;
-  Walked b{WalkRank(inv, l, plan, r, shared.regular, x, shared.rates, shared.memo), {}};
+  Walked b{WalkRank(inv, l, plan, r, shared.regular, x, shared.rates, shared.memo),
+           {},
+           PipelineInputsKept(inv.recipe, l, plan, r)};
   Walk& w = b.w;
   b.ends = EndsOf(inv, l, w, x);
   Offer(w, UnitOf(b.ends.embedding, x, -1));
@@ -217,7 +267,7 @@ void PriceTransients(RankMemory& out, const Walked& b, const Inventory& inv, con
   PriceActivations(out, b.w, inv, l, rates, sink);
   PriceRoutingScratch(out, b.w, rc, l, rates, sink);
   PriceServing(out, b.w, rc, l, sink);
-  PriceWorkspaces(out, b.w, rc, sink);
+  PriceWorkspaces(out, b.w, rc, l, sink);
 }
 
 /// Megatron-FSDP (ZeRO 3) with --overlap-param-gather: the optimizer step
@@ -260,13 +310,14 @@ void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout
   Bytes step_transients;
   for (int64_t g : b.w.gathered) step_transients += Bytes(g);
   if (l.zero >= 2) step_transients += Bytes(b.w.grad_unit.grads);
-  out.allocated_static = out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) +
-                         out.of(Category::kEpShardedParams) + out.of(Category::kGradients) +
-                         out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
-                         out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces) - step_transients +
-                         estimator_detail::MainGradCopies(b.w, b.ends, rc, l, x) + PrefetchedAfterStep(b, rc, l, x);
+  out.allocated_static =
+      out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) + out.of(Category::kEpShardedParams) +
+      out.of(Category::kGradients) + out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +
+      out.of(Category::kServingState) + out.of(Category::kLibraryWorkspaces) - step_transients +
+      estimator_detail::MainGradCopies(b.w, b.ends, rc, l, x) + PrefetchedAfterStep(b, rc, l, x) + b.inputs_kept;
   // max_memory_allocated covers every instant, between steps included: the
-  // gradient copies and the prefetch are gone by the activations' peak.
+  // gradient copies and the prefetch are gone by the activations' peak, and
+  // the kept pipeline inputs are replaced by the next step's.
   out.allocated_peak = std::max(managed, out.allocated_static);
   const Bytes last_less = estimator_detail::LayerWiseLastLess(b.w, l, x);
   out.last_rank_allocated_static = out.allocated_static - last_less;

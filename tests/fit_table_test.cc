@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -58,7 +59,18 @@ TEST(FitTable, EveryShippedRecipeFitsOneHundredColumnsAndItsPartsAddUp) {
     EXPECT_LE(WidestLine(table.out.substr(0, table.out.find("\nverdict"))), 100u) << recipe << "\n" << table.out;
     EXPECT_THAT(table.out, HasSubstr("* the worst stage")) << recipe;
     const auto json = RunPreflight({"fit", recipe, "--format", "json"});
-    ExpectActivationPartsAddUp(nlohmann::json::parse(json.out), recipe);
+    const nlohmann::json fit = nlohmann::json::parse(json.out);
+    ExpectActivationPartsAddUp(fit, recipe);
+    // The table's last-global-rank line shows the JSON's two figures.
+    const nlohmann::json& last = fit["last_global_rank"];
+    const auto gib = [&](const char* key) {
+      return fmt::format("{:.2f}", static_cast<double>(last[key].get<int64_t>()) / (1024.0 * 1024.0 * 1024.0));
+    };
+    EXPECT_THAT(table.out, HasSubstr(fmt::format("last global rank (stage {}, logged by Megatron): allocated {} "
+                                                 "between steps, {} at peak\n",
+                                                 last["pipeline_rank"].get<int64_t>(), gib("allocated_static_bytes"),
+                                                 gib("allocated_peak_bytes"))))
+        << recipe;
   }
 }
 

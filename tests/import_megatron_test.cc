@@ -190,6 +190,24 @@ TEST(ImportMegatron, KernelAndDeferralFlagsMapToTheirKeys) {
   EXPECT_EQ(r.training.head_wgrad_deferral_limit, 3);
 }
 
+// The main_grad buffer's dtype follows Megatron's arguments.py: fp32 under
+// --bf16 (unless --grad-reduce-in-bf16) and without mixed precision, the
+// parameters' fp16 under --fp16 unless --accumulate-allreduce-grads-in-fp32.
+TEST(ImportMegatron, GradientBufferDtypeFollowsTheAccumulationRule) {
+  const std::string base =
+      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
+      "  --vocab-size: 128\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n"
+      "  --max-position-embeddings: 64\n";
+  const auto grads = [&](const std::string& extra) {
+    return Load(ImportMegatronArgs(base + extra, "m.yaml"), {{"cluster.gpus_per_node", "1"}}).training.precision.grads;
+  };
+  EXPECT_EQ(grads(""), DType::kFp32);
+  EXPECT_EQ(grads("  --bf16: true\n"), DType::kFp32);
+  EXPECT_EQ(grads("  --bf16: true\n  --grad-reduce-in-bf16: true\n"), DType::kBf16);
+  EXPECT_EQ(grads("  --fp16: true\n"), DType::kFp16);
+  EXPECT_EQ(grads("  --fp16: true\n  --accumulate-allreduce-grads-in-fp32: true\n"), DType::kFp32);
+}
+
 // Megatron's stage-split flags become the recipe's partition keys, and the
 // recipe's split is then the one Megatron builds (hand-worked per case).
 TEST(ImportMegatron, StageSplitFlagsMapToThePartitionKeys) {

@@ -281,6 +281,7 @@ const std::set<std::string> kMapped = {
     "--bf16",
     "--fp16",
     "--grad-reduce-in-bf16",
+    "--accumulate-allreduce-grads-in-fp32",
     "--fp4-format",
     "--fp4-recipe",
     "--fp4-param-gather",
@@ -988,7 +989,13 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   const bool bf16 = a.Flag("--bf16");
   const bool fp16 = a.Flag("--fp16");
   Add(&l, "training.precision.params", bf16 ? "bf16" : fp16 ? "fp16" : "fp32");
-  Add(&l, "training.precision.grads", a.Flag("--grad-reduce-in-bf16") ? "bf16" : "fp32", "main_grad buffer");
+  // The main_grad buffer is fp32 when gradients accumulate in fp32, else the
+  // parameters' dtype (param_and_grad_buffer.py group_params_for_buffers);
+  // arguments.py turns fp32 accumulation on under --bf16 unless
+  // --grad-reduce-in-bf16, and leaves it off under --fp16 unless asked.
+  const bool fp32_grads =
+      a.Flag("--accumulate-allreduce-grads-in-fp32") || (bf16 && !a.Flag("--grad-reduce-in-bf16")) || (!bf16 && !fp16);
+  Add(&l, "training.precision.grads", fp32_grads ? "fp32" : bf16 ? "bf16" : "fp16", "main_grad buffer");
   Add(&l, "training.precision.master", bf16 || fp16 ? "fp32" : "none");
   MapFp4(a, &l);
   const std::string optimizer = a.Str("--optimizer", "adam");

@@ -234,6 +234,15 @@ nlohmann::json LastRankJson(const MemoryEstimate& est) {
           {"allocated_peak_bytes", m.last_rank_allocated_peak.count()}};
 }
 
+/// The table's line for the rank Megatron logs memory for (LastRankJson):
+/// what its allocator will show.
+std::string LastRankLine(const MemoryEstimate& est) {
+  if (est.stages.empty()) return {};
+  const RankMemory& m = est.stages.back();
+  return fmt::format("  last global rank (stage {}, logged by Megatron): allocated {} between steps, {} at peak\n",
+                     est.stages.size() - 1, Gib(m.last_rank_allocated_static), Gib(m.last_rank_allocated_peak));
+}
+
 }  // namespace
 
 nlohmann::json ExplanationsJson(const std::vector<Explanation>& explanations) {
@@ -357,6 +366,7 @@ std::string RenderFitTable(const FitReport& r) {
                        FormatGiB(est.verdict.host_per_node), Gib(GiB(recipe.cluster.spec.host_memory_gib)));
   }
   out += "  * the worst stage (the most memory)\n";
+  out += LastRankLine(est);
   if (!ranges_in_table) out += "\n" + LayerList(ranges);
   out += "\n";
   if (!r.explanations.empty()) {
