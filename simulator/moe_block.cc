@@ -117,7 +117,7 @@ class MoeBlock final : public Block<T> {
     const bool rerun_norm = RerunsNorm(ctx, /*fused=*/false);  // the router reads it: always its own module
     SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s_.x, &s_.n, &s_.rstd, rerun_norm);
     const bool rerun = RerunsLayer(ctx);
-    const Mat<T> result = x + Layer(ctx, rerun ? SimCategory::kTemporaries : SimCategory::kActivations, false);
+    Mat<T> result = x + Layer(ctx, rerun ? SimCategory::kTemporaries : SimCategory::kActivations, false);
     if (rerun) {
       // The checkpoint keeps its input, the norm output; the norm keeps x and its statistics.
       State kept;
