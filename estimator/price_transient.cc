@@ -120,15 +120,22 @@ int64_t RecomputeGroup(const Recipe& rc, const Walk& w) {
 /// Under Ulysses CP the attention core's rerun ("core_attn") all-to-alls the
 /// kept q, k, v to the head split, and TE's AttnFuncWithCPAndQKVOA2A keeps
 /// those copies for its backward beside the checkpoint's inputs: as many
-/// elements again (dot_product_attention/context_parallel.py).
+/// elements again (dot_product_attention/context_parallel.py). MLA's core
+/// is the same TE attention on its q, k (d_nope + d_rope a head) and v (d_v).
 Bytes UlyssesCoreRerunCopies(const Recipe& rc, const Layout& l) {
-  if (l.recompute != Recompute::kSelective || l.cp <= 1 || l.cp_comm != CpComm::kA2a || rc.model.mla ||
+  if (l.recompute != Recompute::kSelective || l.cp <= 1 || l.cp_comm != CpComm::kA2a ||
       !Reruns(rc.training, l.recompute, RecomputeModule::kCoreAttn)) {
     return Bytes(0);
   }
-  const AttentionConfig& a = rc.model.attention;
-  const int64_t per_token =
-      CheckedMul(CheckedMul(a.heads + 2 * a.kv_heads, a.head_dim), SizeOf(rc.training.precision.activations));
+  int64_t elements = 0;  // q, k, v per token, all heads
+  if (rc.model.mla) {
+    const MlaConfig& a = *rc.model.mla;
+    elements = CheckedMul(a.heads, 2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim);
+  } else {
+    const AttentionConfig& a = rc.model.attention;
+    elements = CheckedMul(a.heads + 2 * a.kv_heads, a.head_dim);
+  }
+  const int64_t per_token = CheckedMul(elements, SizeOf(rc.training.precision.activations));
   return Bytes(CeilDiv(CheckedMul(TokensOf(rc, l).cp_rank, per_token), l.tp));
 }
 

@@ -298,6 +298,40 @@ std::array<int64_t, 5> RerunMicrobatches(const Inventory& inv, const PlanTables&
   return out;
 }
 
+// Layer-micro-batches per family whose TP regions rerun: RerunMicrobatches',
+// and under the selective "shared_experts" module every MoE layer's once
+// more (the shared expert, the MoE layer's one TP region, reruns under
+// tensor_parallel.checkpoint: Megatron moe_layer.py shared_experts_compute;
+// with "moe" too that checkpoint sits inside the layer's, and reruns again
+// in the backward of the layer's rerun).
+std::array<int64_t, 5> TpRerunMicrobatches(const Inventory& inv, const PlanTables& t, const Layout& l,
+                                           std::span<const RankChunk> chunks, std::array<int64_t, 5> rerun) {
+  if (l.recompute != Recompute::kSelective ||
+      !inv.recipe.training.recompute_modules.has(RecomputeModule::kSharedExperts)) {
+    return rerun;
+  }
+  const size_t e = static_cast<size_t>(FamilyIndex(BlockKind::kMoe));
+  for (const RankChunk& c : chunks) rerun[e] += ChunkCounts(t, c.range)[e] * c.microbatches;
+  return rerun;
+}
+
+// Selective "mla_up_proj": backward recomputes every MLA layer's q, k, v
+// from the latents (multi_latent_attention.py qkv_up_checkpoint), gathering
+// the up-projections' inputs and k_pe over TP again under SP: the forward's
+// gathers once more in the backward pass, no reduce-scatter (the
+// O-projection is not rerun).
+void AddMlaUpProjRerun(const Inventory& inv, const PlanTables& t, const Layout& l, const Sizes& s,
+                       std::span<const RankChunk> chunks, ItemList* items) {
+  if (l.tp <= 1 || !l.sequence_parallel() || !inv.recipe.model.mla || l.recompute != Recompute::kSelective ||
+      !inv.recipe.training.recompute_modules.has(RecomputeModule::kMlaUpProj)) {
+    return;
+  }
+  const size_t a = static_cast<size_t>(FamilyIndex(BlockKind::kAttention));
+  int64_t n = 0;
+  for (const RankChunk& c : chunks) n += ChunkCounts(t, c.range)[a] * c.microbatches;
+  items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kAttention, s.attn_gather, n);
+}
+
 // Attention layer-micro-batches whose core reruns with its CP exchange:
 // every one under the selective "core_attn" module, else the rerun layers'.
 int64_t CoreRerunMicrobatches(const Inventory& inv, const PlanTables& t, const Layout& l,
@@ -999,8 +1033,9 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     ItemList items(locality, links, cost, &sc.items);
     const std::span<const RankChunk> chunks = by_rank.On(r);
     const std::array<int64_t, 5> rerun = RerunMicrobatches(inv, t, l, chunks);
-    AddTp(t, l, s, chunks, rerun,
+    AddTp(t, l, s, chunks, TpRerunMicrobatches(inv, t, l, chunks, rerun),
           l.recompute == Recompute::kFull && inv.recipe.training.recompute_method == RecomputeMethod::kUniform, &items);
+    AddMlaUpProjRerun(inv, t, l, s, chunks, &items);
     AddCp(inv, t, l, s, chunks, rerun, &items);
     AddPp(l, s, chunks, n_chunks, &items);
     AddEp(t, l, s, chunks, rerun, &items);

@@ -121,7 +121,9 @@ void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, 
 int CommRerunKey(const Layout& l, const TrainingConfig& t) {
   if (l.recompute == Recompute::kFull) return 1;
   if (l.recompute != Recompute::kSelective) return 0;
-  const bool modules = t.recompute_modules.has(RecomputeModule::kMlp) || t.recompute_modules.has(RecomputeModule::kMoe);
+  const bool modules =
+      t.recompute_modules.has(RecomputeModule::kMlp) || t.recompute_modules.has(RecomputeModule::kMoe) ||
+      t.recompute_modules.has(RecomputeModule::kSharedExperts) || t.recompute_modules.has(RecomputeModule::kMlaUpProj);
   return modules || (l.cp > 1 && t.recompute_modules.has(RecomputeModule::kCoreAttn)) ? 2 : 0;
 }
 

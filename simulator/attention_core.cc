@@ -477,12 +477,29 @@ void AttentionCoreBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, co
   }
 }
 
-#define PREFLIGHT_INSTANTIATE(T)                                                                                      \
-  template Mat<T> AttentionCoreForward<T>(Ctx&, const AttnShape&, Mat<T>, Mat<T>, Mat<T>, AttnState<T>*);            \
-  template void AttentionCoreBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,        \
-                                         const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*);    \
-  template void AttendBlock<T>(Ctx&, const AttnShape&, const Mat<T>&, const std::vector<int64_t>&, const Mat<T>&,    \
-                               const Mat<T>&, const std::vector<int64_t>&, Mat<T>*, Mat<T>*);                        \
+template <class T>
+void RerunAttentionCore(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, Mat<T>* o,
+                        Tensor<T>* lse, Tensor<T>* qc, Tensor<T>* kc, Tensor<T>* vc) {
+  const SimCategory rerun = SimCategory::kRecomputed;
+  const int64_t ab = ctx.bytes.activation;
+  AttnState<T> core;
+  *o = AttentionCoreForward(ctx, shape, q, k, v, &core);
+  if (ctx.cp_size > 1 && ctx.cp_comm == CpComm::kA2a) {
+    *qc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.q));
+    *kc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.k));
+    *vc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.v));
+  }
+  *lse = Tensor<T>(ctx.mem(), rerun, 4, std::move(core.lse));
+}
+
+#define PREFLIGHT_INSTANTIATE(T)                                                                                    \
+  template void RerunAttentionCore<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, \
+                                      Tensor<T>*, Tensor<T>*, Tensor<T>*, Tensor<T>*);                              \
+  template Mat<T> AttentionCoreForward<T>(Ctx&, const AttnShape&, Mat<T>, Mat<T>, Mat<T>, AttnState<T>*);           \
+  template void AttentionCoreBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,       \
+                                         const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*);   \
+  template void AttendBlock<T>(Ctx&, const AttnShape&, const Mat<T>&, const std::vector<int64_t>&, const Mat<T>&,   \
+                               const Mat<T>&, const std::vector<int64_t>&, Mat<T>*, Mat<T>*);                       \
   template void MergeAttention<T>(const AttnShape&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)

@@ -52,6 +52,17 @@ struct AttnState {
 template <class T>
 Mat<T> AttentionCoreForward(Ctx& ctx, const AttnShape& shape, Mat<T> q, Mat<T> k, Mat<T> v, AttnState<T>* state);
 
+/// The "core_attn" rerun (Megatron's _checkpointed_attention_forward keeps
+/// only the core's inputs q, k, v), after the O-projection's backward: the
+/// core's forward again on the kept q, k, v, its CP exchange included. Sets
+/// `o` (the values of the O the projection's backward freed, so the saved
+/// one's storage stands in) and, charged as recomputed activations, the fp32
+/// `lse` and under a2a the head-split `qc`, `kc`, `vc` (elsewhere the core
+/// keeps its inputs themselves, and they stay empty).
+template <class T>
+void RerunAttentionCore(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v, Mat<T>* o,
+                        Tensor<T>* lse, Tensor<T>* qc, Tensor<T>* kc, Tensor<T>* vc);
+
 /// dQ, dK, dV on this rank's rows from dO (this rank's rows) and what the
 /// forward kept (q, k, v, lse as AttnState holds them); `o` is the saved
 /// output on this rank's rows.

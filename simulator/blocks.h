@@ -165,6 +165,10 @@ struct Ctx {
   /// Modules selective recompute reruns in backward (training.recompute_modules;
   /// empty without selective recompute): a block keeps only their inputs.
   ModuleSet rerun;
+  /// Transformer Engine (training.transformer_engine): the A (GQA) and D
+  /// pre-norms are fused into their first linear (LayerNormLinear), so they
+  /// are no module of their own for the "layernorm" and "mlp" reruns.
+  bool transformer_engine = true;
   int64_t router_groups = 1;  // capacity groups among this rank's local tokens (docs/formulas.md §8.3 (3))
   /// When set, the capacity group of each local row (the unsharded reference
   /// groups tokens as the sharded ranks do, which with CP load balancing is
@@ -303,9 +307,32 @@ Mat<T> NormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& stats, cons
 /// Norm(x) (ctx.bytes.activation per element) and the fp32 statistics (4 B
 /// each: rstd, or LayerNorm's mean and rstd) as activations for the
 /// backward, allocated in that order. `w` is a MakeNorm parameter.
+/// `discarded` (a RerunsNorm block): n and the statistics are temporaries of
+/// the forward, which DiscardPreNorm drops at its end.
 template <class T>
 void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
-                 Tensor<T>* saved_rstd);
+                 Tensor<T>* saved_rstd, bool discarded = false);
+
+/// Selective "layernorm": the block's pre-norm is its own module (not
+/// `fused` into the first linear) and backward reruns it. Megatron
+/// (transformer_layer.py) runs input_layernorm / pre_mlp_layernorm under
+/// CheckpointWithoutOutput (tensor_parallel/random.py) and discards its output
+/// once the sublayer's forward returns (discard_output_and_register_recompute):
+/// only the norm's input stays, and the output is recomputed when the
+/// sublayer's output gradient arrives, before the sublayer's backward.
+inline bool RerunsNorm(const Ctx& ctx, bool fused) { return ctx.rerun.has(RecomputeModule::kLayernorm) && !fused; }
+
+/// The end of a RerunsNorm block's forward: the norm output and statistics go.
+template <class T>
+void DiscardPreNorm(Tensor<T>* n, Tensor<T>* stats) {
+  n->Release();
+  stats->Release();
+}
+
+/// The rerun before a RerunsNorm block's backward: the norm output and its
+/// statistics again from the kept input, charged as recomputed activations.
+template <class T>
+void RerunPreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* n, Tensor<T>* stats);
 
 /// The input of a TP region, CopyToTpForward(local) (all rows under SP), held
 /// as a temporary of ctx.bytes.activation per element.

@@ -79,7 +79,8 @@ class AttentionBlock final : public Block<T> {
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
-    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+    const bool rerun_norm = RerunsNorm(ctx, ctx.transformer_engine);
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd, rerun_norm);
     Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
     Tensor<T> qkv(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, n_full.m, qkv_->value.m));
     n_full.Release();
@@ -122,6 +123,7 @@ class AttentionBlock final : public Block<T> {
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
     Mat<T> y = ReduceFromTpForward(ctx, partial.m);
     AddBias(&y, out_b_);
+    if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
     return x + y;
   }
 
@@ -129,6 +131,7 @@ class AttentionBlock final : public Block<T> {
     ctx.rank->set_what(CommWhat::kAttention);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
+    if (RerunsNorm(ctx, ctx.transformer_engine)) RerunPreNorm(ctx, s.x.m, norm_->value.m, d_.norm_eps, &s.n, &s.rstd);
     AddBiasGrad(dy, out_b_);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     out_->grad.m += MatMulTransA(ctx, s.o.m, dy_full.m);
@@ -162,24 +165,9 @@ class AttentionBlock final : public Block<T> {
 
   int64_t Rep() const { return d_.heads / d_.kv_heads; }
 
-  /// The "core_attn" rerun, after the O-projection's backward: the core's
-  /// forward again on the kept q, k, v (its CP exchange included), giving the
-  /// state its backward reads in the mode's layout. The rerun's output takes
-  /// the place of the O the projection's backward freed (equal values, so the
-  /// saved one stands in); the rest is new memory for this layer's backward:
-  /// the fp32 lse, and under a2a the head-split q, k, v (elsewhere the core
-  /// keeps its inputs themselves).
+  /// The "core_attn" rerun (RerunAttentionCore) into the saved set.
   void RerunCore(Ctx& ctx, Saved* s) const {
-    const SimCategory rerun = SimCategory::kRecomputed;
-    const int64_t ab = ctx.bytes.activation;
-    AttnState<T> core;
-    s->o.m = AttentionCoreForward(ctx, Shape(), s->q.m, s->k.m, s->v.m, &core);
-    if (ctx.cp_size > 1 && ctx.cp_comm == CpComm::kA2a) {
-      s->qc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.q));
-      s->kc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.k));
-      s->vc = Tensor<T>(ctx.mem(), rerun, ab, std::move(core.v));
-    }
-    s->lse = Tensor<T>(ctx.mem(), rerun, 4, std::move(core.lse));
+    RerunAttentionCore(ctx, Shape(), s->q.m, s->k.m, s->v.m, &s->o.m, &s->lse, &s->qc, &s->kc, &s->vc);
   }
 
   void Split(const Mat<T>& qkv, Mat<T>* q, Mat<T>* k, Mat<T>* v) const {
@@ -253,25 +241,17 @@ class MlpBlock final : public Block<T> {
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kMlp);
-    const int64_t ab = ctx.bytes.activation;
-    const SimCategory act = SimCategory::kActivations;
     Saved& s = saved_.Open(ctx.microbatch);
-    SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd);
-    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-    // The activation's inputs (a, and u when gated) and output z (fc2's input).
-    if (gate_ != nullptr) {
-      s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, gate_->value.m));
-      s.u = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
-      AddBias(&s.u.m, up_b_);
-    } else {
-      s.a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, up_->value.m));
+    const bool rerun_norm = RerunsNorm(ctx, ctx.transformer_engine);
+    SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd, rerun_norm);
+    const bool rerun = RerunsMlp(ctx);
+    const Mat<T> y = Mlp(ctx, &s, rerun ? SimCategory::kTemporaries : SimCategory::kActivations);
+    if (rerun) {
+      s.a.Release();
+      s.u.Release();
+      s.z.Release();
     }
-    AddBias(&s.a.m, ABias());
-    n_full.Release();
-    s.z = Tensor<T>(ctx.mem(), act, ab, Activate(act_, s.a.m, s.u.m));
-    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.z.m, down_->value.m));
-    Mat<T> y = ReduceFromTpForward(ctx, partial.m);
-    AddBias(&y, down_b_);
+    if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
     return x + y;
   }
 
@@ -279,6 +259,10 @@ class MlpBlock final : public Block<T> {
     ctx.rank->set_what(CommWhat::kMlp);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
+    if (RerunsNorm(ctx, ctx.transformer_engine)) RerunPreNorm(ctx, s.x.m, norm_->value.m, eps_, &s.n, &s.rstd);
+    // The "mlp" checkpoint's rerun: the module's whole forward from the kept
+    // norm output, its TP collectives included; the output is not used.
+    if (RerunsMlp(ctx)) Mlp(ctx, &s, SimCategory::kRecomputed);
     AddBiasGrad(dy, down_b_);
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     down_->grad.m += MatMulTransA(ctx, s.z.m, dy_full.m);
@@ -297,6 +281,36 @@ class MlpBlock final : public Block<T> {
   struct Saved {
     Tensor<T> x, n, rstd, a, u, z;
   };
+
+  /// Selective "mlp" without Transformer Engine: Megatron checkpoints the MLP
+  /// module on the separate pre-MLP norm's output (transformer_layer.py
+  /// _forward_mlp, tensor_parallel.checkpoint), so x, the norm output and
+  /// the norm's statistics stay and the rest is rerun in backward. With
+  /// Transformer Engine the norm is inside the module: the executor
+  /// checkpoints the whole sublayer instead (recompute.h CheckpointGroups).
+  static bool RerunsMlp(const Ctx& ctx) { return ctx.rerun.has(RecomputeModule::kMlp) && !ctx.transformer_engine; }
+
+  /// The MLP on the saved norm output: fc1 (a, and u when gated), the
+  /// activation z, fc2 and its TP reduction; a, u, z are charged to
+  /// `category`. Returns fc2's output, this rank's rows.
+  Mat<T> Mlp(Ctx& ctx, Saved* s, SimCategory category) {
+    const int64_t ab = ctx.bytes.activation;
+    Tensor<T> n_full = TpRegionInput(ctx, s->n.m);
+    if (gate_ != nullptr) {
+      s->a = Tensor<T>(ctx.mem(), category, ab, MatMul(ctx, n_full.m, gate_->value.m));
+      s->u = Tensor<T>(ctx.mem(), category, ab, MatMul(ctx, n_full.m, up_->value.m));
+      AddBias(&s->u.m, up_b_);
+    } else {
+      s->a = Tensor<T>(ctx.mem(), category, ab, MatMul(ctx, n_full.m, up_->value.m));
+    }
+    AddBias(&s->a.m, ABias());
+    n_full.Release();
+    s->z = Tensor<T>(ctx.mem(), category, ab, Activate(act_, s->a.m, s->u.m));
+    Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s->z.m, down_->value.m));
+    Mat<T> y = ReduceFromTpForward(ctx, partial.m);
+    AddBias(&y, down_b_);
+    return y;
+  }
   /// The bias of fc1's activated output a: the gate's when gated, else up's.
   Param<T>* ABias() const { return gate_ != nullptr ? gate_b_ : up_b_; }
 

@@ -67,53 +67,47 @@ class MlaBlock final : public Block<T> {
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
-    const int64_t ab = ctx.bytes.activation, hl = heads_local_, nope = d_.mla_nope, rope = d_.mla_rope;
+    const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
-    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
-    // Query: through the latent (down, norm, up) or straight from the norm output.
-    Tensor<T> q;
+    // MLA's input_layernorm is its own module with or without Transformer Engine.
+    const bool rerun_norm = RerunsNorm(ctx, /*fused=*/false);
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd, rerun_norm);
+    // The latents: the query's (down, norm) when q_lora > 0, and the KV
+    // latent with k_pe beside it.
     if (q_down_ != nullptr) {
       s.cq = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, s.n.m, q_down_->value.m));
       Mat<T> rstd;
       s.cq_n = Tensor<T>(ctx.mem(), act, ab, RmsNormForward(s.cq.m, q_norm_->value.m, d_.norm_eps, &rstd));
       s.rstd_q = Tensor<T>(ctx.mem(), act, 4, std::move(rstd));
     }
-    {
-      Tensor<T> in = TpRegionInput(ctx, q_down_ != nullptr ? s.cq_n.m : s.n.m);
-      q = Tensor<T>(ctx.mem(), tmp, ab, MatMul(ctx, in.m, q_up_->value.m));
-    }
-    // Keys and values from the KV latent; k_pe rides beside it.
     s.ckv = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, s.n.m, kv_down_->value.m));
     Mat<T> rstd;
     s.ckv_n =
         Tensor<T>(ctx.mem(), act, ab,
                   RmsNormForward(Mat<T>(s.ckv.m.leftCols(d_.mla_kv_lora)), kv_norm_->value.m, d_.norm_eps, &rstd));
     s.rstd_kv = Tensor<T>(ctx.mem(), act, 4, std::move(rstd));
-    Tensor<T> kv;
-    {
-      Tensor<T> in = TpRegionInput(ctx, s.ckv_n.m);
-      kv = Tensor<T>(ctx.mem(), tmp, ab, MatMul(ctx, in.m, kv_up_->value.m));
+    Mat<T> q, k, v;
+    UpProject(ctx, s, &q, &k, &v);
+    // "core_attn" (Megatron's _checkpointed_attention_forward, as for GQA):
+    // the core's inputs stay, its own state is rerun in backward.
+    // "mla_up_proj": q, k, v are dropped after the core (RerunsUpProjection).
+    const bool rerun_core = ctx.rerun.has(RecomputeModule::kCoreAttn), rerun_up = RerunsUpProjection(ctx);
+    if (rerun_core && !rerun_up) {
+      s.q = Tensor<T>(ctx.mem(), act, ab, q);
+      s.k = Tensor<T>(ctx.mem(), act, ab, k);
+      s.v = Tensor<T>(ctx.mem(), act, ab, v);
     }
-    Tensor<T> k_pe = TpRegionInput(ctx, Mat<T>(s.ckv.m.rightCols(rope)));
-    ApplyRope(&q.m, RopeSpan{hl, QkDim(), nope, rope}, d_, ctx.seq, 1);
-    ApplyRope(&k_pe.m, RopeSpan{1, rope, 0, rope}, d_, ctx.seq, 1);
-    Mat<T> k(kv.m.rows(), hl * QkDim()), v(kv.m.rows(), hl * d_.mla_v);
-    for (int64_t i = 0; i < hl; ++i) {
-      k.middleCols(i * QkDim(), nope) = kv.m.middleCols(i * KvDim(), nope);
-      k.middleCols(i * QkDim() + nope, rope) = k_pe.m;
-      v.middleCols(i * d_.mla_v, d_.mla_v) = kv.m.middleCols(i * KvDim() + nope, d_.mla_v);
-    }
-    kv.Release();
-    k_pe.Release();
     AttnState<T> core;
-    Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q.m), std::move(k), std::move(v), &core);
-    q.Release();
-    s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
-    s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
-    s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
+    Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
+    if (!rerun_core && !rerun_up) {
+      s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
+      s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
+      s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
+    }
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
-    s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
+    if (!rerun_core) s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
     Tensor<T> partial(ctx.mem(), tmp, ab, MatMul(ctx, s.o.m, out_->value.m));
+    if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
     return x + ReduceFromTpForward(ctx, partial.m);
   }
 
@@ -122,12 +116,26 @@ class MlaBlock final : public Block<T> {
     const SimCategory tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation, hl = heads_local_, nope = d_.mla_nope, rope = d_.mla_rope;
     Saved s = saved_.Close(ctx.microbatch);
+    if (RerunsNorm(ctx, /*fused=*/false)) RerunPreNorm(ctx, s.x.m, norm_->value.m, d_.norm_eps, &s.n, &s.rstd);
     Tensor<T> dy_full(ctx.mem(), tmp, ab, ReduceFromTpBackward(ctx, dy));
     out_->grad.m += MatMulTransA(ctx, s.o.m, dy_full.m);
     const Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
     dy_full.Release();
+    if (RerunsUpProjection(ctx)) {
+      // Q, K, V again from the kept latents, their TP gathers included.
+      Mat<T> q, k, v;
+      UpProject(ctx, s, &q, &k, &v);
+      s.q = Tensor<T>(ctx.mem(), SimCategory::kRecomputed, ab, std::move(q));
+      s.k = Tensor<T>(ctx.mem(), SimCategory::kRecomputed, ab, std::move(k));
+      s.v = Tensor<T>(ctx.mem(), SimCategory::kRecomputed, ab, std::move(v));
+    }
+    if (ctx.rerun.has(RecomputeModule::kCoreAttn)) {
+      RerunAttentionCore(ctx, Shape(), s.q.m, s.k.m, s.v.m, &s.o.m, &s.lse, &s.qc, &s.kc, &s.vc);
+    }
+    const bool head_split = s.qc.m.size() > 0;  // the core's own layout, from a rerun
     Mat<T> dq, dk, dv;
-    AttentionCoreBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    AttentionCoreBackward(ctx, Shape(), head_split ? s.qc.m : s.q.m, head_split ? s.kc.m : s.k.m,
+                          head_split ? s.vc.m : s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
     ApplyRope(&dq, RopeSpan{hl, QkDim(), nope, rope}, d_, ctx.seq, -1);
     // k_pe feeds every head: its gradient sums the heads' rope parts (this
     // rank's heads; the SP reduce-scatter sums the TP ranks').
@@ -162,7 +170,42 @@ class MlaBlock final : public Block<T> {
  private:
   struct Saved {
     Tensor<T> x, n, rstd, cq, cq_n, rstd_q, ckv, ckv_n, rstd_kv, q, k, v, o, lse;
+    Tensor<T> qc, kc, vc;  // a "core_attn" rerun under a2a: the core's head split
   };
+
+  /// Selective "mla_up_proj": Megatron's MLASelfAttention runs the q and
+  /// kv up-projections and RoPE under CheckpointWithoutOutput
+  /// (multi_latent_attention.py qkv_up_checkpoint) and discards q, k, v once
+  /// the core has run; they are recomputed from the latents when the core
+  /// output's gradient arrives, after the O-projection's backward.
+  static bool RerunsUpProjection(const Ctx& ctx) { return ctx.rerun.has(RecomputeModule::kMlaUpProj); }
+
+  /// Q, K, V of this rank's heads from the saved latents: the q and kv
+  /// up-projections (column-parallel: their inputs gathered over TP under
+  /// SP), k_pe gathered likewise, RoPE on the rope parts, k_pe shared by
+  /// every head.
+  void UpProject(Ctx& ctx, const Saved& s, Mat<T>* q, Mat<T>* k, Mat<T>* v) const {
+    const int64_t ab = ctx.bytes.activation, hl = heads_local_, nope = d_.mla_nope, rope = d_.mla_rope;
+    {
+      Tensor<T> in = TpRegionInput(ctx, q_down_ != nullptr ? s.cq_n.m : s.n.m);
+      *q = MatMul(ctx, in.m, q_up_->value.m);
+    }
+    Tensor<T> kv;
+    {
+      Tensor<T> in = TpRegionInput(ctx, s.ckv_n.m);
+      kv = Tensor<T>(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, in.m, kv_up_->value.m));
+    }
+    Tensor<T> k_pe = TpRegionInput(ctx, Mat<T>(s.ckv.m.rightCols(rope)));
+    ApplyRope(q, RopeSpan{hl, QkDim(), nope, rope}, d_, ctx.seq, 1);
+    ApplyRope(&k_pe.m, RopeSpan{1, rope, 0, rope}, d_, ctx.seq, 1);
+    k->resize(kv.m.rows(), hl * QkDim());
+    v->resize(kv.m.rows(), hl * d_.mla_v);
+    for (int64_t i = 0; i < hl; ++i) {
+      k->middleCols(i * QkDim(), nope) = kv.m.middleCols(i * KvDim(), nope);
+      k->middleCols(i * QkDim() + nope, rope) = k_pe.m;
+      v->middleCols(i * d_.mla_v, d_.mla_v) = kv.m.middleCols(i * KvDim() + nope, d_.mla_v);
+    }
+  }
 
   int64_t QkDim() const { return d_.mla_nope + d_.mla_rope; }
   int64_t KvDim() const { return d_.mla_nope + d_.mla_v; }

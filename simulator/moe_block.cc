@@ -114,56 +114,19 @@ class MoeBlock final : public Block<T> {
   ExpertBias<T>* expert_bias() override { return d_.router_bias ? &bias_ : nullptr; }
 
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
-    const int64_t ab = ctx.bytes.activation, h = d_.hidden;
-    const SimCategory act = SimCategory::kActivations, scratch = SimCategory::kRoutingScratch;
-    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s_.x, &s_.n, &s_.rstd);
-    Route(ctx);
-
-    // Dispatch: send buffer in (expert, token) order, padded slots are zero rows.
-    Tensor<T> send(ctx.mem(), scratch, ab, Mat<T>::Zero(static_cast<int64_t>(s_.send_token.size()), h));
-    for (size_t r = 0; r < s_.send_token.size(); ++r) {
-      if (s_.send_token[r] >= 0) send.m.row(static_cast<int64_t>(r)) = s_.n.m.row(s_.send_token[r]);
+    const bool rerun_norm = RerunsNorm(ctx, /*fused=*/false);  // the router reads it: always its own module
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s_.x, &s_.n, &s_.rstd, rerun_norm);
+    const bool rerun = RerunsLayer(ctx);
+    Mat<T> result = x + Layer(ctx, rerun ? SimCategory::kTemporaries : SimCategory::kActivations, false);
+    if (rerun) {
+      // The checkpoint keeps its input, the norm output; the norm keeps x and its statistics.
+      State kept;
+      kept.x = std::move(s_.x);
+      kept.n = std::move(s_.n);
+      kept.rstd = std::move(s_.rstd);
+      s_ = std::move(kept);
     }
-    ExchangeCounts(ctx);
-    ctx.rank->set_what(CommWhat::kMoeDispatch);
-    Tensor<T> recv = Dispatch(ctx, std::move(send));
-    ctx.rank->set_what(CommWhat::kMoeExperts);
-    s_.gathered = GatherOverEtp(ctx, std::move(recv), act);
-    s_.expert_of_row = s_.gathered_layout.ExpertOfRows();
-
-    // Experts, each on its rows of the gathered buffer.
-    const int64_t f = up_.empty() ? 0 : up_[0]->value.m.cols();
-    s_.a = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
-    if (gated_) s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
-    s_.z = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
-    Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
-    for (int64_t le = 0; le < local_experts_; ++le) {
-      const std::vector<int64_t> rows = RowsOf(le);
-      const Mat<T> in = Take(s_.gathered.m, rows);
-      const size_t i = static_cast<size_t>(le);
-      Mat<T> a = MatMul(ctx, in, gated_ ? gate_[i]->value.m : up_[i]->value.m);
-      Mat<T> u = gated_ ? MatMul(ctx, in, up_[i]->value.m) : Mat<T>();
-      AddBias(&a, ABias(i));
-      if (gated_) AddBias(&u, Bias(up_b_, i));
-      const Mat<T> z = Activate(d_.moe_activation, a, u);
-      Put(&s_.a.m, rows, a);
-      if (gated_) Put(&s_.u.m, rows, u);
-      Put(&s_.z.m, rows, z);
-      Mat<T> yl = MatMul(ctx, z, down_[i]->value.m);
-      AddBias(&yl, Bias(down_b_, i));
-      Put(&y.m, rows, yl);
-    }
-    Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
-    ctx.rank->set_what(CommWhat::kMoeCombine);
-    s_.y_back = Combine(ctx, std::move(y_own), act);
-
-    Tensor<T> out(ctx.mem(), scratch, ab, Mat<T>::Zero(x.rows(), h));
-    for (size_t r = 0; r < s_.send_token.size(); ++r) {
-      if (s_.send_token[r] >= 0) out.m.row(s_.send_token[r]) += s_.send_prob.m(static_cast<int64_t>(r), 0) * s_.y_back.m.row(static_cast<int64_t>(r));
-    }
-    Mat<T> result = x + out.m;
-    ctx.rank->set_what(CommWhat::kMoeSharedExpert);
-    if (sh_up_ != nullptr) result += SharedForward(ctx);
+    if (rerun_norm) DiscardPreNorm(&s_.n, &s_.rstd);
     saved_.Open(ctx.microbatch) = std::exchange(s_, State());
     return result;
   }
@@ -172,9 +135,18 @@ class MoeBlock final : public Block<T> {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
     const SimCategory scratch = SimCategory::kRoutingScratch;
     s_ = saved_.Close(ctx.microbatch);
+    if (RerunsNorm(ctx, /*fused=*/false)) RerunPreNorm(ctx, s_.x.m, norm_->value.m, d_.norm_eps, &s_.n, &s_.rstd);
+    // The "moe" checkpoint's rerun: the layer's forward again from the kept
+    // norm output, its exchanges included; the output is not used.
+    if (RerunsLayer(ctx)) Layer(ctx, SimCategory::kRecomputed, true);
     Mat<T> dn = Mat<T>::Zero(dy.rows(), h);
     ctx.rank->set_what(CommWhat::kMoeSharedExpert);
-    if (sh_up_ != nullptr) dn += SharedBackward(ctx, dy);
+    if (sh_up_ != nullptr) {
+      // The "shared_experts" checkpoint's rerun on the kept norm output, its
+      // TP collectives included; the output is not used.
+      if (RerunsShared(ctx)) SharedForward(ctx, SimCategory::kRecomputed);
+      dn += SharedBackward(ctx, dy);
+    }
 
     // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
     const int64_t pairs = static_cast<int64_t>(s_.send_token.size());
@@ -191,6 +163,13 @@ class MoeBlock final : public Block<T> {
     ctx.rank->set_what(CommWhat::kMoeExperts);
     Tensor<T> dy_g = GatherOverEtp(ctx, std::move(drecv), scratch);
     Tensor<T> dxg(ctx.mem(), scratch, ab, Mat<T>(dy_g.m.rows(), h));
+    // "moe_act": the activation's output (fc2's input) again from fc1's
+    // kept output, before fc2's backward (Megatron experts.py: the
+    // activation under CheckpointWithoutOutput, its output discarded after
+    // fc2's forward and recomputed when fc2's output gradient arrives).
+    if (ctx.rerun.has(RecomputeModule::kMoeAct)) {
+      s_.z = Tensor<T>(ctx.mem(), SimCategory::kRecomputed, ab, Activate(d_.moe_activation, s_.a.m, s_.u.m));
+    }
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
       const Mat<T> dyl = Take(dy_g.m, rows), in = Take(s_.gathered.m, rows);
@@ -263,10 +242,82 @@ class MoeBlock final : public Block<T> {
   }
 
  private:
+  /// Selective "moe": Megatron's MoELayer.forward runs the whole layer
+  /// (router, dispatch, experts, combine, shared expert) under
+  /// tensor_parallel.checkpoint on the pre-MLP norm's output (moe_layer.py
+  /// moe_layer_recompute), so only the norm's input, output and statistics stay.
+  static bool RerunsLayer(const Ctx& ctx) { return ctx.rerun.has(RecomputeModule::kMoe); }
+
+  /// The MoE layer on the norm output s_.n: returns its output (routed and
+  /// shared); what the backward reads is charged to `act`. `rerun`: the
+  /// "moe" checkpoint's rerun, which counts no dropped pair and no expert
+  /// token again (Megatron's router counts local_tokens_per_expert only with
+  /// grad enabled, so once: in the rerun; the executor counts the first).
+  Mat<T> Layer(Ctx& ctx, SimCategory act, bool rerun) {
+    const int64_t ab = ctx.bytes.activation, h = d_.hidden;
+    const SimCategory scratch = SimCategory::kRoutingScratch;
+    Route(ctx, act, rerun);
+
+    // Dispatch: send buffer in (expert, token) order, padded slots are zero rows.
+    Tensor<T> send(ctx.mem(), scratch, ab, Mat<T>::Zero(static_cast<int64_t>(s_.send_token.size()), h));
+    for (size_t r = 0; r < s_.send_token.size(); ++r) {
+      if (s_.send_token[r] >= 0) send.m.row(static_cast<int64_t>(r)) = s_.n.m.row(s_.send_token[r]);
+    }
+    ExchangeCounts(ctx);
+    ctx.rank->set_what(CommWhat::kMoeDispatch);
+    Tensor<T> recv = Dispatch(ctx, std::move(send));
+    ctx.rank->set_what(CommWhat::kMoeExperts);
+    s_.gathered = GatherOverEtp(ctx, std::move(recv), act);
+    s_.expert_of_row = s_.gathered_layout.ExpertOfRows();
+
+    // Experts, each on its rows of the gathered buffer.
+    const int64_t f = up_.empty() ? 0 : up_[0]->value.m.cols();
+    s_.a = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    if (gated_) s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    const bool rerun_act = ctx.rerun.has(RecomputeModule::kMoeAct);
+    s_.z = Tensor<T>(ctx.mem(), rerun_act ? SimCategory::kTemporaries : act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
+    for (int64_t le = 0; le < local_experts_; ++le) {
+      const std::vector<int64_t> rows = RowsOf(le);
+      const Mat<T> in = Take(s_.gathered.m, rows);
+      const size_t i = static_cast<size_t>(le);
+      Mat<T> a = MatMul(ctx, in, gated_ ? gate_[i]->value.m : up_[i]->value.m);
+      Mat<T> u = gated_ ? MatMul(ctx, in, up_[i]->value.m) : Mat<T>();
+      AddBias(&a, ABias(i));
+      if (gated_) AddBias(&u, Bias(up_b_, i));
+      const Mat<T> z = Activate(d_.moe_activation, a, u);
+      Put(&s_.a.m, rows, a);
+      if (gated_) Put(&s_.u.m, rows, u);
+      Put(&s_.z.m, rows, z);
+      Mat<T> yl = MatMul(ctx, z, down_[i]->value.m);
+      AddBias(&yl, Bias(down_b_, i));
+      Put(&y.m, rows, yl);
+    }
+    if (rerun_act) s_.z.Release();
+    Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
+    ctx.rank->set_what(CommWhat::kMoeCombine);
+    s_.y_back = Combine(ctx, std::move(y_own), act);
+
+    Tensor<T> out(ctx.mem(), scratch, ab, Mat<T>::Zero(s_.n.m.rows(), h));
+    for (size_t r = 0; r < s_.send_token.size(); ++r) {
+      if (s_.send_token[r] >= 0)
+        out.m.row(s_.send_token[r]) +=
+            s_.send_prob.m(static_cast<int64_t>(r), 0) * s_.y_back.m.row(static_cast<int64_t>(r));
+    }
+    Mat<T> result = out.m;
+    ctx.rank->set_what(CommWhat::kMoeSharedExpert);
+    if (sh_up_ != nullptr) {
+      result += SharedForward(ctx, RerunsShared(ctx) ? SimCategory::kTemporaries : act);
+      if (RerunsShared(ctx)) ReleaseShared();
+    }
+    return result;
+  }
+
   /// Top-k selection, softmax over the selected logits, capacity per router
-  /// group (earliest tokens kept, docs/formulas.md §5), and the send order.
-  void Route(Ctx& ctx) {
-    const SimCategory act = SimCategory::kActivations;
+  /// group (earliest tokens kept, docs/formulas.md §5), and the send order;
+  /// what the backward reads charged to `act`. A `rerun` (Layer) counts
+  /// no dropped pair and no expert token.
+  void Route(Ctx& ctx, SimCategory act, bool rerun) {
     const int64_t tokens = s_.n.m.rows(), k = d_.top_k, experts = d_.experts;
     s_.logits = Tensor<T>(ctx.mem(), act, 4, MatMul(ctx, s_.n.m, router_->value.m));
     std::vector<int64_t> topk(static_cast<size_t>(tokens * k));
@@ -319,11 +370,11 @@ class MoeBlock final : public Block<T> {
           map(t, e) = 1;
           kept_tokens[static_cast<size_t>(e)].push_back(t);
         } else {
-          ++ctx.dropped_pairs;
+          if (!rerun) ++ctx.dropped_pairs;
         }
       }
     }
-    if (d_.router_bias) bias_.counts.m += map.colwise().sum();
+    if (d_.router_bias && !rerun) bias_.counts.m += map.colwise().sum();
     // Send order (expert, token); padded mode fills every expert to groups * C rows.
     s_.send_token.clear();
     std::vector<int64_t> pair_row(static_cast<size_t>(tokens * k), -1);
@@ -450,9 +501,20 @@ class MoeBlock final : public Block<T> {
     return Tensor<T>(ctx.mem(), category, ctx.bytes.activation, std::move(m));
   }
 
-  Mat<T> SharedForward(Ctx& ctx) {
+  /// Selective "shared_experts": Megatron's MoELayer.shared_experts_compute
+  /// runs the shared expert under tensor_parallel.checkpoint on the norm
+  /// output (moe_layer.py), so it keeps nothing of its own.
+  static bool RerunsShared(const Ctx& ctx) { return ctx.rerun.has(RecomputeModule::kSharedExperts); }
+  void ReleaseShared() {
+    s_.sh_a.Release();
+    s_.sh_u.Release();
+    s_.sh_z.Release();
+  }
+
+  /// The shared expert on the norm output; fc1's outputs and the
+  /// activation's are charged to `act`.
+  Mat<T> SharedForward(Ctx& ctx, SimCategory act) {
     const int64_t ab = ctx.bytes.activation;
-    const SimCategory act = SimCategory::kActivations;
     Tensor<T> n_full = TpRegionInput(ctx, s_.n.m);
     if (sh_gate_ != nullptr) {
       s_.sh_a = Tensor<T>(ctx.mem(), act, ab, MatMul(ctx, n_full.m, sh_gate_->value.m));

@@ -334,15 +334,28 @@ Mat<T> NormBackward(const Mat<T>& dy, const Mat<T>& x, const Mat<T>& stats, cons
   return w.rows() == 2 ? LayerNormBackward(dy, x, stats, w, dw) : RmsNormBackward(dy, x, stats, w, dw);
 }
 
+namespace {
+/// The pre-norm's output and fp32 statistics (rstd, or mean and rstd) of
+/// x, charged to `category`.
+template <class T>
+void PreNormInto(Ctx& ctx, SimCategory category, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* n,
+                 Tensor<T>* stats) {
+  Mat<T> s;
+  *n = Tensor<T>(ctx.mem(), category, ctx.bytes.activation, NormForward(x, w, eps, &s));
+  *stats = Tensor<T>(ctx.mem(), category, 4, std::move(s));
+}
+}  // namespace
+
 template <class T>
 void SavePreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* saved_x, Tensor<T>* saved_n,
-                 Tensor<T>* saved_stats) {
-  const SimCategory act = SimCategory::kActivations;
-  const int64_t ab = ctx.bytes.activation;
-  *saved_x = Tensor<T>(ctx.mem(), act, ab, x);
-  Mat<T> stats;
-  *saved_n = Tensor<T>(ctx.mem(), act, ab, NormForward(x, w, eps, &stats));
-  *saved_stats = Tensor<T>(ctx.mem(), act, 4, std::move(stats));  // fp32: rstd, or mean and rstd
+                 Tensor<T>* saved_stats, bool discarded) {
+  *saved_x = Tensor<T>(ctx.mem(), SimCategory::kActivations, ctx.bytes.activation, x);
+  PreNormInto(ctx, discarded ? SimCategory::kTemporaries : SimCategory::kActivations, x, w, eps, saved_n, saved_stats);
+}
+
+template <class T>
+void RerunPreNorm(Ctx& ctx, const Mat<T>& x, const Mat<T>& w, double eps, Tensor<T>* n, Tensor<T>* stats) {
+  PreNormInto(ctx, SimCategory::kRecomputed, x, w, eps, n, stats);
 }
 
 template <class T>
@@ -360,24 +373,25 @@ Mat<T> ColumnParallelBackward(Ctx& ctx, const Mat<T>& n, const std::vector<Colum
   return CopyToTpBackward(ctx, dn);
 }
 
-#define PREFLIGHT_INSTANTIATE(T)                                                                                     \
-  template void PutShard<T>(ShardKind, const std::vector<int64_t>&, int, int, const Mat<T>&, Mat<T>*);               \
-  template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, Init, \
-                                                  uint64_t, double, int64_t, std::vector<int64_t>);                  \
-  template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                                     \
-  template Mat<T> MatMulTransB<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
-  template Mat<T> MatMulTransA<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                               \
-  template Mat<T> CopyToTpForward<T>(Ctx&, const Mat<T>&);                                                           \
-  template Mat<T> CopyToTpBackward<T>(Ctx&, const Mat<T>&);                                                          \
-  template Mat<T> ReduceFromTpForward<T>(Ctx&, const Mat<T>&);                                                       \
-  template Mat<T> ReduceFromTpBackward<T>(Ctx&, const Mat<T>&);                                                      \
-  template Mat<T> RmsNormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                                  \
-  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);           \
-  template void SavePreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*, Tensor<T>*);      \
-  template Mat<T> NormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                                     \
-  template Mat<T> NormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);              \
-  template std::unique_ptr<Param<T>> MakeNorm<T>(const Ctx&, const Dims&, const std::string&, uint64_t, double);     \
-  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);                                                          \
+#define PREFLIGHT_INSTANTIATE(T)                                                                                      \
+  template void PutShard<T>(ShardKind, const std::vector<int64_t>&, int, int, const Mat<T>&, Mat<T>*);                \
+  template std::unique_ptr<Param<T>> MakeParam<T>(const Ctx&, const std::string&, int64_t, int64_t, ShardKind, Init,  \
+                                                  uint64_t, double, int64_t, std::vector<int64_t>);                   \
+  template Mat<T> MatMul<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                                      \
+  template Mat<T> MatMulTransB<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                                \
+  template Mat<T> MatMulTransA<T>(Ctx&, const Mat<T>&, const Mat<T>&);                                                \
+  template Mat<T> CopyToTpForward<T>(Ctx&, const Mat<T>&);                                                            \
+  template Mat<T> CopyToTpBackward<T>(Ctx&, const Mat<T>&);                                                           \
+  template Mat<T> ReduceFromTpForward<T>(Ctx&, const Mat<T>&);                                                        \
+  template Mat<T> ReduceFromTpBackward<T>(Ctx&, const Mat<T>&);                                                       \
+  template Mat<T> RmsNormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                                   \
+  template Mat<T> RmsNormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);            \
+  template void SavePreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*, Tensor<T>*, bool); \
+  template Mat<T> NormForward<T>(const Mat<T>&, const Mat<T>&, double, Mat<T>*);                                      \
+  template Mat<T> NormBackward<T>(const Mat<T>&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*);               \
+  template std::unique_ptr<Param<T>> MakeNorm<T>(const Ctx&, const Dims&, const std::string&, uint64_t, double);      \
+  template void RerunPreNorm<T>(Ctx&, const Mat<T>&, const Mat<T>&, double, Tensor<T>*, Tensor<T>*);                  \
+  template Tensor<T> TpRegionInput<T>(Ctx&, const Mat<T>&);                                                           \
   template Mat<T> ColumnParallelBackward<T>(Ctx&, const Mat<T>&, const std::vector<ColumnGrad<T>>&);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)

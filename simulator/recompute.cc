@@ -10,6 +10,9 @@ std::vector<CheckpointGroup> CheckpointGroups(const std::vector<BlockKind>& laye
                                               const TrainingConfig& training) {
   std::vector<CheckpointGroup> out;
   if (training.recompute == Recompute::kSelective && training.recompute_modules.has(RecomputeModule::kMlp)) {
+    // Without Transformer Engine the checkpoint is the separate norm's
+    // output: the D block reruns its MLP itself (dense_blocks.cc).
+    if (!training.transformer_engine) return out;
     for (int64_t i = first; i < end; ++i) {
       if (layers[static_cast<size_t>(i)] == BlockKind::kDenseMlp) out.push_back({i - first, i - first + 1});
     }

@@ -27,7 +27,8 @@ struct CheckpointGroup {
 /// recompute_layers framework layers, the rest not checkpointed. Selective
 /// recompute with "mlp": each dense MLP sublayer on its own (with Transformer
 /// Engine its norm is inside the MLP module, so its checkpoint is the
-/// sublayer's input). None otherwise.
+/// sublayer's input; without, the block reruns its MLP from the norm output
+/// itself). None otherwise.
 std::vector<CheckpointGroup> CheckpointGroups(const std::vector<BlockKind>& layers, int64_t first, int64_t end,
                                               const TrainingConfig& training);
 

@@ -49,9 +49,8 @@ void Require(bool ok, const std::string& why) {
 }
 
 /// The recompute policies the executor runs: none, full (uniform or block),
-/// and selective with core_attn (GQA attention), and mlp with Transformer
-/// Engine (its norm is inside the MLP module, so the checkpoint is the
-/// sublayer's input).
+/// and selective with every module (mla_up_proj under Ulysses CP only
+/// with core_attn).
 void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
   const TrainingConfig& t = r.training;
   const auto has = [&](char c) { return std::find(letters.begin(), letters.end(), c) != letters.end(); };
@@ -61,19 +60,12 @@ void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
     return;
   }
   if (t.recompute != Recompute::kSelective) return;
-  const auto refuse = [&](RecomputeModule m, bool applies, const std::string& why) {
-    Require(!t.recompute_modules.has(m) || !applies,
-            std::string("training.recompute_modules: ") + Name(m) + " is not in the executor (" + why +
-                "); valid here: core_attn, mlp (with training.transformer_engine: true)");
-  };
-  refuse(RecomputeModule::kCoreAttn, r.model.mla.has_value() && has('A'),
-         "MLA's attention core is not rerun in the executor yet");
-  refuse(RecomputeModule::kMlp, has('D') && !r.training.transformer_engine,
-         "without Transformer Engine the MLP's checkpoint is its separate norm's output");
-  refuse(RecomputeModule::kLayernorm, has('E') || !r.training.transformer_engine, "the norm rerun");
-  refuse(RecomputeModule::kMoe, has('E'), "the MoE layer's rerun");
-  refuse(RecomputeModule::kMoeAct, has('E'), "the experts' activation rerun");
-  refuse(RecomputeModule::kSharedExperts, has('E'), "the shared experts' rerun");
+  // Ulysses keeps its own head-split q, k, v, which discarding the
+  // up-projection's outputs does not free (the estimator prices them as freed).
+  Require(!t.recompute_modules.has(RecomputeModule::kMlaUpProj) || r.parallel.cp == 1 ||
+              r.parallel.cp_comm != CpComm::kA2a || t.recompute_modules.has(RecomputeModule::kCoreAttn),
+          "training.recompute_modules: mla_up_proj is not in the executor under parallel.cp_comm: a2a without "
+          "core_attn (the core keeps its head-split q, k, v); add core_attn or use cp_comm p2p or all_gather");
 }
 
 /// What the executor runs. Block-specific rules (Mamba heads, R blocks, CP
@@ -103,8 +95,14 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
             "MTP modules are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): the last stage's embedding "
             "copy is summed with the first stage's once per step");
     const TrainingConfig& t = r.training;
-    Require(t.recompute != Recompute::kSelective,
-            "MTP modules are in the executor with training.recompute none or full, not selective");
+    // Selective modules rerun inside the module's blocks, as in Megatron's
+    // MTP transformer layer (the same TransformerLayer); "mlp" with
+    // Transformer Engine checkpoints the whole D sublayer, which only the
+    // chunk's layers place (CheckpointGroups).
+    Require(t.recompute != Recompute::kSelective || !t.recompute_modules.has(RecomputeModule::kMlp) ||
+                !t.transformer_engine || letters.back() != 'D',
+            "MTP modules with a dense MLP are in the executor under selective recompute without mlp (with "
+            "Transformer Engine); set training.recompute_modules without mlp, or training.recompute none or full");
     Require(
         t.recompute != Recompute::kFull || t.recompute_method != RecomputeMethod::kUniform || t.recompute_layers == 1,
         "MTP under uniform full recompute needs training.recompute_layers: 1 (Megatron asserts "
@@ -365,6 +363,7 @@ class RankProgram {
     c.optimizer = spec.recipe->training.optimizer;
     const TrainingConfig& training = spec.recipe->training;
     if (training.recompute == Recompute::kSelective) c.rerun = training.recompute_modules;
+    c.transformer_engine = training.transformer_engine;
     BuildChunks();
   }
 

@@ -215,13 +215,14 @@ namespace preflight {
 namespace {
 // MLA's core is not rerun in the executor: selective core_attn on an MLA
 // recipe is refused, not measured as a disagreement.
-TEST(SimulateCli, MlaWithCoreAttnRecomputeIsRefused) {
-  const auto r = testing::RunPreflight({"simulate", "recipes/deepseek-v3-h200.yaml", "--set", "parallel.schedule=1f1b",
-                                        "--set", "model.mtp_layers=0", "--set", "parallel.ep=4", "--set",
-                                        "parallel.pp=2", "--set", "training.recompute=selective"});
+TEST(SimulateCli, MlaUpProjectionUnderUlyssesWithoutCoreIsRefused) {
+  // Ulysses keeps its own head-split q, k, v, which the up-projection's rerun does not free.
+  const auto r = testing::RunPreflight(
+      {"simulate", "recipes/deepseek-v3-h200.yaml", "--set", "parallel.schedule=1f1b", "--set", "model.mtp_layers=0",
+       "--set", "parallel.ep=4", "--set", "parallel.pp=2", "--set", "training.recompute=selective", "--set",
+       "training.recompute_modules=[mla_up_proj]", "--set", "parallel.cp=2", "--set", "parallel.cp_comm=a2a"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.err.find("core_attn is not in the executor (MLA's attention core is not rerun"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("mla_up_proj is not in the executor under parallel.cp_comm: a2a"), std::string::npos) << r.err;
 }
 }  // namespace
 }  // namespace preflight

@@ -177,17 +177,5 @@ TEST(SimulatorRecompute, Fp16AndFp8DtypesAgreeUnderRecompute) {
   }
 }
 
-TEST(SimulatorRecompute, PoliciesNotExecutedAreRefused) {
-  const Recipe r = ScaledDefault(
-      {{"training.recompute", "selective"}, {"training.recompute_modules", "[moe]"}, {"parallel.pp", "1"}},
-      /*max_world=*/4);
-  try {
-    Simulate(r);
-    ADD_FAILURE() << "simulated a policy it does not execute";
-  } catch (const SimUnsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("recompute_modules: moe"), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace preflight::sim
