@@ -35,6 +35,18 @@ int64_t MeasuredOnStage(const SimulationReport& rep, int64_t stage, SimCategory 
   return most;
 }
 
+/// Qwen3-30B-A3B scaled on one stage with ep 2, its routing padded to
+/// capacity so the MoE activations compare exactly.
+Recipe PaddedQwen3(std::vector<Override> more, int64_t max_world) {
+  std::vector<Override> sets = {{"parallel.pp", "1"},
+                                {"parallel.ep", "2"},
+                                {"model.moe.dropless", "false"},
+                                {"model.moe.pad_to_capacity", "true"},
+                                {"model.moe.capacity_factor", "1.0"}};
+  sets.insert(sets.end(), more.begin(), more.end());
+  return testing_sim::ScaledRecipe("qwen3-30b-a3b-h200.yaml", sets, max_world);
+}
+
 TEST(SimulatorLayerWise, OneStageOverFourRanksAgrees) {
   const Recipe r = LayerWise(4, {});
   ASSERT_EQ(r.dp(), 4);
@@ -95,16 +107,9 @@ TEST(SimulatorLayerWise, TensorAndPipelineParallelAgree) {
 TEST(SimulatorLayerWise, ExpertsAreDealtOverTheirGroupAndAgree) {
   // Qwen3 MoE scaled: expert tensors (one per local expert) over the
   // expert-data-parallel group, dense ones over d x c.
-  const Recipe r = testing_sim::ScaledRecipe("qwen3-30b-a3b-h200.yaml",
-                                             {{"parallel.optimizer_sharding", "layer_wise"},
-                                              {"parallel.zero", "1"},
-                                              {"parallel.pp", "1"},
-                                              {"parallel.ep", "2"},
-                                              {"model.moe.dropless", "false"},
-                                              {"model.moe.pad_to_capacity", "true"},
-                                              {"model.moe.capacity_factor", "1.0"},
-                                              {"training.optimizer.matrices", "muon"}},
-                                             /*max_world=*/4);
+  const Recipe r = PaddedQwen3(
+      {{"parallel.optimizer_sharding", "layer_wise"}, {"parallel.zero", "1"}, {"training.optimizer.matrices", "muon"}},
+      /*max_world=*/4);
   testing_sim::ExpectStepAgrees(r);
 }
 
@@ -151,17 +156,11 @@ TEST(SimulatorHsdp, ZeroOneTwoThreeAgree) {
 TEST(SimulatorHsdp, ExpertsAndTheRouterBiasAgree) {
   // Qwen3 MoE scaled with DeepSeek's router bias: the expert shares and the
   // bias counts are summed across the replicas too.
-  const Recipe r = testing_sim::ScaledRecipe("qwen3-30b-a3b-h200.yaml",
-                                             {{"parallel.dp_replicate", "2"},
-                                              {"parallel.zero", "1"},
-                                              {"parallel.pp", "1"},
-                                              {"parallel.ep", "2"},
-                                              {"model.moe.dropless", "false"},
-                                              {"model.moe.pad_to_capacity", "true"},
-                                              {"model.moe.capacity_factor", "1.0"},
-                                              {"model.moe.router", "sigmoid"},
-                                              {"model.moe.router_bias", "true"}},
-                                             /*max_world=*/8);
+  const Recipe r = PaddedQwen3({{"parallel.dp_replicate", "2"},
+                                {"parallel.zero", "1"},
+                                {"model.moe.router", "sigmoid"},
+                                {"model.moe.router_bias", "true"}},
+                               /*max_world=*/8);
   const SimComparison c = testing_sim::ExpectStepAgrees(r);
   const StageComparison& s = testing_sim::Stage(c, 0);
   EXPECT_NE(testing_sim::FindComm(s, Axis::kExpertDpReplica, Collective::kAllReduce, Pass::kOptimizer,
