@@ -374,21 +374,11 @@ void ForEachEndTensor(const Inventory& inv, const Walk& w, F&& f) {
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w, const Context& x);
 
-/// One tensor as Megatron's optimizer holds it: its local elements and
-/// optimizer (OptimizerKind index). Routed-expert stacks are one tensor per
-/// local expert (TEGroupedMLP's weight<i>, SequentialMLP's experts).
-struct DealtTensor {
-  int64_t elements = 0;
-  int optimizer = kAdam;
-};
+using preflight::DealtTensor;
 
 /// Elements [OptimizerKind] that each of the `d` ranks owns (into `owned`,
 /// resized to d) when Megatron's layer-wise optimizer deals `tensors`
-/// (sorted here): LayerWiseDistributedOptimizer._shard_params_ping_pong
-/// (megatron/core/optimizer/layer_wise_optimizer.py at d98e8a6) sorts the
-/// params by numel, smallest first (a stable sort: equal sizes keep the
-/// model's order), and gives the i-th to rank loop[i mod 2d] of the loop
-/// 0, 1, ..., d-1, d-1, ..., 0.
+/// (sorted here, SortForDeal; the i-th goes to DealMember(i, d)).
 void DealPingPong(std::vector<DealtTensor>& tensors, int64_t d, std::vector<std::array<int64_t, 2>>* owned);
 
 /// The layer-wise deal of rank r's tensors (its chunks' layers and the ends

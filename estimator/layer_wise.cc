@@ -9,6 +9,7 @@
 // keeps (core/optimizer/__init__.py: without the param layout every
 // parameter group, Muon's and Adam's, dense and expert, goes to it).
 #include <algorithm>
+#include <utility>
 
 #include "internal.h"
 
@@ -51,16 +52,35 @@ void Deal(std::vector<DealtTensor>& tensors, int64_t d, const Context& x, int g,
 
 void DealPingPong(std::vector<DealtTensor>& tensors, int64_t d, std::vector<std::array<int64_t, 2>>* owned) {
   owned->assign(static_cast<size_t>(std::max<int64_t>(d, 1)), {0, 0});
-  std::stable_sort(tensors.begin(), tensors.end(),
-                   [](const DealtTensor& a, const DealtTensor& b) { return a.elements < b.elements; });
-  const int64_t period = 2 * static_cast<int64_t>(owned->size());
+  SortForDeal(tensors);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const int64_t k = static_cast<int64_t>(i) % period;
-    const int64_t rank = k < period / 2 ? k : period - 1 - k;
+    const int64_t rank = DealMember(static_cast<int64_t>(i), static_cast<int64_t>(owned->size()));
     int64_t& slot = (*owned)[static_cast<size_t>(rank)][static_cast<size_t>(tensors[i].optimizer)];
     slot = Add(slot, tensors[i].elements);
   }
 }
+
+}  // namespace preflight::estimator_detail
+
+namespace preflight {
+
+void SortForDeal(std::vector<DealtTensor>& tensors) {
+  const auto key = [](const DealtTensor& t) {
+    return std::make_pair(t.elements, t.optimizer != static_cast<int>(OptimizerKind::kMuon));
+  };
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [&](const DealtTensor& a, const DealtTensor& b) { return key(a) < key(b); });
+}
+
+int64_t DealMember(int64_t i, int64_t d) {
+  const int64_t period = 2 * std::max<int64_t>(d, 1);
+  const int64_t k = i % period;
+  return k < period / 2 ? k : period - 1 - k;
+}
+
+}  // namespace preflight
+
+namespace preflight::estimator_detail {
 
 LayerWiseOwned LayerWiseOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                            const Walk& w, const Context& x) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "internal.h"
 #include "preflight/estimator/geometry.h"
@@ -815,6 +816,89 @@ RankOptimizer OptimizerOf(const Inventory& inv, const PlanTables& t, const Layou
   return o;
 }
 
+// Megatron's layer-wise optimizer (parallel.optimizer_sharding: layer_wise,
+// ZeRO 1; megatron/core/optimizer/layer_wise_optimizer.py on its ping-pong
+// path): per group [dense d*c, expert d_e], what the busiest member sends in
+// allgather_params and the most TP-sharded Muon elements one member steps
+// (it alone gathers them over TP).
+struct LayerWiseTraffic {
+  std::array<Bytes, 2> param_send;
+  std::array<int64_t, 2> muon_tp{};
+};
+
+// Appends `t` as the layer-wise optimizer deals it on this rank: routed
+// expert stacks as one tensor per local expert, vocab rows padded.
+void AppendDealt(const ParamTensor& t, const Inventory& inv, const Layout& l, const Sizes& s,
+                 std::array<std::vector<DealtTensor>, 2>& out) {
+  if (t.shape.empty() || !t.trained || t.elements() == 0) return;
+  const bool muon = t.optimizer == OptimizerKind::kMuon;
+  const int64_t bytes = t.dtype == DType::kFp32 ? 4 : s.param;
+  if (t.split == Split::kExpert) {
+    const int64_t experts = t.shape.front();
+    const DealtTensor one{CeilDiv(t.elements() / experts, l.expert_tp), static_cast<int>(t.optimizer), bytes, muon};
+    for (int64_t i = CeilDiv(experts, l.ep); i > 0; --i) out[1].push_back(one);
+    return;
+  }
+  LocalUnit u;
+  AddEndTensor(t, inv, l, &u);
+  int64_t n = 0;
+  for (const auto& c : u.elements) n = CheckedAdd(n, CheckedAdd(c[0], c[1]));
+  const bool tp_sharded = ClassOf(t.split) == ShardClass::kTpSharded;
+  out[0].push_back({n, static_cast<int>(t.optimizer), bytes, muon && tp_sharded});
+}
+
+LayerWiseTraffic LayerWiseTrafficOf(const Inventory& inv, const Layout& l, const Sizes& s,
+                                    std::span<const RankChunk> chunks) {
+  // The tensors in the executor's unit order: per chunk the embedding, the
+  // layers, the head with the final norm, the last stage's embedding copy and MTP.
+  std::array<std::vector<DealtTensor>, 2> tensors;
+  const ModelConfig& m = inv.recipe.model;
+  for (const RankChunk& c : chunks) {
+    if (c.range.owns_embedding) AppendDealt(inv.embedding, inv, l, s, tensors);
+    for (int64_t i = c.range.first_layer; i < c.range.end_layer; ++i) {
+      for (const ParamTensor& t : inv.layers.at(static_cast<size_t>(i)).params) AppendDealt(t, inv, l, s, tensors);
+    }
+    if (!c.range.owns_head) continue;
+    if (inv.final_norms.empty()) AppendDealt(inv.final_norm, inv, l, s, tensors);
+    for (const ParamTensor& t : inv.final_norms) AppendDealt(t, inv, l, s, tensors);
+    for (const ParamTensor& t : inv.head) AppendDealt(t, inv, l, s, tensors);
+    if (m.embedding_on_last_stage() && l.pp > 1 && l.schedule != Schedule::kDualPipe)
+      AppendDealt(inv.embedding, inv, l, s, tensors);
+    for (const ParamTensor& t : inv.mtp) AppendDealt(t, inv, l, s, tensors);
+  }
+  LayerWiseTraffic out;
+  const std::array<int64_t, 2> groups = ZeroGroups(l);
+  for (size_t g = 0; g < 2; ++g) {
+    const int64_t d = groups[g];
+    SortForDeal(tensors[g]);
+    // Bytes [member][element size] dealt, and each member's TP-gathered Muon elements.
+    std::vector<std::map<int64_t, int64_t>> dealt(static_cast<size_t>(d));
+    std::vector<int64_t> muon_tp(static_cast<size_t>(d), 0);
+    std::map<int64_t, int64_t> total;
+    for (size_t i = 0; i < tensors[g].size(); ++i) {
+      const DealtTensor& t = tensors[g][i];
+      const size_t k = static_cast<size_t>(DealMember(static_cast<int64_t>(i), d));
+      const int64_t bytes = CheckedMul(t.elements, t.element_bytes);
+      dealt[k][t.element_bytes] = CheckedAdd(dealt[k][t.element_bytes], bytes);
+      total[t.element_bytes] = CheckedAdd(total[t.element_bytes], bytes);
+      if (t.tp_gathered) muon_tp[k] = CheckedAdd(muon_tp[k], t.elements);
+    }
+    // One ring all-gather per element size: member k sends every chunk but
+    // its successor's.
+    for (int64_t k = 0; k < d; ++k) {
+      int64_t sent = 0;
+      for (const auto& [width, bytes] : total) {
+        const auto& next = dealt[static_cast<size_t>((k + 1) % d)];
+        const auto it = next.find(width);
+        sent = CheckedAdd(sent, bytes - (it == next.end() ? 0 : it->second));
+      }
+      out.param_send[g] = std::max(out.param_send[g], Bytes(d > 1 ? sent : 0));
+      out.muon_tp[g] = std::max(out.muon_tp[g], muon_tp[static_cast<size_t>(k)]);
+    }
+  }
+  return out;
+}
+
 void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const RankOptimizer& o,
                   std::span<const RankChunk> chunks, ItemList* items, Bytes* host_transfer) {
   const ParamTotals& p = o.params;
@@ -842,6 +926,10 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
        CommWhat::kExpertReplicaGrads}};
   const bool hsdp = l.zero >= 1 && l.dp_replicate > 1;
   const std::array<int64_t, 2> zero_group = ZeroGroups(l);
+  // The layer-wise optimizer: DDP's all-reduce of every gradient buffer, the
+  // dealt tensors' all-gather, no Muon momentum gather (validation: ZeRO 1).
+  const bool layer_wise = l.zero == 1 && inv.recipe.parallel.optimizer_sharding == OptimizerSharding::kLayerWise;
+  const LayerWiseTraffic dealt = layer_wise ? LayerWiseTrafficOf(inv, l, s, chunks) : LayerWiseTraffic{};
   // Offloaded optimizer (validation: ZeRO >= 1, AdamW only): the offloaded
   // share of this rank's shard sends its fp32 grads D2H and takes its fp32
   // params back H2D each step (cpu_offloading/hybrid_optimizer.py).
@@ -868,7 +956,7 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
     const auto shard = [&](const DpBuffers& b) {
       return UnitCalls{BytesOf(b.padded[k] / zero_group[k], s.grad), b.units[k]};
     };
-    if (l.zero == 0) {
+    if (l.zero == 0 || layer_wise) {
       items->Add(g.axis, Collective::kAllReduce, Pass::kOptimizer, g.grads, grads(buffers).payload, 1);
     } else if (!per_unit_grads) {
       items->Add(g.axis, Collective::kReduceScatter, Pass::kOptimizer, g.grads, grads(buffers).payload, 1);
@@ -890,6 +978,10 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
                         rounds);
       items->AddPerUnit(g.axis, Collective::kAllGather, Pass::kBackward, g.params, params(buffers), params(rb.last),
                         rounds);
+    } else if (layer_wise) {
+      // Uneven chunks: the busiest member's bytes (SendBytes assumes equal ones).
+      CommItem* item = items->Add(g.axis, Collective::kAllGather, Pass::kOptimizer, g.params, dealt.param_send[k], 1);
+      if (item != nullptr) item->send = item->recv = dealt.param_send[k];
     } else if (l.zero >= 1) {
       items->Add(g.axis, Collective::kAllGather, Pass::kOptimizer, g.params, params(buffers).payload, 1);
     }
@@ -900,9 +992,12 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
   // the full local matrices. TP "duplicated" (Megatron default): each
   // TP-sharded Muon matrix is gathered over TP; expert matrices likewise over
   // expert TP (unpadded: whole matrices).
-  const int64_t muon_tp_global = p.of(ShardClass::kTpSharded, OptimizerKind::kMuon);
-  const int64_t muon_ep_local_full = p.of(ShardClass::kEpSharded, OptimizerKind::kMuon) / l.ep;
-  if (l.zero >= 1) {
+  // Layer-wise: only the member a tensor is dealt to gathers it over TP.
+  const int64_t muon_tp_global =
+      layer_wise ? CheckedMul(dealt.muon_tp[0], l.tp) : p.of(ShardClass::kTpSharded, OptimizerKind::kMuon);
+  const int64_t muon_ep_local_full = layer_wise ? CheckedMul(dealt.muon_tp[1], l.expert_tp)
+                                                : p.of(ShardClass::kEpSharded, OptimizerKind::kMuon) / l.ep;
+  if (l.zero >= 1 && !layer_wise) {
     items->Add(Axis::kDpCp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonGather,
                BytesOf(buffers.muon[0], s.muon), 1);
     items->Add(Axis::kExpertDp, Collective::kAllGather, Pass::kOptimizer, CommWhat::kMuonExpertGather,
@@ -941,9 +1036,14 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
   // gradients are summed (deepseek-ai/DualPipe examples/example_dualpipe.py),
   // one all-reduce of every gradient buffer over the mirror pair before the
   // data-parallel sync, as the reference executor runs it.
+  // Under ZeRO 2/3 the copies' gradients are already reduce-scattered: the
+  // pair sums the rank's shares (a 1/D slice of the same buffers).
   if (l.schedule == Schedule::kDualPipe && l.pp > 1) {
+    const int64_t summed = per_unit_grads
+                               ? CheckedAdd(buffers.padded[0] / zero_group[0], buffers.padded[1] / zero_group[1])
+                               : CheckedAdd(buffers.padded[0], buffers.padded[1]);
     items->Add(Axis::kPpMirror, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kDualPipeCopyGrads,
-               BytesOf(CheckedAdd(buffers.padded[0], buffers.padded[1]), s.grad), 1);
+               BytesOf(summed, s.grad), 1);
   }
 }
 
@@ -978,6 +1078,8 @@ void AddRouterBias(const Inventory& inv, const PlanTables& t, const Layout& l, s
     items->Add(Axis::kPpMirror, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
   }
   items->Add(Axis::kDpCp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
+  // HSDP: kDpCp is one replica's group; the counts are summed across the replicas next.
+  items->Add(Axis::kDpReplica, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
   items->Add(Axis::kTp, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kRouterBias, counts, 1);
 }
 

@@ -233,6 +233,10 @@ struct Param {
   /// One of a tied embedding's two copies (first and last pipeline stage),
   /// whose gradients are summed over the embedding group.
   bool tied = false;
+  /// The framework tensor this parameter is part of where Megatron fuses
+  /// several of the executor's (SwiGLU's gate and up are one linear_fc1);
+  /// empty: its own. Megatron's layer-wise optimizer deals whole tensors.
+  std::string fused_tensor;
   Tensor<T> value;
   Tensor<T> grad;
 };

@@ -228,6 +228,8 @@ class MlpBlock final : public Block<T> {
     down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "mlp.down.weight", d.ffn, h, ShardKind::kRows,
                                                   Init::kMatrix, seed, scale / std::sqrt(double(d.ffn)))),
                       ParamRole::kMatrix);
+    // Megatron's linear_fc1 is one tensor: [gate; up] when gated.
+    if (gate_ != nullptr) gate_->fused_tensor = up_->fused_tensor = p + "mlp.fc1.weight";
     if (d.linear_bias) {
       // fc1's biases split with its columns; fc2's added once, after the reduction.
       const auto bias = [&](const std::string& name, int64_t cols, ShardKind kind) {
@@ -236,6 +238,7 @@ class MlpBlock final : public Block<T> {
       if (gate_ != nullptr) gate_b_ = bias("mlp.gate.bias", d.ffn, ShardKind::kColumns);
       up_b_ = bias("mlp.up.bias", d.ffn, ShardKind::kColumns);
       down_b_ = bias("mlp.down.bias", h, ShardKind::kReplicated);
+      if (gate_b_ != nullptr) gate_b_->fused_tensor = up_b_->fused_tensor = p + "mlp.fc1.bias";
     }
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -22,6 +23,13 @@ struct DistOptimizer<T>::Buffer {
   std::vector<T> param_share;   // the owned parameter values (ZeRO >= 1)
   std::vector<T> master, m, v, momentum;  // optimizer state (full with ZeRO 0, the owned real elements otherwise)
   std::vector<Allocation> held;  // state, and the owned grad / param shares under ZeRO 2 / 3
+  /// Layer-wise: the [offset, offset + length) ranges of the tensors dealt to this rank.
+  std::vector<std::pair<int64_t, int64_t>> dealt;
+  int64_t DealtElements() const {
+    int64_t sum = 0;
+    for (const auto& r : dealt) sum += r.second;
+    return sum;
+  }
 };
 
 namespace {
@@ -76,6 +84,30 @@ Mat<T> TakeShard(const Param<T>& p, const Mat<T>& global, int parts, int index) 
   return local;
 }
 
+/// Megatron's layer-wise deal (layer_wise_optimizer.py
+/// _shard_params_ping_pong): the tensors sorted by size, smallest first,
+/// the i-th to member loop[i mod 2D] of the loop 0, 1, ..., D-1, D-1, ..., 0.
+/// Python's sort is stable over the optimizers' param groups in order, and
+/// Megatron lists the Muon optimizer's groups first (optimizer/__init__.py:
+/// the linear weights carry no override, sorted ahead of the scalar
+/// optimizer's), so of equal sizes Muon's come first, then the model's order.
+/// Returns the member of each tensor.
+std::vector<int> DealPingPong(const std::vector<std::pair<int64_t, bool>>& sizes_muon, int members) {
+  std::vector<size_t> order(sizes_muon.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::make_pair(sizes_muon[a].first, !sizes_muon[a].second) <
+           std::make_pair(sizes_muon[b].first, !sizes_muon[b].second);
+  });
+  std::vector<int> member(sizes_muon.size(), 0);
+  const size_t period = 2 * static_cast<size_t>(members);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t k = i % period;
+    member[order[i]] = static_cast<int>(k < period / 2 ? k : period - 1 - k);
+  }
+  return member;
+}
+
 }  // namespace
 
 template <class T>
@@ -83,6 +115,7 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
                                 const OptimizerSettings& settings)
     : groups_(groups), settings_(settings), unit_params_(std::move(units)) {
   const bool sharded = settings.zero >= 1;
+  if (settings.layer_wise) DealLayerWise(ctx);
   for (const std::vector<Param<T>*>& unit : unit_params_) {
     // Buffers in a fixed order: dense before expert, AdamW before Muon, by
     // parameter dtype (Mamba's A_log and D are fp32).
@@ -111,6 +144,11 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
       b.own_first = static_cast<int64_t>(b.index) * b.share;
       b.own_real = std::clamp<int64_t>(b.n - b.own_first, 0, b.share);
       const std::vector<T> values = Flatten(b.params, &Param<T>::value, b.n);
+      int64_t offset = 0;
+      for (Param<T>* p : b.params) {
+        if (settings.layer_wise && Owns(p)) b.dealt.emplace_back(offset, p->value.m.size());
+        offset += p->value.m.size();
+      }
       const int64_t state_elems = sharded ? b.own_real : b.n;
       if (sharded) {
         b.param_share.assign(values.begin() + b.own_first, values.begin() + b.own_first + b.own_real);
@@ -125,7 +163,7 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
         b.v.assign(static_cast<size_t>(state_elems), T(0));
       }
       b.held.emplace_back(ctx.mem(), b.muon ? SimCategory::kOptimizerMuon : SimCategory::kOptimizerAdamW,
-                          state_elems * per_elem);
+                          (settings.layer_wise ? b.DealtElements() : state_elems) * per_elem);
       if (settings.zero >= 2) {
         // Only the owned share of the gradients lives between units (plus,
         // while a unit's backward runs, that unit's unsharded gradients).
@@ -159,6 +197,99 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
 
 template <class T>
 DistOptimizer<T>::~DistOptimizer() = default;
+
+template <class T>
+void DistOptimizer<T>::DealLayerWise(Ctx& ctx) {
+  // Megatron's tensors in the model's order: the executor's parameters, with
+  // those Megatron fuses (Param::fused_tensor) as one. Dense tensors are
+  // dealt over d x c, expert ones over the expert-data-parallel group.
+  for (int expert = 0; expert < 2; ++expert) {
+    const Group* group = expert ? groups_.edp : groups_.dp_cp;
+    std::vector<std::vector<Param<T>*>> tensors;
+    std::map<std::string, size_t> fused;
+    for (const auto& unit : unit_params_) {
+      for (Param<T>* p : unit) {
+        if ((p->expert >= 0) != (expert == 1)) continue;
+        if (p->fused_tensor.empty() || fused.count(p->fused_tensor) == 0) {
+          if (!p->fused_tensor.empty()) fused[p->fused_tensor] = tensors.size();
+          tensors.emplace_back();
+        }
+        tensors[p->fused_tensor.empty() ? tensors.size() - 1 : fused.at(p->fused_tensor)].push_back(p);
+      }
+    }
+    std::vector<std::pair<int64_t, bool>> sizes;
+    for (const auto& t : tensors) {
+      int64_t n = 0;
+      for (const Param<T>* p : t) n += p->value.m.size();
+      sizes.emplace_back(n, t.front()->optimizer == OptimizerKind::kMuon);
+    }
+    const std::vector<int> member = DealPingPong(sizes, group->size());
+    // Each member's tensors in deal order (its flattened all-gather chunk).
+    std::vector<size_t> order(tensors.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::make_pair(sizes[a].first, !sizes[a].second) < std::make_pair(sizes[b].first, !sizes[b].second);
+    });
+    auto& lists = dealt_[static_cast<size_t>(expert)];
+    lists.assign(static_cast<size_t>(group->size()), {});
+    const int me = group->IndexOf(ctx.rank->id());
+    for (size_t i : order) {
+      for (Param<T>* p : tensors[i]) {
+        lists[static_cast<size_t>(member[i])].push_back(p);
+        if (member[i] == me) owned_.insert(p);
+      }
+    }
+  }
+}
+
+template <class T>
+std::vector<std::pair<int64_t, int64_t>> DistOptimizer<T>::Stepped(const Buffer& b) const {
+  if (settings_.layer_wise) return b.dealt;
+  return {{0, b.n}};
+}
+
+template <class T>
+void DistOptimizer<T>::GatherDealt(Ctx& ctx) {
+  // allgather_params: each member's updated tensors, flattened in deal order,
+  // gathered with uneven sizes, copied into the other members' tensors.
+  for (int expert = 0; expert < 2; ++expert) {
+    const Group* group = expert ? groups_.edp : groups_.dp_cp;
+    if (group->size() == 1) continue;
+    const auto& lists = dealt_[static_cast<size_t>(expert)];
+    std::set<int64_t> widths;
+    for (const auto& list : lists) {
+      for (const Param<T>* p : list) widths.insert(ParamElementBytes(*p));
+    }
+    const int me = group->IndexOf(ctx.rank->id());
+    for (int64_t width : widths) {
+      std::vector<std::vector<Param<T>*>> of_width(lists.size());
+      std::vector<int64_t> counts(lists.size(), 0);
+      for (size_t k = 0; k < lists.size(); ++k) {
+        for (Param<T>* p : lists[k]) {
+          if (ParamElementBytes(*p) != width) continue;
+          of_width[k].push_back(p);
+          counts[k] += p->value.m.size();
+        }
+      }
+      int64_t total = 0;
+      for (int64_t c : counts) total += c;
+      if (*std::max_element(counts.begin(), counts.end()) == 0) continue;
+      const std::vector<T> mine =
+          Flatten(of_width[static_cast<size_t>(me)], &Param<T>::value, counts[static_cast<size_t>(me)]);
+      std::vector<T> all(static_cast<size_t>(total));
+      ctx.rank->set_what(expert ? CommWhat::kExpertParams : CommWhat::kParams);
+      Allocation temp(ctx.mem(), SimCategory::kTemporaries, total * width);
+      ctx.rank->AllGather(*group, mine.data(), all.data(), counts, width);
+      int64_t at = 0;
+      for (size_t k = 0; k < lists.size(); ++k) {
+        if (static_cast<int>(k) != me) {
+          Unflatten(std::vector<T>(all.begin() + at, all.begin() + at + counts[k]), of_width[k], &Param<T>::value);
+        }
+        at += counts[k];
+      }
+    }
+  }
+}
 
 template <class T>
 void DistOptimizer<T>::Observe(const std::vector<Param<T>*>& params) {
@@ -213,6 +344,10 @@ void DistOptimizer<T>::AllReduceMirror(Ctx& ctx) {
   // p0.grad += the mirror rank's p1.grad and back), here as one all-reduce of
   // each gradient buffer over the mirror pair, before the data-parallel sync.
   // Both ranks hold the same buffers in another unit order: by first name.
+  // Under ZeRO 2/3 each copy's gradients were reduce-scattered unit by unit
+  // in its backwards: the pair sums the owned shares instead (the same
+  // position of the same buffer on both ranks; a sum of shares is the share
+  // of the sum).
   if (groups_.mirror == nullptr) return;
   std::map<std::pair<std::string, bool>, Buffer*> by_name;
   for (auto& unit : units_) {
@@ -220,6 +355,10 @@ void DistOptimizer<T>::AllReduceMirror(Ctx& ctx) {
   }
   ctx.rank->set_what(CommWhat::kDualPipeCopyGrads);
   for (auto& [key, b] : by_name) {
+    if (settings_.zero >= 2) {
+      ctx.rank->AllReduce(*groups_.mirror, b->grad_share.data(), b->share, ctx.bytes.grad);
+      continue;
+    }
     std::vector<T> flat = Flatten(b->params, &Param<T>::grad, b->n_pad);
     Allocation temp(ctx.mem(), SimCategory::kTemporaries, b->n_pad * ctx.bytes.grad);
     ctx.rank->AllReduce(*groups_.mirror, flat.data(), b->n_pad, ctx.bytes.grad);
@@ -245,6 +384,11 @@ void DistOptimizer<T>::SyncGradients(Ctx& ctx, Buffer& b) {
                             ctx.bytes.grad);
   } else {
     share = flat;
+  }
+  const Group* replicas = b.expert ? groups_.edp_replica : groups_.dp_replica;
+  if (replicas != nullptr && replicas->size() > 1) {
+    ctx.rank->set_what(b.expert ? CommWhat::kExpertReplicaGrads : CommWhat::kReplicaGrads);
+    ctx.rank->AllReduce(*replicas, share.data(), b.share, ctx.bytes.grad);
   }
   for (int64_t i = 0; i < b.share; ++i) b.grad_share[static_cast<size_t>(i)] += T(scale) * share[static_cast<size_t>(i)];
   for (Param<T>* p : b.params) p->grad.m.setZero();
@@ -305,7 +449,10 @@ void DistOptimizer<T>::StepAdamW(Ctx& ctx, Buffer& b) {
     return;
   }
   const std::vector<T> grads = Flatten(b.params, &Param<T>::grad, b.n);
-  AdamWStep(settings_.adamw, settings_.step, b.master.data(), grads.data(), b.m.data(), b.v.data(), b.n);
+  for (const auto& [at, n] : Stepped(b)) {
+    AdamWStep(settings_.adamw, settings_.step, b.master.data() + at, grads.data() + at, b.m.data() + at,
+              b.v.data() + at, n);
+  }
   Unflatten(b.master, b.params, &Param<T>::value);
 }
 
@@ -317,7 +464,9 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
   std::vector<T> update(static_cast<size_t>(b.n_pad), T(0));
   if (!sharded) {
     const std::vector<T> grads = Flatten(b.params, &Param<T>::grad, b.n);
-    MuonMomentum(settings_.muon, grads.data(), b.momentum.data(), update.data(), b.n);
+    for (const auto& [at, n] : Stepped(b)) {
+      MuonMomentum(settings_.muon, grads.data() + at, b.momentum.data() + at, update.data() + at, n);
+    }
   } else {
     std::vector<T> mine(static_cast<size_t>(b.share), T(0));
     MuonMomentum(settings_.muon, b.grad_share.data(), b.momentum.data(), mine.data(), b.own_real);
@@ -348,7 +497,9 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
   if (parts > 1) {
     std::vector<T> mine;
     for (size_t i = 0; i < b.params.size(); ++i) {
-      if (gathered_kind(b.params[i]->shard)) mine.insert(mine.end(), local[i].data(), local[i].data() + local[i].size());
+      if (gathered_kind(b.params[i]->shard) && Owns(b.params[i])) {
+        mine.insert(mine.end(), local[i].data(), local[i].data() + local[i].size());
+      }
     }
     if (!mine.empty()) {
       ctx.rank->set_what(b.expert ? CommWhat::kMuonExpertTpGather : CommWhat::kMuonTpGather);
@@ -367,6 +518,10 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
   int64_t part_at = 0;
   for (size_t i = 0; i < b.params.size(); ++i) {
     const Param<T>& p = *b.params[i];
+    if (!Owns(&p)) {  // layer-wise: another member steps it
+      ortho.insert(ortho.end(), static_cast<size_t>(p.value.m.size()), T(0));
+      continue;
+    }
     Mat<T> global;
     const bool split = parts > 1 && gathered_kind(p.shard);
     if (split) {
@@ -394,7 +549,9 @@ void DistOptimizer<T>::StepMuon(Ctx& ctx, Buffer& b) {
     MuonApply(settings_.muon, 1.0, b.master.data(), ortho.data() + b.own_first, b.own_real);
     b.param_share = b.master;
   } else {
-    MuonApply(settings_.muon, 1.0, b.master.data(), ortho.data(), b.n);
+    for (const auto& [first, n] : Stepped(b)) {
+      MuonApply(settings_.muon, 1.0, b.master.data() + first, ortho.data() + first, n);
+    }
     Unflatten(b.master, b.params, &Param<T>::value);
   }
 }
@@ -428,6 +585,8 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
     for (auto& unit : units_) {
       for (Buffer& b : unit) SyncGradients(ctx, b);
     }
+  } else {
+    AllReduceMirror(ctx);
   }
   for (auto& unit : units_) {
     for (Buffer& b : unit) {
@@ -437,7 +596,8 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
       // after this step: held with the state, as a temporary of the step
       // (fit counts it only in the allocator's between-steps figure).
       if (settings_.zero <= 1 && settings_.master_bytes > 0 && ctx.bytes.grad < 4) {
-        b.held.emplace_back(ctx.mem(), SimCategory::kTemporaries, (settings_.zero == 1 ? b.own_real : b.n) * 4);
+        const int64_t stepped = settings_.layer_wise ? b.DealtElements() : settings_.zero == 1 ? b.own_real : b.n;
+        b.held.emplace_back(ctx.mem(), SimCategory::kTemporaries, stepped * 4);
       }
       if (b.muon) {
         StepMuon(ctx, b);
@@ -451,6 +611,7 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
       for (Buffer& b : unit) GatherParams(ctx, b, /*into_values=*/true);
     }
   }
+  if (settings_.layer_wise) GatherDealt(ctx);
 }
 
 template <class T>

@@ -25,10 +25,28 @@
 // updated on the owned share, the momentum-updated shares are all-gathered over
 // the group, each TP-sharded matrix is gathered over TP ("duplicated"), and
 // Newton-Schulz runs on the full global matrix; each rank keeps its slice.
+//
+// HSDP (DistGroups::dp_replica): the groups above are one replica's; each
+// reduce-scatter is followed by an all-reduce of the rank's share across the
+// replicas (Megatron param_and_grad_buffer.py: the intra-instance
+// reduce-scatter, then the inter-instance all-reduce; torchtitan's FSDP2
+// HSDP mesh: reduce-scatter over "dp_shard", all-reduce over "dp_replicate").
+//
+// Megatron's layer-wise optimizer (OptimizerSettings::layer_wise; Muon with
+// --use-distributed-optimizer, megatron/core/optimizer/layer_wise_optimizer.py
+// LayerWiseDistributedOptimizer on its ping-pong path): gradients and
+// parameters as ZeRO 0 (DDP all-reduces the full buffers, every rank keeps
+// every parameter), but each rank keeps the optimizer state of, and steps,
+// only the whole tensors dealt to it (_shard_params_ping_pong), Muon's TP
+// gathers included; then every rank's updated tensors are all-gathered over
+// the group (allgather_params: one gather of uneven per-rank sizes, here
+// one per parameter dtype).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +60,9 @@ struct OptimizerSettings {
   MuonConfig muon;
   int64_t step = 1;       // the step being taken (AdamW bias correction)
   int zero = 0;
+  /// Megatron's layer-wise deal of whole tensors (with zero = 0 for the
+  /// gradients and parameters, see above).
+  bool layer_wise = false;
   int64_t master_bytes = 4;    // fp32 master copy per element, 0 = none
   int64_t momentum_bytes = 4;  // Muon momentum per element
   /// Divides the summed gradients: the dense and the expert gradient of the
@@ -59,6 +80,9 @@ struct DistGroups {
   bool sp = false;  // REP grads are partial over TP: all-reduce them first
   const Group* embedding = nullptr;  // a tied embedding's two copies (first and last stage)
   const Group* mirror = nullptr;     // DualPipe: the rank holding the other copies of this rank's two stages
+  /// HSDP: the ranks holding the same share in the other replicas (dense, expert).
+  const Group* dp_replica = nullptr;
+  const Group* edp_replica = nullptr;
 };
 
 /// A rank's optimizer: buffers and state of its units.
@@ -101,6 +125,11 @@ class DistOptimizer {
   void StepAdamW(Ctx& ctx, Buffer& b);
   void StepMuon(Ctx& ctx, Buffer& b);
   void GatherParams(Ctx& ctx, Buffer& b, bool into_values);
+  void DealLayerWise(Ctx& ctx);
+  bool Owns(const Param<T>* p) const { return !settings_.layer_wise || owned_.count(p) != 0; }
+  void GatherDealt(Ctx& ctx);
+  /// The element ranges of a buffer this rank steps at ZeRO 0: all, or the dealt tensors'.
+  std::vector<std::pair<int64_t, int64_t>> Stepped(const Buffer& b) const;
 
   DistGroups groups_;
   OptimizerSettings settings_;
@@ -109,6 +138,10 @@ class DistOptimizer {
   std::vector<std::vector<Allocation>> gathered_;  // ZeRO 3: per unit, live full parameters (one per category)
   std::vector<Allocation> unit_grads_;             // ZeRO 2/3: per unit, live unsharded gradients
   std::map<std::string, Mat<double>> observed_;
+  /// Layer-wise: the parameters this rank steps, and every group member's
+  /// dealt parameters in deal order ([dense, expert][member]).
+  std::set<const Param<T>*> owned_;
+  std::array<std::vector<std::vector<Param<T>*>>, 2> dealt_;
 };
 
 }  // namespace preflight::sim

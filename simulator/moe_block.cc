@@ -93,7 +93,10 @@ class MoeBlock final : public Block<T> {
         if (gated_) gate_b_.push_back(bias("gate.bias", d.expert_ffn));
         up_b_.push_back(bias("up.bias", d.expert_ffn));
         down_b_.push_back(bias("down.bias", h));
+        if (gated_) gate_b_.back()->fused_tensor = up_b_.back()->fused_tensor = q + "fc1.bias";
       }
+      // Each expert's linear_fc1 is one tensor: [gate; up] when gated.
+      if (gated_) gate_.back()->fused_tensor = up_.back()->fused_tensor = q + "fc1.weight";
     }
     if (d.shared_ffn > 0) {
       const double s_in = scale / std::sqrt(double(h)), s_out = scale / std::sqrt(double(d.shared_ffn));
@@ -108,6 +111,7 @@ class MoeBlock final : public Block<T> {
                                        Init::kMatrix, seed, s_in)), ParamRole::kMatrix);
       sh_down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.down.weight", d.shared_ffn, h, ShardKind::kRows,
                                          Init::kMatrix, seed, s_out)), ParamRole::kMatrix);
+      if (gated_) sh_gate_->fused_tensor = sh_up_->fused_tensor = p + "moe.shared.fc1.weight";
     }
   }
 

@@ -34,7 +34,12 @@ std::vector<BlockKind> ExpandLayers(const ModelConfig& m) {
 /// dp' <= max_dp of it for which the expert folding divides, (tp cp dp') %
 /// (ep expert_tp) == 0 (docs/formulas.md §7.3); when none does, the smallest that does.
 int64_t ScaledDp(const ParallelConfig& p, int64_t dp, int64_t max_dp) {
-  const auto valid = [&](int64_t d) { return dp % d == 0 && (p.tp * p.cp * d) % (p.ep * p.expert_tp) == 0; };
+  // HSDP replicas must split the dense and the expert groups evenly too.
+  const auto valid = [&](int64_t d) {
+    const int64_t folded = p.tp * p.cp * d;
+    return dp % d == 0 && folded % (p.ep * p.expert_tp) == 0 && (p.cp * d) % p.dp_replicate == 0 &&
+           (folded / (p.ep * p.expert_tp)) % p.dp_replicate == 0;
+  };
   for (int64_t d = std::min(dp, max_dp); d >= 1; --d) {
     if (valid(d)) return d;
   }

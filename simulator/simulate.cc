@@ -76,18 +76,12 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
                                                      " simulated ranks in one process; the scaled layout has " +
                                                      std::to_string(r.world()) +
                                                      " (run it under mpirun: docs/simulate.md)");
-  Require(p.schedule != Schedule::kDualPipe || p.zero <= 1,
-          "DualPipe is in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 a stage's "
-          "gradients are sharded per unit before its two copies are summed");
   Require(!r.model.tie_embeddings || p.zero <= 1,
           "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
           "embedding's gradient is sharded per unit before the stages' copies are summed");
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
   Require(r.training.flash_attention,
           "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
-  Require(r.parallel.dp_replicate == 1,
-          "HSDP replicas are not in the executor (its distributed optimizer shards over the whole data-parallel "
-          "group; set parallel.dp_replicate: 1)");
   if (r.model.mtp_layers > 0) {
     Require(p.cp == 1,
             "MTP modules are in the executor with parallel.cp: 1 only (the shifted ids cross the CP ranks' chunks)");
@@ -107,13 +101,10 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
         t.recompute != Recompute::kFull || t.recompute_method != RecomputeMethod::kUniform || t.recompute_layers == 1,
         "MTP under uniform full recompute needs training.recompute_layers: 1 (Megatron asserts "
         "recompute_num_layers == 1 for MTP recompute)");
-    Require(!r.model.mtp_shared_layer || r.model.mtp_layers == 1,
-            "one MTP module shared by every depth (model.mtp_shared_layer) is not in the executor: each depth runs "
-            "its own module (set model.mtp_shared_layer: false)");
   }
-  Require(p.optimizer_sharding == OptimizerSharding::kFlat,
-          "Megatron's layer-wise optimizer is not in the executor (its distributed optimizer shards flat buffers; "
-          "set parallel.optimizer_sharding: flat)");
+  Require(p.optimizer_sharding == OptimizerSharding::kFlat || r.model.norm != NormKind::kLayerNorm,
+          "Megatron's layer-wise optimizer deals LayerNorm's weight and bias as two tensors, which the executor "
+          "keeps as one (set model.norm: rmsnorm, or parallel.optimizer_sharding: flat)");
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
   Require(!r.parallel.fsdp_cpu_offload,
@@ -377,6 +368,8 @@ class RankProgram {
     DistGroups dg{groups_.tp, groups_.dp_cp, groups_.etp, groups_.edp, spec_.sp};
     if (EmbeddingOnLastStage() && !DualPipe()) dg.embedding = groups_.embedding;
     dg.mirror = groups_.mirror;
+    dg.dp_replica = groups_.dp_replica;
+    dg.edp_replica = groups_.edp_replica;
     optimizer_ = std::make_unique<DistOptimizer<T>>(ctx_, dg, units, spec_.optim);
     // Blocks build full parameters and gradients that ZeRO 2/3 shard at once
     // (DeepSpeed zero.Init / FSDP's meta-device init never hold them): the
@@ -495,7 +488,8 @@ class RankProgram {
     r.set_what(CommWhat::kRouterBias);
     // DualPipe: each copy of a layer routed one direction's micro-batches;
     // the mirror pair sums them first.
-    for (const Group* g : {groups_.mirror, groups_.dp_cp, groups_.tp}) {
+    // HSDP: over one replica's d x c, then across the replicas.
+    for (const Group* g : {groups_.mirror, groups_.dp_cp, groups_.dp_replica, groups_.tp}) {
       if (g != nullptr && g->size() > 1) r.AllReduce(*g, stacked.data(), stacked.size(), 4);
     }
     for (size_t i = 0; i < all.size(); ++i) UpdateExpertBias<T>(stacked.row(static_cast<int64_t>(i)), all[i]);
@@ -533,7 +527,11 @@ class RankProgram {
     // Each module's layer ids follow the model's: attention, then its FFN of
     // the model's last kind (inventory: mtp_ffn).
     const int64_t layers = static_cast<int64_t>(s.letters.size());
-    for (int64_t k = 1; k <= s.recipe->model.mtp_layers; ++k) {
+    // model.mtp_shared_layer (Megatron --mtp-use-repeated-layer,
+    // MultiTokenPredictionBlock: "only 1 layer is created and applied
+    // mtp_num_layers times"): one module, run at every depth (MtpAt).
+    const int64_t modules = s.recipe->model.mtp_shared_layer ? 1 : s.recipe->model.mtp_layers;
+    for (int64_t k = 1; k <= modules; ++k) {
       chunk.mtp.push_back(std::make_unique<MtpModule<T>>(ctx_, s.dims, k, s.letters.back(), layers + 2 * (k - 1),
                                                          s.opt.seed, s.opt.init_scale, chunk.head->weight(),
                                                          MtpCheckpointed(s.recipe->training)));
@@ -669,6 +667,24 @@ class RankProgram {
     return out;
   }
 
+  /// The MTP depths the last chunk runs (model.mtp_layers; 0 elsewhere).
+  size_t MtpDepths(const ModelChunk<T>& chunk) const {
+    return chunk.mtp.empty() ? 0 : static_cast<size_t>(spec_.recipe->model.mtp_layers);
+  }
+
+  /// Runs `f` on the module of depth k for micro-batch mb. A shared module
+  /// keeps each depth's saved tensors apart: its blocks key them by
+  /// ctx.microbatch, set to (mb, depth) while it runs (its gradients sum over
+  /// the depths, as autograd sums a module's uses).
+  template <class F>
+  auto MtpAt(ModelChunk<T>& chunk, size_t k, int64_t mb, F&& f) {
+    if (chunk.mtp.size() > 1) return f(*chunk.mtp[k - 1]);
+    ctx_.microbatch = mb * spec_.recipe->model.mtp_layers + static_cast<int64_t>(k - 1);
+    auto out = f(*chunk.mtp.front());
+    ctx_.microbatch = mb;
+    return out;
+  }
+
   int64_t LocalRows() const {
     const int64_t rows = ctx_.seq.local_len() * spec_.dims.batch;
     return spec_.sp ? rows / spec_.topo.tp : rows;
@@ -715,11 +731,12 @@ class RankProgram {
         double loss = chunk.head->Forward(
             ctx_, x, LocalTokens(spec_.data->targets[static_cast<size_t>(key)], ctx_.seq, spec_.dims.batch), nullptr,
             chunk.mtp.empty() ? nullptr : &normed);
-        for (size_t k = 1; k <= chunk.mtp.size(); ++k) {
+        for (size_t k = 1; k <= MtpDepths(chunk); ++k) {
           const MtpTokens in = ShiftedTokens(key, static_cast<int64_t>(k));
           const Mat<T> e = chunk.lookup->Forward(ctx_, in.ids, static_cast<int64_t>(k));
           Mat<T> next;
-          loss += chunk.mtp[k - 1]->Forward(ctx_, normed, e, in.targets, in.weights, &next);
+          loss += MtpAt(chunk, k, mb,
+                        [&](MtpModule<T>& m) { return m.Forward(ctx_, normed, e, in.targets, in.weights, &next); });
           normed = std::move(next);
         }
         out->losses[key] = loss;
@@ -737,9 +754,11 @@ class RankProgram {
     if (chunk.head) {
       BackwardUnit(chunk, --unit, [&] {
         Mat<T> dnormed;  // the gradient of the final norm's output from the MTP modules
-        for (size_t k = chunk.mtp.size(); k >= 1; --k) {
+        for (size_t k = MtpDepths(chunk); k >= 1; --k) {
           Mat<T> de;
-          Mat<T> dh = chunk.mtp[k - 1]->Backward(ctx_, k == chunk.mtp.size() ? nullptr : &dnormed, &de);
+          Mat<T> dh = MtpAt(chunk, k, mb, [&](MtpModule<T>& m) {
+            return m.Backward(ctx_, k == MtpDepths(chunk) ? nullptr : &dnormed, &de);
+          });
           chunk.lookup->Backward(ctx_, de, static_cast<int64_t>(k));
           dnormed = std::move(dh);
         }
@@ -1120,6 +1139,10 @@ OptimizerSettings SettingsOf(const Recipe& r, const SimOptions& opt, int zero, d
   s.adamw.lr = opt.adamw_lr;
   s.muon.lr = opt.muon_lr;
   s.zero = zero;
+  // Megatron's layer-wise optimizer (validation: ZeRO 1) runs DDP's ZeRO-0
+  // gradient all-reduce and keeps every parameter; it deals only the state.
+  s.layer_wise = zero == 1 && r.parallel.optimizer_sharding == OptimizerSharding::kLayerWise;
+  if (s.layer_wise) s.zero = 0;
   // fp32 master copies exist only when the parameters are kept in lower precision (as the estimator).
   s.master_bytes = prec.master && prec.params != DType::kFp32 ? SizeOf(*prec.master) : 0;
   s.momentum_bytes = SizeOf(r.training.optimizer.muon_momentum);

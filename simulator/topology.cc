@@ -52,6 +52,11 @@ Topology TopologyOf(const Recipe& r) {
                          ") must divide tp x cp x dp (" + std::to_string(stage) + ")");
   }
   t.edp = stage / (t.ep * t.etp);
+  t.replicas = static_cast<int>(p.dp_replicate);
+  if ((t.cp * t.dp) % t.replicas != 0 || t.edp % t.replicas != 0) {
+    throw SimUnsupported("parallel.dp_replicate (" + std::to_string(t.replicas) +
+                         ") must divide the dense (dp x cp) and expert data-parallel groups");
+  }
   return t;
 }
 
@@ -103,17 +108,35 @@ std::vector<RankGroups> MakeGroups(World& world, const Topology& topo, bool dual
         return pack({x.tp, x.dp, x.pp});
       },
       [&](int r) { return c(r).cp; }, &RankGroups::cp, &out);
+  // HSDP: position j of the d*c group is in replica j / shard at j % shard.
+  const int shard = topo.dp * topo.cp / topo.replicas, expert_shard = topo.edp / topo.replicas;
+  const auto j = [&](int r) {
+    auto x = c(r);
+    return x.cp + topo.cp * x.dp;
+  };
   AddGroups(
-      world, topo, Axis::kDpCp, topo.dp * topo.cp,
+      world, topo, Axis::kDpCp, shard,
       [&](int r) {
         auto x = c(r);
-        return pack({x.tp, x.pp});
+        return pack({x.tp, x.pp, j(r) / shard});
       },
-      [&](int r) {
-        auto x = c(r);
-        return x.cp + topo.cp * x.dp;
-      },
-      &RankGroups::dp_cp, &out);
+      [&](int r) { return j(r) % shard; }, &RankGroups::dp_cp, &out);
+  if (topo.replicas > 1) {
+    AddGroups(
+        world, topo, Axis::kDpReplica, topo.replicas,
+        [&](int r) {
+          auto x = c(r);
+          return pack({x.tp, x.pp, j(r) % shard});
+        },
+        [&](int r) { return j(r) / shard; }, &RankGroups::dp_replica, &out);
+    AddGroups(
+        world, topo, Axis::kExpertDpReplica, topo.replicas,
+        [&](int r) {
+          auto x = c(r);
+          return pack({x.etp, x.ep, x.pp, x.edp % expert_shard});
+        },
+        [&](int r) { return c(r).edp / expert_shard; }, &RankGroups::edp_replica, &out);
+  }
   AddGroups(
       world, topo, Axis::kEp, topo.ep,
       [&](int r) {
@@ -129,12 +152,12 @@ std::vector<RankGroups> MakeGroups(World& world, const Topology& topo, bool dual
       },
       [&](int r) { return c(r).etp; }, &RankGroups::etp, &out);
   AddGroups(
-      world, topo, Axis::kExpertDp, topo.edp,
+      world, topo, Axis::kExpertDp, expert_shard,
       [&](int r) {
         auto x = c(r);
-        return pack({x.etp, x.ep, x.pp});
+        return pack({x.etp, x.ep, x.pp, x.edp / expert_shard});
       },
-      [&](int r) { return c(r).edp; }, &RankGroups::edp, &out);
+      [&](int r) { return c(r).edp % expert_shard; }, &RankGroups::edp, &out);
   for (int r = 0; r < topo.world(); ++r) {
     const Topology::Coord x = c(r);
     RankGroups& g = out[static_cast<size_t>(r)];

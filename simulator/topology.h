@@ -15,6 +15,7 @@ namespace preflight::sim {
 struct Topology {
   int tp = 1, cp = 1, dp = 1, pp = 1;
   int ep = 1, etp = 1, edp = 1;  // expert folding over the tp*cp*dp ranks of a stage
+  int replicas = 1;              // HSDP replicas of the ZeRO groups (parallel.dp_replicate)
   AxisOrder order = AxisOrder::kTpCpDpPp;
   int world() const { return tp * cp * dp * pp; }
 
@@ -46,6 +47,12 @@ struct RankGroups {
   const Group* ep = nullptr;
   const Group* etp = nullptr;
   const Group* edp = nullptr;
+  /// HSDP (Topology::replicas > 1): dp_cp and edp are one replica's ZeRO
+  /// groups, a block of consecutive positions of the d*c (d_e) ranks; these
+  /// join the ranks at the same position across the replicas (Megatron
+  /// parallel_state.py: the intra and inter partial data-parallel groups).
+  const Group* dp_replica = nullptr;
+  const Group* edp_replica = nullptr;
   /// The first and last pipeline rank of this rank's (tp, cp, dp), which
   /// hold a tied embedding's two copies (Megatron's embedding group); set on
   /// those two ranks when pp > 1.

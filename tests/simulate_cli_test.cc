@@ -80,12 +80,11 @@ TEST(SimulateCli, ShippedRecipesWithNewBlocksAgree) {
   }
 }
 
-TEST(SimulateCli, DualPipeUnderZero2IsBadInput) {
-  const auto r =
-      RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
-                    "parallel.schedule=dualpipe", "--set", "parallel.partition=balanced", "--set", "parallel.zero=2"});
+TEST(SimulateCli, TiedEmbeddingsUnderZero2IsBadInput) {
+  const auto r = RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "model.pattern=AD", "--set",
+                               "model.tie_embeddings=true", "--set", "parallel.zero=2"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("DualPipe is in the executor with ZeRO 0 and 1 only"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tied embeddings are in the executor with ZeRO 0 and 1 only"), std::string::npos) << r.err;
 }
 
 TEST(SimulateCli, MoreThan1024RanksIsBadInput) {

@@ -183,11 +183,37 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
   // ZeRO 3 keeps the parameters as flat shares that mix the three classes,
   // so the classes are compared as their sum (each row informational).
   const bool zero3 = scaled.parallel.zero >= 3;
+  // Megatron's layer-wise optimizer deals whole tensors: the ranks keep
+  // unequal Muon and AdamW shares and fit prices the rank with the most state
+  // bytes, so the two are compared as one rank's sum.
+  const bool layer_wise =
+      scaled.parallel.zero == 1 && scaled.parallel.optimizer_sharding == OptimizerSharding::kLayerWise;
   for (const Exact& e : exact) {
     const bool param_class = e.sim == SimCategory::kReplicatedParams || e.sim == SimCategory::kTpShardedParams ||
                              e.sim == SimCategory::kEpShardedParams;
+    const bool state = e.sim == SimCategory::kOptimizerMuon || e.sim == SimCategory::kOptimizerAdamW;
     out->memory.push_back(Row(Key(e.sim), worst(e.sim), est.of(e.model).count(), 0.0,
-                              zero3 && param_class ? "(ZeRO 3: compared as the sum below)" : ""));
+                              zero3 && param_class  ? "(ZeRO 3: compared as the sum below)"
+                              : layer_wise && state ? "(layer-wise: compared as one rank's sum below)"
+                                                    : ""));
+  }
+  if (layer_wise) {
+    int64_t measured = 0;
+    for (const RankMeasurement& r : report.per_rank) {
+      if (r.pipeline_rank != stage) continue;
+      measured = std::max(measured, r.peak_bytes[static_cast<size_t>(SimCategory::kOptimizerMuon)] +
+                                        r.peak_bytes[static_cast<size_t>(SimCategory::kOptimizerAdamW)]);
+    }
+    const Bytes modeled = est.of(Category::kOptimizerMuon) + est.of(Category::kOptimizerAdamW);
+    MemoryAgreement row = Row("optimizer state (one rank's sum)", measured, modeled.count(), 0.0);
+    // Expert tensors are dealt over their own group: fit adds the heaviest
+    // dense and the heaviest expert member, who may be two ranks (a bound).
+    if (std::find(scaled.model.layers.begin(), scaled.model.layers.end(), BlockKind::kMoe) !=
+        scaled.model.layers.end()) {
+      row.bound = true;
+      row.agrees = row.measured <= row.modeled;
+    }
+    out->memory.push_back(row);
   }
   if (zero3) {
     int64_t measured = 0;

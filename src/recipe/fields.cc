@@ -547,12 +547,11 @@ std::vector<RecipeField> MakeFields() {
                 "parallel.dp_replicate", "replicas", 1, kMaxDegree,
                 [](auto& r) -> auto& { return r.parallel.dp_replicate; }),
             "--num-distributed-optimizer-instances", "parallelism.data_parallel_replicate_degree"),
-      // Memory only: the planner prices the layer-wise all-gather as ZeRO 1's.
-      Moves(kAffectsMemory,
-            Spell(EnumField(
-                      "parallel.optimizer_sharding", "enum", kOptimizerShardings,
-                      [](auto& r) -> auto& { return r.parallel.optimizer_sharding; }),
-                  "--no-use-layer-wise-param-layout (with --optimizer muon --use-distributed-optimizer)", kNone)),
+      // Memory and time: the planner prices the layer-wise gradient all-reduce and uneven all-gather.
+      Spell(EnumField(
+                "parallel.optimizer_sharding", "enum", kOptimizerShardings,
+                [](auto& r) -> auto& { return r.parallel.optimizer_sharding; }),
+            "--no-use-layer-wise-param-layout (with --optimizer muon --use-distributed-optimizer)", kNone),
       Spell(BoolField(
                 "parallel.fsdp_cpu_offload", [](auto& r) -> auto& { return r.parallel.fsdp_cpu_offload; }),
             kNone, "training.enable_cpu_offload"),

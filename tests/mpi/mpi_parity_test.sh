@@ -17,7 +17,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # 16, shrinks pp or ep. Together they cover dense, MoE (all-to-all), Mamba,
 # SP, interleaved 1F1B over pipeline sends, ZeRO-1, a disagreeing run, and
 # DeepSeek-V3 as shipped but smaller (DualPipe's mirror groups, MTP, MLA,
-# full recompute).
+# full recompute), Megatron's layer-wise optimizer (uneven all-gathers) and
+# HSDP replicas under ZeRO 3.
 cases=(
   "8|llama3-8b-h200.yaml|--scale max_world=8"
   "16|llama3-405b-h200.yaml|--set parallel.pp=2 --scale max_world=16"
@@ -26,6 +27,8 @@ cases=(
   "8|gpt-oss-120b-h200.yaml|--set parallel.ep=8 --scale max_world=8"
   "16|jamba-v0.1-h200.yaml|--scale max_world=16"
   "8|deepseek-v3-h200.yaml|--set parallel.pp=4 --set parallel.ep=2 --scale max_world=8"
+  "8|llama3-8b-h200.yaml|--set parallel.optimizer_sharding=layer_wise --scale max_world=8"
+  "8|llama3-8b-h200.yaml|--set parallel.dp_replicate=2 --set parallel.zero=3 --scale max_world=8"
 )
 failed=0
 for c in "${cases[@]}"; do

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "preflight/estimator/geometry.h"
 #include "preflight/inventory/layout.h"
@@ -112,5 +113,30 @@ int64_t KvBytesPerToken(const ModelConfig& model, int64_t tp, DType kv);
 int64_t MambaStateBytesPerSequence(const ModelConfig& model, int64_t tp, DType conv, DType ssm);
 /// RG-LRU state per sequence per R layer on one TP rank: ((K_r-1)*beta_conv + 4) * d_r / t.
 int64_t RecurrentStateBytesPerSequence(const ModelConfig& model, int64_t tp, DType conv);
+
+/// One tensor as Megatron's layer-wise optimizer deals it: its local
+/// elements and optimizer (OptimizerKind index); for the planner's traffic
+/// also its element bytes and whether Muon gathers it over (expert) TP.
+/// Routed-expert stacks are one tensor per local expert (TEGroupedMLP's
+/// weight<i>, SequentialMLP's experts).
+struct DealtTensor {
+  int64_t elements = 0;
+  int optimizer = static_cast<int>(OptimizerKind::kAdamW);
+  int64_t element_bytes = 0;
+  bool tp_gathered = false;
+};
+
+/// Megatron's deal order (LayerWiseDistributedOptimizer._shard_params_ping_pong,
+/// megatron/core/optimizer/layer_wise_optimizer.py at d98e8a6): the params
+/// sorted by numel, smallest first. Python's sort is stable over the
+/// optimizers' param groups in order, and Megatron lists Muon's groups first
+/// (optimizer/__init__.py: the linear weights carry no override and sort
+/// ahead of the scalar optimizer's), so of equal sizes Muon's come first,
+/// then the model's order. Sorts `tensors` in place.
+void SortForDeal(std::vector<DealtTensor>& tensors);
+
+/// The member of a d-rank group the i-th tensor of the deal order goes to:
+/// loop[i mod 2d] of the loop 0, 1, ..., d-1, d-1, ..., 0.
+int64_t DealMember(int64_t i, int64_t d);
 
 }  // namespace preflight
