@@ -106,13 +106,24 @@ class MlaBlock final : public Block<T> {
     kv.Release();
     k_pe.Release();
     AttnState<T> core;
-    Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q.m), std::move(k), std::move(v), &core);
+    Mat<T> o;
+    if (!d_.flash_attention) {
+      // Megatron's unfused core keeps q, k, v and the softmax output
+      // (DotProductAttention; MLA has a key head per query head).
+      o = UnfusedAttentionForward(ctx, Shape(), q.m, k, v, &core.lse);
+      s.probs = Tensor<T>(ctx.mem(), act, ab, std::move(core.lse));
+      core.q = std::move(q.m);
+      core.k = std::move(k);
+      core.v = std::move(v);
+    } else {
+      o = AttentionCoreForward(ctx, Shape(), std::move(q.m), std::move(k), std::move(v), &core);
+      s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
+    }
     q.Release();
     s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
     s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
     s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
-    s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
     Tensor<T> partial(ctx.mem(), tmp, ab, MatMul(ctx, s.o.m, out_->value.m));
     return x + ReduceFromTpForward(ctx, partial.m);
   }
@@ -127,7 +138,11 @@ class MlaBlock final : public Block<T> {
     const Mat<T> dout = MatMulTransB(ctx, dy_full.m, out_->value.m);
     dy_full.Release();
     Mat<T> dq, dk, dv;
-    AttentionCoreBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    if (!d_.flash_attention) {
+      UnfusedAttentionBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.probs.m, dout, &dq, &dk, &dv);
+    } else {
+      AttentionCoreBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    }
     ApplyRope(&dq, RopeSpan{hl, QkDim(), nope, rope}, d_, ctx.seq, -1);
     // k_pe feeds every head: its gradient sums the heads' rope parts (this
     // rank's heads; the SP reduce-scatter sums the TP ranks').
@@ -162,6 +177,7 @@ class MlaBlock final : public Block<T> {
  private:
   struct Saved {
     Tensor<T> x, n, rstd, cq, cq_n, rstd_q, ckv, ckv_n, rstd_kv, q, k, v, o, lse;
+    Tensor<T> probs;  // the unfused core's softmax output (flash_attention: false)
   };
 
   int64_t QkDim() const { return d_.mla_nope + d_.mla_rope; }
