@@ -85,6 +85,13 @@ int64_t KeptResidualTerms(const Recipe& r, BlockKind kind, Recompute recompute) 
   return all - NormOutputTerms(r, kind);
 }
 
+/// The K and V heads the attention core keeps: GQA's kv_heads, or without
+/// flash attention one per query head (Megatron DotProductAttention.forward
+/// repeat_interleaves K and V, and baddbmm and bmm keep the expanded copies).
+int64_t CoreKvHeads(const Recipe& r) {
+  return r.training.flash_attention ? r.model.attention.kv_heads : r.model.attention.heads;
+}
+
 /// Core attention terms that selective recompute drops: the fp32 softmax LSE
 /// per query head with flash attention; without it the softmax output
 /// (n_q * s per token), plus its dropout mask and dropout output when dropout > 0
@@ -123,7 +130,7 @@ TokenBytes AttentionTokenBytes(const Recipe& r, Recompute recompute) {
   }
   const AttentionConfig& a = m.attention;
   // Q, K, V after RoPE (GQA K, V not expanded) and O (the O-projection input).
-  out.sharded = Mul(Mul(Add(Mul(2, a.heads), Mul(2, a.kv_heads)), a.head_dim), beta);
+  out.sharded = Mul(Mul(Add(Mul(2, a.heads), Mul(2, CoreKvHeads(r))), a.head_dim), beta);
   out.sharded = Add(out.sharded, ExtraFp4Copy(r, Mul(a.heads, a.head_dim)));  // O-projection's own copy
   if (a.qk_norm) {
     // Q and K before their norms, and one fp32 rstd per head.
@@ -170,6 +177,12 @@ TokenBytes MoeTokenBytes(const Recipe& r, Recompute recompute) {
   if (Reruns(r, recompute, RecomputeModule::kSharedExperts)) return out;
   out.sharded = FfnTerms(r, e.activation, e.SharedWidth());
   if (e.SharedWidth() > 0) out.replicated = Add(out.replicated, ExtraFp4Copy(r, r.model.hidden));  // shared fc1's
+  // The sigmoid gate (Megatron SharedExpertMLP.forward: output *
+  // sigmoid(linear(input, gate_weight)), outside TE): the product keeps the
+  // shared output (h) and the score (1), per token of the rank's rows.
+  if (e.SharedWidth() > 0 && e.shared_gate) {
+    out.replicated = Add(out.replicated, Mul(Add(r.model.hidden, 1), SizeOf(r.training.precision.activations)));
+  }
   return out;
 }
 
@@ -405,7 +418,8 @@ void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
     for (int64_t w : {q, kv}) o->Add(OffloadModule::kQkvLinear, Mul(cp, w), beta);
     o->Add(OffloadModule::kQkvLinear, Mul(cp, (a.heads + a.kv_heads) / t), 4);
   }
-  for (int64_t w : {q, kv, kv}) o->Add(OffloadModule::kCoreAttn, Mul(cp, w), beta);
+  const int64_t core_kv = Mul(CoreKvHeads(r), a.head_dim) / t;
+  for (int64_t w : {q, core_kv, core_kv}) o->Add(OffloadModule::kCoreAttn, Mul(cp, w), beta);
   if (!core_rerun) CoreOffload(r, cp, a.heads / t, o);
   o->Add(OffloadModule::kAttnProj, Mul(cp, q), beta);
 }

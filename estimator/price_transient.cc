@@ -14,14 +14,22 @@ namespace {
 /// grad_output to grad_output_buffer instead of computing the weight gradient,
 /// for the first wgrad_deferral_limit micro-batches (0 = all;
 /// core/tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication);
-/// the schedule computes them at the pipeline flush, so at the last backward
-/// every deferred pair is still held: the SP-sharded input [s/c/(SP ? t : 1), b, h]
-/// and the gradient [s/c, b, V_pad/t], both in the activation dtype.
-void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, int64_t vocab, Sink* sink) {
+/// the schedule computes them at the pipeline flush (finish_embedding_wgrad_compute),
+/// so every finished pair is held to the end of the step: the SP-sharded input
+/// [s/c/(SP ? t : 1), b, h] and the gradient [s/c, b, V_pad/t], both in the
+/// activation dtype. The pairs grow with each head backward, so the last
+/// stage peaks at its last head forward, when the `in_flight` micro-batches
+/// live at the head have not run their backward: m - in_flight pairs are
+/// finished (an in-flight micro-batch's input is its saved head input, one
+/// storage, priced with the head's saved terms). The reference executor
+/// measured the earlier count of every deferred micro-batch one pair high.
+void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, int64_t vocab, int64_t in_flight,
+                            Sink* sink) {
   const TrainingConfig& t = rc.training;
   if (!t.defer_head_wgrad) return;
   const int64_t limit = t.head_wgrad_deferral_limit;
-  const int64_t deferred = limit == 0 ? l.micro_batches : std::min(limit, l.micro_batches);
+  const int64_t finished = std::max<int64_t>(0, l.micro_batches - in_flight);
+  const int64_t deferred = limit == 0 ? finished : std::min(limit, finished);
   const int64_t tokens = TokensOf(rc, l).cp_rank;
   const int64_t beta = SizeOf(t.precision.activations);
   const int64_t per_micro_batch =
@@ -32,7 +40,7 @@ void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, 
   if (sink) {
     Note(sink, Category::kActivations,
          "last stage: deferred output-layer weight gradients (input and grad_output per deferred micro-batch)",
-         "deferred * s*b/c * (h/(SP ? t : 1) + V_pad/t) * beta; deferred = limit or every micro-batch",
+         "deferred * s*b/c * (h/(SP ? t : 1) + V_pad/t) * beta; deferred = min(limit or m, m - in_flight)",
          Inputs({{"s", t.seq_len},
                  {"b", l.micro_batch},
                  {"c", l.cp},
@@ -40,6 +48,7 @@ void PriceDeferredHeadWgrad(RankMemory& out, const Recipe& rc, const Layout& l, 
                  {"h", rc.model.hidden},
                  {"V_pad", vocab},
                  {"deferred", deferred},
+                 {"in_flight", in_flight},
                  {"micro_batches", l.micro_batches}}),
          b);
   }
@@ -247,7 +256,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     const int64_t vocab = PaddedVocab(rc.model, l.tp);
     const Bytes last = rates.HeadSaved() * w.head_units + (w.head_logits ? rates.HeadLogits() : Bytes(0));
     out.activations_ends += last;
-    PriceDeferredHeadWgrad(out, rc, l, vocab, sink);
+    PriceDeferredHeadWgrad(out, rc, l, vocab, w.head_units, sink);
     PriceMtp(out, w, inv, l, rates, sink);
     if (sink) {
       Note(sink, Category::kActivations,

@@ -398,7 +398,11 @@ void AddTp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const
   const int64_t mtp_reruns = mtp_rerun ? mtp : 0;
   const int64_t lookups = t.replicated_embedding ? 0 : emb_mb + mtp;
   if (sp) {
-    items->Add(Axis::kTp, Collective::kReduceScatter, Pass::kForward, CommWhat::kEmbedding, s.x, lookups);
+    // With learned positions Megatron's LanguageModelEmbedding turns off
+    // reduce_scatter_embeddings: the lookup is all-reduced, the positions
+    // added, then the sum split to the sequence (no communication forward).
+    items->Add(Axis::kTp, t.learned_positions ? Collective::kAllReduce : Collective::kReduceScatter, Pass::kForward,
+               CommWhat::kEmbedding, s.x, lookups);
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kEmbedding, s.x, lookups);
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kForward, CommWhat::kHead, s.x, heads);
     items->Add(Axis::kTp, Collective::kAllGather, Pass::kBackward, CommWhat::kHead, s.x, heads);
@@ -581,6 +585,7 @@ struct LocalUnit {
   std::array<std::array<int64_t, 2>, 3> elements{};
   std::array<std::array<int64_t, 2>, 3> fp32{};
   int64_t tp_partial = 0;  // REP elements whose gradients differ over TP even without SP
+  int64_t tp_whole = 0;    // REP elements whose gradients are whole on each TP rank even with SP
 };
 
 int64_t ClassDivisor(int c, const Layout& l) {
@@ -648,6 +653,7 @@ DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
   const int ep = static_cast<int>(ShardClass::kEpSharded);
   DpBuffers b;
   if (!dg.sp && dg.tp > 1) b.replicated = u.tp_partial;
+  if (dg.sp) b.replicated = -u.tp_whole;
   for (int o = 0; o < 2; ++o) {
     if (dg.sp) b.replicated = CheckedAdd(b.replicated, u.elements[rep][o]);
     const int64_t dense_fp32 = CheckedAdd(u.fp32[rep][o], u.fp32[tp][o]);
@@ -752,7 +758,13 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
     if (c.range.owns_embedding) {
       LocalUnit u;
       AddEndTensor(inv.embedding, inv, l, &u);
-      for (const ParamTensor& p : inv.positions) AddEndTensor(p, inv, l, &u);
+      for (const ParamTensor& p : inv.positions) {
+        AddEndTensor(p, inv, l, &u);
+        // Added to the all-reduced lookup of the whole sequence before SP
+        // splits it (Megatron LanguageModelEmbedding): each TP rank holds the
+        // whole gradient, which finalize_model_grads does not all-reduce.
+        if (inv.embedding.split != Split::kReplicated) u.tp_whole = CheckedAdd(u.tp_whole, p.elements());
+      }
       embedding = UnitBuffers(u, dg);
       b += embedding;
     }
@@ -904,7 +916,10 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
   const ParamTotals& p = o.params;
   const bool emb = o.embedding, head = o.head;
   const ModelConfig& m = inv.recipe.model;
-  const int64_t vocab_local = CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
+  // The last stage's embedding copy: a replicated table holds every row.
+  const int64_t vocab_local = inv.embedding.split == Split::kReplicated
+                                  ? inv.embedding.elements()
+                                  : CheckedMul(PaddedVocab(m, l.tp) / l.tp, m.hidden);
   const RankBuffers& rb = o.buffers;
   const DpBuffers& buffers = rb.all;
   // Per-unit traffic runs in every micro-batch of a chunk; FillRankChunks gives all

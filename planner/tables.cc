@@ -245,6 +245,7 @@ PlanTables BuildPlanTables(const Inventory& inv) {
   }
   t.embedding_params = inv.embedding.elements();
   t.replicated_embedding = inv.embedding.split == Split::kReplicated;
+  t.learned_positions = !inv.positions.empty();
   for (const ParamTensor& p : inv.positions) t.embedding_params = CheckedAdd(t.embedding_params, p.elements());
   for (const ParamTensor& h : inv.head) t.head_params = CheckedAdd(t.head_params, h.elements());
   t.final_norm_params = inv.final_norm.elements();

@@ -492,15 +492,59 @@ void RerunAttentionCore(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const
   *lse = Tensor<T>(ctx.mem(), rerun, 4, std::move(core.lse));
 }
 
-#define PREFLIGHT_INSTANTIATE(T)                                                                                    \
-  template void RerunAttentionCore<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, \
-                                      Tensor<T>*, Tensor<T>*, Tensor<T>*, Tensor<T>*);                              \
-  template Mat<T> AttentionCoreForward<T>(Ctx&, const AttnShape&, Mat<T>, Mat<T>, Mat<T>, AttnState<T>*);           \
-  template void AttentionCoreBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,       \
-                                         const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*);   \
-  template void AttendBlock<T>(Ctx&, const AttnShape&, const Mat<T>&, const std::vector<int64_t>&, const Mat<T>&,   \
-                               const Mat<T>&, const std::vector<int64_t>&, Mat<T>*, Mat<T>*);                       \
-  template void MergeAttention<T>(const AttnShape&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*);
+template <class T>
+Mat<T> UnfusedAttentionForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
+                               Mat<T>* probs) {
+  const int64_t heads = q.cols() / shape.head_dim, len = q.rows() / shape.batch;
+  const Positions pos = LocalPositions(ctx, shape, q.rows());
+  Mat<T> o(q.rows(), heads * shape.vdim());
+  probs->resize(shape.batch * heads * len, len);
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      Mat<T> lse;  // the unfused softmax keeps its output, not this
+      const Mat<T> p =
+          Probs(ctx, shape, Take(shape, q, b, h, shape.head_dim), Take(shape, k, b, h, shape.head_dim), pos, pos, &lse);
+      Put(shape, &o, b, h, MatMul(ctx, p, Take(shape, v, b, h, shape.vdim())), false);
+      probs->middleRows((b * heads + h) * len, len) = p;
+    }
+  }
+  return o;
+}
+
+template <class T>
+void UnfusedAttentionBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
+                              const Mat<T>& probs, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
+  const T inv = T(1) / std::sqrt(T(shape.head_dim));
+  const int64_t heads = q.cols() / shape.head_dim, len = q.rows() / shape.batch;
+  *dq = Mat<T>::Zero(q.rows(), q.cols());
+  *dk = Mat<T>::Zero(k.rows(), k.cols());
+  *dv = Mat<T>::Zero(v.rows(), v.cols());
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const Mat<T> p = probs.middleRows((b * heads + h) * len, len);
+      const Mat<T> doh = Take(shape, dout, b, h, shape.vdim());
+      const Mat<T> dp = MatMulTransB(ctx, doh, Take(shape, v, b, h, shape.vdim()));
+      const Vec<T> rowsum = dp.cwiseProduct(p).rowwise().sum();
+      const Mat<T> ds = p.cwiseProduct((dp.colwise() - rowsum).matrix());
+      Put(shape, dq, b, h, Mat<T>(MatMul(ctx, ds, Take(shape, k, b, h, shape.head_dim)) * inv), true);
+      Put(shape, dk, b, h, Mat<T>(MatMulTransA(ctx, ds, Take(shape, q, b, h, shape.head_dim)) * inv), true);
+      Put(shape, dv, b, h, MatMulTransA(ctx, p, doh), true);
+    }
+  }
+}
+
+#define PREFLIGHT_INSTANTIATE(T) \
+  template void RerunAttentionCore<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Tensor<T>*, Tensor<T>*, Tensor<T>*, Tensor<T>*);                                                                                  \
+  template Mat<T> AttentionCoreForward<T>(Ctx&, const AttnShape&, Mat<T>, Mat<T>, Mat<T>, AttnState<T>*);         \
+  template void AttentionCoreBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,     \
+                                         const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*); \
+  template void AttendBlock<T>(Ctx&, const AttnShape&, const Mat<T>&, const std::vector<int64_t>&, const Mat<T>&, \
+                               const Mat<T>&, const std::vector<int64_t>&, Mat<T>*, Mat<T>*);                     \
+  template void MergeAttention<T>(const AttnShape&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*);              \
+  template Mat<T> UnfusedAttentionForward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&, \
+                                             Mat<T>*);                                                            \
+  template void UnfusedAttentionBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,  \
+                                            const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)
 #undef PREFLIGHT_INSTANTIATE

@@ -70,6 +70,22 @@ template <class T>
 void AttentionCoreBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
                            const Mat<T>& lse, const Mat<T>& o, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv);
 
+/// Megatron's unfused core (transformer/dot_product_attention.py
+/// DotProductAttention, training.flash_attention: false), cp 1 only: scores
+/// by baddbmm, the causal softmax, O by bmm; `k`, `v` have one head per query
+/// head (shape.rep 1: Megatron repeat_interleaves GQA's K and V first).
+/// `probs` gets the softmax probabilities the bmm keeps for its backward,
+/// one [len, len] block per (batch b, head h) at rows (b * heads + h) * len.
+template <class T>
+Mat<T> UnfusedAttentionForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
+                               Mat<T>* probs);
+
+/// Its backward from the kept probabilities (autograd's: the softmax
+/// backward dS = P (dP - rowsum(dP P)), no recomputed scores).
+template <class T>
+void UnfusedAttentionBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
+                              const Mat<T>& probs, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv);
+
 /// Throws SimUnsupported, with the reason, for an attention layout the
 /// executor cannot run: a sequence that does not cut into the CP chunks
 /// (2*cp with load balancing, else cp), or a2a (Ulysses) with heads/tp or

@@ -32,7 +32,9 @@ struct Dims {
   FfnActivation mlp_activation = FfnActivation::kSwiglu;  // dense D blocks
   FfnActivation moe_activation = FfnActivation::kSwiglu;  // routed and shared experts
   bool qk_norm = false;                                   // per-head RMSNorm on q and k before RoPE
+  bool flash_attention = true;  // false: Megatron's unfused core, which keeps the softmax output
   int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
+  bool shared_gate = false;  // sigmoid gate on the shared expert's output (moe.shared_gate)
   double capacity_factor = 1.0;
   bool dropless = true;
   bool pad_to_capacity = false;
@@ -41,6 +43,7 @@ struct Dims {
   bool router_sigmoid = false;
   bool router_bias = false;
   int64_t vocab = 0;                    // padded
+  int64_t vocab_logical = 0;            // unpadded (a replicated embedding's rows)
   // Mamba-2 (M, docs/formulas.md §1.4): heads H = d_inner / head_dim.
   int64_t mamba_inner = 0, mamba_heads = 0, mamba_head_dim = 0, mamba_groups = 0, mamba_d_state = 0;
   int64_t mamba_d_conv = 4, mamba_chunk = 0;
@@ -53,6 +56,11 @@ struct Dims {
   bool tie_embeddings = false;  // the head's weight is the embedding's
   NormKind norm = NormKind::kRmsNorm;  // pre-norms and the final norm (qk norms are RMSNorm)
   bool linear_bias = false;            // biases of the A, D and expert linears (model.linear_bias)
+  int64_t learned_positions = 0;       // rows of a learned absolute position table (0: none)
+  /// Output-layer weight gradients deferred to the pipeline flush
+  /// (training.defer_head_wgrad): -1 none, 0 every micro-batch's, else the first k.
+  int64_t head_wgrad_deferred = -1;
+  bool replicated_embedding = false;  // parallel.embedding: replicated (each TP rank holds every row)
   int64_t tokens() const { return seq * batch; }
 };
 
@@ -237,6 +245,10 @@ struct Param {
   /// several of the executor's (SwiGLU's gate and up are one linear_fc1);
   /// empty: its own. Megatron's layer-wise optimizer deals whole tensors.
   std::string fused_tensor;
+  /// Replicated, and every TP rank's gradient is already the whole sum even
+  /// with SP (learned positions, added before the scatter to the sequence):
+  /// not all-reduced over TP.
+  bool tp_whole = false;
   Tensor<T> value;
   Tensor<T> grad;
 };
@@ -482,21 +494,40 @@ template <class T>
 std::unique_ptr<Block<T>> MakeRecurrentBlock(Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed, double scale,
                                              const RecurrentOptions& options = {});
 
-/// Vocab-parallel embedding (docs/formulas.md §8.3): lookup of own rows, then g.
+/// Vocab-parallel embedding (docs/formulas.md §8.3): lookup of own rows, then g;
+/// or a replicated table (Dims::replicated_embedding) looked up for this
+/// rank's rows with no collective. With learned positions (Megatron
+/// LanguageModelEmbedding, `positions`) the lookup is all-reduced over the
+/// whole sequence, the position rows are added, and SP scatters the sum.
 template <class T>
 class Embedding {
  public:
-  Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale);
+  /// `positions`: this copy holds the learned position table (the first
+  /// stage's; the last stage's copy for a tied head or MTP holds words only).
+  Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale, bool positions = true);
   /// `slot` tells apart the lookups of one micro-batch: 0 the model's
   /// input, k the ids an MTP module of depth k embeds (shifted by k).
   Mat<T> Forward(Ctx& ctx, const std::vector<int64_t>& ids, int64_t slot = 0);
   void Backward(Ctx& ctx, const Mat<T>& dx, int64_t slot = 0);
   Param<T>& weight() { return *weight_; }
+  /// The word table, then the position table when there is one.
+  std::vector<Param<T>*> params() {
+    if (!positions_) return {weight_.get()};
+    return {weight_.get(), positions_.get()};
+  }
 
  private:
   static constexpr int64_t kSlots = 65;  // model.mtp_layers is at most 64
   Dims d_;
-  std::unique_ptr<Param<T>> weight_;  // [vocab, hidden], rows split
+  std::unique_ptr<Param<T>> weight_;     // [vocab, hidden], rows split (or replicated)
+  std::unique_ptr<Param<T>> positions_;  // [learned_positions, hidden], replicated; null without
+  /// Rows of `rows` this rank keeps (its SP slice), and where they start.
+  static int64_t LocalRowCount(const Ctx& ctx, int64_t rows);
+  static int64_t LocalRowOffset(const Ctx& ctx, int64_t local_rows);
+  /// Adds (or, backward, accumulates the gradient of) the position rows of the
+  /// rank's rows starting at row `first_row`.
+  void AddPositions(const Ctx& ctx, int64_t first_row, Mat<T>* x) const;
+  void AddPositionGrads(const Ctx& ctx, int64_t first_row, const Mat<T>& dx);
   SavedPerMicrobatch<IndexTensor> ids_;  // keyed by microbatch * kSlots + slot
 };
 
@@ -524,6 +555,11 @@ class Head {
   /// (from the MTP modules that read it). After a `normed_input` forward it
   /// returns the gradient of the norm's output.
   Mat<T> Backward(Ctx& ctx, const Mat<T>* dnormed = nullptr);
+  /// The deferred weight gradients (Dims::head_wgrad_deferred), at the
+  /// pipeline flush: Megatron's drain_embedding_wgrad_compute gathers each
+  /// kept input over TP (with SP) and adds input^T grad_output to the weight's
+  /// gradient, in micro-batch order. A no-op when nothing was deferred.
+  void DrainDeferred(Ctx& ctx);
   Param<T>& norm() { return *norm_; }
   /// The head's own parameters (a shared weight is its owner's).
   std::vector<Param<T>*> params() {
@@ -544,6 +580,10 @@ class Head {
     int64_t tokens = 0;  // tokens the loss is averaged over (all CP ranks')
   };
   SavedPerMicrobatch<Saved> saved_;
+  /// Deferred pairs (the output layer's input on this rank's rows, the
+  /// logits' gradient), and how many backwards of this step deferred theirs.
+  std::vector<std::pair<Tensor<T>, Tensor<T>>> deferred_;
+  int64_t deferred_count_ = 0;
 };
 
 /// Megatron's --mtp-loss-scaling-factor default: the MTP losses' weight

@@ -111,13 +111,18 @@ class AttentionBlock final : public Block<T> {
       s.k = Tensor<T>(ctx.mem(), act, ab, k);
       s.v = Tensor<T>(ctx.mem(), act, ab, v);
     }
-    AttnState<T> core;
-    Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
-    if (!rerun) {
-      s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
-      s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
-      s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
-      s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
+    Mat<T> o;
+    if (!d_.flash_attention) {
+      o = UnfusedCore(ctx, std::move(q), k, v, &s);
+    } else {
+      AttnState<T> core;
+      o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
+      if (!rerun) {
+        s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
+        s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
+        s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
+        s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
+      }
     }
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
@@ -140,8 +145,15 @@ class AttentionBlock final : public Block<T> {
     if (ctx.rerun.has(RecomputeModule::kCoreAttn)) RerunCore(ctx, &s);
     const bool head_split = s.qc.m.size() > 0;  // the core's own layout, from a rerun
     Mat<T> dq, dk, dv;
-    AttentionCoreBackward(ctx, Shape(), head_split ? s.qc.m : s.q.m, head_split ? s.kc.m : s.k.m,
-                          head_split ? s.vc.m : s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    if (!d_.flash_attention) {
+      Mat<T> dk_heads, dv_heads;
+      UnfusedAttentionBackward(ctx, UnfusedShape(), s.q.m, s.k.m, s.v.m, s.probs.m, dout, &dq, &dk_heads, &dv_heads);
+      dk = FoldHeads(dk_heads);
+      dv = FoldHeads(dv_heads);
+    } else {
+      AttentionCoreBackward(ctx, Shape(), head_split ? s.qc.m : s.q.m, head_split ? s.kc.m : s.k.m,
+                            head_split ? s.vc.m : s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    }
     Rope(&dq, q_local_, d_, ctx.seq, -1);
     Rope(&dk, kv_local_, d_, ctx.seq, -1);
     if (q_norm_ != nullptr) {
@@ -161,7 +173,41 @@ class AttentionBlock final : public Block<T> {
     Tensor<T> x, n, rstd, q, k, v, o, lse;
     Tensor<T> q_in, k_in, q_rstd, k_rstd;  // qk_norm only
     Tensor<T> qc, kc, vc;                  // a "core_attn" rerun under a2a: the core's head split
+    Tensor<T> probs;                       // the unfused core's softmax output (flash_attention: false)
   };
+
+  /// Megatron's unfused core (DotProductAttention.forward): K and V
+  /// repeat_interleaved to one head per query head, which baddbmm and bmm
+  /// keep for their backward (GQA's K and V, expanded), with the softmax
+  /// output in the activation dtype (FusedScaleMaskSoftmax's, which the bmm
+  /// reads: one storage).
+  Mat<T> UnfusedCore(Ctx& ctx, Mat<T> q, const Mat<T>& k, const Mat<T>& v, Saved* s) const {
+    const SimCategory act = SimCategory::kActivations;
+    const int64_t ab = ctx.bytes.activation;
+    s->k = Tensor<T>(ctx.mem(), act, ab, ExpandHeads(k));
+    s->v = Tensor<T>(ctx.mem(), act, ab, ExpandHeads(v));
+    Mat<T> probs;
+    Mat<T> o = UnfusedAttentionForward(ctx, UnfusedShape(), q, s->k.m, s->v.m, &probs);
+    s->q = Tensor<T>(ctx.mem(), act, ab, std::move(q));
+    s->probs = Tensor<T>(ctx.mem(), act, ab, std::move(probs));
+    return o;
+  }
+
+  /// KV head g's columns repeated for its Rep() query heads (repeat_interleave).
+  Mat<T> ExpandHeads(const Mat<T>& kv) const {
+    const int64_t dh = d_.head_dim, rep = Rep();
+    Mat<T> out(kv.rows(), q_local_ * dh);
+    for (int64_t h = 0; h < q_local_; ++h) out.middleCols(h * dh, dh) = kv.middleCols((h / rep) * dh, dh);
+    return out;
+  }
+
+  /// The backward of ExpandHeads: each KV head sums its query heads' gradients.
+  Mat<T> FoldHeads(const Mat<T>& per_head) const {
+    const int64_t dh = d_.head_dim, rep = Rep();
+    Mat<T> out = Mat<T>::Zero(per_head.rows(), kv_local_ * dh);
+    for (int64_t h = 0; h < q_local_; ++h) out.middleCols((h / rep) * dh, dh) += per_head.middleCols(h * dh, dh);
+    return out;
+  }
 
   int64_t Rep() const { return d_.heads / d_.kv_heads; }
 
@@ -194,6 +240,7 @@ class AttentionBlock final : public Block<T> {
   }
 
   AttnShape Shape() const { return AttnShape{d_.batch, d_.head_dim, Rep()}; }
+  AttnShape UnfusedShape() const { return AttnShape{d_.batch, d_.head_dim, 1}; }
 
   Dims d_;
   int64_t q_local_ = 0, kv_local_ = 0;

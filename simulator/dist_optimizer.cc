@@ -308,7 +308,7 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
   if (groups_.tp->size() == 1) return;
   std::vector<Param<T>*> rep;
   for (Param<T>* p : params) {
-    if (p->shard == ShardKind::kReplicated && (groups_.sp || p->tp_partial)) rep.push_back(p);
+    if (p->shard == ShardKind::kReplicated && ((groups_.sp && !p->tp_whole) || p->tp_partial)) rep.push_back(p);
   }
   int64_t n = 0;
   for (Param<T>* p : rep) n += p->grad.m.size();

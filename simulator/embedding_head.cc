@@ -11,8 +11,20 @@
 namespace preflight::sim {
 
 template <class T>
-Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale) : d_(d) {
-  weight_ = MakeParam<T>(ctx, "embedding.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed, scale);
+Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale, bool positions) : d_(d) {
+  if (d.replicated_embedding) {  // every row on every TP rank (the inventory's logical vocabulary)
+    weight_ = MakeParam<T>(ctx, "embedding.weight", d.vocab_logical, d.hidden, ShardKind::kReplicated, Init::kMatrix,
+                           seed, scale);
+  } else {
+    weight_ = MakeParam<T>(ctx, "embedding.weight", d.vocab, d.hidden, ShardKind::kRows, Init::kMatrix, seed, scale);
+  }
+  if (positions && d.learned_positions > 0) {
+    positions_ = MakeParam<T>(ctx, "embedding.positions.weight", d.learned_positions, d.hidden, ShardKind::kReplicated,
+                              Init::kMatrix, seed, scale);
+    // A vocab-parallel lookup is all-reduced before the positions are added,
+    // so each TP rank's position gradient is the whole one (see Forward).
+    positions_->tp_whole = !d.replicated_embedding;
+  }
 }
 
 template <class T>
@@ -20,6 +32,14 @@ Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids, int64_t 
   // Token ids stay alive for the backward (int64, docs/formulas.md §3.4).
   ctx.rank->set_what(CommWhat::kEmbedding);
   ids_.Open(ctx.microbatch * kSlots + slot) = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
+  if (d_.replicated_embedding) {
+    // Only this rank's rows (its SP slice): no collective.
+    const int64_t rows = LocalRowCount(ctx, static_cast<int64_t>(ids.size())), first = LocalRowOffset(ctx, rows);
+    Mat<T> x(rows, d_.hidden);
+    for (int64_t t = 0; t < rows; ++t) x.row(t) = weight_->value.m.row(ids[static_cast<size_t>(first + t)]);
+    if (positions_) AddPositions(ctx, first, &x);
+    return x;
+  }
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ctx.bytes.activation,
                     Mat<T>::Zero(static_cast<int64_t>(ids.size()), d_.hidden));
@@ -27,18 +47,64 @@ Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids, int64_t 
     const int64_t local = ids[t] - first;
     if (local >= 0 && local < rows) partial.m.row(static_cast<int64_t>(t)) = weight_->value.m.row(local);
   }
-  return ReduceFromTpForward(ctx, partial.m);
+  if (!positions_) return ReduceFromTpForward(ctx, partial.m);
+  // Megatron LanguageModelEmbedding.forward with learned_absolute positions:
+  // reduce_scatter_embeddings is off, so VocabParallelEmbedding all-reduces
+  // the whole sequence, the position rows are added, and with SP
+  // scatter_to_sequence_parallel_region keeps this rank's slice (no
+  // communication forward; an all-gather backward).
+  if (ctx.tp_size > 1) ctx.rank->AllReduce(*ctx.tp, partial.m.data(), partial.m.size(), ctx.bytes.activation);
+  AddPositions(ctx, 0, &partial.m);
+  if (!ctx.sp) return partial.m;
+  const int64_t local = LocalRowCount(ctx, partial.m.rows());
+  return partial.m.middleRows(LocalRowOffset(ctx, local), local);
+}
+
+template <class T>
+int64_t Embedding<T>::LocalRowCount(const Ctx& ctx, int64_t rows) {
+  return ctx.sp ? rows / ctx.tp_size : rows;
+}
+
+template <class T>
+int64_t Embedding<T>::LocalRowOffset(const Ctx& ctx, int64_t local_rows) {
+  return ctx.sp ? ctx.tp_rank * local_rows : 0;
+}
+
+template <class T>
+void Embedding<T>::AddPositions(const Ctx& ctx, int64_t first_row, Mat<T>* x) const {
+  // Row r of the rank's rows is local position r / batch (SeqLayout), at its
+  // global position under CP (Megatron slices position_ids per CP rank).
+  for (int64_t r = 0; r < x->rows(); ++r) {
+    x->row(r) += positions_->value.m.row(ctx.seq.Position((first_row + r) / d_.batch));
+  }
 }
 
 template <class T>
 void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx, int64_t slot) {
   ctx.rank->set_what(CommWhat::kEmbedding);
   const IndexTensor ids = ids_.Close(ctx.microbatch * kSlots + slot);
+  if (d_.replicated_embedding) {
+    // This rank's rows only: with SP a partial gradient, all-reduced over TP
+    // with the other replicated parameters (DistOptimizer::AllReduceReplicated).
+    const int64_t first = LocalRowOffset(ctx, dx.rows());
+    for (int64_t t = 0; t < dx.rows(); ++t) weight_->grad.m.row(ids.v[static_cast<size_t>(first + t)]) += dx.row(t);
+    if (positions_) AddPositionGrads(ctx, first, dx);
+    return;
+  }
+  // g' (an all-gather with SP): also the backward of the positions' scatter.
   const Mat<T> dfull = ReduceFromTpBackward(ctx, dx);
+  if (positions_) AddPositionGrads(ctx, 0, dfull);
   const int64_t rows = weight_->value.m.rows(), first = ctx.tp_rank * rows;
   for (size_t t = 0; t < ids.v.size(); ++t) {
     const int64_t local = ids.v[t] - first;
     if (local >= 0 && local < rows) weight_->grad.m.row(local) += dfull.row(static_cast<int64_t>(t));
+  }
+}
+
+template <class T>
+void Embedding<T>::AddPositionGrads(const Ctx& ctx, int64_t first_row, const Mat<T>& dx) {
+  for (int64_t r = 0; r < dx.rows(); ++r) {
+    positions_->grad.m.row(ctx.seq.Position((first_row + r) / d_.batch)) += dx.row(r);
   }
 }
 
@@ -123,14 +189,40 @@ Mat<T> Head<T>::Backward(Ctx& ctx, const Mat<T>* dnormed) {
     if (local >= 0 && local < cols) dlogits.m(t, local) -= scale;
   }
   s.softmax.Release();
-  Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
-  weight_->grad.m += MatMulTransA(ctx, dlogits.m, n_full.m);
-  n_full.Release();
+  // Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward with
+  // --defer-embedding-wgrad-compute: the first wgrad_deferral_limit
+  // micro-batches (0: all) append grad_output (the logits' gradient, in the
+  // activation dtype) to grad_output_buffer and skip the input's gather and
+  // the weight gradient; the forward appended the input.
+  const int64_t limit = d_.head_wgrad_deferred;
+  const bool defer = limit == 0 || deferred_count_ < limit;
+  if (!defer) {
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
+    weight_->grad.m += MatMulTransA(ctx, dlogits.m, n_full.m);
+  }
   Mat<T> dn = CopyToTpBackward(ctx, MatMul(ctx, dlogits.m, weight_->value.m));
-  dlogits.Release();
+  if (defer) {  // kept to the flush: the logits' gradient becomes an activation
+    ++deferred_count_;
+    Mat<T> g = std::move(dlogits.m);
+    dlogits.Release();
+    deferred_.emplace_back(std::move(s.n), Tensor<T>(ctx.mem(), SimCategory::kActivations, ab, std::move(g)));
+  } else {
+    dlogits.Release();
+  }
   if (dnormed != nullptr) dn += *dnormed;
   if (s.x.m.size() == 0) return dn;  // a normed_input forward: the norm's backward is its caller's
   return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+}
+
+template <class T>
+void Head<T>::DrainDeferred(Ctx& ctx) {
+  ctx.rank->set_what(CommWhat::kHead);
+  for (auto& [n, g] : deferred_) {
+    Tensor<T> n_full = TpRegionInput(ctx, n.m);
+    weight_->grad.m += MatMulTransA(ctx, g.m, n_full.m);
+  }
+  deferred_.clear();
+  deferred_count_ = 0;
 }
 
 template <class T>

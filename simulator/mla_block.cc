@@ -98,14 +98,26 @@ class MlaBlock final : public Block<T> {
       s.v = Tensor<T>(ctx.mem(), act, ab, v);
     }
     AttnState<T> core;
-    Mat<T> o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
+    Mat<T> o;
+    if (!d_.flash_attention) {
+      // Megatron's unfused core keeps q, k, v and the softmax output
+      // (DotProductAttention; MLA has a key head per query head). Neither
+      // rerun is in the executor with it (simulate.cc).
+      o = UnfusedAttentionForward(ctx, Shape(), q, k, v, &core.lse);
+      s.probs = Tensor<T>(ctx.mem(), act, ab, std::move(core.lse));
+      core.q = std::move(q);
+      core.k = std::move(k);
+      core.v = std::move(v);
+    } else {
+      o = AttentionCoreForward(ctx, Shape(), std::move(q), std::move(k), std::move(v), &core);
+      if (!rerun_core) s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
+    }
     if (!rerun_core && !rerun_up) {
       s.q = Tensor<T>(ctx.mem(), act, ab, std::move(core.q));
       s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
       s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
     }
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
-    if (!rerun_core) s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
     Tensor<T> partial(ctx.mem(), tmp, ab, MatMul(ctx, s.o.m, out_->value.m));
     if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
     return x + ReduceFromTpForward(ctx, partial.m);
@@ -134,8 +146,12 @@ class MlaBlock final : public Block<T> {
     }
     const bool head_split = s.qc.m.size() > 0;  // the core's own layout, from a rerun
     Mat<T> dq, dk, dv;
-    AttentionCoreBackward(ctx, Shape(), head_split ? s.qc.m : s.q.m, head_split ? s.kc.m : s.k.m,
-                          head_split ? s.vc.m : s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    if (!d_.flash_attention) {
+      UnfusedAttentionBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.probs.m, dout, &dq, &dk, &dv);
+    } else {
+      AttentionCoreBackward(ctx, Shape(), head_split ? s.qc.m : s.q.m, head_split ? s.kc.m : s.k.m,
+                            head_split ? s.vc.m : s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
+    }
     ApplyRope(&dq, RopeSpan{hl, QkDim(), nope, rope}, d_, ctx.seq, -1);
     // k_pe feeds every head: its gradient sums the heads' rope parts (this
     // rank's heads; the SP reduce-scatter sums the TP ranks').
@@ -171,6 +187,7 @@ class MlaBlock final : public Block<T> {
   struct Saved {
     Tensor<T> x, n, rstd, cq, cq_n, rstd_q, ckv, ckv_n, rstd_kv, q, k, v, o, lse;
     Tensor<T> qc, kc, vc;  // a "core_attn" rerun under a2a: the core's head split
+    Tensor<T> probs;       // the unfused core's softmax output (flash_attention: false)
   };
 
   /// Selective "mla_up_proj": Megatron's MLASelfAttention runs the q and

@@ -112,6 +112,12 @@ class MoeBlock final : public Block<T> {
       sh_down_ = &WithRole(ctx, this->Add(MakeParam<T>(ctx, p + "moe.shared.down.weight", d.shared_ffn, h, ShardKind::kRows,
                                          Init::kMatrix, seed, s_out)), ParamRole::kMatrix);
       if (gated_) sh_gate_->fused_tensor = sh_up_->fused_tensor = p + "moe.shared.fc1.weight";
+      if (d.shared_gate) {
+        // Megatron SharedExpertMLP gate_weight [1, h]: replicated, its
+        // gradient partial over TP with SP (sequence_parallel attribute).
+        sh_score_w_ = &this->Add(MakeParam<T>(ctx, p + "moe.shared.score.weight", 1, h, ShardKind::kReplicated,
+                                              Init::kMatrix, seed, 4.0 * scale / std::sqrt(double(h))));
+      }
     }
   }
 
@@ -147,9 +153,10 @@ class MoeBlock final : public Block<T> {
     ctx.rank->set_what(CommWhat::kMoeSharedExpert);
     if (sh_up_ != nullptr) {
       // The "shared_experts" checkpoint's rerun on the kept norm output, its
-      // TP collectives included; the output is not used.
+      // TP collectives and the gate included; the output is not used.
       if (RerunsShared(ctx)) SharedForward(ctx, SimCategory::kRecomputed);
-      dn += SharedBackward(ctx, dy);
+      const Mat<T> dshared = SharedBackward(ctx, dy, &dn);
+      dn += dshared;
     }
 
     // Through the unpermute: d y_pair = p dy[t]; d p = dy[t] . y_pair.
@@ -513,6 +520,8 @@ class MoeBlock final : public Block<T> {
     s_.sh_a.Release();
     s_.sh_u.Release();
     s_.sh_z.Release();
+    s_.sh_out.Release();
+    s_.sh_score.Release();
   }
 
   /// The shared expert on the norm output; fc1's outputs and the
@@ -529,11 +538,33 @@ class MoeBlock final : public Block<T> {
     n_full.Release();
     s_.sh_z = Tensor<T>(ctx.mem(), act, ab, Activate(d_.moe_activation, s_.sh_a.m, s_.sh_u.m));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s_.sh_z.m, sh_down_->value.m));
-    return ReduceFromTpForward(ctx, partial.m);
+    Mat<T> out = ReduceFromTpForward(ctx, partial.m);
+    if (sh_score_w_ == nullptr) return out;
+    // Megatron SharedExpertMLP.forward: output * sigmoid(linear(input,
+    // gate_weight)) on this rank's rows; autograd keeps the product's two
+    // factors, the output and the score (the input is the norm output).
+    const Mat<T> logit = MatMulTransB(ctx, s_.n.m, sh_score_w_->value.m);
+    s_.sh_score = Tensor<T>(ctx.mem(), act, ab, logit.unaryExpr([](T v) { return T(1) / (T(1) + std::exp(-v)); }));
+    s_.sh_out = Tensor<T>(ctx.mem(), act, ab, std::move(out));
+    return s_.sh_out.m.array().colwise() * s_.sh_score.m.col(0).array();
   }
 
-  Mat<T> SharedBackward(Ctx& ctx, const Mat<T>& dy) {
+  /// The gate's backward: adds its share of the norm output's gradient to
+  /// `dn` and returns the gradient of the shared expert's own output.
+  Mat<T> SharedScoreBackward(Ctx& ctx, const Mat<T>& dy, Mat<T>* dn) {
+    const Mat<T>& score = s_.sh_score.m;
+    const Mat<T> dlogit =
+        ((dy.cwiseProduct(s_.sh_out.m)).rowwise().sum().array() * score.array() * (T(1) - score.array())).matrix();
+    sh_score_w_->grad.m += MatMulTransA(ctx, dlogit, s_.n.m);
+    *dn += MatMul(ctx, dlogit, sh_score_w_->value.m);
+    return dy.array().colwise() * score.col(0).array();
+  }
+
+  Mat<T> SharedBackward(Ctx& ctx, const Mat<T>& dy_gated, Mat<T>* dn) {
     const int64_t ab = ctx.bytes.activation;
+    const Mat<T> dy = sh_score_w_ == nullptr ? dy_gated : SharedScoreBackward(ctx, dy_gated, dn);
+    s_.sh_out.Release();
+    s_.sh_score.Release();
     Tensor<T> dy_full(ctx.mem(), SimCategory::kTemporaries, ab, ReduceFromTpBackward(ctx, dy));
     sh_down_->grad.m += MatMulTransA(ctx, s_.sh_z.m, dy_full.m);
     const Mat<T> dz = MatMulTransB(ctx, dy_full.m, sh_down_->value.m);
@@ -575,11 +606,13 @@ class MoeBlock final : public Block<T> {
   Param<T>* sh_gate_ = nullptr;              // gated only
   Param<T>* sh_up_ = nullptr;
   Param<T>* sh_down_ = nullptr;
+  Param<T>* sh_score_w_ = nullptr;  // the shared expert's sigmoid gate (moe.shared_gate)
   // The working set of the micro-batch being run; between its forward and
   // backward it waits in saved_ (tensors keep their memory tags when moved).
   struct State {
     // Saved for backward (activations).
     Tensor<T> x, n, rstd, logits, probs, map, gathered, a, u, z, y_back, send_prob, sh_a, sh_u, sh_z;
+    Tensor<T> sh_out, sh_score;  // the gated shared expert's output and sigmoid score
     IndexTensor topk, pair_row;
     // Routing bookkeeping (small; not charged).
     std::vector<int64_t> send_token, expert_of_row, partner_rows;

@@ -111,6 +111,8 @@ Recipe ScaleRecipe(const Recipe& recipe, const ScaleOptions& s) {
 
   const int64_t min_chunk = std::max({m.mamba.d_conv, m.recurrent.d_conv, int64_t{2}}) - 1;
   r.training.seq_len = ScaledSeq(p, s.seq_len, min_chunk);
+  // A learned position table has one row per position of the scaled sequence.
+  if (m.learned_positions > 0) m.learned_positions = r.training.seq_len;
   r.training.micro_batch = 1;
 
   const int64_t model_ranks = p.tp * p.cp * p.pp;

@@ -80,8 +80,16 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
           "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
           "embedding's gradient is sharded per unit before the stages' copies are summed");
   Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
-  Require(r.training.flash_attention,
-          "the executor saves what flash attention saves (q, k, v, out, lse); set training.flash_attention: true");
+  if (!r.training.flash_attention) {
+    Require(p.cp == 1,
+            "training.flash_attention: false runs Megatron's unfused DotProductAttention, which asserts "
+            "context_parallel_size == 1; set parallel.cp: 1 or training.flash_attention: true");
+    const ModuleSet& mods = r.training.recompute_modules;
+    Require(r.training.recompute != Recompute::kSelective ||
+                (!mods.has(RecomputeModule::kCoreAttn) && !mods.has(RecomputeModule::kMlaUpProj)),
+            "the core_attn and mla_up_proj reruns around the unfused attention core are not in the executor (set "
+            "training.flash_attention: true or leave both out of training.recompute_modules)");
+  }
   if (r.model.mtp_layers > 0) {
     Require(p.cp == 1,
             "MTP modules are in the executor with parallel.cp: 1 only (the shifted ids cross the CP ranks' chunks)");
@@ -111,15 +119,18 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
           "the executor keeps FSDP's shards on the device (set parallel.fsdp_cpu_offload: false)");
   Require(r.training.activation_offload.empty(),
           "the executor keeps activations on the device (set training.activation_offload: [])");
-  Require(r.parallel.embedding == EmbeddingSplit::kVocabParallel,
-          "the executor's embedding is vocab-parallel (set parallel.embedding: vocab_parallel)");
   Require(r.training.precision.fp4 == Fp4Format::kNone,
           "FP4 GEMMs are not in the executor (set training.precision.fp4: none)");
-  Require(!r.training.defer_head_wgrad,
-          "deferred head weight gradients are not in the executor "
-          "(set training.defer_head_wgrad: false)");
-  Require(r.model.learned_positions == 0,
-          "learned position embeddings are not in the executor (set model.learned_positions: 0)");
+  if (r.training.defer_head_wgrad) {
+    Require(p.zero <= 1 && p.schedule != Schedule::kDualPipe && p.schedule != Schedule::kDualPipeV &&
+                r.model.mtp_layers == 0,
+            "deferred head weight gradients (training.defer_head_wgrad) are in the executor with ZeRO 0 and 1, "
+            "without DualPipe(V) and without MTP (the MTP heads share the output layer's buffers); set "
+            "training.defer_head_wgrad: false");
+  }
+  Require(r.model.learned_positions == 0 || r.model.mtp_layers == 0,
+          "learned position embeddings are in the executor without MTP only (Megatron's MTP rolls the position ids "
+          "with the tokens; set model.mtp_layers: 0 or model.learned_positions: 0)");
   bool has_moe = false;
   for (char c : letters) {
     Require(c == 'A' || c == 'D' || c == 'E' || c == 'M' || c == 'R', std::string("block '") + c + "' is not in the executor");
@@ -145,7 +156,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
     Require(!m.moe.router_bias || p.zero < 3,
             "the router's expert bias is a buffer FSDP keeps whole, which the ZeRO 3 comparison does not model; "
             "set parallel.zero <= 2 with moe.router_bias");
-    Require(!m.moe.shared_gate, "the shared-expert gate is not in the executor (set moe.shared_gate: false)");
     Require(p.tp == 1 || sp, "MoE with tp > 1 needs sequence parallel (Megatron requires it)");
     Require(m.moe.experts % p.ep == 0, "moe.experts must be divisible by parallel.ep");
     Require(m.moe.ffn_hidden % p.expert_tp == 0, "moe.ffn_hidden must be divisible by parallel.expert_tp");
@@ -185,6 +195,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.top_k = m.moe.top_k;
   d.expert_ffn = m.moe.ffn_hidden;
   d.shared_ffn = m.moe.SharedWidth();
+  d.shared_gate = m.moe.shared_gate && d.shared_ffn > 0;
   d.capacity_factor = m.moe.capacity_factor;
   d.dropless = m.moe.dropless;
   d.pad_to_capacity = m.moe.pad_to_capacity;
@@ -192,6 +203,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.router_bias = m.moe.router_bias;
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP (docs/formulas.md §0).
   d.vocab = RoundUp(m.vocab, m.vocab_pad_multiple * tp);
+  d.vocab_logical = m.vocab;
   const MambaConfig& mc = m.mamba;
   d.mamba_inner = mc.Inner(m.hidden);
   d.mamba_head_dim = mc.head_dim;
@@ -209,6 +221,10 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.tie_embeddings = m.tie_embeddings;
   d.norm = m.norm;
   d.linear_bias = m.linear_bias;
+  d.learned_positions = m.learned_positions;
+  d.flash_attention = r.training.flash_attention;
+  if (r.training.defer_head_wgrad) d.head_wgrad_deferred = r.training.head_wgrad_deferral_limit;
+  d.replicated_embedding = r.parallel.embedding == EmbeddingSplit::kReplicated;
   return d;
 }
 
@@ -272,6 +288,7 @@ struct ParamRecord {
   int64_t rows = 0, cols = 0, expert = -1;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   bool tp_partial = false;
+  bool tp_whole = false;
   Mat<double> grad;    // summed over this rank's micro-batches, before any reduction
   Mat<double> update;  // value after the step - value before
 };
@@ -389,6 +406,14 @@ class RankProgram {
         Backward(chunk, op.microbatch);
         --live;
       }
+    }
+    // Megatron's finish_embedding_wgrad_compute: the deferred output-layer
+    // weight gradients, after the schedule's last backward and before the
+    // gradients are finalized (counted in the backward pass, as plan does).
+    for (ModelChunk<T>& chunk : chunks_) {
+      if (!chunk.head) continue;
+      ctx_.rank->set_pass(Pass::kBackward);
+      chunk.head->DrainDeferred(ctx_);
     }
     const std::map<std::string, Mat<double>> biases_before = ExpertBiases();
     UpdateExpertBiases();
@@ -518,7 +543,7 @@ class RankProgram {
       if (c.embedding) chunk.lookup = c.embedding.get();
     }
     if (chunk.lookup == nullptr && EmbeddingOnLastStage()) {
-      chunk.embedding_copy = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale);
+      chunk.embedding_copy = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale, false);
       chunk.embedding_copy->weight().tied = true;
       chunk.lookup = chunk.embedding_copy.get();
     }
@@ -542,7 +567,7 @@ class RankProgram {
   std::vector<std::vector<Param<T>*>> Units() {
     std::vector<std::vector<Param<T>*>> units;
     for (ModelChunk<T>& c : chunks_) {
-      if (c.embedding) units.push_back({&c.embedding->weight()});
+      if (c.embedding) units.push_back(c.embedding->params());
       for (auto& b : c.blocks) units.push_back(b->params());
       if (c.head) {
         // One unit, as the planner's: the head, the last stage's embedding
@@ -568,6 +593,7 @@ class RankProgram {
     rec.expert = p.expert;
     rec.optimizer = p.optimizer;
     rec.tp_partial = p.tp_partial;
+    rec.tp_whole = p.tp_whole;
     const auto& observed = optimizer_->local_gradients();
     const auto it = observed.find(p.name);
     rec.grad = it == observed.end() ? Mat<double>::Zero(p.grad.m.rows(), p.grad.m.cols()) : it->second;
@@ -931,7 +957,8 @@ void CodeResult(Coder& c, Result& r, Measurement& m) {
   each(params);
   if constexpr (!std::is_const_v<Result>) r.params.resize(static_cast<size_t>(params));
   for (Param& p : r.params) {
-    each(p.name, p.shard, p.segments, p.rows, p.cols, p.expert, p.optimizer, p.tp_partial, p.grad, p.update);
+    each(p.name, p.shard, p.segments, p.rows, p.cols, p.expert, p.optimizer, p.tp_partial, p.tp_whole, p.grad,
+         p.update);
   }
   each(m.rank, m.pipeline_rank, m.peak_in_flight, m.comm, m.peak_bytes, m.final_bytes, m.peak_total_bytes,
        m.activations_at_peak);
@@ -1054,7 +1081,8 @@ Assembled Assemble(const RunOutput& run, const Spec& spec, double grad_divisor) 
       parts.any = &p;
       const auto [index, count] = ShardOf(p, spec.topo, r.coord);
       (void)count;
-      const bool partial = p.shard != ShardKind::kReplicated || spec.sp || p.tp_partial || r.coord.tp == 0;
+      const bool partial =
+          p.shard != ShardKind::kReplicated || (spec.sp && !p.tp_whole) || p.tp_partial || r.coord.tp == 0;
       if (partial) {
         auto [it, fresh] = parts.grad_shards.try_emplace(index, p.grad);
         if (!fresh) it->second += p.grad;

@@ -89,7 +89,9 @@ TEST(ActivationOffload, TheRankKeepsTheLastLayersAndTheHostTheRest) {
 
 TEST(ActivationOffload, TheHostLinkShowsWhereItOutlastsTheCompute) {
   // Without flash attention the offloaded s x s scores (8192 x 8 x 8192 x 2 B
-  // a layer) take longer over PCIe than the compute they run beside.
+  // a layer) take longer over PCIe than the compute they run beside. The
+  // unfused core keeps K and V repeated to the 8 query heads (Megatron's
+  // DotProductAttention repeat_interleaves them): kQ wide each.
   const std::vector<std::string> sets = {"training.activation_offload=[core_attn]", "training.flash_attention=false"};
   const Recipe r = RecipeOf(sets);
   std::vector<std::string> plain_sets = sets;
@@ -98,7 +100,7 @@ TEST(ActivationOffload, TheHostLinkShowsWhereItOutlastsTheCompute) {
   const PlanResult with = MakePlan(BuildInventory(r), LayoutOf(r));
   const PlanResult without = MakePlan(BuildInventory(plain), LayoutOf(plain));
   ASSERT_TRUE(with.plan && without.plan);
-  const int64_t layer = kQ + 2 * kKv + int64_t{8192} * 8 * 8192 * 2;
+  const int64_t layer = kQ + 2 * kQ + int64_t{8192} * 8 * 8192 * 2;
   const int64_t m = r.micro_batches();
   const double bytes = static_cast<double>(m * 32 * layer - layer);
   EXPECT_NEAR(with.plan->time.activation_offload_s, bytes / 63e9, 1e-9 * bytes / 63e9);

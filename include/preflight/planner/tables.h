@@ -96,6 +96,7 @@ struct PlanTables {
   std::vector<double> muon_ns_expert_flops_prefix;
   int64_t embedding_params = 0;  // V*h (logical)
   bool replicated_embedding = false;  // parallel.embedding: replicated (no TP lookup collective)
+  bool learned_positions = false;     // model.learned_positions > 0
   int64_t head_params = 0;       // V*h when untied, else 0
   int64_t final_norm_params = 0;
   double head_flops = 0;          // forward per token: 2*V*h (+ loss, negligible)
