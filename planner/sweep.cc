@@ -356,6 +356,25 @@ void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& lay
   p.parts = BreakdownOf(time);
 }
 
+/// The recipe's rules on parallel.zero that no swept axis changes (the
+/// validator's, in its words): each item is validated at the recipe's own
+/// ZeRO stage, so rows at another stage are refused here.
+std::array<std::string, 4> ZeroRefusals(const Recipe& r) {
+  std::array<std::string, 4> out;
+  if (r.training.precision.fp4 != Fp4Format::kNone) {
+    out[3] = fmt::format("training.precision.fp4 = {}: is not priced under ZeRO 3", Name(r.training.precision.fp4));
+  }
+  for (size_t z = 0; z < out.size(); ++z) {
+    if (r.parallel.fsdp_cpu_offload && z < 3) {
+      out[z] = "parallel.fsdp_cpu_offload = true: offloads FSDP's parameter shards, ZeRO 3 only";
+    }
+    if (r.parallel.optimizer_sharding == OptimizerSharding::kLayerWise && z != 1) {
+      out[z] = "parallel.optimizer_sharding = layer_wise: deals whole tensors' optimizer state, ZeRO 1 only";
+    }
+  }
+  return out;
+}
+
 void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpace& space, const ItemSpace& items,
                   const SweepOptions& options, int64_t item, LocalityCache& cache, Worker& w, SweepResult& out) {
   const auto digits = items.Digits(item);
@@ -443,7 +462,9 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     // Every priced ZeRO stage's memory at once (they share each rank's walk).
     w.zeros.clear();
     for (int64_t z : space.zero) {
-      if (z != 0 || layout.dp_replicate == 1) w.zeros.push_back(z);
+      if ((z != 0 || layout.dp_replicate == 1) && out.zero_refusal[static_cast<size_t>(z)].empty()) {
+        w.zeros.push_back(z);
+      }
     }
     EstimateRanksByZero(inv, layout, stages, w.zeros, &w.memory);
     w.fallback_known.assign(w.fallback_memory.size(), false);
@@ -456,8 +477,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       row.item = static_cast<int32_t>(item);
       row.recompute = rc;
       row.zero = static_cast<int8_t>(z);
-      // As the recipe checks: replicas need zero >= 1; FP4 is not priced under ZeRO 3.
-      if ((z == 0 && layout.dp_replicate > 1) || (z >= 3 && inv.recipe.training.precision.fp4 != Fp4Format::kNone)) {
+      // As the recipe checks: replicas need zero >= 1 (ZeroRefusals: the rest).
+      if ((z == 0 && layout.dp_replicate > 1) || !out.zero_refusal[static_cast<size_t>(z)].empty()) {
         row.status = SweepStatus::kInvalid;
         continue;
       }
@@ -685,7 +706,9 @@ std::string SweepResult::ReasonOf(const SweepRow& row) const {
     if (error.empty() && row.zero == 0 && replicas > 1) {
       return fmt::format("parallel.dp_replicate = {}: needs parallel.zero >= 1", replicas);
     }
-    if (error.empty() && row.zero >= 3 && !zero3_refusal.empty()) return zero3_refusal;
+    if (error.empty() && !zero_refusal[static_cast<size_t>(row.zero)].empty()) {
+      return zero_refusal[static_cast<size_t>(row.zero)];
+    }
     return error;
   }
   const Bytes headroom = HeadroomOf(row);
@@ -842,10 +865,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   out.min_headroom = GiB(r.cluster.min_headroom_gib);  // EstimateMemory's floor
   out.held_fixed = HeldFixed(r, space);
   out.sequence_parallel = r.parallel.sp;
-  if (r.training.precision.fp4 != Fp4Format::kNone) {
-    out.zero3_refusal =
-        fmt::format("training.precision.fp4 = {}: is not priced under ZeRO 3", Name(r.training.precision.fp4));
-  }
+  out.zero_refusal = ZeroRefusals(r);
   const ItemSpace items(space);
   out.items.resize(static_cast<size_t>(items.count));
   out.item_errors.resize(static_cast<size_t>(items.count));

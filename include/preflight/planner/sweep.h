@@ -6,6 +6,7 @@
 // tables are built once; results are deterministic whatever the thread count.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -108,9 +109,10 @@ struct SweepResult {
   /// parallel.sp of every row (SweepRecipe's `sequence_parallel`): on means
   /// in effect wherever tp > 1.
   bool sequence_parallel = true;
-  /// Why ZeRO-3 rows are invalid for this recipe ("training.precision.fp4 =
-  /// nvfp4: ..."), or "" when they are not.
-  std::string zero3_refusal;
+  /// Why this recipe's rows at ZeRO stage z (the index) are invalid whatever
+  /// the layout, as `fit` would refuse them ("training.precision.fp4 = nvfp4:
+  /// is not priced under ZeRO 3"), or "" where they are not.
+  std::array<std::string, 4> zero_refusal;
 
   int64_t CountOf(SweepStatus s) const;
   /// The full layout of a row.
