@@ -533,17 +533,18 @@ void UnfusedAttentionBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q,
   }
 }
 
-#define PREFLIGHT_INSTANTIATE(T) \
-  template void RerunAttentionCore<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Tensor<T>*, Tensor<T>*, Tensor<T>*, Tensor<T>*);                                                                                  \
-  template Mat<T> AttentionCoreForward<T>(Ctx&, const AttnShape&, Mat<T>, Mat<T>, Mat<T>, AttnState<T>*);         \
-  template void AttentionCoreBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,     \
-                                         const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*); \
-  template void AttendBlock<T>(Ctx&, const AttnShape&, const Mat<T>&, const std::vector<int64_t>&, const Mat<T>&, \
-                               const Mat<T>&, const std::vector<int64_t>&, Mat<T>*, Mat<T>*);                     \
-  template void MergeAttention<T>(const AttnShape&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*);              \
-  template Mat<T> UnfusedAttentionForward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&, \
-                                             Mat<T>*);                                                            \
-  template void UnfusedAttentionBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,  \
+#define PREFLIGHT_INSTANTIATE(T)                                                                                    \
+  template void RerunAttentionCore<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, \
+                                      Tensor<T>*, Tensor<T>*, Tensor<T>*, Tensor<T>*);                              \
+  template Mat<T> AttentionCoreForward<T>(Ctx&, const AttnShape&, Mat<T>, Mat<T>, Mat<T>, AttnState<T>*);           \
+  template void AttentionCoreBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,       \
+                                         const Mat<T>&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*);   \
+  template void AttendBlock<T>(Ctx&, const AttnShape&, const Mat<T>&, const std::vector<int64_t>&, const Mat<T>&,   \
+                               const Mat<T>&, const std::vector<int64_t>&, Mat<T>*, Mat<T>*);                       \
+  template void MergeAttention<T>(const AttnShape&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*);                \
+  template Mat<T> UnfusedAttentionForward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,   \
+                                             Mat<T>*);                                                              \
+  template void UnfusedAttentionBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,    \
                                             const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)
