@@ -74,7 +74,14 @@ TEST(SimulatorLayerWise, OneStageOverFourRanksAgrees) {
                                                   {640, false}, {640, false}, {2048, true}, {3072, true}};
   const int64_t loop[] = {0, 1, 2, 3, 3, 2, 1, 0};
   int64_t adam[4] = {}, mu[4] = {};
-  for (size_t i = 0; i < sorted.size(); ++i) (sorted[i].second ? mu : adam)[loop[i % 8]] += sorted[i].first;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const int64_t member = loop[i % 8];
+    if (sorted[i].second) {
+      mu[member] += sorted[i].first;
+    } else {
+      adam[member] += sorted[i].first;
+    }
+  }
   EXPECT_EQ(adam[0] + mu[0], 16 + 2048 + 3072);
   EXPECT_EQ(adam[1], 16 + 640);
   // Muon state: momentum + master, fp32 each; AdamW: m, v and master. The
