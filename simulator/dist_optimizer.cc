@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@ struct DistOptimizer<T>::Buffer {
   int64_t n = 0, n_pad = 0;     // real and padded elements
   int64_t share = 0;            // n_pad / D
   int64_t own_first = 0, own_real = 0;  // this rank's real elements [own_first, own_first + own_real)
+  int64_t host_real = 0;                // of them, the first host_real keep their state on the host (offloads)
   std::vector<T> grad_share;    // reduced gradients of the share (ZeRO >= 1)
   std::vector<T> param_share;   // the owned parameter values (ZeRO >= 1)
   std::vector<T> master, m, v, momentum;  // optimizer state (full with ZeRO 0, the owned real elements otherwise)
@@ -33,6 +35,14 @@ struct DistOptimizer<T>::Buffer {
 };
 
 namespace {
+
+/// Host bytes of one offloaded element: an fp32 parameter, its fp32 gradient
+/// and Adam's m and v (HybridDeviceOptimizer's pinned fp32 copies; FSDP2's
+/// fp32 sharded parameter, its gradient and the state torch.optim keeps).
+constexpr int64_t kHostBytesPerElement = 16;
+/// Bytes of one element copied over the host link: fp32 gradients down, fp32
+/// parameters up.
+constexpr int64_t kHostCopyBytes = 4;
 
 template <class T>
 std::vector<T> Flatten(const std::vector<Param<T>*>& params, Tensor<T> Param<T>::*field, int64_t padded) {
@@ -155,20 +165,19 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
         b.grad_share.assign(static_cast<size_t>(b.share), T(0));
       }
       if (settings.master_bytes > 0) b.master = sharded ? b.param_share : values;
-      const int64_t per_elem = settings.master_bytes + (b.muon ? settings.momentum_bytes : 8);
       if (b.muon) {
         b.momentum.assign(static_cast<size_t>(state_elems), T(0));
       } else {
         b.m.assign(static_cast<size_t>(state_elems), T(0));
         b.v.assign(static_cast<size_t>(state_elems), T(0));
       }
-      b.held.emplace_back(ctx.mem(), b.muon ? SimCategory::kOptimizerMuon : SimCategory::kOptimizerAdamW,
-                          (settings.layer_wise ? b.DealtElements() : state_elems) * per_elem);
       if (settings.zero >= 2) {
         // Only the owned share of the gradients lives between units (plus,
-        // while a unit's backward runs, that unit's unsharded gradients).
+        // while a unit's backward runs, that unit's unsharded gradients);
+        // FSDP's CPU offload keeps it on the host (PlaceState).
         for (Param<T>* p : b.params) p->grad.alloc.Release();
-        b.held.emplace_back(ctx.mem(), SimCategory::kGradients, b.own_real * ctx.bytes.grad);
+        if (!settings.fsdp_cpu_offload)
+          b.held.emplace_back(ctx.mem(), SimCategory::kGradients, b.own_real * ctx.bytes.grad);
       }
       if (settings.zero >= 3) {
         // The parameters live as owned shares, each element charged to its
@@ -182,7 +191,7 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
           p->value.alloc.Release();
         }
         for (int c = 0; c < kNumSimCategories; ++c) {
-          if (share_bytes[static_cast<size_t>(c)] > 0) {
+          if (share_bytes[static_cast<size_t>(c)] > 0 && !settings.fsdp_cpu_offload) {
             b.held.emplace_back(ctx.mem(), static_cast<SimCategory>(c), share_bytes[static_cast<size_t>(c)]);
           }
         }
@@ -191,12 +200,53 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
     }
     units_.push_back(std::move(buffers));
   }
+  PlaceState(ctx);
   gathered_.resize(units_.size());
   unit_grads_.resize(units_.size());
 }
 
 template <class T>
 DistOptimizer<T>::~DistOptimizer() = default;
+
+template <class T>
+int64_t DistOptimizer<T>::SteppedElements(const Buffer& b) const {
+  return settings_.layer_wise ? b.DealtElements() : settings_.zero >= 1 ? b.own_real : b.n;
+}
+
+template <class T>
+void DistOptimizer<T>::PlaceState(Ctx& ctx) {
+  // Megatron's HybridDeviceOptimizer (cpu_offloading/hybrid_optimizer.py
+  // _get_sub_optimizer_param_groups) moves optimizer params to the host in
+  // order until their elements reach offload_fraction x the optimizer's (one
+  // HybridDeviceOptimizer per distributed optimizer: dense and expert). It
+  // moves whole shard tensors; the executor's shares are flat buffers, so it
+  // moves elements: the first ceil(fraction x owned) of the AdamW shares.
+  std::array<int64_t, 2> to_host{};
+  if (settings_.offload_fraction > 0 && settings_.zero >= 1) {
+    for (int expert = 0; expert < 2; ++expert) {
+      int64_t owned = 0;
+      for (const auto& unit : units_) {
+        for (const Buffer& b : unit) {
+          if (!b.muon && b.expert == (expert == 1)) owned += b.own_real;
+        }
+      }
+      const auto threshold = static_cast<int64_t>(std::ceil(static_cast<double>(owned) * settings_.offload_fraction));
+      to_host[static_cast<size_t>(expert)] = std::min(owned, threshold);
+    }
+  }
+  for (auto& unit : units_) {
+    for (Buffer& b : unit) {
+      int64_t& left = to_host[b.expert ? 1 : 0];
+      // FSDP2's CPUOffloadPolicy keeps every owned share on the host.
+      b.host_real = settings_.fsdp_cpu_offload ? b.own_real : b.muon ? 0 : std::min(left, b.own_real);
+      if (!settings_.fsdp_cpu_offload) left -= b.host_real;
+      const SimCategory cat = b.muon ? SimCategory::kOptimizerMuon : SimCategory::kOptimizerAdamW;
+      const int64_t per_elem = settings_.master_bytes + (b.muon ? settings_.momentum_bytes : 8);
+      b.held.emplace_back(ctx.mem(), cat, (SteppedElements(b) - b.host_real) * per_elem);
+      if (b.host_real > 0) b.held.emplace_back(&ctx.rank->host_memory(), cat, b.host_real * kHostBytesPerElement);
+    }
+  }
+}
 
 template <class T>
 void DistOptimizer<T>::DealLayerWise(Ctx& ctx) {
@@ -399,6 +449,9 @@ void DistOptimizer<T>::GatherUnit(Ctx& ctx, size_t unit) {
   if (settings_.zero < 3 || !gathered_[unit].empty()) return;
   std::array<int64_t, kNumSimCategories> bytes{};
   for (Buffer& b : units_[unit]) {
+    // FSDP2's CPU offload: the fp32 shard comes up before each all-gather
+    // (torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam.all_gather_inputs).
+    if (settings_.fsdp_cpu_offload) ctx.rank->CountHostCopy(/*to_host=*/false, b.share * kHostCopyBytes);
     GatherParams(ctx, b, /*into_values=*/true);
     for (Param<T>* p : b.params) {
       bytes[static_cast<size_t>(ParamCategory(p->shard))] += p->value.m.size() * b.param_bytes;
@@ -427,7 +480,12 @@ void DistOptimizer<T>::ReduceUnitGradients(Ctx& ctx, size_t unit) {
   if (settings_.zero < 2) return;
   Observe(unit_params_[unit]);
   AllReduceReplicated(ctx, unit_params_[unit]);
-  for (Buffer& b : units_[unit]) SyncGradients(ctx, b);
+  for (Buffer& b : units_[unit]) {
+    SyncGradients(ctx, b);
+    // FSDP2's CPU offload: each reduce-scatter's fp32 shard goes down to be
+    // accumulated on the host (_fully_shard/_fsdp_collectives.py foreach_reduce).
+    if (settings_.fsdp_cpu_offload) ctx.rank->CountHostCopy(/*to_host=*/true, b.share * kHostCopyBytes);
+  }
   unit_grads_[unit].Release();
 }
 
@@ -441,10 +499,21 @@ void DistOptimizer<T>::OwnedValues(Buffer& b) {
 
 template <class T>
 void DistOptimizer<T>::StepAdamW(Ctx& ctx, Buffer& b) {
-  (void)ctx;
   OwnedValues(b);
   if (settings_.zero >= 1) {
-    AdamWStep(settings_.adamw, settings_.step, b.master.data(), b.grad_share.data(), b.m.data(), b.v.data(), b.own_real);
+    // Offloaded elements (the first host_real) step on the host: under
+    // Megatron's optimizer offload their fp32 gradients go down first and
+    // their fp32 parameters come back up after (hybrid_optimizer.py
+    // _set_sub_optimizer_grads, param_copy_back_gpu_hook); under FSDP's CPU
+    // offload the gradients are there already and the parameters stay.
+    const int64_t h = b.host_real;
+    const bool copies = h > 0 && !settings_.fsdp_cpu_offload;
+    if (copies) ctx.rank->CountHostCopy(/*to_host=*/true, h * kHostCopyBytes);
+    const std::vector<T> host_grads(b.grad_share.begin(), b.grad_share.begin() + h);
+    AdamWStep(settings_.adamw, settings_.step, b.master.data(), host_grads.data(), b.m.data(), b.v.data(), h);
+    AdamWStep(settings_.adamw, settings_.step, b.master.data() + h, b.grad_share.data() + h, b.m.data() + h,
+              b.v.data() + h, b.own_real - h);
+    if (copies) ctx.rank->CountHostCopy(/*to_host=*/false, h * kHostCopyBytes);
     b.param_share = b.master;
     return;
   }
@@ -595,9 +664,9 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
       // (_copy_model_grads_to_main_grads); it is freed at the next zero_grad,
       // after this step: held with the state, as a temporary of the step
       // (fit counts it only in the allocator's between-steps figure).
+      // The host's elements get their fp32 gradient on the host (StepAdamW).
       if (settings_.zero <= 1 && settings_.master_bytes > 0 && ctx.bytes.grad < 4) {
-        const int64_t stepped = settings_.layer_wise ? b.DealtElements() : settings_.zero == 1 ? b.own_real : b.n;
-        b.held.emplace_back(ctx.mem(), SimCategory::kTemporaries, stepped * 4);
+        b.held.emplace_back(ctx.mem(), SimCategory::kTemporaries, (SteppedElements(b) - b.host_real) * 4);
       }
       if (b.muon) {
         StepMuon(ctx, b);

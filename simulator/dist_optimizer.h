@@ -41,6 +41,15 @@
 // gathers included; then every rank's updated tensors are all-gathered over
 // the group (allgather_params: one gather of uneven per-rank sizes, here
 // one per parameter dtype).
+//
+// Offloads (PlaceState): Megatron's optimizer CPU offload
+// (cpu_offloading/hybrid_optimizer.py HybridDeviceOptimizer, ZeRO >= 1) keeps
+// the first ceil(fraction x owned) AdamW elements of each optimizer's shares
+// on the host and steps them there, their fp32 gradients copied down and
+// fp32 parameters back up; FSDP2's CPUOffloadPolicy (ZeRO 3) keeps every
+// owned share on the host, copying a unit's share up before each all-gather
+// and each reduce-scatter's share down. Host bytes go to the rank's host
+// tracker, copies to its host-link counters.
 #pragma once
 
 #include <array>
@@ -69,6 +78,13 @@ struct OptimizerSettings {
   /// global-batch mean loss is the sum over the d*c replicas / (d*c).
   double dense_grad_scale = 1.0;
   double expert_grad_scale = 1.0;
+  /// Megatron's optimizer CPU offload (HybridDeviceOptimizer, ZeRO >= 1):
+  /// the first ceil(fraction x owned AdamW elements) of each optimizer's
+  /// (dense, expert) shares keep their state on the host and step there.
+  double offload_fraction = 0.0;
+  /// FSDP2's CPUOffloadPolicy (ZeRO 3): every owned share (parameters,
+  /// gradients, optimizer state) lives on the host.
+  bool fsdp_cpu_offload = false;
 };
 
 /// The groups of one rank the step communicates over.
@@ -124,6 +140,10 @@ class DistOptimizer {
   void OwnedValues(Buffer& b);
   void StepAdamW(Ctx& ctx, Buffer& b);
   void StepMuon(Ctx& ctx, Buffer& b);
+  /// Allocates each buffer's optimizer state on the device or, offloaded,
+  /// on the host (OptimizerSettings::offload_fraction, fsdp_cpu_offload).
+  void PlaceState(Ctx& ctx);
+  int64_t SteppedElements(const Buffer& b) const;
   void GatherParams(Ctx& ctx, Buffer& b, bool into_values);
   void DealLayerWise(Ctx& ctx);
   bool Owns(const Param<T>* p) const { return !settings_.layer_wise || owned_.count(p) != 0; }

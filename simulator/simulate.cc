@@ -113,10 +113,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   Require(p.optimizer_sharding == OptimizerSharding::kFlat || r.model.norm != NormKind::kLayerNorm,
           "Megatron's layer-wise optimizer deals LayerNorm's weight and bias as two tensors, which the executor "
           "keeps as one (set model.norm: rmsnorm, or parallel.optimizer_sharding: flat)");
-  Require(r.training.optimizer.offload_fraction == 0,
-          "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
-  Require(!r.parallel.fsdp_cpu_offload,
-          "the executor keeps FSDP's shards on the device (set parallel.fsdp_cpu_offload: false)");
   Require(r.training.activation_offload.empty(),
           "the executor keeps activations on the device (set training.activation_offload: [])");
   Require(r.training.precision.fp4 == Fp4Format::kNone,
@@ -392,6 +388,7 @@ class RankProgram {
     // (DeepSpeed zero.Init / FSDP's meta-device init never hold them): the
     // step's peaks start from the sharded state.
     ctx_.rank->memory().ResetPeaks();
+    ctx_.rank->host_memory().ResetPeaks();
 
     const std::vector<PipeOp> ops = PipelineSchedule(spec_.recipe->parallel.schedule, spec_.topo.pp, spec_.vpp,
                                                      spec_.microbatches, coord_.pp);
@@ -961,7 +958,7 @@ void CodeResult(Coder& c, Result& r, Measurement& m) {
          p.update);
   }
   each(m.rank, m.pipeline_rank, m.peak_in_flight, m.comm, m.peak_bytes, m.final_bytes, m.peak_total_bytes,
-       m.activations_at_peak);
+       m.activations_at_peak, m.host_peak_bytes, m.bytes_to_host, m.bytes_to_device);
 }
 
 std::vector<char> EncodeResult(const RankResult& result, const RankMeasurement& measured) {
@@ -987,6 +984,9 @@ RankMeasurement Measure(const Rank& rank, const RankResult& result) {
   }
   m.peak_total_bytes = rank.memory().peak_total();
   m.activations_at_peak = rank.memory().activations_at_peak();
+  m.host_peak_bytes = rank.host_memory().peak_total();
+  m.bytes_to_host = rank.bytes_to_host();
+  m.bytes_to_device = rank.bytes_to_device();
   return m;
 }
 
@@ -1176,6 +1176,11 @@ OptimizerSettings SettingsOf(const Recipe& r, const SimOptions& opt, int zero, d
   s.momentum_bytes = SizeOf(r.training.optimizer.muon_momentum);
   s.dense_grad_scale = 1.0 / grad_divisor;
   s.expert_grad_scale = 1.0 / grad_divisor;
+  // The offloads act on the distributed optimizer's shards (validation:
+  // offload_fraction at ZeRO >= 1, fsdp_cpu_offload at ZeRO 3); the
+  // unsharded reference keeps everything on its device.
+  if (zero >= 1) s.offload_fraction = r.training.optimizer.offload_fraction;
+  s.fsdp_cpu_offload = zero >= 3 && r.parallel.fsdp_cpu_offload;
   return s;
 }
 

@@ -136,6 +136,15 @@ class Rank {
   void set_what(CommWhat what) { what_ = what; }
   MemoryTracker& memory() { return memory_; }
   const MemoryTracker& memory() const { return memory_; }
+  /// Host memory beside the device's: what an offload keeps in pinned host
+  /// buffers (the offloaded optimizer state, FSDP's CPU shards), by category.
+  MemoryTracker& host_memory() { return host_memory_; }
+  const MemoryTracker& host_memory() const { return host_memory_; }
+  /// Bytes copied over the host link (cudaMemcpy D2H / H2D), in the modeled
+  /// element size; counted apart from the collectives.
+  void CountHostCopy(bool to_host, int64_t bytes) { (to_host ? bytes_to_host_ : bytes_to_device_) += bytes; }
+  int64_t bytes_to_host() const { return bytes_to_host_; }
+  int64_t bytes_to_device() const { return bytes_to_device_; }
 
   /// In-place all-reduce of `count` elements.
   template <class T>
@@ -194,6 +203,8 @@ class Rank {
   int rank_;
   Pass pass_ = Pass::kForward;
   MemoryTracker memory_;
+  MemoryTracker host_memory_;
+  int64_t bytes_to_host_ = 0, bytes_to_device_ = 0;
   CommWhat what_ = CommWhat::kUnlabeled;
   std::map<std::tuple<Axis, CollectiveKind, Pass, CommWhat>, CommCount> counts_;
   double flops_ = 0.0;

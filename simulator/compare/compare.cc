@@ -285,6 +285,31 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
                             "(embedding ids, head and loss; informational)"));
 }
 
+/// The offloads (optimizer offload_fraction, FSDP's CPU offload): host memory
+/// against the estimator's `host`, and the bytes copied over the host link
+/// in the step against the planner's `host_transfer`. Exact; shown only
+/// where either side has some.
+void CompareHost(const RankMemory& est, const StageComm& comm, const SimulationReport& report, StageComparison* out) {
+  int64_t host = 0, copied = 0;
+  for (const RankMeasurement& r : report.per_rank) {
+    if (r.pipeline_rank != out->pipeline_rank) continue;
+    host = std::max(host, r.host_peak_bytes);
+    copied = std::max(copied, r.bytes_to_host + r.bytes_to_device);
+  }
+  if (host > 0 || est.host.count() > 0) out->memory.push_back(Row("host (offloaded)", host, est.host.count(), 0.0));
+  if (copied > 0 || comm.host_transfer.count() > 0) {
+    CommAgreement a;
+    a.axis = "host";
+    a.kind = "copy";
+    a.pass = "step";
+    a.what = "offload";
+    a.measured_sent = copied;
+    a.modeled_sent = comm.host_transfer.count();
+    a.agrees = a.measured_sent == a.modeled_sent;
+    out->comm.push_back(a);
+  }
+}
+
 }  // namespace
 
 SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& report, SimPrecision precision) {
@@ -301,7 +326,9 @@ SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& re
     StageComparison stage;
     stage.pipeline_rank = s;
     CompareComm(scaled, comm.at(static_cast<size_t>(s)), report, &stage);
-    CompareMemory(scaled, EstimateRank(inv, layout, stages, s), report, &stage);
+    const RankMemory est = EstimateRank(inv, layout, stages, s);
+    CompareMemory(scaled, est, report, &stage);
+    CompareHost(est, comm.at(static_cast<size_t>(s)), report, &stage);
     out.stages.push_back(std::move(stage));
   }
   if (RoutingDependent(scaled)) {

@@ -65,6 +65,11 @@ struct RankMeasurement {
   std::array<int64_t, kNumSimCategories> peak_bytes{};  // per category
   std::array<int64_t, kNumSimCategories> final_bytes{};  // live at the end of the step
   int64_t peak_total_bytes = 0;                         // peak of the sum over categories
+  /// Host memory (offloaded optimizer state, FSDP's CPU shards): peak of its
+  /// sum, and the bytes copied device to host and host to device in the step.
+  int64_t host_peak_bytes = 0;
+  int64_t bytes_to_host = 0;
+  int64_t bytes_to_device = 0;
   /// Activation bytes by owner ("A", "D", "E", "ends") at the activation peak.
   std::map<std::string, int64_t> activations_at_peak;
 };
