@@ -245,6 +245,9 @@ struct Param {
   /// several of the executor's (SwiGLU's gate and up are one linear_fc1);
   /// empty: its own. Megatron's layer-wise optimizer deals whole tensors.
   std::string fused_tensor;
+  /// Each row is a framework tensor of its own (LayerNorm's [2, h] holds
+  /// Megatron's weight and bias): the layer-wise optimizer deals them apart.
+  bool row_tensors = false;
   /// Replicated, and every TP rank's gradient is already the whole sum even
   /// with SP (learned positions, added before the scatter to the sequence):
   /// not all-reduced over TP.

@@ -156,7 +156,9 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
       const std::vector<T> values = Flatten(b.params, &Param<T>::value, b.n);
       int64_t offset = 0;
       for (Param<T>* p : b.params) {
-        if (settings.layer_wise && Owns(p)) b.dealt.emplace_back(offset, p->value.m.size());
+        if (settings.layer_wise && Owns(p)) {
+          for (const auto& [first, n] : owned_.at(p)) b.dealt.emplace_back(offset + first, n);
+        }
         offset += p->value.m.size();
       }
       const int64_t state_elems = sharded ? b.own_real : b.n;
@@ -251,27 +253,35 @@ void DistOptimizer<T>::PlaceState(Ctx& ctx) {
 template <class T>
 void DistOptimizer<T>::DealLayerWise(Ctx& ctx) {
   // Megatron's tensors in the model's order: the executor's parameters, with
-  // those Megatron fuses (Param::fused_tensor) as one. Dense tensors are
-  // dealt over d x c, expert ones over the expert-data-parallel group.
+  // those Megatron fuses (Param::fused_tensor) as one and those it keeps
+  // apart (Param::row_tensors: LayerNorm's weight and bias) split. Dense
+  // tensors are dealt over d x c, expert ones over the expert-data-parallel group.
   for (int expert = 0; expert < 2; ++expert) {
     const Group* group = expert ? groups_.edp : groups_.dp_cp;
-    std::vector<std::vector<Param<T>*>> tensors;
+    std::vector<std::vector<Piece>> tensors;
     std::map<std::string, size_t> fused;
     for (const auto& unit : unit_params_) {
       for (Param<T>* p : unit) {
         if ((p->expert >= 0) != (expert == 1)) continue;
+        if (p->row_tensors) {
+          for (int64_t r = 0; r < p->value.m.rows(); ++r) {
+            tensors.push_back({Piece{p, r * p->value.m.cols(), p->value.m.cols()}});
+          }
+          continue;
+        }
         if (p->fused_tensor.empty() || fused.count(p->fused_tensor) == 0) {
           if (!p->fused_tensor.empty()) fused[p->fused_tensor] = tensors.size();
           tensors.emplace_back();
         }
-        tensors[p->fused_tensor.empty() ? tensors.size() - 1 : fused.at(p->fused_tensor)].push_back(p);
+        tensors[p->fused_tensor.empty() ? tensors.size() - 1 : fused.at(p->fused_tensor)].push_back(
+            Piece{p, 0, p->value.m.size()});
       }
     }
     std::vector<std::pair<int64_t, bool>> sizes;
     for (const auto& t : tensors) {
       int64_t n = 0;
-      for (const Param<T>* p : t) n += p->value.m.size();
-      sizes.emplace_back(n, t.front()->optimizer == OptimizerKind::kMuon);
+      for (const Piece& piece : t) n += piece.n;
+      sizes.emplace_back(n, t.front().param->optimizer == OptimizerKind::kMuon);
     }
     const std::vector<int> member = DealPingPong(sizes, group->size());
     // Each member's tensors in deal order (its flattened all-gather chunk).
@@ -284,11 +294,13 @@ void DistOptimizer<T>::DealLayerWise(Ctx& ctx) {
     lists.assign(static_cast<size_t>(group->size()), {});
     const int me = group->IndexOf(ctx.rank->id());
     for (size_t i : order) {
-      for (Param<T>* p : tensors[i]) {
-        lists[static_cast<size_t>(member[i])].push_back(p);
-        if (member[i] == me) owned_.insert(p);
+      for (const Piece& piece : tensors[i]) {
+        lists[static_cast<size_t>(member[i])].push_back(piece);
+        if (member[i] == me) owned_[piece.param].emplace_back(piece.first, piece.n);
       }
     }
+    // A parameter's owned ranges in element order (its buffer's dealt ranges).
+    for (auto& [param, ranges] : owned_) std::sort(ranges.begin(), ranges.end());
   }
 }
 
@@ -308,34 +320,39 @@ void DistOptimizer<T>::GatherDealt(Ctx& ctx) {
     const auto& lists = dealt_[static_cast<size_t>(expert)];
     std::set<int64_t> widths;
     for (const auto& list : lists) {
-      for (const Param<T>* p : list) widths.insert(ParamElementBytes(*p));
+      for (const Piece& piece : list) widths.insert(ParamElementBytes(*piece.param));
     }
     const int me = group->IndexOf(ctx.rank->id());
     for (int64_t width : widths) {
-      std::vector<std::vector<Param<T>*>> of_width(lists.size());
+      std::vector<std::vector<Piece>> of_width(lists.size());
       std::vector<int64_t> counts(lists.size(), 0);
       for (size_t k = 0; k < lists.size(); ++k) {
-        for (Param<T>* p : lists[k]) {
-          if (ParamElementBytes(*p) != width) continue;
-          of_width[k].push_back(p);
-          counts[k] += p->value.m.size();
+        for (const Piece& piece : lists[k]) {
+          if (ParamElementBytes(*piece.param) != width) continue;
+          of_width[k].push_back(piece);
+          counts[k] += piece.n;
         }
       }
       int64_t total = 0;
       for (int64_t c : counts) total += c;
       if (*std::max_element(counts.begin(), counts.end()) == 0) continue;
-      const std::vector<T> mine =
-          Flatten(of_width[static_cast<size_t>(me)], &Param<T>::value, counts[static_cast<size_t>(me)]);
+      std::vector<T> mine;
+      for (const Piece& piece : of_width[static_cast<size_t>(me)]) {
+        const T* from = piece.param->value.m.data() + piece.first;
+        mine.insert(mine.end(), from, from + piece.n);
+      }
       std::vector<T> all(static_cast<size_t>(total));
       ctx.rank->set_what(expert ? CommWhat::kExpertParams : CommWhat::kParams);
       Allocation temp(ctx.mem(), SimCategory::kTemporaries, total * width);
       ctx.rank->AllGather(*group, mine.data(), all.data(), counts, width);
       int64_t at = 0;
       for (size_t k = 0; k < lists.size(); ++k) {
-        if (static_cast<int>(k) != me) {
-          Unflatten(std::vector<T>(all.begin() + at, all.begin() + at + counts[k]), of_width[k], &Param<T>::value);
+        for (const Piece& piece : of_width[k]) {
+          if (static_cast<int>(k) != me) {
+            std::copy(all.begin() + at, all.begin() + at + piece.n, piece.param->value.m.data() + piece.first);
+          }
+          at += piece.n;
         }
-        at += counts[k];
       }
     }
   }

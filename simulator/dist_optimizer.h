@@ -147,6 +147,12 @@ class DistOptimizer {
   void GatherParams(Ctx& ctx, Buffer& b, bool into_values);
   void DealLayerWise(Ctx& ctx);
   bool Owns(const Param<T>* p) const { return !settings_.layer_wise || owned_.count(p) != 0; }
+  /// Layer-wise: one framework tensor, elements [first, first + n) of a
+  /// parameter (all of it, or one row of a Param::row_tensors one).
+  struct Piece {
+    Param<T>* param = nullptr;
+    int64_t first = 0, n = 0;
+  };
   void GatherDealt(Ctx& ctx);
   /// The element ranges of a buffer this rank steps at ZeRO 0: all, or the dealt tensors'.
   std::vector<std::pair<int64_t, int64_t>> Stepped(const Buffer& b) const;
@@ -158,10 +164,10 @@ class DistOptimizer {
   std::vector<std::vector<Allocation>> gathered_;  // ZeRO 3: per unit, live full parameters (one per category)
   std::vector<Allocation> unit_grads_;             // ZeRO 2/3: per unit, live unsharded gradients
   std::map<std::string, Mat<double>> observed_;
-  /// Layer-wise: the parameters this rank steps, and every group member's
-  /// dealt parameters in deal order ([dense, expert][member]).
-  std::set<const Param<T>*> owned_;
-  std::array<std::vector<std::vector<Param<T>*>>, 2> dealt_;
+  /// Layer-wise: the element ranges of each parameter this rank steps, and
+  /// every group member's dealt tensors in deal order ([dense, expert][member]).
+  std::map<const Param<T>*, std::vector<std::pair<int64_t, int64_t>>> owned_;
+  std::array<std::vector<std::vector<Piece>>, 2> dealt_;
 };
 
 }  // namespace preflight::sim

@@ -321,6 +321,7 @@ std::unique_ptr<Param<T>> MakeNorm(const Ctx& ctx, const Dims& d, const std::str
   auto p = MakeParam<T>(ctx, prefix + ".weight_and_bias", 2, d.hidden, ShardKind::kReplicated, Init::kNormWeight, seed,
                         scale);
   p->value.m.row(1) = GlobalValue(prefix + ".bias", 1, d.hidden, Init::kMatrix, seed, scale).template cast<T>();
+  p->row_tensors = true;
   return p;
 }
 

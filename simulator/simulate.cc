@@ -110,9 +110,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
         "MTP under uniform full recompute needs training.recompute_layers: 1 (Megatron asserts "
         "recompute_num_layers == 1 for MTP recompute)");
   }
-  Require(p.optimizer_sharding == OptimizerSharding::kFlat || r.model.norm != NormKind::kLayerNorm,
-          "Megatron's layer-wise optimizer deals LayerNorm's weight and bias as two tensors, which the executor "
-          "keeps as one (set model.norm: rmsnorm, or parallel.optimizer_sharding: flat)");
   Require(r.training.activation_offload.empty(),
           "the executor keeps activations on the device (set training.activation_offload: [])");
   Require(r.training.precision.fp4 == Fp4Format::kNone,

@@ -120,14 +120,29 @@ TEST(SimulatorLayerWise, ExpertsAreDealtOverTheirGroupAndAgree) {
   testing_sim::ExpectStepAgrees(r);
 }
 
-TEST(SimulatorLayerWise, LayerNormIsRefusedWithItsReason) {
-  const Recipe r = LayerWise(2, {{"model.norm", "layernorm"}});
-  try {
-    (void)Simulate(r);
-    FAIL() << "expected a refusal";
-  } catch (const SimUnsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("LayerNorm's weight and bias"), std::string::npos) << e.what();
-  }
+TEST(SimulatorLayerWise, LayerNormWeightAndBiasAreDealtApart) {
+  // Megatron's LayerNorm holds weight and bias as two tensors, each dealt on
+  // its own. By hand as above, with the 3 norms now 6 tensors of 16 (AdamW):
+  // sorted 16 x 6, 256 and 512 (Muon), 640 x 2, 2048 and 3072 (Muon), dealt
+  // to members 0 1 2 3 3 2 1 0 0 1 2 3.
+  const Recipe r = LayerWise(4, {{"model.norm", "layernorm"}});
+  const SimulationReport rep = Simulate(r);
+  const SimComparison c = testing_sim::ExpectStepAgrees(r, rep);
+  const int64_t adam[4] = {16 + 640, 16 + 640, 16 + 16, 16 + 16};
+  const int64_t mu[4] = {512, 256, 2048, 3072};
+  // The heaviest member by state bytes (Muon 8 B, AdamW 12 B) is member 3.
+  EXPECT_EQ(testing_sim::FindMemory(testing_sim::Stage(c, 0), "optimizer state (one rank's sum)").measured,
+            mu[3] * 8 + adam[3] * 12);
+  EXPECT_EQ(MeasuredOnStage(rep, 0, SimCategory::kOptimizerAdamW), adam[0] * 12);
+  EXPECT_EQ(MeasuredOnStage(rep, 0, SimCategory::kOptimizerMuon), mu[3] * 8);
+  // The gather: member k sends every chunk but member k+1's, 2 B each.
+  int64_t total = 0, sent = 0;
+  for (int k = 0; k < 4; ++k) total += adam[k] + mu[k];
+  for (int k = 0; k < 4; ++k) sent = std::max(sent, (total - adam[(k + 1) % 4] - mu[(k + 1) % 4]) * 2);
+  const CommAgreement* gather = testing_sim::FindComm(testing_sim::Stage(c, 0), Axis::kDpCp, Collective::kAllGather,
+                                                      Pass::kOptimizer, CommWhat::kParams);
+  ASSERT_NE(gather, nullptr);
+  EXPECT_EQ(gather->measured_sent, sent);
 }
 
 // HSDP (parallel.dp_replicate r): the ZeRO groups are one replica's, and
