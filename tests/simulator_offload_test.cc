@@ -66,8 +66,8 @@ int64_t AdamWBytes(const SimComparison& c, int64_t stage) {
   return FindMemory(Stage(c, stage), "optimizer_adamw").measured;
 }
 
-TEST(SimulatorOffload, HalfTheOptimizerOnTheHostAtZeroOneAndTwo) {
-  for (int zero : {1, 2}) {
+TEST(SimulatorOffload, HalfTheOptimizerOnTheHostAtZeroOneTwoAndThree) {
+  for (int zero : {1, 2, 3}) {
     const SimComparison base = ExpectStepAgrees(ScaledDefault(SmallHybrid(zero, {})));
     const SimComparison half =
         ExpectStepAgrees(ScaledDefault(SmallHybrid(zero, {{"training.optimizer.offload_fraction", "0.5"}})));
