@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test run, as CI runs it (README "Test"; .ci/run calls it after
 # scripts/install-deps.sh):
-#   1. Release build with -Werror, the full ctest suite;
+#   1. Release build with -Werror of the CLI, the benchmarks and the tests that
+#      need a Release build: the README commands, the install package, MPI
+#      parity and the allocation count (which replaces operator new);
 #   2. a second tree, build-asan, with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (and float-cast-overflow, which GCC leaves out of "undefined")
 #      at -O1 with line tables only (-g1: symbolized reports, cheaper to build),
-#      the ctest suite again but for the README-commands and package tests
-#      (any report fails the run);
+#      the whole GoogleTest suite, compiled and run once, here (any report
+#      fails the run);
 #   3. scripts/lint.sh: clang-format on the changed lines and clang-tidy on
 #      the changed .cc files since PREFLIGHT_LINT_BASE (default HEAD~1);
 #   4. when clang++ and its libFuzzer runtime are installed, libFuzzer runs of
@@ -32,7 +34,7 @@ step() {  # step NAME COMMAND...: runs and times one step
 }
 
 release() {
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPREFLIGHT_WERROR=ON
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPREFLIGHT_WERROR=ON -DPREFLIGHT_UNIT_TESTS=OFF
   cmake --build build -j "${jobs}"
   ctest --test-dir build --output-on-failure -j "${jobs}"
 }
@@ -42,8 +44,8 @@ sanitized() {
     -DPREFLIGHT_SANITIZE="address;undefined;float-cast-overflow" -DPREFLIGHT_WERROR=ON -DPREFLIGHT_BUILD_BENCH=OFF
   cmake --build build-asan -j "${jobs}"
   # halt_on_error: the first report fails the test; detect_leaks: LeakSanitizer at exit.
-  # Left out of this pass only: the README's commands and the install package
-  # (87 s under ASan in CI) run paths the other tests cover; the release pass runs both.
+  # Left out of this pass only: the README's commands and the install package,
+  # which the Release pass runs on the binary users get.
   ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "${jobs}" -E '^(readme_commands_test|package_test)$'
