@@ -201,6 +201,16 @@ struct CommSlot {
   StepTime time;  // the last step time priced on it, kept for its storage
 };
 
+// The cuts MakePlan tries when the time-balanced one does not fit, with,
+// per cut, the rank that put the last layout priced on it over capacity:
+// layouts of one cut mostly overflow on the same rank, so pricing it first
+// usually settles a cut that does not fit in one walk (EstimateRanksByZero's
+// first_rank; the order changes no figure).
+struct Fallbacks {
+  std::vector<NamedCut> cuts;
+  std::vector<int64_t> first_rank;
+};
+
 // Per-thread state: a private recipe copy mutated in place (no copy per
 // layout), the plan buffers reused across items and the caches.
 struct Worker {
@@ -223,7 +233,7 @@ struct Worker {
   /// The framework's (or pinned) partitions by (pp, vpp, schedule).
   std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
   /// FallbackCuts by (pp, vpp, schedule).
-  std::map<std::tuple<int64_t, int64_t, int>, std::vector<NamedCut>> fallbacks;
+  std::map<std::tuple<int64_t, int64_t, int>, Fallbacks> fallbacks;
 };
 
 const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
@@ -236,12 +246,14 @@ const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tabl
 
 // The cuts MakePlan tries when the time-balanced one does not fit; they read
 // the layers' parameter counts only.
-const std::vector<NamedCut>& FallbackCutsFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
-                                             const ComputeTimes& times, Worker& w) {
+Fallbacks& FallbackCutsFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                           const ComputeTimes& times, Worker& w) {
   const auto key = std::make_tuple(layout.pp, layout.vpp, static_cast<int>(layout.schedule));
   auto it = w.fallbacks.find(key);
   if (it == w.fallbacks.end()) {
-    it = w.fallbacks.emplace(key, FallbackCuts(WeighLayers(tables, times), layout, inv.layer_starts)).first;
+    Fallbacks f{FallbackCuts(WeighLayers(tables, times), layout, inv.layer_starts), {}};
+    f.first_rank.assign(f.cuts.size(), 0);
+    it = w.fallbacks.emplace(key, std::move(f)).first;
   }
   return it->second;
 }
@@ -489,7 +501,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (FallbackCuts). Only a cut that
         // fits is timed.
-        const std::vector<NamedCut>& cuts = FallbackCutsFor(inv, tables, layout, times, w);
+        Fallbacks& fallbacks = FallbackCutsFor(inv, tables, layout, times, w);
+        const std::vector<NamedCut>& cuts = fallbacks.cuts;
         if (w.fallback_memory.size() < cuts.size()) {
           w.fallback_memory.resize(cuts.size());
           w.fallback_known.resize(cuts.size(), false);
@@ -501,7 +514,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
           if (!w.fallback_known[c]) {
             // Only a fallback that fits is used: its ranks are priced until
             // every ZeRO stage has one over.
-            EstimateRanksByZero(inv, layout, cut.stages, w.zeros, &w.fallback_memory[c], true);
+            EstimateRanksByZero(inv, layout, cut.stages, w.zeros, &w.fallback_memory[c], true,
+                                &fallbacks.first_rank[c]);
             w.fallback_known[c] = true;
           }
           Priced priced = WorstOf(w.fallback_memory[c][at]);
