@@ -137,6 +137,7 @@ struct Reach {
   int stages_over = 0;
   int started_late = 0;        // until-all-over walks started past rank 0 (first_rank) that stopped early
   int stopped_past_first = 0;  // of them, those that stopped on a later rank than the first
+  int subset_stages_fitting = 0;  // fitting stages priced with a subset of the ZeRO stages
 };
 
 // Every rank within capacity and the node's host memory (the sweep's test).
@@ -199,6 +200,31 @@ Reach ComparePlans(const Recipe& base, size_t want) {
       } else {
         EXPECT_FALSE(Fits(fast.recipe, until_over[z])) << at;
         ++reach.stages_over;
+      }
+    }
+    // Any subset of the stages priced together (a sweep's fallback cuts
+    // price only the stages whose time-balanced cut is over): each stage's
+    // figures do not depend on the others'.
+    for (unsigned mask = 1; mask + 1 < (1u << zeros.size()); ++mask) {
+      std::vector<int64_t> some;
+      std::vector<size_t> index;
+      for (size_t z = 0; z < zeros.size(); ++z) {
+        if ((mask >> z) & 1u) {
+          some.push_back(zeros[z]);
+          index.push_back(z);
+        }
+      }
+      std::vector<std::vector<RankMemory>> subset;
+      EstimateRanksByZero(fast, l, a.plan->stages, some, &subset, true);
+      EXPECT_EQ(subset.size(), some.size()) << where;
+      for (size_t k = 0; k < std::min(subset.size(), some.size()); ++k) {
+        const std::string at = fmt::format("{} (ZeRO {} of subset {})", where, some[k], mask);
+        if (Fits(fast.recipe, by_zero[index[k]])) {
+          ExpectSameRanks(subset[k], by_zero[index[k]], at);
+          ++reach.subset_stages_fitting;
+        } else {
+          EXPECT_FALSE(Fits(fast.recipe, subset[k])) << at;
+        }
       }
     }
     // The same from a later first rank, round the pipeline (a sweep starts
@@ -269,6 +295,7 @@ TEST(FastPaths, RanksArePricedUntilEveryStageIsOver) {
   EXPECT_GT(reach.stages_over, 0);
   EXPECT_GT(reach.started_late, 0);
   EXPECT_GT(reach.stopped_past_first, 0);
+  EXPECT_GT(reach.subset_stages_fitting, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(ShippedRecipes, FastPathsAgree, ::testing::ValuesIn(testing::kShippedRecipes),
