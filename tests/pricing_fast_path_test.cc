@@ -135,8 +135,8 @@ struct Reach {
   int ranks_priced_as_another = 0;
   int fitting_stages = 0;  // ZeRO stages whose every rank fits (EstimateRanksByZero until all over)
   int stages_over = 0;
-  int started_late = 0;        // until-all-over walks started past rank 0 (first_rank) that stopped early
-  int stopped_past_first = 0;  // of them, those that stopped on a later rank than the first
+  int started_late = 0;           // until-all-over walks started past rank 0 (first_rank) that stopped early
+  int stopped_past_first = 0;     // of them, those that stopped on a later rank than the first
   int subset_stages_fitting = 0;  // fitting stages priced with a subset of the ZeRO stages
 };
 
