@@ -549,10 +549,18 @@ void EstimateFrom(const Inventory& inventory, const Layout& layout, const StageP
       for (ZeroGroup& g : groups) g = ZeroGroup{g.members, g.x};
     }
   }
+  // The last group's stop when every group stopped; a group that fits keeps
+  // the caller's rank (as the one walk does).
+  int64_t last_stop = *stopped_at;
+  bool every_group_stopped = true;
   for (size_t g = 0; g < n; ++g) {
-    EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(&groups[g], 1), until_all_over, start,
-                   stopped_at, rates, visits, *out);
+    int64_t stop = -1;
+    EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(&groups[g], 1), until_all_over, start, &stop,
+                   rates, visits, *out);
+    every_group_stopped = every_group_stopped && stop >= 0;
+    if (stop >= 0) last_stop = stop;
   }
+  if (every_group_stopped) *stopped_at = last_stop;
 }
 
 }  // namespace
