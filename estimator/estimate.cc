@@ -408,9 +408,12 @@ Walked BelowZero3(const Walked& b) {
 /// Ranks whose walks agree (RankVisits: pipelines repeat their middle
 /// stages) are priced once. With two groups every group must allow that
 /// (ZeRO 3 only in a transformer stack, GatherByFamilies).
+/// The ranks are visited from `start` on, wrapping (until_all_over: a rank
+/// likely over first); the rank that ends an until_all_over walk goes into
+/// *stopped_at.
 void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan& stages, std::span<const int64_t> zeros,
-                    std::span<ZeroGroup> groups, bool until_all_over, ActivationRates& rates, Visits& v,
-                    std::vector<std::vector<RankMemory>>& out) {
+                    std::span<ZeroGroup> groups, bool until_all_over, int64_t start, int64_t* stopped_at,
+                    ActivationRates& rates, Visits& v, std::vector<std::vector<RankMemory>>& out) {
   Layout l = layout;
   l.zero = zeros[groups.back().members.front()];
   LayoutFigures shared(inv, l, stages, &rates);
@@ -431,7 +434,8 @@ void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan&
     return until_all_over && g.members_over == g.members.size();
   };
   size_t open = groups.size();  // groups not done
-  for (int64_t r = 0; r < l.pp; ++r) {
+  for (int64_t t = 0; t < l.pp; ++t) {
+    const int64_t r = (start + t) % l.pp;
     const size_t i = static_cast<size_t>(r);
     bool priced = false;
     if (zero3_by_counts && v.Comparable(inv, layout, stages, shared.regular, shared.rates, i)) {
@@ -470,9 +474,14 @@ void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan&
         FinishRank(mem, walked, inv.recipe, at, g.x, nullptr);
       }
       if (until_all_over && note_over(g, i)) {
-        for (size_t m : g.members) std::fill(out[m].begin() + r + 1, out[m].end(), RankMemory{});
+        for (int64_t later = t + 1; later < l.pp; ++later) {  // the ranks not visited
+          for (size_t m : g.members) out[m][static_cast<size_t>((start + later) % l.pp)] = RankMemory{};
+        }
         g.done = true;
-        if (--open == 0) return;
+        if (--open == 0) {
+          *stopped_at = r;
+          return;
+        }
       }
     }
   }
@@ -492,9 +501,12 @@ RankMemory EstimateRank(const Inventory& inventory, const Layout& layout, const 
   return Compute(inventory, layout, stages, pipeline_rank, shared, nullptr);
 }
 
-void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
-                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out,
-                         bool until_all_over) {
+namespace {
+
+/// EstimateRanksByZero with the ranks visited from `start` on (EstimateGroups).
+void EstimateFrom(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                  std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out, bool until_all_over,
+                  int64_t start, int64_t* stopped_at) {
   out->resize(zeros.size());
   for (std::vector<RankMemory>& ranks : *out) ranks.resize(static_cast<size_t>(layout.pp));
   thread_local std::vector<size_t> group;
@@ -530,17 +542,46 @@ void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const
   // raise what they raised before.
   if (n == 2 && estimator_detail::TransformerStack(inventory)) {
     try {
-      EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(groups.data(), 2), until_all_over, rates,
-                     visits, *out);
+      EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(groups.data(), 2), until_all_over, start,
+                     stopped_at, rates, visits, *out);
       return;
     } catch (const ArithmeticOverflow&) {
       for (ZeroGroup& g : groups) g = ZeroGroup{g.members, g.x};
     }
   }
+  // The last group's stop when every group stopped; a group that fits keeps
+  // the caller's rank (as the one walk does).
+  int64_t last_stop = *stopped_at;
+  bool every_group_stopped = true;
   for (size_t g = 0; g < n; ++g) {
-    EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(&groups[g], 1), until_all_over, rates, visits,
-                   *out);
+    int64_t stop = -1;
+    EstimateGroups(inventory, layout, stages, zeros, std::span<ZeroGroup>(&groups[g], 1), until_all_over, start, &stop,
+                   rates, visits, *out);
+    every_group_stopped = every_group_stopped && stop >= 0;
+    if (stop >= 0) last_stop = stop;
   }
+  if (every_group_stopped) *stopped_at = last_stop;
+}
+
+}  // namespace
+
+void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
+                         std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out, bool until_all_over,
+                         int64_t* first_rank) {
+  int64_t stopped_at = 0;
+  if (until_all_over && first_rank != nullptr && *first_rank > 0 && *first_rank < layout.pp) {
+    try {
+      stopped_at = *first_rank;
+      EstimateFrom(inventory, layout, stages, zeros, out, true, *first_rank, &stopped_at);
+      *first_rank = stopped_at;
+      return;
+    } catch (const ArithmeticOverflow&) {
+      // Rank 0 first, as without a hint: whether the walks overflow before
+      // every stage is over depends on the order.
+    }
+  }
+  EstimateFrom(inventory, layout, stages, zeros, out, until_all_over, 0, &stopped_at);
+  if (first_rank != nullptr) *first_rank = stopped_at;
 }
 
 void EstimateRanks(const Inventory& inventory, const Layout& layout, const StagePlan& stages,

@@ -201,6 +201,16 @@ struct CommSlot {
   StepTime time;  // the last step time priced on it, kept for its storage
 };
 
+// The cuts MakePlan tries when the time-balanced one does not fit, with,
+// per cut, the rank that put the last layout priced on it over capacity:
+// layouts of one cut mostly overflow on the same rank, so pricing it first
+// usually settles a cut that does not fit in one walk (EstimateRanksByZero's
+// first_rank; the order changes no figure).
+struct Fallbacks {
+  std::vector<NamedCut> cuts;
+  std::vector<int64_t> first_rank;
+};
+
 // Per-thread state: a private recipe copy mutated in place (no copy per
 // layout), the plan buffers reused across items and the caches.
 struct Worker {
@@ -214,6 +224,10 @@ struct Worker {
   std::vector<std::vector<RankMemory>> memory;
   std::vector<std::vector<std::vector<RankMemory>>> fallback_memory;
   std::vector<bool> fallback_known;
+  /// The ZeRO stages (of `zeros`) whose time-balanced cut does not fit: the
+  /// only ones the fallback cuts price; over_at[i]: zeros[i]'s index there.
+  std::vector<int64_t> over_zeros;
+  std::vector<size_t> over_at;
 
   /// LayerComputeTimes by ComputeKeyOf: one per layout is enough, and
   /// layouts differing only in pp, vpp, replicas or ZeRO share it.
@@ -223,7 +237,7 @@ struct Worker {
   /// The framework's (or pinned) partitions by (pp, vpp, schedule).
   std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
   /// FallbackCuts by (pp, vpp, schedule).
-  std::map<std::tuple<int64_t, int64_t, int>, std::vector<NamedCut>> fallbacks;
+  std::map<std::tuple<int64_t, int64_t, int>, Fallbacks> fallbacks;
 };
 
 const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
@@ -236,12 +250,14 @@ const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tabl
 
 // The cuts MakePlan tries when the time-balanced one does not fit; they read
 // the layers' parameter counts only.
-const std::vector<NamedCut>& FallbackCutsFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
-                                             const ComputeTimes& times, Worker& w) {
+Fallbacks& FallbackCutsFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                           const ComputeTimes& times, Worker& w) {
   const auto key = std::make_tuple(layout.pp, layout.vpp, static_cast<int>(layout.schedule));
   auto it = w.fallbacks.find(key);
   if (it == w.fallbacks.end()) {
-    it = w.fallbacks.emplace(key, FallbackCuts(WeighLayers(tables, times), layout, inv.layer_starts)).first;
+    Fallbacks f{FallbackCuts(WeighLayers(tables, times), layout, inv.layer_starts), {}};
+    f.first_rank.assign(f.cuts.size(), 0);
+    it = w.fallbacks.emplace(key, std::move(f)).first;
   }
   return it->second;
 }
@@ -468,6 +484,16 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     }
     EstimateRanksByZero(inv, layout, stages, w.zeros, &w.memory);
     w.fallback_known.assign(w.fallback_memory.size(), false);
+    // A stage's figures do not depend on the other stages priced with it
+    // (EstimateRanksByZero), so the fallback cuts price only the stages that
+    // need them: a stage that fits there would keep every walk going.
+    w.over_zeros.clear();
+    w.over_at.assign(w.zeros.size(), 0);
+    for (size_t i = 0; balanced && i < w.zeros.size(); ++i) {
+      if (WorstOf(w.memory[i]).Fits(inv.recipe)) continue;
+      w.over_at[i] = w.over_zeros.size();
+      w.over_zeros.push_back(w.zeros[i]);
+    }
     size_t priced_zero = 0;  // index into w.zeros
     for (size_t zi = 0; zi < space.zero.size(); ++zi) {
       const int64_t z = space.zero[zi];
@@ -489,7 +515,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
         // As MakePlan: when the time-balanced cut overflows a device, the
         // fastest of the other cuts that fits (FallbackCuts). Only a cut that
         // fits is timed.
-        const std::vector<NamedCut>& cuts = FallbackCutsFor(inv, tables, layout, times, w);
+        Fallbacks& fallbacks = FallbackCutsFor(inv, tables, layout, times, w);
+        const std::vector<NamedCut>& cuts = fallbacks.cuts;
         if (w.fallback_memory.size() < cuts.size()) {
           w.fallback_memory.resize(cuts.size());
           w.fallback_known.resize(cuts.size(), false);
@@ -501,10 +528,11 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
           if (!w.fallback_known[c]) {
             // Only a fallback that fits is used: its ranks are priced until
             // every ZeRO stage has one over.
-            EstimateRanksByZero(inv, layout, cut.stages, w.zeros, &w.fallback_memory[c], true);
+            EstimateRanksByZero(inv, layout, cut.stages, w.over_zeros, &w.fallback_memory[c], true,
+                                &fallbacks.first_rank[c]);
             w.fallback_known[c] = true;
           }
-          Priced priced = WorstOf(w.fallback_memory[c][at]);
+          Priced priced = WorstOf(w.fallback_memory[c][w.over_at[at]]);
           if (!priced.Fits(inv.recipe)) continue;
           w.scratch.stages = nullptr;  // another ZeRO stage may have used it
           PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, nullptr, priced);
@@ -877,7 +905,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     // An item's reason is FirstError's key, value and message, ordered by the
     // source marks: the file's name and text each diagnostic would copy are
     // not read (an empty name sorts as the file's, as the name did).

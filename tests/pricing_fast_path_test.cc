@@ -135,6 +135,9 @@ struct Reach {
   int ranks_priced_as_another = 0;
   int fitting_stages = 0;  // ZeRO stages whose every rank fits (EstimateRanksByZero until all over)
   int stages_over = 0;
+  int started_late = 0;           // until-all-over walks started past rank 0 (first_rank) that stopped early
+  int stopped_past_first = 0;     // of them, those that stopped on a later rank than the first
+  int subset_stages_fitting = 0;  // fitting stages priced with a subset of the ZeRO stages
 };
 
 // Every rank within capacity and the node's host memory (the sweep's test).
@@ -199,6 +202,77 @@ Reach ComparePlans(const Recipe& base, size_t want) {
         ++reach.stages_over;
       }
     }
+    // Any subset of the stages priced together (a sweep's fallback cuts
+    // price only the stages whose time-balanced cut is over): each stage's
+    // figures do not depend on the others'.
+    for (unsigned mask = 1; mask + 1 < (1u << zeros.size()); ++mask) {
+      std::vector<int64_t> some;
+      std::vector<size_t> index;
+      for (size_t z = 0; z < zeros.size(); ++z) {
+        if ((mask >> z) & 1u) {
+          some.push_back(zeros[z]);
+          index.push_back(z);
+        }
+      }
+      std::vector<std::vector<RankMemory>> subset;
+      EstimateRanksByZero(fast, l, a.plan->stages, some, &subset, true);
+      EXPECT_EQ(subset.size(), some.size()) << where;
+      for (size_t k = 0; k < std::min(subset.size(), some.size()); ++k) {
+        const std::string at = fmt::format("{} (ZeRO {} of subset {})", where, some[k], mask);
+        if (Fits(fast.recipe, by_zero[index[k]])) {
+          ExpectSameRanks(subset[k], by_zero[index[k]], at);
+          ++reach.subset_stages_fitting;
+        } else {
+          EXPECT_FALSE(Fits(fast.recipe, subset[k])) << at;
+        }
+      }
+    }
+    // The same from a later first rank, round the pipeline (a sweep starts
+    // at the rank that stopped the cut's last layout): only the order moves.
+    for (const int64_t first : {int64_t{1}, l.pp / 2, l.pp - 1}) {
+      if (first <= 0 || first >= l.pp) continue;
+      std::vector<std::vector<RankMemory>> from;
+      int64_t hint = first;
+      EstimateRanksByZero(fast, l, a.plan->stages, zeros, &from, true, &hint);
+      const std::string at = fmt::format("{} (until all over, from rank {})", where, first);
+      EXPECT_EQ(from.size(), zeros.size()) << at;
+      if (from.size() != zeros.size()) continue;
+      EXPECT_GE(hint, 0) << at;
+      EXPECT_LT(hint, l.pp) << at;
+      bool all_over = true, stop_is_over = false;
+      for (size_t z = 0; z < zeros.size(); ++z) {
+        if (Fits(fast.recipe, by_zero[z])) {
+          ExpectSameRanks(from[z], by_zero[z], fmt::format("{} ZeRO {}", at, zeros[z]));
+          all_over = false;
+        } else {
+          EXPECT_FALSE(Fits(fast.recipe, from[z])) << at << " ZeRO " << zeros[z];
+          const RankMemory& m = from[z][static_cast<size_t>(hint)];
+          stop_is_over = stop_is_over || m.total() > m.capacity || !HostMemoryFits(fast.recipe, m.host);
+        }
+      }
+      if (all_over) {
+        // The rank returned is the one the walk stopped at: over at some
+        // stage. Each stage's ranks are priced from `first` on, round the
+        // pipeline, up to the one its group stopped at and left empty after
+        // it (a priced rank holds at least the runtime reserve); the last
+        // group stops at the rank returned.
+        EXPECT_TRUE(stop_is_over) << at << ": stopped at rank " << hint;
+        int64_t last_priced = -1;
+        for (size_t z = 0; z < zeros.size(); ++z) {
+          int64_t priced = 0;  // ranks priced in a row from `first`
+          while (priced < l.pp && from[z][static_cast<size_t>((first + priced) % l.pp)].total() > Bytes(0)) ++priced;
+          for (int64_t t = priced; t < l.pp; ++t) {
+            EXPECT_EQ(from[z][static_cast<size_t>((first + t) % l.pp)].total(), Bytes(0)) << at << " ZeRO " << zeros[z];
+          }
+          last_priced = std::max(last_priced, priced - 1);
+        }
+        EXPECT_EQ(last_priced, (hint - first + l.pp) % l.pp) << at << ": stopped at rank " << hint;
+        reach.started_late += 1;
+        reach.stopped_past_first += hint != first ? 1 : 0;
+      } else {
+        EXPECT_EQ(hint, first) << at << ": a stage fits, the hint is kept";
+      }
+    }
     StagePlan backwards = a.plan->stages;
     std::reverse(backwards.chunks.begin(), backwards.chunks.end());
     ExpectSameMemory(EstimateMemory(fast, a.plan->layout, backwards), *a.plan->memory, where + " (chunks backwards)");
@@ -219,6 +293,9 @@ TEST(FastPaths, RanksArePricedUntilEveryStageIsOver) {
   const Reach reach = ComparePlans(Load("recipes/deepseek-v3-h200.yaml"), 40);
   EXPECT_GT(reach.fitting_stages, 0);
   EXPECT_GT(reach.stages_over, 0);
+  EXPECT_GT(reach.started_late, 0);
+  EXPECT_GT(reach.stopped_past_first, 0);
+  EXPECT_GT(reach.subset_stages_fitting, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(ShippedRecipes, FastPathsAgree, ::testing::ValuesIn(testing::kShippedRecipes),

@@ -20,9 +20,13 @@ namespace preflight {
 /// fit, as a sweep's fallback cuts): the ranks after the first one at which
 /// every stage of a group (below 3, or 3) has a rank over capacity or over
 /// the node's host memory (HostMemoryFits) are left as RankMemory{}; the
-/// stages that fit are complete.
+/// stages that fit are complete. `first_rank` (until_all_over only, or
+/// null): the rank to price first, the others following it round the
+/// pipeline; on return, the rank that put the last stage over (kept when a
+/// stage fits). Only the order changes, so only the work: a caller that
+/// prices many layouts of one cut passes the rank that stopped the last one.
 void EstimateRanksByZero(const Inventory& inventory, const Layout& layout, const StagePlan& stages,
                          std::span<const int64_t> zeros, std::vector<std::vector<RankMemory>>* out,
-                         bool until_all_over = false);
+                         bool until_all_over = false, int64_t* first_rank = nullptr);
 
 }  // namespace preflight
