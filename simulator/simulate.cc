@@ -79,7 +79,15 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   Require(!r.model.tie_embeddings || p.zero <= 1,
           "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
           "embedding's gradient is sharded per unit before the stages' copies are summed");
-  Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
+  if (r.training.dropout > 0) {
+    // Transformer Engine's fused attention (and flash-attn) drop the
+    // probabilities inside the kernel, keeping only the RNG state.
+    Require(!r.training.flash_attention,
+            "dropout inside flash attention is not in the executor (its core has no dropout): set "
+            "training.flash_attention: false (Megatron's unfused core) or training.dropout: 0");
+    Require(r.model.mtp_layers == 0,
+            "dropout is in the executor without MTP only (set model.mtp_layers: 0 or training.dropout: 0)");
+  }
   if (!r.training.flash_attention) {
     Require(p.cp == 1,
             "training.flash_attention: false runs Megatron's unfused DotProductAttention, which asserts "
@@ -368,6 +376,8 @@ class RankProgram {
     c.router_groups = spec.router_groups;
     c.router_group_of_row = spec.router_group_of_row;
     c.bytes = BytesOf(*spec.recipe);
+    c.dropout = spec.recipe->training.dropout;
+    c.dropout_seed = spec.opt.seed;
     c.optimizer = spec.recipe->training.optimizer;
     const TrainingConfig& training = spec.recipe->training;
     if (training.recompute == Recompute::kSelective) c.rerun = training.recompute_modules;
@@ -399,6 +409,7 @@ class RankProgram {
     for (const PipeOp& op : ops) {
       ModelChunk<T>& chunk = chunks_[static_cast<size_t>(op.chunk)];
       ctx_.microbatch = op.microbatch;
+      ctx_.data_index = DataIndex(op.microbatch);
       if (op.forward) {
         Forward(chunk, op.microbatch, &out);
         out.peak_in_flight = std::max(out.peak_in_flight, ++live);
