@@ -69,6 +69,8 @@ class AttentionBlock final : public Block<T> {
         (*w)->tp_partial = true;
       }
     }
+    if (ctx.dropout > 0 && d.flash_attention)
+      throw SimUnsupported("dropout inside flash attention is not in the executor");
     kv_local_ = d.kv_heads / ctx.tp_size;
     q_local_ = d.heads / ctx.tp_size;
     CheckAttentionCp(d, ctx.tp_size, ctx.cp_size, ctx.cp_comm, ctx.seq.load_balanced);

@@ -62,6 +62,8 @@ class MlaBlock final : public Block<T> {
     kv_up_ = matrix("attention.kv_up.weight", d.mla_kv_lora, n * (d.mla_nope + d.mla_v), ShardKind::kColumns);
     out_ = matrix("attention.out.weight", n * d.mla_v, h, ShardKind::kRows);
     heads_local_ = n / ctx.tp_size;
+    if (ctx.dropout > 0 && d.flash_attention)
+      throw SimUnsupported("dropout inside flash attention is not in the executor");
   }
 
   Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
