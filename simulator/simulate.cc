@@ -87,6 +87,14 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
             "training.flash_attention: false (Megatron's unfused core) or training.dropout: 0");
     Require(r.model.mtp_layers == 0,
             "dropout is in the executor without MTP only (set model.mtp_layers: 0 or training.dropout: 0)");
+    // Megatron checkpoints only the MLP module (transformer_layer.py
+    // _forward_mlp): its bias-dropout-add and mask stay outside, where the
+    // executor's checkpoint of the whole D sublayer (recompute.h) would rerun them.
+    const TrainingConfig& t = r.training;
+    Require(t.recompute != Recompute::kSelective || !t.recompute_modules.has(RecomputeModule::kMlp) ||
+                !t.transformer_engine || std::find(letters.begin(), letters.end(), 'D') == letters.end(),
+            "dropout with the selective mlp rerun under Transformer Engine is not in the executor (leave mlp out of "
+            "training.recompute_modules, or set training.transformer_engine: false or training.dropout: 0)");
   }
   if (!r.training.flash_attention) {
     Require(p.cp == 1,

@@ -205,8 +205,20 @@ TEST(SimulatorDropout, MasksKeepTheHandCountedBytes) {
   ExpectStepAgrees(dropped, b);  // and fit prices the same bytes
 }
 
-TEST(SimulatorDropout, FlashAttentionAndMtpWithDropoutAreRefused) {
+TEST(SimulatorDropout, UnsupportedCombinationsAreRefused) {
+  const std::vector<Override> unfused = {{"training.dropout", "0.1"},
+                                         {"model.pattern", "AD"},
+                                         {"training.flash_attention", "false"},
+                                         {"parallel.cp", "1"}};
+  // Dropout inside flash attention.
   EXPECT_THROW(Simulate(OneStage({{"training.dropout", "0.1"}, {"model.pattern", "AD"}})), SimUnsupported);
+  // The selective mlp rerun under Transformer Engine (the mask stays outside Megatron's checkpoint).
+  std::vector<Override> mlp = unfused;
+  mlp.push_back({"training.recompute", "selective"});
+  mlp.push_back({"training.recompute_modules", "[mlp]"});
+  EXPECT_THROW(Simulate(OneStage(mlp)), SimUnsupported);
+  mlp.push_back({"training.transformer_engine", "false"});  // the rerun inside the block: runs
+  ExpectStepAgrees(OneStage(mlp));
   Dims d = SmallDims();
   OnOneRank([&](Ctx& ctx) {
     ctx.dropout = kDropout;
