@@ -317,6 +317,7 @@ struct RankResult {
   int64_t dropped = 0;
   int64_t peak_in_flight = 0;
   double flops = 0;
+  int64_t allocated_static = 0, allocated_peak = 0;  // RankMeasurement's, taken after the optimizer step
 };
 
 /// A model chunk a pipeline rank holds (docs/formulas.md §4.3): its layers, and the
@@ -437,6 +438,9 @@ class RankProgram {
     const std::map<std::string, Mat<double>> biases_before = ExpertBiases();
     UpdateExpertBiases();
     optimizer_->Step(ctx_);
+    // The allocator's figures, before the verifier's gathers (not the step's).
+    out.allocated_static = ctx_.rank->memory().live_total();
+    out.allocated_peak = ctx_.rank->memory().peak_total();
     optimizer_->GatherForVerification(ctx_);
     for (const auto& unit : units) {
       for (Param<T>* p : unit) Record(*p, &out);
@@ -980,7 +984,7 @@ void CodeResult(Coder& c, Result& r, Measurement& m) {
          p.update);
   }
   each(m.rank, m.pipeline_rank, m.peak_in_flight, m.comm, m.peak_bytes, m.final_bytes, m.peak_total_bytes,
-       m.activations_at_peak);
+       m.activations_at_peak, m.allocated_static_bytes, m.allocated_peak_bytes);
 }
 
 std::vector<char> EncodeResult(const RankResult& result, const RankMeasurement& measured) {
@@ -1006,6 +1010,8 @@ RankMeasurement Measure(const Rank& rank, const RankResult& result) {
   }
   m.peak_total_bytes = rank.memory().peak_total();
   m.activations_at_peak = rank.memory().activations_at_peak();
+  m.allocated_static_bytes = result.allocated_static;
+  m.allocated_peak_bytes = result.allocated_peak;
   return m;
 }
 
