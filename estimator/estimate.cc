@@ -319,7 +319,6 @@ void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout
   // gradient copies and the prefetch are gone by the activations' peak, and
   // the kept pipeline inputs are replaced by the next step's.
   out.allocated_peak = std::max(managed, out.allocated_static);
-  out.pipeline_inputs_kept = b.inputs_kept;
   const Bytes last_less = estimator_detail::LayerWiseLastLess(b.w, l, x);
   out.last_rank_allocated_static = out.allocated_static - last_less;
   out.last_rank_allocated_peak = out.allocated_peak - last_less;

@@ -308,7 +308,7 @@ class MlpBlock final : public Block<T> {
     const bool rerun_norm = RerunsNorm(ctx, ctx.transformer_engine);
     SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd, rerun_norm);
     const bool rerun = RerunsMlp(ctx);
-    const Mat<T> y = Mlp(ctx, &s, rerun ? SimCategory::kTemporaries : SimCategory::kActivations);
+    Mat<T> y = Mlp(ctx, &s, rerun ? SimCategory::kTemporaries : SimCategory::kActivations);
     if (rerun) {
       s.a.Release();
       s.u.Release();

@@ -170,12 +170,12 @@ MemoryAgreement Row(const std::string& category, int64_t measured, int64_t model
 /// The allocator's figures (fit's allocated_static_bytes and
 /// allocated_peak_bytes, docs/allocated.md): the stage's worst rank beside
 /// the estimator's, and the stage's last rank (Megatron logs the last global
-/// rank) beside its last-rank figures. The executor runs no library (fit's
-/// cuBLAS workspaces) and does not keep Megatron's last pipeline input and
-/// its gradient between steps, so both leave the modeled figures.
-/// Informational rows: the peak holds the executor's optimizer-step and
-/// named temporaries, which are not the transients fit prices, and between
-/// steps MoE stages with a router bias still differ by a few hundred bytes.
+/// rank) beside its last-rank figures. The executor runs no library: fit's
+/// cuBLAS workspaces leave the modeled figures. Informational rows: the
+/// peak holds the executor's optimizer-step and named temporaries, which are
+/// not the transients fit prices, and between steps later pipeline stages
+/// hold a few hundred bytes less than fit (not yet traced; the executor
+/// also keeps no last pipeline input, estimate.cc PipelineInputsKept).
 void CompareAllocated(const RankMemory& est, const SimulationReport& report, int64_t stage, StageComparison* out) {
   int64_t worst_static = 0, worst_peak = 0;
   const RankMeasurement* last = nullptr;
@@ -186,7 +186,7 @@ void CompareAllocated(const RankMemory& est, const SimulationReport& report, int
     if (last == nullptr || r.rank > last->rank) last = &r;
   }
   if (last == nullptr) return;
-  const Bytes unmodeled = est.of(Category::kLibraryWorkspaces) + est.pipeline_inputs_kept;
+  const Bytes unmodeled = est.of(Category::kLibraryWorkspaces);
   const std::string note = "(allocator figure, informational)";
   const auto row = [&](const std::string& name, int64_t measured, Bytes modeled) {
     out->memory.push_back(Row(name, measured, (modeled - unmodeled).count(), 0.0, note));

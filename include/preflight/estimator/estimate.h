@@ -72,9 +72,6 @@ struct RankMemory {
   /// heaviest (docs/allocated.md).
   Bytes last_rank_allocated_static;
   Bytes last_rank_allocated_peak;
-  /// Of allocated_static: the pipeline inputs (and their gradients) Megatron
-  /// keeps between steps (estimate.cc PipelineInputsKept).
-  Bytes pipeline_inputs_kept;
   /// Host memory this rank's offloaded optimizer state takes
   /// (training.optimizer.offload_fraction): fp32 param, grad, Adam m and v.
   Bytes host;
