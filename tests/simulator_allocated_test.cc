@@ -17,14 +17,15 @@ using testing_sim::Stage;
 
 TEST(SimulatorAllocated, BetweenStepsIsTheModelStateOfOneStage) {
   // One dense stage (tp 4, ZeRO 1): between steps a rank holds exactly its
-  // parameters, gradient buffers and optimizer state, as fit prices them.
+  // parameters, gradient buffers and optimizer state (each allocated once for
+  // the whole step, so its peak is its size), as fit prices them.
   const Recipe r = OneStage({{"model.pattern", "AD"}, {"training.recompute", "none"}});
   const SimulationReport rep = Simulate(r);
   for (const RankMeasurement& m : rep.per_rank) {
     int64_t state = 0;
     for (SimCategory c : {SimCategory::kReplicatedParams, SimCategory::kTpShardedParams, SimCategory::kEpShardedParams,
                           SimCategory::kGradients, SimCategory::kOptimizerMuon, SimCategory::kOptimizerAdamW}) {
-      state += m.final_bytes[static_cast<size_t>(c)];
+      state += m.peak_bytes[static_cast<size_t>(c)];
     }
     EXPECT_EQ(m.allocated_static_bytes, state) << "rank " << m.rank;
     // The step's peak holds that and the activation peak at least.
