@@ -2,6 +2,7 @@
 // the modes and their TransformerEngine sources). Everything here moves what
 // the computation needs; the counters measure it (docs/architecture.md).
 #include "attention_core.h"
+#include "dropout.h"
 
 #include <cmath>
 #include <limits>
@@ -494,18 +495,39 @@ void RerunAttentionCore(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const
 
 template <class T>
 Mat<T> UnfusedAttentionForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
-                               Mat<T>* probs) {
+                               Mat<T>* probs, const AttnDropout* drop, Mat<T>* mask, Mat<T>* dropped) {
   const int64_t heads = q.cols() / shape.head_dim, len = q.rows() / shape.batch;
   const Positions pos = LocalPositions(ctx, shape, q.rows());
   Mat<T> o(q.rows(), heads * shape.vdim());
   probs->resize(shape.batch * heads * len, len);
+  if (drop != nullptr) {
+    mask->resize(probs->rows(), len);
+    dropped->resize(probs->rows(), len);
+  }
+  const T scale = T(DropoutScale(ctx));
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       Mat<T> lse;  // the unfused softmax keeps its output, not this
       const Mat<T> p =
           Probs(ctx, shape, Take(shape, q, b, h, shape.head_dim), Take(shape, k, b, h, shape.head_dim), pos, pos, &lse);
-      Put(shape, &o, b, h, MatMul(ctx, p, Take(shape, v, b, h, shape.vdim())), false);
       probs->middleRows((b * heads + h) * len, len) = p;
+      if (drop == nullptr) {
+        Put(shape, &o, b, h, MatMul(ctx, p, Take(shape, v, b, h, shape.vdim())), false);
+        continue;
+      }
+      Mat<T> m(len, len);
+      const int64_t head = b * drop->heads + drop->first_head + h;  // global (batch row, head)
+      for (int64_t i = 0; i < len; ++i) {
+        for (int64_t j = 0; j < len; ++j) {
+          const bool keep = DropoutKeeps(ctx, DropoutSite::kAttention, drop->layer, head, pos[static_cast<size_t>(i)],
+                                         pos[static_cast<size_t>(j)]);
+          m(i, j) = keep ? scale : T(0);
+        }
+      }
+      const Mat<T> pd = p.cwiseProduct(m);
+      Put(shape, &o, b, h, MatMul(ctx, pd, Take(shape, v, b, h, shape.vdim())), false);
+      mask->middleRows((b * heads + h) * len, len) = m;
+      dropped->middleRows((b * heads + h) * len, len) = pd;
     }
   }
   return o;
@@ -513,7 +535,8 @@ Mat<T> UnfusedAttentionForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q
 
 template <class T>
 void UnfusedAttentionBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
-                              const Mat<T>& probs, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
+                              const Mat<T>& probs, const Mat<T>* mask, const Mat<T>* dropped, const Mat<T>& dout,
+                              Mat<T>* dq, Mat<T>* dk, Mat<T>* dv) {
   const T inv = T(1) / std::sqrt(T(shape.head_dim));
   const int64_t heads = q.cols() / shape.head_dim, len = q.rows() / shape.batch;
   *dq = Mat<T>::Zero(q.rows(), q.cols());
@@ -523,12 +546,16 @@ void UnfusedAttentionBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q,
     for (int64_t h = 0; h < heads; ++h) {
       const Mat<T> p = probs.middleRows((b * heads + h) * len, len);
       const Mat<T> doh = Take(shape, dout, b, h, shape.vdim());
-      const Mat<T> dp = MatMulTransB(ctx, doh, Take(shape, v, b, h, shape.vdim()));
+      Mat<T> dp = MatMulTransB(ctx, doh, Take(shape, v, b, h, shape.vdim()));
+      // With dropout the bmm read the dropped probabilities p * m: dp goes
+      // back through the mask, and dV comes from the dropped ones.
+      if (mask != nullptr) dp = dp.cwiseProduct(mask->middleRows((b * heads + h) * len, len));
+      const Mat<T> pv = mask != nullptr ? Mat<T>(dropped->middleRows((b * heads + h) * len, len)) : p;
       const Vec<T> rowsum = dp.cwiseProduct(p).rowwise().sum();
       const Mat<T> ds = p.cwiseProduct((dp.colwise() - rowsum).matrix());
       Put(shape, dq, b, h, Mat<T>(MatMul(ctx, ds, Take(shape, k, b, h, shape.head_dim)) * inv), true);
       Put(shape, dk, b, h, Mat<T>(MatMulTransA(ctx, ds, Take(shape, q, b, h, shape.head_dim)) * inv), true);
-      Put(shape, dv, b, h, MatMulTransA(ctx, p, doh), true);
+      Put(shape, dv, b, h, MatMulTransA(ctx, pv, doh), true);
     }
   }
 }
@@ -543,9 +570,10 @@ void UnfusedAttentionBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q,
                                const Mat<T>&, const std::vector<int64_t>&, Mat<T>*, Mat<T>*);                       \
   template void MergeAttention<T>(const AttnShape&, const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*);                \
   template Mat<T> UnfusedAttentionForward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,   \
-                                             Mat<T>*);                                                              \
+                                             Mat<T>*, const AttnDropout*, Mat<T>*, Mat<T>*);                        \
   template void UnfusedAttentionBackward<T>(Ctx&, const AttnShape&, const Mat<T>&, const Mat<T>&, const Mat<T>&,    \
-                                            const Mat<T>&, const Mat<T>&, Mat<T>*, Mat<T>*, Mat<T>*);
+                                            const Mat<T>&, const Mat<T>*, const Mat<T>*, const Mat<T>&, Mat<T>*,    \
+                                            Mat<T>*, Mat<T>*);
 PREFLIGHT_INSTANTIATE(double)
 PREFLIGHT_INSTANTIATE(float)
 #undef PREFLIGHT_INSTANTIATE

@@ -70,21 +70,35 @@ template <class T>
 void AttentionCoreBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
                            const Mat<T>& lse, const Mat<T>& o, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv);
 
+/// The attention dropout of an unfused core call: its layer, and where the
+/// call's heads sit among the layer's (the first one's global index, the
+/// layer's head count): each mask element is keyed by (batch row x heads +
+/// global head, query position, key position).
+struct AttnDropout {
+  int64_t layer = 0, first_head = 0, heads = 0;
+};
+
 /// Megatron's unfused core (transformer/dot_product_attention.py
 /// DotProductAttention, training.flash_attention: false), cp 1 only: scores
 /// by baddbmm, the causal softmax, O by bmm; `k`, `v` have one head per query
 /// head (shape.rep 1: Megatron repeat_interleaves GQA's K and V first).
 /// `probs` gets the softmax probabilities the bmm keeps for its backward,
 /// one [len, len] block per (batch b, head h) at rows (b * heads + h) * len.
+/// With `drop` the probabilities are dropped before the bmm (Megatron's
+/// attention_dropout): `mask` gets the scaled keep mask and `dropped` the
+/// dropped probabilities (what the bmm keeps), both in probs' layout.
 template <class T>
 Mat<T> UnfusedAttentionForward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
-                               Mat<T>* probs);
+                               Mat<T>* probs, const AttnDropout* drop = nullptr, Mat<T>* mask = nullptr,
+                               Mat<T>* dropped = nullptr);
 
 /// Its backward from the kept probabilities (autograd's: the softmax
-/// backward dS = P (dP - rowsum(dP P)), no recomputed scores).
+/// backward dS = P (dP - rowsum(dP P)), no recomputed scores), through the
+/// forward's dropout `mask` and `dropped` probabilities when not null.
 template <class T>
 void UnfusedAttentionBackward(Ctx& ctx, const AttnShape& shape, const Mat<T>& q, const Mat<T>& k, const Mat<T>& v,
-                              const Mat<T>& probs, const Mat<T>& dout, Mat<T>* dq, Mat<T>* dk, Mat<T>* dv);
+                              const Mat<T>& probs, const Mat<T>* mask, const Mat<T>* dropped, const Mat<T>& dout,
+                              Mat<T>* dq, Mat<T>* dk, Mat<T>* dv);
 
 /// Throws SimUnsupported, with the reason, for an attention layout the
 /// executor cannot run: a sequence that does not cut into the CP chunks

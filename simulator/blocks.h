@@ -186,6 +186,13 @@ struct Ctx {
     return router_group_of_row.empty() ? row / (rows / router_groups) : router_group_of_row[static_cast<size_t>(row)];
   }
   ModeledBytes bytes;
+  /// Megatron's hidden and attention dropout probability (training.dropout;
+  /// 0: none), the seed its masks are drawn from, and the global micro-batch
+  /// (data index) being run: each mask element is a function of these, the
+  /// site and the element's global position (simulator/dropout.h).
+  double dropout = 0.0;
+  uint64_t dropout_seed = 0;
+  int64_t data_index = 0;
   OptimizerConfig optimizer;  // which optimizer each ParamRole gets
   int64_t dropped_pairs = 0;
   MemoryTracker* mem() const { return &rank->memory(); }
@@ -440,13 +447,30 @@ Mat<T> Activate(FfnActivation f, const Mat<T>& a, const Mat<T>& u);
 template <class T>
 void ActivateBackward(FfnActivation f, const Mat<T>& dz, const Mat<T>& a, const Mat<T>& u, Mat<T>* da, Mat<T>* du);
 
-/// A layer of the stack: x <- x + F(RMSNorm(x)) on this rank's rows.
+/// A layer of the stack: x <- x + dropout(F(Norm(x))) on this rank's rows,
+/// the branch F(Norm(x)) being the block's own. The dropout is Megatron's
+/// bias-dropout-add (transformer_layer.py self_attn_bda / mlp_bda,
+/// ssm/mamba_layer.py mamba_bda, hidden_dropout): without training.dropout
+/// it is the plain residual add.
 template <class T>
 class Block {
  public:
   virtual ~Block() = default;
-  virtual Mat<T> Forward(Ctx& ctx, const Mat<T>& x) = 0;
-  virtual Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) = 0;
+  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) {
+    Mat<T> y = BranchForward(ctx, x);
+    if (ctx.dropout > 0) DropBranch(ctx, &y);
+    return x + y;
+  }
+  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) {
+    if (ctx.dropout == 0) return dy + BranchBackward(ctx, dy);
+    return dy + BranchBackward(ctx, DropBranchBackward(ctx, dy));
+  }
+  /// The layer id the block's dropout masks are drawn for, and the batch
+  /// rows per position (MakeBlock's).
+  void set_dropout_key(int64_t layer, int64_t batch) {
+    layer_ = layer;
+    batch_ = batch;
+  }
   /// The router's expert bias, when the block has one.
   virtual ExpertBias<T>* expert_bias() { return nullptr; }
   std::vector<Param<T>*> params() {
@@ -456,11 +480,26 @@ class Block {
   }
 
  protected:
+  /// The layer the block's dropout masks are drawn for.
+  int64_t layer() const { return layer_; }
+  /// F(Norm(x)), this rank's rows; keeps what BranchBackward reads.
+  virtual Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) = 0;
+  /// The gradient of x through the branch from the branch output's gradient.
+  virtual Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) = 0;
   Param<T>& Add(std::unique_ptr<Param<T>> p) {
     params_.push_back(std::move(p));
     return *params_.back();
   }
   std::vector<std::unique_ptr<Param<T>>> params_;
+
+ private:
+  /// Drops the branch output with the layer's hidden mask and keeps the mask
+  /// (1 byte per element: torch's dropout saves a bool mask) for backward.
+  void DropBranch(Ctx& ctx, Mat<T>* y);
+  /// dy through the kept mask, which goes.
+  Mat<T> DropBranchBackward(Ctx& ctx, const Mat<T>& dy);
+  int64_t layer_ = 0, batch_ = 1;
+  SavedPerMicrobatch<Tensor<T>> masks_;
 };
 
 /// Creates the block for pattern letter `letter` ('A', 'D', 'E', 'M', 'R') of layer `layer`.
@@ -531,7 +570,11 @@ class Embedding {
   /// rank's rows starting at row `first_row`.
   void AddPositions(const Ctx& ctx, int64_t first_row, Mat<T>* x) const;
   void AddPositionGrads(const Ctx& ctx, int64_t first_row, const Mat<T>& dx);
+  /// The lookup (and its backward) without the embedding dropout.
+  Mat<T> Lookup(Ctx& ctx, const std::vector<int64_t>& ids, int64_t slot);
+  void LookupBackward(Ctx& ctx, const Mat<T>& dx, int64_t slot);
   SavedPerMicrobatch<IndexTensor> ids_;  // keyed by microbatch * kSlots + slot
+  SavedPerMicrobatch<Tensor<T>> masks_;  // the dropout masks, keyed as ids_
 };
 
 /// Final RMSNorm, column-parallel head over the vocabulary, vocab-parallel

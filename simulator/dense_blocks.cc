@@ -69,12 +69,14 @@ class AttentionBlock final : public Block<T> {
         (*w)->tp_partial = true;
       }
     }
+    if (ctx.dropout > 0 && d.flash_attention)
+      throw SimUnsupported("dropout inside flash attention is not in the executor");
     kv_local_ = d.kv_heads / ctx.tp_size;
     q_local_ = d.heads / ctx.tp_size;
     CheckAttentionCp(d, ctx.tp_size, ctx.cp_size, ctx.cp_comm, ctx.seq.load_balanced);
   }
 
-  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+  Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
@@ -129,10 +131,10 @@ class AttentionBlock final : public Block<T> {
     Mat<T> y = ReduceFromTpForward(ctx, partial.m);
     AddBias(&y, out_b_);
     if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
-    return x + y;
+    return y;
   }
 
-  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+  Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
@@ -147,7 +149,9 @@ class AttentionBlock final : public Block<T> {
     Mat<T> dq, dk, dv;
     if (!d_.flash_attention) {
       Mat<T> dk_heads, dv_heads;
-      UnfusedAttentionBackward(ctx, UnfusedShape(), s.q.m, s.k.m, s.v.m, s.probs.m, dout, &dq, &dk_heads, &dv_heads);
+      const bool dropped = ctx.dropout > 0;
+      UnfusedAttentionBackward(ctx, UnfusedShape(), s.q.m, s.k.m, s.v.m, s.probs.m, dropped ? &s.mask.m : nullptr,
+                               dropped ? &s.dropped.m : nullptr, dout, &dq, &dk_heads, &dv_heads);
       dk = FoldHeads(dk_heads);
       dv = FoldHeads(dv_heads);
     } else {
@@ -164,7 +168,7 @@ class AttentionBlock final : public Block<T> {
     AddBiasGrad(dqkv.m, qkv_b_);
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{qkv_, &dqkv.m}});
     dqkv.Release();
-    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
@@ -174,22 +178,31 @@ class AttentionBlock final : public Block<T> {
     Tensor<T> q_in, k_in, q_rstd, k_rstd;  // qk_norm only
     Tensor<T> qc, kc, vc;                  // a "core_attn" rerun under a2a: the core's head split
     Tensor<T> probs;                       // the unfused core's softmax output (flash_attention: false)
+    Tensor<T> mask, dropped;               // and with dropout its mask and the dropped probabilities
   };
 
   /// Megatron's unfused core (DotProductAttention.forward): K and V
   /// repeat_interleaved to one head per query head, which baddbmm and bmm
   /// keep for their backward (GQA's K and V, expanded), with the softmax
   /// output in the activation dtype (FusedScaleMaskSoftmax's, which the bmm
-  /// reads: one storage).
+  /// reads: one storage). With dropout the softmax output stays for the
+  /// softmax's backward, and the dropout keeps its bool mask and the bmm the
+  /// dropped probabilities (Korthikanti's 5as/h: 2 + 1 + 2 bytes).
   Mat<T> UnfusedCore(Ctx& ctx, Mat<T> q, const Mat<T>& k, const Mat<T>& v, Saved* s) const {
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
     s->k = Tensor<T>(ctx.mem(), act, ab, ExpandHeads(k));
     s->v = Tensor<T>(ctx.mem(), act, ab, ExpandHeads(v));
-    Mat<T> probs;
-    Mat<T> o = UnfusedAttentionForward(ctx, UnfusedShape(), q, s->k.m, s->v.m, &probs);
+    Mat<T> probs, mask, dropped;
+    const AttnDropout drop{this->layer(), ctx.tp_rank * q_local_, d_.heads};
+    Mat<T> o = UnfusedAttentionForward(ctx, UnfusedShape(), q, s->k.m, s->v.m, &probs,
+                                       ctx.dropout > 0 ? &drop : nullptr, &mask, &dropped);
     s->q = Tensor<T>(ctx.mem(), act, ab, std::move(q));
     s->probs = Tensor<T>(ctx.mem(), act, ab, std::move(probs));
+    if (ctx.dropout > 0) {
+      s->mask = Tensor<T>(ctx.mem(), act, 1, std::move(mask));
+      s->dropped = Tensor<T>(ctx.mem(), act, ab, std::move(dropped));
+    }
     return o;
   }
 
@@ -289,23 +302,23 @@ class MlpBlock final : public Block<T> {
     }
   }
 
-  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+  Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kMlp);
     Saved& s = saved_.Open(ctx.microbatch);
     const bool rerun_norm = RerunsNorm(ctx, ctx.transformer_engine);
     SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd, rerun_norm);
     const bool rerun = RerunsMlp(ctx);
-    const Mat<T> y = Mlp(ctx, &s, rerun ? SimCategory::kTemporaries : SimCategory::kActivations);
+    Mat<T> y = Mlp(ctx, &s, rerun ? SimCategory::kTemporaries : SimCategory::kActivations);
     if (rerun) {
       s.a.Release();
       s.u.Release();
       s.z.Release();
     }
     if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
-    return x + y;
+    return y;
   }
 
-  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+  Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kMlp);
     const int64_t ab = ctx.bytes.activation;
     Saved s = saved_.Close(ctx.microbatch);
@@ -324,7 +337,7 @@ class MlpBlock final : public Block<T> {
     if (gate_ != nullptr) AddBiasGrad(du, up_b_);
     const Mat<T> dn = gate_ != nullptr ? ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &da}, {up_, &du}})
                                        : ColumnParallelBackward<T>(ctx, s.n.m, {{up_, &da}});
-    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:

@@ -7,6 +7,7 @@
 #include "preflight/simulator/sim.h"
 
 #include "blocks.h"
+#include "dropout.h"
 
 namespace preflight::sim {
 
@@ -29,6 +30,25 @@ Embedding<T>::Embedding(Ctx& ctx, const Dims& d, uint64_t seed, double scale, bo
 
 template <class T>
 Mat<T> Embedding<T>::Forward(Ctx& ctx, const std::vector<int64_t>& ids, int64_t slot) {
+  Mat<T> x = Lookup(ctx, ids, slot);
+  if (ctx.dropout == 0) return x;
+  // Megatron's embedding_dropout (language_model_embedding.py), after the SP
+  // scatter: a mask of this rank's rows, kept for backward (1 byte each).
+  Tensor<T>& mask = masks_.Open(ctx.microbatch * kSlots + slot);
+  mask = Tensor<T>(ctx.mem(), SimCategory::kActivations, 1,
+                   ResidualDropoutMask<T>(ctx, DropoutSite::kEmbedding, slot, d_.batch, x.rows(), x.cols()));
+  return x.cwiseProduct(mask.m);
+}
+
+template <class T>
+void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx, int64_t slot) {
+  if (ctx.dropout == 0) return LookupBackward(ctx, dx, slot);
+  const Tensor<T> mask = masks_.Close(ctx.microbatch * kSlots + slot);
+  LookupBackward(ctx, dx.cwiseProduct(mask.m), slot);
+}
+
+template <class T>
+Mat<T> Embedding<T>::Lookup(Ctx& ctx, const std::vector<int64_t>& ids, int64_t slot) {
   // Token ids stay alive for the backward (int64, docs/formulas.md §3.4).
   ctx.rank->set_what(CommWhat::kEmbedding);
   ids_.Open(ctx.microbatch * kSlots + slot) = IndexTensor(ctx.mem(), SimCategory::kActivations, ids);
@@ -80,7 +100,7 @@ void Embedding<T>::AddPositions(const Ctx& ctx, int64_t first_row, Mat<T>* x) co
 }
 
 template <class T>
-void Embedding<T>::Backward(Ctx& ctx, const Mat<T>& dx, int64_t slot) {
+void Embedding<T>::LookupBackward(Ctx& ctx, const Mat<T>& dx, int64_t slot) {
   ctx.rank->set_what(CommWhat::kEmbedding);
   const IndexTensor ids = ids_.Close(ctx.microbatch * kSlots + slot);
   if (d_.replicated_embedding) {
@@ -228,12 +248,22 @@ void Head<T>::DrainDeferred(Ctx& ctx) {
 template <class T>
 std::unique_ptr<Block<T>> MakeBlock(char letter, Ctx& ctx, const Dims& d, int64_t layer, uint64_t seed,
                                     double scale) {
-  if (letter == 'E') return MakeMoeBlock<T>(ctx, d, layer, seed, scale);
-  if (letter == 'M') return MakeMambaBlock<T>(ctx, d, layer, seed, scale);
-  if (letter == 'R') return MakeRecurrentBlock<T>(ctx, d, layer, seed, scale);
-  if (letter == 'A' && d.mla) return MakeMlaBlock<T>(ctx, d, layer, seed, scale);
-  if (letter == 'A' || letter == 'D') return MakeDenseBlock<T>(letter, ctx, d, layer, seed, scale);
-  throw SimUnsupported(std::string("block '") + letter + "' is not in the executor");
+  std::unique_ptr<Block<T>> block;
+  if (letter == 'E') {
+    block = MakeMoeBlock<T>(ctx, d, layer, seed, scale);
+  } else if (letter == 'M') {
+    block = MakeMambaBlock<T>(ctx, d, layer, seed, scale);
+  } else if (letter == 'R') {
+    block = MakeRecurrentBlock<T>(ctx, d, layer, seed, scale);
+  } else if (letter == 'A' && d.mla) {
+    block = MakeMlaBlock<T>(ctx, d, layer, seed, scale);
+  } else if (letter == 'A' || letter == 'D') {
+    block = MakeDenseBlock<T>(letter, ctx, d, layer, seed, scale);
+  } else {
+    throw SimUnsupported(std::string("block '") + letter + "' is not in the executor");
+  }
+  block->set_dropout_key(layer, d.batch);
+  return block;
 }
 
 template class Embedding<double>;

@@ -495,7 +495,7 @@ class MambaBlock final : public Block<T> {
     PlaceKernel(ctx);
   }
 
-  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+  Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kMamba);
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
@@ -523,10 +523,10 @@ class MambaBlock final : public Block<T> {
     gated.Release();
     Tensor<T> partial(ctx.mem(), tmp, ab, MatMul(ctx, normed.m, out_proj_->value.m));
     normed.Release();
-    return x + ReduceFromTpForward(ctx, partial.m);
+    return ReduceFromTpForward(ctx, partial.m);
   }
 
-  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+  Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kMamba);
     const SimCategory tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
@@ -553,7 +553,7 @@ class MambaBlock final : public Block<T> {
     if (a2a_) dk = Tensor<T>(ctx.mem(), tmp, ab, HeadsToSeq(ctx, dk.m, seq_to_heads_, tp_.proj(), d_.batch));
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{in_proj_, &dk.m}});
     dk.Release();
-    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:

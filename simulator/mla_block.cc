@@ -62,9 +62,11 @@ class MlaBlock final : public Block<T> {
     kv_up_ = matrix("attention.kv_up.weight", d.mla_kv_lora, n * (d.mla_nope + d.mla_v), ShardKind::kColumns);
     out_ = matrix("attention.out.weight", n * d.mla_v, h, ShardKind::kRows);
     heads_local_ = n / ctx.tp_size;
+    if (ctx.dropout > 0 && d.flash_attention)
+      throw SimUnsupported("dropout inside flash attention is not in the executor");
   }
 
-  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+  Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
@@ -103,8 +105,14 @@ class MlaBlock final : public Block<T> {
       // Megatron's unfused core keeps q, k, v and the softmax output
       // (DotProductAttention; MLA has a key head per query head). Neither
       // rerun is in the executor with it (simulate.cc).
-      o = UnfusedAttentionForward(ctx, Shape(), q, k, v, &core.lse);
+      Mat<T> mask, dropped;
+      const AttnDropout drop{this->layer(), ctx.tp_rank * heads_local_, d_.heads};
+      o = UnfusedAttentionForward(ctx, Shape(), q, k, v, &core.lse, ctx.dropout > 0 ? &drop : nullptr, &mask, &dropped);
       s.probs = Tensor<T>(ctx.mem(), act, ab, std::move(core.lse));
+      if (ctx.dropout > 0) {  // the dropout's mask and the dropped probabilities the bmm keeps
+        s.mask = Tensor<T>(ctx.mem(), act, 1, std::move(mask));
+        s.dropped = Tensor<T>(ctx.mem(), act, ab, std::move(dropped));
+      }
       core.q = std::move(q);
       core.k = std::move(k);
       core.v = std::move(v);
@@ -120,10 +128,10 @@ class MlaBlock final : public Block<T> {
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
     Tensor<T> partial(ctx.mem(), tmp, ab, MatMul(ctx, s.o.m, out_->value.m));
     if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
-    return x + ReduceFromTpForward(ctx, partial.m);
+    return ReduceFromTpForward(ctx, partial.m);
   }
 
-  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+  Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const SimCategory tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation, hl = heads_local_, nope = d_.mla_nope, rope = d_.mla_rope;
@@ -147,7 +155,9 @@ class MlaBlock final : public Block<T> {
     const bool head_split = s.qc.m.size() > 0;  // the core's own layout, from a rerun
     Mat<T> dq, dk, dv;
     if (!d_.flash_attention) {
-      UnfusedAttentionBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.probs.m, dout, &dq, &dk, &dv);
+      const bool dropped = ctx.dropout > 0;
+      UnfusedAttentionBackward(ctx, Shape(), s.q.m, s.k.m, s.v.m, s.probs.m, dropped ? &s.mask.m : nullptr,
+                               dropped ? &s.dropped.m : nullptr, dout, &dq, &dk, &dv);
     } else {
       AttentionCoreBackward(ctx, Shape(), head_split ? s.qc.m : s.q.m, head_split ? s.kc.m : s.k.m,
                             head_split ? s.vc.m : s.v.m, s.lse.m, s.o.m, dout, &dq, &dk, &dv);
@@ -180,7 +190,7 @@ class MlaBlock final : public Block<T> {
     } else {
       dn += ColumnParallelBackward<T>(ctx, s.n.m, {{q_up_, &dq}});
     }
-    return dy + RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return RmsNormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:
@@ -188,6 +198,7 @@ class MlaBlock final : public Block<T> {
     Tensor<T> x, n, rstd, cq, cq_n, rstd_q, ckv, ckv_n, rstd_kv, q, k, v, o, lse;
     Tensor<T> qc, kc, vc;  // a "core_attn" rerun under a2a: the core's head split
     Tensor<T> probs;       // the unfused core's softmax output (flash_attention: false)
+    Tensor<T> mask, dropped;  // with dropout: its mask and the dropped probabilities
   };
 
   /// Selective "mla_up_proj": Megatron's MLASelfAttention runs the q and

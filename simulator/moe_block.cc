@@ -123,11 +123,11 @@ class MoeBlock final : public Block<T> {
 
   ExpertBias<T>* expert_bias() override { return d_.router_bias ? &bias_ : nullptr; }
 
-  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+  Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     const bool rerun_norm = RerunsNorm(ctx, /*fused=*/false);  // the router reads it: always its own module
     SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s_.x, &s_.n, &s_.rstd, rerun_norm);
     const bool rerun = RerunsLayer(ctx);
-    Mat<T> result = x + Layer(ctx, rerun ? SimCategory::kTemporaries : SimCategory::kActivations, false);
+    Mat<T> result = Layer(ctx, rerun ? SimCategory::kTemporaries : SimCategory::kActivations, false);
     if (rerun) {
       // The checkpoint keeps its input, the norm output; the norm keeps x and its statistics.
       State kept;
@@ -141,7 +141,7 @@ class MoeBlock final : public Block<T> {
     return result;
   }
 
-  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+  Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
     const SimCategory scratch = SimCategory::kRoutingScratch;
     s_ = saved_.Close(ctx.microbatch);
@@ -247,7 +247,7 @@ class MoeBlock final : public Block<T> {
     }
     router_->grad.m += MatMulTransA(ctx, s_.n.m, dlogits);
     dn += MatMulTransB(ctx, dlogits, router_->value.m);
-    Mat<T> dx = dy + NormBackward(dn, s_.x.m, s_.rstd.m, norm_->value.m, &norm_->grad.m);
+    Mat<T> dx = NormBackward(dn, s_.x.m, s_.rstd.m, norm_->value.m, &norm_->grad.m);
     s_ = State();  // frees what the backward read
     return dx;
   }

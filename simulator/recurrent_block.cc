@@ -380,7 +380,7 @@ class RecurrentBlock final : public Block<T> {
     out_ = matrix("out_proj.weight", w, h, ShardKind::kRows, scale / std::sqrt(double(w)));
   }
 
-  Mat<T> Forward(Ctx& ctx, const Mat<T>& x) override {
+  Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kRecurrent);
     const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
@@ -410,10 +410,10 @@ class RecurrentBlock final : public Block<T> {
     }
     Tensor<T> partial(ctx.mem(), tmp, ab, MatMul(ctx, a2a ? y_a2a.m : s.y.m, out_->value.m));
     y_a2a.Release();
-    return x + ReduceFromTpForward(ctx, partial.m);
+    return ReduceFromTpForward(ctx, partial.m);
   }
 
-  Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) override {
+  Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kRecurrent);
     const SimCategory tmp = SimCategory::kTemporaries;
     const int64_t ab = ctx.bytes.activation;
@@ -436,7 +436,7 @@ class RecurrentBlock final : public Block<T> {
       du.m = RecurrenceBackward(ctx, s, dyo.cwiseProduct(gelu));
     }
     const Mat<T> dn = ColumnParallelBackward<T>(ctx, s.n.m, {{gate_, &dg_pre.m}, {in_, &du.m}});
-    return dy + NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
+    return NormBackward(dn, s.x.m, s.rstd.m, norm_->value.m, &norm_->grad.m);
   }
 
  private:

@@ -79,7 +79,23 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   Require(!r.model.tie_embeddings || p.zero <= 1,
           "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
           "embedding's gradient is sharded per unit before the stages' copies are summed");
-  Require(r.training.dropout == 0.0, "dropout is not in the executor (training.dropout must be 0)");
+  if (r.training.dropout > 0) {
+    // Transformer Engine's fused attention (and flash-attn) drop the
+    // probabilities inside the kernel, keeping only the RNG state.
+    Require(!r.training.flash_attention,
+            "dropout inside flash attention is not in the executor (its core has no dropout): set "
+            "training.flash_attention: false (Megatron's unfused core) or training.dropout: 0");
+    Require(r.model.mtp_layers == 0,
+            "dropout is in the executor without MTP only (set model.mtp_layers: 0 or training.dropout: 0)");
+    // Megatron checkpoints only the MLP module (transformer_layer.py
+    // _forward_mlp): its bias-dropout-add and mask stay outside, where the
+    // executor's checkpoint of the whole D sublayer (recompute.h) would rerun them.
+    const TrainingConfig& t = r.training;
+    Require(t.recompute != Recompute::kSelective || !t.recompute_modules.has(RecomputeModule::kMlp) ||
+                !t.transformer_engine || std::find(letters.begin(), letters.end(), 'D') == letters.end(),
+            "dropout with the selective mlp rerun under Transformer Engine is not in the executor (leave mlp out of "
+            "training.recompute_modules, or set training.transformer_engine: false or training.dropout: 0)");
+  }
   if (!r.training.flash_attention) {
     Require(p.cp == 1,
             "training.flash_attention: false runs Megatron's unfused DotProductAttention, which asserts "
@@ -294,6 +310,7 @@ struct RankResult {
   int64_t dropped = 0;
   int64_t peak_in_flight = 0;
   double flops = 0;
+  int64_t allocated_static = 0, allocated_peak = 0;  // RankMeasurement's, taken after the optimizer step
 };
 
 /// A model chunk a pipeline rank holds (docs/formulas.md §4.3): its layers, and the
@@ -361,6 +378,8 @@ class RankProgram {
     c.router_groups = spec.router_groups;
     c.router_group_of_row = spec.router_group_of_row;
     c.bytes = BytesOf(*spec.recipe);
+    c.dropout = spec.recipe->training.dropout;
+    c.dropout_seed = spec.opt.seed;
     c.optimizer = spec.recipe->training.optimizer;
     const TrainingConfig& training = spec.recipe->training;
     if (training.recompute == Recompute::kSelective) c.rerun = training.recompute_modules;
@@ -393,6 +412,7 @@ class RankProgram {
     for (const PipeOp& op : ops) {
       ModelChunk<T>& chunk = chunks_[static_cast<size_t>(op.chunk)];
       ctx_.microbatch = op.microbatch;
+      ctx_.data_index = DataIndex(op.microbatch);
       if (op.forward) {
         Forward(chunk, op.microbatch, &out);
         out.peak_in_flight = std::max(out.peak_in_flight, ++live);
@@ -412,6 +432,9 @@ class RankProgram {
     const std::map<std::string, Mat<double>> biases_before = ExpertBiases();
     UpdateExpertBiases();
     optimizer_->Step(ctx_);
+    // The allocator's figures, before the verifier's gathers (not the step's).
+    out.allocated_static = ctx_.rank->memory().live_total();
+    out.allocated_peak = ctx_.rank->memory().peak_total();
     optimizer_->GatherForVerification(ctx_);
     for (const auto& unit : units) {
       for (Param<T>* p : unit) Record(*p, &out);
@@ -955,7 +978,8 @@ void CodeResult(Coder& c, Result& r, Measurement& m) {
          p.update);
   }
   each(m.rank, m.pipeline_rank, m.peak_in_flight, m.comm, m.peak_bytes, m.final_bytes, m.peak_total_bytes,
-       m.activations_at_peak, m.host_peak_bytes, m.bytes_to_host, m.bytes_to_device);
+       m.activations_at_peak, m.host_peak_bytes, m.bytes_to_host, m.bytes_to_device, m.allocated_static_bytes,
+       m.allocated_peak_bytes);
 }
 
 std::vector<char> EncodeResult(const RankResult& result, const RankMeasurement& measured) {
@@ -984,6 +1008,8 @@ RankMeasurement Measure(const Rank& rank, const RankResult& result) {
   m.host_peak_bytes = rank.host_memory().peak_total();
   m.bytes_to_host = rank.bytes_to_host();
   m.bytes_to_device = rank.bytes_to_device();
+  m.allocated_static_bytes = result.allocated_static;
+  m.allocated_peak_bytes = result.allocated_peak;
   return m;
 }
 

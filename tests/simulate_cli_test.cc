@@ -134,7 +134,7 @@ TEST(SimulateCli, MpiRuntimeRefusesAnUnsupportedRecipeBeforeAskingForRanks) {
   const auto r =
       RunPreflight({"simulate", "recipes/nam56r-h200.yaml", "--set", "training.dropout=0.1", "--runtime", "mpi"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("dropout is not in the executor"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("dropout inside flash attention is not in the executor"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("-np"), std::string::npos) << r.err;
 }
 

@@ -147,8 +147,14 @@ std::string RenderSimulationJson(const Recipe& scaled, const SimulationReport& r
     }
     ordered_json peaks;
     for (int k = 0; k < kNumSimCategories; ++k) peaks[Key(static_cast<SimCategory>(k))] = m.peak_bytes[static_cast<size_t>(k)];
-    ranks.push_back({{"rank", m.rank}, {"pipeline_rank", m.pipeline_rank}, {"peak_in_flight", m.peak_in_flight},
-                     {"comm", comm}, {"peak_bytes", peaks}, {"peak_total_bytes", m.peak_total_bytes}});
+    ranks.push_back({{"rank", m.rank},
+                     {"pipeline_rank", m.pipeline_rank},
+                     {"peak_in_flight", m.peak_in_flight},
+                     {"comm", comm},
+                     {"peak_bytes", peaks},
+                     {"peak_total_bytes", m.peak_total_bytes},
+                     {"allocated_static_bytes", m.allocated_static_bytes},
+                     {"allocated_peak_bytes", m.allocated_peak_bytes}});
     // Only with an offload: every other report keeps its fields.
     if (m.host_peak_bytes > 0 || m.bytes_to_host > 0 || m.bytes_to_device > 0) {
       ranks.back()["host_peak_bytes"] = m.host_peak_bytes;

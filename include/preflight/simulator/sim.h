@@ -70,6 +70,12 @@ struct RankMeasurement {
   int64_t host_peak_bytes = 0;
   int64_t bytes_to_host = 0;
   int64_t bytes_to_device = 0;
+  /// What PyTorch's allocator would report for the step: the bytes still
+  /// allocated right after the optimizer step (torch.cuda.memory_allocated()
+  /// between steps) and the most allocated at any instant of the step, the
+  /// optimizer's transients included (torch.cuda.max_memory_allocated()).
+  int64_t allocated_static_bytes = 0;
+  int64_t allocated_peak_bytes = 0;
   /// Activation bytes by owner ("A", "D", "E", "ends") at the activation peak.
   std::map<std::string, int64_t> activations_at_peak;
 };
