@@ -113,6 +113,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   Require(p.optimizer_sharding == OptimizerSharding::kFlat || r.model.norm != NormKind::kLayerNorm,
           "Megatron's layer-wise optimizer deals LayerNorm's weight and bias as two tensors, which the executor "
           "keeps as one (set model.norm: rmsnorm, or parallel.optimizer_sharding: flat)");
+  Require(r.model.moe.dispatcher == MoeDispatcher::kAllToAll,
+          "the executor dispatches MoE tokens by all-to-all only (set model.moe.dispatcher: alltoall)");
   Require(r.training.optimizer.offload_fraction == 0,
           "the executor keeps the optimizer on the device (set training.optimizer.offload_fraction: 0)");
   Require(!r.parallel.fsdp_cpu_offload,
