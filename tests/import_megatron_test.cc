@@ -342,7 +342,7 @@ TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {
 }
 
 // TransformerConfig.moe_token_dispatcher_type defaults to "allgather"
-// (transformer_config.py, Megatron-LM d98e8a6): the ep8 corpus runs pass no
+// (transformer_config.py, Megatron-LM d98e8a6): 22 MoE corpus runs pass no
 // --moe-token-dispatcher-type and ran the all-gather dispatcher.
 TEST(ImportMegatron, TokenDispatcherDefaultsToMegatronsAllGather) {
   const std::string base =
@@ -359,7 +359,7 @@ TEST(ImportMegatron, TokenDispatcherDefaultsToMegatronsAllGather) {
   ASSERT_NE(FirstError(bad), nullptr);
   EXPECT_THAT(Format(*FirstError(bad)), HasSubstr("--moe-token-dispatcher-type"));
   EXPECT_THAT(Format(*FirstError(bad)), HasSubstr("allgather, alltoall, flex"));
-  const fidelity::Case& c = CorpusCase("moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_optimizer/dev_dgx_h100");
+  const fidelity::Case& c = CorpusCase("moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4/dev_dgx_h100");
   EXPECT_EQ(Load(ImportMegatronArgs(fidelity::ModelArgsYaml(c), c.id), fidelity::ClusterOf(c)).model.moe.dispatcher,
             MoeDispatcher::kAllGather);
 }

@@ -998,11 +998,6 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   const bool bf16 = a.Flag("--bf16");
   const bool fp16 = a.Flag("--fp16");
   Add(&l, "training.precision.params", bf16 ? "bf16" : fp16 ? "fp16" : "fp32");
-  // Under --fp16/--bf16 Megatron wraps the model in Float16Module, which casts
-  // the weights and the first stage's inputs to half precision; without either
-  // the model runs, and keeps its activations, in fp32 (training.py get_model,
-  // core/transformer/module.py Float16Module).
-  Add(&l, "training.precision.activations", bf16 ? "bf16" : fp16 ? "fp16" : "fp32");
   // The main_grad buffer is fp32 when gradients accumulate in fp32, else the
   // parameters' dtype (param_and_grad_buffer.py group_params_for_buffers);
   // arguments.py turns fp32 accumulation on under --bf16 unless
