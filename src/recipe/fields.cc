@@ -360,10 +360,10 @@ std::vector<RecipeField> MakeFields() {
             Spell(BoolField(
                       "model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
                   "--moe-grouped-gemm", "(model flavor)")),
-      Moves(kAffectsMemory, Spell(EnumField(
-                                      "model.moe.dispatcher", "enum", kMoeDispatchers,
-                                      [](auto& r) -> auto& { return r.model.moe.dispatcher; }),
-                                  "--moe-token-dispatcher-type", "(model flavor)")),
+      Spell(
+          EnumField(
+              "model.moe.dispatcher", "enum", kMoeDispatchers, [](auto& r) -> auto& { return r.model.moe.dispatcher; }),
+          "--moe-token-dispatcher-type", "(model flavor)"),
       Spell(IntField(
                 "model.moe.first_k_dense", "E slots", 0, kMaxLayers,
                 [](auto& r) -> auto& { return r.model.moe.first_k_dense; }),
