@@ -144,11 +144,26 @@ Bytes ScoresBuffer(const Recipe& rc, const Layout& l, const Walk& w) {
       Mul(Mul(Mul(TokensOf(rc, l).cp_rank, heads), rc.training.seq_len), SizeOf(rc.training.precision.activations)));
 }
 
+/// Megatron's all-gather token dispatcher gathers the tokens of the ETP x EP
+/// group into the same global memory buffer ("mpu", the activation dtype):
+/// [T * t_e * e, h] (token_dispatcher.py MoEAllGatherTokenDispatcher
+/// token_dispatch, gather_from_sequence_parallel_region with
+/// use_global_buffer=True; tensor_parallel/mappings.py _gather_along_first_dim
+/// skips the gather on a group of one). One buffer per (name, dtype), grown
+/// to the largest request and kept: the row is the larger of the two users.
+Bytes GatheredTokensBuffer(const Recipe& rc, const Layout& l, const Walk& w) {
+  const int64_t group = Mul(l.expert_tp, l.ep);
+  if (rc.model.moe.dispatcher != MoeDispatcher::kAllGather || group == 1 || !MoeOnRank(w, rc)) return Bytes(0);
+  return Bytes(
+      Mul(Mul(Mul(TokensOf(rc, l).router, group), rc.model.hidden), SizeOf(rc.training.precision.activations)));
+}
+
 void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, const Layout& l, Sink* sink) {
   const Workspaces ws = WorkspacesOf(rc, w);
   const Bytes cublas = MiB(Mul(ws.count(), rc.cluster.cublas_workspace_mib));
   const Bytes scores = ScoresBuffer(rc, l, w);
-  out.bytes[static_cast<int>(Category::kLibraryWorkspaces)] = cublas + scores;
+  const Bytes gathered = GatheredTokensBuffer(rc, l, w);
+  out.bytes[static_cast<int>(Category::kLibraryWorkspaces)] = cublas + std::max(scores, gathered);
   if (sink && cublas.count() > 0) {
     Note(sink, Category::kLibraryWorkspaces,
          "cuBLAS workspaces: PyTorch's per (thread handle, stream), TE's, TE grouped GEMM's per stream",
@@ -159,7 +174,18 @@ void PriceWorkspaces(RankMemory& out, const Walk& w, const Recipe& rc, const Lay
                  {"cublas_workspace_mib", rc.cluster.cublas_workspace_mib}}),
          cublas);
   }
-  if (sink && scores.count() > 0) {
+  // One buffer: the larger user's row (the other's request fits inside it).
+  if (sink && gathered > scores) {
+    Note(sink, Category::kLibraryWorkspaces, "Megatron's global buffer for the MoE all-gather dispatcher's tokens",
+         "T * t_e * e * h * beta_a",
+         Inputs({{"T", TokensOf(rc, l).router},
+                 {"t_e", l.expert_tp},
+                 {"e", l.ep},
+                 {"h", rc.model.hidden},
+                 {"beta_a", SizeOf(rc.training.precision.activations)}}),
+         gathered);
+  }
+  if (sink && scores.count() > 0 && scores >= gathered) {
     Note(sink, Category::kLibraryWorkspaces, "Megatron's global buffer for the local attention core's raw scores",
          "(s/c * b) * ceil(heads/t) * s * beta_a",
          Inputs({{"tokens", TokensOf(rc, l).cp_rank},

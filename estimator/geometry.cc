@@ -15,6 +15,27 @@ namespace {
 int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b); }
 int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
 
+/// The all-gather dispatcher's phases (Megatron-LM d98e8a6,
+/// token_dispatcher.py MoEAllGatherTokenDispatcher): token_dispatch gathers
+/// the G = T * t_e * e tokens of the ETP x EP group into Megatron's global
+/// memory buffer (use_global_buffer=True: kept between steps, priced as a
+/// library workspace, AllGatherTokensBuffer), with their routing map (bool)
+/// and probabilities ([G, E] each, fp32 as the top-k probabilities here);
+/// dispatch_postprocess permutes this rank's experts' R rows out of it.
+/// combine_preprocess unpermutes the R expert outputs back to [G, h] and
+/// token_combine reduce-scatters that to the T local rows. There is no send
+/// or receive copy, expert-TP gather or sort by local expert.
+MoeRouting AllGatherPhases(MoeRouting out, const MoeConfig& e, int64_t row, int64_t ep, int64_t expert_tp) {
+  const int64_t gathered = Mul(Mul(out.tokens, expert_tp), ep);
+  out.counts = Bytes(Mul(8, e.experts));
+  out.gathered_routing = Bytes(Mul(Mul(gathered, e.experts), 4 + 1));
+  out.dispatch_recv = Bytes(Mul(out.expert_tokens, row));
+  out.combine_send = Bytes(Mul(out.expert_tokens, row));
+  out.combine_recv = Bytes(Mul(gathered, row));
+  out.unpermute_out = Bytes(Mul(out.tokens, row));
+  return out;
+}
+
 }  // namespace
 
 TokenGeometry TokensOf(const Recipe& r, const Layout& l) {
@@ -63,6 +84,7 @@ MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens,
   out.expert_tokens = Mul(out.recv_tokens, expert_tp);
   out.topk_probs = Bytes(Mul(routed, 4));
   out.counts = Bytes(Mul(8, Add(e.experts, Mul(Mul(expert_tp, ep), e.experts))));
+  if (e.dispatcher == MoeDispatcher::kAllGather) return AllGatherPhases(out, e, row, ep, expert_tp);
   out.dispatch_send = Bytes(Mul(out.send_tokens, row));
   out.dispatch_recv = Bytes(Mul(out.recv_tokens, row));
   if (expert_tp > 1) out.etp_gather = Bytes(Mul(out.expert_tokens, row));

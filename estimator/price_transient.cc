@@ -299,6 +299,21 @@ void NoteRoutingScratch(Sink* sink, const MoeRouting& mr, const Recipe& rc, cons
   const int64_t local_experts = std::max<int64_t>(1, e.experts / l.ep);
   Note(sink, Category::kRoutingScratch, "MoE top-k probabilities (fp32)", "T*k*4",
        Inputs({{"T", mr.tokens}, {"k", e.top_k}}), mr.topk_probs);
+  if (e.dispatcher == MoeDispatcher::kAllGather) {
+    const int64_t gathered = Mul(Mul(mr.tokens, l.expert_tp), l.ep);
+    Note(sink, Category::kRoutingScratch, "MoE routing counts: tokens_per_expert", "8E (int64)",
+         Inputs({{"E", e.experts}}), mr.counts);
+    Note(sink, Category::kRoutingScratch, "MoE all-gather dispatcher: gathered routing probs (fp32) and map (bool)",
+         "G*E*(4+1), G = T*t_e*e", Inputs({{"T", mr.tokens}, {"t_e", l.expert_tp}, {"e", l.ep}, {"E", e.experts}}),
+         mr.gathered_routing);
+    Note(sink, Category::kRoutingScratch,
+         "MoE all-gather dispatcher, combine (the larger phase): expert outputs, unpermuted to the gathered rows, "
+         "reduce-scattered to the local rows (the gathered tokens are Megatron's global buffer, a library workspace)",
+         "(R + G + T) * h*beta",
+         Inputs({{"R", mr.expert_tokens}, {"G", gathered}, {"T", mr.tokens}, {"h", rc.model.hidden}}),
+         mr.peak() - mr.topk_probs - mr.counts - mr.gathered_routing);
+    return;
+  }
   Note(sink, Category::kRoutingScratch, "MoE routing counts: tokens_per_expert + the count surface over ETP x EP",
        "8E + 8*t_e*e*E (int64)",
        Inputs({{"E", e.experts},

@@ -218,6 +218,7 @@ struct Sizes {
   /// k*T, E*C when padded to capacity, at most E*C when tokens beyond
   /// capacity drop); 0 without MoE layers (main or MTP).
   int64_t moe_copies = 0;
+  int64_t moe_tokens = 0;  // T: the router's tokens per MoE layer call (0 without MoE layers)
   /// What an attention layer's TP region gathers under SP, forward (and
   /// reduce-scatters as dgrad), and re-gathers backward for the weight
   /// gradients: x for GQA; MLA's up-projection inputs (MlaTpWidths).
@@ -257,7 +258,11 @@ Sizes SizesOf(const Inventory& inv, const PlanTables& t, const Layout& l) {
     s.attn_regather = Bytes(CheckedMul(CheckedMul(tokens, regather), s.act));
   }
   const size_t moe = static_cast<size_t>(FamilyIndex(BlockKind::kMoe));
-  if (t.family_count_prefix.back()[moe] + t.mtp_counts[moe] > 0) s.moe_copies = RouteMoeOn(inv.recipe, l).send_tokens;
+  if (t.family_count_prefix.back()[moe] + t.mtp_counts[moe] > 0) {
+    const MoeRouting routing = RouteMoeOn(inv.recipe, l);
+    s.moe_copies = routing.send_tokens;
+    s.moe_tokens = routing.tokens;
+  }
   return s;
 }
 
@@ -555,20 +560,44 @@ void AddPp(const Layout& l, const Sizes& s, std::span<const RankChunk> chunks, i
   items->AddP2p(Axis::kPp, Pass::kBackward, CommWhat::kActivationGrads, msg, fwd_recv, fwd_send);
 }
 
+/// Megatron's all-gather dispatcher (token_dispatcher.py
+/// MoEAllGatherTokenDispatcher, d98e8a6): token_dispatch all-gathers the T
+/// local tokens over the ETP x EP group and token_combine reduce-scatters the
+/// [T * t_e * e, h] expert outputs back; backward mirrors both
+/// (mappings.py _GatherFromSequenceParallelRegion: AG forward, RS backward).
+/// One collective over t_e * e ranks, priced as the ETP step then the EP
+/// step: a ring moves (t_e - 1) T h + (e - 1) t_e T h = (t_e e - 1) T h
+/// bytes either way, each step on its own axis's links. The routing map and
+/// probabilities gathered beside the tokens ([T, E] each) are not priced.
+void AddEpAllGather(const Layout& l, const Sizes& s, int64_t n_e, int64_t n_bwd, ItemList* items) {
+  const Bytes etp = BytesOf(CheckedMul(CheckedMul(s.moe_tokens, s.hidden), l.expert_tp), s.act);
+  const Bytes group = etp * l.ep;
+  for (const auto& [pass, n] : {std::pair{Pass::kForward, n_e}, std::pair{Pass::kBackward, n_bwd}}) {
+    items->Add(Axis::kExpertTp, Collective::kAllGather, pass, CommWhat::kMoeDispatch, etp, n);
+    items->Add(Axis::kEp, Collective::kAllGather, pass, CommWhat::kMoeDispatch, group, n);
+    items->Add(Axis::kEp, Collective::kReduceScatter, pass, CommWhat::kMoeCombine, group, n);
+    items->Add(Axis::kExpertTp, Collective::kReduceScatter, pass, CommWhat::kMoeCombine, etp, n);
+  }
+}
+
 void AddEp(const PlanTables& t, const Layout& l, const Sizes& s, std::span<const RankChunk> chunks,
-           const std::array<int64_t, 5>& rerun, ItemList* items) {
+           const std::array<int64_t, 5>& rerun, MoeDispatcher dispatcher, ItemList* items) {
   int64_t n_e = 0;
   for (const RankChunk& c : chunks) {
     n_e += ChunkCounts(t, c.range)[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))] * c.microbatches;
   }
   if (n_e == 0) return;
+  // A rerun MoE layer (full recompute, or the selective "moe" module)
+  // dispatches and combines its tokens once more in backward, before its
+  // gradients flow (the checkpointed forward includes the collectives).
+  const int64_t n_bwd = n_e + rerun[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))];
+  if (dispatcher == MoeDispatcher::kAllGather) {
+    AddEpAllGather(l, s, n_e, n_bwd, items);
+    return;
+  }
   const Bytes buf = BytesOf(CheckedMul(s.moe_copies, s.hidden), s.act);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeDispatch, buf, n_e);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kForward, CommWhat::kMoeCombine, buf, n_e);
-  // A rerun MoE layer (full recompute, or the selective "moe" module)
-  // dispatches and combines its tokens once more in backward, before its
-  // gradients flow (the checkpointed forward includes the all-to-alls).
-  const int64_t n_bwd = n_e + rerun[static_cast<size_t>(FamilyIndex(BlockKind::kMoe))];
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeDispatch, buf, n_bwd);
   items->Add(Axis::kEp, Collective::kAllToAll, Pass::kBackward, CommWhat::kMoeCombine, buf, n_bwd);
   // Expert TP: AG of the received tokens after dispatch, RS before combine; mirrored in backward.
@@ -1155,7 +1184,7 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
     AddMlaUpProjRerun(inv, t, l, s, chunks, &items);
     AddCp(inv, t, l, s, chunks, rerun, &items);
     AddPp(l, s, chunks, n_chunks, &items);
-    AddEp(t, l, s, chunks, rerun, &items);
+    AddEp(t, l, s, chunks, rerun, inv.recipe.model.moe.dispatcher, &items);
     sc.pipeline_items = sc.items.size();
     RankOptimizer& o = (*optimizer)[static_cast<size_t>(r)];
     o = OptimizerOf(inv, t, l, s, chunks);

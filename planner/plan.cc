@@ -144,7 +144,10 @@ void AddLocalityWarnings(const Recipe& r, const Layout& l, const Mesh& mesh, boo
   const Check checks[] = {
       {Axis::kTp, "parallel.tp", "TP all-gathers/reduce-scatters every layer"},
       {Axis::kCp, "parallel.cp", "CP exchanges K/V every attention layer"},
-      {Axis::kEp, "parallel.ep", "EP all-to-alls twice per MoE layer each way"},
+      {Axis::kEp, "parallel.ep",
+       r.model.moe.dispatcher == MoeDispatcher::kAllGather
+           ? "the all-gather dispatcher gathers and reduce-scatters every MoE layer each way"
+           : "EP all-to-alls twice per MoE layer each way"},
       {Axis::kExpertTp, "parallel.expert_tp", "expert TP gathers every MoE layer"},
   };
   for (const Check& c : checks) {

@@ -126,6 +126,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
         "MTP under uniform full recompute needs training.recompute_layers: 1 (Megatron asserts "
         "recompute_num_layers == 1 for MTP recompute)");
   }
+  Require(r.model.moe.dispatcher == MoeDispatcher::kAllToAll,
+          "the executor dispatches MoE tokens by all-to-all only (set model.moe.dispatcher: alltoall)");
   Require(r.training.activation_offload.empty(),
           "the executor keeps activations on the device (set training.activation_offload: [])");
   Require(r.training.precision.fp4 == Fp4Format::kNone,

@@ -341,6 +341,29 @@ TEST(ImportMegatron, MoeLayerFreqListExpressionsAndIntegers) {
   EXPECT_TRUE(listed.model.moe.dropless);
 }
 
+// TransformerConfig.moe_token_dispatcher_type defaults to "allgather"
+// (transformer_config.py, Megatron-LM d98e8a6): 22 MoE corpus runs pass no
+// --moe-token-dispatcher-type and ran the all-gather dispatcher.
+TEST(ImportMegatron, TokenDispatcherDefaultsToMegatronsAllGather) {
+  const std::string base =
+      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
+      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n  --num-experts: 8\n"
+      "  --moe-ffn-hidden-size: 32\n  --moe-router-topk: 2\n";
+  const MegatronImport absent = ImportMegatronArgs(base, "m.yaml");
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(Load(absent).model.moe.dispatcher, MoeDispatcher::kAllGather);
+  const MegatronImport a2a = ImportMegatronArgs(base + "  --moe-token-dispatcher-type: alltoall\n", "m.yaml");
+  EXPECT_EQ(Load(a2a).model.moe.dispatcher, MoeDispatcher::kAllToAll);
+  EXPECT_TRUE(a2a.unrepresented.empty());
+  const MegatronImport bad = ImportMegatronArgs(base + "  --moe-token-dispatcher-type: ring\n", "m.yaml");
+  ASSERT_NE(FirstError(bad), nullptr);
+  EXPECT_THAT(Format(*FirstError(bad)), HasSubstr("--moe-token-dispatcher-type"));
+  EXPECT_THAT(Format(*FirstError(bad)), HasSubstr("allgather, alltoall, flex"));
+  const fidelity::Case& c = CorpusCase("moe/gpt3_mcore_te_tp2_pp1_te_8experts_etp1_ep4/dev_dgx_h100");
+  EXPECT_EQ(Load(ImportMegatronArgs(fidelity::ModelArgsYaml(c), c.id), fidelity::ClusterOf(c)).model.moe.dispatcher,
+            MoeDispatcher::kAllGather);
+}
+
 TEST(ImportMegatron, HybridPatternWithPipelineCuts) {
   const MegatronImport m = ImportMegatronArgs(
       "MODEL_ARGS:\n  --hidden-size: 256\n  --num-attention-heads: 4\n  --seq-length: 128\n"

@@ -81,6 +81,39 @@ TEST(PlannerComm, ExpertParallelAllToAll) {
   EXPECT_EQ(sc.send_on(Axis::kExpertDp).count(), 0);
 }
 
+// Megatron's all-gather dispatcher (token_dispatcher.py
+// MoEAllGatherTokenDispatcher) gathers every EP rank's T tokens and
+// reduce-scatters the expert outputs back, mirrored in backward: the gathered
+// size is e*T*h*beta_a = 4*2048*64*2 = 1048576, of which (e-1)/e = 3/4 leaves
+// a rank per collective: 786432, twice the all-to-all's k = 2 copies. No
+// all-to-all, and no expert-TP step at t_e = 1.
+TEST(PlannerComm, ExpertParallelAllGatherDispatcher) {
+  auto inv = TinyInventory("AE");
+  inv.recipe.model.moe.dispatcher = MoeDispatcher::kAllGather;
+  auto l = TinyLayout(1, 1, 4, 1, 2);
+  l.ep = 4;
+  const auto p = Price(inv, l);
+  const auto& sc = p.comm[0];
+  for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllGather, pass, CommWhat::kMoeDispatch), 2 * 786432);
+    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kReduceScatter, pass, CommWhat::kMoeCombine), 2 * 786432);
+    EXPECT_EQ(Sent(sc, Axis::kEp, Collective::kAllToAll, pass, CommWhat::kMoeDispatch), 0);
+    EXPECT_EQ(Sent(sc, Axis::kExpertTp, Collective::kAllGather, pass, CommWhat::kMoeDispatch), 0);
+  }
+  // ETP 2 x EP 2: one gather over the 4 ranks sends (t_e*e - 1)*T*h*beta_a =
+  // 3*262144 a micro-batch, priced as the ETP step (1/2 of 2*262144) then the
+  // EP step (1/2 of 4*262144).
+  auto g = TinyLayout(1, 1, 4, 1, 2);
+  g.ep = 2;
+  g.expert_tp = 2;
+  const auto pg = Price(inv, g);
+  const auto& gc = pg.comm[0];
+  const int64_t etp = Sent(gc, Axis::kExpertTp, Collective::kAllGather, Pass::kForward, CommWhat::kMoeDispatch);
+  const int64_t ep = Sent(gc, Axis::kEp, Collective::kAllGather, Pass::kForward, CommWhat::kMoeDispatch);
+  EXPECT_EQ(etp, 2 * 262144);
+  EXPECT_EQ(etp + ep, 2 * 3 * 262144);
+}
+
 // Expert TP 2 with EP 2 over 4 ranks: the received k*T tokens are gathered
 // over ETP: gathered size 2*524288, each rank sends 1/2 of it = 524288 per
 // AG and per RS, fwd and bwd.

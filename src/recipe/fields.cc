@@ -63,6 +63,8 @@ const Names<NormKind> kNorms = {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", N
 const Names<FfnActivation> kFfnActivations = {
     {"swiglu", FfnActivation::kSwiglu}, {"gelu", FfnActivation::kGelu}, {"relu2", FfnActivation::kRelu2}};
 const Names<RouterScore> kRouterScores = {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}};
+const Names<MoeDispatcher> kMoeDispatchers = {
+    {"alltoall", MoeDispatcher::kAllToAll}, {"allgather", MoeDispatcher::kAllGather}, {"flex", MoeDispatcher::kFlex}};
 const Names<Recompute> kRecomputes = {
     {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
 const Names<RecomputeMethod> kRecomputeMethods = {{"uniform", RecomputeMethod::kUniform},
@@ -358,6 +360,10 @@ std::vector<RecipeField> MakeFields() {
             Spell(BoolField(
                       "model.moe.grouped_gemm", [](auto& r) -> auto& { return r.model.moe.grouped_gemm; }),
                   "--moe-grouped-gemm", "(model flavor)")),
+      Spell(
+          EnumField(
+              "model.moe.dispatcher", "enum", kMoeDispatchers, [](auto& r) -> auto& { return r.model.moe.dispatcher; }),
+          "--moe-token-dispatcher-type", "(model flavor)"),
       Spell(IntField(
                 "model.moe.first_k_dense", "E slots", 0, kMaxLayers,
                 [](auto& r) -> auto& { return r.model.moe.first_k_dense; }),

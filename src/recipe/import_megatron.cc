@@ -188,7 +188,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--megatron-fsdp-grad-comm-dtype", "Megatron-FSDP gradient communication dtype"},
       {"--outer-dp-sharding-strategy", "hierarchical (HSDP) sharding across an outer DP group"},
       {"--moe-router-dtype", "router logits and probabilities in fp32 (small per-token buffers)"},
-      {"--moe-token-dispatcher-type", "the dispatcher's buffers: the recipe prices all-to-all dispatch"},
       {"--moe-shared-expert-overlap", "shared-expert compute overlapped with dispatch"},
       {"--delay-wgrad-compute", "weight gradients computed later (their inputs live longer)"},
       {"--overlap-p2p-communication-warmup-flush", "pipeline P2P overlap in warm-up/flush (time)"},
@@ -210,6 +209,7 @@ const std::map<std::string, std::string>& Unrepresentable() {
 // Arguments the mapping below reads (so they are neither unknown nor quiet).
 const std::set<std::string> kMapped = {
     "--overlap-grad-reduce",
+    "--moe-token-dispatcher-type",
     "--overlap-param-gather",
     "--tp-comm-overlap",
     "--overlap-moe-expert-parallel-comm",
@@ -873,6 +873,15 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::v
     Add(&m, "model.moe.router_bias", Bool(a.Flag("--moe-router-enable-expert-bias")));
     Add(&m, "model.moe.activation", activation);
     Add(&m, "model.moe.grouped_gemm", Bool(a.Flag("--moe-grouped-gemm")));
+    // TransformerConfig.moe_token_dispatcher_type defaults to "allgather"
+    // (megatron/core/transformer/transformer_config.py, d98e8a6).
+    const std::string dispatcher = a.Str("--moe-token-dispatcher-type", "allgather");
+    if (dispatcher != "allgather" && dispatcher != "alltoall" && dispatcher != "flex") {
+      a.Fail("--moe-token-dispatcher-type",
+             fmt::format("{}: not a Megatron-LM token dispatcher (allgather, alltoall, flex)", dispatcher));
+    }
+    Add(&m, "model.moe.dispatcher", dispatcher,
+        a.Has("--moe-token-dispatcher-type") ? "" : "Megatron's default without --moe-token-dispatcher-type");
   }
   if (st.Has('M')) {
     const int64_t head_dim = a.Int("--mamba-head-dim", 64);
@@ -1224,7 +1233,6 @@ void WarnTheRest(Args& a, MegatronImport* out) {
     if (kMapped.count(arg.flag) != 0 || kQuiet.count(arg.flag) != 0) continue;
     // Values that ask for what the recipe already prices change nothing.
     static const std::map<std::string, std::string> kNeutral = {{"--outer-dp-sharding-strategy", "no_shard"},
-                                                                {"--moe-token-dispatcher-type", "alltoall"},
                                                                 {"--moe-router-dtype", "None"}};
     const auto neutral = kNeutral.find(arg.flag);
     if (neutral != kNeutral.end() && neutral->second == a.Str(arg.flag, "")) continue;

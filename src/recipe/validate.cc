@@ -249,6 +249,11 @@ class Validator {
       ctx_.ErrorAt("parallel.expert_tp", Str(p_.expert_tp), "must divide model.moe.ffn_hidden ({}){}", e.ffn_hidden,
                    TryDivisorsOf(e.ffn_hidden, p_.expert_tp));
     }
+    if (e.dispatcher == MoeDispatcher::kFlex) {
+      ctx_.ErrorAt("model.moe.dispatcher", "flex",
+                   "is not priced: DeepEP / HybridEP keep their own communication buffers outside this model; "
+                   "valid: alltoall, allgather");
+    }
     if (!Bad({"parallel.tp", "parallel.sp"}) && p_.tp > 1 && !p_.sp) {
       ctx_.ErrorAt("parallel.sp", "false",
                    "must be true: Megatron requires sequence parallelism for MoE layers when tp > 1 "

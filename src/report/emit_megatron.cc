@@ -316,8 +316,7 @@ void MoeFlags(const Context& c) {
   c.args.Flag("--moe-router-score-function", e.router == RouterScore::kSigmoid ? "sigmoid" : "softmax");
   if (e.router_bias) c.args.Flag("--moe-router-enable-expert-bias");
   if (e.grouped_gemm) c.args.Flag("--moe-grouped-gemm");
-  // The plan prices the EP dispatch as all-to-all; arguments.py recommends it with EP.
-  c.args.Flag("--moe-token-dispatcher-type", "alltoall");
+  c.args.Flag("--moe-token-dispatcher-type", Name(e.dispatcher));
   if (e.dropless) {
     c.notes.Note("dropless MoE: no --moe-expert-capacity-factor (None drops no token)");
   } else {

@@ -226,6 +226,10 @@ void ModelKeys(const Context& c, const Flavor* f) {
     c.notes.Cannot("model.moe.dropless", "false",
                    "torchtitan's token-choice routing drops no token (no capacity factor)");
   }
+  if (moe && m.moe.dispatcher != MoeDispatcher::kAllToAll) {
+    c.notes.Cannot("model.moe.dispatcher", Name(m.moe.dispatcher),
+                   "torchtitan's expert parallelism dispatches tokens by all-to-all");
+  }
   if (moe && m.moe.shared_gate) {
     c.notes.Cannot("model.moe.shared_gate", "true", "torchtitan's shared experts have no gate");
   }

@@ -34,6 +34,7 @@ struct MoeRouting {
   int64_t expert_tokens = 0;  // R = t_e * N_recv: tokens the local experts process
   Bytes recv_per_peer;        // (E/e)*C*h*beta under pad_to_capacity, else N_recv/e rows (one source rank's slice)
   Bytes topk_probs;           // T*k fp32 top-k values (transient)
+  Bytes gathered_routing;     // all-gather dispatcher: [G, E] probs (fp32) + routing map (bool), G = T*t_e*e
   Bytes counts;               // tokens_per_expert + gathered counts over ETP x EP (int64)
   Bytes dispatch_send;        // permuted tokens = A2A send buffer
   Bytes dispatch_recv;        // A2A receive buffer
@@ -46,7 +47,8 @@ struct MoeRouting {
   Bytes combine_phase() const { return sort_copy + combine_send + combine_recv + unpermute_out; }
   /// Peak transient: the larger phase plus the routing metadata live through both.
   Bytes peak() const {
-    return topk_probs + counts + (dispatch_phase() > combine_phase() ? dispatch_phase() : combine_phase());
+    return topk_probs + counts + gathered_routing +
+           (dispatch_phase() > combine_phase() ? dispatch_phase() : combine_phase());
   }
 };
 MoeRouting RouteMoe(const ModelConfig& model, DType activations, int64_t tokens, int64_t ep, int64_t expert_tp);

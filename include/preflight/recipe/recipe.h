@@ -132,6 +132,12 @@ enum class CpRecurrent { kAllToAll, kHandoff };
 const char* Name(CpRecurrent c);
 enum class RouterScore { kSoftmax, kSigmoid };
 const char* Name(RouterScore r);
+/// How MoE tokens reach their experts (Megatron --moe-token-dispatcher-type):
+/// all-to-all over EP, all-gather over TP x EP (tokens gathered, each rank
+/// keeps its experts' rows, reduce-scatter back), or DeepEP / HybridEP (flex).
+enum class MoeDispatcher { kAllToAll, kAllGather, kFlex };
+/// "alltoall", "allgather", "flex" (the recipe's model.moe.dispatcher values).
+const char* Name(MoeDispatcher d);
 
 struct AttentionConfig {  // GQA (kv_heads < heads), MQA (kv_heads 1), MHA (kv_heads == heads)
   int64_t heads = 32;
@@ -177,6 +183,7 @@ struct MoeConfig {  // the E block (docs/formulas.md §1.5, 5)
   /// Transformer Engine that is TE GroupedLinear, which keeps its own
   /// per-stream cuBLAS workspaces).
   bool grouped_gemm = true;
+  MoeDispatcher dispatcher = MoeDispatcher::kAllToAll;
   /// Width of the shared expert FFN (0 = none).
   int64_t SharedWidth() const { return shared_ffn_hidden > 0 ? shared_ffn_hidden : shared_experts * ffn_hidden; }
 };
