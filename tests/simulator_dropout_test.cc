@@ -26,6 +26,7 @@ using testing::OnOneRank;
 using testing::Random;
 using testing::Rel;
 using testing::SmallDims;
+using testing::SmallMlaDims;
 using testing_sim::ExpectStepAgrees;
 using testing_sim::OneStage;
 
@@ -47,14 +48,8 @@ TEST(SimulatorDropout, BlocksMatchFiniteDifferences) {
   CheckBlockWithDropout('A', d);
   CheckBlockWithDropout('D', d);
   CheckBlockWithDropout('E', d);
-  d.mla = true;
-  d.heads = d.kv_heads = 4;
-  d.mla_q_lora = 6;
-  d.mla_kv_lora = 4;
-  d.mla_rope = 2;
-  d.mla_nope = 4;
-  d.mla_v = 3;
-  d.head_dim = d.mla_nope + d.mla_rope;
+  d = SmallMlaDims();
+  d.flash_attention = false;
   CheckBlockWithDropout('A', d);
 }
 

@@ -27,6 +27,7 @@ using testing::FdRelError;
 using testing::Numeric;
 using testing::OnOneRank;
 using testing::SmallDims;
+using testing::SmallMlaDims;
 using testing_sim::ExpectStepAgrees;
 using testing_sim::FindComm;
 using testing_sim::FindMemory;
@@ -270,14 +271,8 @@ TEST(SimulatorOptions, UnfusedAttentionMatchesFiniteDifferences) {
     auto block = MakeBlock<double>('A', ctx, d, 0, 7, 0.8);
     ExpectBackwardMatchesFd(ctx, *block, d, kFdTolerance, "unfused GQA");
   });
-  d.mla = true;
-  d.heads = d.kv_heads = 4;
-  d.mla_q_lora = 6;
-  d.mla_kv_lora = 4;
-  d.mla_rope = 2;
-  d.mla_nope = 4;
-  d.mla_v = 3;
-  d.head_dim = d.mla_nope + d.mla_rope;
+  d = SmallMlaDims();
+  d.flash_attention = false;
   OnOneRank([&](Ctx& ctx) {
     auto block = MakeBlock<double>('A', ctx, d, 0, 7, 0.8);
     ExpectBackwardMatchesFd(ctx, *block, d, kFdTolerance, "unfused MLA");

@@ -41,6 +41,21 @@ inline Dims SmallDims() {
   return d;
 }
 
+/// SmallDims with MLA attention: 4 heads with d_nope 4, d_rope 2, d_v 3 (three
+/// widths, so a slip between them shows), latents d_cq 6 and d_c 4.
+inline Dims SmallMlaDims() {
+  Dims d = SmallDims();
+  d.mla = true;
+  d.heads = d.kv_heads = 4;
+  d.mla_q_lora = 6;
+  d.mla_kv_lora = 4;
+  d.mla_rope = 2;
+  d.mla_nope = 4;
+  d.mla_v = 3;
+  d.head_dim = d.mla_nope + d.mla_rope;
+  return d;
+}
+
 /// rows x cols entries uniform in [lo, hi) from mt19937_64(seed).
 inline Mat<double> Random(int64_t rows, int64_t cols, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937_64 gen(seed);
