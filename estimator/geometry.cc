@@ -9,11 +9,13 @@
 
 #include "preflight/estimator/memory_terms.h"
 
+#include "internal.h"
+
 namespace preflight {
 namespace {
 
-int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b); }
-int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
+using estimator_detail::Add;
+using estimator_detail::Mul;
 
 /// The all-gather dispatcher's phases (Megatron-LM d98e8a6,
 /// token_dispatcher.py MoEAllGatherTokenDispatcher): token_dispatch gathers

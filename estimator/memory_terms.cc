@@ -10,11 +10,13 @@
 #include "preflight/inventory/fp4_storage.h"
 #include "preflight/inventory/inventory.h"
 
+#include "internal.h"
+
 namespace preflight {
 namespace {
 
-int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b); }
-int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b); }
+using estimator_detail::Add;
+using estimator_detail::Mul;
 
 /// Bytes of per-token norm statistics saved for backward: RMSNorm keeps rstd
 /// (fp32), LayerNorm keeps mean and rstd (2 x fp32). Korthikanti neglects these.

@@ -10,12 +10,12 @@
 #include "preflight/planner/sweep.h"
 #include "preflight/recipe/partition.h"
 
+#include "internal.h"
+
 namespace preflight {
 namespace {
 
-bool HasMoe(const Recipe& r) {
-  return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
-}
+using planner_internal::HasMoe;
 
 double StepSeconds(const Inventory& inv, const PlanTables& tables, const Recipe& r, const Layout& l,
                    const StagePlan& stages, const CostModel& cost) {

@@ -1,6 +1,7 @@
 // Helpers shared by the planner's pricing files (not public API).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -13,6 +14,11 @@
 #include "preflight/recipe/units.h"
 
 namespace preflight::planner_internal {
+
+/// Whether any layer is a mixture of experts.
+inline bool HasMoe(const Recipe& r) {
+  return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
+}
 
 /// One chunk a pipeline rank runs and how many micro-batches go through it
 /// per step (DualPipe: each rank runs its stage and the mirror stage, m/2

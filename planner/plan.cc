@@ -164,15 +164,15 @@ void AddLocalityWarnings(const Recipe& r, const Layout& l, const Mesh& mesh, boo
   }
 }
 
-struct Priced {
+struct PricedStages {
   std::vector<StageComm> comm;
   StepTime time;
   MemoryEstimate memory;
 };
 
-Priced PriceStages(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
-                   const MeshLocality& locality, const CostModel& cost) {
-  Priced p;
+PricedStages PriceStages(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
+                         const MeshLocality& locality, const CostModel& cost) {
+  PricedStages p;
   p.comm = BuildStageComm(inv, tables, layout, stages, locality, cost);
   p.time = EstimateStepTime(inv, tables, layout, stages, &p.comm, cost);
   p.memory = EstimateMemory(inv, layout, stages);
@@ -181,13 +181,13 @@ Priced PriceStages(const Inventory& inv, const PlanTables& tables, const Layout&
 
 /// The fastest balanced cut that fits, else the time-balanced one; `chosen`
 /// is its index in `cuts`.
-Priced PriceBalanced(const Inventory& inv, const PlanTables& tables, const Layout& layout,
-                     const std::vector<NamedCut>& cuts, const MeshLocality& locality, const CostModel& cost,
-                     size_t* chosen) {
+PricedStages PriceBalanced(const Inventory& inv, const PlanTables& tables, const Layout& layout,
+                           const std::vector<NamedCut>& cuts, const MeshLocality& locality, const CostModel& cost,
+                           size_t* chosen) {
   *chosen = 0;
-  std::optional<Priced> best;
+  std::optional<PricedStages> best;
   for (size_t i = 0; i < cuts.size(); ++i) {
-    Priced priced = PriceStages(inv, tables, layout, cuts[i].stages, locality, cost);
+    PricedStages priced = PriceStages(inv, tables, layout, cuts[i].stages, locality, cost);
     if (i == 0) {
       best = std::move(priced);
       if (best->memory.verdict.fits) break;
@@ -218,7 +218,7 @@ std::optional<BalancedCut> AdviseBalancedCut(const Inventory& inv, const PlanTab
   }
   const std::vector<NamedCut> cuts = BalancedCuts(WeighLayers(inv, tables, layout, cost), layout, inv.layer_starts);
   size_t chosen = 0;
-  const Priced priced = PriceBalanced(inv, tables, layout, cuts, plan.mesh.locality, cost, &chosen);
+  const PricedStages priced = PriceBalanced(inv, tables, layout, cuts, plan.mesh.locality, cost, &chosen);
   BalancedCut cut;
   cut.basis = cuts[chosen].name;
   cut.stages = cuts[chosen].stages;
@@ -304,7 +304,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostMod
     plan.stages = *fixed;
     plan.stages_pinned = !r.parallel.stage_boundaries.empty();
     plan.partition = plan.stages_pinned ? "pinned" : Name(r.parallel.partition);
-    Priced priced = PriceStages(inv, tables, layout, plan.stages, plan.mesh.locality, cost);
+    PricedStages priced = PriceStages(inv, tables, layout, plan.stages, plan.mesh.locality, cost);
     plan.comm = std::move(priced.comm);
     plan.time = priced.time;
     plan.memory = std::move(priced.memory);
@@ -312,7 +312,7 @@ PlanResult MakePlan(const Inventory& inv, const Layout& requested, const CostMod
   } else {
     std::vector<NamedCut> cuts = BalancedCuts(WeighLayers(inv, tables, layout, cost), layout, inv.layer_starts);
     size_t chosen = 0;
-    Priced best = PriceBalanced(inv, tables, layout, cuts, plan.mesh.locality, cost, &chosen);
+    PricedStages best = PriceBalanced(inv, tables, layout, cuts, plan.mesh.locality, cost, &chosen);
     if (chosen != 0) {
       plan.warnings.push_back(
           Make(r, Severity::kWarning, "parallel.pp", std::to_string(layout.pp),

@@ -30,6 +30,8 @@
 namespace preflight {
 namespace {
 
+using planner_internal::HasMoe;
+
 // "3.00 GiB", as the estimator's verdict and FormatGiB write it (the report
 // library sits above the planner).
 std::string GiBText(Bytes b) { return fmt::format("{:.2f} GiB", b.gib()); }
@@ -63,10 +65,6 @@ constexpr int64_t kMaxAxisValues = 4096;
 // degree (2^24), far above any valid one; it also keeps `x <= high; ++x` and
 // every product of degrees inside int64.
 constexpr int64_t kMaxAxisValue = int64_t{1} << 24;
-
-bool HasMoe(const Recipe& r) {
-  return std::find(r.model.layers.begin(), r.model.layers.end(), BlockKind::kMoe) != r.model.layers.end();
-}
 
 // An error as one line: "parallel.tp = 3: must divide ...".
 std::string OneLine(const Diagnostic& d) {

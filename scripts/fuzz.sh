@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz) with clang, ASan and UBSan, and
+# Builds the libFuzzer targets (tests/fuzz) with clang, ASan and UBSan (a
+# unity build: eight sources a unit, less to compile), and
 # fuzzes each for SECONDS (default 30): the recipe parser with --set overrides
 # (recipe_fuzz), the Hugging Face importer (hf_import_fuzz) and the Megatron-LM
 # importer (megatron_import_fuzz). Every input that loads is priced as `plan`
@@ -16,7 +17,7 @@ shift || true
 fuzz_cxx=${FUZZ_CXX:-$(command -v clang++ || command -v clang++-14 || echo clang++)}
 CXX=${fuzz_cxx} cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DPREFLIGHT_FUZZ=ON -DPREFLIGHT_WERROR=ON \
-  -DPREFLIGHT_BUILD_TESTS=OFF -DPREFLIGHT_BUILD_BENCH=OFF -DPREFLIGHT_WITH_MPI=OFF >/dev/null
+  -DPREFLIGHT_BUILD_TESTS=OFF -DPREFLIGHT_BUILD_BENCH=OFF -DPREFLIGHT_WITH_MPI=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build build-fuzz --target recipe_fuzz hf_import_fuzz megatron_import_fuzz
 mkdir -p build-fuzz/artifacts
 

@@ -8,7 +8,10 @@
 #      (and float-cast-overflow, which GCC leaves out of "undefined")
 #      at -O1 with line tables only (-g1: symbolized reports, cheaper to build),
 #      the whole GoogleTest suite, compiled and run once, here (any report
-#      fails the run);
+#      fails the run). This tree is a unity build (CMAKE_UNITY_BUILD: eight
+#      sources a unit; the suite as three executables), which compiles the
+#      header code that sources share once a batch: the Release tree keeps
+#      one unit a file, as users build it;
 #   3. scripts/lint.sh: clang-format on the changed lines and clang-tidy on
 #      the changed .cc files since PREFLIGHT_LINT_BASE (default HEAD~1);
 #   4. when clang++ and its libFuzzer runtime are installed, libFuzzer runs of
@@ -41,7 +44,8 @@ release() {
 
 sanitized() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-    -DPREFLIGHT_SANITIZE="address;undefined;float-cast-overflow" -DPREFLIGHT_WERROR=ON -DPREFLIGHT_BUILD_BENCH=OFF
+    -DPREFLIGHT_SANITIZE="address;undefined;float-cast-overflow" -DPREFLIGHT_WERROR=ON -DPREFLIGHT_BUILD_BENCH=OFF \
+    -DCMAKE_UNITY_BUILD=ON
   cmake --build build-asan -j "${jobs}"
   # halt_on_error: the first report fails the test; detect_leaks: LeakSanitizer at exit.
   # Left out of this pass only: the README's commands and the install package,

@@ -21,7 +21,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::activation_offload_test {
 namespace {
 
 LoadResult Load(std::vector<std::string> sets) {
@@ -165,4 +165,4 @@ TEST(ActivationOffload, FitShowsWhatTheDeviceKeepsAndTheHostHolds) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::activation_offload_test

@@ -17,7 +17,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::advice_fit_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -395,4 +395,4 @@ TEST(AdviceFit, FasterMovesThatCannotApply) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::advice_fit_test

@@ -15,7 +15,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::check_cli_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -389,4 +389,4 @@ TEST(CheckGolden, Markdown) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::check_cli_test

@@ -9,7 +9,7 @@
 #include "preflight/report/check.h"
 #include "preflight/report/format.h"
 
-namespace preflight {
+namespace preflight::check_judge_test {
 namespace {
 
 using ::testing::ElementsAre;
@@ -108,4 +108,4 @@ TEST(XmlEscape, EscapesMarkupAndDropsControlCharacters) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::check_judge_test

@@ -14,7 +14,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::cli_device_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -145,4 +145,4 @@ TEST(CliDevice, BadDeviceFigureIsExit2WithFileLineAndKey) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::cli_device_test

@@ -8,7 +8,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::cli_fit_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -92,4 +92,4 @@ TEST(CliFit, UnknownFormatIsUsageError) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::cli_fit_test

@@ -10,7 +10,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::cli_golden_test {
 namespace {
 
 struct GoldenCase {
@@ -60,4 +60,4 @@ INSTANTIATE_TEST_SUITE_P(All, CliGolden, ::testing::ValuesIn(kCases), [](const a
 });
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::cli_golden_test

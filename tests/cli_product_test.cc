@@ -13,7 +13,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::cli_product_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -125,4 +125,4 @@ TEST(CliProduct, ValidateCountsFrameworkLayers) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::cli_product_test

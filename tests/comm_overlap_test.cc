@@ -15,7 +15,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::comm_overlap_test {
 namespace {
 
 using testing::SourcePath;
@@ -115,4 +115,4 @@ TEST(CommOverlap, MegatronFlagsRoundTrip) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::comm_overlap_test

@@ -12,7 +12,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::diff_cli_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -159,4 +159,4 @@ TEST(DiffGolden, MarkdownTp) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::diff_cli_test

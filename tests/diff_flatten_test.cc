@@ -11,7 +11,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::diff_flatten_test {
 namespace {
 
 std::vector<std::string> RepoRecipes() {
@@ -62,4 +62,4 @@ TEST(DifferingKeys, OptionalSectionPresentOnlyInB) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::diff_flatten_test

@@ -13,7 +13,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::embedding_replicated_test {
 namespace {
 
 struct Priced {
@@ -77,4 +77,4 @@ TEST(ReplicatedEmbedding, RefusedWithATiedHead) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::embedding_replicated_test

@@ -33,7 +33,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::emit_table_test {
 namespace {
 
 using testing::SourcePath;
@@ -625,4 +625,4 @@ TEST(EmitTable, CheckersCatchWhatUpstreamRejects) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::emit_table_test

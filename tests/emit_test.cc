@@ -23,7 +23,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::emit_test {
 namespace {
 
 using testing::SourcePath;
@@ -981,4 +981,4 @@ TEST(EmitTarget, ParsesItsNames) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::emit_test

@@ -21,7 +21,7 @@ void* operator new(std::size_t n) {
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
-namespace preflight {
+namespace preflight::estimator_alloc_test {
 namespace {
 
 TEST(EstimateRank, AllocatesNothing) {
@@ -64,4 +64,4 @@ TEST(EstimateRank, AllocatesNothing) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_alloc_test

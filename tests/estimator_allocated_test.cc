@@ -15,7 +15,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::estimator_allocated_test {
 namespace {
 
 // 2 layers of AD, h 256, 4 heads x 64 (MHA), SwiGLU 512, RMSNorm, tied vocab 1024
@@ -264,4 +264,4 @@ TEST(AllocatedFigures, AllGatherDispatcherKeepsItsGatheredTokens) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_allocated_test

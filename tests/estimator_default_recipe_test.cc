@@ -13,7 +13,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::estimator_default_recipe_test {
 namespace {
 
 Inventory DefaultInventory() {
@@ -83,4 +83,4 @@ TEST(CheckedInRecipes, EveryRankEstimatesAndExplainsConsistently) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_default_recipe_test

@@ -11,7 +11,7 @@
 #include "preflight/planner/stages.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::estimator_deferred_wgrad_test {
 namespace {
 
 // The Megatron CI case gpt3_mcore_te_tp2_pp2_resume_torch_dist_defer_embedding_wgrad_compute:
@@ -74,4 +74,4 @@ TEST(DeferredHeadWgrad, NeedsPipelineParallelism) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_deferred_wgrad_test

@@ -9,7 +9,7 @@
 #include "estimator_fixtures.h"
 #include "preflight/estimator/memory_terms.h"
 
-namespace preflight {
+namespace preflight::estimator_ends_test {
 namespace {
 
 /// Two D layers with 1000 REP (AdamW) + 4000 TP (Muon) elements each, and the
@@ -146,4 +146,4 @@ TEST(Reserve, ReserveAndAllocatorLines) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_ends_test

@@ -10,7 +10,7 @@
 #include "estimator_fixtures.h"
 #include "preflight/estimator/memory_terms.h"
 
-namespace preflight {
+namespace preflight::estimator_korthikanti_test {
 namespace {
 
 constexpr int64_t kH = 12288;
@@ -101,4 +101,4 @@ TEST(Korthikanti, TermsByBlock) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_korthikanti_test

@@ -12,7 +12,7 @@
 #include "preflight/estimator/memory_terms.h"
 #include "preflight/estimator/pipeline_replay.h"
 
-namespace preflight {
+namespace preflight::estimator_pipeline_test {
 namespace {
 
 TEST(InFlight, OneFOneB) {
@@ -343,4 +343,4 @@ TEST(InFlight, DualPipeVReplayPeakByHand) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_pipeline_test

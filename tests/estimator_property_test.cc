@@ -10,7 +10,7 @@
 #include "estimator_fixtures.h"
 #include "preflight/estimator/memory_terms.h"
 
-namespace preflight {
+namespace preflight::estimator_property_test {
 namespace {
 
 constexpr int64_t kWorld = 64;
@@ -244,4 +244,4 @@ TEST(Overflow, BeyondInt64IsAnErrorNotAWrap) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_property_test

@@ -9,7 +9,7 @@
 #include "preflight/estimator/memory_terms.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::estimator_terms_test {
 namespace {
 
 /// docs/formulas.md §3.2's example shape: h 4096, 32 query / 8 KV heads of 128; Mamba
@@ -271,4 +271,4 @@ TEST(Workspace, MambaChunkStates) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_terms_test

@@ -9,7 +9,7 @@
 
 #include "estimator_fixtures.h"
 
-namespace preflight {
+namespace preflight::estimator_zero_test {
 namespace {
 
 constexpr int64_t kPsi = 7'500'000'000;
@@ -212,4 +212,4 @@ TEST(ZeroBuffers, ZeroThreeGathersPairsWithinAChunk) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::estimator_zero_test

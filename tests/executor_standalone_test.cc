@@ -8,7 +8,7 @@
 #include "preflight/recipe/recipe.h"
 #include "preflight/simulator/sim.h"
 
-namespace preflight {
+namespace preflight::executor_standalone_test {
 namespace {
 
 TEST(ExecutorStandalone, RunsATensorAndPipelineParallelStepWithoutThePlanner) {
@@ -32,4 +32,4 @@ cluster: {nodes: 1, gpus_per_node: 4}
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::executor_standalone_test

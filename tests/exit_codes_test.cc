@@ -13,7 +13,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::exit_codes_test {
 namespace {
 
 using testing::RunPreflight;
@@ -189,4 +189,4 @@ TEST(ExitCodesReadme, TableListsZeroOneTwoAndThree) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::exit_codes_test

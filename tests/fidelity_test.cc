@@ -18,7 +18,7 @@
 #include "../bench/fidelity_cases.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::fidelity_test {
 namespace {
 
 // Rounding of the stored bands (two decimals) plus arithmetic noise.
@@ -54,4 +54,4 @@ TEST(Fidelity, ImportsAndStaysWithinTheBaselineBands) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::fidelity_test

@@ -14,7 +14,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::fit_table_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -114,4 +114,4 @@ TEST(FitTable, DeepPipelineGroupsIdenticalStagesAndMarksTheWorst) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::fit_table_test

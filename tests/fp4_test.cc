@@ -35,7 +35,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::fp4_test {
 namespace {
 
 using testing::FirstErrorText;
@@ -449,4 +449,4 @@ TEST(Fp4Emit, RefusedWhereTheFrameworkHasNoSuchRecipe) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::fp4_test

@@ -18,7 +18,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::fsdp_cpu_offload_test {
 namespace {
 
 LoadResult Load(const std::vector<std::string>& sets) {
@@ -83,4 +83,4 @@ TEST(FsdpCpuOffload, TorchtitanSaysEnableCpuOffload) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::fsdp_cpu_offload_test

@@ -17,7 +17,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::geometry_agreement_test {
 namespace {
 
 using testing::SourcePath;
@@ -127,4 +127,4 @@ TEST(GeometryAgreement, MixtralCapacityHalfDispatchesTheCapacityNotEveryCopy) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::geometry_agreement_test

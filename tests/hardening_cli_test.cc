@@ -9,7 +9,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::hardening_cli_test {
 namespace {
 
 using testing::CommandResult;
@@ -76,4 +76,4 @@ TEST(HardeningCliHostile, SizesPastInt64AreExitTwo) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::hardening_cli_test

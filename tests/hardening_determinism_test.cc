@@ -15,7 +15,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::hardening_determinism_test {
 namespace {
 
 /// Every checked-in recipe, sorted (directory order is not).
@@ -108,4 +108,4 @@ TEST(HardeningDeterminism, ThreadsAgreeWithOneThread) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::hardening_determinism_test

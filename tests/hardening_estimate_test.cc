@@ -13,7 +13,7 @@
 #include "preflight/recipe/recipe.h"
 #include "preflight/recipe/units.h"
 
-namespace preflight {
+namespace preflight::hardening_estimate_test {
 namespace {
 
 Recipe MustLoad(const std::string& yaml) {
@@ -82,4 +82,4 @@ cluster: {nodes: 1, gpus_per_node: 1}
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::hardening_estimate_test

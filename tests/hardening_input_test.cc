@@ -14,7 +14,7 @@
 #include "preflight/recipe/diagnostic.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::hardening_input_test {
 namespace {
 
 constexpr const char* kFile = "hostile.yaml";
@@ -372,4 +372,4 @@ TEST(HardeningDocuments, ManyDocumentsAfterARecipe) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::hardening_input_test

@@ -12,7 +12,7 @@
 #include "preflight/recipe/recipe.h"
 #include "preflight/recipe/units.h"
 
-namespace preflight {
+namespace preflight::hardening_scale_test {
 namespace {
 
 std::string FormatAll(const LoadResult& r) {
@@ -138,4 +138,4 @@ cluster: {nodes: 16777216, gpus_per_node: 1024}
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::hardening_scale_test

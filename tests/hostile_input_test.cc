@@ -21,7 +21,7 @@
 #include "preflight/report/check.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::hostile_input_test {
 namespace {
 
 using testing::RunPreflight;
@@ -317,4 +317,4 @@ TEST(HostileInput, UbsanSweepAxisAndGpusAtTheInt64Bound) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::hostile_input_test

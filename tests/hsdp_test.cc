@@ -15,7 +15,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::hsdp_test {
 namespace {
 
 using testing::SourcePath;
@@ -153,4 +153,4 @@ TEST(Hsdp, ImportedFromMegatronInstances) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::hsdp_test

@@ -24,7 +24,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::html_page_test {
 namespace {
 
 using nlohmann::json;
@@ -569,4 +569,4 @@ TEST(HtmlCli, NeverWrittenOntoTheRecipeAndAFailedWriteIsExit2) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::html_page_test

@@ -12,7 +12,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::import_cli_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -264,4 +264,4 @@ TEST(ImportCli, MissingFileExitsTwo) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_cli_test

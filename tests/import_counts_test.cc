@@ -13,7 +13,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::import_counts_test {
 namespace {
 
 using testing::ReadFile;
@@ -434,4 +434,4 @@ TEST(ImportedCounts, JambaHasFourAttentionAndSixteenMoeLayers) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_counts_test

@@ -15,7 +15,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::import_hf_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -759,4 +759,4 @@ TEST(ImportLayout, EmitsNestedBlockYaml) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_hf_test

@@ -13,7 +13,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::import_layout_test {
 namespace {
 
 using testing::ReadFile;
@@ -91,4 +91,4 @@ TEST(DefaultLayout, NothingFitsWhenPinnedTooSmall) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_layout_test

@@ -11,7 +11,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::import_megatron_cli_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -82,4 +82,4 @@ TEST(ImportMegatronCli, MalformedInputExitsTwoWithLineAndFlag) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_megatron_cli_test

@@ -15,7 +15,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::import_megatron_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -512,4 +512,4 @@ TEST(ImportMegatron, HybridMtpDepthsMustAgreeAndOtherLayersAreNotCounted) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_megatron_test

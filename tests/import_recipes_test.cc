@@ -13,7 +13,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::import_recipes_test {
 namespace {
 
 using testing::ReadFile;
@@ -93,4 +93,4 @@ INSTANTIATE_TEST_SUITE_P(All, RecipeMatchesImport, ::testing::ValuesIn(kPairs),
                          });
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_recipes_test

@@ -9,7 +9,7 @@
 #include "preflight/inventory/inventory.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::import_schema_test {
 namespace {
 
 std::string TinyDense(const std::string& activation) {
@@ -49,4 +49,4 @@ TEST(RecipeRelu2, DenseLayerHasTwoMatrices) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::import_schema_test

@@ -8,7 +8,7 @@
 #include "preflight/inventory/inventory.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::inventory_blocks_test {
 namespace {
 
 /// A one-layer model of block `letter` with a small hidden size.
@@ -234,4 +234,4 @@ TEST(InventoryBlocks, ParamDtypeFollowsPrecision) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::inventory_blocks_test

@@ -11,7 +11,7 @@
 #include "preflight/inventory/inventory.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::inventory_model_test {
 namespace {
 
 constexpr auto kRep = ShardClass::kReplicated;
@@ -232,4 +232,4 @@ TEST(InventoryModel, OverflowIsAnError) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::inventory_model_test

@@ -16,7 +16,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::inventory_published_test {
 namespace {
 
 /// True when `value` rounds to `published` at the precision `half_unit` * 2.
@@ -139,4 +139,4 @@ TEST(InventoryPublished, TensorNamesAreUnique) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::inventory_published_test

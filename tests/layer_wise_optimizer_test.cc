@@ -15,7 +15,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::layer_wise_optimizer_test {
 namespace {
 
 using estimator_detail::DealPingPong;
@@ -148,4 +148,4 @@ TEST(LayerWiseOptimizer, ValidationNamesWhatItNeeds) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::layer_wise_optimizer_test

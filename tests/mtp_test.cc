@@ -13,7 +13,7 @@
 #include "preflight/planner/plan.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::mtp_test {
 namespace {
 
 // 2 transformer layers, h 64, 4 heads of 16 (MHA), SwiGLU 128, untied vocab 256
@@ -96,4 +96,4 @@ TEST(Mtp, RefusedWhenTheStackDoesNotEndInAnFfn) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::mtp_test

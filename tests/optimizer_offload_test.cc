@@ -18,7 +18,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::optimizer_offload_test {
 namespace {
 
 LoadResult Load(const std::vector<std::string>& sets) {
@@ -89,4 +89,4 @@ TEST(OptimizerOffload, RefusedWhereMegatronCannotOffload) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::optimizer_offload_test

@@ -16,7 +16,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::partition_test {
 namespace {
 
 using testing::SourcePath;
@@ -228,4 +228,4 @@ TEST(Partition, FullRecomputeKeepsOneCheckpointPerLayer) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::partition_test

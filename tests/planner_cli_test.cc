@@ -5,7 +5,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::planner_cli_test {
 namespace {
 
 using testing::RunPreflight;
@@ -220,4 +220,4 @@ TEST(PlannerCli, EmitBadValue) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::planner_cli_test

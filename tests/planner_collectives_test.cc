@@ -6,7 +6,7 @@
 #include "preflight/planner/plan.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::planner_collectives_test {
 namespace {
 
 using testing::RelativelyClose;
@@ -98,4 +98,4 @@ TEST(PlannerBubble, DualPipe) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::planner_collectives_test

@@ -8,7 +8,7 @@
 
 #include "planner_tiny_model.h"
 
-namespace preflight {
+namespace preflight::planner_comm_test {
 namespace {
 
 using testing::Price;
@@ -579,4 +579,4 @@ TEST(PlannerComm, TiedEmbeddingAllReduce) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::planner_comm_test

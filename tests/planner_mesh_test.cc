@@ -10,7 +10,7 @@
 
 #include "preflight/planner/plan.h"
 
-namespace preflight {
+namespace preflight::planner_mesh_test {
 namespace {
 
 using Groups = std::vector<std::vector<int64_t>>;
@@ -277,4 +277,4 @@ TEST(PlannerMesh, LocalityOfMatchesTheListedGroupsOnFoldings) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::planner_mesh_test

@@ -9,7 +9,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::planner_published_test {
 namespace {
 
 using testing::SourcePath;
@@ -172,4 +172,4 @@ TEST(PlannerPublished, DeepSeekV3) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::planner_published_test

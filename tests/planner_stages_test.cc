@@ -10,7 +10,7 @@
 #include "planner_tiny_model.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::planner_stages_test {
 namespace {
 
 using testing::Price;
@@ -238,4 +238,4 @@ TEST(PlannerStepTime, InterleavedBubble) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::planner_stages_test

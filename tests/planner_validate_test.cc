@@ -4,7 +4,7 @@
 
 #include "planner_tiny_model.h"
 
-namespace preflight {
+namespace preflight::planner_validate_test {
 namespace {
 
 using testing::TinyInventory;
@@ -86,4 +86,4 @@ TEST(PlannerValidate, DualPipeVPlacement) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::planner_validate_test

@@ -25,7 +25,7 @@
 #include "support/shipped_recipes.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::pricing_fast_path_test {
 namespace {
 
 using testing::SourcePath;
@@ -373,4 +373,4 @@ TEST(FastPaths, ZeroStagesShareOneWalk) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::pricing_fast_path_test

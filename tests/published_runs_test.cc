@@ -11,7 +11,7 @@
 #include "../bench/published_cases.h"
 #include "preflight/planner/sweep.h"
 
-namespace preflight {
+namespace preflight::published_runs_test {
 namespace {
 
 // Rows known to miss by more than 10 %, each with its diagnosis and the band it
@@ -73,4 +73,4 @@ TEST(PublishedRuns, CompileAndFloat8GainsArePredicted) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::published_runs_test

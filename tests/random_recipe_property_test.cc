@@ -23,7 +23,7 @@
 #include "preflight/report/report.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::random_recipe_property_test {
 namespace {
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -128,4 +128,4 @@ TEST(RandomRecipes, FitAndPlanFinishInLinearTimeAndTheirJsonRoundTrips) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::random_recipe_property_test

@@ -19,7 +19,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::recipe_affects_test {
 namespace {
 
 using testing::SourcePath;
@@ -146,4 +146,4 @@ TEST(RecipeAffects, EveryDeclarationHoldsAgainstTheModels) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recipe_affects_test

@@ -15,7 +15,7 @@
 #include "preflight/report/diff.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::recipe_device_test {
 namespace {
 
 using testing::ReadFile;
@@ -284,4 +284,4 @@ TEST(RecipeDevice, APresetsFiguresSpelledOutPriceLikeThePreset) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recipe_device_test

@@ -12,7 +12,7 @@
 
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::recipe_errors_test {
 namespace {
 
 constexpr const char* kFile = "bad.yaml";
@@ -453,4 +453,4 @@ TEST(Diagnostics, HugeButValidRecipeValidates) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recipe_errors_test

@@ -17,7 +17,7 @@
 #include "preflight/report/diff.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::recipe_fields_test {
 namespace {
 
 using testing::SourcePath;
@@ -139,4 +139,4 @@ TEST(RecipeFields, DiffFlattensExactlyTheTablesKeys) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recipe_fields_test

@@ -8,7 +8,7 @@
 #include "preflight/recipe/diagnostic.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::recipe_fuzz_regressions_test {
 namespace {
 
 struct Case {
@@ -75,4 +75,4 @@ TEST(FuzzRegressions, SecondDocumentStillNamedWhereItStarts) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recipe_fuzz_regressions_test

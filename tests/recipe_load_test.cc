@@ -11,7 +11,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::recipe_load_test {
 namespace {
 
 std::string Letters(const std::vector<BlockKind>& layers) {
@@ -512,4 +512,4 @@ TEST(SourceMapFind, FallsBackToParent) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recipe_load_test

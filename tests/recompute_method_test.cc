@@ -18,7 +18,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::recompute_method_test {
 namespace {
 
 LoadResult Load(const std::vector<std::string>& sets) {
@@ -126,4 +126,4 @@ TEST(RecomputeMethod, ImportAndEmitAgreeWithMegatron) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recompute_method_test

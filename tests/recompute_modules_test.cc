@@ -22,7 +22,7 @@
 #include "preflight/report/emit.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::recompute_modules_test {
 namespace {
 
 LoadResult Load(const std::string& recipe, const std::vector<std::string>& sets) {
@@ -279,4 +279,4 @@ TEST(RecomputeModules, TheEmittedArgumentsListTheModules) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::recompute_modules_test

@@ -17,7 +17,7 @@
 #include "preflight/report/report.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::report_svg_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -150,4 +150,4 @@ TEST(MemorySvg, UnwritablePathIsBadInput) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::report_svg_test

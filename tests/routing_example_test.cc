@@ -14,7 +14,7 @@
 #include "preflight/inventory/layout.h"
 #include "preflight/recipe/recipe.h"
 
-namespace preflight {
+namespace preflight::routing_example_test {
 namespace {
 
 const char kRecipe[] = R"(name: routing-example
@@ -69,4 +69,4 @@ TEST(RoutingExample, NamesTheNotesTermsAndPricesWhatTheyLeaveOut) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::routing_example_test

@@ -9,7 +9,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::simulate_cli_test {
 namespace {
 
 using testing::RunPreflight;
@@ -157,9 +157,9 @@ TEST(SimulateCli, BadStageIsBadInput) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulate_cli_test
 
-namespace preflight {
+namespace preflight::simulate_cli_test {
 namespace {
 
 // Expert-TP 2: the executor applies the routing probs at the source after the
@@ -187,9 +187,9 @@ TEST(SimulateCli, ExpertTpActivationsMatchTheEstimatorExactly) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulate_cli_test
 
-namespace preflight {
+namespace preflight::simulate_cli_test {
 namespace {
 
 // One thread per simulated rank: whatever order the threads reach the
@@ -208,9 +208,9 @@ TEST(SimulateCli, OutputIsIdenticalRunAfterRun) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulate_cli_test
 
-namespace preflight {
+namespace preflight::simulate_cli_test {
 namespace {
 // MLA's core is not rerun in the executor: selective core_attn on an MLA
 // recipe is refused, not measured as a disagreement.
@@ -224,4 +224,4 @@ TEST(SimulateCli, MlaUpProjectionUnderUlyssesWithoutCoreIsRefused) {
   EXPECT_NE(r.err.find("mla_up_proj is not in the executor under parallel.cp_comm: a2a"), std::string::npos) << r.err;
 }
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulate_cli_test

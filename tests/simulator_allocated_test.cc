@@ -8,7 +8,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_allocated_test {
 namespace {
 
 using testing_sim::FindMemory;
@@ -39,4 +39,4 @@ TEST(SimulatorAllocated, BetweenStepsIsTheModelStateOfOneStage) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_allocated_test

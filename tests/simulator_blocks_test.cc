@@ -9,7 +9,7 @@
 #include "blocks.h"
 #include "support/sim_checks.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_blocks_test {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
@@ -119,4 +119,4 @@ TEST(SimulatorBlocks, RmsNormOfConstantRowIsItsWeight) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_blocks_test

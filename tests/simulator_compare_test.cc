@@ -8,7 +8,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_compare_test {
 namespace {
 
 using testing_sim::Disagreements;
@@ -99,4 +99,4 @@ TEST(SimulatorCompare, ACountThatDiffersIsADisagreement) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_compare_test

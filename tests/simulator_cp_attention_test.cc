@@ -22,7 +22,7 @@
 #include "support/sim_block_harness.h"
 #include "support/sim_checks.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_cp_attention_test {
 namespace {
 
 using testing::BlockLayout;
@@ -393,4 +393,4 @@ TEST(CpAttentionFacts, UnsupportedLayoutsSayWhy) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_cp_attention_test

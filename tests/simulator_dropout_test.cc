@@ -17,7 +17,7 @@
 #include "support/sim_checks.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_dropout_test {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
@@ -222,4 +222,4 @@ TEST(SimulatorDropout, UnsupportedCombinationsAreRefused) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_dropout_test

@@ -15,7 +15,7 @@
 #include "schedule.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_dualpipe_test {
 namespace {
 
 Recipe ScaledDualPipe(int64_t pp, std::vector<Override> more) {
@@ -83,4 +83,4 @@ TEST(SimulatorDualPipe, ReplayHoldsWhatTheScheduleHolds) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_dualpipe_test

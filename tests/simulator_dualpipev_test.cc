@@ -11,7 +11,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_dualpipev_test {
 namespace {
 
 Recipe ScaledDualPipeV(int64_t pp, std::vector<Override> more) {
@@ -45,4 +45,4 @@ TEST(SimulatorDualPipeV, TensorParallelAgrees) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_dualpipev_test

@@ -10,7 +10,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_equivalence_test {
 namespace {
 
 constexpr double kFp64Rel = 1e-10;
@@ -285,9 +285,9 @@ TEST(SimulatorEquivalence, UnsupportedLayoutsAreRefused) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_equivalence_test
 
-namespace preflight {
+namespace preflight::simulator_equivalence_test {
 namespace {
 
 // The default recipe through the parser, with its M and R letters replaced by
@@ -315,4 +315,4 @@ TEST(SimulatorScaledRecipe, DefaultRecipeAdePartAgrees) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_equivalence_test

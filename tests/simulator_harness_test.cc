@@ -7,7 +7,7 @@
 #include "support/sim_block_harness.h"
 #include "support/sim_checks.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_harness_test {
 namespace {
 
 using testing::BlockLayout;
@@ -61,4 +61,4 @@ TEST(SimulatorHarness, LocalRowsFollowTheLoadBalancedChunks) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_harness_test

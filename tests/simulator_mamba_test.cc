@@ -16,7 +16,7 @@
 #include "support/sim_block_harness.h"
 #include "support/sim_checks.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_mamba_test {
 namespace {
 
 using testing::BlockLayout;
@@ -559,4 +559,4 @@ TEST(SimulatorMamba, SplittingTheRecurrenceWithoutTheHandOffIsWrong) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_mamba_test

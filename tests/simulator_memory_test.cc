@@ -9,7 +9,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_memory_test {
 namespace {
 
 using testing_sim::Disagreements;
@@ -65,4 +65,4 @@ TEST(SimulatorMemory, PaddedMoeActivationsWithinTolerance) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_memory_test

@@ -12,7 +12,7 @@
 #include "support/sim_checks.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_mla_test {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
@@ -116,9 +116,9 @@ TEST(SimulatorMla, TensorParallelWithoutSequenceParallelIsRefused) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_mla_test
 
-namespace preflight {
+namespace preflight::simulator_mla_test {
 namespace {
 
 /// The DeepSeek-V3 recipe through the parser with `sets`, scaled to at most
@@ -160,4 +160,4 @@ TEST(SimulatorMlaRecipe, TensorAndContextParallelStepAgrees) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_mla_test

@@ -13,7 +13,7 @@
 #include "support/sim_checks.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_mtp_test {
 namespace {
 
 using sim::Ctx;
@@ -174,4 +174,4 @@ TEST(SimulatorMtp, RefusedWithContextParallel) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_mtp_test

@@ -15,7 +15,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_offload_test {
 namespace {
 
 using testing_sim::ExpectStepAgrees;
@@ -119,4 +119,4 @@ TEST(SimulatorOffload, FsdpCpuOffloadKeepsTheShardsOnTheHost) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_offload_test

@@ -13,7 +13,7 @@
 #include "optimizers.h"
 #include "support/sim_checks.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_optimizers_test {
 namespace {
 
 using testing::Random;
@@ -446,4 +446,4 @@ TEST(Fp32, AgreesWithFp64) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_optimizers_test

@@ -19,7 +19,7 @@
 #include "support/sim_checks.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_options_test {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
@@ -372,4 +372,4 @@ TEST(SimulatorOptions, DeferredHeadWgradKeepsEachFinishedPairToTheFlush) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_options_test

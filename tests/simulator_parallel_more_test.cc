@@ -15,7 +15,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_parallel_more_test {
 namespace {
 
 /// Llama 3 8B scaled (h 16, ffn 16, vocab 40 padded to 8 x tp, 2 layers a
@@ -251,4 +251,4 @@ TEST(SimulatorDualPipeZero, ShardedCopiesSumTheirShares) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_parallel_more_test

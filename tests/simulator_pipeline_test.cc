@@ -11,7 +11,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_pipeline_test {
 namespace {
 
 using testing_sim::Disagreements;
@@ -136,4 +136,4 @@ TEST(SimulatorPipeline, Fp32StepAgreesToFp32Tolerance) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_pipeline_test

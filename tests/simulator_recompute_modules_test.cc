@@ -14,7 +14,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_recompute_modules_test {
 namespace {
 
 using testing_sim::ExpectStepAgrees;
@@ -242,4 +242,4 @@ TEST(SimulatorRecomputeModules, MtpWithTransformerEngineMlpIsRefused) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_recompute_modules_test

@@ -13,7 +13,7 @@
 #include "recompute.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_recompute_test {
 namespace {
 
 using testing_sim::ExpectStepAgrees;
@@ -178,4 +178,4 @@ TEST(SimulatorRecompute, Fp16AndFp8DtypesAgreeUnderRecompute) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_recompute_test

@@ -17,7 +17,7 @@
 #include "support/sim_block_harness.h"
 #include "support/sim_checks.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_recurrent_test {
 namespace {
 
 using testing::BlockLayout;
@@ -476,4 +476,4 @@ TEST(SimulatorRecurrent, ActivationsByHandAndTheEstimators) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_recurrent_test

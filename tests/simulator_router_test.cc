@@ -14,7 +14,7 @@
 #include "support/sim_checks.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_router_test {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
@@ -101,9 +101,9 @@ TEST(SimulatorRouter, CountsEveryRoutedPair) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_router_test
 
-namespace preflight {
+namespace preflight::simulator_router_test {
 namespace {
 
 Recipe LoadDeepSeek(const std::vector<Override>& sets) {
@@ -182,4 +182,4 @@ TEST(RouterBiasStep, BiasOnTheSoftmaxRouterIsRefused) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_router_test

@@ -7,7 +7,7 @@
 
 #include "world.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_runtime_test {
 namespace {
 
 int64_t Sent(const Rank& r, Axis axis, CollectiveKind k) {
@@ -281,4 +281,4 @@ TEST(SimulatorRuntime, MemoryPeaksPerCategory) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_runtime_test

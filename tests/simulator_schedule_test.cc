@@ -11,7 +11,7 @@
 #include "schedule.h"
 #include "topology.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_schedule_test {
 namespace {
 
 PipeOp F(int64_t chunk, int64_t mb) { return {true, chunk, mb}; }
@@ -222,4 +222,4 @@ TEST(SimulatorTopology, DenseGradientGroupIsDataTimesContextParallel) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_schedule_test

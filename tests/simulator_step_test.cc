@@ -15,7 +15,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_step_test {
 namespace {
 
 // The default recipe scaled small (testing_sim::ScaledDefault): hidden 16,
@@ -97,4 +97,4 @@ TEST(SimulatorStep, InterleavedHybridChunksPeakExactly) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_step_test

@@ -16,7 +16,7 @@
 #include "support/sim_checks.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_variants_test {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
@@ -404,4 +404,4 @@ TEST(SimulatorVariants, SigmoidRouterIsNotTheSoftmaxRouter) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_variants_test

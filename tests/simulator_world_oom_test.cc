@@ -8,7 +8,7 @@
 
 #include "world.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_world_oom_test {
 namespace {
 
 TEST(HostileInput, Defect5OutOfMemoryOnARankIsAResourceError) {
@@ -20,4 +20,4 @@ TEST(HostileInput, Defect5OutOfMemoryOnARankIsAResourceError) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_world_oom_test

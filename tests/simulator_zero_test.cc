@@ -18,7 +18,7 @@
 #include "preflight/simulator/sim.h"
 #include "support/sim_recipes.h"
 
-namespace preflight {
+namespace preflight::simulator_zero_test {
 namespace {
 
 using testing_sim::Disagreements;
@@ -170,4 +170,4 @@ TEST(SimulatorZero, ZeroThreeDefaultRecipe) {
   ExpectAgreement(r);
 }
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::simulator_zero_test

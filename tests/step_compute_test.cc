@@ -19,7 +19,7 @@
 #include "preflight/recipe/recipe.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::step_compute_test {
 namespace {
 
 const std::string kData = std::string(PREFLIGHT_SOURCE_DIR) + "/tests/data/device/";
@@ -232,4 +232,4 @@ TEST(StepCompute, BlackwellPresetsPlan) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::step_compute_test

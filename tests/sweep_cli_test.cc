@@ -12,7 +12,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::sweep_cli_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -203,4 +203,4 @@ TEST(CliSweep, OutWritesTheFile) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::sweep_cli_test

@@ -18,7 +18,7 @@
 #include "support/shipped_recipes.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::sweep_space_test {
 namespace {
 
 using testing::RunPreflight;
@@ -472,4 +472,4 @@ INSTANTIATE_TEST_SUITE_P(ShippedRecipes, SweepAgreesWithPlan, ::testing::ValuesI
                          testing::RecipeTestName);
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::sweep_space_test

@@ -15,7 +15,7 @@
 #include "preflight/report/sweep_report.h"
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::sweep_svg_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -85,4 +85,4 @@ TEST(SweepSvg, CliWritesTheChart) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::sweep_svg_test

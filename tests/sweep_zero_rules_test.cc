@@ -11,7 +11,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::sweep_zero_rules_test {
 namespace {
 
 // Every row of a one-layout sweep over ZeRO 0..3, checked against `fit` with
@@ -71,4 +71,4 @@ TEST(SweepZeroRules, LayerWiseOptimizerRowsOffZero1AreInvalid) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::sweep_zero_rules_test

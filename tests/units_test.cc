@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-namespace preflight {
+namespace preflight::units_test {
 namespace {
 
 TEST(Bytes, ArithmeticIsExact) {
@@ -38,4 +38,4 @@ TEST(Bytes, RoundUpAndCeilDiv) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::units_test

@@ -13,7 +13,7 @@
 
 #include "support/test_support.h"
 
-namespace preflight {
+namespace preflight::version_test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -75,4 +75,4 @@ TEST(Version, EveryJsonOutputCarriesTheVersionAndSchema) {
 }
 
 }  // namespace
-}  // namespace preflight
+}  // namespace preflight::version_test

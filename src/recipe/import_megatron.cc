@@ -691,7 +691,7 @@ void Add(std::vector<YamlEntry>* out, const std::string& key, const std::string&
 void Add(std::vector<YamlEntry>* out, const std::string& key, int64_t value, const std::string& comment = "") {
   Add(out, key, std::to_string(value), comment);
 }
-std::string Bool(bool b) { return b ? "true" : "false"; }
+std::string BoolText(bool b) { return b ? "true" : "false"; }
 
 /// Hybrid-pattern letters (with '|' cuts) -> recipe letters and cut positions;
 /// the MTP part after the first '/' is returned as written.
@@ -809,12 +809,12 @@ void MapEmbeddings(Args& a, int64_t seq, std::vector<YamlEntry>& m) {
       : tokenizer == "GPT2BPETokenizer" ? "GPT-2 BPE vocab.json"
                                         : "");
   Add(&m, "model.vocab_pad_multiple", a.Int("--make-vocab-size-divisible-by", 128), "times TP (Megatron)");
-  Add(&m, "model.tie_embeddings", Bool(!a.Flag("--untie-embeddings-and-output-weights")));
+  Add(&m, "model.tie_embeddings", BoolText(!a.Flag("--untie-embeddings-and-output-weights")));
   const std::string norm = a.Str("--normalization", "LayerNorm");
   if (norm != "LayerNorm" && norm != "RMSNorm") a.Warn("--normalization", "not LayerNorm/RMSNorm; priced as RMSNorm");
   Add(&m, "model.norm", norm == "LayerNorm" ? "layernorm" : "rmsnorm");
   // add_bias_linear defaults to True; --disable-bias-linear stores False into it.
-  Add(&m, "model.linear_bias", Bool(!a.Flag("--disable-bias-linear")),
+  Add(&m, "model.linear_bias", BoolText(!a.Flag("--disable-bias-linear")),
       "Megatron adds biases unless --disable-bias-linear");
   // LanguageModelEmbedding builds nn.Embedding(max_sequence_length, hidden) for learned_absolute,
   // max_sequence_length being --max-position-embeddings (validate_args defaults it to --seq-length).
@@ -844,7 +844,7 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::v
     Add(&m, "model.attention.heads", heads);
     Add(&m, "model.attention.kv_heads", groups);
     Add(&m, "model.attention.head_dim", a.Int("--kv-channels", hidden / heads));
-    Add(&m, "model.attention.qk_norm", Bool(a.Flag("--qk-layernorm")));
+    Add(&m, "model.attention.qk_norm", BoolText(a.Flag("--qk-layernorm")));
   }
   // One activation for the dense MLP and the experts (TransformerConfig's
   // gated_linear_unit / activation_func serve both).
@@ -867,12 +867,12 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::v
     const bool dropless = !a.Has("--moe-expert-capacity-factor");
     if (!dropless) Add(&m, "model.moe.capacity_factor", a.Str("--moe-expert-capacity-factor", "1.0"));
     (void)a.Real("--moe-expert-capacity-factor", 1.0, 0.01, 1024);
-    Add(&m, "model.moe.dropless", Bool(dropless));
-    Add(&m, "model.moe.pad_to_capacity", Bool(a.Flag("--moe-pad-expert-input-to-capacity")));
+    Add(&m, "model.moe.dropless", BoolText(dropless));
+    Add(&m, "model.moe.pad_to_capacity", BoolText(a.Flag("--moe-pad-expert-input-to-capacity")));
     Add(&m, "model.moe.router", a.Str("--moe-router-score-function", "softmax") == "sigmoid" ? "sigmoid" : "softmax");
-    Add(&m, "model.moe.router_bias", Bool(a.Flag("--moe-router-enable-expert-bias")));
+    Add(&m, "model.moe.router_bias", BoolText(a.Flag("--moe-router-enable-expert-bias")));
     Add(&m, "model.moe.activation", activation);
-    Add(&m, "model.moe.grouped_gemm", Bool(a.Flag("--moe-grouped-gemm")));
+    Add(&m, "model.moe.grouped_gemm", BoolText(a.Flag("--moe-grouped-gemm")));
     // TransformerConfig.moe_token_dispatcher_type defaults to "allgather"
     // (megatron/core/transformer/transformer_config.py, d98e8a6).
     const std::string dispatcher = a.Str("--moe-token-dispatcher-type", "allgather");
@@ -1030,9 +1030,9 @@ void MapTraining(Args& a, int64_t seq, MegatronImport* out) {
   const std::string backend = a.Str("--attention-backend", "auto");
   const std::string impl = a.Str("--transformer-impl", "transformer_engine");
   const bool flash = backend != "unfused" && backend != "local" && impl != "local";
-  Add(&l, "training.flash_attention", Bool(flash),
+  Add(&l, "training.flash_attention", BoolText(flash),
       impl == "local" ? "--transformer-impl local" : "--attention-backend " + backend);
-  Add(&l, "training.transformer_engine", Bool(impl == "transformer_engine"), "--transformer-impl " + impl);
+  Add(&l, "training.transformer_engine", BoolText(impl == "transformer_engine"), "--transformer-impl " + impl);
   if (a.Flag("--defer-embedding-wgrad-compute")) {
     Add(&l, "training.defer_head_wgrad", "true", "--defer-embedding-wgrad-compute");
     Add(&l, "training.head_wgrad_deferral_limit", a.Int("--wgrad-deferral-limit", 0, 0), "0 = every micro-batch");
@@ -1189,7 +1189,7 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
   std::vector<YamlEntry> split;
   MapStageSplit(a, st, pp, &vpp, split);
   Add(&l, "parallel.tp", tp);
-  Add(&l, "parallel.sp", Bool(a.Flag("--sequence-parallel") && tp > 1));
+  Add(&l, "parallel.sp", BoolText(a.Flag("--sequence-parallel") && tp > 1));
   Add(&l, "parallel.cp", a.Int("--context-parallel-size", 1));
   Add(&l, "parallel.pp", pp);
   Add(&l, "parallel.vpp", vpp);

@@ -16,8 +16,6 @@ const char* StatusWord(const CheckEntry& e) {
   return e.passed() ? "pass" : "FAIL";
 }
 
-std::string SignedGib(Bytes b) { return fmt::format("{:+.2f}", b.gib()); }
-
 /// The delta column: a signed GiB figure when compared, else the state.
 std::string DeltaCell(const CheckEntry& e) {
   if (!e.valid) return "-";
@@ -28,8 +26,7 @@ std::string DeltaCell(const CheckEntry& e) {
       return "new";
     case BaselineState::kUnreadable:
       return "unreadable";
-    case BaselineState::kCompared:
-      return SignedGib(e.delta_total());
+    case BaselineState::kCompared: return FormatSignedGiBNumber(e.delta_total());
   }
   return "-";
 }
@@ -40,7 +37,7 @@ std::string MovedCell(const CheckEntry& e) {
   int shown = 0;
   for (Category c : MovedCategories(e)) {
     if (shown++ == 3) break;
-    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", Key(c), SignedGib(e.delta(c)));
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", Key(c), FormatSignedGiBNumber(e.delta(c)));
   }
   return out.empty() ? "-" : out;
 }

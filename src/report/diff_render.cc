@@ -12,8 +12,6 @@
 namespace preflight {
 namespace {
 
-std::string Gib(Bytes b) { return fmt::format("{:.2f}", b.gib()); }
-std::string SignedGib(Bytes b) { return fmt::format("{:+.2f}", b.gib()); }
 /// Signed size with a unit, small moves in MiB/KiB so they do not read "+0.00 GiB".
 std::string SignedSize(Bytes b) {
   const char sign = b.count() < 0 ? '-' : '+';
@@ -86,13 +84,14 @@ std::string RenderDiffTable(const DiffReport& r) {
   for (int i = 0; i < kNumCategories; ++i) {
     const Category c = CategoryAt(i);
     if (r.memory_delta(c).count() == 0) continue;
-    out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", Key(c), Gib(r.a.worst().of(c)), Gib(r.b.worst().of(c)),
-                       SignedGib(r.memory_delta(c)));
+    out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", Key(c), FormatGiBNumber(r.a.worst().of(c)),
+                       FormatGiBNumber(r.b.worst().of(c)), FormatSignedGiBNumber(r.memory_delta(c)));
   }
-  out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", "peak", Gib(r.a.worst().total()), Gib(r.b.worst().total()),
-                     SignedGib(r.total_delta()));
-  out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", "headroom", Gib(r.a.worst().headroom()),
-                     Gib(r.b.worst().headroom()), SignedGib(r.b.worst().headroom() - r.a.worst().headroom()));
+  out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", "peak", FormatGiBNumber(r.a.worst().total()),
+                     FormatGiBNumber(r.b.worst().total()), FormatSignedGiBNumber(r.total_delta()));
+  out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", "headroom", FormatGiBNumber(r.a.worst().headroom()),
+                     FormatGiBNumber(r.b.worst().headroom()),
+                     FormatSignedGiBNumber(r.b.worst().headroom() - r.a.worst().headroom()));
 
   out += "\nmemory per stage, GiB\n";
   out += fmt::format("  {:<8}{:>10}{:>10}{:>10}  {}\n", "stage", "A total", "B total", "delta", "moved categories");
@@ -100,11 +99,11 @@ std::string RenderDiffTable(const DiffReport& r) {
   for (size_t s = 0; s < stages; ++s) {
     const bool in_a = s < r.a.memory.stages.size();
     const bool in_b = s < r.b.memory.stages.size();
-    const std::string ta = in_a ? Gib(r.a.memory.stages[s].total()) : "-";
-    const std::string tb = in_b ? Gib(r.b.memory.stages[s].total()) : "-";
+    const std::string ta = in_a ? FormatGiBNumber(r.a.memory.stages[s].total()) : "-";
+    const std::string tb = in_b ? FormatGiBNumber(r.b.memory.stages[s].total()) : "-";
     std::string delta = "-", moved = in_a ? "only in A" : "only in B";
     if (in_a && in_b) {
-      delta = SignedGib(r.b.memory.stages[s].total() - r.a.memory.stages[s].total());
+      delta = FormatSignedGiBNumber(r.b.memory.stages[s].total() - r.a.memory.stages[s].total());
       moved = Effects(StageDelta(r, s), {}, 3);
     }
     out += fmt::format("  {:<8}{:>10}{:>10}{:>10}  {}\n", s, ta, tb, delta, moved);
@@ -117,8 +116,9 @@ std::string RenderDiffTable(const DiffReport& r) {
     const Axis axis = AxisAt(x);
     if (r.comm_delta(axis).count() == 0) continue;
     any_axis = true;
-    out += fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", Key(axis), Gib(r.a.comm_send[static_cast<size_t>(x)]),
-                       Gib(r.b.comm_send[static_cast<size_t>(x)]), SignedGib(r.comm_delta(axis)));
+    out +=
+        fmt::format("  {:<24}{:>10}{:>10}{:>10}\n", Key(axis), FormatGiBNumber(r.a.comm_send[static_cast<size_t>(x)]),
+                    FormatGiBNumber(r.b.comm_send[static_cast<size_t>(x)]), FormatSignedGiBNumber(r.comm_delta(axis)));
   }
   if (!any_axis) out += "  no axis moved\n";
 
@@ -224,17 +224,18 @@ std::string RenderDiffMarkdown(const DiffReport& r) {
   for (int i = 0; i < kNumCategories; ++i) {
     const Category c = CategoryAt(i);
     if (r.memory_delta(c).count() == 0) continue;
-    out += fmt::format("| {} | {} | {} | {} |\n", Key(c), Gib(r.a.worst().of(c)), Gib(r.b.worst().of(c)),
-                       SignedGib(r.memory_delta(c)));
+    out += fmt::format("| {} | {} | {} | {} |\n", Key(c), FormatGiBNumber(r.a.worst().of(c)),
+                       FormatGiBNumber(r.b.worst().of(c)), FormatSignedGiBNumber(r.memory_delta(c)));
   }
-  out += fmt::format("| **total** | {} | {} | {} |\n", Gib(r.a.worst().total()), Gib(r.b.worst().total()),
-                     SignedGib(r.total_delta()));
+  out += fmt::format("| **total** | {} | {} | {} |\n", FormatGiBNumber(r.a.worst().total()),
+                     FormatGiBNumber(r.b.worst().total()), FormatSignedGiBNumber(r.total_delta()));
   out += "\n| comm sent per step, GiB | A | B | delta |\n| --- | ---: | ---: | ---: |\n";
   for (int x = 0; x < kNumAxes; ++x) {
     const Axis axis = AxisAt(x);
     if (r.comm_delta(axis).count() == 0) continue;
-    out += fmt::format("| {} | {} | {} | {} |\n", Key(axis), Gib(r.a.comm_send[static_cast<size_t>(x)]),
-                       Gib(r.b.comm_send[static_cast<size_t>(x)]), SignedGib(r.comm_delta(axis)));
+    out +=
+        fmt::format("| {} | {} | {} | {} |\n", Key(axis), FormatGiBNumber(r.a.comm_send[static_cast<size_t>(x)]),
+                    FormatGiBNumber(r.b.comm_send[static_cast<size_t>(x)]), FormatSignedGiBNumber(r.comm_delta(axis)));
   }
   return out;
 }

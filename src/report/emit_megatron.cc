@@ -44,7 +44,7 @@ class Args {
   std::vector<std::string> lines_;
 };
 
-struct Context {
+struct MegatronContext {
   const Recipe& r;
   const Plan& p;
   bool transformer;  // GPT model of (attention, FFN) pairs; otherwise a hybrid layer pattern
@@ -75,7 +75,7 @@ char HybridSymbol(BlockKind k) {
   return '?';
 }
 
-void Header(const Context& c) {
+void MegatronHeader(const MegatronContext& c) {
   const Layout& l = c.p.layout;
   c.notes.Note(fmt::format("Megatron-LM arguments for {}: {} GPUs ({} nodes x {} {}), from `preflight plan`", c.r.name,
                            c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, DeviceLabel(c.r.cluster)));
@@ -95,7 +95,7 @@ void Header(const Context& c) {
       c.r.model.vocab, PaddedVocab(c.r.model, l.tp)));
 }
 
-void ParallelFlags(const Context& c) {
+void ParallelFlags(const MegatronContext& c) {
   const Layout& l = c.p.layout;
   const bool moe = Has(c.r, BlockKind::kMoe);
   c.args.Flag("--tensor-model-parallel-size", l.tp);
@@ -149,7 +149,7 @@ std::string JoinInts(const std::vector<int64_t>& v) {
 
 // Transformer stacks: Megatron's even split, or --pipeline-model-parallel-layout.
 // Hybrid stacks carry their cuts in the layer pattern (HybridPatternFlag).
-void PipelineFlags(const Context& c) {
+void PipelineFlags(const MegatronContext& c) {
   const Layout& l = c.p.layout;
   if (l.schedule == Schedule::kDualPipe) {
     c.notes.Cannot("parallel.schedule", "dualpipe",
@@ -193,7 +193,7 @@ void PipelineFlags(const Context& c) {
                 : ""));
 }
 
-void BatchFlags(const Context& c) {
+void BatchFlags(const MegatronContext& c) {
   c.args.Flag("--micro-batch-size", c.p.layout.micro_batch);
   c.args.Flag("--global-batch-size", c.r.training.global_batch);
   c.args.Flag("--seq-length", c.r.training.seq_len);
@@ -202,7 +202,7 @@ void BatchFlags(const Context& c) {
   c.args.Flag("--max-position-embeddings", positions > 0 ? positions : c.r.training.seq_len);
 }
 
-void MlaFlags(const Context& c, const MlaConfig& a) {
+void MlaFlags(const MegatronContext& c, const MlaConfig& a) {
   c.args.Flag("--multi-latent-attention");
   c.args.Flag("--num-attention-heads", a.heads);
   if (a.q_lora_rank > 0) {
@@ -216,7 +216,7 @@ void MlaFlags(const Context& c, const MlaConfig& a) {
   c.args.Flag("--v-head-dim", a.v_head_dim);
 }
 
-void AttentionFlags(const Context& c) {
+void AttentionFlags(const MegatronContext& c) {
   const ModelConfig& m = c.r.model;
   const bool attention = Has(c.r, BlockKind::kAttention);
   if (attention && m.mla) {
@@ -250,7 +250,7 @@ void AttentionFlags(const Context& c) {
 
 // Megatron has one activation for dense and expert FFNs (--swiglu /
 // --squared-relu; GeLU is its default); the experts' wins when they differ.
-void ActivationFlags(const Context& c) {
+void ActivationFlags(const MegatronContext& c) {
   const bool moe = Has(c.r, BlockKind::kMoe);
   const bool dense = Has(c.r, BlockKind::kDenseMlp);
   const FfnActivation dense_act = c.r.model.mlp.activation;
@@ -269,7 +269,7 @@ void ActivationFlags(const Context& c) {
   }
 }
 
-void ModelFlags(const Context& c) {
+void ModelFlags(const MegatronContext& c) {
   const ModelConfig& m = c.r.model;
   if (c.transformer) c.args.Flag("--num-layers", m.layers.size() / 2);
   c.args.Flag("--hidden-size", m.hidden);
@@ -305,7 +305,7 @@ std::string MoeLayerFreq(const std::vector<BlockKind>& layers) {
   return fmt::format("({})", out);
 }
 
-void MoeFlags(const Context& c) {
+void MoeFlags(const MegatronContext& c) {
   if (!Has(c.r, BlockKind::kMoe)) return;
   const MoeConfig& e = c.r.model.moe;
   c.args.Flag("--num-experts", e.experts);
@@ -329,7 +329,7 @@ void MoeFlags(const Context& c) {
   }
 }
 
-void MambaFlags(const Context& c) {
+void MambaFlags(const MegatronContext& c) {
   if (!Has(c.r, BlockKind::kMamba)) return;
   const MambaConfig& mb = c.r.model.mamba;
   c.args.Flag("--mamba-state-dim", mb.d_state);
@@ -349,7 +349,7 @@ void MambaFlags(const Context& c) {
 
 // One symbol a layer; '|' at every chunk cut gives Megatron the plan's
 // stages (README: segments must be a multiple of pp).
-std::string HybridPattern(const Context& c) {
+std::string HybridPattern(const MegatronContext& c) {
   std::vector<bool> cut_before(c.r.model.layers.size(), false);
   if (c.p.layout.schedule != Schedule::kDualPipeV) {
     for (int64_t cut : emit::ChunkCuts(c.p.stages)) cut_before[static_cast<size_t>(cut)] = true;
@@ -365,7 +365,7 @@ std::string HybridPattern(const Context& c) {
   return out;
 }
 
-void HybridPatternFlag(const Context& c) {
+void HybridPatternFlag(const MegatronContext& c) {
   if (c.transformer) return;
   if (Has(c.r, BlockKind::kRecurrent)) {
     c.notes.Cannot("model.pattern", c.r.model.pattern,
@@ -382,7 +382,7 @@ void HybridPatternFlag(const Context& c) {
 
 /// FP4 GEMMs: Megatron-LM d98e8a6 has one FP4 recipe, TE's NVFP4BlockScaling
 /// (transformer_config.py: fp4 "e2m1", fp4_recipe nvfp4 | custom).
-void Fp4Flags(const Context& c) {
+void Fp4Flags(const MegatronContext& c) {
   const PrecisionConfig& pr = c.r.training.precision;
   if (pr.fp4 == Fp4Format::kNone) return;
   if (pr.fp4 == Fp4Format::kMxfp4) {
@@ -395,7 +395,7 @@ void Fp4Flags(const Context& c) {
   if (pr.fp4_params) c.args.Flag("--fp4-param-gather");
 }
 
-void PrecisionFlags(const Context& c) {
+void PrecisionFlags(const MegatronContext& c) {
   const PrecisionConfig& pr = c.r.training.precision;
   switch (pr.params) {
     case DType::kBf16: c.args.Flag("--bf16"); break;
@@ -430,7 +430,7 @@ void PrecisionFlags(const Context& c) {
   Fp4Flags(c);
 }
 
-void ZeroFlags(const Context& c, bool muon) {
+void ZeroFlags(const MegatronContext& c, bool muon) {
   switch (c.p.layout.zero) {
     case 0: c.notes.Note("zero 0: plain data parallel, no --use-distributed-optimizer"); break;
     case 1:
@@ -473,7 +473,7 @@ void ZeroFlags(const Context& c, bool muon) {
 // The overlap the plan priced, as Megatron's flags (all off by default
 // there); what the recipe asks for but Megatron would refuse on this layout
 // is said, not emitted (the plan priced it without).
-void OverlapFlags(const Context& c) {
+void OverlapFlags(const MegatronContext& c) {
   const ParallelConfig& p = c.r.parallel;
   const Layout& l = c.p.layout;
   const Overlap o = OverlapOf(c.r, l);
@@ -494,7 +494,7 @@ void OverlapFlags(const Context& c) {
   }
 }
 
-void OptimizerFlags(const Context& c) {
+void OptimizerFlags(const MegatronContext& c) {
   const OptimizerConfig& o = c.r.training.optimizer;
   const Layout& l = c.p.layout;
   const bool muon = o.matrices == OptimizerKind::kMuon;
@@ -529,7 +529,7 @@ void OptimizerFlags(const Context& c) {
 
 // Fine-grained activation offloading (transformer_config.py); TE >= 2.10
 // needs NVTE_CPU_OFFLOAD_V1=1 so that it offloads no weights (arguments.py).
-void ActivationOffloadFlags(const Context& c) {
+void ActivationOffloadFlags(const MegatronContext& c) {
   const TrainingConfig& t = c.r.training;
   if (t.activation_offload.empty() || c.p.layout.recompute == Recompute::kFull) return;
   std::vector<std::string> on;
@@ -551,13 +551,13 @@ void ActivationOffloadFlags(const Context& c) {
       "asserts it for activation offloading)");
 }
 
-void HeadWgradFlags(const Context& c) {
+void HeadWgradFlags(const MegatronContext& c) {
   if (!c.r.training.defer_head_wgrad) return;
   c.args.Flag("--defer-embedding-wgrad-compute");
   c.args.Flag("--wgrad-deferral-limit", c.r.training.head_wgrad_deferral_limit);
 }
 
-void RecomputeFlags(const Context& c) {
+void RecomputeFlags(const MegatronContext& c) {
   switch (c.p.layout.recompute) {
     case Recompute::kNone: break;
     case Recompute::kSelective: {
@@ -585,9 +585,9 @@ void RecomputeFlags(const Context& c) {
 Emission EmitMegatron(const Recipe& recipe, const Plan& plan) {
   Notes notes(recipe, "megatron");
   Args args;
-  const Context c{recipe, plan, IsTransformerStack(recipe.model.layers), notes, args};
+  const MegatronContext c{recipe, plan, IsTransformerStack(recipe.model.layers), notes, args};
   emit::RefuseIfDoesNotFit(plan, notes);
-  Header(c);
+  MegatronHeader(c);
   emit::NoteKeysWithoutCounterpart(recipe, emit::Framework::kMegatron, notes);
   ParallelFlags(c);
   PipelineFlags(c);

@@ -129,7 +129,7 @@ std::string Differences(const Flavor& want, const Flavor& f) {
   return fmt::format("{}", fmt::join(out, ", "));
 }
 
-struct Context {
+struct TorchtitanContext {
   const Recipe& r;
   const Plan& p;
   Notes& notes;
@@ -150,7 +150,7 @@ class Py {
 
 std::string Quoted(const std::string& s) { return fmt::format("\"{}\"", s); }
 
-void Header(const Context& c) {
+void TorchtitanHeader(const TorchtitanContext& c) {
   const Layout& l = c.p.layout;
   c.notes.Note(fmt::format("torchtitan config module for {}: {} GPUs ({} nodes x {} {}), from `preflight plan`",
                            c.r.name, c.p.mesh.world, c.p.mesh.nodes, c.p.mesh.gpus_per_node, DeviceLabel(c.r.cluster)));
@@ -169,7 +169,7 @@ void Header(const Context& c) {
 
 /// The model_registry call of the flavor that builds the recipe's model, or
 /// a refusal naming the nearest flavor's differences.
-std::optional<std::string> ModelSpec(const Context& c, const Flavor** picked) {
+std::optional<std::string> ModelSpec(const TorchtitanContext& c, const Flavor** picked) {
   if (Has(c.r, BlockKind::kMamba) || Has(c.r, BlockKind::kRecurrent)) {
     c.notes.Cannot("model.pattern", c.r.model.pattern,
                    "torchtitan has no Mamba-2 (M) or recurrent (R) model (torchtitan/models @ b5bcd76)");
@@ -211,7 +211,7 @@ std::optional<std::string> ModelSpec(const Context& c, const Flavor** picked) {
 // dropless top-k routing, flash/flex attention, MLA heads of 128 + 64 / 128)
 // and the MTP module and biases the flavor may build; the recipe's other
 // values are not what torchtitan runs.
-void ModelKeys(const Context& c, const Flavor* f) {
+void ModelKeys(const TorchtitanContext& c, const Flavor* f) {
   if (f == nullptr) return;
   const ModelConfig& m = c.r.model;
   if (m.norm != NormKind::kRmsNorm) c.notes.Cannot("model.norm", "layernorm", "torchtitan's decoders use RMSNorm");
@@ -269,7 +269,7 @@ void ModelKeys(const Context& c, const Flavor* f) {
 
 // ZeRO on FSDP2: dp_shard shards parameters, gradients and optimizer state
 // together (ZeRO 3); dp_replicate is DDP (ZeRO 0) or HSDP's outer group.
-void DataParallelArgs(const Context& c, Py& py) {
+void DataParallelArgs(const TorchtitanContext& c, Py& py) {
   const Layout& l = c.p.layout;
   const int64_t replicate = l.zero == 0 ? l.dp : l.dp_replicate;
   const int64_t shard = l.zero == 0 ? 1 : l.dp / l.dp_replicate;
@@ -319,7 +319,7 @@ std::string ModuleFqns(const std::vector<int64_t>& sizes) {
   return out;
 }
 
-void PipelineArgs(const Context& c, Py& py) {
+void PipelineArgs(const TorchtitanContext& c, Py& py) {
   const Layout& l = c.p.layout;
   if (l.pp <= 1) return;
   py.Arg("pipeline_parallel_degree", std::to_string(l.pp));
@@ -339,7 +339,7 @@ void PipelineArgs(const Context& c, Py& py) {
 
 // torchtitan's EP borrows ranks from dp_shard x cp x tp (parallel_dims.py);
 // expert tensor parallelism was removed upstream (2026-04-30).
-void ExpertArgs(const Context& c, Py& py, int64_t dp_shard) {
+void ExpertArgs(const TorchtitanContext& c, Py& py, int64_t dp_shard) {
   if (!Has(c.r, BlockKind::kMoe)) return;
   const Layout& l = c.p.layout;
   if (l.ep > 1) py.Arg("expert_parallel_degree", std::to_string(l.ep));
@@ -352,7 +352,7 @@ void ExpertArgs(const Context& c, Py& py, int64_t dp_shard) {
   // parallel.expert_tp > 1 is refused through the field table (no torchtitan setting).
 }
 
-void ContextParallelArgs(const Context& c, Py& py) {
+void ContextParallelArgs(const TorchtitanContext& c, Py& py) {
   const Layout& l = c.p.layout;
   if (l.cp <= 1) return;
   py.Arg("context_parallel_degree", std::to_string(l.cp));
@@ -364,7 +364,7 @@ void ContextParallelArgs(const Context& c, Py& py) {
   }
 }
 
-std::string ParallelismArgs(const Context& c) {
+std::string ParallelismArgs(const TorchtitanContext& c) {
   const Layout& l = c.p.layout;
   Py py;
   DataParallelArgs(c, py);
@@ -386,7 +386,7 @@ std::string ParallelismArgs(const Context& c) {
 // Tokens, not sequences (TrainingConfig @ b5bcd76): a DP rank's micro-batch
 // and the step; with PP the micro-batches are num_pp_microbatches, without
 // torchtitan accumulates step / (micro-batch tokens x dp) of them.
-std::string TrainingArgs(const Context& c) {
+std::string TrainingArgs(const TorchtitanContext& c) {
   const Layout& l = c.p.layout;
   const TrainingConfig& t = c.r.training;
   const PrecisionConfig& pr = t.precision;
@@ -436,7 +436,7 @@ std::string TrainingArgs(const Context& c) {
   return py.text();
 }
 
-std::string ActivationCheckpoint(const Context& c) {
+std::string ActivationCheckpoint(const TorchtitanContext& c) {
   switch (c.p.layout.recompute) {
     case Recompute::kNone: return "None";
     case Recompute::kSelective:
@@ -449,7 +449,7 @@ std::string ActivationCheckpoint(const Context& c) {
   return "None";
 }
 
-std::string Optimizer(const Context& c) {
+std::string Optimizer(const TorchtitanContext& c) {
   if (c.r.training.optimizer.matrices == OptimizerKind::kMuon) {
     c.notes.Cannot("training.optimizer.matrices", "muon",
                    "torchtitan's DistMuon needs FlexShard compute-sharding metadata per parameter "
@@ -458,7 +458,7 @@ std::string Optimizer(const Context& c) {
   return "default_adamw()";
 }
 
-std::string CompileArgs(const Context& c) {
+std::string CompileArgs(const TorchtitanContext& c) {
   const Overlap o = OverlapOf(c.r, c.p.layout);
   const bool enable = c.r.training.fused_elementwise;
   if (!enable && !o.tp) return "";
@@ -467,7 +467,7 @@ std::string CompileArgs(const Context& c) {
   return out + ")";
 }
 
-std::string Module(const Context& c, const std::optional<std::string>& model, const Flavor* flavor) {
+std::string Module(const TorchtitanContext& c, const std::optional<std::string>& model, const Flavor* flavor) {
   const std::string parallelism = ParallelismArgs(c);
   const std::string training = TrainingArgs(c);
   const std::string ac = ActivationCheckpoint(c);
@@ -500,9 +500,9 @@ std::string Module(const Context& c, const std::optional<std::string>& model, co
 
 Emission EmitTorchtitan(const Recipe& recipe, const Plan& plan) {
   Notes notes(recipe, "torchtitan");
-  const Context c{recipe, plan, notes};
+  const TorchtitanContext c{recipe, plan, notes};
   emit::RefuseIfDoesNotFit(plan, notes);
-  Header(c);
+  TorchtitanHeader(c);
   const Flavor* flavor = nullptr;
   const std::optional<std::string> model = ModelSpec(c, &flavor);
   ModelKeys(c, flavor);

@@ -130,8 +130,6 @@ std::string LayerList(const std::vector<std::string>& ranges) {
   return out + "\n";
 }
 
-std::string Gib(Bytes b) { return fmt::format("{:.2f}", b.gib()); }
-
 std::string SignedPercent(double fraction) { return fmt::format("{:+.1f}%", 100.0 * fraction); }
 
 std::string SuggestionList(const std::vector<Suggestion>& list, double step_s) {
@@ -139,7 +137,7 @@ std::string SuggestionList(const std::vector<Suggestion>& list, double step_s) {
   for (size_t i = 0; i < list.size(); ++i) {
     const Suggestion& s = list[i];
     out += fmt::format("  {}. {}\n     headroom {} GiB ({:+.2f} GiB){}, step time {} ({})\n", i + 1, s.Summary(),
-                       Gib(s.headroom), s.headroom_gain.gib(), s.headroom_ok ? "" : ", below the floor",
+                       FormatGiBNumber(s.headroom), s.headroom_gain.gib(), s.headroom_ok ? "" : ", below the floor",
                        step_s > 0 ? fmt::format("{:.3f} s", s.step_s) : std::string("n/a"),
                        step_s > 0 ? SignedPercent(s.step_change) : std::string("not priced"));
   }
@@ -155,12 +153,12 @@ std::string RenderAdvice(const FitReport& r, const FitAdvice& a) {
   std::string out;
   if (a.fits) {
     out += fmt::format("dominant  {} is {:.0f}% of the worst rank (stage {}): {} GiB\n", Label(a.dominant),
-                       100.0 * a.dominant_share, a.worst_stage, Gib(a.dominant_bytes));
+                       100.0 * a.dominant_share, a.worst_stage, FormatGiBNumber(a.dominant_bytes));
   }
   const double spread = a.lightest > Bytes(0) ? a.heaviest.gib() / a.lightest.gib() - 1.0 : 0.0;
   if (spread >= kImbalanceWorthSaying) {
     out += fmt::format("balance   stage {} peaks {:.1f} % above stage {} ({} vs {} GiB)\n", a.heaviest_stage,
-                       100.0 * spread, a.lightest_stage, Gib(a.heaviest), Gib(a.lightest));
+                       100.0 * spread, a.lightest_stage, FormatGiBNumber(a.heaviest), FormatGiBNumber(a.lightest));
   }
   if (r.balanced_cut) out += "stages    " + DescribeBalancedCut(r.inventory->recipe, *r.balanced_cut) + "\n";
   if (a.fits && !a.below_floor) {
@@ -240,7 +238,8 @@ std::string LastRankLine(const MemoryEstimate& est) {
   if (est.stages.empty()) return {};
   const RankMemory& m = est.stages.back();
   return fmt::format("  last global rank (stage {}, logged by Megatron): allocated {} between steps, {} at peak\n",
-                     est.stages.size() - 1, Gib(m.last_rank_allocated_static), Gib(m.last_rank_allocated_peak));
+                     est.stages.size() - 1, FormatGiBNumber(m.last_rank_allocated_static),
+                     FormatGiBNumber(m.last_rank_allocated_peak));
 }
 
 }  // namespace
@@ -320,36 +319,38 @@ std::string RenderFitTable(const FitReport& r) {
   }
   add("micro-batches in flight", [](const RankMemory& st) { return fmt::format("{}", st.in_flight_microbatches); });
   for (Category c : kAllCategories) {
-    add(Label(c), [c](const RankMemory& st) { return Gib(st.of(c)); });
+    add(Label(c), [c](const RankMemory& st) { return FormatGiBNumber(st.of(c)); });
     if (c != Category::kActivations) continue;
     // The activation line's parts, adding up to it.
     for (BlockKind k : kAllBlockKinds) {
       const auto f = static_cast<size_t>(FamilyIndex(k));
       if (inv.family_layers[f] == 0) continue;
       add(fmt::format("  of which {}", Letter(k)),
-          [f](const RankMemory& st) { return Gib(st.activations_by_family[f]); });
+          [f](const RankMemory& st) { return FormatGiBNumber(st.activations_by_family[f]); });
     }
-    add("  of which embedding/head", [](const RankMemory& st) { return Gib(st.activations_ends); });
+    add("  of which embedding/head", [](const RankMemory& st) { return FormatGiBNumber(st.activations_ends); });
     auto any = [&](auto member) {
       return std::any_of(est.stages.begin(), est.stages.end(),
                          [&](const RankMemory& st) { return (st.*member).count() > 0; });
     };
     if (any(&RankMemory::activations_transient)) {
-      add("  of which one-layer transient", [](const RankMemory& st) { return Gib(st.activations_transient); });
+      add("  of which one-layer transient",
+          [](const RankMemory& st) { return FormatGiBNumber(st.activations_transient); });
     }
     // Activation offloading: what the device still holds of the offloaded tensors.
     if (any(&RankMemory::activations_offload_kept)) {
-      add("  of which offloaded, on device", [](const RankMemory& st) { return Gib(st.activations_offload_kept); });
+      add("  of which offloaded, on device",
+          [](const RankMemory& st) { return FormatGiBNumber(st.activations_offload_kept); });
     }
   }
-  add("peak", [](const RankMemory& st) { return Gib(st.total()); });
+  add("peak", [](const RankMemory& st) { return FormatGiBNumber(st.total()); });
   // What PyTorch's allocator will report (docs/allocated.md): no reserve, no fragmentation.
-  add("  allocated between steps", [](const RankMemory& st) { return Gib(st.allocated_static); });
-  add("  allocated at the peak", [](const RankMemory& st) { return Gib(st.allocated_peak); });
-  add("capacity", [](const RankMemory& st) { return Gib(st.capacity); });
-  add("headroom", [](const RankMemory& st) { return Gib(st.headroom()); });
+  add("  allocated between steps", [](const RankMemory& st) { return FormatGiBNumber(st.allocated_static); });
+  add("  allocated at the peak", [](const RankMemory& st) { return FormatGiBNumber(st.allocated_peak); });
+  add("capacity", [](const RankMemory& st) { return FormatGiBNumber(st.capacity); });
+  add("headroom", [](const RankMemory& st) { return FormatGiBNumber(st.headroom()); });
   if (est.verdict.host_per_node.count() > 0) {
-    add("host (offloaded state)", [](const RankMemory& st) { return Gib(st.host); });
+    add("host (offloaded state)", [](const RankMemory& st) { return FormatGiBNumber(st.host); });
   }
   const std::vector<Column> columns = GroupStages(rows, layer_counts);
   // Layer ranges go in the table when each column is one stage and its ranges fit the cell.
@@ -363,7 +364,7 @@ std::string RenderFitTable(const FitReport& r) {
   out += RenderColumns(columns, static_cast<size_t>(est.worst_stage), rows);
   if (est.verdict.host_per_node.count() > 0) {
     out += fmt::format("  host per node: {} GPUs x the heaviest stage = {} of {} GiB\n", recipe.cluster.gpus_per_node,
-                       FormatGiB(est.verdict.host_per_node), Gib(GiB(recipe.cluster.spec.host_memory_gib)));
+                       FormatGiB(est.verdict.host_per_node), FormatGiBNumber(GiB(recipe.cluster.spec.host_memory_gib)));
   }
   out += "  * the worst stage (the most memory)\n";
   out += LastRankLine(est);

@@ -10,6 +10,8 @@ namespace preflight {
 const char* PreflightVersion() { return PREFLIGHT_VERSION; }
 
 std::string FormatGiB(Bytes b) { return fmt::format("{:.2f} GiB", b.gib()); }
+std::string FormatGiBNumber(Bytes b) { return fmt::format("{:.2f}", b.gib()); }
+std::string FormatSignedGiBNumber(Bytes b) { return fmt::format("{:+.2f}", b.gib()); }
 
 std::string FormatBytesHuman(Bytes b) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

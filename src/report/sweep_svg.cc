@@ -15,13 +15,15 @@
 namespace preflight {
 namespace {
 
-constexpr int kWidth = 900, kHeight = 560, kLeft = 80, kRight = 220, kTop = 50, kBottom = 60;
-constexpr int kPlotWidth = kWidth - kLeft - kRight, kPlotHeight = kHeight - kTop - kBottom;
+constexpr int kFrontWidth = 900, kFrontHeight = 560, kFrontLeft = 80, kFrontRight = 220, kFrontTop = 50,
+              kFrontBottom = 60;
+constexpr int kFrontPlotWidth = kFrontWidth - kFrontLeft - kFrontRight,
+              kFrontPlotHeight = kFrontHeight - kFrontTop - kFrontBottom;
 
 struct Axes {
   double x_max = 1, y_min = 0, y_max = 1;  // GiB, seconds
-  double X(double gib) const { return kLeft + gib / x_max * kPlotWidth; }
-  double Y(double s) const { return kTop + kPlotHeight - (s - y_min) / (y_max - y_min) * kPlotHeight; }
+  double X(double gib) const { return kFrontLeft + gib / x_max * kFrontPlotWidth; }
+  double Y(double s) const { return kFrontTop + kFrontPlotHeight - (s - y_min) / (y_max - y_min) * kFrontPlotHeight; }
 };
 
 }  // namespace
@@ -75,11 +77,11 @@ std::string Ticks(const Axes& a) {
     out += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" font-size=\"11\" text-anchor=\"middle\">{4:.0f}</text>\n",
-        a.X(gib), kTop, kTop + kPlotHeight, kTop + kPlotHeight + 16, gib);
+        a.X(gib), kFrontTop, kFrontTop + kFrontPlotHeight, kFrontTop + kFrontPlotHeight + 16, gib);
     out += fmt::format(
         "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
         "<text x=\"{3}\" y=\"{4:.1f}\" font-size=\"11\" text-anchor=\"end\">{5:.3g}</text>\n",
-        kLeft, a.Y(s), kLeft + kPlotWidth, kLeft - 6, a.Y(s) + 4, s);
+        kFrontLeft, a.Y(s), kFrontLeft + kFrontPlotWidth, kFrontLeft - 6, a.Y(s) + 4, s);
   }
   return out;
 }
@@ -96,19 +98,21 @@ std::string RenderSweepSvg(const SweepResult& r, const std::string& file, std::o
       "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
       "<text x=\"{4}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{2}: step time vs peak memory, {3} GPUs "
       "({5} fitting layouts, {6} drawn)</text>\n",
-      kWidth, kHeight, XmlEscape(file), r.gpus, kLeft, fitting, drawn.size());
+      kFrontWidth, kFrontHeight, XmlEscape(file), r.gpus, kFrontLeft, fitting, drawn.size());
   out += Ticks(a);
   out += fmt::format(
       "<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">peak memory of the worst rank (GiB)</text>\n"
       "<text x=\"18\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 18 {})\">step time "
       "(s)</text>\n",
-      kLeft + kPlotWidth / 2, kHeight - 18, kTop + kPlotHeight / 2, kTop + kPlotHeight / 2);
+      kFrontLeft + kFrontPlotWidth / 2, kFrontHeight - 18, kFrontTop + kFrontPlotHeight / 2,
+      kFrontTop + kFrontPlotHeight / 2);
   // The device's capacity: layouts right of it do not fit.
   out += fmt::format(
       "<line class=\"capacity\" x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#c00\" "
       "stroke-dasharray=\"6 4\"/>\n<text x=\"{3:.1f}\" y=\"{4}\" font-size=\"11\" fill=\"#c00\">capacity "
       "{5:.1f} GiB</text>\n",
-      a.X(r.capacity.gib()), kTop, kTop + kPlotHeight, a.X(r.capacity.gib()) - 4, kTop - 6, r.capacity.gib());
+      a.X(r.capacity.gib()), kFrontTop, kFrontTop + kFrontPlotHeight, a.X(r.capacity.gib()) - 4, kFrontTop - 6,
+      r.capacity.gib());
   for (int64_t i : drawn) {
     const SweepRow& row = r.rows[static_cast<size_t>(i)];
     out += fmt::format("<circle class=\"layout\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2\" fill=\"#bbb\"/>\n",
@@ -126,12 +130,12 @@ std::string RenderSweepSvg(const SweepResult& r, const std::string& file, std::o
                        a.X(row.peak.gib()), a.Y(row.step_s));
   }
   // The key, and the recipe's own layout.
-  const int kx = kLeft + kPlotWidth + 20;
+  const int kx = kFrontLeft + kFrontPlotWidth + 20;
   out += fmt::format(
       "<circle cx=\"{0}\" cy=\"{1}\" r=\"2\" fill=\"#bbb\"/><text x=\"{2}\" y=\"{3}\" font-size=\"12\">a fitting "
       "layout</text>\n<circle cx=\"{0}\" cy=\"{4}\" r=\"4\" fill=\"#2166ac\"/><text x=\"{2}\" y=\"{5}\" "
       "font-size=\"12\">Pareto front ({6})</text>\n",
-      kx, kTop + 10, kx + 12, kTop + 14, kTop + 30, kTop + 34, r.pareto.size());
+      kx, kFrontTop + 10, kx + 12, kFrontTop + 14, kFrontTop + 30, kFrontTop + 34, r.pareto.size());
   const SweepRow* mine = own ? &r.rows[static_cast<size_t>(*own)] : nullptr;
   if (mine != nullptr && mine->status != SweepStatus::kInvalid) {
     const double x = a.X(mine->peak.gib()), y = a.Y(mine->step_s);
@@ -147,7 +151,7 @@ std::string RenderSweepSvg(const SweepResult& r, const std::string& file, std::o
   out += fmt::format(
       "<path d=\"M {0} {1} l 7 7 l -7 7 l -7 -7 z\" fill=\"#d6604d\" stroke=\"black\"/><text x=\"{2}\" y=\"{3}\" "
       "font-size=\"12\">{4}</text>\n</svg>\n",
-      kx, kTop + 43, kx + 12, kTop + 54, XmlEscape(own_text));
+      kx, kFrontTop + 43, kx + 12, kFrontTop + 54, XmlEscape(own_text));
   return out;
 }
 

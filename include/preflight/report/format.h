@@ -11,6 +11,10 @@ namespace preflight {
 
 /// "3.00 GiB" with two decimals; negative values keep their sign.
 std::string FormatGiB(Bytes b);
+/// "3.00" and "+3.00": GiB with two decimals and no unit, for table cells
+/// whose header names the unit.
+std::string FormatGiBNumber(Bytes b);
+std::string FormatSignedGiBNumber(Bytes b);
 /// Picks B, KiB, MiB, GiB or TiB so the number is below 1024; two decimals.
 std::string FormatBytesHuman(Bytes b);
 /// "12.35 B" / "850.12 M" parameter counts (decimal).
