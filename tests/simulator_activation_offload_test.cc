@@ -210,5 +210,20 @@ TEST(SimulatorActivationOffload, EveryModule) {
   EXPECT_GT(Measured(rep, 0).host, Measured(rep, 1).host);
 }
 
+TEST(SimulatorActivationOffload, RoutedRowsFollowTheRouter) {
+  // Unpadded routing: the experts' rows are the router's choice, which plan
+  // and fit price as uniform; the host-link bytes are informational.
+  const Recipe r = Hybrid({{"model.moe.pad_to_capacity", "false"},
+                           {"training.activation_offload", "[expert_fc1, moe_act]"},
+                           {"training.activation_offload_min_elements", "1"}});
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  const CommAgreement* link = HostRow(Stage(CompareWithModels(r, rep, SimPrecision::kFp64), 0));
+  ASSERT_NE(link, nullptr);
+  EXPECT_GT(link->measured_sent, 0);
+  EXPECT_FALSE(link->exact);
+  EXPECT_TRUE(link->agrees);
+}
+
 }  // namespace
 }  // namespace preflight::sim

@@ -343,15 +343,29 @@ int64_t ActivationOffloadCopies(const Recipe& r, const Layout& l, const StagePla
 /// against the estimator's `host`, and the bytes copied over the host link
 /// in the step against the planner's `host_transfer`. Exact; shown only
 /// where either side has some.
-void CompareHost(const RankMemory& est, const StageComm& comm, int64_t activation_copies,
+void CompareHost(const Recipe& scaled, const RankMemory& est, const StageComm& comm, int64_t activation_copies,
                  const SimulationReport& report, StageComparison* out) {
+  // The routed experts' offloaded rows are the router's choice where the
+  // routing is: the rules of the activations row, and informational bytes.
+  const OffloadSet offload = scaled.training.activation_offload;
+  const bool routed =
+      RoutingDependent(scaled) && (offload.has(OffloadModule::kExpertFc1) || offload.has(OffloadModule::kMoeAct));
   int64_t host = 0, copied = 0;
   for (const RankMeasurement& r : report.per_rank) {
     if (r.pipeline_rank != out->pipeline_rank) continue;
     host = std::max(host, r.host_peak_bytes);
     copied = std::max(copied, r.bytes_to_host + r.bytes_to_device);
   }
-  if (host > 0 || est.host.count() > 0) out->memory.push_back(Row("host (offloaded)", host, est.host.count(), 0.0));
+  if (host > 0 || est.host.count() > 0) {
+    MemoryAgreement row = Row("host (offloaded)", host, est.host.count(), 0.0);
+    if (routed && scaled.model.moe.dropless) {
+      row = Row(row.category, row.measured, row.modeled, kDroplessActivationTolerance);
+    } else if (routed) {
+      row.bound = true;
+      row.agrees = row.measured <= row.modeled;
+    }
+    out->memory.push_back(row);
+  }
   const int64_t modeled = comm.host_transfer.count() + activation_copies;
   if (copied > 0 || modeled > 0) {
     CommAgreement a;
@@ -361,7 +375,8 @@ void CompareHost(const RankMemory& est, const StageComm& comm, int64_t activatio
     a.what = "offload";
     a.measured_sent = copied;
     a.modeled_sent = modeled;
-    a.agrees = a.measured_sent == a.modeled_sent;
+    a.exact = !routed;
+    a.agrees = !a.exact || a.measured_sent == a.modeled_sent;
     out->comm.push_back(a);
   }
 }
@@ -384,8 +399,8 @@ SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& re
     CompareComm(scaled, comm.at(static_cast<size_t>(s)), report, &stage);
     const RankMemory est = EstimateRank(inv, layout, stages, s);
     CompareMemory(scaled, est, report, &stage);
-    CompareHost(est, comm.at(static_cast<size_t>(s)), ActivationOffloadCopies(scaled, layout, stages, s), report,
-                &stage);
+    CompareHost(scaled, est, comm.at(static_cast<size_t>(s)), ActivationOffloadCopies(scaled, layout, stages, s),
+                report, &stage);
     out.stages.push_back(std::move(stage));
   }
   if (RoutingDependent(scaled)) {
