@@ -424,6 +424,19 @@ void ScopedNorm(OffloadModule m, Tensor<T>* x, Tensor<T>* stats, std::vector<Sav
   out->push_back(Scoped(m, {stats}, stats->m.rows()));
 }
 
+/// An attention block's saved set `s` past its projections: the core's
+/// ("core_attn": q, k, v and the LSE, or the unfused core's softmax output
+/// with its dropout mask and dropped probabilities, one tensor of the
+/// scores' elements) and the output projection's input o ("attn_proj").
+template <class T, class S>
+void ScopedCoreAndProjection(bool flash_attention, S& s, std::vector<SavedTensor>* out) {
+  for (Tensor<T>* t : {&s.q, &s.k, &s.v}) out->push_back(Scoped(OffloadModule::kCoreAttn, {t}));
+  out->push_back(flash_attention ? Scoped(OffloadModule::kCoreAttn, {&s.lse})
+                                 : Scoped(OffloadModule::kCoreAttn, {&s.probs, &s.mask, &s.dropped},
+                                          static_cast<int64_t>(s.probs.m.size())));
+  out->push_back(Scoped(OffloadModule::kAttnProj, {&s.o}));
+}
+
 /// The logistic function 1 / (1 + e^-a).
 template <class T>
 T Sigmoid(T a) {

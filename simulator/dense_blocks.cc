@@ -147,11 +147,7 @@ class AttentionBlock final : public Block<T> {
       for (Tensor<T>* t : {&s.q_in, &s.k_in}) out.push_back(Scoped(OffloadModule::kQkvLinear, {t}));
       out.push_back(Scoped(OffloadModule::kQkvLinear, {&s.q_rstd, &s.k_rstd}));
     }
-    for (Tensor<T>* t : {&s.q, &s.k, &s.v}) out.push_back(Scoped(OffloadModule::kCoreAttn, {t}));
-    out.push_back(d_.flash_attention ? Scoped(OffloadModule::kCoreAttn, {&s.lse})
-                                     : Scoped(OffloadModule::kCoreAttn, {&s.probs, &s.mask, &s.dropped},
-                                              static_cast<int64_t>(s.probs.m.size())));
-    out.push_back(Scoped(OffloadModule::kAttnProj, {&s.o}));
+    ScopedCoreAndProjection<T>(d_.flash_attention, s, &out);
     return out;
   }
 

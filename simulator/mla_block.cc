@@ -141,11 +141,7 @@ class MlaBlock final : public Block<T> {
     for (Tensor<T>* t : {&s.n, &s.cq, &s.ckv, &s.cq_n, &s.ckv_n}) out.push_back(Scoped(OffloadModule::kQkvLinear, {t}));
     // The two latent norms' statistics, one entry per row each (the estimator's one tensor).
     out.push_back(Scoped(OffloadModule::kQkvLinear, {&s.rstd_q, &s.rstd_kv}, s.rstd_kv.m.rows()));
-    for (Tensor<T>* t : {&s.q, &s.k, &s.v}) out.push_back(Scoped(OffloadModule::kCoreAttn, {t}));
-    out.push_back(d_.flash_attention ? Scoped(OffloadModule::kCoreAttn, {&s.lse})
-                                     : Scoped(OffloadModule::kCoreAttn, {&s.probs, &s.mask, &s.dropped},
-                                              static_cast<int64_t>(s.probs.m.size())));
-    out.push_back(Scoped(OffloadModule::kAttnProj, {&s.o}));
+    ScopedCoreAndProjection<T>(d_.flash_attention, s, &out);
     return out;
   }
 
