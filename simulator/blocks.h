@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 
 #include "preflight/recipe/recipe.h"
 
+#include "activation_offload.h"
 #include "tensor.h"
 #include "world.h"
 
@@ -129,6 +131,11 @@ class SavedPerMicrobatch {
     }
     return it->second;
   }
+  /// The set of `microbatch`, or null before its forward or after its backward.
+  S* Find(int64_t microbatch) {
+    auto it = live_.find(microbatch);
+    return it == live_.end() ? nullptr : &it->second;
+  }
   S Close(int64_t microbatch) {
     auto node = live_.extract(microbatch);
     if (node.empty()) throw std::logic_error("backward of micro-batch " + std::to_string(microbatch) + " before its forward");
@@ -194,6 +201,8 @@ struct Ctx {
   uint64_t dropout_seed = 0;
   int64_t data_index = 0;
   OptimizerConfig optimizer;  // which optimizer each ParamRole gets
+  /// training.activation_offload: the rank's offloader, null without.
+  ActivationOffload* offload = nullptr;
   int64_t dropped_pairs = 0;
   MemoryTracker* mem() const { return &rank->memory(); }
 };
@@ -391,6 +400,43 @@ void AddBiasGrad(const Mat<T>& dout, Param<T>* bias) {
   if (bias != nullptr) bias->grad.m.row(0) += dout.colwise().sum();
 }
 
+/// A framework tensor of scope `m` made of `parts` (released ones hold
+/// nothing); `elements` < 0: their element count.
+template <class T>
+SavedTensor Scoped(OffloadModule m, std::initializer_list<Tensor<T>*> parts, int64_t elements = -1) {
+  SavedTensor out;
+  out.scope = m;
+  int64_t sum = 0;
+  for (Tensor<T>* t : parts) {
+    sum += static_cast<int64_t>(t->m.size());
+    out.parts.push_back(&t->alloc);
+  }
+  out.elements = elements < 0 ? sum : elements;
+  return out;
+}
+
+/// A norm's input and its fp32 statistics (one entry per row as the
+/// framework counts them: LayerNorm's mean and rstd are two such tensors,
+/// which the estimator prices as one of 8 B per row) in scope `m`.
+template <class T>
+void ScopedNorm(OffloadModule m, Tensor<T>* x, Tensor<T>* stats, std::vector<SavedTensor>* out) {
+  out->push_back(Scoped(m, {x}));
+  out->push_back(Scoped(m, {stats}, stats->m.rows()));
+}
+
+/// An attention block's saved set `s` past its projections: the core's
+/// ("core_attn": q, k, v and the LSE, or the unfused core's softmax output
+/// with its dropout mask and dropped probabilities, one tensor of the
+/// scores' elements) and the output projection's input o ("attn_proj").
+template <class T, class S>
+void ScopedCoreAndProjection(bool flash_attention, S& s, std::vector<SavedTensor>* out) {
+  for (Tensor<T>* t : {&s.q, &s.k, &s.v}) out->push_back(Scoped(OffloadModule::kCoreAttn, {t}));
+  out->push_back(flash_attention ? Scoped(OffloadModule::kCoreAttn, {&s.lse})
+                                 : Scoped(OffloadModule::kCoreAttn, {&s.probs, &s.mask, &s.dropped},
+                                          static_cast<int64_t>(s.probs.m.size())));
+  out->push_back(Scoped(OffloadModule::kAttnProj, {&s.o}));
+}
+
 /// The logistic function 1 / (1 + e^-a).
 template <class T>
 T Sigmoid(T a) {
@@ -458,10 +504,12 @@ class Block {
   virtual ~Block() = default;
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) {
     Mat<T> y = BranchForward(ctx, x);
+    if (ctx.offload != nullptr) ctx.offload->Commit(layer_, ctx.microbatch, OffloadScopes(ctx));
     if (ctx.dropout > 0) DropBranch(ctx, &y);
     return x + y;
   }
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) {
+    if (ctx.offload != nullptr) ctx.offload->Reload(layer_, ctx.microbatch);
     if (ctx.dropout == 0) return dy + BranchBackward(ctx, dy);
     return dy + BranchBackward(ctx, DropBranchBackward(ctx, dy));
   }
@@ -486,6 +534,9 @@ class Block {
   virtual Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) = 0;
   /// The gradient of x through the branch from the branch output's gradient.
   virtual Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) = 0;
+  /// What the forward of ctx.microbatch saved inside Megatron's offload
+  /// scopes (docs/recipe.md "Activation offloading"); none by default.
+  virtual std::vector<SavedTensor> OffloadScopes(Ctx& /*ctx*/) { return {}; }
   Param<T>& Add(std::unique_ptr<Param<T>> p) {
     params_.push_back(std::move(p));
     return *params_.back();

@@ -134,6 +134,23 @@ class AttentionBlock final : public Block<T> {
     return y;
   }
 
+  /// Megatron's scopes (attention.py get_query_key_value_tensors under
+  /// "qkv_linear", the core under "core_attn", linear_proj under
+  /// "attn_proj"; the input norm under "attn_norm" unless Transformer Engine
+  /// fuses it into the QKV projection's LayerNormLinear).
+  std::vector<SavedTensor> OffloadScopes(Ctx& ctx) override {
+    Saved& s = *saved_.Find(ctx.microbatch);
+    std::vector<SavedTensor> out;
+    ScopedNorm(ctx.transformer_engine ? OffloadModule::kQkvLinear : OffloadModule::kAttnNorm, &s.x, &s.rstd, &out);
+    out.push_back(Scoped(OffloadModule::kQkvLinear, {&s.n}));
+    if (q_norm_ != nullptr) {
+      for (Tensor<T>* t : {&s.q_in, &s.k_in}) out.push_back(Scoped(OffloadModule::kQkvLinear, {t}));
+      out.push_back(Scoped(OffloadModule::kQkvLinear, {&s.q_rstd, &s.k_rstd}));
+    }
+    ScopedCoreAndProjection<T>(d_.flash_attention, s, &out);
+    return out;
+  }
+
   Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const int64_t ab = ctx.bytes.activation;
@@ -316,6 +333,15 @@ class MlpBlock final : public Block<T> {
     }
     if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
     return y;
+  }
+
+  /// Without Transformer Engine the pre-MLP norm is its own module
+  /// ("mlp_norm"); with it, fused into fc1, it runs no offload group.
+  std::vector<SavedTensor> OffloadScopes(Ctx& ctx) override {
+    std::vector<SavedTensor> out;
+    if (!ctx.transformer_engine)
+      ScopedNorm(OffloadModule::kMlpNorm, &saved_.Find(ctx.microbatch)->x, &saved_.Find(ctx.microbatch)->rstd, &out);
+    return out;
   }
 
   Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {

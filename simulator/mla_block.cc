@@ -131,6 +131,20 @@ class MlaBlock final : public Block<T> {
     return ReduceFromTpForward(ctx, partial.m);
   }
 
+  /// Megatron's scopes: the input norm ("attn_norm", its own module), the
+  /// down-projections, latent norms and up-projections ("qkv_linear"), the
+  /// core ("core_attn") and the output projection ("attn_proj").
+  std::vector<SavedTensor> OffloadScopes(Ctx& ctx) override {
+    Saved& s = *saved_.Find(ctx.microbatch);
+    std::vector<SavedTensor> out;
+    ScopedNorm(OffloadModule::kAttnNorm, &s.x, &s.rstd, &out);
+    for (Tensor<T>* t : {&s.n, &s.cq, &s.ckv, &s.cq_n, &s.ckv_n}) out.push_back(Scoped(OffloadModule::kQkvLinear, {t}));
+    // The two latent norms' statistics, one entry per row each (the estimator's one tensor).
+    out.push_back(Scoped(OffloadModule::kQkvLinear, {&s.rstd_q, &s.rstd_kv}, s.rstd_kv.m.rows()));
+    ScopedCoreAndProjection<T>(d_.flash_attention, s, &out);
+    return out;
+  }
+
   Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     ctx.rank->set_what(CommWhat::kAttention);
     const SimCategory tmp = SimCategory::kTemporaries;

@@ -141,6 +141,18 @@ class MoeBlock final : public Block<T> {
     return result;
   }
 
+  /// Megatron's scopes: the pre-MLP norm ("mlp_norm"), the routed experts'
+  /// fc1 input ("expert_fc1") and fc1's output, which the activation saves
+  /// as one tensor ([a | u] when gated: "moe_act"), moe/experts.py.
+  std::vector<SavedTensor> OffloadScopes(Ctx& ctx) override {
+    State& s = *saved_.Find(ctx.microbatch);
+    std::vector<SavedTensor> out;
+    ScopedNorm(OffloadModule::kMlpNorm, &s.x, &s.rstd, &out);
+    out.push_back(Scoped(OffloadModule::kExpertFc1, {&s.gathered}));
+    out.push_back(Scoped(OffloadModule::kMoeAct, {&s.a, &s.u}));
+    return out;
+  }
+
   Mat<T> BranchBackward(Ctx& ctx, const Mat<T>& dy) override {
     const int64_t ab = ctx.bytes.activation, h = d_.hidden;
     const SimCategory scratch = SimCategory::kRoutingScratch;

@@ -128,8 +128,17 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   }
   Require(r.model.moe.dispatcher == MoeDispatcher::kAllToAll,
           "the executor dispatches MoE tokens by all-to-all only (set model.moe.dispatcher: alltoall)");
-  Require(r.training.activation_offload.empty(),
-          "the executor keeps activations on the device (set training.activation_offload: [])");
+  if (!r.training.activation_offload.empty()) {
+    // Megatron offloads nothing a checkpoint keeps (the checkpointed forward
+    // saves no tensors, and a rerun module such as the core's
+    // _checkpointed_attention_forward runs outside its offload scope);
+    // virtual and DualPipe chunks reorder the offload groups
+    // (PipelineOffloadManager.flush); the MTP layers are not priced.
+    Require(r.training.recompute == Recompute::kNone && p.vpp == 1 && p.schedule != Schedule::kDualPipe &&
+                p.schedule != Schedule::kDualPipeV && r.model.mtp_layers == 0,
+            "training.activation_offload is in the executor without recompute, virtual pipeline stages, DualPipe(V) "
+            "or MTP (set training.recompute: none, parallel.vpp: 1, model.mtp_layers: 0, or activation_offload: [])");
+  }
   Require(r.training.precision.fp4 == Fp4Format::kNone,
           "FP4 GEMMs are not in the executor (set training.precision.fp4: none)");
   if (r.training.defer_head_wgrad) {
@@ -335,6 +344,9 @@ struct ModelChunk {
   std::vector<std::unique_ptr<MtpModule<T>>> mtp;
   Embedding<T>* lookup = nullptr;
   std::unique_ptr<Embedding<T>> embedding_copy;
+  /// Activation offload: the module names whose last group in the chunk
+  /// each block runs (the groups a kept chunk leaves on the device).
+  std::vector<OffloadSet> last_groups;
 };
 
 /// The rows a rank holds of a global per-token list: its CP positions, every
@@ -386,6 +398,11 @@ class RankProgram {
     const TrainingConfig& training = spec.recipe->training;
     if (training.recompute == Recompute::kSelective) c.rerun = training.recompute_modules;
     c.transformer_engine = training.transformer_engine;
+    if (!training.activation_offload.empty()) {
+      offload_ = std::make_unique<ActivationOffload>(&rank, training.activation_offload,
+                                                     training.activation_offload_min_elements);
+      c.offload = offload_.get();
+    }
     BuildChunks();
   }
 
@@ -411,11 +428,13 @@ class RankProgram {
     const std::vector<PipeOp> ops = PipelineSchedule(spec_.recipe->parallel.schedule, spec_.topo.pp, spec_.vpp,
                                                      spec_.microbatches, coord_.pp);
     int64_t live = 0;
-    for (const PipeOp& op : ops) {
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const PipeOp& op = ops[j];
       ModelChunk<T>& chunk = chunks_[static_cast<size_t>(op.chunk)];
       ctx_.microbatch = op.microbatch;
       ctx_.data_index = DataIndex(op.microbatch);
       if (op.forward) {
+        keeps_last_groups_ = KeepsLastGroups(ops, j);
         Forward(chunk, op.microbatch, &out);
         out.peak_in_flight = std::max(out.peak_in_flight, ++live);
       } else {
@@ -477,6 +496,7 @@ class RankProgram {
         chunk.blocks.push_back(MakeBlock<T>(letter, ctx_, s.dims, l, s.opt.seed, s.opt.init_scale));
       }
       chunk.groups = CheckpointGroups(s.kinds, sc.first_layer, sc.end_layer, s.recipe->training);
+      chunk.last_groups = LastGroups(chunk.letters);
       chunks_.push_back(std::move(chunk));
     }
     // The ends last: a tied head or MTP reads the embedding of any chunk of
@@ -752,6 +772,7 @@ class RankProgram {
     for (size_t i = 0; i < chunk.blocks.size(); ++i) {
       ForwardUnit(chunk, unit++, [&] {
         r.memory().set_owner(std::string(1, chunk.letters[i]));
+        if (offload_ && keeps_last_groups_) offload_->set_kept(chunk.last_groups[i]);
         const CheckpointGroup* g = GroupOf(chunk, static_cast<int64_t>(i));
         if (g == nullptr) {
           x = chunk.blocks[i]->Forward(ctx_, x);
@@ -827,6 +848,31 @@ class RankProgram {
     }
   }
 
+  /// Whether the forward at ops[j] keeps the last offload group of each
+  /// module name on the device: its chunk is the first to run backward
+  /// (Megatron's post_warmup_callback), or the next backward is its own
+  /// (should_bulk_offload: every micro-batch of the last pipeline stage).
+  static bool KeepsLastGroups(const std::vector<PipeOp>& ops, size_t j) {
+    const auto same = [&](const PipeOp& b) { return b.chunk == ops[j].chunk && b.microbatch == ops[j].microbatch; };
+    const auto first = std::find_if(ops.begin(), ops.end(), [](const PipeOp& o) { return !o.forward; });
+    const auto next = std::find_if(ops.begin() + static_cast<std::ptrdiff_t>(j), ops.end(),
+                                   [](const PipeOp& o) { return !o.forward; });
+    return (first != ops.end() && same(*first)) || (next != ops.end() && same(*next));
+  }
+
+  /// For each block of a chunk, the offload modules whose last group in the
+  /// chunk it runs (Megatron keeps groups by module name).
+  std::vector<OffloadSet> LastGroups(const std::vector<char>& letters) const {
+    std::vector<OffloadSet> out(letters.size());
+    OffloadSet later;
+    for (size_t i = letters.size(); i-- > 0;) {
+      const OffloadSet mine = OffloadModulesOf(letters[i], spec_.dims.mla, spec_.recipe->training.transformer_engine);
+      out[i].bits = mine.bits & ~later.bits;
+      later.bits |= mine.bits;
+    }
+    return out;
+  }
+
   static const CheckpointGroup* GroupOf(const ModelChunk<T>& chunk, int64_t block) {
     for (const CheckpointGroup& g : chunk.groups) {
       if (block >= g.first && block < g.end) return &g;
@@ -867,6 +913,8 @@ class RankProgram {
   std::unique_ptr<DistOptimizer<T>> optimizer_;
   std::map<std::string, Mat<double>> before_;
   std::map<int64_t, Mat<T>> local_;
+  std::unique_ptr<ActivationOffload> offload_;  // training.activation_offload; null without
+  bool keeps_last_groups_ = false;              // the running forward's (KeepsLastGroups)
 };
 
 struct RunOutput {

@@ -96,6 +96,11 @@ Allocation& Allocation::operator=(Allocation&& o) noexcept {
   return *this;
 }
 Allocation::~Allocation() { Release(); }
+void Allocation::MoveTo(MemoryTracker* to) {
+  if (tracker_ != nullptr) tracker_->Remove(category_, bytes_, owner_);
+  tracker_ = to;
+  if (tracker_ != nullptr) tracker_->Add(category_, bytes_, owner_);
+}
 void Allocation::Release() {
   if (tracker_ != nullptr) tracker_->Remove(category_, bytes_, owner_);
   tracker_ = nullptr;

@@ -113,6 +113,9 @@ class Allocation {
   ~Allocation();
   void Release();
   int64_t bytes() const { return bytes_; }
+  /// The same bytes, category and owner charged to `to` instead (activation
+  /// offload: device <-> host).
+  void MoveTo(MemoryTracker* to);
 
  private:
   MemoryTracker* tracker_ = nullptr;

@@ -27,6 +27,7 @@
 // informational (transient buffers whose lifetimes the estimator models as
 // one peak, docs/formulas.md §5).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -35,6 +36,7 @@
 #include <tuple>
 
 #include "preflight/estimator/estimate.h"
+#include "preflight/estimator/memory_terms.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/planner/plan.h"
@@ -316,27 +318,65 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
                             "(embedding ids, head and loss; informational)"));
 }
 
+/// Activation offload's host-link bytes in the step as plan prices them
+/// (planner/step_time.cc ComputeOnRank): each micro-batch's layers send their
+/// offloaded tensors (LayerOffloaded) down and back up, less the last layer
+/// of each family on the rank, which stays on the device.
+int64_t ActivationOffloadCopies(const Recipe& r, const Layout& l, const StagePlan& stages, int64_t stage) {
+  if (r.training.activation_offload.empty()) return 0;
+  std::array<int64_t, 5> layers{};
+  for (const StageChunk& c : stages.chunks) {
+    if (c.pipeline_rank != stage) continue;
+    for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
+      ++layers[static_cast<size_t>(FamilyIndex(r.model.layers[static_cast<size_t>(i)]))];
+    }
+  }
+  int64_t down = 0;
+  for (size_t f = 0; f < layers.size(); ++f) {
+    if (layers[f] == 0) continue;
+    down += (l.micro_batches * layers[f] - 1) * LayerOffloaded(r, l, kAllBlockKinds[f]).count();
+  }
+  return 2 * down;
+}
+
 /// The offloads (optimizer offload_fraction, FSDP's CPU offload): host memory
 /// against the estimator's `host`, and the bytes copied over the host link
 /// in the step against the planner's `host_transfer`. Exact; shown only
 /// where either side has some.
-void CompareHost(const RankMemory& est, const StageComm& comm, const SimulationReport& report, StageComparison* out) {
+void CompareHost(const Recipe& scaled, const RankMemory& est, const StageComm& comm, int64_t activation_copies,
+                 const SimulationReport& report, StageComparison* out) {
+  // The routed experts' offloaded rows are the router's choice where the
+  // routing is: the rules of the activations row, and informational bytes.
+  const OffloadSet offload = scaled.training.activation_offload;
+  const bool routed =
+      RoutingDependent(scaled) && (offload.has(OffloadModule::kExpertFc1) || offload.has(OffloadModule::kMoeAct));
   int64_t host = 0, copied = 0;
   for (const RankMeasurement& r : report.per_rank) {
     if (r.pipeline_rank != out->pipeline_rank) continue;
     host = std::max(host, r.host_peak_bytes);
     copied = std::max(copied, r.bytes_to_host + r.bytes_to_device);
   }
-  if (host > 0 || est.host.count() > 0) out->memory.push_back(Row("host (offloaded)", host, est.host.count(), 0.0));
-  if (copied > 0 || comm.host_transfer.count() > 0) {
+  if (host > 0 || est.host.count() > 0) {
+    MemoryAgreement row = Row("host (offloaded)", host, est.host.count(), 0.0);
+    if (routed && scaled.model.moe.dropless) {
+      row = Row(row.category, row.measured, row.modeled, kDroplessActivationTolerance);
+    } else if (routed) {
+      row.bound = true;
+      row.agrees = row.measured <= row.modeled;
+    }
+    out->memory.push_back(row);
+  }
+  const int64_t modeled = comm.host_transfer.count() + activation_copies;
+  if (copied > 0 || modeled > 0) {
     CommAgreement a;
     a.axis = "host";
     a.kind = "copy";
     a.pass = "step";
     a.what = "offload";
     a.measured_sent = copied;
-    a.modeled_sent = comm.host_transfer.count();
-    a.agrees = a.measured_sent == a.modeled_sent;
+    a.modeled_sent = modeled;
+    a.exact = !routed;
+    a.agrees = !a.exact || a.measured_sent == a.modeled_sent;
     out->comm.push_back(a);
   }
 }
@@ -359,7 +399,8 @@ SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& re
     CompareComm(scaled, comm.at(static_cast<size_t>(s)), report, &stage);
     const RankMemory est = EstimateRank(inv, layout, stages, s);
     CompareMemory(scaled, est, report, &stage);
-    CompareHost(est, comm.at(static_cast<size_t>(s)), report, &stage);
+    CompareHost(scaled, est, comm.at(static_cast<size_t>(s)), ActivationOffloadCopies(scaled, layout, stages, s),
+                report, &stage);
     out.stages.push_back(std::move(stage));
   }
   if (RoutingDependent(scaled)) {

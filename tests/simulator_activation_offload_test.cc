@@ -1,0 +1,229 @@
+// Fine-grained activation offloading through the executor
+// (training.activation_offload, simulator/activation_offload.h): the saved
+// tensors of each listed module leave the device after the block's forward
+// and come back before its backward, counted in the rank's host memory and on
+// the host link. Hand-worked bytes on the blocks and on a small hybrid
+// (A, E, D; tp 2 with SP, pp 2, ep 2); the numerics stay those of the
+// unsharded reference; the comparison rows against fit and plan where
+// Megatron's mechanism and the models agree.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "activation_offload.h"
+#include "blocks.h"
+#include "preflight/recipe/recipe.h"
+#include "preflight/simulator/sim.h"
+#include "support/sim_checks.h"
+#include "support/sim_recipes.h"
+
+namespace preflight::sim {
+namespace {
+
+using testing::ExpectBackwardMatchesFd;
+using testing::OnOneRank;
+using testing::SmallDims;
+using testing::SmallMlaDims;
+using testing_sim::FindMemory;
+using testing_sim::ScaledDefault;
+using testing_sim::Stage;
+
+constexpr double kFdTolerance = 1e-6;  // central differences, step 1e-5 (simulator_blocks_test.cc)
+
+OffloadSet AllModules() {
+  OffloadSet s;
+  for (OffloadModule m : kAllOffloadModules) s.bits |= OffloadSet::Of(m).bits;
+  return s;
+}
+
+/// The bytes one forward of `letter` sent to the host with every module
+/// listed (no Transformer Engine: the norms are modules of their own), after
+/// its backward matched finite differences; the first forward's come back
+/// before its backward, so the bytes up equal the bytes down of one forward.
+int64_t OffloadedByBlock(char letter, const Dims& d) {
+  int64_t up = 0;
+  OnOneRank(d.seq, [&](Ctx& ctx) {
+    ctx.transformer_engine = false;
+    ActivationOffload offload(ctx.rank, AllModules(), 1);
+    ctx.offload = &offload;
+    auto block = MakeBlock<double>(letter, ctx, d, 2, 7, 0.8);
+    ExpectBackwardMatchesFd(ctx, *block, d, kFdTolerance, std::string(1, letter) + " offloaded");
+    up = ctx.rank->bytes_to_device();
+    EXPECT_GT(ctx.rank->bytes_to_host(), up);  // the finite differences' forwards stay offloaded
+    EXPECT_EQ(ctx.rank->bytes_to_host() % up, 0);
+  });
+  return up;
+}
+
+// SmallDims: h 8, 4 heads / 2 KV heads of 4, 12 tokens, bf16 activations
+// (2 B), fp32 statistics (4 B), 4 experts top-2 with fc1 [gate | up] of 6.
+TEST(SimulatorActivationOffload, BlocksMatchFiniteDifferencesWithTheirScopesOnTheHost) {
+  const Dims d = SmallDims();
+  // attn_norm: x 12x8x2 + rstd 12x4; qkv_linear: n 12x8x2; core_attn: q
+  // 12x16x2, k and v 12x8x2, LSE 12x4x4; attn_proj: o 12x16x2.
+  EXPECT_EQ(OffloadedByBlock('A', d), 192 + 48 + 192 + 384 + 192 + 192 + 192 + 384);
+  // mlp_norm: x + rstd; expert_fc1: 24 routed rows x 8 x 2 (dropless, 12 x
+  // top-2); moe_act: fc1's output, 24 x (6 + 6) x 2.
+  EXPECT_EQ(OffloadedByBlock('E', d), 192 + 48 + 384 + 576);
+  EXPECT_EQ(OffloadedByBlock('D', d), 192 + 48);  // mlp_norm only
+  // MLA: x + rstd; n, c_q 12x6, c_kv 12x(4+2), their normed copies 12x6 and
+  // 12x4, the two latent norms' rstd 2 x 12x4; q and k 12x(4x6)x2, v
+  // 12x(4x3)x2, LSE 12x4x4; o 12x12x2.
+  EXPECT_EQ(OffloadedByBlock('A', SmallMlaDims()),
+            192 + 48 + 192 + 144 + 144 + 144 + 96 + 96 + 576 + 576 + 288 + 192 + 288);
+}
+
+TEST(SimulatorActivationOffload, ModulesOfEachLayer) {
+  EXPECT_TRUE(OffloadModulesOf('A', false, true).has(OffloadModule::kQkvLinear));
+  EXPECT_FALSE(OffloadModulesOf('A', false, true).has(OffloadModule::kAttnNorm));  // fused into the QKV projection
+  EXPECT_TRUE(OffloadModulesOf('A', true, true).has(OffloadModule::kAttnNorm));    // MLA's is its own
+  EXPECT_TRUE(OffloadModulesOf('E', false, true).has(OffloadModule::kMlpNorm));
+  EXPECT_TRUE(OffloadModulesOf('D', false, true).empty());
+  EXPECT_TRUE(OffloadModulesOf('D', false, false).has(OffloadModule::kMlpNorm));
+  EXPECT_TRUE(OffloadModulesOf('M', false, false).empty());
+}
+
+/// tp 2 with SP, pp 2, ep 2, dp 2, 4 micro-batches, no recompute: each stage
+/// runs A E A D.
+Recipe Hybrid(std::vector<Override> more) {
+  std::vector<Override> o = {{"model.pattern", "AEADAEAD"},  {"model.moe.pad_to_capacity", "true"},
+                             {"cluster.nodes", "1"},         {"cluster.gpus_per_node", "8"},
+                             {"parallel.tp", "2"},           {"parallel.sp", "true"},
+                             {"parallel.pp", "2"},           {"parallel.ep", "2"},
+                             {"training.global_batch", "8"}, {"training.recompute", "none"}};
+  o.insert(o.end(), more.begin(), more.end());
+  return ScaledDefault(o);
+}
+
+struct StageFigures {
+  int64_t host = 0, copied = 0, activations = 0;
+};
+StageFigures Measured(const SimulationReport& rep, int64_t stage) {
+  StageFigures f;
+  for (const RankMeasurement& m : rep.per_rank) {
+    if (m.pipeline_rank != stage) continue;
+    f.host = std::max(f.host, m.host_peak_bytes);
+    f.copied = std::max(f.copied, m.bytes_to_host + m.bytes_to_device);
+    f.activations = std::max(f.activations, m.peak_bytes[static_cast<size_t>(SimCategory::kActivations)]);
+  }
+  return f;
+}
+
+const CommAgreement* HostRow(const StageComparison& s) {
+  for (const CommAgreement& a : s.comm) {
+    if (a.axis == "host") return &a;
+  }
+  return nullptr;
+}
+
+void ExpectNumericsOk(const SimulationReport& rep) {
+  EXPECT_LE(rep.loss.max_rel, 1e-10);
+  EXPECT_LE(rep.worst_gradient.max_rel, 1e-10) << rep.worst_gradient.name;
+  EXPECT_LE(rep.worst_update.max_rel, 1e-10) << rep.worst_update.name;
+}
+
+/// attn_proj saves the output projection's input, o: s*b tokens x
+/// heads/tp x head_dim, 2 B each, per layer and micro-batch.
+int64_t AttnProjBytes(const Recipe& r) {
+  return r.training.seq_len * r.training.micro_batch * r.model.attention.heads / r.parallel.tp *
+         r.model.attention.head_dim * 2;
+}
+
+TEST(SimulatorActivationOffload, TheOutputProjectionsInputLeavesAndComesBack) {
+  const Recipe r =
+      Hybrid({{"training.activation_offload", "[attn_proj]"}, {"training.activation_offload_min_elements", "1"}});
+  ASSERT_EQ(r.micro_batches(), 4);
+  const int64_t o = AttnProjBytes(r);
+  const SimulationReport base = Simulate(Hybrid({}));
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  EXPECT_EQ(rep.loss_sharded, base.loss_sharded);
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  // The last stage (A4 E5 A6 D7) keeps the last A layer's group of every
+  // micro-batch (its backward is next: should_bulk_offload): A4's o of the
+  // one micro-batch in flight waits on the host, and every micro-batch's
+  // goes down and up.
+  const StageFigures last = Measured(rep, 1);
+  EXPECT_EQ(last.host, o);
+  EXPECT_EQ(last.copied, 4 * o * 2);
+  EXPECT_EQ(last.activations, Measured(base, 1).activations - o);
+  const MemoryAgreement& host = FindMemory(Stage(c, 1), "host (offloaded)");
+  EXPECT_EQ(host.modeled, o);
+  EXPECT_TRUE(host.agrees);
+  // The first stage (A0 E1 A2 D3, two micro-batches in flight): micro-batch
+  // 0, the first to run backward, keeps A2's group (post_warmup_callback);
+  // the others send both layers'. In the steady state two micro-batches'
+  // four groups wait on the host.
+  const StageFigures first = Measured(rep, 0);
+  EXPECT_EQ(first.host, 2 * 2 * o);
+  EXPECT_EQ(first.copied, (4 * 2 - 1) * o * 2);
+  const CommAgreement* link = HostRow(Stage(c, 0));
+  ASSERT_NE(link, nullptr);
+  EXPECT_EQ(link->modeled_sent, first.copied);
+  EXPECT_TRUE(link->agrees);
+}
+
+TEST(SimulatorActivationOffload, TensorsUnderTheMinimumStay) {
+  const Recipe probe = Hybrid({});
+  const int64_t elements = AttnProjBytes(probe) / 2;
+  const auto run = [&](int64_t min) {
+    return Simulate(Hybrid({{"training.activation_offload", "[attn_proj]"},
+                            {"training.activation_offload_min_elements", std::to_string(min)}}));
+  };
+  const SimulationReport at = run(elements), above = run(elements + 1);
+  EXPECT_EQ(Measured(at, 1).host, AttnProjBytes(probe));
+  for (int64_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(Measured(above, s).host, 0);
+    EXPECT_EQ(Measured(above, s).copied, 0);
+  }
+}
+
+TEST(SimulatorActivationOffload, EveryModule) {
+  const std::vector<Override> all = {
+      {"training.activation_offload", "[attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act]"},
+      {"training.activation_offload_min_elements", "1"}};
+  const Recipe r = Hybrid(all);
+  const SimulationReport base = Simulate(Hybrid({}));
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  EXPECT_EQ(rep.loss_sharded, base.loss_sharded);
+  // Megatron keeps the last group of each module name: on the last stage
+  // (A4 E5 A6 D7) A6's attention groups and E5's (the stage's only E). A4's
+  // go: x and rstd (the norm fused into the QKV projection, qkv_linear), n
+  // (qkv_linear), q, k, v and the LSE (core_attn), o (attn_proj). Tokens: 8
+  // on the sequence, 4 per SP rank; 2 local heads (tp 2), 1 local KV head.
+  const int64_t s = r.training.seq_len, res = s / 2, h = r.model.hidden, hd = r.model.attention.head_dim;
+  const int64_t heads = r.model.attention.heads / 2, kv = r.model.attention.kv_heads / 2;
+  const int64_t a = res * h * 2 + res * 4 + res * h * 2 + s * heads * hd * 2 + 2 * s * kv * hd * 2 + s * heads * 4 +
+                    s * heads * hd * 2;
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  EXPECT_EQ(Measured(rep, 1).host, a);
+  EXPECT_TRUE(FindMemory(Stage(c, 1), "host (offloaded)").agrees);
+  EXPECT_EQ(Measured(rep, 1).copied, 4 * a * 2);
+  EXPECT_EQ(Measured(rep, 1).activations, Measured(base, 1).activations - a);
+  // The first stage sends every layer's groups of micro-batches 1-3 and
+  // micro-batch 0's A0: plan's bytes.
+  const CommAgreement* link = HostRow(Stage(c, 0));
+  ASSERT_NE(link, nullptr);
+  EXPECT_TRUE(link->agrees) << link->measured_sent << " vs " << link->modeled_sent;
+  EXPECT_GT(Measured(rep, 0).host, Measured(rep, 1).host);
+}
+
+TEST(SimulatorActivationOffload, RoutedRowsFollowTheRouter) {
+  // Unpadded routing: the experts' rows are the router's choice, which plan
+  // and fit price as uniform; the host-link bytes are informational.
+  const Recipe r = Hybrid({{"model.moe.pad_to_capacity", "false"},
+                           {"training.activation_offload", "[expert_fc1, moe_act]"},
+                           {"training.activation_offload_min_elements", "1"}});
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  const CommAgreement* link = HostRow(Stage(CompareWithModels(r, rep, SimPrecision::kFp64), 0));
+  ASSERT_NE(link, nullptr);
+  EXPECT_GT(link->measured_sent, 0);
+  EXPECT_FALSE(link->exact);
+  EXPECT_TRUE(link->agrees);
+}
+
+}  // namespace
+}  // namespace preflight::sim
