@@ -18,7 +18,7 @@
 #include "support/sim_checks.h"
 #include "support/sim_recipes.h"
 
-namespace preflight::sim {
+namespace preflight::sim::simulator_activation_offload_test {
 namespace {
 
 using testing::ExpectBackwardMatchesFd;
@@ -226,4 +226,4 @@ TEST(SimulatorActivationOffload, RoutedRowsFollowTheRouter) {
 }
 
 }  // namespace
-}  // namespace preflight::sim
+}  // namespace preflight::sim::simulator_activation_offload_test
