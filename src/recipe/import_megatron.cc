@@ -1321,8 +1321,23 @@ void MapMtp(Args& a, const Stack& st, MegatronImport* out) {
   }
 }
 
+/// Flextron elastic-width training (pretrain_hybrid_flex.py --flextron) is
+/// refused: with --soft-mask every masked layer keeps copies of its
+/// activations for the router's gradient (megatron/elastification/
+/// flextron_elasticity_hooks.py: the emb, in_proj, qkv, norm and fc1 hooks
+/// multiply by router-weighted masks, and autograd saves each product's
+/// input), which the recipe does not represent. True when refused.
+bool RefuseFlextron(Args& a) {
+  if (!a.Flag("--flextron")) return false;
+  a.Fail("--flextron",
+         "elastic-width (Flextron) training is not priced: its router-weighted width masks keep extra "
+         "activation copies for backward; import the model without --flextron to price the full-width model");
+  return true;
+}
+
 void MapArguments(const std::string& file, MegatronImport* out) {
   Args a(*out, file, &out->diagnostics);
+  if (RefuseFlextron(a)) return;
   std::vector<YamlEntry>& m = out->model;
   Stack st;
   const int64_t experts = a.Int("--num-experts", 0, 0);
