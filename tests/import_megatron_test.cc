@@ -364,30 +364,6 @@ TEST(ImportMegatron, TokenDispatcherDefaultsToMegatronsAllGather) {
             MoeDispatcher::kAllGather);
 }
 
-// Flextron's elastic-width training is refused, located at --flextron: its
-// soft-mask hooks keep activation copies the recipe cannot say. The corpus run
-// (pretrain_hybrid_flex.py) measures 2,955,356,160 B peak, 20 % over the
-// 2,458,379,056 B the same model prices without --flextron; without the flag
-// the same arguments import.
-TEST(ImportMegatron, FlextronIsRefusedAtItsFlag) {
-  const fidelity::Case& c = CorpusCase("hybrid/hybrid_flextron_nightly_tp2_pp1_ep2_dgx_h100_1N8G/dev_dgx_h100");
-  const std::string yaml = fidelity::ModelArgsYaml(c);
-  const MegatronImport flex = ImportMegatronArgs(yaml, c.id);
-  const Diagnostic* e = FirstError(flex);
-  ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->key_path, "--flextron");
-  EXPECT_GT(e->mark.line, 1);
-  EXPECT_THAT(e->message, HasSubstr("elastic-width"));
-  fidelity::Case plain = c;
-  plain.args.erase("--flextron");
-  EXPECT_TRUE(ImportMegatronArgs(fidelity::ModelArgsYaml(plain), c.id).ok());
-  const MegatronImport off = ImportMegatronArgs(
-      "MODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n  --num-attention-heads: 4\n"
-      "  --vocab-size: 100\n  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n  --flextron: false\n",
-      "f.yaml");
-  EXPECT_TRUE(off.ok());
-}
-
 TEST(ImportMegatron, HybridPatternWithPipelineCuts) {
   const MegatronImport m = ImportMegatronArgs(
       "MODEL_ARGS:\n  --hidden-size: 256\n  --num-attention-heads: 4\n  --seq-length: 128\n"
