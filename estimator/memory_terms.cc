@@ -226,6 +226,59 @@ int64_t SpreadTokens(const TokenBytes& per_token, int64_t tokens, const Layout& 
              CeilDiv(Mul(tokens, per_token.sharded), l.tp));
 }
 
+// Flextron's soft width masks (Megatron-LM d98e8a6,
+// megatron/elastification/flextron_elasticity_hooks.py, soft_mask with a
+// trained router): each hook multiplies an activation by a width mask or a
+// blend weight built from the router's output, which requires grad, so
+// autograd keeps the product's input for the router's gradient beside the
+// masked tensor the next module saves in the plain model's place. n_e =
+// len(emb_int_list) blend terms, n_m = len(mamba_int_list).
+
+/// Per token of one layer (global widths, split as TokenBytes).
+TokenBytes FlextronTokenBytes(const Recipe& r, BlockKind kind) {
+  const TrainingConfig& t = r.training;
+  const ModelConfig& m = r.model;
+  const int64_t beta = SizeOf(t.precision.activations);
+  const int64_t h = m.hidden, n_e = t.flextron_emb_choices;
+  TokenBytes out;
+  switch (kind) {
+    case BlockKind::kAttention: {
+      // FlextronAttentionElasticityManager: input_mask_hook keeps the
+      // attention's input, output_mask_hook linear_proj's output (h each);
+      // linear_qkv_post_hook's n_e terms qkv * sqrt(emb_per) * w_i each keep
+      // their scaled qkv.
+      const AttentionConfig& a = m.attention;
+      out.replicated = Mul(Mul(2, h), beta);
+      out.sharded = Mul(Mul(n_e, Mul(Add(a.heads, Mul(2, a.kv_heads)), a.head_dim)), beta);
+      break;
+    }
+    case BlockKind::kMamba: {
+      // FlextronMambaElasticityManager: input and output masks (h each);
+      // in_proj_post_hook keeps zxBCdt twice (xz * w_i, then the blend * the
+      // in_proj mask), before the CP exchange, so without the B/C repeat;
+      // norm_post_hook's n_m terms output * sqrt(mamba_per) * w_i each keep
+      // their scaled norm output.
+      const MambaConfig& mb = m.mamba;
+      const int64_t d_inner = mb.Inner(h);
+      const int64_t zxbcdt = Add(Add(Mul(2, d_inner), Mul(Mul(2, mb.groups), mb.d_state)), d_inner / mb.head_dim);
+      out.replicated = Mul(Mul(2, h), beta);
+      out.sharded = Mul(Add(Mul(2, zxbcdt), Mul(t.flextron_mamba_choices, d_inner)), beta);
+      break;
+    }
+    case BlockKind::kMoe:
+      // FlextronTransformerLayerElasticityManager: pre_mlp_layernorm's input
+      // mask keeps the layer input, its output hook's n_e terms their scaled
+      // norm output; FlextronMoEElasticityManager's output mask the MoE
+      // layer's output.
+      out.replicated = Mul(Mul(Add(2, n_e), h), beta);
+      break;
+    case BlockKind::kDenseMlp:   // apply_flextron_elasticity_to_model hooks
+    case BlockKind::kRecurrent:  // only 'M', '*' and 'E' layers
+      break;
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp) {
@@ -335,7 +388,36 @@ Bytes MambaHandoffStateBytes(const Recipe& r, const Layout& l) {
   return Bytes(Mul(Mul(HandoffStatesReceived(l), l.micro_batch), per_sequence));
 }
 
-Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
+Bytes FlextronLayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
+  if (!r.training.flextron() || l.recompute == Recompute::kFull) return Bytes(0);
+  int64_t out = SpreadTokens(FlextronTokenBytes(r, kind), TokensOf(r, l).cp_rank, l);
+  if (kind == BlockKind::kMoe && r.model.moe.grouped_gemm) {
+    // FlextronGroupedMLPElasticityManager (TEGroupedMLP only): the input and
+    // output masks keep the expert input and output rows (h each) and
+    // fc1_post_hook the fc1 output twice (fc1 * w_i, then the blend * the
+    // FFN mask), on the R rows the local experts process.
+    const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
+    const int64_t fc1_out = r.model.moe.activation == FfnActivation::kSwiglu ? 2 : 1;
+    const int64_t per_row =
+        Mul(Add(Mul(2, r.model.hidden), Mul(Mul(2, fc1_out), f_local)), SizeOf(r.training.precision.activations));
+    out = Add(out, Mul(RouteMoeOn(r, l).expert_tokens, per_row));
+  }
+  return Bytes(out);
+}
+
+Bytes FlextronFinalNormActivations(const Recipe& r, const Layout& l) {
+  if (!r.training.flextron()) return Bytes(0);
+  // FlextronStackElasticityManager final_norm_post_hook: n_e terms output *
+  // sqrt(emb_per) * w_i, each keeping its scaled final-norm output.
+  TokenBytes per_token;
+  per_token.replicated =
+      Mul(Mul(r.training.flextron_emb_choices, r.model.hidden), SizeOf(r.training.precision.activations));
+  return Bytes(SpreadTokens(per_token, TokensOf(r, l).cp_rank, l));
+}
+
+namespace {
+/// LayerActivations of the model without Flextron's masks.
+Bytes PlainLayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
   if (kind == BlockKind::kMoe) return MoeLayerActivations(r, l, l.recompute);
   if (kind == BlockKind::kMamba) {
     // Under the CP hand-off the layout stays sequence-split: no B/C repeat,
@@ -350,6 +432,11 @@ Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
   // forward of the chunk starts from it too.
   if (kind == BlockKind::kRecurrent) out += RecurrentHandoffStateBytes(r, l);
   return out;
+}
+}  // namespace
+
+Bytes LayerActivations(const Recipe& r, const Layout& l, BlockKind kind) {
+  return PlainLayerActivations(r, l, kind) + FlextronLayerActivations(r, l, kind);
 }
 
 namespace {
@@ -508,7 +595,7 @@ Bytes LastStageActivations(const Recipe& r, const Layout& l, int64_t padded_voca
   per_token.replicated = Add(Mul(Mul(2, r.model.hidden), beta), NormStatBytes(r.model.norm));
   // Vocab-parallel CE: fp32 softmax saved for backward + the transient logits.
   per_token.sharded = Mul(padded_vocab, Add(4, beta));
-  return Bytes(SpreadTokens(per_token, tokens, l));
+  return Bytes(SpreadTokens(per_token, tokens, l)) + FlextronFinalNormActivations(r, l);
 }
 
 Bytes HeadLogitsActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {

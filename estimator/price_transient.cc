@@ -176,6 +176,23 @@ void PriceActivationOffload(RankMemory& out, const Walk& w, const Layout& l, Act
   }
 }
 
+/// The part of a family's activations that Flextron's soft masks add
+/// (memory_terms.cc FlextronTokenBytes; Megatron-LM
+/// megatron/elastification/flextron_elasticity_hooks.py).
+void NoteFlextron(Sink* sink, const Recipe& rc, const Layout& l, const Walk& w, int f) {
+  const Bytes flex = FlextronLayerActivations(rc, l, kAllBlockKinds[f]) * w.units[f];
+  if (!sink || flex.count() == 0) return;
+  std::string formula = "(s*b/c * [rep / (SP ? t : 1) + sharded / t]";
+  if (kAllBlockKinds[f] == BlockKind::kMoe && rc.model.moe.grouped_gemm) formula += " + R*(2h + 2*fc1/t_e)*beta";
+  formula += ") * layer-micro-batches";
+  Note(sink, Category::kActivations,
+       Cat({"of which Flextron soft-mask copies ", FamilyName(f), " (each masked product's input)"}), formula,
+       Inputs({{"n_e", rc.training.flextron_emb_choices},
+               {"n_m", rc.training.flextron_mamba_choices},
+               {"layer-micro-batches", w.units[f]}}),
+       flex);
+}
+
 }  // namespace
 
 void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, const Layout& l, ActivationRates& rates,
@@ -240,6 +257,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
            Cat({"activations ", FamilyName(f), " (x", std::to_string(w.layer_count[f]), " layers)"}),
            formula, in, out.activations_by_family[static_cast<size_t>(f)]);
     }
+    NoteFlextron(sink, rc, l, w, f);
   }
   if (w.embedding) {
     const Bytes first = rates.Embedding() * w.embedding_units;
@@ -267,6 +285,13 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
                    {"h", rc.model.hidden}, {"V_pad", vocab}, {"head_in_flight", w.head_units},
                    {"logits_live", w.head_logits ? 1 : 0}}),
            last);
+      const Bytes flex = FlextronFinalNormActivations(rc, l) * w.head_units;
+      if (flex.count() > 0) {
+        Note(sink, Category::kActivations,
+             "of which Flextron soft-mask copies of the final-norm output (n_e scaled copies)",
+             "n_e * s*b/c * h*beta / (SP ? t : 1) * head_in_flight",
+             Inputs({{"n_e", rc.training.flextron_emb_choices}, {"head_in_flight", w.head_units}}), flex);
+      }
     }
   }
   sum += out.activations_ends;

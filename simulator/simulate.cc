@@ -141,6 +141,8 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   }
   Require(r.training.precision.fp4 == Fp4Format::kNone,
           "FP4 GEMMs are not in the executor (set training.precision.fp4: none)");
+  Require(!r.training.flextron(),
+          "Flextron's soft width masks are not in the executor (set training.flextron_emb_choices: 0)");
   if (r.training.defer_head_wgrad) {
     Require(p.zero <= 1 && p.schedule != Schedule::kDualPipe && p.schedule != Schedule::kDualPipeV &&
                 r.model.mtp_layers == 0,

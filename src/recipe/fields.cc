@@ -15,6 +15,7 @@ using K = FieldKind;
 using recipe_internal::kMaxBatch;
 using recipe_internal::kMaxConv;
 using recipe_internal::kMaxDegree;
+using recipe_internal::kMaxFlextronChoices;
 using recipe_internal::kMaxGpusPerNode;
 using recipe_internal::kMaxHeadDim;
 using recipe_internal::kMaxHeads;
@@ -474,6 +475,14 @@ std::vector<RecipeField> MakeFields() {
                                       "training.head_wgrad_deferral_limit", "micro-batches", 0, kMaxBatch,
                                       [](auto& r) -> auto& { return r.training.head_wgrad_deferral_limit; }),
                                   "--wgrad-deferral-limit", kNone)),
+      Moves(kAffectsMemory, Spell(IntField(
+                                      "training.flextron_emb_choices", "widths", 0, kMaxFlextronChoices,
+                                      [](auto& r) -> auto& { return r.training.flextron_emb_choices; }),
+                                  kNone, kNone)),
+      Moves(kAffectsMemory, Spell(IntField(
+                                      "training.flextron_mamba_choices", "head counts", 0, kMaxFlextronChoices,
+                                      [](auto& r) -> auto& { return r.training.flextron_mamba_choices; }),
+                                  kNone, kNone)),
       Section("training.precision"),
       Spell(EnumField(
                 "training.precision.params", "dtype", kDTypes,

@@ -163,6 +163,60 @@ const std::set<std::string> kQuiet = {
     "--main-params-dtype",
     "--exp-avg-dtype",
     "--exp-avg-sq-dtype",
+    // Flextron's budgets, router schedule and loss (elastification/arguments.py):
+    // no activation or state the recipe prices (MapFlextron).
+    "--binary-mask",
+    "--slice",
+    "--no-attn-skip",
+    "--lr-mult-router",
+    "--flex-strict",
+    "--is-flex-eval",
+    "--flex-hetero-ffn",
+    "--flex-hetero-mamba",
+    "--flex-hetero-moe-expert",
+    "--router-std",
+    "--normalize-router-logits",
+    "--budget-list",
+    "--budget-probs",
+    "--budget-type",
+    "--prefill-chunk-size",
+    "--mem-infer-seq-len",
+    "--mem-batch-size",
+    "--original-model-sample-prob",
+    "--force-router-skip",
+    "--force-mlp",
+    "--force-mamba",
+    "--force-emb",
+    "--skip-num-attn-layer-constraint",
+    "--skip-total-layer-constraint",
+    "--disable-budget",
+    "--curr-iteration",
+    "--hard-sample-th",
+    "--router-beta",
+    "--loss-alpha",
+    "--tau-init",
+    "--tau-decay",
+    "--router-inter-dim",
+    "--router-gbs",
+    "--linear-scaler-start",
+    "--linear-scaler-end",
+    "--override-selected-budget",
+    "--mlp-int-list",
+    "--mlp-per-list",
+    "--moe-expert-int-list",
+    "--moe-expert-per-list",
+    "--memory-profile",
+    "--memory-profile-path",
+    "--bpe-params",
+    "--bpe-kv-cache",
+    "--bpe-ssm-cache",
+    "--bpe-max-buffer",
+    "--param-budget-target",
+    "--layer-ranking-list",
+    "--log-budgets",
+    "--basemodel-type",
+    "--distill-coeff",
+    "--distill-only",
 };
 
 // Arguments that change memory or time but have no recipe counterpart: what
@@ -208,6 +262,18 @@ const std::map<std::string, std::string>& Unrepresentable() {
 
 // Arguments the mapping below reads (so they are neither unknown nor quiet).
 const std::set<std::string> kMapped = {
+    "--flextron",
+    "--enable-router",
+    "--freeze-router",
+    "--soft-mask",
+    "--emb-int-list",
+    "--emb-per-list",
+    "--mamba-int-list",
+    "--mamba-per-list",
+    "--distillation",
+    "--freeze-model",
+    "--add-skipping",
+    "--flextron-config-file",
     "--overlap-grad-reduce",
     "--moe-token-dispatcher-type",
     "--overlap-param-gather",
@@ -1321,6 +1387,44 @@ void MapMtp(Args& a, const Stack& st, MegatronImport* out) {
   }
 }
 
+/// Flextron elastic-width training (pretrain_hybrid_flex.py --flextron,
+/// megatron/elastification, d98e8a6). Only the router's soft masks keep
+/// activation copies (flextron_elasticity_hooks.py, the soft_mask branches):
+/// without --enable-router no mask fires (flextron_utils.py
+/// flextron_forward), and a frozen router's outputs carry no gradient, so
+/// nothing is kept for it. Budgets, the router's schedule and the loss terms
+/// change no activation (the router's few parameters are not priced).
+void MapFlextron(Args& a, std::vector<YamlEntry>* l) {
+  if (!a.Flag("--flextron")) return;
+  // Not traced: a teacher model, frozen base parameters, the layer-skip
+  // router, and lists read from a config file.
+  for (const char* flag : {"--distillation", "--freeze-model", "--add-skipping", "--flextron-config-file"}) {
+    if (a.Flag(flag)) a.Fail(flag, "is not priced with --flextron; drop it to price the elastic model's training");
+  }
+  if (!a.Flag("--enable-router") || a.Flag("--freeze-router")) {
+    Add(l, "training.flextron_emb_choices", 0,
+        a.Flag("--enable-router") ? "--freeze-router: the masks carry no gradient" : "--flextron without a router");
+    return;
+  }
+  if (!a.Flag("--soft-mask")) {
+    a.Fail("--flextron", "binary width masks (without --soft-mask) are not priced; add --soft-mask or drop --flextron");
+    return;
+  }
+  // The lists as integers or as fractions of the full width (arguments.py
+  // convert_per_lists_to_int_lists): one mask a choice either way.
+  const auto choices = [&a](const char* ints, const char* fractions) {
+    return static_cast<int64_t>(a.Has(ints) ? a.Words(ints).size() : a.Words(fractions).size());
+  };
+  const int64_t emb = choices("--emb-int-list", "--emb-per-list");
+  if (emb == 0) {
+    a.Fail("--flextron", "needs --emb-int-list or --emb-per-list (the embedding widths its masks blend)");
+    return;
+  }
+  Add(l, "training.flextron_emb_choices", emb, "--flextron --soft-mask: len(--emb-int-list)");
+  const int64_t mamba = choices("--mamba-int-list", "--mamba-per-list");
+  if (mamba > 0) Add(l, "training.flextron_mamba_choices", mamba, "len(--mamba-int-list)");
+}
+
 void MapArguments(const std::string& file, MegatronImport* out) {
   Args a(*out, file, &out->diagnostics);
   std::vector<YamlEntry>& m = out->model;
@@ -1338,6 +1442,7 @@ void MapArguments(const std::string& file, MegatronImport* out) {
   MapEmbeddings(a, seq, m);
   if (!MapBlocks(a, st, hidden, experts, m)) return;
   MapTraining(a, seq, out);
+  MapFlextron(a, &out->layout);
   MapParallel(a, st, out->layout);
   WarnTheRest(a, out);
 }

@@ -23,6 +23,7 @@ inline constexpr int64_t kMaxGpusPerNode = 1024;
 inline constexpr int64_t kMaxSeqLen = int64_t{1} << 32;      // tokens
 inline constexpr int64_t kMaxBatch = int64_t{1} << 40;       // sequences
 inline constexpr int64_t kMaxConv = 1024;                    // convolution widths
+inline constexpr int64_t kMaxFlextronChoices = 1024;         // an elastic model's width choices
 inline constexpr int64_t kMaxNameLength = 200;
 
 }  // namespace preflight::recipe_internal

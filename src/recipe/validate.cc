@@ -56,6 +56,7 @@ class Validator {
     CheckRecomputeMethod();
     if (layers_ok) CheckActivationOffload();
     if (layers_ok) CheckMtp();
+    if (layers_ok) CheckFlextron();
     if (CheckWorld()) {
       // Always: Megatron builds the expert mesh even without MoE layers and
       // raises unless world % (expert_tp * ep * pp) == 0 [MG parallel_state.py
@@ -505,6 +506,53 @@ class Validator {
       ctx_.ErrorAt(key, "layer_wise",
                    "supports one optimizer instance (Megatron asserts num_distributed_optimizer_instances == 1): set "
                    "parallel.dp_replicate: 1, or optimizer_sharding: flat");
+    }
+  }
+
+  /// Flextron's soft masks are priced for Megatron's hybrid layers as its
+  /// hooks find them (flextron_elasticity_hooks.py): what else would move
+  /// the copies they keep is refused rather than guessed.
+  void CheckFlextron() {
+    const TrainingConfig& t = r_.training;
+    const char* emb = "training.flextron_emb_choices";
+    const char* mamba = "training.flextron_mamba_choices";
+    if (Bad({emb, mamba})) return;
+    if (!t.flextron()) {
+      if (t.flextron_mamba_choices > 0) {
+        ctx_.ErrorAt(mamba, Str(t.flextron_mamba_choices),
+                     "needs training.flextron_emb_choices > 0 (Flextron's masks are on only with its embedding "
+                     "widths); set it to 0");
+      }
+      return;
+    }
+    const std::string value = Str(t.flextron_emb_choices);
+    const auto& layers = r_.model.layers;
+    if (Has(layers, BlockKind::kMamba) && t.flextron_mamba_choices == 0) {
+      ctx_.ErrorAt(mamba, "0",
+                   "must be at least 1 with Mamba (M) layers: their masks blend len(--mamba-int-list) "
+                   "head counts");
+    }
+    if (Has(layers, BlockKind::kRecurrent)) {
+      ctx_.ErrorAt(emb, value,
+                   "is priced for Megatron's hybrid layers (M, A, D, E); remove the R layers or set it to 0");
+    }
+    if (r_.model.mla) {
+      ctx_.ErrorAt(emb, value,
+                   "is not priced with MLA attention (Flextron's hooks attach to SelfAttention only); "
+                   "set it to 0");
+    }
+    if (Has(layers, BlockKind::kMamba) && r_.model.mamba.fused_norm_out_proj) {
+      ctx_.ErrorAt(emb, value,
+                   "needs model.mamba.fused_norm_out_proj: false (Flextron hooks Megatron's own Mamba "
+                   "norm); set it to false");
+    }
+    if (t.recompute == Recompute::kSelective && !(t.recompute_modules == ModuleSet::Of(RecomputeModule::kCoreAttn))) {
+      ctx_.ErrorAt(emb, value,
+                   "is priced under selective recompute of core_attn only (which module's rerun frees "
+                   "which mask copy is not traced); set training.recompute_modules: [core_attn]");
+    }
+    if (!t.activation_offload.empty()) {
+      ctx_.ErrorAt(emb, value, "is not priced with activation offloading; set training.activation_offload: []");
     }
   }
 

@@ -53,8 +53,20 @@ Bytes MambaHandoffStateBytes(const Recipe& recipe, const Layout& layout);
 Bytes MoeLayerActivations(const Recipe& recipe, const Layout& layout, Recompute recompute);
 
 /// Activation bytes one layer of `kind` saves for one micro-batch on one rank
-/// (R layers: with RecurrentHandoffStateBytes).
+/// (R layers: with RecurrentHandoffStateBytes; with Flextron, FlextronLayerActivations).
 Bytes LayerActivations(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
+/// Flextron's soft width masks (training.flextron_emb_choices > 0): the
+/// copies one layer of `kind` keeps for one micro-batch beyond the plain
+/// model, per token of its residual stream and width, and for an MoE layer
+/// with grouped GEMM per row its experts process. Zero under full recompute
+/// (the hooks rerun inside the checkpoint) and for D and R layers.
+Bytes FlextronLayerActivations(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
+/// The same for the final norm (FlextronStackElasticityManager), on the
+/// last stage for each micro-batch in flight there: n_e * s*b/c * h * beta_a
+/// (/t under SP).
+Bytes FlextronFinalNormActivations(const Recipe& recipe, const Layout& layout);
 
 /// Of LayerActivations, what training.activation_offload moves to host
 /// memory between the layer's forward and backward: each tensor saved inside
@@ -79,7 +91,8 @@ Bytes LayerWorkspace(const Recipe& recipe, const Layout& layout, BlockKind kind)
 /// First stage: int64 token ids (+ embedding dropout mask when dropout > 0).
 Bytes FirstStageActivations(const Recipe& recipe, const Layout& layout);
 /// Last stage: final-norm input and statistics, head input, fp32 softmax of the
-/// vocab-parallel cross entropy and the transient bf16 logits, padded vocabulary /t.
+/// vocab-parallel cross entropy and the transient bf16 logits, padded vocabulary /t;
+/// with Flextron, FlextronFinalNormActivations.
 Bytes LastStageActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
 /// Of those, the transient bf16 logits (s*b/c * V_pad/t * beta): live only
 /// while the head's forward runs, so a pipeline replay adds them at that

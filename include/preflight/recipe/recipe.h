@@ -309,6 +309,15 @@ struct TrainingConfig {
   bool defer_head_wgrad = false;
   /// Micro-batches deferred (Megatron --wgrad-deferral-limit); 0 = all of them.
   int64_t head_wgrad_deferral_limit = 0;
+  /// Flextron elastic-width training with soft masks and a trained router
+  /// (Megatron-LM pretrain_hybrid_flex.py --flextron --enable-router
+  /// --soft-mask): the embedding widths its masks blend (len(--emb-int-list));
+  /// 0 = off. Each masked product keeps a copy of its input for the router's
+  /// gradient (estimator/memory_terms.cc FlextronTokenBytes).
+  int64_t flextron_emb_choices = 0;
+  /// Its Mamba head-count choices (len(--mamba-int-list)).
+  int64_t flextron_mamba_choices = 0;
+  bool flextron() const { return flextron_emb_choices > 0; }
   PrecisionConfig precision;
   OptimizerConfig optimizer;
 };
