@@ -103,6 +103,31 @@ std::vector<int64_t> PlainSearchStarts(const LayerWeights& w, int64_t chunks) {
   return starts;
 }
 
+// The chunkings the partition tests search: 1F1B, interleaved and DualPipe(V).
+std::vector<Layout> Chunkings() {
+  std::vector<Layout> out;
+  for (const auto& [pp, vpp, schedule] :
+       std::vector<std::tuple<int64_t, int64_t, Schedule>>{{2, 1, Schedule::k1F1B},
+                                                           {4, 1, Schedule::k1F1B},
+                                                           {4, 2, Schedule::kInterleaved},
+                                                           {8, 1, Schedule::kDualPipe},
+                                                           {4, 1, Schedule::kDualPipeV},
+                                                           {16, 1, Schedule::k1F1B}}) {
+    Layout layout;
+    layout.pp = pp;
+    layout.vpp = vpp;
+    layout.schedule = schedule;
+    out.push_back(layout);
+  }
+  return out;
+}
+
+std::vector<int64_t> StartsOf(const StagePlan& plan) {
+  std::vector<int64_t> out;
+  for (const StageChunk& c : plan.chunks) out.push_back(c.first_layer);
+  return out;
+}
+
 // Random weights shaped like real models (a repeating pattern of two to four
 // layer kinds, a few odd layers, a heavy or light head, equal parameter
 // counts that only the tiebreak separates, zero-weight layers) on 1F1B,
@@ -131,23 +156,11 @@ TEST(PlannerStages, PartitionMatchesThePlainSearch) {
     w.head_s = 4.0 * unit(rng);
     w.embedding_params = static_cast<int64_t>(rng() % 3000);
     w.head_params = static_cast<int64_t>(rng() % 3000);
-    for (const auto& [pp, vpp, schedule] :
-         std::vector<std::tuple<int64_t, int64_t, Schedule>>{{2, 1, Schedule::k1F1B},
-                                                             {4, 1, Schedule::k1F1B},
-                                                             {4, 2, Schedule::kInterleaved},
-                                                             {8, 1, Schedule::kDualPipe},
-                                                             {4, 1, Schedule::kDualPipeV},
-                                                             {16, 1, Schedule::k1F1B}}) {
-      Layout layout;
-      layout.pp = pp;
-      layout.vpp = vpp;
-      layout.schedule = schedule;
+    for (const Layout& layout : Chunkings()) {
       const int64_t chunks = ChunkCount(layout);
       if (chunks > n) continue;
-      const StagePlan plan = PartitionStages(w, layout);
-      std::vector<int64_t> starts;
-      for (const StageChunk& c : plan.chunks) starts.push_back(c.first_layer);
-      EXPECT_EQ(starts, PlainSearchStarts(w, chunks)) << "trial " << trial << " n " << n << " chunks " << chunks;
+      EXPECT_EQ(StartsOf(PartitionStages(w, layout)), PlainSearchStarts(w, chunks))
+          << "trial " << trial << " n " << n << " chunks " << chunks;
       ++checked;
     }
   }
@@ -184,24 +197,10 @@ TEST(PlannerStages, PartitionWithAHintMatchesThePlainSearch) {
     LayerWeights nearby = w;  // another layout's weights: every layer kind a little heavier or lighter
     for (double& t : nearby.layer_s) t *= 1.0 + 0.05 * (unit(rng) - 0.5);
     nearby.head_s *= 1.0 + 0.2 * (unit(rng) - 0.5);
-    for (const auto& [pp, vpp, schedule] :
-         std::vector<std::tuple<int64_t, int64_t, Schedule>>{{2, 1, Schedule::k1F1B},
-                                                             {4, 2, Schedule::kInterleaved},
-                                                             {8, 1, Schedule::kDualPipe},
-                                                             {4, 1, Schedule::kDualPipeV},
-                                                             {16, 1, Schedule::k1F1B}}) {
-      Layout layout;
-      layout.pp = pp;
-      layout.vpp = vpp;
-      layout.schedule = schedule;
+    for (const Layout& layout : Chunkings()) {
       const int64_t chunks = ChunkCount(layout);
       if (chunks > n) continue;
       const std::vector<int64_t> want = PlainSearchStarts(w, chunks);
-      auto starts_of = [](const StagePlan& plan) {
-        std::vector<int64_t> out;
-        for (const StageChunk& c : plan.chunks) out.push_back(c.first_layer);
-        return out;
-      };
       std::vector<int64_t> random_cut = {0};
       std::vector<int64_t> pool;
       for (int64_t l = 1; l < n; ++l) pool.push_back(l);
@@ -211,7 +210,7 @@ TEST(PlannerStages, PartitionWithAHintMatchesThePlainSearch) {
       const std::vector<std::vector<int64_t>> hints = {want, starts_of(PartitionStages(nearby, layout)),
                                                        starts_of(EqualStagePlan(n, chunks, 1)), random_cut};
       for (size_t h = 0; h < hints.size(); ++h) {
-        EXPECT_EQ(starts_of(PartitionStages(w, layout, hints[h])), want)
+        EXPECT_EQ(StartsOf(PartitionStages(w, layout, hints[h])), want)
             << "trial " << trial << " n " << n << " chunks " << chunks << " hint " << h;
         ++checked;
       }
