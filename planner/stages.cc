@@ -2,7 +2,6 @@
 // chunks minimising the slowest one, by dynamic programming over prefix sums.
 #include <algorithm>
 #include <limits>
-#include <span>
 #include <tuple>
 
 #include "preflight/planner/stages.h"
@@ -94,27 +93,6 @@ int64_t FirstCandidate(const Best* prev_row, int64_t lo, int64_t j, int64_t* bou
   return chunk_time(s, j) * (1.0 + kMargin) < chunk_time(s - 1, j) ? s : lo;
 }
 
-// Cells a search with an upper bound may leave out. A cut found earlier (a
-// sweep's last cut into as many chunks), timed under these weights, bounds
-// the best cut's slowest chunk: T* <= bound. Better's tolerance lets a cell
-// drift above its best candidate by at most a relative 1e-12 per accepted
-// candidate, so every cell the reconstruction reads, and every candidate
-// that could change one (through Better's tolerance window), weighs less
-// than bound x (1 + 2e-5) (at most chunks x layers <= 2e7 acceptances,
-// BalancedSearchAffordable). The search leaves out only what weighs more
-// than `limit`, a relative 1e-3 above the bound, far beyond that:
-// - a cell's candidates whose own chunk weighs more than the limit;
-// - cells that weigh more than the limit (kept as invalid);
-// - cells (k, j) whose remaining layers [j, n) the other K - k chunks cannot
-//   cover within the limit (j < cover_from[K - k]): no cut within the limit
-//   goes through them, and a candidate from one into a cell that can still
-//   finish has a chunk over the limit.
-struct Pruning {
-  double limit = std::numeric_limits<double>::infinity();
-  std::vector<int64_t> cover_from;  // [c]: least j with [j, n) in c chunks within the limit
-  bool on = false;
-};
-
 }  // namespace
 
 LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const Layout& layout,
@@ -149,7 +127,7 @@ bool BalancedSearchAffordable(int64_t layers, int64_t chunks) {
   return k * l * l / 2.0 <= 2e9 && (k + 1.0) * (l + 1.0) <= 2e7;
 }
 
-StagePlan PartitionStages(const LayerWeights& w, const Layout& layout, std::span<const int64_t> hint) {
+StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   const int64_t n = static_cast<int64_t>(w.layer_s.size());
   const int64_t k_chunks = ChunkCount(layout);
   StagePlan plan;
@@ -182,40 +160,14 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout, std::span
   // The shortcuts below lean on chunk times falling as a chunk starts later.
   const bool shortcuts =
       w.embedding_s >= 0 && std::all_of(w.layer_s.begin(), w.layer_s.end(), [](double x) { return x >= 0; });
-  thread_local Pruning prune;
-  prune.on = shortcuts && w.head_s >= 0 && static_cast<int64_t>(hint.size()) == k_chunks && hint.front() == 0;
-  for (size_t c = 1; prune.on && c < hint.size(); ++c) prune.on = hint[c - 1] < hint[c] && hint[c] < n;
-  if (prune.on) {
-    double bound = 0;
-    for (size_t c = 0; c < hint.size(); ++c) {
-      bound = std::max(bound, chunk_time(hint[c], c + 1 < hint.size() ? hint[c + 1] : n));
-    }
-    prune.limit = bound * (1.0 + 1e-3);
-    // Greedy from the end: each chunk as long as the limit allows covers the
-    // most layers (chunk times grow as a chunk starts earlier).
-    prune.cover_from.assign(static_cast<size_t>(k_chunks + 1), 0);
-    prune.cover_from[0] = n;
-    for (int64_t c = 1; c <= k_chunks; ++c) {
-      const int64_t end = prune.cover_from[static_cast<size_t>(c - 1)];
-      int64_t start = end;
-      while (start > 0 && chunk_time(start - 1, end) <= prune.limit) --start;
-      prune.cover_from[static_cast<size_t>(c)] = start;
-    }
-  }
   for (int64_t k = 1; k <= k_chunks; ++k) {
     const Best* prev_row = &at(k - 1, 0);
     SuffixMinimum(prev_row, n, &lightest);
     // Leave at least one layer for each of the remaining chunks.
     int64_t boundary = k - 1;
-    int64_t own_start = k - 1;  // pruning: the first start whose chunk to j weighs within the limit
-    const int64_t j_first = prune.on ? std::max(k, prune.cover_from[static_cast<size_t>(k_chunks - k)]) : k;
-    for (int64_t j = j_first; j <= n - (k_chunks - k); ++j) {
+    for (int64_t j = k; j <= n - (k_chunks - k); ++j) {
       Best& cell = at(k, j);
-      int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, &boundary, chunk_time) : k - 1;
-      if (prune.on) {
-        while (own_start < j && chunk_time(own_start, j) > prune.limit) ++own_start;
-        first = std::max(first, own_start);
-      }
+      const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, &boundary, chunk_time) : k - 1;
       for (int64_t i = first; i < j; ++i) {
         if (shortcuts && lightest.Stops(static_cast<size_t>(i), cell)) break;
         const Best& prev = prev_row[i];
@@ -224,12 +176,8 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout, std::span
         const int64_t p = std::max(prev.params, chunk_params(i, j));
         if (Better(t, p, cell)) cell = Best{t, p, i};
       }
-      if (prune.on && cell.time > prune.limit) cell = Best{};
     }
   }
-  // The bound holds by construction; should rounding ever void the last
-  // cell, the unbounded search decides.
-  if (prune.on && at(k_chunks, n).cut < 0) return PartitionStages(w, layout);
   thread_local std::vector<int64_t> starts;
   starts.assign(static_cast<size_t>(k_chunks), 0);
   for (int64_t k = k_chunks, j = n; k >= 1; --k) {

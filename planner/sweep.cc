@@ -241,9 +241,6 @@ struct Worker {
   std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
   /// FallbackCuts by (pp, vpp, schedule).
   std::map<std::tuple<int64_t, int64_t, int>, Fallbacks> fallbacks;
-  /// The last time-balanced cut's chunk starts (framework layers) by (pp,
-  /// vpp, schedule): the next search's bound (PartitionStages's hint).
-  std::map<std::tuple<int64_t, int64_t, int>, std::vector<int64_t>> last_cut;
 };
 
 const ComputeTimes& ComputeTimesFor(const Inventory& inv, const PlanTables& tables, const Layout& layout,
@@ -283,12 +280,11 @@ const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const
   const PartitionKey key = PartitionKeyOf(layout, times);
   auto it = w.partitions.find(key);
   if (it == w.partitions.end()) {
-    // Bounded by the last cut into as many chunks (the same plan, faster).
-    std::vector<int64_t>& last = w.last_cut[std::make_tuple(layout.pp, layout.vpp, static_cast<int>(layout.schedule))];
-    StagePlan cut = PartitionStages(WeighFrameworkLayers(WeighLayers(tables, times), inv.layer_starts), layout, last);
-    last.clear();
-    for (const StageChunk& c : cut.chunks) last.push_back(c.first_layer);
-    it = w.partitions.emplace(key, ToSublayers(std::move(cut), inv.layer_starts)).first;
+    it = w.partitions
+             .emplace(key, ToSublayers(PartitionStages(
+                                           WeighFrameworkLayers(WeighLayers(tables, times), inv.layer_starts), layout),
+                                       inv.layer_starts))
+             .first;
   }
   return it->second;
 }
@@ -914,7 +910,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     // An item's reason is FirstError's key, value and message, ordered by the
     // source marks: the file's name and text each diagnostic would copy are
     // not read (an empty name sorts as the file's, as the name did).

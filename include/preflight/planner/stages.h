@@ -4,7 +4,6 @@
 
 #include <array>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "preflight/inventory/inventory.h"
@@ -39,12 +38,8 @@ LayerWeights WeighLayers(const PlanTables& tables, const ComputeTimes& times);
 /// minimising the slowest chunk (DP over prefix sums, O(L^2 * chunks)); ties
 /// go to the smaller largest parameter count. Embedding charged to the first
 /// chunk, head + loss to the last. Every chunk gets at least one layer.
-/// Returns an empty plan when BalancedSearchAffordable says no. `hint` (or
-/// empty): the chunks' first layers of any cut into as many chunks, such as
-/// an earlier search's: its slowest chunk bounds the search, which then
-/// leaves out the cells no cut within the bound reaches; the plan is the
-/// same, bit for bit, whatever the hint.
-StagePlan PartitionStages(const LayerWeights& weights, const Layout& layout, std::span<const int64_t> hint = {});
+/// Returns an empty plan when BalancedSearchAffordable says no.
+StagePlan PartitionStages(const LayerWeights& weights, const Layout& layout);
 
 /// Whether the balanced cut's search over `layers` layers and `chunks`
 /// chunks stays within bounds: chunks x layers^2 / 2 steps (2e9, seconds)
