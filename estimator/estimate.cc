@@ -536,9 +536,10 @@ void EstimateFrom(const Inventory& inventory, const Layout& layout, const StageP
   out->resize(zeros.size());
   for (std::vector<RankMemory>& ranks : *out) ranks.resize(static_cast<size_t>(layout.pp));
   thread_local std::vector<size_t> group;
-  // The groups share the activation rates and each rank's interleaved replay.
+  // The groups share the activation rates and each rank's pipeline replay.
   thread_local ActivationRates::Replays replays;
   replays.peak.resize(static_cast<size_t>(layout.pp));
+  replays.dual.resize(static_cast<size_t>(layout.pp));
   replays.known.assign(static_cast<size_t>(layout.pp), 0);
   ActivationRates rates(inventory, layout);
   rates.replays = &replays;

@@ -243,11 +243,13 @@ class ActivationRates {
   Bytes Workspace(int f);
   /// The MoE routing scratch of one layer (RouteMoeOn's peak).
   Bytes RoutingPeak();
-  /// Each pipeline rank's interleaved replay (InterleavedChunks), kept when
-  /// set: it reads the plan and the activations only, so the ZeRO groups of
-  /// one layout share it (EstimateRanksByZero).
+  /// Each pipeline rank's interleaved or DualPipe(V) replay (ForEachChunk),
+  /// kept when set: it reads the plan and the activations only, so a rank's
+  /// visit keys, its walk and the ZeRO groups of one layout share it
+  /// (EstimateRanksByZero). One layout's schedule fills one of the two.
   struct Replays {
     std::vector<InterleavedPeak> peak;
+    std::vector<DualPipeVPeak> dual;
     std::vector<char> known;
   };
   Replays* replays = nullptr;
@@ -489,6 +491,20 @@ void ChunksOf(const StagePlan& plan, int64_t p, bool regular, int64_t r, int64_t
   }
 }
 
+/// DualPipe(V)'s replay of rank r, `replay()`, or the one `rates.replays`
+/// kept for it (InterleavedChunks keeps the interleaved one the same way).
+template <class Replay>
+DualPipeVPeak KeptDualReplay(ActivationRates& rates, int64_t r, const Replay& replay) {
+  ActivationRates::Replays* kept = rates.replays;
+  const size_t at = static_cast<size_t>(r);
+  if (kept == nullptr || at >= kept->known.size() || at >= kept->dual.size()) return replay();
+  if (kept->known[at] == 0) {
+    kept->dual[at] = replay();
+    kept->known[at] = 1;
+  }
+  return kept->dual[at];
+}
+
 template <class F>
 InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool regular, ActivationRates& rates,
                       F&& visit) {
@@ -508,8 +524,10 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
     ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) { stage[c.pipeline_rank == r ? 0 : 1] = &c; });
     if (m >= 2 * p && p % 2 == 0 && m % 2 == 0 && stage[0] != nullptr && stage[1] != nullptr) {
       // The replay of DualPipe's order with each of the rank's two stages' bytes.
-      const std::array<ChunkActivation, 2> bytes = {rates.Chunk(*stage[0]), rates.Chunk(*stage[1])};
-      const DualPipeVPeak peak = ReplayDualPipe(p, m, r, [&](int64_t c) { return bytes[static_cast<size_t>(c)]; });
+      const DualPipeVPeak peak = KeptDualReplay(rates, r, [&] {
+        const std::array<ChunkActivation, 2> bytes = {rates.Chunk(*stage[0]), rates.Chunk(*stage[1])};
+        return ReplayDualPipe(p, m, r, [&](int64_t c) { return bytes[static_cast<size_t>(c)]; });
+      });
       ChunksOf(plan, p, regular, r, mirror, [&](const StageChunk& c) {
         const size_t k = c.pipeline_rank == r ? 0 : 1;
         visit(c, c.first_layer, c.end_layer, peak.live[k], k == 1, true);
@@ -534,8 +552,8 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
     return out;
   }
   if (l.schedule == Schedule::kDualPipeV && own == 2 && m >= 2 * p) {
-    const ChunkActivations chunk(plan, p, r, 2, rates);
-    const DualPipeVPeak peak = ReplayDualPipeV(p, m, r, chunk);
+    const DualPipeVPeak peak =
+        KeptDualReplay(rates, r, [&] { return ReplayDualPipeV(p, m, r, ChunkActivations(plan, p, r, 2, rates)); });
     for (int64_t vi = 0; vi < 2; ++vi) {
       const StageChunk& c = ChunkOfRank(plan, p, r, vi);
       visit(c, c.first_layer, c.end_layer, peak.live[static_cast<size_t>(vi)], false, true);

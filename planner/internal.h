@@ -161,11 +161,44 @@ void BuildStageCommForZero(const Inventory& inv, const PlanTables& t, const Layo
                            const std::vector<RankOptimizer>& optimizer, std::vector<StageComm>* out,
                            bool copy_alike = true);
 
+/// Compute of pipeline rank r per step: every chunk it holds times its
+/// micro-batches, and the Newton-Schulz FLOPs of its Muon matrices.
+struct RankCompute {
+  double forward_s = 0, backward_s = 0, recompute_s = 0;
+  double attention_core_forward_s = 0;             // the window the CP p2p ring hides under
+  double gemm_forward_s = 0, gemm_backward_s = 0;  // the windows TP overlap hides under
+  double muon_flops = 0;
+  double max_chunk_forward_s = 0, max_chunk_backward_s = 0;  // one micro-batch, for DualPipe's bubble
+  std::array<double, 5> by_family_s{};
+  double head_s = 0;
+  /// Local elements the rank's optimizer updates on the device, [0] without
+  /// ZeRO and [1] with it (sharded over the ZeRO groups).
+  std::array<double, 2> optimizer_elements{};
+  double offloaded_bytes = 0;  // activation offload, each way over the host link
+  double total_s() const { return forward_s + backward_s + recompute_s; }
+  double OptimizerElements(const Layout& l) const { return optimizer_elements[l.zero >= 1 ? 1 : 0]; }
+};
+
+/// Each rank's RankCompute and chunks for one stage plan, kept across the
+/// ZeRO stages of one layout (a sweep's rows of one item and recompute
+/// policy): nothing in them depends on the ZeRO stage but the optimizer's
+/// sharding, which both figures cover. The owner empties it (Reset) when
+/// anything else of the layout changes.
+struct SharedCompute {
+  const StagePlan* stages = nullptr;
+  RankChunks by_rank;
+  std::vector<RankCompute> ranks;
+  std::vector<char> known;
+  void Reset() { stages = nullptr; }
+};
+
 /// EstimateStepTime into `out` (step_time.h); `copy_alike` false: a rank
 /// priced as an earlier one keeps its items as they are (a sweep reads only
-/// the step time; the earlier rank's items carry the exposure).
+/// the step time; the earlier rank's items carry the exposure). `shared`
+/// (or null): the ranks' compute kept from an earlier call for these stages
+/// and a layout that differs only in its ZeRO stage.
 void EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l, const StagePlan& stages,
                       std::vector<StageComm>* comm, const CostModel& cost, const ComputeTimes& times, StepTime* out,
-                      bool copy_alike);
+                      bool copy_alike, SharedCompute* shared = nullptr);
 
 }  // namespace preflight::planner_internal

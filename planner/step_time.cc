@@ -13,6 +13,7 @@ using planner_internal::ChunkCounts;
 using planner_internal::ComputeOf;
 using planner_internal::ParamsOf;
 using planner_internal::RankChunk;
+using planner_internal::RankCompute;
 
 double BubbleFraction(Schedule schedule, int64_t p, int64_t v, int64_t m) {
   const double pp = static_cast<double>(p);
@@ -64,25 +65,11 @@ void Distribute(std::vector<CommItem*>& items, double exposed) {
   for (CommItem* i : items) i->exposed_seconds = total > 0 ? exposed * i->seconds / total : 0.0;
 }
 
-/// Compute of pipeline rank r per step: every chunk it holds times its
-/// micro-batches, and the Newton-Schulz FLOPs of its Muon matrices.
-struct RankCompute {
-  double forward_s = 0, backward_s = 0, recompute_s = 0;
-  double attention_core_forward_s = 0;  // the window the CP p2p ring hides under
-  double gemm_forward_s = 0, gemm_backward_s = 0;  // the windows TP overlap hides under
-  double muon_flops = 0;
-  double max_chunk_forward_s = 0, max_chunk_backward_s = 0;  // one micro-batch, for DualPipe's bubble
-  std::array<double, 5> by_family_s{};
-  double head_s = 0;
-  double optimizer_elements = 0;  // local elements the rank's optimizer updates on the device
-  double offloaded_bytes = 0;     // activation offload, each way over the host link
-  double total_s() const { return forward_s + backward_s + recompute_s; }
-};
-
 // Elements of chunk `c` the rank's optimizer updates: its shard of the
-// dense (replicated and TP-sharded) and expert parameters under ZeRO, less
-// the share offloaded to the host.
-double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout& l, const StageChunk& c) {
+// dense (replicated and TP-sharded) and expert parameters, [0] without ZeRO
+// and [1] under it, less the share offloaded to the host.
+std::array<double, 2> OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout& l,
+                                        const StageChunk& c) {
   const ParamTotals p = ParamsOf(t, c.first_layer, c.end_layer);
   double dense = static_cast<double>(p.of(ShardClass::kReplicated)) +
                  static_cast<double>(p.of(ShardClass::kTpSharded)) / static_cast<double>(l.tp);
@@ -92,11 +79,9 @@ double OptimizerElements(const Inventory& inv, const PlanTables& t, const Layout
     dense += static_cast<double>(t.head_params + t.mtp_params) / static_cast<double>(l.tp) +
              static_cast<double>(t.final_norm_params);
   }
-  if (l.zero >= 1) {
-    dense /= static_cast<double>(l.zero_group());
-    expert /= static_cast<double>(l.expert_zero_group());
-  }
-  return (dense + expert) * (1.0 - inv.recipe.training.optimizer.offload_fraction);
+  const double kept = 1.0 - inv.recipe.training.optimizer.offload_fraction;
+  return {(dense + expert) * kept,
+          (dense / static_cast<double>(l.zero_group()) + expert / static_cast<double>(l.expert_zero_group())) * kept};
 }
 
 // Full recompute's block method reruns only the first n framework layers of
@@ -132,7 +117,8 @@ RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const Compu
     }
     for (size_t f = 0; f < 5; ++f) out.by_family_s[f] += mb * cc.by_family_s[f];
     out.head_s += mb * cc.head_s;
-    out.optimizer_elements += OptimizerElements(inv, t, l, c.range);
+    const std::array<double, 2> elements = OptimizerElements(inv, t, l, c.range);
+    for (size_t z = 0; z < 2; ++z) out.optimizer_elements[z] += elements[z];
     out.forward_s += mb * cc.forward_s;
     out.backward_s += mb * cc.backward_s;
     out.recompute_s += mb * cc.recompute_s;
@@ -394,7 +380,8 @@ void EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l
 
 void planner_internal::EstimateStepTime(const Inventory& inv, const PlanTables& t, const Layout& l,
                                         const StagePlan& stages, std::vector<StageComm>* comm, const CostModel& cost,
-                                        const ComputeTimes& times, StepTime* out, bool copy_alike) {
+                                        const ComputeTimes& times, StepTime* out, bool copy_alike,
+                                        SharedCompute* shared) {
   std::vector<StageTime> stages_storage = std::move(out->stages);
   stages_storage.clear();
   *out = StepTime{};
@@ -408,17 +395,32 @@ void planner_internal::EstimateStepTime(const Inventory& inv, const PlanTables& 
   // Per-thread buffers (a sweep prices millions of layouts): the ranks'
   // chunks, each distinct rank's compute and exposure (which the ranks priced
   // as it take), and the overlap groups of one rank.
-  thread_local RankChunks by_rank;
+  thread_local RankChunks own_chunks;
   thread_local std::vector<std::pair<RankCompute, RankExposure>> priced;
   thread_local OverlapGroups groups;
-  FillRankChunks(stages, l, &by_rank);
+  const bool reuse = shared != nullptr && shared->stages == &stages;
+  RankChunks& by_rank = shared != nullptr ? shared->by_rank : own_chunks;
+  if (!reuse) FillRankChunks(stages, l, &by_rank);
+  if (shared != nullptr && !reuse) {
+    shared->stages = &stages;
+    shared->ranks.resize(static_cast<size_t>(l.pp));
+    shared->known.assign(static_cast<size_t>(l.pp), 0);
+  }
   priced.resize(static_cast<size_t>(l.pp));
   st.stages.reserve(static_cast<size_t>(l.pp));
   for (int64_t r = 0; r < l.pp; ++r) {
     const int64_t as = (*comm)[static_cast<size_t>(r)].priced_as;
     const size_t q = static_cast<size_t>(as >= 0 && as < r ? as : r);
     if (q == static_cast<size_t>(r)) {
-      priced[q].first = ComputeOnRank(inv, t, times, l, by_rank.On(r));
+      if (shared == nullptr) {
+        priced[q].first = ComputeOnRank(inv, t, times, l, by_rank.On(r));
+      } else {
+        if (shared->known[q] == 0) {
+          shared->ranks[q] = ComputeOnRank(inv, t, times, l, by_rank.On(r));
+          shared->known[q] = 1;
+        }
+        priced[q].first = shared->ranks[q];
+      }
       priced[q].second = ExposeRank((*comm)[q].items, priced[q].first, inv, l, cost, groups);
     } else if (copy_alike) {
       (*comm)[static_cast<size_t>(r)].items = (*comm)[q].items;  // with the exposure set
@@ -448,7 +450,7 @@ void planner_internal::EstimateStepTime(const Inventory& inv, const PlanTables& 
     const double host_s =
         host_link > 0 ? static_cast<double>((*comm)[static_cast<size_t>(r)].host_transfer.count()) / host_link : 0.0;
     st.host_offload_s = std::max(st.host_offload_s, host_s);
-    const double update_s = AdamStepSeconds(rc.optimizer_elements, gpu);
+    const double update_s = AdamStepSeconds(rc.OptimizerElements(l), gpu);
     st.optimizer_step_s = std::max(st.optimizer_step_s, update_s);
     tail = std::max(tail, ex.dp_tail_s + ex.optimizer_s + rc.muon_flops / peak + host_s + update_s);
     st.dp_exposed_s = std::max(st.dp_exposed_s, ex.dp_tail_s);

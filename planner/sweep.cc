@@ -215,6 +215,9 @@ struct Worker {
   Recipe recipe;
   std::vector<CommSlot> comm_by_zero;  // the current item's, by index into SweepSpace::zero
   CommSlot scratch;                    // the fallback cuts'
+  /// The ranks' compute of the current item and recompute policy, shared by
+  /// its ZeRO stages' step times (one stage plan at a time).
+  planner_internal::SharedCompute rank_compute;
   /// The ZeRO stages an item prices and, for one stage plan, every rank's
   /// memory at each (EstimateRanksByZero): the time-balanced (or fixed) cut's
   /// and each fallback cut's, worked out when first asked.
@@ -332,7 +335,7 @@ Priced WorstOf(const std::vector<RankMemory>& ranks) {
 // takes when one of them is built for these stages.
 void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& layout, const StagePlan& stages,
                const MeshLocality& locality, const CostModel& cost, const ComputeTimes& times, CommSlot& slot,
-               std::vector<CommSlot>* siblings, Priced& p) {
+               std::vector<CommSlot>* siblings, planner_internal::SharedCompute& compute, Priced& p) {
   // The one policy input of the communication: which collectives backward
   // reruns (the layers' under full recompute, the modules' under selective).
   const int rerun_key = planner_internal::CommRerunKey(layout, inv.recipe.training);
@@ -362,7 +365,7 @@ void PriceTime(const Inventory& inv, const PlanTables& tables, const Layout& lay
     slot.rerun_key = rerun_key;
   }
   // Only the step time is read: the ranks priced as an earlier one get no items.
-  planner_internal::EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times, &slot.time, false);
+  planner_internal::EstimateStepTime(inv, tables, layout, stages, &slot.comm, cost, times, &slot.time, false, &compute);
   const StepTime& time = slot.time;
   p.step_s = time.step_s;
   p.tokens_per_s = time.tokens_per_s;
@@ -470,6 +473,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     layout.recompute = rc;
+    w.rank_compute.Reset();  // kept across this policy's ZeRO stages only
     const ComputeTimes& times = ComputeTimesFor(inv, tables, layout, options.cost, w);
     bool balanced = false;
     const StagePlan& stages = StagesFor(inv, tables, layout, times, w, &balanced);
@@ -533,7 +537,8 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
           Priced priced = WorstOf(w.fallback_memory[c][w.over_at[at]]);
           if (!priced.Fits(inv.recipe)) continue;
           w.scratch.stages = nullptr;  // another ZeRO stage may have used it
-          PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, nullptr, priced);
+          PriceTime(inv, tables, layout, cut.stages, locality, options.cost, times, w.scratch, nullptr, w.rank_compute,
+                    priced);
           if (!found || priced.step_s < best.step_s) {
             best = priced;
             found = true;
@@ -542,7 +547,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
       }
       if (!found) {
         PriceTime(inv, tables, layout, stages, locality, options.cost, times, w.comm_by_zero[zi], &w.comm_by_zero,
-                  best);
+                  w.rank_compute, best);
       }
       row.peak = best.peak;
       row.worst_stage = static_cast<int16_t>(best.worst);
@@ -903,7 +908,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     // An item's reason is FirstError's key, value and message, ordered by the
     // source marks: the file's name and text each diagnostic would copy are
     // not read (an empty name sorts as the file's, as the name did).

@@ -20,6 +20,7 @@
 #include "preflight/estimator/estimate_by_zero.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/planner/plan.h"
+#include "preflight/planner/stages.h"
 #include "preflight/planner/sweep.h"
 #include "preflight/recipe/recipe.h"
 #include "support/shipped_recipes.h"
@@ -369,6 +370,44 @@ TEST(FastPaths, ZeroStagesShareOneWalk) {
       ASSERT_TRUE(loaded.ok()) << name << " " << testing::FirstErrorText(loaded);
       EXPECT_GT(ComparePlans(*loaded.recipe, 20).plans, 0) << name << " offload " << offload;
     }
+  }
+}
+
+// DualPipe(V) ranks replay the schedule once (KeptDualReplay): the visit
+// keys, the walk and the ZeRO groups of one layout read the kept replay. Each
+// rank against EstimateRank, which keeps none, on DeepSeek-V3's DualPipe and
+// on DualPipeV, at every ZeRO stage; `replayed` counts the layouts whose
+// ranks take the replay (micro-batches >= 2 pp), so the test knows it ran.
+TEST(FastPaths, DualPipeReplaysKeptPerRank) {
+  for (const char* schedule : {"dualpipe", "dualpipev"}) {
+    const LoadResult loaded = LoadRecipeFile(testing::SourcePath("recipes/deepseek-v3-h200.yaml"),
+                                             {*ParseOverride(std::string("parallel.schedule=") + schedule)});
+    ASSERT_TRUE(loaded.ok()) << schedule << " " << testing::FirstErrorText(loaded);
+    const Inventory inv = BuildInventory(*loaded.recipe);
+    const testing::SweptSpace swept = testing::SweepDefaultSpace(inv);
+    ASSERT_FALSE(swept.valid.empty()) << schedule;
+    const size_t stride = std::max<size_t>(1, swept.valid.size() / 40);
+    int replayed = 0;
+    for (size_t i = stride / 2; i < swept.valid.size(); i += stride) {
+      const Layout l = swept.result.LayoutOf(swept.result.rows[swept.valid[i]]);
+      const StagePlan stages = PartitionStages(inv, l);
+      const std::vector<int64_t> zeros =
+          l.dp_replicate > 1 ? std::vector<int64_t>{1, 2, 3} : std::vector<int64_t>{0, 1, 2, 3};
+      std::vector<std::vector<RankMemory>> by_zero;
+      EstimateRanksByZero(inv, l, stages, zeros, &by_zero);
+      ASSERT_EQ(by_zero.size(), zeros.size());
+      for (size_t z = 0; z < zeros.size(); ++z) {
+        Layout at = l;
+        at.zero = zeros[z];
+        std::vector<RankMemory> one_by_one;
+        for (int64_t r = 0; r < l.pp; ++r) one_by_one.push_back(EstimateRank(inv, at, stages, r));
+        ExpectSameRanks(by_zero[z], one_by_one,
+                        fmt::format("{} tp {} pp {} ep {} mb {} m {} zero {}", schedule, l.tp, l.pp, l.ep,
+                                    l.micro_batch, l.micro_batches, zeros[z]));
+      }
+      replayed += l.micro_batches >= 2 * l.pp && l.pp > 1 ? 1 : 0;
+    }
+    EXPECT_GT(replayed, 5) << schedule;
   }
 }
 

@@ -298,6 +298,51 @@ TEST(SweepRun, WhyNothingFitsCountsTheBlamedKeys) {
   }
 }
 
+// An item's ZeRO stages share each rank's step-time compute
+// (SharedCompute), emptied for each recompute policy: every valid row of
+// every ZeRO stage and policy equals MakePlan's, on a recipe with the
+// framework's fixed split (one stage plan for all policies) and optimizer
+// offload (the optimizer step reads the sharded elements), and on
+// DeepSeek-V3's balanced DualPipe cuts with their fallbacks.
+TEST(SweepRun, ZeroStagesShareTheRanksComputeExactly) {
+  std::string error;
+  const LoadResult dense = LoadRecipeFile(
+      testing::SourcePath("recipes/llama3-8b-h200.yaml"),
+      {*ParseOverride("training.optimizer.matrices=adamw"), *ParseOverride("training.optimizer.offload_fraction=0.5")});
+  ASSERT_TRUE(dense.ok()) << testing::FirstErrorText(dense);
+  for (const Recipe& base : {*dense.recipe, Load("recipes/deepseek-v3-h200.yaml")}) {
+    const Recipe r = *SweepRecipe(base, base.world(), &error);
+    const Inventory inv = BuildInventory(r);
+    SweepSpace s;
+    s.gpus = r.world();
+    s.micro_batch = {1, 2};
+    s.pp = {2, 4, 8};
+    s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+    s.zero = {0, 1, 2, 3};
+    s = DefaultSweepSpace(r, s);
+    const SweepResult result = RunSweep(inv, s, SweepOptions{});
+    // Every row of about 40 valid items, evenly spread.
+    const size_t per_item = s.recompute.size() * s.zero.size();
+    std::vector<size_t> items;
+    for (size_t i = 0; i < result.rows.size(); i += per_item) {
+      const auto first = result.rows.begin() + static_cast<std::ptrdiff_t>(i);
+      if (std::any_of(first, first + static_cast<std::ptrdiff_t>(per_item),
+                      [](const SweepRow& row) { return row.status != SweepStatus::kInvalid; })) {
+        items.push_back(i);
+      }
+    }
+    int checked = 0;
+    for (size_t k = 0; k < items.size(); k += std::max<size_t>(1, items.size() / 40)) {
+      for (size_t i = items[k]; i < items[k] + per_item; ++i) {
+        if (result.rows[i].status == SweepStatus::kInvalid) continue;
+        ExpectRowMatchesPlan(inv, result, result.rows[i]);
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 200) << r.name;
+  }
+}
+
 TEST(SweepRun, ValidRowsMatchTheEstimatorAndPlanner) {
   // One valid row re-priced through the ordinary single-layout path.
   std::string error;
