@@ -218,7 +218,8 @@ TEST(SimulatorActivationOffload, RoutedRowsFollowTheRouter) {
                            {"training.activation_offload_min_elements", "1"}});
   const SimulationReport rep = Simulate(r);
   ExpectNumericsOk(rep);
-  const CommAgreement* link = HostRow(Stage(CompareWithModels(r, rep, SimPrecision::kFp64), 0));
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  const CommAgreement* link = HostRow(Stage(c, 0));
   ASSERT_NE(link, nullptr);
   EXPECT_GT(link->measured_sent, 0);
   EXPECT_FALSE(link->exact);
