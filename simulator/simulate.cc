@@ -88,6 +88,12 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
           "tied embeddings and MTP under ZeRO 2/3 are in the executor when the embedding and the head are on "
           "different pipeline ranks only (the head reading the same rank's embedding keeps its gradient live across "
           "the backward, which fit does not price); set parallel.pp > 1 without DualPipe(V), or parallel.zero: 1");
+  // FSDP2 keeps the gradient shares on the host; Megatron's FSDP2 path
+  // requires --untie-embeddings-and-output-weights and no pipeline
+  // (arguments.py validate_args, use_torch_fsdp2).
+  Require(!r.model.embedding_on_last_stage() || p.pp == 1 || !p.fsdp_cpu_offload,
+          "parallel.fsdp_cpu_offload with tied embeddings or MTP over pipeline stages is not in the executor "
+          "(Megatron's FSDP2 requires untied embeddings and pp 1); set parallel.fsdp_cpu_offload: false");
   if (r.training.dropout > 0) {
     // Transformer Engine's fused attention (and flash-attn) drop the
     // probabilities inside the kernel, keeping only the RNG state.

@@ -24,17 +24,18 @@ using testing_sim::ScaledDefault;
 using testing_sim::Stage;
 
 /// The default recipe as "AD" with tied embeddings over pp 2 at `zero`:
-/// stage 0 the embedding and A, stage 1 D and the head's copy.
-Recipe TiedTwoStages(int zero, const std::string& tp, const std::string& dp) {
+/// stage 0 the embedding and A, stage 1 D and the head's copy; dp 2 with
+/// tp 2 and SP (8 ranks), or dp 3 with tp 1 (3 nodes of 2).
+Recipe TiedTwoStages(int zero, int dp) {
   return ScaledDefault({{"model.pattern", "AD"},
                         {"model.tie_embeddings", "true"},
                         {"parallel.pp", "2"},
-                        {"parallel.tp", tp},
-                        {"parallel.sp", tp == "1" ? "false" : "true"},
+                        {"parallel.tp", dp == 2 ? "2" : "1"},
+                        {"parallel.sp", dp == 2 ? "true" : "false"},
                         {"parallel.ep", "1"},
-                        {"cluster.nodes", "1"},
-                        {"cluster.gpus_per_node", "8"},
-                        {"training.global_batch", dp == "2" ? "8" : "12"},
+                        {"cluster.nodes", dp == 2 ? "1" : "3"},
+                        {"cluster.gpus_per_node", dp == 2 ? "8" : "2"},
+                        {"training.global_batch", dp == 2 ? "8" : "12"},
                         {"parallel.zero", std::to_string(zero)}},
                        /*max_world=*/8);
 }
@@ -54,9 +55,9 @@ TEST(SimulatorZeroTied, ZeroTwoAndThreeSumTheShares) {
   // elements per rank. ZeRO 1 all-reduces them whole (fp32: 1536 B, a 2-rank
   // ring sends (2-1)/2 x 2 = 1 x the bytes); ZeRO 2/3 the rank's share of
   // the copy's own buffer, 384 / 2 = 192 elements = 768 B, on both stages.
-  const SimulationReport one = Simulate(TiedTwoStages(1, "2", "2"));
+  const SimulationReport one = Simulate(TiedTwoStages(1, 2));
   for (int zero : {1, 2, 3}) {
-    const Recipe r = TiedTwoStages(zero, "2", "2");
+    const Recipe r = TiedTwoStages(zero, 2);
     ASSERT_EQ(r.world(), 8);
     ASSERT_EQ(r.dp(), 2);
     const SimulationReport rep = Simulate(r);
@@ -68,21 +69,28 @@ TEST(SimulatorZeroTied, ZeroTwoAndThreeSumTheShares) {
   }
 }
 
+int64_t GradsScattered(const StageComparison& s) {
+  return Sent(s, Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kGrads);
+}
+
 TEST(SimulatorZeroTied, TheCopyIsABufferOfItsOwn) {
   // tp 1, dp 3: the copy is 40 x 16 = 640 elements, padded alone to 642
-  // (a share of 214), the final norm's 16 to 18. In one buffer they would
-  // pad to 657. The group sums the share: 214 x 4 B = 856 B.
-  // Stage 1's reduce-scatter in each of its 6 micro-batches (3 ranks send
-  // 2/3 of each padded buffer, fp32): D's norm (16 -> 18) and its Muon
-  // matrices (2 x 16 x 16 + 16 x 16 = 768), the final norm (18) and the
-  // copy (642): 2/3 x 1446 x 4 = 3856 B, x 6 = 23136 B.
-  const Recipe r = TiedTwoStages(2, "1", "3");
+  // (a share of 214), the final norm's 16 to 18. The group sums the share:
+  // 214 x 4 B = 856 B. Untied, the head's 640 share the norm's buffer and
+  // pad with it to 657: stage 1's reduce-scatter (3 ranks send 2/3 of each
+  // padded buffer, fp32) moves 2/3 x (660 - 657) x 4 = 8 B less in each of
+  // its 4 micro-batches.
+  const Recipe r = TiedTwoStages(2, 3);
   ASSERT_EQ(r.dp(), 3);
   ASSERT_EQ(r.world(), 6);
+  ASSERT_EQ(r.training.global_batch / r.training.micro_batch / r.dp(), 4);
   const SimComparison c = ExpectStepAgrees(r);
   for (int64_t stage : {0, 1}) EXPECT_EQ(TiedSent(Stage(c, stage)), 856) << "stage " << stage;
-  EXPECT_EQ(Sent(Stage(c, 1), Axis::kDpCp, Collective::kReduceScatter, Pass::kBackward, CommWhat::kGrads),
-            3856 * r.training.global_batch / r.training.micro_batch / r.dp());
+  Recipe untied = r;
+  untied.model.tie_embeddings = false;
+  const SimComparison u = ExpectStepAgrees(untied);
+  EXPECT_EQ(GradsScattered(Stage(c, 1)) - GradsScattered(Stage(u, 1)), 4 * 8);
+  EXPECT_EQ(GradsScattered(Stage(c, 0)), GradsScattered(Stage(u, 0)));
 }
 
 TEST(SimulatorZeroTied, MtpCopyAtZeroTwoAndThree) {
