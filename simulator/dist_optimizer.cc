@@ -420,7 +420,8 @@ void DistOptimizer<T>::AllReduceTiedShares(Ctx& ctx) {
   ctx.rank->set_what(CommWhat::kTiedEmbedding);
   for (auto& unit : units_) {
     for (Buffer& b : unit) {
-      if (b.params.front()->tied) ctx.rank->AllReduce(*groups_.embedding, b.grad_share.data(), b.own_real, ctx.bytes.grad);
+      if (b.params.front()->tied)
+        ctx.rank->AllReduce(*groups_.embedding, b.grad_share.data(), b.own_real, ctx.bytes.grad);
     }
   }
 }
