@@ -111,5 +111,22 @@ TEST(SimulatorZeroTied, MtpCopyAtZeroTwoAndThree) {
   }
 }
 
+TEST(SimulatorZeroTied, OneRankHoldingBothEndsIsRefused) {
+  // pp 1: the head reads the same rank's embedding, whose gradient would stay
+  // live across the backward (and, under ZeRO 3, need its unit gathered for
+  // the head), which fit and plan do not price.
+  for (int zero : {2, 3}) {
+    Recipe r = testing_sim::OneStage({{"model.pattern", "AD"}, {"model.tie_embeddings", "true"}});
+    r.parallel.zero = zero;
+    EXPECT_THROW(Simulate(r), SimUnsupported) << "zero " << zero;
+  }
+  // FSDP2's CPU offload keeps the shares on the host; Megatron's FSDP2 path
+  // wants untied embeddings without a pipeline.
+  Recipe offload = TiedTwoStages(3, 2);
+  offload.parallel.fsdp_cpu_offload = true;
+  offload.training.optimizer.matrices = OptimizerKind::kAdamW;
+  EXPECT_THROW(Simulate(offload), SimUnsupported);
+}
+
 }  // namespace
 }  // namespace preflight::simulator_zero_tied_test
