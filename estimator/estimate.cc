@@ -68,8 +68,8 @@ namespace {
 
 using estimator_detail::ActivationRates;
 using estimator_detail::Add;
+using estimator_detail::AddEndShares;
 using estimator_detail::AddInto;
-using estimator_detail::AddUnitShares;
 using estimator_detail::Cat;
 using estimator_detail::Context;
 using estimator_detail::Decimal;
@@ -266,11 +266,10 @@ Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
   Walk& w = b.w;
   b.ends = EndsOf(inv, l, w, x);
   Offer(w, UnitOf(b.ends.embedding, x, -1));
-  AddUnitShares(w, b.ends.embedding, x);
   LocalParams head_unit = b.ends.head;
   AddInto(head_unit, b.ends.final_norm);
   Offer(w, UnitOf(head_unit, x, -1));
-  AddUnitShares(w, head_unit, x);
+  AddEndShares(w, inv, l, x);
   if (x.zero3) w.gathered = w.gather.Peak(b.ends.embedding.bytes, head_unit.bytes);
   if (x.layer_wise) w.layer_wise = estimator_detail::LayerWiseOf(inv, l, plan, r, shared.regular, w, x);
   return b;

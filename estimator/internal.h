@@ -376,6 +376,11 @@ void ForEachEndTensor(const Inventory& inv, const Walk& w, F&& f) {
 /// The embedding, head (or tied copy) and final norm this rank holds.
 Ends EndsOf(const Inventory& inv, const Layout& l, const Walk& w, const Context& x);
 
+/// Adds the owned shares of this rank's embedding and head units to the walk:
+/// ceil(n/D) of each buffer, the word embedding padded alone when the last
+/// stage keeps a copy of it (Megatron's "shared_embedding" bucket).
+void AddEndShares(Walk& w, const Inventory& inv, const Layout& l, const Context& x);
+
 using preflight::DealtTensor;
 
 /// Elements [OptimizerKind] that each of the `d` ranks owns (into `owned`,

@@ -708,6 +708,20 @@ DpBuffers UnitBuffers(const LocalUnit& u, const DpGroups& dg) {
   return b;
 }
 
+// The embedding copy a tied head or MTP keeps on the last stage, and the
+// first stage's embedding it mirrors: a buffer of their own, padded alone
+// (Megatron's "shared_embedding" bucket, distrib_optimizer.py
+// _compute_per_buffer_param_layout), so both stages shard it alike. Part of
+// the embedding or head unit, whose collectives count once (UnitBuffers).
+void AddSharedEmbedding(const Inventory& inv, const Layout& l, const DpGroups& dg, DpBuffers* unit) {
+  LocalUnit u;
+  AddEndTensor(inv.embedding, inv, l, &u);
+  const DpBuffers b = UnitBuffers(u, dg);
+  const std::array<int64_t, 2> units = unit->units;
+  *unit += b;
+  for (size_t g = 0; g < 2; ++g) unit->units[g] = std::max(units[g], b.units[g]);
+}
+
 // A family's per-layer buffers, worked out from the first of its layers that
 // the walk meets (a uniform family's, from any of its layers).
 struct FamilyMemo {
@@ -781,12 +795,13 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
   const ModelConfig& m = inv.recipe.model;
   const DpGroups dg{ZeroGroups(l), s.param, l.tp, l.sequence_parallel()};
   std::array<FamilyMemo, 5> memo{};
+  const bool shared_copy = m.embedding_on_last_stage() && l.pp > 1 && l.schedule != Schedule::kDualPipe;
   for (const RankChunk& c : chunks) {
     const int64_t first = c.range.first_layer, end = c.range.end_layer;
     DpBuffers embedding, head;
     if (c.range.owns_embedding) {
       LocalUnit u;
-      AddEndTensor(inv.embedding, inv, l, &u);
+      if (!shared_copy) AddEndTensor(inv.embedding, inv, l, &u);
       for (const ParamTensor& p : inv.positions) {
         AddEndTensor(p, inv, l, &u);
         // Added to the all-reduced lookup of the whole sequence before SP
@@ -795,6 +810,7 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
         if (inv.embedding.split != Split::kReplicated) u.tp_whole = CheckedAdd(u.tp_whole, p.elements());
       }
       embedding = UnitBuffers(u, dg);
+      if (shared_copy) AddSharedEmbedding(inv, l, dg, &embedding);
       b += embedding;
     }
     if (!CountUniformLayers(inv, t, l, dg, c.range, memo, edges, rb)) WalkLayers(inv, l, dg, c.range, memo, edges, rb);
@@ -807,9 +823,8 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
       // A tied head (or MTP) on a single-stage pipeline shares the embedding
       // tensor; with pp > 1 the last stage keeps a second copy (docs/formulas.md §1.1).
       // DualPipe's ranks 0 and p-1 hold stage 0 beside stage p-1: no copy.
-      if (m.embedding_on_last_stage() && l.pp > 1 && l.schedule != Schedule::kDualPipe)
-        AddEndTensor(inv.embedding, inv, l, &u);
       head = UnitBuffers(u, dg);
+      if (shared_copy) AddSharedEmbedding(inv, l, dg, &head);
       b += head;
     }
     if (!edges) continue;
@@ -1069,11 +1084,14 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
                BytesOf(RoundUp(buffers.replicated, l.tp), s.grad), 1);
   }
   // Tied embedding (or MTP's copy): the first and last stage all-reduce the
-  // embedding gradient.
+  // embedding gradient (finalize_model_grads.py _allreduce_embedding_grad):
+  // the whole main_grad, or under Megatron FSDP (ZeRO 2/3) the rank's shard
+  // of the copy's own padded buffer (main_grad._local_tensor).
   // Under DualPipe the mirror sum below carries it (ranks 0 and p-1 hold both ends).
   if (m.embedding_on_last_stage() && l.pp > 1 && (emb || head) && l.schedule != Schedule::kDualPipe) {
+    const int64_t summed = per_unit_grads ? RoundUp(vocab_local, zero_group[0]) / zero_group[0] : vocab_local;
     items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kTiedEmbedding,
-               BytesOf(vocab_local, s.grad), 1);
+               BytesOf(summed, s.grad), 1);
   }
   // DualPipe: pipeline ranks r and p-1-r each hold a copy of stages r and
   // p-1-r, with the gradients of one direction's micro-batches; the copies'

@@ -128,10 +128,15 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
   if (settings.layer_wise) DealLayerWise(ctx);
   for (const std::vector<Param<T>*>& unit : unit_params_) {
     // Buffers in a fixed order: dense before expert, AdamW before Muon, by
-    // parameter dtype (Mamba's A_log and D are fp32).
-    using Key = std::tuple<bool, bool, int64_t>;
+    // parameter dtype (Mamba's A_log and D are fp32), a tied embedding's
+    // copy last: Megatron gives the copies on the first and last stage a
+    // bucket of their own (distrib_optimizer.py
+    // _compute_per_buffer_param_layout, megatron_fsdp param_and_grad_buffer.py
+    // _does_param_require_new_bucket: "shared_embedding"), so both stages
+    // shard it alike and the embedding group can sum their shares.
+    using Key = std::tuple<bool, bool, int64_t, bool>;
     const auto key_of = [](const Param<T>* p) {
-      return Key(p->expert >= 0, p->optimizer == OptimizerKind::kMuon, ParamElementBytes(*p));
+      return Key(p->expert >= 0, p->optimizer == OptimizerKind::kMuon, ParamElementBytes(*p), p->tied);
     };
     std::vector<Key> keys;
     for (const Param<T>* p : unit) {
@@ -144,7 +149,7 @@ DistOptimizer<T>::DistOptimizer(Ctx& ctx, const DistGroups& groups, std::vector<
       for (Param<T>* p : unit) {
         if (key_of(p) == key) b.params.push_back(p);
       }
-      std::tie(b.expert, b.muon, b.param_bytes) = key;
+      std::tie(b.expert, b.muon, b.param_bytes, std::ignore) = key;
       b.group = b.expert ? groups.edp : groups.dp_cp;
       b.size = b.group->size();
       b.index = b.group->IndexOf(ctx.rank->id());
@@ -390,16 +395,34 @@ void DistOptimizer<T>::AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*
 
 template <class T>
 void DistOptimizer<T>::AllReduceTied(Ctx& ctx, const std::vector<Param<T>*>& params) {
-  // The first and last stage each hold a copy of a tied embedding and their
-  // stage's part of its gradient: Megatron sums the copies' gradients over the
-  // embedding group (finalize_model_grads.py _allreduce_word_embedding_grads,
-  // after the DP sync). Summing before the DP sync moves the same V/t x h
-  // elements and gives the same sums; the DP sync then reduces the total.
+  // The first and last stage each hold a copy of a tied embedding (or of the
+  // embedding MTP reads) and their stage's part of its gradient: Megatron sums
+  // the copies' gradients over the embedding group (finalize_model_grads.py
+  // _allreduce_word_embedding_grads, after the DP sync). ZeRO 0/1: Megatron
+  // all-reduces the whole main_grad (V/t x h elements); summing before the DP
+  // sync moves the same elements and gives the same sums, which the DP sync
+  // then reduces.
   if (groups_.embedding == nullptr) return;
+  ctx.rank->set_what(CommWhat::kTiedEmbedding);
   for (Param<T>* p : params) {
-    if (!p->tied) continue;
-    ctx.rank->set_what(CommWhat::kTiedEmbedding);
-    ctx.rank->AllReduce(*groups_.embedding, p->grad.m.data(), p->grad.m.size(), ctx.bytes.grad);
+    if (p->tied) ctx.rank->AllReduce(*groups_.embedding, p->grad.m.data(), p->grad.m.size(), ctx.bytes.grad);
+  }
+}
+
+template <class T>
+void DistOptimizer<T>::AllReduceTiedShares(Ctx& ctx) {
+  // ZeRO 2/3 (Megatron FSDP): the DP reduce-scatter has run; the copies'
+  // buckets are sharded alike (the constructor's own buffer), so the group
+  // sums each rank's share: _allreduce_embedding_grad all-reduces
+  // main_grad._local_tensor under use_megatron_fsdp, the copy's real elements
+  // in this rank's shard.
+  if (groups_.embedding == nullptr) return;
+  ctx.rank->set_what(CommWhat::kTiedEmbedding);
+  for (auto& unit : units_) {
+    for (Buffer& b : unit) {
+      if (b.params.front()->tied)
+        ctx.rank->AllReduce(*groups_.embedding, b.grad_share.data(), b.own_real, ctx.bytes.grad);
+    }
   }
 }
 
@@ -672,6 +695,7 @@ void DistOptimizer<T>::Step(Ctx& ctx) {
       for (Buffer& b : unit) SyncGradients(ctx, b);
     }
   } else {
+    AllReduceTiedShares(ctx);
     AllReduceMirror(ctx);
   }
   for (auto& unit : units_) {

@@ -10,8 +10,13 @@
 // group). Each buffer is padded with zeros to a multiple of its group size D
 // (Megatron pads its grad buffers so they split evenly), and rank k of the
 // group owns elements [k n_pad/D, (k+1) n_pad/D). Optimizer state is kept for
-// the real (unpadded) elements of a rank's share.
+// the real (unpadded) elements of a rank's share. A tied embedding's copy on
+// the first or last stage (Param::tied) is a buffer of its own, as Megatron's
+// "shared_embedding" bucket: both stages shard it alike.
 //
+// Tied copies (the embedding group): ZeRO 0/1 sum the whole gradients
+// before the DP sync; ZeRO 2/3 sum the owned shares in the step, after the
+// per-unit reduce-scatters (Megatron FSDP, finalize_model_grads.py).
 // ZeRO 0: all-reduce each buffer's grads. ZeRO 1: reduce-scatter the grads
 // once per step, update the owned share, all-gather the params. ZeRO 2: as 1,
 // but each unit's grads are reduce-scattered in every micro-batch's backward
@@ -135,6 +140,7 @@ class DistOptimizer {
   void Observe(const std::vector<Param<T>*>& params);
   void AllReduceReplicated(Ctx& ctx, const std::vector<Param<T>*>& params);
   void AllReduceTied(Ctx& ctx, const std::vector<Param<T>*>& params);
+  void AllReduceTiedShares(Ctx& ctx);
   void AllReduceMirror(Ctx& ctx);
   void SyncGradients(Ctx& ctx, Buffer& b);
   void OwnedValues(Buffer& b);

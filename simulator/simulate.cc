@@ -76,9 +76,24 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
                                                      " simulated ranks in one process; the scaled layout has " +
                                                      std::to_string(r.world()) +
                                                      " (run it under mpirun: docs/simulate.md)");
-  Require(!r.model.tie_embeddings || p.zero <= 1,
-          "tied embeddings are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): under ZeRO 2/3 the "
-          "embedding's gradient is sharded per unit before the stages' copies are summed");
+  // Under ZeRO 2/3 the copies on the first and last stage are each reduce-
+  // scattered with their unit and the embedding group sums the shares
+  // (DistOptimizer::AllReduceTiedShares). One rank holding both the embedding
+  // and the head (or MTP) that reads it is another matter: the weight's
+  // gradient stays live from the head's backward to the embedding's, and
+  // under ZeRO 3 the head needs the embedding's unit gathered; fit and plan
+  // price neither.
+  Require(!r.model.embedding_on_last_stage() || p.zero <= 1 ||
+              (p.pp > 1 && p.schedule != Schedule::kDualPipe && p.schedule != Schedule::kDualPipeV),
+          "tied embeddings and MTP under ZeRO 2/3 are in the executor when the embedding and the head are on "
+          "different pipeline ranks only (the head reading the same rank's embedding keeps its gradient live across "
+          "the backward, which fit does not price); set parallel.pp > 1 without DualPipe(V), or parallel.zero: 1");
+  // FSDP2 keeps the gradient shares on the host; Megatron's FSDP2 path
+  // requires --untie-embeddings-and-output-weights and no pipeline
+  // (arguments.py validate_args, use_torch_fsdp2).
+  Require(!r.model.embedding_on_last_stage() || p.pp == 1 || !p.fsdp_cpu_offload,
+          "parallel.fsdp_cpu_offload with tied embeddings or MTP over pipeline stages is not in the executor "
+          "(Megatron's FSDP2 requires untied embeddings and pp 1); set parallel.fsdp_cpu_offload: false");
   if (r.training.dropout > 0) {
     // Transformer Engine's fused attention (and flash-attn) drop the
     // probabilities inside the kernel, keeping only the RNG state.
@@ -109,9 +124,6 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   if (r.model.mtp_layers > 0) {
     Require(p.cp == 1,
             "MTP modules are in the executor with parallel.cp: 1 only (the shifted ids cross the CP ranks' chunks)");
-    Require(p.zero <= 1,
-            "MTP modules are in the executor with ZeRO 0 and 1 only (set parallel.zero: 1): the last stage's embedding "
-            "copy is summed with the first stage's once per step");
     const TrainingConfig& t = r.training;
     // Selective modules rerun inside the module's blocks, as in Megatron's
     // MTP transformer layer (the same TransformerLayer); "mlp" with
