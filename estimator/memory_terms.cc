@@ -4,6 +4,7 @@
 #include "preflight/estimator/memory_terms.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -569,28 +570,50 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
   if (r.training.activation_offload.empty()) return out;
   std::array<OffloadBytes, 5> family{};
   std::array<bool, 5> known{};
+  const auto bytes_of = [&](BlockKind kind) -> const OffloadBytes& {
+    const size_t f = static_cast<size_t>(FamilyIndex(kind));
+    if (!known[f]) family[f] = LayerOffloadedByModule(r, l, kind);
+    known[f] = true;
+    return family[f];
+  };
+  // post_warmup_callback's offload margin: the most module names one chunk runs.
+  int64_t margin = 0;
+  for (const StageChunk& chunk : plan.chunks) {
+    if (chunk.pipeline_rank != rank) continue;
+    OffloadSet names;
+    for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
+      names.bits |= OffloadGroupsOf(r, r.model.layers.at(static_cast<size_t>(i))).bits;
+    }
+    margin = std::max<int64_t>(margin, std::popcount(names.bits));
+  }
   OffloadSet seen;  // module names whose last group is counted (walking back)
+  int64_t chunks = 0;
   for (size_t c = plan.chunks.size(); c-- > 0;) {
     const StageChunk& chunk = plan.chunks[c];
     if (chunk.pipeline_rank != rank) continue;
+    int64_t left = margin;  // the chunk's last groups that come back ahead
+    Bytes ahead;
     for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
       const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
-      const size_t f = static_cast<size_t>(FamilyIndex(kind));
-      if (!known[f]) {
-        family[f] = LayerOffloadedByModule(r, l, kind);
-        known[f] = true;
-      }
-      const OffloadBytes& bytes = family[f];
+      const OffloadBytes& bytes = bytes_of(kind);
       const OffloadSet groups = OffloadGroupsOf(r, kind);
-      for (OffloadModule m : kAllOffloadModules) {
+      for (size_t j = std::size(kAllOffloadModules); j-- > 0;) {
+        const OffloadModule m = kAllOffloadModules[j];
         if (!groups.has(m)) continue;
         const Bytes b(bytes[static_cast<size_t>(m)]);
         out.microbatch += b;
         if (!seen.has(m)) out.kept += b;
+        if (left > 0) ahead += b;
+        left = std::max<int64_t>(0, left - 1);
       }
       seen.bits |= groups.bits;
     }
+    out.ahead = std::max(out.ahead, ahead);
+    ++chunks;
   }
+  // A lone chunk on the last stage never reloads ahead: the next chunk to run
+  // backward has not run its forward yet (bulk_reload's check).
+  if (rank == l.pp - 1 && chunks == 1) out.ahead = out.kept;
   return out;
 }
 

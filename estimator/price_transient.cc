@@ -169,13 +169,22 @@ void PriceActivationOffload(RankMemory& out, const Walk& w, const Layout& l, Act
     if (units > 0) held += rates.Offloaded(f, full) * units;
   }
   if (held.count() == 0) return;
-  out.activations_offload_kept = w.offload.kept;
-  out.host += held - w.offload.kept;
+  // Early on the first micro-batch keeps its last group of each name; once
+  // backwards run, the chunk whose backward is next has its last groups back
+  // (as many as the margin), which weigh more where a chunk's layers run
+  // fewer groups than the margin.
+  out.activations_offload_kept = std::max(w.offload.kept, w.offload.ahead);
+  const Bytes off_host = std::min(w.offload.kept, w.offload.ahead);
+  out.host += held - off_host;
   if (sink) {
     Note(sink, Category::kActivations,
-         "activation offload: the last group of each module name stays on the device (reloads replace freed groups)",
-         "sum over module names of its last group on the rank",
-         Inputs({{"offloaded_to_host", (held - w.offload.kept).count()}}), out.activations_offload_kept);
+         "activation offload: the last group of each module name, or a chunk's last groups reloaded ahead (as many "
+         "as the most names a chunk runs), stays on the device",
+         "max(sum over module names of its last group, max over chunks of its last margin groups)",
+         Inputs({{"offloaded_to_host", (held - off_host).count()},
+                 {"kept", w.offload.kept.count()},
+                 {"ahead", w.offload.ahead.count()}}),
+         out.activations_offload_kept);
   }
 }
 

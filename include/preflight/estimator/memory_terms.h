@@ -95,6 +95,11 @@ OffloadSet OffloadGroupsOf(const Recipe& recipe, BlockKind kind);
 struct OffloadOnRank {
   Bytes microbatch;  // what one micro-batch's layers on the rank offload when none is kept
   Bytes kept;        // the last group of each module name on the rank
+  /// The most a chunk's last groups weigh, as many as the offload margin (the
+  /// most module names a chunk on the rank runs): a chunk's backward runs
+  /// that many reloads ahead (bulk_reload -> pre_reload_last_layer), so they
+  /// are on the device when it starts.
+  Bytes ahead;
 };
 OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
 
