@@ -264,6 +264,12 @@ Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
            {},
            PipelineInputsKept(inv.recipe, l, plan, r)};
   Walk& w = b.w;
+  if (!inv.recipe.training.activation_offload.empty()) {
+    // Under full recompute the layers without a checkpoint save all they would without it.
+    Layout saved = l;
+    if (saved.recompute == Recompute::kFull) saved.recompute = Recompute::kNone;
+    w.offload = ActivationOffloadOnRank(inv.recipe, saved, plan, r);
+  }
   b.ends = EndsOf(inv, l, w, x);
   Offer(w, UnitOf(b.ends.embedding, x, -1));
   LocalParams head_unit = b.ends.head;

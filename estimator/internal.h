@@ -172,6 +172,7 @@ struct Walk {
   std::array<int64_t, 3> gathered{};  // ZeRO 3: GatherPeak::Peak with the ends (set after EndsOf)
   Fp4Copies fp4;                      // the layers' FP4 weight copies
   LayerWiseOwned layer_wise;          // Context::layer_wise: set by LayerWiseOf after EndsOf
+  OffloadOnRank offload;              // training.activation_offload's groups on the rank (set by WalkOf)
 };
 
 /// Activation bytes one micro-batch keeps per piece of a chunk, fixed for one

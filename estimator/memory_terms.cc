@@ -4,6 +4,7 @@
 #include "preflight/estimator/memory_terms.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -449,17 +450,19 @@ class OffloadSum {
       : set_(r.training.activation_offload), min_(r.training.activation_offload_min_elements) {}
   /// A tensor of `elements` elements and `bytes` bytes saved in `scope`.
   void Tensor(OffloadModule scope, int64_t elements, int64_t bytes) {
-    if (set_.has(scope) && elements > 0 && elements >= min_) bytes_ = CheckedAdd(bytes_, bytes);
+    if (!set_.has(scope) || elements == 0 || elements < min_) return;
+    int64_t& b = by_module_[static_cast<size_t>(scope)];
+    b = CheckedAdd(b, bytes);
   }
   void Add(OffloadModule scope, int64_t elements, int64_t bytes_per_element) {
     Tensor(scope, elements, Mul(elements, bytes_per_element));
   }
-  int64_t bytes() const { return bytes_; }
+  const OffloadBytes& by_module() const { return by_module_; }
 
  private:
   OffloadSet set_;
   int64_t min_ = 0;
-  int64_t bytes_ = 0;
+  OffloadBytes by_module_{};
 };
 
 /// The attention core's own saved state on `tokens` tokens and `heads` local
@@ -528,8 +531,8 @@ void MoeOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
 
 }  // namespace
 
-Bytes LayerOffloaded(const Recipe& r, const Layout& l, BlockKind kind) {
-  if (r.training.activation_offload.empty() || l.recompute == Recompute::kFull) return Bytes(0);
+OffloadBytes LayerOffloadedByModule(const Recipe& r, const Layout& l, BlockKind kind) {
+  if (r.training.activation_offload.empty() || l.recompute == Recompute::kFull) return {};
   OffloadSum o(r);
   if (kind == BlockKind::kAttention) AttentionOffload(r, l, &o);
   if (kind == BlockKind::kMoe) MoeOffload(r, l, &o);
@@ -538,7 +541,90 @@ Bytes LayerOffloaded(const Recipe& r, const Layout& l, BlockKind kind) {
     o.Add(OffloadModule::kMlpNorm, Mul(res, r.model.hidden), SizeOf(r.training.precision.activations));
     o.Add(OffloadModule::kMlpNorm, res, NormStatBytes(r.model.norm));
   }
-  return Bytes(o.bytes());
+  return o.by_module();
+}
+
+Bytes LayerOffloaded(const Recipe& r, const Layout& l, BlockKind kind) {
+  int64_t sum = 0;
+  for (int64_t b : LayerOffloadedByModule(r, l, kind)) sum = CheckedAdd(sum, b);
+  return Bytes(sum);
+}
+
+OffloadSet OffloadGroupsOf(const Recipe& r, BlockKind kind) {
+  OffloadSet runs;
+  const auto add = [&](OffloadModule m) { runs.bits |= OffloadSet::Of(m).bits; };
+  if (kind == BlockKind::kAttention) {
+    if (NormIsOwnModule(r, kind)) add(OffloadModule::kAttnNorm);
+    for (OffloadModule m : {OffloadModule::kQkvLinear, OffloadModule::kCoreAttn, OffloadModule::kAttnProj}) add(m);
+  } else if (kind == BlockKind::kMoe) {
+    for (OffloadModule m : {OffloadModule::kMlpNorm, OffloadModule::kExpertFc1, OffloadModule::kMoeAct}) add(m);
+  } else if (kind == BlockKind::kDenseMlp && NormIsOwnModule(r, kind)) {
+    add(OffloadModule::kMlpNorm);
+  }
+  runs.bits &= r.training.activation_offload.bits;
+  return runs;
+}
+
+OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank) {
+  OffloadOnRank out;
+  if (r.training.activation_offload.empty()) return out;
+  std::array<OffloadBytes, 5> family{};
+  std::array<bool, 5> known{};
+  const auto bytes_of = [&](BlockKind kind) -> const OffloadBytes& {
+    const size_t f = static_cast<size_t>(FamilyIndex(kind));
+    if (!known[f]) family[f] = LayerOffloadedByModule(r, l, kind);
+    known[f] = true;
+    return family[f];
+  };
+  // post_warmup_callback's offload margin: the most module names one chunk runs.
+  int64_t margin = 0;
+  for (const StageChunk& chunk : plan.chunks) {
+    if (chunk.pipeline_rank != rank) continue;
+    OffloadSet names;
+    for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
+      names.bits |= OffloadGroupsOf(r, r.model.layers.at(static_cast<size_t>(i))).bits;
+    }
+    margin = std::max<int64_t>(margin, std::popcount(names.bits));
+  }
+  OffloadSet seen;  // module names whose last group is counted (walking back)
+  int64_t chunks = 0;
+  for (size_t c = plan.chunks.size(); c-- > 0;) {
+    const StageChunk& chunk = plan.chunks[c];
+    if (chunk.pipeline_rank != rank) continue;
+    int64_t left = margin;  // the chunk's last groups that come back ahead
+    Bytes ahead;
+    for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
+      const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
+      const OffloadBytes& bytes = bytes_of(kind);
+      const OffloadSet groups = OffloadGroupsOf(r, kind);
+      for (size_t j = std::size(kAllOffloadModules); j-- > 0;) {
+        const OffloadModule m = kAllOffloadModules[j];
+        if (!groups.has(m)) continue;
+        const Bytes b(bytes[static_cast<size_t>(m)]);
+        out.microbatch += b;
+        if (!seen.has(m)) out.kept += b;
+        if (left > 0) ahead += b;
+        left = std::max<int64_t>(0, left - 1);
+      }
+      seen.bits |= groups.bits;
+    }
+    out.ahead = std::max(out.ahead, ahead);
+    ++chunks;
+  }
+  // A lone chunk on the last stage never reloads ahead: the next chunk to run
+  // backward has not run its forward yet (bulk_reload's check).
+  if (rank == l.pp - 1 && chunks == 1) out.ahead = out.kept;
+  return out;
+}
+
+Bytes ActivationOffloadTransfer(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank) {
+  const OffloadOnRank o = ActivationOffloadOnRank(r, l, plan, rank);
+  const int64_t m = l.micro_batches;
+  // The last stage runs each micro-batch's backward right after its forward,
+  // so every micro-batch keeps its last group of each name; the others keep
+  // them in the first micro-batch only (post_warmup_callback).
+  const Bytes down = rank == l.pp - 1 ? (o.microbatch - o.kept) * m : o.microbatch * m - o.kept;
+  return down * 2;
 }
 
 Bytes LayerWorkspace(const Recipe& r, const Layout& l, BlockKind kind) {

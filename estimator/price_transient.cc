@@ -149,30 +149,42 @@ Bytes UlyssesCoreRerunCopies(const Recipe& rc, const Layout& l) {
 }
 
 /// Activation offloading: what the in-flight layers moved to host memory
-/// (RankMemory::host) and what of it the device still holds at the peak.
+/// (RankMemory::host) and what of it the device still holds at the peak
+/// (Megatron-LM fine_grained_activation_offload.py). The device keeps the
+/// last group of each module name: in the first micro-batch on every stage
+/// (post_warmup_callback), in every micro-batch on the last (should_bulk_offload).
+/// Nothing comes back on top of them: a group is reloaded as the backward of
+/// a group after it ends (on_group_start_backward -> bulk_reload), its
+/// tensors freed. A micro-batch that offloaded every group gets as many of
+/// its last groups back early, during the previous backward's last groups
+/// (bulk_reload -> pre_reload_last_layer), so each held one keeps as much.
 void PriceActivationOffload(RankMemory& out, const Walk& w, const Layout& l, ActivationRates& rates, Sink* sink) {
-  Bytes host, last_layers, largest;
+  Bytes held;
   for (int f = 0; f < 5; ++f) {
     if (w.layer_count[f] == 0) continue;
     // Under full recompute only the layers the block method leaves without a
     // checkpoint save tensors inside the modules' scopes.
     const bool full = l.recompute == Recompute::kFull;
     const int64_t units = full ? w.stored_units[f] : w.units[f];
-    if (units == 0) continue;
-    const Bytes layer = rates.Offloaded(f, full);
-    host += layer * units;
-    last_layers += layer;
-    largest = std::max(largest, layer);
+    if (units > 0) held += rates.Offloaded(f, full) * units;
   }
-  if (host.count() == 0) return;
-  out.activations_offload_kept = last_layers + largest;
-  out.host += host - last_layers;
+  if (held.count() == 0) return;
+  // Early on the first micro-batch keeps its last group of each name; once
+  // backwards run, the chunk whose backward is next has its last groups back
+  // (as many as the margin), which weigh more where a chunk's layers run
+  // fewer groups than the margin.
+  out.activations_offload_kept = std::max(w.offload.kept, w.offload.ahead);
+  const Bytes off_host = std::min(w.offload.kept, w.offload.ahead);
+  out.host += held - off_host;
   if (sink) {
     Note(sink, Category::kActivations,
-         "activation offload: the last layer of each family keeps its offloaded tensors, and the next layer's come "
-         "back before its backward",
-         "sum over families of offloaded(layer) + max over families of offloaded(layer)",
-         Inputs({{"offloaded_to_host", (host - last_layers).count()}}), out.activations_offload_kept);
+         "activation offload: the last group of each module name, or a chunk's last groups reloaded ahead (as many "
+         "as the most names a chunk runs), stays on the device",
+         "max(sum over module names of its last group, max over chunks of its last margin groups)",
+         Inputs({{"offloaded_to_host", (held - off_host).count()},
+                 {"kept", w.offload.kept.count()},
+                 {"ahead", w.offload.ahead.count()}}),
+         out.activations_offload_kept);
   }
 }
 

@@ -1185,6 +1185,8 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
   for (int64_t r = 0; r < l.pp; ++r) {
     StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
+    // Per rank: the last stage keeps more than a rank priced alike.
+    sc.activation_offload = ActivationOffloadTransfer(inv.recipe, l, stages, r);
     const int64_t q = same_as[static_cast<size_t>(r)];
     sc.priced_as = q != r ? q : -1;
     if (q != r) {  // an earlier rank's chunks price alike: its items (assigned into this rank's storage)
@@ -1223,6 +1225,7 @@ void BuildStageCommForZero(const Inventory& inv, const PlanTables& t, const Layo
     const StageComm& from = built[static_cast<size_t>(r)];
     StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
+    sc.activation_offload = from.activation_offload;
     sc.priced_as = from.priced_as;  // the ranks alike do not depend on the ZeRO stage (SameRanks)
     sc.pipeline_items = from.pipeline_items;
     if (from.priced_as >= 0) {

@@ -294,7 +294,6 @@ ComputeTimes LayerComputeTimes(const Inventory& inv, const PlanTables& t, const 
     AddAttention(fc, sh, r, gpu, cost, &ls);
     AddElementwise(fc, sh, eager, gpu, cost, &ls);
     SetRecompute({r, kAllBlockKinds[f], fc, sh, eager, precision}, l.recompute, gpu, cost, &ls);
-    out.offloaded_bytes[f] = static_cast<double>(LayerOffloaded(r, l, kAllBlockKinds[f]).count());
   }
   out.head = HeadSeconds(inv, t, sh, eager, precision, cost);
   return out;

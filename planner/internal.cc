@@ -119,6 +119,7 @@ void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, 
 }
 
 int CommRerunKey(const Layout& l, const TrainingConfig& t) {
+  if (!t.activation_offload.empty()) return 3 + static_cast<int>(l.recompute);
   if (l.recompute == Recompute::kFull) return 1;
   if (l.recompute != Recompute::kSelective) return 0;
   const bool modules =

@@ -56,6 +56,8 @@ void SameRanks(const Inventory& inv, const PlanTables& t, const Layout& layout, 
 /// What of the recompute policy BuildStageComm reads: 0 when backward reruns
 /// no collective (none; selective core_attn alone without CP), else one
 /// value per policy. Layouts with equal keys (and stages) share their items.
+/// Under activation offload every policy has its own key: what the layers
+/// offload depends on it (StageComm::activation_offload).
 int CommRerunKey(const Layout& l, const TrainingConfig& t);
 
 /// Layers of each family in [first, end).
@@ -174,7 +176,6 @@ struct RankCompute {
   /// Local elements the rank's optimizer updates on the device, [0] without
   /// ZeRO and [1] with it (sharded over the ZeRO groups).
   std::array<double, 2> optimizer_elements{};
-  double offloaded_bytes = 0;  // activation offload, each way over the host link
   double total_s() const { return forward_s + backward_s + recompute_s; }
   double OptimizerElements(const Layout& l) const { return optimizer_elements[l.zero >= 1 ? 1 : 0]; }
 };

@@ -104,17 +104,12 @@ void KeepBlockRecompute(const Inventory& inv, const PlanTables& t, const Compute
 RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const ComputeTimes& times, const Layout& l,
                           std::span<const RankChunk> chunks) {
   RankCompute out;
-  std::array<bool, 5> present{};
   const TrainingConfig& tr = inv.recipe.training;
   const bool block = l.recompute == Recompute::kFull && tr.recompute_method == RecomputeMethod::kBlock;
   for (const RankChunk& c : chunks) {
     ChunkCompute cc = ComputeOf(times, t, c.range);
     if (block) KeepBlockRecompute(inv, t, times, c.range, tr.recompute_layers, &cc);
     const double mb = static_cast<double>(c.microbatches);
-    for (size_t f = 0; f < 5; ++f) {
-      out.offloaded_bytes += mb * static_cast<double>(cc.counts[f]) * times.offloaded_bytes[f];
-      present[f] = present[f] || cc.counts[f] > 0;
-    }
     for (size_t f = 0; f < 5; ++f) out.by_family_s[f] += mb * cc.by_family_s[f];
     out.head_s += mb * cc.head_s;
     const std::array<double, 2> elements = OptimizerElements(inv, t, l, c.range);
@@ -133,11 +128,6 @@ RankCompute ComputeOnRank(const Inventory& inv, const PlanTables& t, const Compu
     const size_t a = static_cast<size_t>(c.range.first_layer), b = static_cast<size_t>(c.range.end_layer);
     out.muon_flops += t.muon_ns_dense_flops_prefix[b] - t.muon_ns_dense_flops_prefix[a] +
                       (t.muon_ns_expert_flops_prefix[b] - t.muon_ns_expert_flops_prefix[a]) / static_cast<double>(l.ep);
-  }
-  // The last layer of each family before the first backward stays on the
-  // device (the estimator's activations_offload_kept).
-  for (size_t f = 0; f < 5; ++f) {
-    if (present[f]) out.offloaded_bytes -= times.offloaded_bytes[f];
   }
   return out;
 }
@@ -433,7 +423,8 @@ void planner_internal::EstimateStepTime(const Inventory& inv, const PlanTables& 
     const double host_link = inv.recipe.cluster.spec.host_link_gbps_per_dir * 1e9;
     // Activation offload runs on its own copy streams beside the compute:
     // only what outlasts the forward (down) or the backward (up) shows.
-    const double offload_s = host_link > 0 ? rc.offloaded_bytes / host_link : 0.0;
+    const double offload_each_way = static_cast<double>((*comm)[static_cast<size_t>(r)].activation_offload.count()) / 2;
+    const double offload_s = host_link > 0 ? offload_each_way / host_link : 0.0;
     const double offload_exposed =
         std::max(0.0, offload_s - rc.forward_s) + std::max(0.0, offload_s - rc.backward_s - rc.recompute_s);
     // Steady state: the busiest rank (the first of equals) sets the pace.

@@ -1,5 +1,7 @@
 #include "activation_offload.h"
 
+#include <bit>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -20,31 +22,67 @@ OffloadSet OffloadModulesOf(char letter, bool mla, bool transformer_engine) {
 }
 
 void ActivationOffload::Commit(int64_t layer, int64_t mb, const std::vector<SavedTensor>& saved) {
-  std::vector<Allocation*> moved;
+  std::vector<Group> groups;
+  bool ran = false;
   for (const SavedTensor& t : saved) {
+    if (!modules_.has(t.scope)) continue;
+    ran = true;
+    names_.bits |= OffloadSet::Of(t.scope).bits;
+    if (kept_.has(t.scope)) continue;
+    if (groups.empty() || groups.back().scope != t.scope) groups.push_back(Group{t.scope, {}});
     // ChunkOffloadHandler.tensor_need_offloading_checker: numel >= the minimum.
-    if (!modules_.has(t.scope) || kept_.has(t.scope) || t.elements == 0 || t.elements < min_elements_) continue;
+    if (t.elements == 0 || t.elements < min_elements_) continue;
     for (Allocation* a : t.parts) {
       if (a->bytes() == 0) continue;
       rank_->CountHostCopy(true, a->bytes());
       a->MoveTo(&rank_->host_memory());
-      moved.push_back(a);
+      groups.back().moved.push_back(a);
     }
   }
   kept_ = OffloadSet();
-  if (moved.empty()) return;
-  if (!on_host_.try_emplace({layer, mb}, std::move(moved)).second) {
+  if (ran) pending_[mb].push_back(layer);
+  if (groups.empty()) return;
+  if (!on_host_.try_emplace({mb, layer}, std::move(groups)).second) {
     throw std::logic_error("layer " + std::to_string(layer) + " offloaded micro-batch " + std::to_string(mb) +
                            " twice");
   }
 }
 
-void ActivationOffload::Reload(int64_t layer, int64_t mb) {
-  auto node = on_host_.extract({layer, mb});
-  if (node.empty()) return;
-  for (Allocation* a : node.mapped()) {
+void ActivationOffload::Bring(const Group& g) {
+  for (Allocation* a : g.moved) {
     rank_->CountHostCopy(false, a->bytes());
     a->MoveTo(&rank_->memory());
+  }
+}
+
+void ActivationOffload::Reload(int64_t layer, int64_t mb) {
+  auto node = on_host_.extract({mb, layer});
+  if (node.empty()) return;
+  for (const Group& g : node.mapped()) Bring(g);
+}
+
+void ActivationOffload::Backwarded(int64_t layer, int64_t mb) {
+  const auto it = pending_.find(mb);
+  if (it == pending_.end() || std::erase(it->second, layer) == 0 || !it->second.empty()) return;
+  pending_.erase(it);
+  PreReload(mb + 1);
+}
+
+void ActivationOffload::PreReload(int64_t mb) {
+  // The chunk kept one group per module name (post_warmup_callback's
+  // offload margin), so its backward ends with that many reloads to spare.
+  int64_t left = std::popcount(names_.bits);
+  auto it = on_host_.lower_bound({mb + 1, std::numeric_limits<int64_t>::min()});
+  while (left > 0 && it != on_host_.begin()) {
+    --it;
+    if (it->first.first != mb) break;
+    std::vector<Group>& groups = it->second;
+    while (left > 0 && !groups.empty()) {
+      Bring(groups.back());
+      groups.pop_back();
+      --left;
+    }
+    if (groups.empty()) it = on_host_.erase(it);
   }
 }
 

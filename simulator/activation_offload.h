@@ -17,10 +17,17 @@
 // so that their reload cannot stall the backward.
 //
 // The executor frees a layer's saved tensors when the layer's backward ends,
-// so it moves them at the layer's granularity: after the block's forward,
-// each listed scope's tensors of at least the minimum leave the device for
-// the rank's host tracker, and they come back before the block's backward,
-// each byte counted on the host link both ways.
+// so it reloads at the layer's granularity: after the block's forward each
+// listed scope's tensors of at least the minimum leave the device for the
+// rank's host tracker (one group per scope), and they come back before the
+// block's backward, each byte counted on the host link both ways. Megatron
+// reloads a group when the backward of a group after it ends (bulk_reload),
+// so its reloads replace freed groups as the executor's do. Once a chunk has
+// no group left to reload, each further group backward brings back one of
+// the last groups of the next chunk to run backward, if its forward is done
+// (pre_reload_last_layer): as many as the chunk keeps (one per module name).
+// The executor brings them back when the backward of the chunk's first block
+// with groups has ended.
 #pragma once
 
 #include <cstdint>
@@ -61,13 +68,29 @@ class ActivationOffload {
   void Commit(int64_t layer, int64_t mb, const std::vector<SavedTensor>& saved);
   /// Before the backward of `layer` for `mb`: what went comes back.
   void Reload(int64_t layer, int64_t mb);
+  /// The backward of `layer` for `mb` ended (its saved tensors are freed):
+  /// after the micro-batch's last layer with groups, the next micro-batch's
+  /// last groups come back ahead (micro-batches run backward in order: the
+  /// executor runs offload without virtual stages).
+  void Backwarded(int64_t layer, int64_t mb);
 
  private:
+  /// One offload group: a module scope's tensors that went to the host (none
+  /// when all were under the minimum).
+  struct Group {
+    OffloadModule scope = OffloadModule::kAttnNorm;
+    std::vector<Allocation*> moved;
+  };
+  void Bring(const Group& g);
+  void PreReload(int64_t mb);
+
   Rank* rank_;
   OffloadSet modules_;
   int64_t min_elements_ = 0;
   OffloadSet kept_;
-  std::map<std::pair<int64_t, int64_t>, std::vector<Allocation*>> on_host_;
+  OffloadSet names_;  // the module names whose groups ran (ChunkOffloadHandler.get_max_deduplicated_groups)
+  std::map<std::pair<int64_t, int64_t>, std::vector<Group>> on_host_;  // (mb, layer): forward order
+  std::map<int64_t, std::vector<int64_t>> pending_;  // per micro-batch: layers with groups not yet backwarded
 };
 
 }  // namespace preflight::sim

@@ -510,8 +510,14 @@ class Block {
   }
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) {
     if (ctx.offload != nullptr) ctx.offload->Reload(layer_, ctx.microbatch);
-    if (ctx.dropout == 0) return dy + BranchBackward(ctx, dy);
-    return dy + BranchBackward(ctx, DropBranchBackward(ctx, dy));
+    Mat<T> dx;
+    if (ctx.dropout == 0) {
+      dx = dy + BranchBackward(ctx, dy);
+    } else {
+      dx = dy + BranchBackward(ctx, DropBranchBackward(ctx, dy));
+    }
+    if (ctx.offload != nullptr) ctx.offload->Backwarded(layer_, ctx.microbatch);
+    return dx;
   }
   /// The layer id the block's dropout masks are drawn for, and the batch
   /// rows per position (MakeBlock's).

@@ -82,9 +82,66 @@ TEST(ActivationOffload, TheRankKeepsTheLastLayersAndTheHostTheRest) {
   const int64_t layer = kQ + 2 * kKv + kQ;
   // pp 1: every layer of the micro-batch in flight, 32 attention layers.
   ASSERT_EQ(m.in_flight_microbatches, 1);
-  EXPECT_EQ(m.activations_offload_kept.count(), 2 * layer);  // the last attention layer, and one reloaded ahead
+  // The last attention layer's groups stay; each reload replaces a group
+  // whose backward freed it, so nothing comes back on top of them.
+  EXPECT_EQ(m.activations_offload_kept.count(), layer);
   EXPECT_EQ(m.host.count(), 31 * layer);
-  EXPECT_EQ((b.of(Category::kActivations) - m.of(Category::kActivations)).count(), 32 * layer - 2 * layer);
+  EXPECT_EQ((b.of(Category::kActivations) - m.of(Category::kActivations)).count(), 31 * layer);
+}
+
+/// pp 2 (16 layers a stage), dp 2, 8 micro-batches: [core_attn, attn_proj].
+Recipe TwoStages() {
+  return RecipeOf({"training.activation_offload=[core_attn, attn_proj]", "parallel.pp=2", "cluster.nodes=2",
+                   "training.global_batch=16"});
+}
+
+/// The layers (A and D sublayers) cut evenly over two stages.
+StagePlan EvenTwoStages(const Recipe& r) {
+  const int64_t n = static_cast<int64_t>(r.model.layers.size());
+  StagePlan p;
+  p.chunks.push_back(StageChunk{0, 0, 0, n / 2, true, false});
+  p.chunks.push_back(StageChunk{1, 0, n / 2, n, false, true});
+  return p;
+}
+
+TEST(ActivationOffload, TheLastStageKeepsItsLastGroupsInEveryMicroBatch) {
+  const Recipe r = TwoStages();
+  const Layout l = LayoutOf(r);
+  ASSERT_EQ(l.pp, 2);
+  ASSERT_EQ(l.micro_batches, 8);
+  const StagePlan stages = EvenTwoStages(r);
+  const int64_t core = kQ + 2 * kKv, proj = kQ;
+  for (int64_t s = 0; s < 2; ++s) {
+    const OffloadOnRank o = ActivationOffloadOnRank(r, l, stages, s);
+    EXPECT_EQ(o.microbatch.count(), 16 * (core + proj));
+    EXPECT_EQ(o.kept.count(), core + proj);  // one core_attn and one attn_proj group
+  }
+  // Stage 0: micro-batch 0 keeps its last core_attn and attn_proj groups
+  // (post_warmup_callback), the 7 others send all 16 layers'. Stage 1: the
+  // next backward is always the micro-batch that just ran forward
+  // (should_bulk_offload), so each of the 8 keeps them. Down and up.
+  EXPECT_EQ(ActivationOffloadTransfer(r, l, stages, 0).count(), 2 * (8 * 16 - 1) * (core + proj));
+  EXPECT_EQ(ActivationOffloadTransfer(r, l, stages, 1).count(), 2 * 8 * 15 * (core + proj));
+}
+
+TEST(ActivationOffload, EachHeldMicroBatchKeepsOneLayerOnTheDevice) {
+  // Stage 0 holds 2 micro-batches. Early, micro-batch 0 keeps its last
+  // groups; in the steady state every micro-batch offloads all 16 layers,
+  // and the one whose backward runs next gets its last groups back during
+  // the previous backward (pre_reload_last_layer): host 2 x 16 - 1 layers
+  // either way, one layer's groups on the device.
+  const Recipe r = TwoStages();
+  const PlanResult planned = MakePlan(BuildInventory(r), LayoutOf(r));
+  ASSERT_TRUE(planned.plan);
+  const int64_t layer = kQ + 2 * kKv + kQ;
+  const RankMemory& first = planned.plan->memory->stages.at(0);
+  ASSERT_EQ(first.in_flight_microbatches, 2);
+  EXPECT_EQ(first.host.count(), (2 * 16 - 1) * layer);
+  EXPECT_EQ(first.activations_offload_kept.count(), layer);
+  const RankMemory& last = planned.plan->memory->stages.at(1);
+  ASSERT_EQ(last.in_flight_microbatches, 1);
+  EXPECT_EQ(last.host.count(), 15 * layer);
+  EXPECT_EQ(last.activations_offload_kept.count(), layer);
 }
 
 TEST(ActivationOffload, TheHostLinkShowsWhereItOutlastsTheCompute) {
@@ -102,7 +159,8 @@ TEST(ActivationOffload, TheHostLinkShowsWhereItOutlastsTheCompute) {
   ASSERT_TRUE(with.plan && without.plan);
   const int64_t layer = kQ + 2 * kQ + int64_t{8192} * 8 * 8192 * 2;
   const int64_t m = r.micro_batches();
-  const double bytes = static_cast<double>(m * 32 * layer - layer);
+  // pp 1: the only stage is the last, every micro-batch keeps a layer.
+  const double bytes = static_cast<double>(m * 31 * layer);
   EXPECT_NEAR(with.plan->time.activation_offload_s, bytes / 63e9, 1e-9 * bytes / 63e9);
   const StageTime& st = with.plan->time.stages.front();
   const double fwd = st.forward_s * static_cast<double>(m),

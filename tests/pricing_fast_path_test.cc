@@ -87,6 +87,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b, const std::string& where) {
     const std::string at = fmt::format("{} rank {}", where, r);
     EXPECT_EQ(x.pipeline_rank, y.pipeline_rank) << at;
     EXPECT_EQ(x.host_transfer.count(), y.host_transfer.count()) << at;
+    EXPECT_EQ(x.activation_offload.count(), y.activation_offload.count()) << at;
     ASSERT_EQ(x.items.size(), y.items.size()) << at;
     for (size_t i = 0; i < x.items.size(); ++i) {
       const CommItem& p = x.items[i];

@@ -27,7 +27,6 @@
 // informational (transient buffers whose lifetimes the estimator models as
 // one peak, docs/formulas.md §5).
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -36,7 +35,6 @@
 #include <tuple>
 
 #include "preflight/estimator/estimate.h"
-#include "preflight/estimator/memory_terms.h"
 #include "preflight/inventory/inventory.h"
 #include "preflight/inventory/layout.h"
 #include "preflight/planner/plan.h"
@@ -318,33 +316,12 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
                             "(embedding ids, head and loss; informational)"));
 }
 
-/// Activation offload's host-link bytes in the step as plan prices them
-/// (planner/step_time.cc ComputeOnRank): each micro-batch's layers send their
-/// offloaded tensors (LayerOffloaded) down and back up, less the last layer
-/// of each family on the rank, which stays on the device.
-int64_t ActivationOffloadCopies(const Recipe& r, const Layout& l, const StagePlan& stages, int64_t stage) {
-  if (r.training.activation_offload.empty()) return 0;
-  std::array<int64_t, 5> layers{};
-  for (const StageChunk& c : stages.chunks) {
-    if (c.pipeline_rank != stage) continue;
-    for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
-      ++layers[static_cast<size_t>(FamilyIndex(r.model.layers[static_cast<size_t>(i)]))];
-    }
-  }
-  int64_t down = 0;
-  for (size_t f = 0; f < layers.size(); ++f) {
-    if (layers[f] == 0) continue;
-    down += (l.micro_batches * layers[f] - 1) * LayerOffloaded(r, l, kAllBlockKinds[f]).count();
-  }
-  return 2 * down;
-}
-
-/// The offloads (optimizer offload_fraction, FSDP's CPU offload): host memory
-/// against the estimator's `host`, and the bytes copied over the host link
-/// in the step against the planner's `host_transfer`. Exact; shown only
-/// where either side has some.
-void CompareHost(const Recipe& scaled, const RankMemory& est, const StageComm& comm, int64_t activation_copies,
-                 const SimulationReport& report, StageComparison* out) {
+/// The offloads (optimizer offload_fraction, FSDP's CPU offload, activation
+/// offload): host memory against the estimator's `host`, and the bytes copied
+/// over the host link in the step against the planner's `host_transfer` and
+/// `activation_offload`. Exact; shown only where either side has some.
+void CompareHost(const Recipe& scaled, const RankMemory& est, const StageComm& comm, const SimulationReport& report,
+                 StageComparison* out) {
   // The routed experts' offloaded rows are the router's choice where the
   // routing is: the rules of the activations row, and informational bytes.
   const OffloadSet offload = scaled.training.activation_offload;
@@ -366,7 +343,7 @@ void CompareHost(const Recipe& scaled, const RankMemory& est, const StageComm& c
     }
     out->memory.push_back(row);
   }
-  const int64_t modeled = comm.host_transfer.count() + activation_copies;
+  const int64_t modeled = comm.host_transfer.count() + comm.activation_offload.count();
   if (copied > 0 || modeled > 0) {
     CommAgreement a;
     a.axis = "host";
@@ -399,8 +376,7 @@ SimComparison CompareWithModels(const Recipe& scaled, const SimulationReport& re
     CompareComm(scaled, comm.at(static_cast<size_t>(s)), report, &stage);
     const RankMemory est = EstimateRank(inv, layout, stages, s);
     CompareMemory(scaled, est, report, &stage);
-    CompareHost(scaled, est, comm.at(static_cast<size_t>(s)), ActivationOffloadCopies(scaled, layout, stages, s),
-                report, &stage);
+    CompareHost(scaled, est, comm.at(static_cast<size_t>(s)), report, &stage);
     out.stages.push_back(std::move(stage));
   }
   if (RoutingDependent(scaled)) {

@@ -4,7 +4,9 @@
 // in checked int64 bytes; nothing here allocates.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "preflight/estimator/geometry.h"
@@ -74,6 +76,39 @@ Bytes FlextronFinalNormActivations(const Recipe& recipe, const Layout& layout);
 /// elements (Megatron's saved-tensor hooks, fine_grained_activation_offload.py).
 /// Zero under full recompute (Megatron offloads no checkpoint).
 Bytes LayerOffloaded(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
+/// LayerOffloaded by module (indexed by OffloadModule).
+using OffloadBytes = std::array<int64_t, std::size(kAllOffloadModules)>;
+OffloadBytes LayerOffloadedByModule(const Recipe& recipe, const Layout& layout, BlockKind kind);
+
+/// The listed modules whose offload groups a layer of `kind` runs, in
+/// OffloadModule order (forward order): Megatron's
+/// TransformerLayer._set_offload_modules; a norm Transformer Engine fuses into
+/// the next linear is an IdentityOp with no group (NormIsOwnModule).
+OffloadSet OffloadGroupsOf(const Recipe& recipe, BlockKind kind);
+
+/// Activation offload on one pipeline rank (Megatron-LM
+/// fine_grained_activation_offload.py). Groups are kept by module NAME:
+/// after the warmup iteration post_warmup_callback keeps the last group of
+/// each name in the first chunk to run backward, and should_bulk_offload the
+/// last group of each name of a chunk whose backward runs next.
+struct OffloadOnRank {
+  Bytes microbatch;  // what one micro-batch's layers on the rank offload when none is kept
+  Bytes kept;        // the last group of each module name on the rank
+  /// The most a chunk's last groups weigh, as many as the offload margin (the
+  /// most module names a chunk on the rank runs): a chunk's backward runs
+  /// that many reloads ahead (bulk_reload -> pre_reload_last_layer), so they
+  /// are on the device when it starts.
+  Bytes ahead;
+};
+OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
+
+/// Activation offload's bytes over pipeline rank `rank`'s host link in one
+/// step, both ways (each offloaded byte goes down and comes back): m
+/// micro-batches less the kept groups, once on earlier ranks and in every
+/// micro-batch on the last (should_bulk_offload: its next backward is always
+/// the micro-batch that just ran forward).
+Bytes ActivationOffloadTransfer(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
 
 /// R layers under the CP state hand-off (cp_recurrent = handoff, cp > 1,
 /// [OURS]): the states one micro-batch's chunks received from the previous CP

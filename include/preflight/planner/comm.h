@@ -77,6 +77,9 @@ struct StageComm {
   /// rank moves over its host link each step, the offloaded elements' fp32
   /// gradients to the host and fp32 params back (4 B each way).
   Bytes host_transfer;
+  /// Activation offload (training.activation_offload): bytes this rank moves
+  /// over its host link each step, both ways (ActivationOffloadTransfer).
+  Bytes activation_offload;
   Bytes send_total() const;
   Bytes send_on(Axis a) const;
   Bytes recv_on(Axis a) const;

@@ -65,9 +65,6 @@ struct LayerSeconds {
 struct ComputeTimes {
   std::array<LayerSeconds, 5> family{};  // indexed by FamilyIndex
   LayerSeconds head;
-  /// Activation offloading: bytes one layer of each family moves to the host
-  /// after its forward and back before its backward (LayerOffloaded).
-  std::array<double, 5> offloaded_bytes{};
 };
 ComputeTimes LayerComputeTimes(const Inventory& inventory, const PlanTables& tables, const Layout& layout,
                                const CostModel& cost);
