@@ -114,6 +114,17 @@ TEST(TorchtitanSac, RefusesWhatWasNotTraced) {
   EXPECT_NE(testing::FirstErrorText(moe).find("dense transformer blocks only"), std::string::npos);
 }
 
+// The executor does not run the per-op policy: simulate refuses it, exit 2,
+// naming the key (fit prices it).
+TEST(TorchtitanSac, SimulateRefusesIt) {
+  const auto r = testing::RunPreflight({"simulate", "recipes/llama3-8b-h200.yaml", "--set",
+                                        "training.recompute=selective_op", "--set", "cluster.nodes=1"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("training.recompute: selective_op (torchtitan's per-op policy) is not in the executor"),
+            std::string::npos)
+      << r.err;
+}
+
 // torchtitan's published Table 1 and 3 (docs/performance.md @ eaea6f6,
 // measured at torchtitan 9dec370): peak memory as torchtitan logs it, the
 // caching allocator's reserved peak (metrics.py get_peak_stats,
