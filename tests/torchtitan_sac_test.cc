@@ -108,6 +108,8 @@ TEST(TorchtitanSac, RefusesWhatWasNotTraced) {
   const auto error = [](const std::vector<std::string>& sets) { return testing::FirstErrorText(Load(sets)); };
   EXPECT_NE(error({"parallel.tp=2"}).find("parallel.tp and parallel.cp must be 1"), std::string::npos);
   EXPECT_NE(error({"training.flash_attention=false"}).find("flash_attention: true"), std::string::npos);
+  EXPECT_NE(error({"model.mlp.activation=gelu"}).find("bias-free SwiGLU"), std::string::npos);
+  EXPECT_NE(error({"training.dropout=0.1"}).find("without dropout"), std::string::npos);
   EXPECT_NE(error({"training.precision.activations=fp8"}).find("bf16 matmuls only"), std::string::npos);
   const LoadResult moe = LoadRecipeFile(testing::SourcePath("recipes/deepseek-v3-h200.yaml"),
                                         {*ParseOverride("training.recompute=selective_op")});

@@ -410,6 +410,10 @@ class Validator {
         {!dense_blocks || r_.model.mla.has_value(),
          "is priced for dense transformer blocks only (model.pattern \"AD\", GQA attention, no MLA): the "
          "matmul order of MoE, MLA, Mamba and recurrent blocks is not traced; use selective, full or none"},
+        {r_.model.mlp.activation != FfnActivation::kSwiglu || r_.model.linear_bias,
+         "is priced for bias-free SwiGLU MLPs (w1, w3, w2: the policy's matmul count; model.mlp.activation "
+         "swiglu, model.linear_bias false)"},
+        {t.dropout > 0, "is priced without dropout (torchtitan's blocks have none); set training.dropout: 0"},
         {!t.flash_attention, "needs training.flash_attention: true (the policy saves the flash SDPA outputs)"},
         {p_.tp > 1 || p_.cp > 1,
          "is priced without tensor or context parallelism (parallel.tp and parallel.cp must be 1: their "
