@@ -309,6 +309,8 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     Note(sink, Category::kActivations, "one-layer transient (largest on this rank)",
          l.recompute == Recompute::kFull
              ? "max over layers of (no-recompute layer activations - checkpoint + workspace)"
+         : l.recompute == Recompute::kSelectiveOp
+             ? "max over blocks of (no-recompute block activations - what the per-op policy keeps + workspace)"
              : "max over families of workspace (Mamba SSD states, CP ring KV)",
          Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"t", l.tp}, {"c", l.cp}}),
          out.activations_transient);
