@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "preflight/inventory/fp4_storage.h"
 #include "preflight/inventory/inventory.h"
@@ -280,7 +281,69 @@ TokenBytes FlextronTokenBytes(const Recipe& r, BlockKind kind) {
   return out;
 }
 
+/// A sublayer's matmuls under the per-op policy, in forward order: Llama 3 /
+/// Qwen3 Attention.forward runs wq, wk, wv, wo, FeedForward.forward w1, w3,
+/// w2 (w2(silu(w1(x)) * w3(x))); the block's counter has seen `before` of them.
+struct OpMatmuls {
+  std::vector<SelectiveOpMatmul> list;
+  int64_t before = 0;
+};
+
+OpMatmuls SublayerMatmuls(const Recipe& r, BlockKind kind) {
+  const int64_t h = r.model.hidden;
+  const AttentionConfig& a = r.model.attention;
+  const int64_t q = Mul(a.heads, a.head_dim), kv = Mul(a.kv_heads, a.head_dim);
+  if (kind == BlockKind::kAttention) return {{{h, q}, {h, kv}, {h, kv}, {q, h}}, 0};
+  const int64_t f = r.model.mlp.ffn_hidden;
+  return {{{h, f}, {h, f}, {f, h}}, 4};
+}
+
+/// Whether the policy saves the i-th matmul of `m` (0-based): its counter
+/// saves the odd ones of the block (1st, 3rd, ...) and recomputes every second.
+bool SavesMatmul(const OpMatmuls& m, size_t i) { return (m.before + static_cast<int64_t>(i) + 1) % 2 == 1; }
+
+/// Per token under torchtitan's per-op selective checkpointing (recompute:
+/// selective_op). torchtitan/distributed/activation_checkpoint.py
+/// SelectiveAC._wrap_block (and parallelize_llama.py
+/// _apply_ac_to_transformer_block @ 9dec370, the published tables' version):
+/// each transformer block is one checkpoint, its input kept; inside, the
+/// policy saves the outputs of the SDPA ops (flash: the output and the fp32
+/// logsumexp per head) and of aten.mm, except every second mm of the block's
+/// forward (a counter per block). Llama 3 and Qwen3 blocks run wq, wk, wv, wo
+/// (Attention.forward) then w1, w3, w2 (FeedForward.forward: w2(silu(w1(x)) *
+/// w3(x))), so wq, wv, w1 and w2 are saved. Everything else (norms, RoPE, the
+/// residual h, SwiGLU) is recomputed in backward. The attention (A) sublayer
+/// carries the block input and its saves, the MLP (D) sublayer its own.
+TokenBytes SelectiveOpTokenBytes(const Recipe& r, BlockKind kind) {
+  const int64_t beta = SizeOf(r.training.precision.activations);
+  const AttentionConfig& a = r.model.attention;
+  const OpMatmuls m = SublayerMatmuls(r, kind);
+  int64_t saved = 0;
+  for (size_t i = 0; i < m.list.size(); ++i) {
+    if (SavesMatmul(m, i)) saved = Add(saved, m.list[i].out);
+  }
+  TokenBytes out;
+  if (kind == BlockKind::kAttention) {
+    out.replicated = Mul(r.model.hidden, beta);    // the checkpoint's input
+    saved = Add(saved, Mul(a.heads, a.head_dim));  // the SDPA output
+    out.sharded = CoreAttentionTerms(r, a.heads);  // its fp32 logsumexp
+  }
+  out.sharded = Add(out.sharded, Mul(saved, beta));
+  return out;
+}
+
 }  // namespace
+
+double SelectiveOpRecomputedMatmulShare(const Recipe& r, BlockKind kind) {
+  const OpMatmuls m = SublayerMatmuls(r, kind);
+  double all = 0, rerun = 0;
+  for (size_t i = 0; i < m.list.size(); ++i) {
+    const double flops = static_cast<double>(m.list[i].in) * static_cast<double>(m.list[i].out);
+    all += flops;
+    if (!SavesMatmul(m, i)) rerun += flops;
+  }
+  return all > 0 ? rerun / all : 0.0;
+}
 
 int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp) {
   const int64_t groups_per_tp = std::max<int64_t>(1, mamba.groups / tp);
@@ -293,6 +356,10 @@ TokenBytes SavedBytesPerToken(const Recipe& r, BlockKind kind, Recompute recompu
     TokenBytes out;
     out.replicated = Mul(r.model.hidden, SizeOf(r.training.precision.activations));
     return out;
+  }
+  // Validation admits the per-op policy on attention + dense MLP blocks only.
+  if (recompute == Recompute::kSelectiveOp && (kind == BlockKind::kAttention || kind == BlockKind::kDenseMlp)) {
+    return SelectiveOpTokenBytes(r, kind);
   }
   switch (kind) {
     case BlockKind::kAttention: return AttentionTokenBytes(r, recompute);

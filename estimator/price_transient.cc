@@ -229,16 +229,23 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     // workspaces.
     Bytes rerun;
     if (l.recompute == Recompute::kFull) rerun = rates.Unrecomputed(f) * RecomputeGroup(rc, w) - per_layer;
-    if (l.recompute == Recompute::kSelective) rerun = rates.Unrecomputed(f) - per_layer;
+    if (l.recompute == Recompute::kSelective || l.recompute == Recompute::kSelectiveOp) {
+      rerun = rates.Unrecomputed(f) - per_layer;
+    }
     if (kind == BlockKind::kAttention) rerun += UlyssesCoreRerunCopies(rc, l);
     out.activations_rerun = std::max(out.activations_rerun, rerun);
     out.activations_transient = std::max(out.activations_transient, rates.Workspace(f) + rerun);
     // A transformer layer recomputes attention and its MLP together: both
-    // sublayers' activations are live in its backward, from the attention's checkpoint.
+    // sublayers' activations are live in its backward, from the attention's
+    // checkpoint. torchtitan's per-op policy checkpoints the whole block too
+    // (activation_checkpoint.py SelectiveAC.apply wraps each transformer
+    // block), less what the policy saved of either sublayer.
     const int attention = FamilyIndex(BlockKind::kAttention);
-    if (l.recompute == Recompute::kFull && PairedLayers(inv) && kind != BlockKind::kAttention) {
+    const bool op = l.recompute == Recompute::kSelectiveOp;
+    if ((l.recompute == Recompute::kFull || op) && PairedLayers(inv) && kind != BlockKind::kAttention) {
       const Bytes pair_rerun =
-          (rates.Unrecomputed(attention) + rates.Unrecomputed(f)) * RecomputeGroup(rc, w) - rates.Layer(attention);
+          op ? rates.Unrecomputed(attention) + rates.Unrecomputed(f) - rates.Layer(attention) - per_layer
+             : (rates.Unrecomputed(attention) + rates.Unrecomputed(f)) * RecomputeGroup(rc, w) - rates.Layer(attention);
       out.activations_rerun = std::max(out.activations_rerun, pair_rerun);
       out.activations_transient =
           std::max(out.activations_transient, pair_rerun + std::max(rates.Workspace(attention), rates.Workspace(f)));
@@ -314,6 +321,8 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     Note(sink, Category::kActivations, "one-layer transient (largest on this rank)",
          l.recompute == Recompute::kFull
              ? "max over layers of (no-recompute layer activations - checkpoint + workspace)"
+         : l.recompute == Recompute::kSelectiveOp
+             ? "max over blocks of (no-recompute block activations - what the per-op policy keeps + workspace)"
              : "max over families of workspace (Mamba SSD states, CP ring KV)",
          Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"t", l.tp}, {"c", l.cp}}),
          out.activations_transient);

@@ -165,6 +165,14 @@ void SetRecompute(const Rerun& x, Recompute policy, const GpuSpec& gpu, const Co
     return;
   }
   OpSeconds& o = l->recompute;
+  if (policy == Recompute::kSelectiveOp) {
+    // torchtitan's per-op policy keeps the attention core's outputs and every
+    // other matmul's (SelectiveOpTokenBytes): the rest of the forward's
+    // matmuls, by their FLOPs share, and all its elementwise ops rerun.
+    o.gemm = l->forward.gemm * SelectiveOpRecomputedMatmulShare(x.recipe, x.kind);
+    o.elementwise = l->forward.elementwise;
+    return;
+  }
   const Shape& sh = x.shape;
   const RerunBytes& b = x.eager ? x.family.rerun_eager : x.family.rerun;
   const double hbm = HbmRate(gpu);

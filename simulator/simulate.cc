@@ -49,11 +49,14 @@ void Require(bool ok, const std::string& why) {
 }
 
 /// The recompute policies the executor runs: none, full (uniform or block),
-/// and selective with every module (mla_up_proj under Ulysses CP only
+/// and selective with every module, not torchtitan's per-op selective_op (mla_up_proj under Ulysses CP only
 /// with core_attn).
 void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
   const TrainingConfig& t = r.training;
   const auto has = [&](char c) { return std::find(letters.begin(), letters.end(), c) != letters.end(); };
+  Require(t.recompute != Recompute::kSelectiveOp,
+          "training.recompute: selective_op (torchtitan's per-op policy) is not in the executor; fit and plan price "
+          "it (set training.recompute none, selective or full to simulate)");
   if (t.recompute == Recompute::kFull) {
     Require(r.parallel.cp == 1 || r.parallel.cp_recurrent != CpRecurrent::kHandoff || (!has('M') && !has('R')),
             "full recompute with the CP state hand-off (parallel.cp_recurrent: handoff) is not in the executor");

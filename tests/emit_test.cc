@@ -819,6 +819,12 @@ const KeyCase kKeyCases[] = {
     {"Llama8B_Zero2", "llama3-8b-h200", {"parallel.zero=2"}, "parallelism.fsdp_reshard_after_forward", "\"never\""},
     {"Llama8B_NoRecompute", "llama3-8b-h200", {"training.recompute=none"}, "activation_checkpoint", "None"},
     {"Llama8B_Full", "llama3-8b-h200", {"training.recompute=full"}, "activation_checkpoint", "FullAC.Config()"},
+    // torchtitan's per-op policy is its SelectiveAC (no "cannot" note).
+    {"Llama8B_SelectiveOp",
+     "llama3-8b-h200",
+     {"training.recompute=selective_op"},
+     "activation_checkpoint",
+     "SelectiveAC.Config()"},
     {"Llama8B_Cp", "llama3-8b-h200", {"parallel.cp=2"}, "parallelism.context_parallel_degree", "2"},
     {"Llama8B_CpNoBalance",
      "llama3-8b-h200",

@@ -42,7 +42,7 @@ const Case kCases[] = {
     {"ListForPattern", "model: {pattern: [A, M]}\n", 1, 18, "model.pattern",
      "must be a non-empty string of layer letters (valid letters: A (attention)"},
     {"NumberForEnum", "training: {recompute: 3}\n", 1, 23, "training.recompute",
-     "must be one of: none, selective, full"},
+     "must be one of: none, selective, full, selective_op"},
     // Negative, zero and out-of-range sizes.
     {"NegativeHidden", "model:\n  hidden: -4096\n", 2, 11, "model.hidden",
      "must be positive; valid range is [1, 16777216]"},
@@ -69,7 +69,7 @@ const Case kCases[] = {
     {"UnknownTopLevelKey", "modle:\n  hidden: 8\n", 1, 1, "modle", "unknown key; did you mean 'model'?"},
     // Enums.
     {"BadEnum", "training: {recompute: partial}\n", 1, 23, "training.recompute",
-     "must be one of: none, selective, full"},
+     "must be one of: none, selective, full, selective_op"},
     {"EnumCase", "parallel: {schedule: 1F1B}\n", 1, 22, "parallel.schedule",
      "must be one of: 1f1b, interleaved, dualpipe, dualpipev; did you mean '1f1b'?"},
     {"BadOrder", "parallel: {order: dp-tp}\n", 1, 19, "parallel.order", "must be one of: tp-cp-dp-pp, tp-cp-pp-dp"},

@@ -66,8 +66,10 @@ const Names<FfnActivation> kFfnActivations = {
 const Names<RouterScore> kRouterScores = {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}};
 const Names<MoeDispatcher> kMoeDispatchers = {
     {"alltoall", MoeDispatcher::kAllToAll}, {"allgather", MoeDispatcher::kAllGather}, {"flex", MoeDispatcher::kFlex}};
-const Names<Recompute> kRecomputes = {
-    {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
+const Names<Recompute> kRecomputes = {{"none", Recompute::kNone},
+                                      {"selective", Recompute::kSelective},
+                                      {"full", Recompute::kFull},
+                                      {"selective_op", Recompute::kSelectiveOp}};
 const Names<RecomputeMethod> kRecomputeMethods = {{"uniform", RecomputeMethod::kUniform},
                                                   {"block", RecomputeMethod::kBlock}};
 const Names<Schedule> kSchedules = {{"1f1b", Schedule::k1F1B},

@@ -34,6 +34,7 @@ const char* Name(Recompute r) {
     case Recompute::kNone: return "none";
     case Recompute::kSelective: return "selective";
     case Recompute::kFull: return "full";
+    case Recompute::kSelectiveOp: return "selective_op";
   }
   return "?";
 }

@@ -54,6 +54,7 @@ class Validator {
     CheckFp4();
     if (layers_ok) CheckRecomputeModules();
     CheckRecomputeMethod();
+    if (layers_ok) CheckSelectiveOp();
     if (layers_ok) CheckActivationOffload();
     if (layers_ok) CheckMtp();
     if (layers_ok) CheckFlextron();
@@ -389,6 +390,43 @@ class Validator {
                      "recompute: full",
                      Name(t.recompute));
       }
+    }
+  }
+
+  /// torchtitan's per-op policy is priced for what its saved set was traced
+  /// on: Llama 3 / Qwen3 dense blocks (attention then MLP, one checkpoint
+  /// each), PyTorch's flash SDPA, one GPU per sequence shard. Anything else
+  /// would be a guess at which op outputs the policy keeps.
+  void CheckSelectiveOp() {
+    const TrainingConfig& t = r_.training;
+    const char* key = "training.recompute";
+    if (t.recompute != Recompute::kSelectiveOp || Bad({key})) return;
+    const auto& layers = r_.model.layers;
+    bool dense_blocks = layers.size() % 2 == 0 && !layers.empty();
+    for (size_t i = 0; dense_blocks && i < layers.size(); ++i) {
+      dense_blocks = layers[i] == (i % 2 == 0 ? BlockKind::kAttention : BlockKind::kDenseMlp);
+    }
+    const std::pair<bool, const char*> refusals[] = {
+        {!dense_blocks || r_.model.mla.has_value(),
+         "is priced for dense transformer blocks only (model.pattern \"AD\", GQA attention, no MLA): the "
+         "matmul order of MoE, MLA, Mamba and recurrent blocks is not traced; use selective, full or none"},
+        {r_.model.mlp.activation != FfnActivation::kSwiglu || r_.model.linear_bias,
+         "is priced for bias-free SwiGLU MLPs (w1, w3, w2: the policy's matmul count; model.mlp.activation "
+         "swiglu, model.linear_bias false)"},
+        {t.dropout > 0, "is priced without dropout (torchtitan's blocks have none); set training.dropout: 0"},
+        {!t.flash_attention, "needs training.flash_attention: true (the policy saves the flash SDPA outputs)"},
+        {p_.tp > 1 || p_.cp > 1,
+         "is priced without tensor or context parallelism (parallel.tp and parallel.cp must be 1: their "
+         "collectives' saved outputs are not traced)"},
+        {t.precision.fp4 != Fp4Format::kNone || t.precision.activations == DType::kFp8,
+         "is priced for bf16 matmuls only (Float8 and FP4 linears run other ops the policy saves: "
+         "training.precision.activations bf16, fp4 none)"},
+        {!t.activation_offload.empty(), "is not priced with training.activation_offload (Megatron's); set it to []"},
+        {t.flextron(), "is not priced with Flextron (training.flextron_emb_choices must be 0)"},
+        {r_.model.mtp_layers > 0, "is not priced with MTP layers (model.mtp_layers must be 0)"},
+    };
+    for (const auto& [refused, why] : refusals) {
+      if (refused) ctx_.ErrorAt(key, Name(t.recompute), "{}", why);
     }
   }
 

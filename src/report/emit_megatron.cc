@@ -577,6 +577,11 @@ void RecomputeFlags(const MegatronContext& c) {
       c.args.Flag("--recompute-method", Name(c.r.training.recompute_method));
       c.args.Flag("--recompute-num-layers", c.r.training.recompute_layers);
       break;
+    case Recompute::kSelectiveOp:
+      c.notes.Cannot("training.recompute", "selective_op",
+                     "Megatron-LM has no per-op checkpoint policy (its selective recompute reruns whole modules: "
+                     "--recompute-modules); no recompute flag emitted");
+      break;
   }
 }
 

@@ -445,6 +445,9 @@ std::string ActivationCheckpoint(const TorchtitanContext& c) {
                      "not the plan's per-module recompute of training.recompute_modules");
       return "SelectiveAC.Config()";
     case Recompute::kFull: return "FullAC.Config()";
+    // torchtitan/distributed/activation_checkpoint.py SelectiveAC: the
+    // per-op policy training.recompute: selective_op prices.
+    case Recompute::kSelectiveOp: return "SelectiveAC.Config()";
   }
   return "None";
 }

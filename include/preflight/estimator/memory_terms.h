@@ -34,6 +34,17 @@ struct TokenBytes {
 /// Mamba B/C repeat factor r_g (docs/formulas.md §1.4).
 TokenBytes SavedBytesPerToken(const Recipe& recipe, BlockKind kind, Recompute recompute, int64_t tp, int64_t cp);
 
+/// One matmul of a block, per token: input and output widths.
+struct SelectiveOpMatmul {
+  int64_t in = 0, out = 0;
+};
+
+/// Under torchtitan's per-op policy (recompute: selective_op), the share of
+/// an attention (A) or dense MLP (D) sublayer's matmul FLOPs that its
+/// backward recomputes: the matmuls the policy does not save (wk and wo of
+/// A: 1/2 for any GQA shape; w3 of a SwiGLU D: 1/3).
+double SelectiveOpRecomputedMatmulShare(const Recipe& recipe, BlockKind kind);
+
 /// Mamba B/C repeat factor under context parallelism: c / (G/t) when c > G/t, else 1 (docs/formulas.md §1.4).
 int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp);
 

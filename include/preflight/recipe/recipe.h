@@ -47,7 +47,10 @@ const char* Name(DType d);
 enum class Fp4Format { kNone, kNvfp4, kMxfp4 };
 const char* Name(Fp4Format f);
 
-enum class Recompute { kNone, kSelective, kFull };
+/// kSelectiveOp: torchtitan's per-op selective checkpointing (SelectiveAC,
+/// selective_ac_option "op"): each transformer block is one checkpoint whose
+/// policy saves the attention core's outputs and every other matmul output.
+enum class Recompute { kNone, kSelective, kFull, kSelectiveOp };
 const char* Name(Recompute r);
 /// Which layers full recompute checkpoints, per model chunk (Megatron
 /// --recompute-method, recompute.py): uniform, every group of N consecutive
