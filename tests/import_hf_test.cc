@@ -590,6 +590,23 @@ TEST(ImportHf, MambaSsmErrorsNameTheNestedKey) {
   EXPECT_THAT(AllMessages(not_object), HasSubstr("ssm_cfg = 3: must be an object"));
 }
 
+// Found by the CI fuzz run (hf_import_fuzz): a mamba_ssm d_model of 2.5e12
+// overflowed the Mamba-1 stand-in's parameter count (signed overflow, UBSan).
+TEST(ImportHf, SizesBeyondTheRecipesBoundsAreErrorsNotOverflows) {
+  const HfImport huge = ImportHfConfig(R"({"d_model": 2564444444440, "n_layer": 64, "vocab_size": 50277})", "m.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(AllMessages(huge), HasSubstr("d_model = 2564444444440: must be at most 16777216"));
+  // Each size within bounds, their product (d_inner = expand x d_model, then
+  // d_inner x d_model) past int64.
+  const HfImport product = ImportHfConfig(
+      R"({"d_model": 16777216, "n_layer": 64, "vocab_size": 50277, "ssm_cfg": {"expand": 16777216}})", "m.json");
+  ASSERT_FALSE(product.ok());
+  EXPECT_THAT(AllMessages(product), HasSubstr("too large to count the parameters"));
+  // A vocabulary may be larger than a width.
+  const HfImport vocab = ImportHfConfig(R"({"d_model": 64, "n_layer": 2, "vocab_size": 20000000})", "m.json");
+  EXPECT_TRUE(vocab.ok()) << AllMessages(vocab);
+}
+
 // ---- Nearest-letter stand-ins of the dense families -----------------------------
 
 TEST(ImportHf, StandInDifferencesAreWorkedByHand) {

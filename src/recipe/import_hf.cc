@@ -308,6 +308,16 @@ class ConfigReader {
       Error(key, v.dump(), "must be a positive integer");
       return 1;
     }
+    // Every size the importer reads is a width, count or vocabulary; bounding
+    // them as the recipe does keeps the parameter counts below within int64.
+    // Layer counts and periods have their own bound (kMaxLayers, LayerCount).
+    const bool vocab = key.find("vocab") != std::string::npos;
+    const int64_t most = vocab ? recipe_internal::kMaxVocab : recipe_internal::kMaxWidth;
+    if (key.find("layer") == std::string::npos && v.get<int64_t>() > most) {
+      Error(key, v.dump(),
+            fmt::format("must be at most {} (the recipe's largest {})", most, vocab ? "vocabulary" : "size"));
+      return 1;
+    }
     return v.get<int64_t>();
   }
   /// A warning located at `key`, with its value.
@@ -488,8 +498,11 @@ void WriteMamba2(const MambaConfig& m, ModelWriter* w, const Mamba2Comments& c =
 int64_t Mamba2MixerParams(int64_t hidden, int64_t d_inner, int64_t head_dim, int64_t groups, int64_t d_state,
                           int64_t d_conv) {
   const int64_t heads = d_inner / head_dim;
-  const int64_t bc = 2 * groups * d_state;
-  return hidden * (2 * d_inner + bc + heads) + (d_inner + bc) * (d_conv + 1) + 3 * heads + d_inner + d_inner * hidden;
+  const int64_t bc = CheckedMul(CheckedMul(2, groups), d_state);
+  const int64_t in_proj = CheckedMul(hidden, CheckedAdd(CheckedAdd(CheckedMul(2, d_inner), bc), heads));
+  const int64_t conv = CheckedMul(CheckedAdd(d_inner, bc), CheckedAdd(d_conv, 1));
+  const int64_t rest = CheckedAdd(CheckedAdd(CheckedMul(3, heads), d_inner), CheckedMul(d_inner, hidden));
+  return CheckedAdd(CheckedAdd(in_proj, conv), rest);
 }
 
 /// A Mamba-1 mixer (mamba_ssm mamba_simple.py Mamba; Jamba's JambaMambaMixer).
@@ -509,10 +522,12 @@ struct Mamba1Shape {
 /// [d_inner, d_state], D [d_inner], out_proj [d_inner, h].
 int64_t Mamba1MixerParams(const Mamba1Shape& m) {
   const int64_t di = m.d_inner;
-  int64_t n = m.hidden * 2 * di + di * m.d_conv + di * (m.dt_rank + 2 * m.d_state) + m.dt_rank * di + di +
-              di * m.d_state + di + di * m.hidden + m.extra;
-  if (m.conv_bias) n += di;
-  if (m.proj_bias) n += 2 * di + m.hidden;
+  const int64_t x_proj = CheckedAdd(m.dt_rank, CheckedMul(2, m.d_state));
+  const int64_t per_channel = CheckedAdd(CheckedAdd(CheckedMul(3, m.hidden), m.d_conv),
+                                         CheckedAdd(CheckedAdd(x_proj, m.dt_rank), CheckedAdd(m.d_state, 2)));
+  int64_t n = CheckedAdd(CheckedMul(di, per_channel), m.extra);  // in_proj 2h + out_proj h per channel
+  if (m.conv_bias) n = CheckedAdd(n, di);
+  if (m.proj_bias) n = CheckedAdd(n, CheckedAdd(CheckedMul(2, di), m.hidden));
   return n;
 }
 
@@ -537,7 +552,7 @@ void WriteMamba1StandIn(ConfigReader& r, const std::string& key, const Mamba1Sha
        .head_dim = "Mamba-1 has no heads: the Mamba-2 stand-in, see the warning",
        .groups = "Mamba-1 shares B and C across all channels"});
   const int64_t per_layer =
-      Mamba2MixerParams(m1.hidden, m1.d_inner, head_dim, 1, m1.d_state, m1.d_conv) - Mamba1MixerParams(m1);
+      CheckedSub(Mamba2MixerParams(m1.hidden, m1.d_inner, head_dim, 1, m1.d_state, m1.d_conv), Mamba1MixerParams(m1));
   r.StandIn(key,
             fmt::format("the mixer is Mamba-1 (x_proj to dt_rank {} + 2 x d_state, dt_proj, A_log of [d_inner, {}]{}) "
                         "and the recipe's M block is Mamba-2: written as Mamba-2 with head_dim {} and 1 group "
@@ -545,7 +560,7 @@ void WriteMamba1StandIn(ConfigReader& r, const std::string& key, const Mamba1Sha
                         "chunked scan saves them (Mamba-1's selective scan keeps dt for every channel, not one "
                         "per head)",
                         m1.dt_rank, m1.d_state, m1.extra > 0 ? ", dt/B/C RMSNorms" : "", head_dim, m1.d_inner, layers),
-            per_layer * layers);
+            CheckedMul(per_layer, layers));
 }
 
 // ---- Architectures ---------------------------------------------------------
@@ -779,7 +794,7 @@ void ImportJamba(ConfigReader& r, ModelWriter* w) {
   const int64_t d_state = r.OptInt("mamba_d_state", 16);
   Mamba1Shape m1;
   m1.hidden = hidden;
-  m1.d_inner = expand * hidden;
+  m1.d_inner = CheckedMul(expand, hidden);
   m1.d_state = d_state;
   m1.d_conv = r.OptInt("mamba_d_conv", 4);
   m1.dt_rank = (hidden + 15) / 16;  // JambaConfig's "auto": ceil(hidden_size / 16)
@@ -1897,7 +1912,16 @@ HfImport ImportHfConfig(const std::string& json_text, const std::string& file) {
   }
   ConfigReader reader(config, file, text, result.architecture, &result);
   ModelWriter writer;
-  import(reader, &writer);
+  try {
+    import(reader, &writer);
+  } catch (const ArithmeticOverflow& e) {
+    // Sizes each within bounds whose products (a stand-in's parameter
+    // count) still leave int64.
+    const std::string message =
+        std::string("the sizes are too large to count the parameters (") + e.what() + "); not a model config";
+    result.diagnostics.push_back({Severity::kError, file, {1, 1}, "", "", message, ""});
+    return result;
+  }
   // After an error the unread keys are only its consequence: no follow-on list.
   if (result.ok()) reader.WarnUnread();
   result.model = writer.Take();
