@@ -405,7 +405,7 @@ void AddEndShares(Walk& w, const Inventory& inv, const Layout& l, const Context&
   // bucket of their own, so both stages shard them alike
   // (distrib_optimizer.py _compute_per_buffer_param_layout, megatron_fsdp
   // param_and_grad_buffer.py _does_param_require_new_bucket).
-  const bool apart = inv.recipe.model.embedding_on_last_stage() && l.pp > 1 && l.schedule != Schedule::kDualPipe;
+  const bool apart = KeepsEmbeddingCopy(inv.recipe.model, l);
   LocalParams embedding, head, shared;
   ForEachEndTensor(inv, w, [&](const ParamTensor& t, EndPart part) {
     LocalParams& unit = apart && &t == &inv.embedding ? shared : part == EndPart::kEmbedding ? embedding : head;

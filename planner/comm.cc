@@ -795,7 +795,7 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
   const ModelConfig& m = inv.recipe.model;
   const DpGroups dg{ZeroGroups(l), s.param, l.tp, l.sequence_parallel()};
   std::array<FamilyMemo, 5> memo{};
-  const bool shared_copy = m.embedding_on_last_stage() && l.pp > 1 && l.schedule != Schedule::kDualPipe;
+  const bool shared_copy = KeepsEmbeddingCopy(m, l);
   for (const RankChunk& c : chunks) {
     const int64_t first = c.range.first_layer, end = c.range.end_layer;
     DpBuffers embedding, head;
@@ -918,8 +918,7 @@ LayerWiseTraffic LayerWiseTrafficOf(const Inventory& inv, const Layout& l, const
     if (inv.final_norms.empty()) AppendDealt(inv.final_norm, inv, l, s, tensors);
     for (const ParamTensor& t : inv.final_norms) AppendDealt(t, inv, l, s, tensors);
     for (const ParamTensor& t : inv.head) AppendDealt(t, inv, l, s, tensors);
-    if (m.embedding_on_last_stage() && l.pp > 1 && l.schedule != Schedule::kDualPipe)
-      AppendDealt(inv.embedding, inv, l, s, tensors);
+    if (KeepsEmbeddingCopy(m, l)) AppendDealt(inv.embedding, inv, l, s, tensors);
     for (const ParamTensor& t : inv.mtp) AppendDealt(t, inv, l, s, tensors);
   }
   LayerWiseTraffic out;
@@ -1088,7 +1087,7 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
   // the whole main_grad, or under Megatron FSDP (ZeRO 2/3) the rank's shard
   // of the copy's own padded buffer (main_grad._local_tensor).
   // Under DualPipe the mirror sum below carries it (ranks 0 and p-1 hold both ends).
-  if (m.embedding_on_last_stage() && l.pp > 1 && (emb || head) && l.schedule != Schedule::kDualPipe) {
+  if (KeepsEmbeddingCopy(m, l) && (emb || head)) {
     const int64_t summed = per_unit_grads ? RoundUp(vocab_local, zero_group[0]) / zero_group[0] : vocab_local;
     items->Add(Axis::kEmbedding, Collective::kAllReduce, Pass::kOptimizer, CommWhat::kTiedEmbedding,
                BytesOf(summed, s.grad), 1);
