@@ -70,6 +70,7 @@ training:
   global_batch: {gb}
   recompute: {recompute}
   transformer_engine: false
+  cross_entropy: fp32_upcast
   fused_elementwise: {compile}
   precision: {{params: bf16, grads: fp32, master: fp32, activations: {act}}}
   optimizer: {{matrices: adamw, other: adamw}}

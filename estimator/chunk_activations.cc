@@ -46,14 +46,14 @@ Bytes ActivationRates::Embedding() {
   return Once(embedding_, [&] { return FirstStageActivations(inv_.recipe, l_); });
 }
 
-Bytes ActivationRates::HeadLogits() {
-  return Once(head_logits_,
-              [&] { return HeadLogitsActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp)); });
+Bytes ActivationRates::LossTransient() {
+  return Once(loss_transient_,
+              [&] { return LossTransientActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp)); });
 }
 
 Bytes ActivationRates::HeadSaved() {
   return Once(head_saved_, [&] {
-    return LastStageActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp)) - HeadLogits();
+    return LastStageActivations(inv_.recipe, l_, PaddedVocab(inv_.recipe.model, l_.tp)) - LossTransient();
   });
 }
 
@@ -82,7 +82,7 @@ ChunkActivation ActivationRates::Chunk(const StageChunk& c) {
   if (c.owns_embedding) a.saved = Add(a.saved, Embedding().count());
   if (c.owns_head) {
     a.saved = Add(a.saved, HeadSaved().count());
-    a.transient = HeadLogits().count();
+    a.transient = LossTransient().count();
   }
   return a;
 }

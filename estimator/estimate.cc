@@ -474,7 +474,7 @@ void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan&
         const size_t j = static_cast<size_t>(q);
         // The in-flight figures first: under 1F1B they tell most ranks apart.
         return in_flight[j].units == in_flight[i].units && in_flight[j].head_units == in_flight[i].head_units &&
-               in_flight[j].head_logits == in_flight[i].head_logits && visits[j] == visits[i];
+               in_flight[j].loss_transient_live == in_flight[i].loss_transient_live && visits[j] == visits[i];
       });
       if (same != distinct.end()) {
         for (const ZeroGroup& g : groups) {

@@ -164,7 +164,7 @@ struct Walk {
   bool head = false;
   int64_t embedding_units = 0;  // micro-batches in flight on the chunk owning the embedding, at the peak
   int64_t head_units = 0;       // micro-batches whose head/loss saved terms are live at the peak
-  bool head_logits = false;     // the head's transient logits are live at the peak (its forward runs)
+  bool loss_transient_live = false;  // the loss's transient is live at the peak (the head runs)
   int64_t in_flight = 0;
   UnitExtra grad_unit;          // ZeRO 2/3: the unit with the most unsharded gradients
   Shares shares;                // ZeRO >= 1: the owned shares of every unit's buffers
@@ -228,11 +228,11 @@ class ActivationRates {
   Bytes Stored(int f);
   /// FirstStageActivations: the embedding's token ids.
   Bytes Embedding();
-  /// The head's saved terms (final-norm and head inputs, norm statistics, fp32
-  /// softmax): LastStageActivations less the transient logits.
+  /// The head's saved terms (final-norm and head inputs, norm statistics, the
+  /// loss's fp32 output): LastStageActivations less the loss's transient.
   Bytes HeadSaved();
-  /// The head's bf16 logits, live only while its forward runs.
-  Bytes HeadLogits();
+  /// LossTransientActivations: live only while the head and its loss run.
+  Bytes LossTransient();
   /// One micro-batch through chunk `c` (layers [first, end) and its ends).
   ChunkActivation Chunk(const StageChunk& c);
   /// LayerActivations of family f without recompute (what a recomputed layer
@@ -268,14 +268,14 @@ class ActivationRates {
   std::array<int64_t, 5> layer_{-1, -1, -1, -1, -1}, stored_{-1, -1, -1, -1, -1};
   std::array<int64_t, 5> unrecomputed_{-1, -1, -1, -1, -1}, workspace_{-1, -1, -1, -1, -1};
   std::array<std::array<int64_t, 5>, 2> offloaded_{{{-1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1}}};
-  int64_t embedding_ = -1, head_saved_ = -1, head_logits_ = -1, routing_ = -1;
+  int64_t embedding_ = -1, head_saved_ = -1, loss_transient_ = -1, routing_ = -1;
 };
 
 /// What the pipeline schedule keeps in flight on one rank (ForEachChunk).
 struct InFlight {
   int64_t units = 0;         // most live (chunk, micro-batch) units at any time
   int64_t head_units = 1;    // micro-batches whose head saved terms are live at the activation peak
-  bool head_logits = true;   // the head's logits are live at the peak (1F1B: the last stage peaks at its head forward)
+  bool loss_transient_live = true;  // the loss's transient is live at the peak (1F1B: the last stage peaks at its head)
 };
 
 /// Elements of the pipeline-end tensors on this rank, by item.
@@ -451,7 +451,7 @@ InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, in
     visit(c, c.first_layer, c.end_layer, live, false, true);
     if (c.owns_head) {
       out.head_units = live;
-      out.head_logits = InterleavedTableChunk(v, m, g, peak.forward) == vi;
+      out.loss_transient_live = InterleavedTableChunk(v, m, g, peak.forward) == vi;
     }
   }
   return out;
@@ -539,7 +539,7 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
         visit(c, c.first_layer, c.end_layer, peak.live[k], k == 1, true);
         if (c.owns_head) {
           out.head_units = peak.live[k];
-          out.head_logits = peak.running == static_cast<int64_t>(k);
+          out.loss_transient_live = peak.running == static_cast<int64_t>(k);
         }
       });
       out.units = peak.units;
@@ -565,7 +565,7 @@ InFlight ForEachChunk(const StagePlan& plan, const Layout& l, int64_t r, bool re
       visit(c, c.first_layer, c.end_layer, peak.live[static_cast<size_t>(vi)], false, true);
       if (c.owns_head) {
         out.head_units = peak.live[static_cast<size_t>(vi)];
-        out.head_logits = peak.running == vi;
+        out.loss_transient_live = peak.running == vi;
       }
     }
     out.units = peak.units;

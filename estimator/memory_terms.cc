@@ -740,20 +740,50 @@ Bytes FirstStageActivations(const Recipe& r, const Layout& l) {
   return Bytes(out);
 }
 
+namespace {
+
+// The loss's bytes a logit: kept for the backward, and live beside them only
+// while the head and its loss run.
+struct LossBytes {
+  int64_t saved = 0, transient = 0;
+};
+
+LossBytes LossBytesPerLogit(const TrainingConfig& t) {
+  switch (t.cross_entropy) {
+    case CrossEntropy::kVocabParallel:
+      // Megatron cross_entropy.py _VocabParallelCrossEntropy: logits.float()
+      // becomes the softmax in place and is saved (4 B); beside it the
+      // head's logits while the forward runs, then the gradient written into
+      // the softmax and cast back (beta): 4 + beta either way.
+      return {4, SizeOf(t.precision.activations)};
+    case CrossEntropy::kFp32Upcast:
+      // torch cross_entropy(logits.float()) = log_softmax + nll_loss:
+      // log_softmax saves its fp32 output (4 B). Forward: the logits and
+      // their fp32 copy beside it (beta + 4 <= 8). Backward: nll_loss's fp32
+      // gradient and log_softmax's, beside the saved output (8), before the
+      // cast back. torchtitan train.py frees the logits (`del pred`) first.
+      return {4, 8};
+  }
+  return {};
+}
+
+}  // namespace
+
 Bytes LastStageActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {
   const int64_t tokens = TokensOf(r, l).cp_rank;
   const int64_t beta = SizeOf(r.training.precision.activations);
+  const LossBytes loss = LossBytesPerLogit(r.training);
   // Final-norm input + head input (residual stream) and the norm statistics.
   TokenBytes per_token;
   per_token.replicated = Add(Mul(Mul(2, r.model.hidden), beta), NormStatBytes(r.model.norm));
-  // Vocab-parallel CE: fp32 softmax saved for backward + the transient logits.
-  per_token.sharded = Mul(padded_vocab, Add(4, beta));
+  // The loss over V_pad/t logits: what it saves and its transient.
+  per_token.sharded = Mul(padded_vocab, Add(loss.saved, loss.transient));
   return Bytes(SpreadTokens(per_token, tokens, l)) + FlextronFinalNormActivations(r, l);
 }
 
-Bytes HeadLogitsActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {
+Bytes LossTransientActivations(const Recipe& r, const Layout& l, int64_t padded_vocab) {
   TokenBytes per_token;
-  per_token.sharded = Mul(padded_vocab, SizeOf(r.training.precision.activations));
+  per_token.sharded = Mul(padded_vocab, LossBytesPerLogit(r.training).transient);
   return Bytes(SpreadTokens(per_token, TokensOf(r, l).cp_rank, l));
 }
 

@@ -291,18 +291,28 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
   }
   if (w.head) {
     const int64_t vocab = PaddedVocab(rc.model, l.tp);
-    const Bytes last = rates.HeadSaved() * w.head_units + (w.head_logits ? rates.HeadLogits() : Bytes(0));
+    const Bytes last = rates.HeadSaved() * w.head_units + (w.loss_transient_live ? rates.LossTransient() : Bytes(0));
     out.activations_ends += last;
     PriceDeferredHeadWgrad(out, rc, l, vocab, w.head_units, sink);
     PriceMtp(out, w, inv, l, rates, sink);
     if (sink) {
+      const bool upcast = rc.training.cross_entropy == CrossEntropy::kFp32Upcast;
       Note(sink, Category::kActivations,
-           "last stage: final-norm and head inputs, fp32 CE softmax (per micro-batch in flight), transient logits "
-           "(while the head's forward runs, if that is the peak)",
-           "s*b/c * [((2h*beta + stats)/(SP ? t : 1) + V_pad/t*4) * head_in_flight + V_pad/t*beta * logits_live]",
-           Inputs({{"s", rc.training.seq_len}, {"b", l.micro_batch}, {"c", l.cp}, {"t", l.tp},
-                   {"h", rc.model.hidden}, {"V_pad", vocab}, {"head_in_flight", w.head_units},
-                   {"logits_live", w.head_logits ? 1 : 0}}),
+           upcast ? "last stage: final-norm and head inputs, log_softmax's fp32 output (per micro-batch in flight), "
+                    "nll_loss's and log_softmax's fp32 gradients (while the loss's backward runs, if that is the peak)"
+                  : "last stage: final-norm and head inputs, fp32 CE softmax (per micro-batch in flight), transient "
+                    "logits (while the head's forward runs, if that is the peak)",
+           upcast ? "s*b/c * [((2h*beta + stats)/(SP ? t : 1) + V_pad/t*4) * head_in_flight + V_pad/t*8 * logits_live]"
+                  : "s*b/c * [((2h*beta + stats)/(SP ? t : 1) + V_pad/t*4) * head_in_flight + V_pad/t*beta * "
+                    "logits_live]",
+           Inputs({{"s", rc.training.seq_len},
+                   {"b", l.micro_batch},
+                   {"c", l.cp},
+                   {"t", l.tp},
+                   {"h", rc.model.hidden},
+                   {"V_pad", vocab},
+                   {"head_in_flight", w.head_units},
+                   {"logits_live", w.loss_transient_live ? 1 : 0}}),
            last);
       const Bytes flex = FlextronFinalNormActivations(rc, l) * w.head_units;
       if (flex.count() > 0) {

@@ -378,7 +378,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
   w.in_flight = k.units;
   if (w.head) {
     w.head_units = k.head_units;
-    w.head_logits = k.head_logits;
+    w.loss_transient_live = k.loss_transient_live;
   }
   return w;
 }

@@ -192,9 +192,10 @@ void SetRecompute(const Rerun& x, Recompute policy, const GpuSpec& gpu, const Co
 }
 
 // Final norm, output projection (vocab-parallel column GEMM) and the loss
-// over V / t logits: vocab-parallel cross entropy in fp32, about 14 B a
-// logit fused (read bf16, exp and sums in fp32, gradient written), 18 eager
-// (logits.float() first). MTP modules add their eh_proj and their own head.
+// over V / t logits: cross entropy in fp32, about 14 B a logit fused (read
+// bf16, exp and sums in fp32, gradient written), 18 eager or over an fp32
+// copy (logits.float() first, training.cross_entropy: fp32_upcast). MTP
+// modules add their eh_proj and their own head.
 LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape& sh, bool eager, GemmPrecision p,
                          const CostModel& cost) {
   const ModelConfig& m = inv.recipe.model;
@@ -209,8 +210,9 @@ LayerSeconds HeadSeconds(const Inventory& inv, const PlanTables& t, const Shape&
     if (i > 0) AddGemm(1, sh.tokens_cp, h / sh.tp, 2.0 * h, gpu, cost, p, &out);
   }
   const double norm = NormBytes(m.norm, eager) * h;
+  const bool upcast = eager || inv.recipe.training.cross_entropy == CrossEntropy::kFp32Upcast;
   const double bytes =
-      heads * (sh.tokens_cp * norm / (sh.sp ? sh.tp : 1.0) + sh.tokens_cp * v / sh.tp * (eager ? 18.0 : 14.0));
+      heads * (sh.tokens_cp * norm / (sh.sp ? sh.tp : 1.0) + sh.tokens_cp * v / sh.tp * (upcast ? 18.0 : 14.0));
   out.forward.elementwise = bytes / HbmRate(gpu);
   out.backward.elementwise = 2.0 * out.forward.elementwise;
   return out;

@@ -63,6 +63,7 @@ struct Dims {
   /// (training.defer_head_wgrad): -1 none, 0 every micro-batch's, else the first k.
   int64_t head_wgrad_deferred = -1;
   bool replicated_embedding = false;  // parallel.embedding: replicated (each TP rank holds every row)
+  CrossEntropy cross_entropy = CrossEntropy::kVocabParallel;  // the loss's memory (training.cross_entropy)
   int64_t tokens() const { return seq * batch; }
 };
 

@@ -189,7 +189,15 @@ double Head<T>::Forward(Ctx& ctx, const Mat<T>& x, const std::vector<int64_t>& t
     const double ce = static_cast<double>(std::log(sum[i]) + mx[i] - target[i]);
     loss += s.weights.empty() ? ce : static_cast<double>(s.weights[i]) * ce;
   }
-  s.softmax = Tensor<T>(ctx.mem(), act, 4, std::move(e));  // fp32 softmax kept for the backward
+  // torch cross_entropy(logits.float()) (training.cross_entropy:
+  // fp32_upcast): log_softmax writes its output beside the logits and their
+  // fp32 copy; Megatron's vocab-parallel loss turns its copy into the softmax.
+  Tensor<T> upcast;
+  if (d_.cross_entropy == CrossEntropy::kFp32Upcast && ab < 4) upcast = Tensor<T>(ctx.mem(), act, 4, logits.m);
+  // Kept for the backward, 4 B a logit: the softmax, or log_softmax's output
+  // (the executor keeps the softmax either way).
+  s.softmax = Tensor<T>(ctx.mem(), act, 4, std::move(e));
+  upcast.Release();
   s.tokens = tokens;
   return s.weights.empty() ? loss / static_cast<double>(tokens) : loss;
 }
@@ -201,6 +209,13 @@ Mat<T> Head<T>::Backward(Ctx& ctx, const Mat<T>* dnormed) {
   Saved s = saved_.Close(ctx.microbatch);
   const int64_t rows = s.softmax.m.rows(), cols = s.softmax.m.cols(), first = ctx.tp_rank * cols;
   const T mean = T(1) / T(s.tokens);
+  if (d_.cross_entropy == CrossEntropy::kFp32Upcast) {
+    // torch's backward of nll_loss then log_softmax: both fp32 gradients
+    // [tokens, V/t] live beside the saved output before the cast back
+    // (aten nll_loss_backward, _log_softmax_backward_data).
+    Tensor<T> dnll(ctx.mem(), SimCategory::kActivations, 4, Mat<T>::Zero(rows, cols));
+    Tensor<T> dlog_softmax(ctx.mem(), SimCategory::kActivations, 4, Mat<T>::Zero(rows, cols));
+  }
   Tensor<T> dlogits(ctx.mem(), SimCategory::kTemporaries, ab, s.softmax.m * mean);
   for (int64_t t = 0; t < rows; ++t) {
     const T scale = s.weights.empty() ? mean : s.weights[static_cast<size_t>(t)];

@@ -262,6 +262,7 @@ Dims DimsOf(const Recipe& r, int64_t tp) {
   d.flash_attention = r.training.flash_attention;
   if (r.training.defer_head_wgrad) d.head_wgrad_deferred = r.training.head_wgrad_deferral_limit;
   d.replicated_embedding = r.parallel.embedding == EmbeddingSplit::kReplicated;
+  d.cross_entropy = r.training.cross_entropy;
   return d;
 }
 

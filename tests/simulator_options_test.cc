@@ -371,5 +371,23 @@ TEST(SimulatorOptions, DeferredHeadWgradKeepsEachFinishedPairToTheFlush) {
   EXPECT_EQ(ends(deferred) - ends(plain), 3 * 512);
 }
 
+// ---- the loss (training.cross_entropy) ---------------------------------------
+
+TEST(SimulatorOptions, Fp32UpcastLossStepAgrees) {
+  ExpectStepAgrees(TwoStages({{"training.cross_entropy", "fp32_upcast"}}));
+  ExpectStepAgrees(OneStage({{"model.pattern", "AD"}, {"training.cross_entropy", "fp32_upcast"}}));
+}
+
+TEST(SimulatorOptions, Fp32UpcastLossHoldsTwoFp32GradientsInItsBackward) {
+  // The last stage peaks at its loss: beside the saved fp32 output, torch's
+  // backward holds nll_loss's and log_softmax's fp32 gradients (8 B a
+  // logit) where the vocab-parallel loss holds the bf16 logits (2 B), over
+  // 8 tokens x V_pad/t = 48/2 = 24 logits: 6 x 192 = 1,152 B more.
+  const Recipe plain = TwoStages({});
+  const Recipe upcast = TwoStages({{"training.cross_entropy", "fp32_upcast"}});
+  const auto ends = [](const Recipe& r) { return FindMemory(Stage(ExpectStepAgrees(r), 1), "activations").measured; };
+  EXPECT_EQ(ends(upcast) - ends(plain), 1152);
+}
+
 }  // namespace
 }  // namespace preflight::sim::simulator_options_test

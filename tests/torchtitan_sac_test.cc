@@ -157,39 +157,21 @@ std::vector<MemoryRow> PublishedMemoryRows() {
   return out;
 }
 
-// What remains is not the checkpoint policy (it was +28 % and +32 % on the
-// eager rows under Megatron's module-selective stand-in): torchtitan at
-// 9dec370 computes the loss eagerly, cross_entropy(pred.float()) (train.py
-// loss_fn, not compiled even with torch.compile), whose backward holds three
-// fp32 [tokens, vocab] tensors (nll_loss's gradient, log_softmax's saved
-// output and its gradient: 12 B a logit) where fit prices a fused
-// vocab-parallel CE (the fp32 softmax and the bf16 logits: 6 B a logit),
-// 11.7 GiB at 2 x 8192 tokens and 128,256 logits; and FSDP2's root unit
-// (embedding, final norm, output) stays gathered through the whole forward
-// and backward (parallelize_llama.py fully_shard(model)), where fit gathers
-// the ends like layers. Each row is held in its band so that modeling either
-// moves it here.
-struct Band {
-  const char* id;
-  double low_pct, high_pct;
-};
-constexpr Band kBands[] = {
-    {"torchtitan-table1-FSDP", -21.0, -15.0},
-    {"torchtitan-table1-FSDP_torch.compile", -15.0, -9.0},
-    {"torchtitan-table3-FSDP", -27.0, -21.0},
-    {"torchtitan-table3-FSDP_torch.compile", -21.0, -15.0},
-};
-
-TEST(TorchtitanSac, PublishedPeakMemoryHeldInItsBand) {
+// torchtitan at 9dec370 computes the loss eagerly even under torch.compile
+// (train.py loss_fn, not compiled), cross_entropy(pred.float()): the rows
+// run training.cross_entropy: fp32_upcast (12 B a logit at its backward,
+// where Megatron's vocab-parallel loss holds 6: 11.7 GiB at 2 x 8192 tokens
+// and 128,256 logits; priced as vocab_parallel the rows were -18, -12, -24
+// and -18 %). Each row within the 10 % the memory model is held to. Seen and
+// not modeled: FSDP2's root unit (embedding, final norm, output) stays
+// gathered through the step (parallelize_llama.py fully_shard(model)), and
+// its fp32 shard is the master copy.
+TEST(TorchtitanSac, PublishedPeakMemoryWithinTenPercent) {
   const std::vector<MemoryRow> rows = PublishedMemoryRows();
-  ASSERT_EQ(rows.size(), std::size(kBands));
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const MemoryRow& r = rows[i];
-    ASSERT_EQ(r.id, kBands[i].id);
+  ASSERT_EQ(rows.size(), 4u);
+  for (const MemoryRow& r : rows) {
     const double error_pct = (r.modeled_gib - r.measured_gib) / r.measured_gib * 100.0;
-    EXPECT_GE(error_pct, kBands[i].low_pct) << r.id << ": measured " << r.measured_gib << ", modeled " << r.modeled_gib;
-    EXPECT_LE(error_pct, kBands[i].high_pct) << r.id << ": measured " << r.measured_gib << ", modeled " << r.modeled_gib
-                                             << "; within 10 %? tighten the band";
+    EXPECT_LE(std::abs(error_pct), 10.0) << r.id << ": measured " << r.measured_gib << ", modeled " << r.modeled_gib;
   }
 }
 

@@ -72,6 +72,8 @@ const Names<Recompute> kRecomputes = {{"none", Recompute::kNone},
                                       {"selective_op", Recompute::kSelectiveOp}};
 const Names<RecomputeMethod> kRecomputeMethods = {{"uniform", RecomputeMethod::kUniform},
                                                   {"block", RecomputeMethod::kBlock}};
+const Names<CrossEntropy> kCrossEntropies = {{"vocab_parallel", CrossEntropy::kVocabParallel},
+                                             {"fp32_upcast", CrossEntropy::kFp32Upcast}};
 const Names<Schedule> kSchedules = {{"1f1b", Schedule::k1F1B},
                                     {"interleaved", Schedule::kInterleaved},
                                     {"dualpipe", Schedule::kDualPipe},
@@ -455,6 +457,10 @@ std::vector<RecipeField> MakeFields() {
                 "training.activation_offload_min_elements", "elements", 0, int64_t{1} << 40,
                 [](auto& r) -> auto& { return r.training.activation_offload_min_elements; }),
             "--min-offloaded-tensor-size", kNone),
+      Spell(EnumField(
+                "training.cross_entropy", "enum", kCrossEntropies,
+                [](auto& r) -> auto& { return r.training.cross_entropy; }),
+            kNone, "compile.components"),
       Spell(BoolField(
                 "training.flash_attention", [](auto& r) -> auto& { return r.training.flash_attention; }),
             "--attention-backend", "(model flavor)"),

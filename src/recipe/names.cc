@@ -54,6 +54,8 @@ const char* Name(RecomputeModule m) {
 
 const char* Name(RecomputeMethod m) { return m == RecomputeMethod::kBlock ? "block" : "uniform"; }
 
+const char* Name(CrossEntropy c) { return c == CrossEntropy::kFp32Upcast ? "fp32_upcast" : "vocab_parallel"; }
+
 namespace {
 template <class E, size_t N>
 std::string SetText(EnumSet<E> set, const E (&all)[N]) {

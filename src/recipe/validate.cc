@@ -55,6 +55,7 @@ class Validator {
     if (layers_ok) CheckRecomputeModules();
     CheckRecomputeMethod();
     if (layers_ok) CheckSelectiveOp();
+    CheckCrossEntropy();
     if (layers_ok) CheckActivationOffload();
     if (layers_ok) CheckMtp();
     if (layers_ok) CheckFlextron();
@@ -427,6 +428,24 @@ class Validator {
     };
     for (const auto& [refused, why] : refusals) {
       if (refused) ctx_.ErrorAt(key, Name(t.recompute), "{}", why);
+    }
+  }
+
+  /// fp32_upcast is torch's cross entropy as torchtitan calls it, priced for
+  /// the main head; Megatron's MTP heads and deferred head wgrad run its own
+  /// vocab-parallel loss.
+  void CheckCrossEntropy() {
+    const TrainingConfig& t = r_.training;
+    const char* key = "training.cross_entropy";
+    if (t.cross_entropy != CrossEntropy::kFp32Upcast || Bad({key})) return;
+    if (r_.model.mtp_layers > 0 && !Bad({"model.mtp_layers"})) {
+      ctx_.ErrorAt(key, Name(t.cross_entropy),
+                   "is priced for the main head only: MTP modules (model.mtp_layers) compute Megatron's "
+                   "vocab_parallel loss; set model.mtp_layers: 0 or training.cross_entropy: vocab_parallel");
+    }
+    if (t.defer_head_wgrad && !Bad({"training.defer_head_wgrad"})) {
+      ctx_.ErrorAt(key, Name(t.cross_entropy),
+                   "is not priced with training.defer_head_wgrad (Megatron's, whose loss is vocab_parallel)");
     }
   }
 

@@ -265,6 +265,12 @@ void ModelKeys(const TorchtitanContext& c, const Flavor* f) {
                    "torchtitan runs plain PyTorch: no Transformer Engine, whose cuBLAS workspaces the plan prices "
                    "(set it to false to price torchtitan)");
   }
+  if (c.r.training.cross_entropy == CrossEntropy::kVocabParallel) {
+    c.notes.Cannot("training.cross_entropy", "vocab_parallel",
+                   "torchtitan's loss is torch's cross_entropy over logits.float(), not Megatron's vocab-parallel "
+                   "cross entropy: its backward holds 12 B a logit where the plan prices 6 (set "
+                   "training.cross_entropy: fp32_upcast to price torchtitan)");
+  }
 }
 
 // ZeRO on FSDP2: dp_shard shards parameters, gradients and optimizer state
@@ -465,9 +471,11 @@ std::string CompileArgs(const TorchtitanContext& c) {
   const Overlap o = OverlapOf(c.r, c.p.layout);
   const bool enable = c.r.training.fused_elementwise;
   if (!enable && !o.tp) return "";
+  // The loss stays eager, as training.cross_entropy: fp32_upcast prices it
+  // (torchtitan compiles it too by default: components ["model", "loss"]).
   std::string out = "CompileConfig(enable=True";
   if (o.tp) out += ", enable_async_tensor_parallel=True";
-  return out + ")";
+  return out + ", components=[\"model\"])";
 }
 
 std::string Module(const TorchtitanContext& c, const std::optional<std::string>& model, const Flavor* flavor) {

@@ -136,14 +136,16 @@ Bytes LayerWorkspace(const Recipe& recipe, const Layout& layout, BlockKind kind)
 /// Pipeline-end terms for one micro-batch (docs/formulas.md §3.4).
 /// First stage: int64 token ids (+ embedding dropout mask when dropout > 0).
 Bytes FirstStageActivations(const Recipe& recipe, const Layout& layout);
-/// Last stage: final-norm input and statistics, head input, fp32 softmax of the
-/// vocab-parallel cross entropy and the transient bf16 logits, padded vocabulary /t;
+/// Last stage: final-norm input and statistics, head input, and the loss over
+/// the padded vocabulary /t (training.cross_entropy): what it saves for the
+/// backward (fp32, 4 B a logit) and its transient (LossTransientActivations);
 /// with Flextron, FlextronFinalNormActivations.
 Bytes LastStageActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
-/// Of those, the transient bf16 logits (s*b/c * V_pad/t * beta): live only
-/// while the head's forward runs, so a pipeline replay adds them at that
-/// instant alone (pipeline_replay.h).
-Bytes HeadLogitsActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
+/// Of those, the loss's transient, live only while the head and its loss run
+/// (a pipeline replay adds it at that instant alone, pipeline_replay.h):
+/// vocab_parallel, the logits (s*b/c * V_pad/t * beta); fp32_upcast, two fp32
+/// gradients in its backward (8 B a logit).
+Bytes LossTransientActivations(const Recipe& recipe, const Layout& layout, int64_t padded_vocab);
 
 /// ceil(n * f) for n >= 0 and a recipe fraction f >= 0, with f taken to the
 /// nearest millionth so that 5% of a multiple of 20 is exact (binary 0.05 is

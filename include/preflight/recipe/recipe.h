@@ -58,6 +58,14 @@ const char* Name(Recompute r);
 /// checkpoint each, the rest with every activation kept.
 enum class RecomputeMethod { kUniform, kBlock };
 const char* Name(RecomputeMethod m);
+/// How the loss is computed over the head's logits: Megatron-LM's
+/// vocab-parallel cross entropy (cross_entropy.py: one fp32 copy of the
+/// logits turned into the softmax in place and saved), or
+/// torch.nn.functional.cross_entropy on logits.float() (torchtitan's eager
+/// loss: log_softmax's fp32 output saved; its backward holds three fp32
+/// copies of the logits).
+enum class CrossEntropy { kVocabParallel, kFp32Upcast };
+const char* Name(CrossEntropy c);
 /// What selective recompute reruns in backward, as Megatron-LM names its
 /// --recompute-modules (transformer_config.py): the attention core, the routed
 /// experts' activation, the separate norms, MLA's up-projections, the dense
@@ -297,6 +305,7 @@ struct TrainingConfig {
   /// Smaller saved tensors stay on the device (Megatron
   /// --min-offloaded-tensor-size, elements).
   int64_t activation_offload_min_elements = int64_t{1} << 20;
+  CrossEntropy cross_entropy = CrossEntropy::kVocabParallel;
   bool flash_attention = true;   // false adds the s^2 softmax terms of Korthikanti
   double dropout = 0.0;          // > 0 saves dropout masks (Korthikanti's assumption)
   /// Layers run on Transformer Engine (Megatron --transformer-impl
