@@ -47,7 +47,8 @@ const GoldenCase kCases[] = {
     {"emit_torchtitan_nam56r.py", {"plan", "recipes/nam56r-h200.yaml", "--emit", "torchtitan"}, 1},
     {"emit_torchtitan_llama3_405b_fsdp.py",
      {"plan", "recipes/llama3-405b-h200.yaml", "--emit", "torchtitan", "--set", "parallel.zero=3", "--set",
-      "parallel.order=tp-cp-dp-pp", "--set", "training.recompute=full", "--set", "training.transformer_engine=false"},
+      "parallel.order=tp-cp-dp-pp", "--set", "training.recompute=full", "--set", "training.transformer_engine=false",
+      "--set", "training.cross_entropy=fp32_upcast"},
      0},
 };
 

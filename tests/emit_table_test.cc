@@ -308,6 +308,8 @@ const TorchtitanField kTorchtitanFields[] = {
     // CompileConfig (configs.py)
     {"compile", "enable", FieldType::kBool, {}},
     {"compile", "enable_async_tensor_parallel", FieldType::kBool, {}},
+    // components: list[str], of "model" and "loss" (CompileConfig.components).
+    {"compile", "components", FieldType::kExpr, {"[\"model\"]", "[\"model\", \"loss\"]", "[\"loss\"]"}},
 };
 
 // The classes a Trainer.Config keyword may be built from, by section.
@@ -534,12 +536,13 @@ const Variant kVariants[] = {
 };
 
 // Each variant on the recipe as written and on a base torchtitan can run as
-// planned (FSDP2 = ZeRO 3, AdamW, plain PyTorch, full recompute, its mesh
+// planned (FSDP2 = ZeRO 3, AdamW, plain PyTorch, its loss, full recompute, its mesh
 // order), so both emitters meet both outcomes.
 const std::vector<std::string> kBases[] = {
     {},
     {"parallel.zero=3", "training.optimizer.matrices=adamw", "training.transformer_engine=false",
-     "training.recompute=full", "parallel.order=tp-cp-dp-pp", "parallel.cp_comm=all_gather"},
+     "training.cross_entropy=fp32_upcast", "training.recompute=full", "parallel.order=tp-cp-dp-pp",
+     "parallel.cp_comm=all_gather"},
 };
 
 std::vector<std::string> ShippedRecipes() {

@@ -185,9 +185,10 @@ TEST(PlannerCli, EmitRunnableExitsZero) {
       {"plan", "recipes/llama3-8b-h200.yaml", "--emit", "megatron", "--set", "training.optimizer.matrices=adamw"});
   EXPECT_EQ(m.exit_code, 0) << m.err;
   EXPECT_EQ(m.out.find("WARNING"), std::string::npos) << m.out;
-  const auto t = RunPreflight({"plan", "recipes/llama3-8b-h200.yaml", "--emit", "torchtitan", "--set",
-                               "training.optimizer.matrices=adamw", "--set", "parallel.zero=3", "--set",
-                               "training.recompute=full", "--set", "training.transformer_engine=false"});
+  const auto t =
+      RunPreflight({"plan", "recipes/llama3-8b-h200.yaml", "--emit", "torchtitan", "--set",
+                    "training.optimizer.matrices=adamw", "--set", "parallel.zero=3", "--set", "training.recompute=full",
+                    "--set", "training.transformer_engine=false", "--set", "training.cross_entropy=fp32_upcast"});
   EXPECT_EQ(t.exit_code, 0) << t.err;
   EXPECT_EQ(t.out.find("WARNING"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("def preflight_config() -> Trainer.Config:\n"), std::string::npos) << t.out;

@@ -67,5 +67,5 @@ def preflight_config() -> Trainer.Config:
             ],
         ),
         activation_checkpoint=FullAC.Config(),
-        compile=CompileConfig(enable=True),
+        compile=CompileConfig(enable=True, components=["model"]),
     )

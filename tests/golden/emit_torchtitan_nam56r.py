@@ -40,5 +40,5 @@ def preflight_config() -> Trainer.Config:
             expert_parallel_degree=8,
         ),
         activation_checkpoint=SelectiveAC.Config(),
-        compile=CompileConfig(enable=True),
+        compile=CompileConfig(enable=True, components=["model"]),
     )
