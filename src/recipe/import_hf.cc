@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -295,6 +296,10 @@ class ConfigReader {
     int64_t param_difference = 0;
     try {
       param_difference = difference().value();
+      // The warning prints its magnitude, which -2^63 has not in int64.
+      if (param_difference == std::numeric_limits<int64_t>::min()) {
+        throw ArithmeticOverflow("int64 overflow in negation");
+      }
     } catch (const ArithmeticOverflow& e) {
       Error(key, config_.contains(key) ? Abbreviated(config_.at(key).dump()) : "",
             fmt::format("the sizes are too large to count the parameters of this stand-in ({}); no model this large "
