@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -659,6 +660,8 @@ const OverflowCase kOverflowCases[] = {
          "mamba_expand": 16777216, "mamba_d_state": 16})",
      "architectures"},
 };
+
+void PrintTo(const OverflowCase& c, std::ostream* os) { *os << c.name; }
 
 class StandInOverflow : public ::testing::TestWithParam<OverflowCase> {};
 
