@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,25 @@ TEST(ImportCli, ZambaTwoRecipeFitsPlansAndSimulates) {
   EXPECT_EQ(simulated.exit_code, 0) << simulated.out << simulated.err;
   EXPECT_THAT(simulated.out, HasSubstr("verdict: agree"));
   std::filesystem::remove(out);
+}
+
+// An MoE model with every size within the importer's and the recipe's bounds
+// (2^20 experts of ffn 2^24 on hidden 2^24) has 3 x 2^68 expert parameters:
+// sizing its layout leaves int64. Exit 2 naming the config, not a wrapped count.
+TEST(ImportCli, MoeSizesPastInt64AreAnErrorNamingTheConfig) {
+  const std::string config =
+      (std::filesystem::temp_directory_path() / ("import-moe-bounds-" + std::to_string(::getpid()) + ".json")).string();
+  {
+    std::ofstream out(config);
+    out << R"({"architectures": ["MixtralForCausalLM"], "num_hidden_layers": 1, "hidden_size": 16777216,
+               "vocab_size": 1000, "num_attention_heads": 1, "head_dim": 64, "intermediate_size": 16777216,
+               "num_local_experts": 1048576, "num_experts_per_tok": 1})";
+  }
+  const auto r = RunPreflight({"import", "hf", config});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(config + ": the model's sizes are too large to count its parameters"));
+  EXPECT_EQ(r.out, "");
+  std::filesystem::remove(config);
 }
 
 TEST(ImportCli, DefaultRuleGrowsTheClusterForLargeModels) {

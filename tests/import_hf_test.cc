@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -605,6 +606,101 @@ TEST(ImportHf, SizesBeyondTheRecipesBoundsAreErrorsNotOverflows) {
   // A vocabulary may be larger than a width.
   const HfImport vocab = ImportHfConfig(R"({"d_model": 64, "n_layer": 2, "vocab_size": 20000000})", "m.json");
   EXPECT_TRUE(vocab.ok()) << AllMessages(vocab);
+}
+
+// Each size within its bound (2^24), a stand-in's parameter count of three or
+// more of them past int64: an error at the stand-in's key, never a wrapped
+// count (signed overflow, UBSan). One case a family of stand-in.
+struct OverflowCase {
+  const char* name;
+  const char* config;
+  const char* key;  // where the error is located
+};
+
+const OverflowCase kOverflowCases[] = {
+    // Zamba2's shared attention: q/k/v of (1 + 2 x 2^24) heads of 2 x 2^24 / 1 over hidden 2^24 = 2^74.
+    {"Zamba2SharedBlock",
+     R"({"architectures": ["Zamba2ForCausalLM"], "num_hidden_layers": 1, "layers_block_type": ["hybrid"],
+         "hidden_size": 16777216, "vocab_size": 1000, "num_attention_heads": 1,
+         "num_key_value_heads": 16777216})",
+     "num_mem_blocks"},
+    // Qwen3-Next's Gated DeltaNet: in_proj_qkvz of hidden 2^24 x (2 x 2^48 + ...) = 2^73.
+    {"GatedDeltaNet",
+     R"({"architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 1, "hidden_size": 16777216,
+         "vocab_size": 1000, "linear_num_value_heads": 16777216, "linear_value_head_dim": 16777216,
+         "linear_num_key_heads": 1})",
+     "linear_num_value_heads"},
+    // Qwen2's q/k/v biases: (2^24 + 2 x 2^24) x 2^24 a layer, 100,000 layers = 2^66.
+    {"Qwen2AttentionBias",
+     R"({"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 100000, "hidden_size": 16777216,
+         "vocab_size": 1000, "num_attention_heads": 16777216, "num_key_value_heads": 16777216,
+         "head_dim": 16777216, "intermediate_size": 64})",
+     "architectures"},
+    // GLM's q/k/v biases (attention_bias): the same product.
+    {"Glm4AttentionBias",
+     R"({"architectures": ["Glm4MoeForCausalLM"], "num_hidden_layers": 100000, "hidden_size": 16777216,
+         "vocab_size": 1000, "num_attention_heads": 16777216, "num_key_value_heads": 16777216,
+         "head_dim": 16777216, "attention_bias": true, "intermediate_size": 64, "n_routed_experts": 8,
+         "num_experts_per_tok": 2, "moe_intermediate_size": 64})",
+     "attention_bias"},
+    // Qwen3-Next's attention output gate: hidden x heads x head_dim = 2^72.
+    {"Qwen3NextOutputGate",
+     R"({"architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 1, "layer_types": ["full_attention"],
+         "hidden_size": 16777216, "vocab_size": 1000, "num_attention_heads": 16777216, "head_dim": 16777216})",
+     "architectures"},
+    // A mamba_ssm MHA's conv1d over q, k and v: 3 x 2^48 x (2^24 + 1) = 2^73.6.
+    {"MambaSsmAttentionConv",
+     R"({"d_model": 64, "n_layer": 1, "vocab_size": 100, "attn_layer_idx": [0],
+         "attn_cfg": {"num_heads": 16777216, "head_dim": 16777216, "d_conv": 16777216}})",
+     "attn_cfg.d_conv"},
+    // Falcon-H1's missing gated norm: d_inner 2^48 x 100,000 layers = 2^64.6.
+    {"FalconH1GatedNorm",
+     R"({"architectures": ["FalconH1ForCausalLM"], "num_hidden_layers": 100000, "hidden_size": 16777216,
+         "vocab_size": 1000, "attn_layer_indices": [], "mamba_use_mlp": false, "mamba_n_heads": 16777216,
+         "mamba_expand": 16777216, "mamba_d_state": 16})",
+     "architectures"},
+};
+
+void PrintTo(const OverflowCase& c, std::ostream* os) { *os << c.name; }
+
+class StandInOverflow : public ::testing::TestWithParam<OverflowCase> {};
+
+TEST_P(StandInOverflow, IsAnErrorAtTheKeyNotAWrappedCount) {
+  const OverflowCase& c = GetParam();
+  const HfImport r = ImportHfConfig(c.config, "config.json");
+  ASSERT_FALSE(r.ok()) << AllMessages(r);
+  EXPECT_THAT(AllMessages(r), HasSubstr("too large to count the parameters")) << AllMessages(r);
+  bool at_key = false;
+  for (const Diagnostic& d : r.diagnostics) at_key = at_key || (d.severity == Severity::kError && d.key_path == c.key);
+  EXPECT_TRUE(at_key) << AllMessages(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(ImportHf, StandInOverflow, ::testing::ValuesIn(kOverflowCases),
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
+
+// Zamba2's per-use LoRA adapters: (hidden x rank + rank x 2 x ffn + 3 x 4 x hidden x rank) a use
+// = 45 x 2^44 at hidden 2^20, rank and ffn 2^24; 2^14 uses pass 2^63. One shared block a use
+// (num_mem_blocks = uses) keeps the block copies' count at zero.
+TEST(ImportHf, ZambaAdapterCountPastInt64IsAnErrorAtTheRank) {
+  const int64_t uses = 16384;
+  std::string types;
+  for (int64_t i = 0; i < uses; ++i) types += std::string(i > 0 ? ", " : "") + "\"hybrid\"";
+  const std::string config = R"({"architectures": ["Zamba2ForCausalLM"], "num_hidden_layers": )" +
+                             std::to_string(uses) + R"(, "layers_block_type": [)" + types + R"(],
+      "hidden_size": 1048576, "vocab_size": 1000, "num_mem_blocks": )" +
+                             std::to_string(uses) + R"(, "intermediate_size": 16777216,
+      "adapter_rank": 16777216, "use_shared_attention_adapter": true})";
+  const HfImport r = ImportHfConfig(config, "config.json");
+  ASSERT_FALSE(r.ok()) << AllMessages(r);
+  ASSERT_FALSE(r.diagnostics.empty());
+  int errors = 0;
+  for (const Diagnostic& d : r.diagnostics) {
+    if (d.severity != Severity::kError) continue;
+    ++errors;
+    EXPECT_EQ(d.key_path, "adapter_rank");
+    EXPECT_THAT(d.message, HasSubstr("too large to count the parameters"));
+  }
+  EXPECT_EQ(errors, 1) << AllMessages(r);
 }
 
 // ---- Nearest-letter stand-ins of the dense families -----------------------------

@@ -427,6 +427,36 @@ TEST(ImportMegatron, MalformedInputNamesLineAndFlag) {
   }
 }
 
+// Values may have 15 digits; two multiplied (mamba heads x head_dim, pp x
+// virtual stages) passed int64 (signed overflow). The factors carry the
+// recipe's bounds of their keys: an error at the flag, no product formed.
+TEST(ImportMegatron, FactorsOfAProductAreBoundedAtTheirFlag) {
+  const std::string base =
+      "MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 64\n  --num-attention-heads: 4\n  --vocab-size: 100\n"
+      "  --tokenizer-type: NullTokenizer\n  --seq-length: 64\n";
+  const struct {
+    std::string extra;
+    const char* flag;
+    const char* bound;
+  } cases[] = {
+      {"  --hybrid-override-pattern: M*M*\n  --mamba-head-dim: 999999999999999\n", "--mamba-head-dim", "65536"},
+      {"  --hybrid-override-pattern: M*M*\n  --mamba-num-heads: 999999999999999\n", "--mamba-num-heads", "1048576"},
+      {"  --pipeline-model-parallel-size: 999999999999999\n  --num-virtual-stages-per-pipeline-rank: 999999999999999\n",
+       "--pipeline-model-parallel-size", "16777216"},
+      {"  --num-virtual-stages-per-pipeline-rank: 999999999999999\n", "--num-virtual-stages-per-pipeline-rank",
+       "100000"},
+      {"  --pipeline-model-parallel-size: 2\n  --num-layers-per-virtual-pipeline-stage: 999999999999999\n",
+       "--num-layers-per-virtual-pipeline-stage", "100000"},
+  };
+  for (const auto& c : cases) {
+    const MegatronImport m = ImportMegatronArgs(base + c.extra, "m.yaml");
+    const Diagnostic* e = FirstError(m);
+    ASSERT_NE(e, nullptr) << c.flag;
+    EXPECT_EQ(e->key_path, c.flag);
+    EXPECT_THAT(e->message, HasSubstr(std::string("must be at most ") + c.bound)) << c.flag;
+  }
+}
+
 // Parameter counts of corpus models, worked out by hand from the shapes.
 TEST(ImportMegatron, CorpusGpt7bParameterCount) {
   const fidelity::Case& c = CorpusCase("gpt/gpt3_7b_tp4_pp1_memory_speed/dev_dgx_gb200");

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -30,6 +31,7 @@
 #include "preflight/recipe/import.h"
 #include "preflight/recipe/import_megatron.h"
 #include "preflight/recipe/recipe.h"
+#include "preflight/recipe/units.h"
 #include "verbs.h"
 
 namespace preflight::cli {
@@ -293,14 +295,9 @@ std::string LayoutStory(const Recipe& recipe, const std::vector<Override>& overr
   return story;
 }
 
-int RunImportHf(const ImportHfOptions& o) {
-  // Configs are a few KiB; anything past 16 MiB is not one (and is not read whole).
-  const std::optional<std::string> text = ReadInputFile(o.config);
-  if (!text) return kBadInput;
-  HfImport imported = ImportHfConfig(*text, o.config);
-  Print(imported.diagnostics);
-  if (!imported.ok()) return kBadInput;
-
+/// The import of a config the importer accepted: the layout, the written
+/// recipe's checks, the output.
+int WriteImportedRecipe(const ImportHfOptions& o, HfImport imported) {
   std::vector<Override> overrides;
   if (!ParseLayout(o.layout, "parallel.tp=8", &overrides)) return kBadInput;
   std::vector<Diagnostic> layout_errors;
@@ -374,6 +371,24 @@ int RunImportHf(const ImportHfOptions& o) {
     return 0;
   }
   return WriteTextFile(o.output, yaml, {o.config}) ? 0 : kBadInput;
+}
+
+int RunImportHf(const ImportHfOptions& o) {
+  // Configs are a few KiB; anything past 16 MiB is not one (and is not read whole).
+  const std::optional<std::string> text = ReadInputFile(o.config);
+  if (!text) return kBadInput;
+  HfImport imported = ImportHfConfig(*text, o.config);
+  Print(imported.diagnostics);
+  if (!imported.ok()) return kBadInput;
+  try {
+    return WriteImportedRecipe(o, std::move(imported));
+  } catch (const ArithmeticOverflow& e) {
+    // Sizes each within the recipe's bounds whose products (the parameters
+    // of 2^20 experts of 2^24 x 2^24) leave int64 when the layout is sized.
+    std::fprintf(stderr, "%s: the model's sizes are too large to count its parameters and bytes (%s)\n",
+                 Shown(o.config).c_str(), e.what());
+    return kBadInput;
+  }
 }
 
 struct ImportMegatronOptions {

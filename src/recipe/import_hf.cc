@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -21,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "preflight/recipe/units.h"
 #include "recipe_bounds.h"
 
 namespace preflight {
@@ -142,6 +144,31 @@ std::string Grouped(int64_t n) {
   return out;
 }
 
+/// A product of config sizes or a parameter count, with every step checked
+/// (units.h CheckedAdd, CheckedSub, CheckedMul): each size is bounded (2^24,
+/// a vocabulary 2^32), but three sizes at their bounds pass 2^63, where a
+/// plain int64 product is undefined behaviour. Operators are members, so an
+/// expression compiles only with a Count on the left of each step:
+/// Count(hidden) * heads * head_dim is checked throughout. An overflow throws
+/// ArithmeticOverflow: ConfigReader::StandIn reports it at the stand-in's key,
+/// ImportHfConfig any other at the file.
+class Count {
+ public:
+  explicit Count(int64_t n) : n_(n) {}
+  int64_t value() const { return n_; }
+  Count operator+(Count b) const { return Count(CheckedAdd(n_, b.n_)); }
+  Count operator-(Count b) const { return Count(CheckedSub(n_, b.n_)); }
+  Count operator*(Count b) const { return Count(CheckedMul(n_, b.n_)); }
+  Count operator+(int64_t b) const { return *this + Count(b); }
+  Count operator-(int64_t b) const { return *this - Count(b); }
+  Count operator*(int64_t b) const { return *this * Count(b); }
+  Count operator/(int64_t b) const { return Count(n_ / b); }  // a positive divisor: cannot overflow
+  Count operator-() const { return Count(CheckedSub(0, n_)); }
+
+ private:
+  int64_t n_;
+};
+
 /// Model state a parameter costs before sharding with the import's default
 /// training setup: bf16 weight 2, fp32 gradient 4, fp32 master 4, AdamW m and v 8.
 constexpr int64_t kModelStateBytesPerParam = 18;
@@ -224,7 +251,7 @@ class ConfigReader {
       Error(key, v.dump(), "must be a non-negative integer");
       return fallback;
     }
-    return v.get<int64_t>();
+    return WithinBounds(key) ? v.get<int64_t>() : fallback;
   }
   bool OptBool(const std::string& key, bool fallback) {
     used_.insert(key);
@@ -261,8 +288,25 @@ class ConfigReader {
 
   /// A block imported as the nearest letter: the warning says what stands in
   /// for what and the parameter and model-state difference, and the figure is
-  /// kept in HfImport::stand_ins.
-  void StandIn(const std::string& key, const std::string& what, int64_t param_difference) {
+  /// kept in HfImport::stand_ins. `difference` returns the recipe's count
+  /// minus the model's as a Count; sizes whose count leaves int64 are an
+  /// error at `key`.
+  template <typename Difference>
+  void StandIn(const std::string& key, const std::string& what, Difference difference) {
+    int64_t param_difference = 0;
+    try {
+      param_difference = difference().value();
+      // The warning prints its magnitude, which -2^63 has not in int64.
+      if (param_difference == std::numeric_limits<int64_t>::min()) {
+        throw ArithmeticOverflow("int64 overflow in negation");
+      }
+    } catch (const ArithmeticOverflow& e) {
+      Error(key, config_.contains(key) ? Abbreviated(config_.at(key).dump()) : "",
+            fmt::format("the sizes are too large to count the parameters of this stand-in ({}); no model this large "
+                        "can be trained",
+                        e.what()));
+      return;
+    }
     out_->stand_ins.push_back({prefix_ + key, param_difference});
     WarnAbout(key, "imported as the nearest recipe block: " + what + "; " + DifferenceText(param_difference));
   }
@@ -308,17 +352,23 @@ class ConfigReader {
       Error(key, v.dump(), "must be a positive integer");
       return 1;
     }
-    // Every size the importer reads is a width, count or vocabulary; bounding
-    // them as the recipe does keeps the parameter counts below within int64.
-    // Layer counts and periods have their own bound (kMaxLayers, LayerCount).
+    return WithinBounds(key) ? v.get<int64_t>() : 1;
+  }
+  /// Whether the integer at `key` is within the recipe's bounds; an error
+  /// when not. Every size the importer reads is a width, count or vocabulary;
+  /// bounding them as the recipe does keeps a product of two within int64
+  /// (the products of more go through Count). Layer counts have their own
+  /// bound (kMaxLayers, LayerCount); layer periods and offsets only index.
+  bool WithinBounds(const std::string& key) {
+    const Json& v = config_.at(key);
     const bool vocab = key.find("vocab") != std::string::npos;
     const int64_t most = vocab ? recipe_internal::kMaxVocab : recipe_internal::kMaxWidth;
     if (key.find("layer") == std::string::npos && v.get<int64_t>() > most) {
       Error(key, v.dump(),
             fmt::format("must be at most {} (the recipe's largest {})", most, vocab ? "vocabulary" : "size"));
-      return 1;
+      return false;
     }
-    return v.get<int64_t>();
+    return true;
   }
   /// A warning located at `key`, with its value.
   void WarnAbout(const std::string& key, const std::string& message) {
@@ -417,7 +467,7 @@ struct AttentionShape {
   int64_t heads = 1;
   int64_t kv_heads = 1;
   int64_t head_dim = 1;
-  int64_t QkvWidth() const { return (heads + 2 * kv_heads) * head_dim; }
+  Count QkvWidth() const { return (Count(kv_heads) * 2 + heads) * head_dim; }
 };
 
 /// Attention with separate Q, K, V heads (GQA/MQA/MHA).
@@ -495,14 +545,14 @@ void WriteMamba2(const MambaConfig& m, ModelWriter* w, const Mamba2Comments& c =
 /// Parameters of the recipe's Mamba-2 mixer (inventory AddMamba: in_proj [z,
 /// x, B, C, dt], conv1d over [x, B, C] with bias, dt_bias, A_log and D per
 /// head, the gated norm, out_proj), its pre-norm excluded.
-int64_t Mamba2MixerParams(int64_t hidden, int64_t d_inner, int64_t head_dim, int64_t groups, int64_t d_state,
-                          int64_t d_conv) {
+Count Mamba2MixerParams(int64_t hidden, int64_t d_inner, int64_t head_dim, int64_t groups, int64_t d_state,
+                        int64_t d_conv) {
   const int64_t heads = d_inner / head_dim;
-  const int64_t bc = CheckedMul(CheckedMul(2, groups), d_state);
-  const int64_t in_proj = CheckedMul(hidden, CheckedAdd(CheckedAdd(CheckedMul(2, d_inner), bc), heads));
-  const int64_t conv = CheckedMul(CheckedAdd(d_inner, bc), CheckedAdd(d_conv, 1));
-  const int64_t rest = CheckedAdd(CheckedAdd(CheckedMul(3, heads), d_inner), CheckedMul(d_inner, hidden));
-  return CheckedAdd(CheckedAdd(in_proj, conv), rest);
+  const Count bc = Count(2) * groups * d_state;
+  const Count in_proj = (Count(d_inner) * 2 + bc + heads) * hidden;
+  const Count conv = (bc + d_inner) * (Count(d_conv) + 1);
+  const Count rest = Count(heads) * 3 + d_inner + Count(d_inner) * hidden;
+  return in_proj + conv + rest;
 }
 
 /// A Mamba-1 mixer (mamba_ssm mamba_simple.py Mamba; Jamba's JambaMambaMixer).
@@ -520,14 +570,13 @@ struct Mamba1Shape {
 /// in_proj [h, 2 d_inner], depthwise conv1d over d_inner, x_proj [d_inner,
 /// dt_rank + 2 d_state], dt_proj [dt_rank, d_inner] with bias, A_log
 /// [d_inner, d_state], D [d_inner], out_proj [d_inner, h].
-int64_t Mamba1MixerParams(const Mamba1Shape& m) {
+Count Mamba1MixerParams(const Mamba1Shape& m) {
   const int64_t di = m.d_inner;
-  const int64_t x_proj = CheckedAdd(m.dt_rank, CheckedMul(2, m.d_state));
-  const int64_t per_channel = CheckedAdd(CheckedAdd(CheckedMul(3, m.hidden), m.d_conv),
-                                         CheckedAdd(CheckedAdd(x_proj, m.dt_rank), CheckedAdd(m.d_state, 2)));
-  int64_t n = CheckedAdd(CheckedMul(di, per_channel), m.extra);  // in_proj 2h + out_proj h per channel
-  if (m.conv_bias) n = CheckedAdd(n, di);
-  if (m.proj_bias) n = CheckedAdd(n, CheckedAdd(CheckedMul(2, di), m.hidden));
+  const Count x_proj = Count(m.d_state) * 2 + m.dt_rank;
+  const Count per_channel = Count(m.hidden) * 3 + m.d_conv + x_proj + m.dt_rank + m.d_state + 2;
+  Count n = Count(di) * per_channel + m.extra;  // in_proj 2h + out_proj h per channel
+  if (m.conv_bias) n = n + di;
+  if (m.proj_bias) n = n + Count(di) * 2 + m.hidden;
   return n;
 }
 
@@ -551,16 +600,18 @@ void WriteMamba1StandIn(ConfigReader& r, const std::string& key, const Mamba1Sha
       {.expand = "",
        .head_dim = "Mamba-1 has no heads: the Mamba-2 stand-in, see the warning",
        .groups = "Mamba-1 shares B and C across all channels"});
-  const int64_t per_layer =
-      CheckedSub(Mamba2MixerParams(m1.hidden, m1.d_inner, head_dim, 1, m1.d_state, m1.d_conv), Mamba1MixerParams(m1));
-  r.StandIn(key,
-            fmt::format("the mixer is Mamba-1 (x_proj to dt_rank {} + 2 x d_state, dt_proj, A_log of [d_inner, {}]{}) "
-                        "and the recipe's M block is Mamba-2: written as Mamba-2 with head_dim {} and 1 group "
-                        "(same d_inner {}, d_state and conv), {} layers; activations are priced as Mamba-2's "
-                        "chunked scan saves them (Mamba-1's selective scan keeps dt for every channel, not one "
-                        "per head)",
-                        m1.dt_rank, m1.d_state, m1.extra > 0 ? ", dt/B/C RMSNorms" : "", head_dim, m1.d_inner, layers),
-            CheckedMul(per_layer, layers));
+  r.StandIn(
+      key,
+      fmt::format("the mixer is Mamba-1 (x_proj to dt_rank {} + 2 x d_state, dt_proj, A_log of [d_inner, {}]{}) "
+                  "and the recipe's M block is Mamba-2: written as Mamba-2 with head_dim {} and 1 group "
+                  "(same d_inner {}, d_state and conv), {} layers; activations are priced as Mamba-2's "
+                  "chunked scan saves them (Mamba-1's selective scan keeps dt for every channel, not one "
+                  "per head)",
+                  m1.dt_rank, m1.d_state, m1.extra > 0 ? ", dt/B/C RMSNorms" : "", head_dim, m1.d_inner, layers),
+      [&] {
+        return (Mamba2MixerParams(m1.hidden, m1.d_inner, head_dim, 1, m1.d_state, m1.d_conv) - Mamba1MixerParams(m1)) *
+               layers;
+      });
 }
 
 // ---- Architectures ---------------------------------------------------------
@@ -743,7 +794,7 @@ void ImportGlm4Moe(ConfigReader& r, ModelWriter* w) {
     r.StandIn("attention_bias",
               "GLM's bias vectors on q, k and v (o_proj has none; the recipe's linear_bias would add them to o_proj "
               "and the MLP as well) are left out",
-              -a.QkvWidth() * layers);
+              [&] { return -(a.QkvWidth() * layers); });
   }
   r.UnrepresentedUnless("mlp_bias", Json(false), "bias vectors on the MLP projections are not counted");
   if (first_dense > 0) {
@@ -794,7 +845,7 @@ void ImportJamba(ConfigReader& r, ModelWriter* w) {
   const int64_t d_state = r.OptInt("mamba_d_state", 16);
   Mamba1Shape m1;
   m1.hidden = hidden;
-  m1.d_inner = CheckedMul(expand, hidden);
+  m1.d_inner = (Count(expand) * hidden).value();
   m1.d_state = d_state;
   m1.d_conv = r.OptInt("mamba_d_conv", 4);
   m1.dt_rank = (hidden + 15) / 16;  // JambaConfig's "auto": ceil(hidden_size / 16)
@@ -804,7 +855,7 @@ void ImportJamba(ConfigReader& r, ModelWriter* w) {
   }
   m1.conv_bias = r.OptBool("mamba_conv_bias", true);
   m1.proj_bias = r.OptBool("mamba_proj_bias", false);
-  m1.extra = m1.dt_rank + 2 * d_state;  // JambaMambaMixer's dt, B and C RMSNorms
+  m1.extra = (Count(d_state) * 2 + m1.dt_rank).value();  // JambaMambaMixer's dt, B and C RMSNorms
   WriteMamba1StandIn(r, "mamba_dt_rank", m1, expand,
                      static_cast<int64_t>(std::count(letters.begin(), letters.end(), 'M')), w);
   ExpectSilu(r, "hidden_act");
@@ -868,7 +919,7 @@ void ImportNemotronH(ConfigReader& r, ModelWriter* w) {
   if (letters.find('M') != std::string::npos) {
     const int64_t mheads = r.RequireInt("mamba_num_heads");
     const int64_t mhead_dim = r.RequireInt("mamba_head_dim");
-    const int64_t inner = mheads * mhead_dim;
+    const int64_t inner = (Count(mheads) * mhead_dim).value();
     if (inner % hidden != 0) {
       r.Error("mamba_num_heads", std::to_string(mheads),
               fmt::format("mamba_num_heads * mamba_head_dim = {} must be a multiple of hidden_size ({}) to be "
@@ -923,17 +974,18 @@ constexpr Mamba2Keys kPrefixedMamba2Keys = {"mamba_n_heads",    "mamba_d_head", 
 /// (or "auto") head width is d_inner / heads, the only one that fits.
 void ReadMamba2(ConfigReader& r, const Mamba2Keys& k, int64_t hidden, ModelWriter* w) {
   const int64_t expand = r.OptInt(k.expand, 2);
-  const int64_t d_inner = expand * hidden;
+  const int64_t d_inner = (Count(expand) * hidden).value();
   const int64_t heads = r.RequireInt(k.heads);
   r.Use(k.head_dim);
   int64_t head_dim = d_inner / heads;
   if (r.Has(k.head_dim) && !(r.At(k.head_dim).is_string() && r.At(k.head_dim) == "auto")) {
     head_dim = r.OptInt(k.head_dim, head_dim);
   }
-  if (heads * head_dim != d_inner) {
-    r.Error(k.heads, std::to_string(heads),
-            fmt::format("{} x {} = {} must equal {} x hidden_size = {}", k.heads, k.head_dim, heads * head_dim,
-                        k.expand, d_inner));
+  const int64_t width = (Count(heads) * head_dim).value();
+  if (width != d_inner) {
+    r.Error(
+        k.heads, std::to_string(heads),
+        fmt::format("{} x {} = {} must equal {} x hidden_size = {}", k.heads, k.head_dim, width, k.expand, d_inner));
   }
   WriteMamba2({.d_state = r.RequireInt(k.d_state),
                .d_conv = r.OptInt(k.d_conv, 4),
@@ -1018,7 +1070,7 @@ void ImportQwen2(ConfigReader& r, ModelWriter* w) {
   r.StandIn("architectures",
             "Qwen2 has bias vectors on q, k and v only (the recipe's linear_bias would add them to o_proj and the "
             "MLP as well), so they are left out",
-            -d.attention.QkvWidth() * d.layers);
+            [&] { return -(d.attention.QkvWidth() * d.layers); });
   WarnSlidingWindow(r, r.OptBool("use_sliding_window", false));
   r.Use("sliding_window");
   r.Use("use_mrope");
@@ -1062,7 +1114,7 @@ void ImportGemma(ConfigReader& r, ModelWriter* w, bool gemma3) {
             "Gemma's post-attention and post-feedforward RMSNorms (two more [hidden] weights a layer) are not "
             "counted, and each keeps its [s, b, hidden] input for backward: 2 x s x b x hidden activations a layer "
             "more than priced",
-            -2 * d.hidden * d.layers);
+            [&] { return -(Count(2) * d.hidden * d.layers); });
   WarnSlidingWindow(r, true);
   r.Use("sliding_window_pattern");
   r.UnrepresentedUnless("layer_types", Json(),
@@ -1245,19 +1297,21 @@ void ImportFalconH1(ConfigReader& r, ModelWriter* w) {
   }
   ExpectSilu(r, "hidden_act");
   const int64_t heads = r.RequireInt("mamba_n_heads");
-  const int64_t d_inner = r.Has("mamba_d_ssm") && !r.At("mamba_d_ssm").is_null() ? r.RequireInt("mamba_d_ssm")
-                                                                                 : r.OptInt("mamba_expand", 2) * hidden;
+  const int64_t d_inner = r.Has("mamba_d_ssm") && !r.At("mamba_d_ssm").is_null()
+                              ? r.RequireInt("mamba_d_ssm")
+                              : (Count(r.OptInt("mamba_expand", 2)) * hidden).value();
   r.Use("mamba_expand");
   r.Use("mamba_d_head");
   int64_t head_dim = heads > 0 ? d_inner / heads : 1;
   if (r.Has("mamba_d_head") && !(r.At("mamba_d_head").is_string() && r.At("mamba_d_head") == "auto")) {
     head_dim = r.OptInt("mamba_d_head", head_dim);
   }
-  if (heads * head_dim != d_inner) {
+  const int64_t width = (Count(heads) * head_dim).value();
+  if (width != d_inner) {
     r.Error("mamba_n_heads", std::to_string(heads),
             fmt::format("mamba_n_heads x mamba_d_head = {} must equal the Mamba width (mamba_d_ssm, else "
                         "mamba_expand x hidden_size) = {}",
-                        heads * head_dim, d_inner));
+                        width, d_inner));
     return;
   }
   const int64_t groups = r.OptInt("mamba_n_groups", 1);
@@ -1280,8 +1334,6 @@ void ImportFalconH1(ConfigReader& r, ModelWriter* w) {
   const int64_t side_by_side = static_cast<int64_t>(attention.size());
   const bool gated_norm = r.OptBool("mamba_rms_norm", false);
   const bool conv_bias = r.OptBool("mamba_conv_bias", true);
-  const int64_t extra = hidden * side_by_side + (gated_norm ? 0 : d_inner * layers) -
-                        (conv_bias ? 0 : (d_inner + 2 * groups * d_state) * layers);
   r.StandIn("architectures",
             fmt::format("attention and the Mamba-2 mixer run side by side on one normed input; the recipe runs "
                         "them one after the other, each with its own pre-norm ({} layers: one more RMSNorm of "
@@ -1292,7 +1344,11 @@ void ImportFalconH1(ConfigReader& r, ModelWriter* w) {
                                    : "; the recipe's Mamba-2 always has the gated RMSNorm that "
                                      "mamba_rms_norm: false leaves out",
                         conv_bias ? "" : "; the recipe always counts the conv1d bias"),
-            extra);
+            [&] {
+              const Count norms = Count(hidden) * side_by_side + (gated_norm ? Count(0) : Count(d_inner) * layers);
+              const Count conv = conv_bias ? Count(0) : (Count(groups) * 2 * d_state + d_inner) * layers;
+              return norms - conv;
+            });
   r.UnrepresentedUnless("mamba_proj_bias", Json(false), "biases on the Mamba in/out projections are not counted");
   r.UnrepresentedUnless("projectors_bias", Json(false), "biases on the projections are not counted");
   r.Use("mamba_norm_before_gate");
@@ -1331,45 +1387,48 @@ struct Zamba2Shape {
 
 /// Parameters of the recipe's A block as imported (its pre-norm, q/k/v read
 /// from hidden, o back to hidden) and of its gated D block.
-int64_t RecipeAttentionParams(int64_t hidden, const AttentionShape& a) {
-  return hidden + hidden * a.QkvWidth() + a.heads * a.head_dim * hidden;
+Count RecipeAttentionParams(int64_t hidden, const AttentionShape& a) {
+  return a.QkvWidth() * hidden + hidden + Count(a.heads) * a.head_dim * hidden;
 }
-int64_t RecipeGatedMlpParams(int64_t hidden, int64_t ffn) { return hidden + 3 * hidden * ffn; }
+Count RecipeGatedMlpParams(int64_t hidden, int64_t ffn) { return Count(hidden) * 3 * ffn + hidden; }
 
 /// The four ways the A, D and M letters of a hybrid layer differ from
 /// Zamba2's shared block, each a warning with its parameter difference.
 void WarnZamba2StandIns(ConfigReader& r, const Zamba2Shape& z, const std::string& rank_key) {
   const int64_t h = z.hidden;
-  const int64_t per_use = RecipeAttentionParams(h, z.attention) + RecipeGatedMlpParams(h, z.ffn);
-  r.StandIn("num_mem_blocks",
-            fmt::format("the shared transformer block (attention + gated MLP; {} block{}, used round-robin at {} "
-                        "hybrid layers) is written as an A and a D letter at every use: the recipe has no shared "
-                        "weights, so it counts them once per use where the model holds them once per block; the "
-                        "model state of the {} extra copies is not there in the model, while the activations are "
-                        "per use in both",
-                        z.blocks, z.blocks == 1 ? "" : "s", z.uses, z.uses - z.blocks),
-            (z.uses - z.blocks) * per_use);
+  r.StandIn(
+      "num_mem_blocks",
+      fmt::format("the shared transformer block (attention + gated MLP; {} block{}, used round-robin at {} "
+                  "hybrid layers) is written as an A and a D letter at every use: the recipe has no shared "
+                  "weights, so it counts them once per use where the model holds them once per block; the "
+                  "model state of the {} extra copies is not there in the model, while the activations are "
+                  "per use in both",
+                  z.blocks, z.blocks == 1 ? "" : "s", z.uses, z.uses - z.blocks),
+      [&] { return (RecipeAttentionParams(h, z.attention) + RecipeGatedMlpParams(h, z.ffn)) * (z.uses - z.blocks); });
   r.StandIn("num_attention_heads",
             fmt::format("the shared attention reads concat(hidden, the input embeddings), 2 x hidden = {} wide: its "
                         "input RMSNorm and its q, k and v projections ({} heads of {}) are twice as wide as the "
                         "recipe's A, which reads hidden; the q/k/v FLOPs are half the model's and its saved "
                         "[s, b, 2 x hidden] input is priced at hidden (about s x b x hidden x 2 B a use less in bf16)",
                         2 * h, z.attention.heads, z.attention.head_dim),
-            -z.blocks * (h + h * z.attention.QkvWidth()));
+            [&] { return -((z.attention.QkvWidth() * h + h) * z.blocks); });
   r.StandIn("layers_block_type",
             fmt::format("each hybrid layer's linear [hidden, hidden] projection of the shared block's output into the "
                         "Mamba layer's input ({} layers, unshared) has no letter: not counted, nor its saved "
                         "[s, b, hidden] input",
                         z.uses),
-            -z.uses * h * h);
-  const int64_t mlp_adapter = h * z.rank + z.rank * 2 * z.ffn;
-  const int64_t attention_adapter = z.attention_adapters ? 3 * (2 * h * z.rank + z.rank * 2 * h) : 0;
+            [&] { return -(Count(z.uses) * h * h); });
   r.StandIn(rank_key,
             fmt::format("the per-use LoRA adapters (rank {}: gate_up_proj's hidden -> rank -> 2 x ffn{}) are not "
                         "counted, nor their rank-wide intermediates ({} x s x b x rank a use)",
                         z.rank, z.attention_adapters ? "; q, k and v's 2 x hidden -> rank -> 2 x hidden" : "",
                         z.attention_adapters ? 4 : 1),
-            -z.uses * (mlp_adapter + attention_adapter));
+            [&] {
+              const Count mlp_adapter = Count(h) * z.rank + Count(z.rank) * 2 * z.ffn;
+              // q, k and v each: 2 x hidden -> rank -> 2 x hidden.
+              const Count attention_adapter = z.attention_adapters ? Count(h) * 4 * z.rank * 3 : Count(0);
+              return -((mlp_adapter + attention_adapter) * z.uses);
+            });
 }
 
 /// Zamba2ForCausalLM (modeling_zamba2.py): a Mamba-2 layer per
@@ -1402,16 +1461,17 @@ void ImportZamba2(ConfigReader& r, ModelWriter* w) {
     z.attention.kv_heads = r.OptInt("num_key_value_heads", z.attention.heads);
     // Zamba2Config: attention_head_dim = 2 x hidden_size / num_attention_heads, whatever the file says.
     for (const char* k : {"attention_head_dim", "attention_hidden_size", "kv_channels", "num_query_groups"}) r.Use(k);
-    if (2 * h % z.attention.heads != 0) {
+    const int64_t width = (Count(h) * 2).value();  // concat(hidden, embeddings)
+    if (width % z.attention.heads != 0) {
       r.Error("num_attention_heads", std::to_string(z.attention.heads),
-              fmt::format("must divide 2 x hidden_size = {} (the shared attention's width)", 2 * h));
+              fmt::format("must divide 2 x hidden_size = {} (the shared attention's width)", width));
       return;
     }
-    z.attention.head_dim = 2 * h / z.attention.heads;
+    z.attention.head_dim = width / z.attention.heads;
     w->Add("attention.heads", z.attention.heads);
     w->Add("attention.kv_heads", z.attention.kv_heads);
     w->Add("attention.head_dim", z.attention.head_dim, "attention_head_dim = 2 x hidden / heads");
-    z.ffn = r.OptInt(Zamba2Key(r, "intermediate_size", "ffn_hidden_size"), 4 * h);
+    z.ffn = r.OptInt(Zamba2Key(r, "intermediate_size", "ffn_hidden_size"), (Count(h) * 4).value());
     w->Add("mlp.ffn_hidden", z.ffn);
     w->Add("mlp.activation", "swiglu", "gated: gate_up_proj to 2 x ffn");
     const std::string act = r.OptString("hidden_act", "gelu");  // Zamba2Config's default
@@ -1447,7 +1507,7 @@ void ImportZamba2(ConfigReader& r, ModelWriter* w) {
   }
   // The Mamba-2 mixer (Zamba2MambaMixer): the recipe's M, conv1d bias and gated norm included.
   const int64_t expand = r.OptInt(Zamba2Key(r, "mamba_expand", "expansion_factor"), 2);
-  const int64_t d_inner = expand * h;
+  const int64_t d_inner = (Count(expand) * h).value();
   // Zamba2Config derives mamba_headdim from n_mamba_heads (default 8); the fork's config gives mamba_headdim alone.
   r.Use("mamba_headdim");
   const bool by_heads = r.Has("n_mamba_heads") || !r.Has("mamba_headdim");
@@ -1498,7 +1558,7 @@ void WriteGatedDeltaNetStandIn(ConfigReader& r, int64_t hidden, int64_t layers, 
   const int64_t value_heads = r.OptInt("linear_num_value_heads", 32);
   const int64_t value_dim = r.OptInt("linear_value_head_dim", 128);
   const int64_t conv = r.OptInt("linear_conv_kernel_dim", 4);
-  const int64_t d_inner = value_heads * value_dim;
+  const int64_t d_inner = (Count(value_heads) * value_dim).value();
   if (d_inner % hidden != 0 || value_heads % key_heads != 0) {
     r.Error("linear_num_value_heads", std::to_string(value_heads),
             fmt::format("linear_num_value_heads x linear_value_head_dim = {} must be a multiple of hidden_size ({}) "
@@ -1520,10 +1580,6 @@ void WriteGatedDeltaNetStandIn(ConfigReader& r, int64_t hidden, int64_t layers, 
   // in_proj_qkvz, in_proj_ba (beta and decay a head), conv1d over q, k, v
   // without bias, dt_bias and A_log a head, a gated RMSNorm of one head's
   // width, out_proj.
-  const int64_t qk = 2 * key_heads * key_dim;
-  const int64_t gdn = hidden * (qk + 2 * d_inner) + hidden * 2 * value_heads + (qk + d_inner) * conv + 2 * value_heads +
-                      value_dim + d_inner * hidden;
-  const int64_t per_layer = Mamba2MixerParams(hidden, d_inner, value_dim, key_heads, key_dim, conv) - gdn;
   r.StandIn("linear_num_value_heads",
             fmt::format("Gated DeltaNet linear attention (in_proj_qkvz, in_proj_ba with a beta and a decay a head, "
                         "a conv1d without bias over q, k and v, a gated RMSNorm of one head's width) is written as a "
@@ -1531,7 +1587,12 @@ void WriteGatedDeltaNetStandIn(ConfigReader& r, int64_t hidden, int64_t layers, 
                         "activations are priced as Mamba-2's chunked scan saves them, not as the gated delta "
                         "rule's",
                         layers, key_heads, key_dim, value_heads, value_dim),
-            per_layer * layers);
+            [&] {
+              const Count qk = Count(key_heads) * 2 * key_dim;
+              const Count gdn = (qk + Count(d_inner) * 2) * hidden + Count(hidden) * 2 * value_heads +
+                                (qk + d_inner) * conv + Count(value_heads) * 2 + value_dim + Count(d_inner) * hidden;
+              return (Mamba2MixerParams(hidden, d_inner, value_dim, key_heads, key_dim, conv) - gdn) * layers;
+            });
 }
 
 /// Qwen3NextForCausalLM: gated full attention (every full_attention_interval-th
@@ -1556,7 +1617,7 @@ void ImportQwen3Next(ConfigReader& r, ModelWriter* w) {
     r.StandIn("architectures",
               "the attention output gate (q_proj is twice as wide: a sigmoid gate of heads x head_dim multiplies "
               "the attention output) is not counted, nor its [s, b, heads x head_dim] activations",
-              -hidden * a.heads * a.head_dim * attention_layers);
+              [&] { return -(Count(hidden) * a.heads * a.head_dim * attention_layers); });
   }
   if (letters.find('D') != std::string::npos) {
     w->Add("mlp.ffn_hidden", r.RequireInt("intermediate_size"), "dense layers (mlp_only_layers / sparse step)");
@@ -1598,24 +1659,25 @@ void ReadMambaSsmAttention(ConfigReader& r, int64_t hidden, int64_t attention_la
   w->Add("attention.heads", heads);
   w->Add("attention.kv_heads", kv_heads);
   w->Add("attention.head_dim", head_dim);
-  const int64_t qkv = (heads + 2 * kv_heads) * head_dim;
+  const AttentionShape shape{heads, kv_heads, head_dim};
   // MHA's defaults: qkv_proj_bias and out_proj_bias true.
   const bool qkv_bias = a.OptBool("qkv_proj_bias", true);
   const bool out_bias = a.OptBool("out_proj_bias", true);
   if (qkv_bias && out_bias && !mlp_layers) {
     w->AddBool("linear_bias", true, "attn_cfg qkv_proj_bias and out_proj_bias (no MLP layers)");
   } else if (qkv_bias || out_bias) {
-    a.StandIn(qkv_bias ? "qkv_proj_bias" : "out_proj_bias",
-              "attention projection biases are left out (the recipe's linear_bias would put biases on the MLP "
-              "and on both projections)",
-              -((qkv_bias ? qkv : 0) + (out_bias ? hidden : 0)) * attention_layers);
+    a.StandIn(
+        qkv_bias ? "qkv_proj_bias" : "out_proj_bias",
+        "attention projection biases are left out (the recipe's linear_bias would put biases on the MLP "
+        "and on both projections)",
+        [&] { return -(((qkv_bias ? shape.QkvWidth() : Count(0)) + (out_bias ? hidden : 0)) * attention_layers); });
   }
   const int64_t d_conv = a.OptCount("d_conv", 0);
   if (d_conv > 0) {
     a.StandIn("d_conv",
               "a depthwise conv1d (with bias) over q, k and v before attention is not part of the recipe's A "
               "block; its input is saved for backward as well",
-              -qkv * (d_conv + 1) * attention_layers);
+              [&] { return -(shape.QkvWidth() * (Count(d_conv) + 1) * attention_layers); });
   }
   const int64_t mlp_dim = a.OptCount("mlp_dim", 0);
   if (mlp_dim > 0) {
@@ -1623,7 +1685,7 @@ void ReadMambaSsmAttention(ConfigReader& r, int64_t hidden, int64_t attention_la
     a.StandIn("mlp_dim",
               "the MLP fused into the attention projections (in_proj widened by mlp_dim, out_proj by mlp_dim / 2) is "
               "not part of the recipe's A block",
-              -(hidden * rounded + rounded / 2 * hidden) * attention_layers);
+              [&] { return -((Count(hidden) * rounded + Count(rounded) / 2 * hidden) * attention_layers); });
   }
   for (const char* k : {"causal", "softmax_scale", "rotary_emb_dim", "rotary_emb_base", "rotary_emb_interleaved"}) {
     a.Use(k);
@@ -1641,7 +1703,7 @@ void ReadMambaSsmMixer(ConfigReader& ssm, const std::string& layer, int64_t hidd
     ssm.Use(k);
   }
   const int64_t expand = ssm.OptInt("expand", 2);
-  const int64_t d_inner = expand * hidden;
+  const int64_t d_inner = (Count(expand) * hidden).value();
   if (layer == "Mamba2") {
     const int64_t head_dim = ssm.OptInt("headdim", 64);
     if (d_inner % head_dim != 0) {
@@ -1660,17 +1722,19 @@ void ReadMambaSsmMixer(ConfigReader& ssm, const std::string& layer, int64_t hidd
                  .chunk = ssm.OptInt("chunk_size", 256)},
                 w);
     if (!ssm.OptBool("rmsnorm", true)) {
-      ssm.StandIn("rmsnorm", "no gated RMSNorm; the recipe's Mamba-2 always has it", d_inner * mamba_layers);
+      ssm.StandIn("rmsnorm", "no gated RMSNorm; the recipe's Mamba-2 always has it",
+                  [&] { return Count(d_inner) * mamba_layers; });
     }
     ssm.UnrepresentedUnless("norm_before_gate", Json(false), "the recipe's gated norm is RMSNorm(y * SiLU(z))");
     if (!ssm.OptBool("conv_bias", true)) {
-      ssm.StandIn("conv_bias", "the recipe always counts the conv1d bias",
-                  (d_inner + 2 * ssm.OptInt("ngroups", 1) * ssm.OptInt("d_state", 128)) * mamba_layers);
+      ssm.StandIn("conv_bias", "the recipe always counts the conv1d bias", [&] {
+        return (Count(ssm.OptInt("ngroups", 1)) * 2 * ssm.OptInt("d_state", 128) + d_inner) * mamba_layers;
+      });
     }
     ssm.UnrepresentedUnless("bias", Json(false), "biases on in_proj/out_proj are not counted");
     if (ssm.OptBool("D_has_hdim", false)) {
       ssm.StandIn("D_has_hdim", "D per channel rather than per head is not counted",
-                  -(d_inner - d_inner / head_dim) * mamba_layers);
+                  [&] { return -((Count(d_inner) - d_inner / head_dim) * mamba_layers); });
     }
     return;
   }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -598,8 +599,12 @@ class Args {
     const auto it = by_flag_.find(flag);
     return it == by_flag_.end() ? fallback : it->second.value;
   }
-  /// A positive integer (or `fallback` when absent); an error names the flag.
-  int64_t Int(const std::string& flag, int64_t fallback, int64_t minimum = 1) {
+  /// An integer in [minimum, maximum] (or `fallback` when absent); an error
+  /// names the flag. Values have at most 15 digits; a flag whose value is
+  /// multiplied by another's has the recipe's bound of its key as `maximum`,
+  /// so the product stays within int64.
+  int64_t Int(const std::string& flag, int64_t fallback, int64_t minimum = 1,
+              int64_t maximum = std::numeric_limits<int64_t>::max()) {
     const auto it = by_flag_.find(flag);
     if (it == by_flag_.end()) return fallback;
     const std::string& v = it->second.value;
@@ -612,6 +617,11 @@ class Args {
                                     v.find("${") != std::string::npos
                                         ? "an unexpanded variable where an integer is needed; give the value"
                                         : fmt::format("must be an integer >= {}", minimum)));
+      return fallback;
+    }
+    if (parsed > maximum) {
+      diagnostics_->push_back(
+          Error(file_, it->second.line, flag, v, fmt::format("must be at most {} (the recipe's bound)", maximum)));
       return fallback;
     }
     return parsed;
@@ -950,9 +960,9 @@ bool MapBlocks(Args& a, const Stack& st, int64_t hidden, int64_t experts, std::v
         a.Has("--moe-token-dispatcher-type") ? "" : "Megatron's default without --moe-token-dispatcher-type");
   }
   if (st.Has('M')) {
-    const int64_t head_dim = a.Int("--mamba-head-dim", 64);
+    const int64_t head_dim = a.Int("--mamba-head-dim", 64, 1, recipe_internal::kMaxHeadDim);
     // megatron/core/ssm/mamba_mixer.py: d_inner = expand (2) * hidden; nheads = d_inner / headdim.
-    const int64_t mheads = a.Int("--mamba-num-heads", 2 * hidden / head_dim);
+    const int64_t mheads = a.Int("--mamba-num-heads", 2 * hidden / head_dim, 1, recipe_internal::kMaxHeads);
     Add(&m, "model.mamba.d_state", a.Int("--mamba-state-dim", 128));
     Add(&m, "model.mamba.d_conv", 4);
     // An inner width that is a whole multiple of hidden is written as expand,
@@ -1239,10 +1249,10 @@ bool MuonLayerWise(Args& a) {
 /// Degrees, ZeRO, schedule, rank order, stage cuts and the cluster defaults.
 void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
   const int64_t tp = a.Int("--tensor-model-parallel-size", 1);
-  const int64_t pp = a.Int("--pipeline-model-parallel-size", 1);
+  const int64_t pp = a.Int("--pipeline-model-parallel-size", 1, 1, recipe_internal::kMaxDegree);
   int64_t vpp = 1;
   if (a.Has("--num-layers-per-virtual-pipeline-stage")) {
-    const int64_t per = a.Int("--num-layers-per-virtual-pipeline-stage", 1);
+    const int64_t per = a.Int("--num-layers-per-virtual-pipeline-stage", 1, 1, recipe_internal::kMaxLayers);
     if (st.layers % (pp * per) != 0) {
       a.Fail("--num-layers-per-virtual-pipeline-stage",
              fmt::format("--num-layers {} is not a multiple of pp {} x this", st.layers, pp));
@@ -1250,8 +1260,13 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
       vpp = st.layers / (pp * per);
     }
   }
-  if (a.Has("--virtual-pipeline-model-parallel-size")) vpp = a.Int("--virtual-pipeline-model-parallel-size", 1);
-  if (a.Has("--num-virtual-stages-per-pipeline-rank")) vpp = a.Int("--num-virtual-stages-per-pipeline-rank", 1);
+  // The recipe's bound of parallel.vpp.
+  if (a.Has("--virtual-pipeline-model-parallel-size")) {
+    vpp = a.Int("--virtual-pipeline-model-parallel-size", 1, 1, recipe_internal::kMaxLayers);
+  }
+  if (a.Has("--num-virtual-stages-per-pipeline-rank")) {
+    vpp = a.Int("--num-virtual-stages-per-pipeline-rank", 1, 1, recipe_internal::kMaxLayers);
+  }
   std::vector<YamlEntry> split;
   MapStageSplit(a, st, pp, &vpp, split);
   Add(&l, "parallel.tp", tp);
