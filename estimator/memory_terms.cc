@@ -647,12 +647,30 @@ OffloadSet AliveAtCommit(OffloadModule g) {
   return out;
 }
 
+/// Of a layer's saved tensors that stay on the device, those saved after
+/// group `g` commits, by data dependence: in a MoE layer the combined expert
+/// output at the source rows comes after linear_fc2 ("moe_act"'s commit),
+/// and fc2's input after linear_fc1 ("expert_fc1"'s). Whatever else a layer
+/// saves is counted as saved before (an upper bound: the shared expert).
+Bytes SavedAfterCommit(const Recipe& r, const Layout& l, BlockKind kind, OffloadModule g) {
+  if (kind != BlockKind::kMoe || (g != OffloadModule::kMoeAct && g != OffloadModule::kExpertFc1) ||
+      l.recompute == Recompute::kFull || Reruns(r, l.recompute, RecomputeModule::kMoe)) {
+    return Bytes(0);
+  }
+  const MoeRouting routing = RouteMoeOn(r, l);
+  int64_t out = Mul(routing.send_tokens, Mul(r.model.hidden, SizeOf(r.training.precision.activations)));
+  if (g == OffloadModule::kExpertFc1 && !Reruns(r, l.recompute, RecomputeModule::kMoeAct)) {
+    out = Add(out, Mul(routing.expert_tokens, SavedGemmInput(r, CeilDiv(r.model.moe.ffn_hidden, l.expert_tp))));
+  }
+  return Bytes(out);
+}
+
 /// OffloadOnRank::in_flight of one chunk: the filling micro-batch's forward
 /// walked layer by layer; `keeps` when it keeps its last group of each name
 /// (the last stage), `bytes_of` / `stay_of` a layer's offloaded bytes by
 /// module and what it keeps on the device otherwise.
 template <class BytesOf, class StayOf>
-Bytes ChunkInFlight(const Recipe& r, const StageChunk& chunk, bool keeps, const BytesOf& bytes_of,
+Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, bool keeps, const BytesOf& bytes_of,
                     const StayOf& stay_of) {
   Bytes end, peak;
   for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
@@ -675,7 +693,7 @@ Bytes ChunkInFlight(const Recipe& r, const StageChunk& chunk, bool keeps, const 
       for (OffloadModule m : kAllOffloadModules) {
         if (leaving.has(m) && AliveAtCommit(g).has(m)) alive += Bytes(bytes[static_cast<size_t>(m)]);
       }
-      peak = std::max(peak, end + held + alive);
+      peak = std::max(peak, end + held - SavedAfterCommit(r, l, kind, g) + alive);
     }
     end += held;
   }
@@ -745,7 +763,7 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
   };
   for (const StageChunk& chunk : plan.chunks) {
     if (chunk.pipeline_rank != rank) continue;
-    out.in_flight = std::max(out.in_flight, ChunkInFlight(r, chunk, rank == l.pp - 1, bytes_of, stay_of));
+    out.in_flight = std::max(out.in_flight, ChunkInFlight(r, l, chunk, rank == l.pp - 1, bytes_of, stay_of));
   }
   return out;
 }

@@ -229,6 +229,23 @@ TEST(SimulatorActivationOffload, EachModulesGroupLeavesAtItsCommit) {
   EXPECT_TRUE(FindMemory(Stage(c, 0), "host (offloaded)").agrees);
 }
 
+TEST(SimulatorActivationOffload, TheExpertGroupsLeaveAfterFc1AndFc2) {
+  // Padded routing (exact rows). Stage 0 (A0 E1 A2 D3) holds two
+  // micro-batches: micro-batch 1's E1 peaks at a commit, expert_fc1's (its
+  // input with fc1's output) or moe_act's (fc1's output with fc2's input),
+  // before the combined output is saved: fit's group in flight, the
+  // tensors saved after the commit left out, is the executor's measurement.
+  const Recipe r = Hybrid(
+      {{"training.activation_offload", "[expert_fc1, moe_act]"}, {"training.activation_offload_min_elements", "1"}});
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  for (int64_t st = 0; st < 2; ++st) {
+    const MemoryAgreement& acts = FindMemory(Stage(c, st), "activations");
+    EXPECT_EQ(acts.modeled, acts.measured) << st;
+  }
+}
+
 TEST(SimulatorActivationOffload, TensorsUnderTheMinimumStay) {
   const Recipe probe = Hybrid({});
   const int64_t elements = AttnProjBytes(probe) / 2;

@@ -116,7 +116,8 @@ struct OffloadOnRank {
   /// commits it, beside the earlier tensors that stay and the groups that
   /// commit later (the norms', after the bias-dropout-add; fc1's output at
   /// expert_fc1's commit), and leaves after (bulk_offload_group). An upper
-  /// bound where a layer saves tensors that stay after the group's commit.
+  /// bound where a layer saves more after the commit than its data order
+  /// shows (the shared expert).
   Bytes in_flight;
 };
 OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
