@@ -632,6 +632,76 @@ OffloadSet OffloadGroupsOf(const Recipe& r, BlockKind kind) {
   return runs;
 }
 
+namespace {
+
+/// The groups of a layer still on the device when `g` commits: saved before
+/// it, committed after. Megatron commits the norms' groups after the
+/// bias-dropout-add (transformer_layer.py, attn_norm_manager /
+/// mlp_norm_manager), and "moe_act" after linear_fc2, so fc1's output is on
+/// the device when "expert_fc1" commits (moe/experts.py).
+OffloadSet AliveAtCommit(OffloadModule g) {
+  OffloadSet out;
+  out.bits = OffloadSet::Of(OffloadModule::kAttnNorm).bits | OffloadSet::Of(OffloadModule::kMlpNorm).bits;
+  if (g == OffloadModule::kExpertFc1) out.bits |= OffloadSet::Of(OffloadModule::kMoeAct).bits;
+  out.bits &= ~OffloadSet::Of(g).bits;
+  return out;
+}
+
+/// Of a layer's saved tensors that stay on the device, those saved after
+/// group `g` commits, by data dependence: in a MoE layer the combined expert
+/// output at the source rows comes after linear_fc2 ("moe_act"'s commit),
+/// and fc2's input after linear_fc1 ("expert_fc1"'s). Whatever else a layer
+/// saves is counted as saved before (an upper bound: the shared expert).
+Bytes SavedAfterCommit(const Recipe& r, const Layout& l, BlockKind kind, OffloadModule g) {
+  if (kind != BlockKind::kMoe || (g != OffloadModule::kMoeAct && g != OffloadModule::kExpertFc1) ||
+      l.recompute == Recompute::kFull || Reruns(r, l.recompute, RecomputeModule::kMoe)) {
+    return Bytes(0);
+  }
+  const MoeRouting routing = RouteMoeOn(r, l);
+  int64_t out = Mul(routing.send_tokens, Mul(r.model.hidden, SizeOf(r.training.precision.activations)));
+  if (g == OffloadModule::kExpertFc1 && !Reruns(r, l.recompute, RecomputeModule::kMoeAct)) {
+    out = Add(out, Mul(routing.expert_tokens, SavedGemmInput(r, CeilDiv(r.model.moe.ffn_hidden, l.expert_tp))));
+  }
+  return Bytes(out);
+}
+
+/// OffloadOnRank::in_flight of one chunk: the filling micro-batch's forward
+/// walked layer by layer; `keeps` when it keeps its last group of each name
+/// (the last stage), `bytes_of` / `stay_of` a layer's offloaded bytes by
+/// module and what it keeps on the device otherwise.
+template <class BytesOf, class StayOf>
+Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, bool keeps, const BytesOf& bytes_of,
+                    const StayOf& stay_of) {
+  Bytes end, peak;
+  for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
+    const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
+    const OffloadBytes& bytes = bytes_of(kind);
+    const OffloadSet groups = OffloadGroupsOf(r, kind);
+    OffloadSet later;  // module names a later layer of the chunk runs
+    for (int64_t j = i + 1; j < chunk.end_layer; ++j) {
+      later.bits |= OffloadGroupsOf(r, r.model.layers.at(static_cast<size_t>(j))).bits;
+    }
+    OffloadSet leaving = groups;
+    if (keeps) leaving.bits &= later.bits;
+    Bytes held = stay_of(kind);
+    for (OffloadModule m : kAllOffloadModules) {
+      if (groups.has(m) && !leaving.has(m)) held += Bytes(bytes[static_cast<size_t>(m)]);
+    }
+    for (OffloadModule g : kAllOffloadModules) {
+      if (!leaving.has(g) || bytes[static_cast<size_t>(g)] == 0) continue;
+      Bytes alive(bytes[static_cast<size_t>(g)]);
+      for (OffloadModule m : kAllOffloadModules) {
+        if (leaving.has(m) && AliveAtCommit(g).has(m)) alive += Bytes(bytes[static_cast<size_t>(m)]);
+      }
+      peak = std::max(peak, end + held - SavedAfterCommit(r, l, kind, g) + alive);
+    }
+    end += held;
+  }
+  return peak > end ? peak - end : Bytes(0);
+}
+
+}  // namespace
+
 OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank) {
   OffloadOnRank out;
   if (r.training.activation_offload.empty()) return out;
@@ -681,6 +751,20 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
   // A lone chunk on the last stage never reloads ahead: the next chunk to run
   // backward has not run its forward yet (bulk_reload's check).
   if (rank == l.pp - 1 && chunks == 1) out.ahead = out.kept;
+  // The group in flight: on the last stage each micro-batch keeps its last
+  // groups (should_bulk_offload); elsewhere the filling one keeps none.
+  std::array<Bytes, 5> stay{};
+  std::array<bool, 5> stay_known{};
+  const auto stay_of = [&](BlockKind kind) {
+    const size_t f = static_cast<size_t>(FamilyIndex(kind));
+    if (!stay_known[f]) stay[f] = LayerActivations(r, l, kind) - LayerOffloaded(r, l, kind);
+    stay_known[f] = true;
+    return stay[f];
+  };
+  for (const StageChunk& chunk : plan.chunks) {
+    if (chunk.pipeline_rank != rank) continue;
+    out.in_flight = std::max(out.in_flight, ChunkInFlight(r, l, chunk, rank == l.pp - 1, bytes_of, stay_of));
+  }
   return out;
 }
 

@@ -173,17 +173,19 @@ void PriceActivationOffload(RankMemory& out, const Walk& w, const Layout& l, Act
   // backwards run, the chunk whose backward is next has its last groups back
   // (as many as the margin), which weigh more where a chunk's layers run
   // fewer groups than the margin.
-  out.activations_offload_kept = std::max(w.offload.kept, w.offload.ahead);
+  out.activations_offload_kept = std::max(w.offload.kept, w.offload.ahead) + w.offload.in_flight;
   const Bytes off_host = std::min(w.offload.kept, w.offload.ahead);
   out.host += held - off_host;
   if (sink) {
     Note(sink, Category::kActivations,
          "activation offload: the last group of each module name, or a chunk's last groups reloaded ahead (as many "
          "as the most names a chunk runs), stays on the device",
-         "max(sum over module names of its last group, max over chunks of its last margin groups)",
+         "max(sum over module names of its last group, max over chunks of its last margin groups) + the filling "
+         "micro-batch's group in flight (on the device until its module commits it)",
          Inputs({{"offloaded_to_host", (held - off_host).count()},
                  {"kept", w.offload.kept.count()},
-                 {"ahead", w.offload.ahead.count()}}),
+                 {"ahead", w.offload.ahead.count()},
+                 {"in_flight", w.offload.in_flight.count()}}),
          out.activations_offload_kept);
   }
 }

@@ -2,8 +2,10 @@
 
 #include <bit>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace preflight::sim {
 
@@ -21,25 +23,43 @@ OffloadSet OffloadModulesOf(char letter, bool mla, bool transformer_engine) {
   return out;
 }
 
-void ActivationOffload::Commit(int64_t layer, int64_t mb, const std::vector<SavedTensor>& saved) {
-  std::vector<Group> groups;
-  bool ran = false;
+void ActivationOffload::Hand(int64_t /*layer*/, int64_t /*mb*/, OffloadModule scope,
+                             const std::vector<SavedTensor>& saved) {
+  if (!modules_.has(scope) || handed_.has(scope)) return;
+  std::optional<Group> group;
   for (const SavedTensor& t : saved) {
-    if (!modules_.has(t.scope)) continue;
-    ran = true;
-    names_.bits |= OffloadSet::Of(t.scope).bits;
-    if (kept_.has(t.scope)) continue;
-    if (groups.empty() || groups.back().scope != t.scope) groups.push_back(Group{t.scope, {}});
+    if (t.scope != scope) continue;
+    handed_.bits |= OffloadSet::Of(scope).bits;
+    ran_ = true;
+    names_.bits |= OffloadSet::Of(scope).bits;
+    if (kept_.has(scope)) continue;
+    if (!group) group = Group{scope, {}};
     // ChunkOffloadHandler.tensor_need_offloading_checker: numel >= the minimum.
     if (t.elements == 0 || t.elements < min_elements_) continue;
     for (Allocation* a : t.parts) {
       if (a->bytes() == 0) continue;
       rank_->CountHostCopy(true, a->bytes());
       a->MoveTo(&rank_->host_memory());
-      groups.back().moved.push_back(a);
     }
   }
+  if (group) forming_.push_back(std::move(*group));
+}
+
+void ActivationOffload::Commit(int64_t layer, int64_t mb, const std::vector<SavedTensor>& saved) {
+  for (const SavedTensor& t : saved) Hand(layer, mb, t.scope, saved);
+  // Each group's tensors as the block now keeps them: those of its scope on the host.
+  for (Group& g : forming_) {
+    for (const SavedTensor& t : saved) {
+      if (t.scope != g.scope) continue;
+      for (Allocation* a : t.parts) {
+        if (a->bytes() > 0 && a->on(&rank_->host_memory())) g.moved.push_back(a);
+      }
+    }
+  }
+  std::vector<Group> groups = std::exchange(forming_, {});
+  const bool ran = std::exchange(ran_, false);
   kept_ = OffloadSet();
+  handed_ = OffloadSet();
   if (ran) pending_[mb].push_back(layer);
   if (groups.empty()) return;
   if (!on_host_.try_emplace({mb, layer}, std::move(groups)).second) {

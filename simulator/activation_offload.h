@@ -16,11 +16,18 @@
 // backward is the next to run (every micro-batch on the last pipeline stage),
 // so that their reload cannot stall the backward.
 //
-// The executor frees a layer's saved tensors when the layer's backward ends,
-// so it reloads at the layer's granularity: after the block's forward each
-// listed scope's tensors of at least the minimum leave the device for the
-// rank's host tracker (one group per scope), and they come back before the
-// block's backward, each byte counted on the host link both ways. Megatron
+// The blocks hand each listed scope's tensors of at least the minimum to the
+// rank's host tracker where Megatron commits the module's group inside the
+// forward (one group per scope: FineGrainedOffloadingGroupCommitFunction.forward
+// -> on_group_commit_forward -> bulk_offload_group, at the ends of
+// attention.py's get_query_key_value_tensors, core attention and linear_proj,
+// transformer_layer.py's norms, and experts.py's linear_fc1 and, after
+// linear_fc2, the activation), so a module's tensors are on the device
+// together with those of the modules before it that stay, never with the
+// earlier groups. The executor frees a layer's saved tensors when the
+// layer's backward ends, so it reloads at the layer's granularity: the
+// groups come back before the block's backward, each byte counted on the
+// host link both ways. Megatron
 // reloads a group when the backward of a group after it ends (bulk_reload),
 // so its reloads replace freed groups as the executor's do. Once a chunk has
 // no group left to reload, each further group backward brings back one of
@@ -63,8 +70,13 @@ class ActivationOffload {
       : rank_(rank), modules_(modules), min_elements_(min_elements) {}
   /// The modules whose groups the next layer's forward keeps on the device.
   void set_kept(OffloadSet kept) { kept_ = kept; }
-  /// The forward of `layer` for micro-batch `mb` ended: the listed scopes'
-  /// tensors of at least the minimum go to the host, except the kept ones.
+  /// The forward of `layer` for micro-batch `mb` reached the end of module
+  /// `scope` (Megatron's group commit): if listed and not kept, the scope's
+  /// tensors in `saved` of at least the minimum go to the host.
+  void Hand(int64_t layer, int64_t mb, OffloadModule scope, const std::vector<SavedTensor>& saved);
+  /// The forward of `layer` for `mb` ended: the listed scopes not handed yet
+  /// go now, and the groups follow the tensors to where the block keeps them
+  /// (`saved`: a block may move its state after a hand-off).
   void Commit(int64_t layer, int64_t mb, const std::vector<SavedTensor>& saved);
   /// Before the backward of `layer` for `mb`: what went comes back.
   void Reload(int64_t layer, int64_t mb);
@@ -88,6 +100,10 @@ class ActivationOffload {
   OffloadSet modules_;
   int64_t min_elements_ = 0;
   OffloadSet kept_;
+  // The running forward's (Hand, until Commit): the scopes handed and their groups.
+  OffloadSet handed_;
+  bool ran_ = false;
+  std::vector<Group> forming_;
   OffloadSet names_;  // the module names whose groups ran (ChunkOffloadHandler.get_max_deduplicated_groups)
   std::map<std::pair<int64_t, int64_t>, std::vector<Group>> on_host_;  // (mb, layer): forward order
   std::map<int64_t, std::vector<int64_t>> pending_;  // per micro-batch: layers with groups not yet backwarded

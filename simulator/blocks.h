@@ -505,8 +505,11 @@ class Block {
   virtual ~Block() = default;
   Mat<T> Forward(Ctx& ctx, const Mat<T>& x) {
     Mat<T> y = BranchForward(ctx, x);
-    if (ctx.offload != nullptr) ctx.offload->Commit(layer_, ctx.microbatch, OffloadScopes(ctx));
     if (ctx.dropout > 0) DropBranch(ctx, &y);
+    // The norms' groups commit after the bias-dropout-add, which reads the
+    // residual (transformer_layer.py: attn_norm_manager / mlp_norm_manager
+    // group_offload after self_attn_bda / mlp_bda).
+    if (ctx.offload != nullptr) ctx.offload->Commit(layer_, ctx.microbatch, OffloadScopes(ctx));
     return x + y;
   }
   Mat<T> Backward(Ctx& ctx, const Mat<T>& dy) {
@@ -544,6 +547,14 @@ class Block {
   /// What the forward of ctx.microbatch saved inside Megatron's offload
   /// scopes (docs/recipe.md "Activation offloading"); none by default.
   virtual std::vector<SavedTensor> OffloadScopes(Ctx& /*ctx*/) { return {}; }
+  /// The forward reached the end of module `scope`: Megatron commits the
+  /// module's offload group there (FineGrainedOffloadingGroupCommitFunction
+  /// .forward -> ChunkOffloadHandler.bulk_offload_group), so its tensors
+  /// leave before the next module saves its own. Scopes a block does not
+  /// hand go when its forward ends.
+  void HandOff(Ctx& ctx, OffloadModule scope) {
+    if (ctx.offload != nullptr) ctx.offload->Hand(layer_, ctx.microbatch, scope, OffloadScopes(ctx));
+  }
   Param<T>& Add(std::unique_ptr<Param<T>> p) {
     params_.push_back(std::move(p));
     return *params_.back();

@@ -101,6 +101,8 @@ class AttentionBlock final : public Block<T> {
       s.q_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rq));
       s.k_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rk));
     }
+    // attention.py: after get_query_key_value_tensors (the projection and the qk norms).
+    this->HandOff(ctx, OffloadModule::kQkvLinear);
     Rope(&q, q_local_, d_, ctx.seq, 1);
     Rope(&k, kv_local_, d_, ctx.seq, 1);
     // The core runs the CP mode (attention_core.h); what it keeps is the
@@ -126,10 +128,12 @@ class AttentionBlock final : public Block<T> {
         s.lse = Tensor<T>(ctx.mem(), act, 4, std::move(core.lse));
       }
     }
+    this->HandOff(ctx, OffloadModule::kCoreAttn);  // attention.py: after core_attention
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
     Tensor<T> partial(ctx.mem(), SimCategory::kTemporaries, ab, MatMul(ctx, s.o.m, out_->value.m));
     Mat<T> y = ReduceFromTpForward(ctx, partial.m);
     AddBias(&y, out_b_);
+    this->HandOff(ctx, OffloadModule::kAttnProj);  // attention.py: after linear_proj
     if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
     return y;
   }

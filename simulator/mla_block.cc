@@ -90,6 +90,8 @@ class MlaBlock final : public Block<T> {
     s.rstd_kv = Tensor<T>(ctx.mem(), act, 4, std::move(rstd));
     Mat<T> q, k, v;
     UpProject(ctx, s, &q, &k, &v);
+    // multi_latent_attention.py: after get_query_key_value_tensors.
+    this->HandOff(ctx, OffloadModule::kQkvLinear);
     // "core_attn" (Megatron's _checkpointed_attention_forward, as for GQA):
     // the core's inputs stay, its own state is rerun in backward.
     // "mla_up_proj": q, k, v are dropped after the core (RerunsUpProjection).
@@ -125,10 +127,13 @@ class MlaBlock final : public Block<T> {
       s.k = Tensor<T>(ctx.mem(), act, ab, std::move(core.k));
       s.v = Tensor<T>(ctx.mem(), act, ab, std::move(core.v));
     }
+    this->HandOff(ctx, OffloadModule::kCoreAttn);  // after core_attention
     s.o = Tensor<T>(ctx.mem(), act, ab, std::move(o));
     Tensor<T> partial(ctx.mem(), tmp, ab, MatMul(ctx, s.o.m, out_->value.m));
     if (rerun_norm) DiscardPreNorm(&s.n, &s.rstd);
-    return ReduceFromTpForward(ctx, partial.m);
+    Mat<T> y = ReduceFromTpForward(ctx, partial.m);
+    this->HandOff(ctx, OffloadModule::kAttnProj);  // after linear_proj
+    return y;
   }
 
   /// Megatron's scopes: the input norm ("attn_norm", its own module), the

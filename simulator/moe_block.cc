@@ -145,7 +145,8 @@ class MoeBlock final : public Block<T> {
   /// fc1 input ("expert_fc1") and fc1's output, which the activation saves
   /// as one tensor ([a | u] when gated: "moe_act"), moe/experts.py.
   std::vector<SavedTensor> OffloadScopes(Ctx& ctx) override {
-    State& s = *saved_.Find(ctx.microbatch);
+    State* kept = saved_.Find(ctx.microbatch);
+    State& s = kept != nullptr ? *kept : s_;  // s_ while the forward runs
     std::vector<SavedTensor> out;
     ScopedNorm(OffloadModule::kMlpNorm, &s.x, &s.rstd, &out);
     out.push_back(Scoped(OffloadModule::kExpertFc1, {&s.gathered}));
@@ -293,29 +294,41 @@ class MoeBlock final : public Block<T> {
     s_.gathered = GatherOverEtp(ctx, std::move(recv), act);
     s_.expert_of_row = s_.gathered_layout.ExpertOfRows();
 
-    // Experts, each on its rows of the gathered buffer.
+    // Experts, each on its rows of the gathered buffer: fc1 of every local
+    // expert, then the activation and fc2 of each, as TEGroupedMLP's grouped
+    // GEMMs run them (moe/experts.py), so that the offload groups end where
+    // Megatron's do: "expert_fc1" (the gathered input) after linear_fc1,
+    // "moe_act" (fc1's output) after linear_fc2.
     const int64_t f = up_.empty() ? 0 : up_[0]->value.m.cols();
     s_.a = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
     if (gated_) s_.u = Tensor<T>(ctx.mem(), act, ab, Mat<T>(s_.gathered.m.rows(), f));
-    const bool rerun_act = ctx.rerun.has(RecomputeModule::kMoeAct);
-    s_.z = Tensor<T>(ctx.mem(), rerun_act ? SimCategory::kTemporaries : act, ab, Mat<T>(s_.gathered.m.rows(), f));
-    Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
     for (int64_t le = 0; le < local_experts_; ++le) {
       const std::vector<int64_t> rows = RowsOf(le);
       const Mat<T> in = Take(s_.gathered.m, rows);
       const size_t i = static_cast<size_t>(le);
       Mat<T> a = MatMul(ctx, in, gated_ ? gate_[i]->value.m : up_[i]->value.m);
-      Mat<T> u = gated_ ? MatMul(ctx, in, up_[i]->value.m) : Mat<T>();
       AddBias(&a, ABias(i));
-      if (gated_) AddBias(&u, Bias(up_b_, i));
-      const Mat<T> z = Activate(d_.moe_activation, a, u);
       Put(&s_.a.m, rows, a);
-      if (gated_) Put(&s_.u.m, rows, u);
+      if (gated_) {
+        Mat<T> u = MatMul(ctx, in, up_[i]->value.m);
+        AddBias(&u, Bias(up_b_, i));
+        Put(&s_.u.m, rows, u);
+      }
+    }
+    this->HandOff(ctx, OffloadModule::kExpertFc1);
+    const bool rerun_act = ctx.rerun.has(RecomputeModule::kMoeAct);
+    s_.z = Tensor<T>(ctx.mem(), rerun_act ? SimCategory::kTemporaries : act, ab, Mat<T>(s_.gathered.m.rows(), f));
+    Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
+    for (int64_t le = 0; le < local_experts_; ++le) {
+      const std::vector<int64_t> rows = RowsOf(le);
+      const size_t i = static_cast<size_t>(le);
+      const Mat<T> z = Activate(d_.moe_activation, Take(s_.a.m, rows), gated_ ? Take(s_.u.m, rows) : Mat<T>());
       Put(&s_.z.m, rows, z);
       Mat<T> yl = MatMul(ctx, z, down_[i]->value.m);
       AddBias(&yl, Bias(down_b_, i));
       Put(&y.m, rows, yl);
     }
+    this->HandOff(ctx, OffloadModule::kMoeAct);
     if (rerun_act) s_.z.Release();
     Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
     ctx.rank->set_what(CommWhat::kMoeCombine);

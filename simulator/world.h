@@ -116,6 +116,8 @@ class Allocation {
   /// The same bytes, category and owner charged to `to` instead (activation
   /// offload: device <-> host).
   void MoveTo(MemoryTracker* to);
+  /// Whether `t` holds the bytes now.
+  bool on(const MemoryTracker* t) const { return tracker_ == t; }
 
  private:
   MemoryTracker* tracker_ = nullptr;

@@ -8,6 +8,7 @@
 // Megatron's mechanism and the models agree.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,81 @@ TEST(SimulatorActivationOffload, TheOutputProjectionsInputLeavesAndComesBack) {
   ASSERT_NE(last_link, nullptr);
   EXPECT_EQ(last_link->modeled_sent, last.copied);
   for (int64_t st = 0; st < 2; ++st) EXPECT_TRUE(FindMemory(Stage(c, st), "host (offloaded)").agrees) << st;
+}
+
+/// The activation peak of stage `stage`'s worst rank, by owner ("A", "D", "ends").
+std::map<std::string, int64_t> PeakSplit(const SimulationReport& rep, int64_t stage) {
+  const RankMeasurement* worst = nullptr;
+  const auto acts = [](const RankMeasurement& m) {
+    return m.peak_bytes[static_cast<size_t>(SimCategory::kActivations)];
+  };
+  for (const RankMeasurement& m : rep.per_rank) {
+    if (m.pipeline_rank == stage && (worst == nullptr || acts(m) > acts(*worst))) worst = &m;
+  }
+  return worst == nullptr ? std::map<std::string, int64_t>{} : worst->activations_at_peak;
+}
+
+/// Llama 3 8B scaled to two stages (A0 D1 | A2 D3), tp 2 with SP, 4
+/// micro-batches, no recompute.
+Recipe DenseTwoStages(std::vector<Override> more) {
+  std::vector<Override> o = {
+      {"parallel.tp", "2"}, {"parallel.sp", "true"}, {"parallel.pp", "2"}, {"training.recompute", "none"}};
+  o.insert(o.end(), more.begin(), more.end());
+  return testing_sim::ScaledRecipe("llama3-8b-h200.yaml", o, /*max_world=*/16, /*microbatches=*/4);
+}
+
+TEST(SimulatorActivationOffload, EachModulesGroupLeavesAtItsCommit) {
+  const Recipe r = DenseTwoStages({{"training.activation_offload", "[qkv_linear, core_attn, attn_proj]"},
+                                   {"training.activation_offload_min_elements", "1"}});
+  ASSERT_EQ(r.micro_batches(), 4);
+  ASSERT_TRUE(r.training.transformer_engine);
+  const SimulationReport base = Simulate(DenseTwoStages({}));
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  // One attention layer's saved set (TE: the norm is fused into the QKV
+  // projection, so its x and rstd are qkv_linear's): 8 tokens, 4 a rank
+  // under SP; 2 local heads, 1 local KV head.
+  const int64_t s = r.training.seq_len, res = s / 2, h = r.model.hidden, hd = r.model.attention.head_dim;
+  const int64_t heads = r.model.attention.heads / 2, kv = r.model.attention.kv_heads / 2;
+  const int64_t qkv = res * h * 2 + res * 4 + res * h * 2;
+  const int64_t core = s * heads * hd * 2 + 2 * s * kv * hd * 2 + s * heads * 4;
+  const int64_t proj = s * heads * hd * 2;
+  // Stage 0 holds two micro-batches. Micro-batch 0, the first to run
+  // backward, keeps A0's groups (post_warmup_callback); micro-batch 1's go.
+  // Its qkv_linear group left when the projection ended, so the peak is at
+  // its core attention's commit: micro-batch 0's A0 and D1 with micro-batch
+  // 1's q, k, v and LSE, before they leave and before its D1 saves anything.
+  // A hand-off at the layer's end would hold all of micro-batch 1's A0.
+  const std::map<std::string, int64_t> peak = PeakSplit(rep, 0), plain = PeakSplit(base, 0);
+  EXPECT_EQ(peak.at("A"), qkv + core + proj + core);
+  EXPECT_EQ(peak.at("D"), plain.at("D") / 2);
+  EXPECT_EQ(Measured(rep, 0).activations, peak.at("A") + peak.at("D") + peak.at("ends"));
+  EXPECT_EQ(Measured(rep, 0).host, qkv + core + proj);  // micro-batch 1's A0, or later 2's with 1's back
+  // fit's figure: the kept layer plus the group in flight over micro-batch
+  // 1's end state (its D1).
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  const MemoryAgreement& acts = FindMemory(Stage(c, 0), "activations");
+  EXPECT_EQ(acts.modeled, Measured(rep, 0).activations);
+  EXPECT_TRUE(acts.agrees);
+  EXPECT_TRUE(FindMemory(Stage(c, 1), "activations").agrees);
+  EXPECT_TRUE(FindMemory(Stage(c, 0), "host (offloaded)").agrees);
+}
+
+TEST(SimulatorActivationOffload, TheExpertGroupsLeaveAfterFc1AndFc2) {
+  // Padded routing (exact rows). Stage 0 (A0 E1 A2 D3) holds two
+  // micro-batches: micro-batch 1's E1 peaks at a commit, expert_fc1's (its
+  // input with fc1's output) or moe_act's (fc1's output with fc2's input),
+  // before the combined output is saved: fit's group in flight, the
+  // tensors saved after the commit left out, is the executor's measurement.
+  const Recipe r = Hybrid(
+      {{"training.activation_offload", "[expert_fc1, moe_act]"}, {"training.activation_offload_min_elements", "1"}});
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  for (int64_t st = 0; st < 2; ++st) {
+    const MemoryAgreement& acts = FindMemory(Stage(c, st), "activations");
+    EXPECT_EQ(acts.modeled, acts.measured) << st;
+  }
 }
 
 TEST(SimulatorActivationOffload, TensorsUnderTheMinimumStay) {

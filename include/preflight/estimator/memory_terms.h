@@ -111,6 +111,14 @@ struct OffloadOnRank {
   /// that many reloads ahead (bulk_reload -> pre_reload_last_layer), so they
   /// are on the device when it starts.
   Bytes ahead;
+  /// What the micro-batch filling the rank holds, at the most, above what it
+  /// holds when its forward ends: a group is on the device when its module
+  /// commits it, beside the earlier tensors that stay and the groups that
+  /// commit later (the norms', after the bias-dropout-add; fc1's output at
+  /// expert_fc1's commit), and leaves after (bulk_offload_group). An upper
+  /// bound where a layer saves more after the commit than its data order
+  /// shows (the shared expert).
+  Bytes in_flight;
 };
 OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
 
