@@ -381,34 +381,20 @@ RankMemory Compute(const Inventory& inv, const Layout& l, const StagePlan& plan,
   return out;
 }
 
-/// Every rank's RankShape and RankVisits, shared by the ZeRO groups of one
-/// layout and worked out when first needed: the shape when a group first
-/// reaches the rank (a sweep's fallback cuts stop at the first rank over),
-/// the visits only when an earlier rank has the same shape.
+/// Every rank's RankVisits, shared by the ZeRO groups of one layout and
+/// worked out when a group first reaches the rank (a sweep's fallback cuts
+/// stop at the first rank over).
 struct Visits {
   std::vector<std::vector<estimator_detail::VisitKey>> keys;
   std::vector<estimator_detail::InFlight> in_flight;
   std::vector<char> comparable;
   std::vector<char> known;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<char> shaped;  // 0: not worked out, 1: RankShape false, 2: true
   /// Empties every rank's entry for a layout of `pp` ranks (keeping storage).
   void Reset(size_t pp) {
     if (keys.size() < pp) keys.resize(pp);
-    if (shapes.size() < pp) shapes.resize(pp);
     in_flight.resize(pp);
     comparable.resize(pp);
     known.assign(pp, 0);
-    shaped.assign(pp, 0);
-  }
-  /// Whether rank i's shape can be compared (RankShape), working it out first.
-  bool Shaped(const Inventory& inv, const Layout& l, const StagePlan& stages, bool regular, ActivationRates& rates,
-              size_t i) {
-    if (shaped[i] == 0) {
-      shaped[i] =
-          estimator_detail::RankShape(inv, l, stages, static_cast<int64_t>(i), regular, rates, &shapes[i]) ? 2 : 1;
-    }
-    return shaped[i] == 2;
   }
   /// Whether rank i's visits can be compared (RankVisits), working them out first.
   bool Comparable(const Inventory& inv, const Layout& l, const StagePlan& stages, bool regular, ActivationRates& rates,
@@ -463,6 +449,7 @@ void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan&
   l.zero = zeros[groups.back().members.front()];
   LayoutFigures shared(inv, l, stages, &rates);
   const auto& visits = v.keys;
+  const auto& in_flight = v.in_flight;
   const bool zero3_by_counts = !shared.x.zero3 || estimator_detail::TransformerStack(inv);
   thread_local std::vector<int64_t> distinct;  // ranks priced, with comparable visits (per-thread buffer)
   distinct.clear();
@@ -482,17 +469,12 @@ void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan&
     const int64_t r = (start + t) % l.pp;
     const size_t i = static_cast<size_t>(r);
     bool priced = false;
-    if (zero3_by_counts && v.Shaped(inv, layout, stages, shared.regular, shared.rates, i)) {
-      // Equal visits and in-flight figures mean equal shapes, so the visits
-      // are counted only behind an equal shape. A rank goes into `distinct`
-      // unless its visits are known not to compare (RankVisits false); one
-      // not counted yet is counted when a later rank's shape matches it.
-      const auto comparable = [&](size_t j) {
-        return v.Comparable(inv, layout, stages, shared.regular, shared.rates, j);
-      };
+    if (zero3_by_counts && v.Comparable(inv, layout, stages, shared.regular, shared.rates, i)) {
       const auto same = std::find_if(distinct.begin(), distinct.end(), [&](int64_t q) {
         const size_t j = static_cast<size_t>(q);
-        return v.shapes[j] == v.shapes[i] && comparable(j) && comparable(i) && visits[j] == visits[i];
+        // The in-flight figures first: under 1F1B they tell most ranks apart.
+        return in_flight[j].units == in_flight[i].units && in_flight[j].head_units == in_flight[i].head_units &&
+               in_flight[j].head_logits == in_flight[i].head_logits && visits[j] == visits[i];
       });
       if (same != distinct.end()) {
         for (const ZeroGroup& g : groups) {
@@ -500,7 +482,7 @@ void EstimateGroups(const Inventory& inv, const Layout& layout, const StagePlan&
           for (size_t m : g.members) out[m][i] = out[m][static_cast<size_t>(*same)];
         }
         priced = true;  // an equal rank was checked already
-      } else if (v.known[i] == 0 || v.comparable[i] != 0) {
+      } else {
         distinct.push_back(r);
       }
     }

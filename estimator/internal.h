@@ -350,12 +350,6 @@ bool TransformerStack(const Inventory& inv);
 /// follow the layers' order).
 bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
                 ActivationRates& rates, std::vector<VisitKey>* out, InFlight* in_flight);
-/// What two ranks must share for their RankVisits and InFlight to be equal,
-/// at a fraction of their cost (no family or kept counts): per visit its
-/// length (its family counts' sum), in-flight count and flags, then the
-/// InFlight, into `out`; false where RankVisits is (interleaved, no prefixes).
-bool RankShape(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
-               ActivationRates& rates, std::vector<int64_t>* out);
 
 /// Which Ends entry a pipeline-end tensor goes to.
 enum class EndPart { kEmbedding, kFinalNorm, kHead, kTiedCopy };

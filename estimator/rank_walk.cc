@@ -331,23 +331,6 @@ bool RankVisits(const Inventory& inv, const Layout& l, const StagePlan& plan, in
   return ok;
 }
 
-bool RankShape(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular,
-               ActivationRates& rates, std::vector<int64_t>* out) {
-  out->clear();
-  if (l.schedule == Schedule::kInterleaved || !HasPrefixes(inv)) return false;  // as RankVisits
-  const InFlight k = ForEachChunk(
-      plan, l, r, regular, rates,
-      [&](const StageChunk& c, int64_t first, int64_t end, int64_t in, bool mirrored, bool ends) {
-        out->push_back(end - first);  // every sublayer has a family
-        out->push_back(in);
-        out->push_back((mirrored ? 1 : 0) + (ends && c.owns_embedding ? 2 : 0) + (ends && c.owns_head ? 4 : 0));
-      });
-  out->push_back(k.units);
-  out->push_back(k.head_units);
-  out->push_back(k.head_logits ? 1 : 0);
-  return true;
-}
-
 Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int64_t r, bool regular, const Context& x,
               ActivationRates& rates, LayerMemos& memo) {
   Walk w;
