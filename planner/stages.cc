@@ -1,6 +1,7 @@
 // Pipeline-stage partition (docs/formulas.md §4.3, [OURS] partitioner): contiguous
 // chunks minimising the slowest one, by dynamic programming over prefix sums.
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <tuple>
 
@@ -58,15 +59,17 @@ struct Lightest {
   }
 };
 
-void SuffixMinimum(const Best* row, int64_t n, Lightest* out) {
-  out->time.resize(static_cast<size_t>(n + 1));
-  out->params.resize(static_cast<size_t>(n + 1));
+// Over one row's band (cells [base, base + n)): the cells outside it are
+// never set, so they add nothing to a suffix minimum.
+void SuffixMinimum(const Best* band, int64_t n, Lightest* out) {
+  out->time.resize(static_cast<size_t>(n));
+  out->params.resize(static_cast<size_t>(n));
   double time = std::numeric_limits<double>::infinity();
   int64_t params = std::numeric_limits<int64_t>::max();
-  for (int64_t i = n; i >= 0; --i) {
-    if (row[i].cut >= 0) {
-      time = std::min(time, row[i].time);
-      params = std::min(params, row[i].params);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    if (band[i].cut >= 0) {
+      time = std::min(time, band[i].time);
+      params = std::min(params, band[i].params);
     }
     out->time[static_cast<size_t>(i)] = time;
     out->params[static_cast<size_t>(i)] = params;
@@ -82,9 +85,10 @@ void SuffixMinimum(const Best* row, int64_t n, Lightest* out) {
 // That place only moves right as j grows (a chunk ending later weighs more),
 // so it is walked to from the row's previous cell (`boundary`) instead of
 // bisected: any s that passes the checks gives the cell the full scan gives.
+// `prev` is the previous row's band, whose first cell is candidate `lo`.
 template <class ChunkTime>
-int64_t FirstCandidate(const Best* prev_row, int64_t lo, int64_t j, int64_t* boundary, const ChunkTime& chunk_time) {
-  auto outweighs = [&](int64_t i) { return prev_row[i].cut >= 0 && chunk_time(i, j) >= prev_row[i].time; };
+int64_t FirstCandidate(const Best* prev, int64_t lo, int64_t j, int64_t* boundary, const ChunkTime& chunk_time) {
+  auto outweighs = [&](int64_t i) { return prev[i - lo].cut >= 0 && chunk_time(i, j) >= prev[i - lo].time; };
   int64_t a = std::max(lo, *boundary);
   while (a < j && outweighs(a)) ++a;
   *boundary = a;
@@ -100,6 +104,19 @@ LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const L
   return WeighLayers(tables, LayerComputeTimes(inv, tables, layout, cost));
 }
 
+namespace {
+
+// The head's work: its projection and loss, and the MTP modules' layers.
+double HeadSeconds(const PlanTables& tables, const ComputeTimes& ct) {
+  double head_s = ct.head.total();
+  for (size_t f = 0; f < 5; ++f) {
+    head_s += static_cast<double>(tables.mtp_counts[f]) * ct.family[f].total();
+  }
+  return head_s;
+}
+
+}  // namespace
+
 LayerWeights WeighLayers(const PlanTables& tables, const ComputeTimes& ct) {
   LayerWeights w;
   // One micro-batch's forward + backward + recompute of each layer on one
@@ -111,15 +128,28 @@ LayerWeights WeighLayers(const PlanTables& tables, const ComputeTimes& ct) {
     w.layer_params.push_back(tables.params_prefix[static_cast<size_t>(l + 1)].total() -
                              tables.params_prefix[static_cast<size_t>(l)].total());
   }
-  // The head's work: its projection and loss, and the MTP modules' layers.
-  w.head_s = ct.head.total();
-  for (size_t f = 0; f < 5; ++f) {
-    w.head_s += static_cast<double>(tables.mtp_counts[f]) * ct.family[f].total();
-  }
+  w.head_s = HeadSeconds(tables, ct);
   w.embedding_s = 0.0;  // a lookup; its cost is memory (the parameter tiebreak)
   w.embedding_params = tables.embedding_params;
   w.head_params = tables.head_params + tables.final_norm_params + tables.mtp_params;
   return w;
+}
+
+void ReweighFrameworkLayers(const PlanTables& tables, const ComputeTimes& ct, const std::vector<int64_t>& starts,
+                            LayerWeights* w) {
+  std::array<double, 5> family{};
+  for (size_t f = 0; f < family.size(); ++f) family[f] = ct.family[f].total();
+  const size_t n = starts.size() - 1;
+  w->layer_s.resize(n);
+  for (size_t l = 0; l < n; ++l) {
+    double s = 0.0;  // summed in WeighFrameworkLayers' order
+    for (int64_t i = starts[l]; i < starts[l + 1]; ++i) {
+      s += family[static_cast<size_t>(FamilyIndex(tables.kinds[static_cast<size_t>(i)]))];
+    }
+    w->layer_s[l] = s;
+  }
+  w->head_s = HeadSeconds(tables, ct);
+  w->embedding_s = 0.0;
 }
 
 bool BalancedSearchAffordable(int64_t layers, int64_t chunks) {
@@ -152,28 +182,32 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
     return p_prefix[static_cast<size_t>(b)] - p_prefix[static_cast<size_t>(a)] + (a == 0 ? w.embedding_params : 0) +
            (b == n ? w.head_params : 0);
   };
-  // best[k][j]: first k chunks cover layers [0, j).
-  const size_t width = static_cast<size_t>(n + 1);
-  best.assign(static_cast<size_t>(k_chunks + 1) * width, Best{});
-  auto at = [&](int64_t k, int64_t j) -> Best& { return best[static_cast<size_t>(k) * width + static_cast<size_t>(j)]; };
-  at(0, 0) = Best{0.0, 0, 0};
+  // best[k][j]: first k chunks cover layers [0, j). Each chunk keeps at least
+  // one layer, so row k holds only j in [k, n - (k_chunks - k)] (its band,
+  // `width` cells): the search never reads a cell outside it.
+  const int64_t width = n - k_chunks + 1;
+  best.resize(static_cast<size_t>((k_chunks + 1) * width));
+  auto band = [&](int64_t k) { return &best[static_cast<size_t>(k * width)]; };  // cell (k, k) first
+  std::fill_n(band(0), width, Best{});
+  band(0)[0] = Best{0.0, 0, 0};
   // The shortcuts below lean on chunk times falling as a chunk starts later.
   const bool shortcuts =
       w.embedding_s >= 0 && std::all_of(w.layer_s.begin(), w.layer_s.end(), [](double x) { return x >= 0; });
   for (int64_t k = 1; k <= k_chunks; ++k) {
-    const Best* prev_row = &at(k - 1, 0);
-    SuffixMinimum(prev_row, n, &lightest);
-    // Leave at least one layer for each of the remaining chunks.
+    const Best* prev = band(k - 1);  // candidate i at prev[i - (k - 1)]
+    SuffixMinimum(prev, width, &lightest);
     int64_t boundary = k - 1;
     for (int64_t j = k; j <= n - (k_chunks - k); ++j) {
-      Best& cell = at(k, j);
-      const int64_t first = shortcuts ? FirstCandidate(prev_row, k - 1, j, &boundary, chunk_time) : k - 1;
+      Best& cell = band(k)[j - k];
+      cell = Best{};
+      const int64_t first = shortcuts ? FirstCandidate(prev, k - 1, j, &boundary, chunk_time) : k - 1;
       for (int64_t i = first; i < j; ++i) {
-        if (shortcuts && lightest.Stops(static_cast<size_t>(i), cell)) break;
-        const Best& prev = prev_row[i];
-        if (prev.cut < 0) continue;
-        const double t = std::max(prev.time, chunk_time(i, j));
-        const int64_t p = std::max(prev.params, chunk_params(i, j));
+        const size_t at = static_cast<size_t>(i - (k - 1));
+        if (shortcuts && lightest.Stops(at, cell)) break;
+        const Best& before = prev[at];
+        if (before.cut < 0) continue;
+        const double t = std::max(before.time, chunk_time(i, j));
+        const int64_t p = std::max(before.params, chunk_params(i, j));
         if (Better(t, p, cell)) cell = Best{t, p, i};
       }
     }
@@ -181,7 +215,7 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
   thread_local std::vector<int64_t> starts;
   starts.assign(static_cast<size_t>(k_chunks), 0);
   for (int64_t k = k_chunks, j = n; k >= 1; --k) {
-    j = at(k, j).cut;
+    j = band(k)[j - k].cut;
     starts[static_cast<size_t>(k - 1)] = j;
   }
   plan.chunks.reserve(static_cast<size_t>(k_chunks));

@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "planner_tiny_model.h"
+#include "preflight/planner/compute.h"
+#include "preflight/planner/tables.h"
+#include "support/shipped_recipes.h"
 #include "support/test_support.h"
 
 namespace preflight::planner_stages_test {
@@ -152,6 +155,47 @@ TEST(PlannerStages, PartitionMatchesThePlainSearch) {
     }
   }
   EXPECT_GT(checked, 1500);
+}
+
+// The sweep's weights (ReweighFrameworkLayers: the times only, into weights
+// whose parameter counts another layout set) against the composed
+// WeighFrameworkLayers(WeighLayers(...)), bit for bit, on every shipped
+// recipe over tp, micro-batch and recompute (the compute times change with
+// each), reusing one set of weights as a sweep's worker does.
+TEST(PlannerStages, ReweighedTimesAreTheComposedWeights) {
+  int checked = 0;
+  for (const char* name : testing::kShippedRecipes) {
+    const Inventory inv = BuildInventory(testing::LoadSourceRecipe(std::string("recipes/") + name + ".yaml"));
+    const PlanTables tables = BuildPlanTables(inv);
+    LayerWeights reused;
+    bool first = true;
+    for (int64_t tp : {1, 2, 8}) {
+      for (int64_t micro_batch : {1, 4}) {
+        for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          Layout layout = LayoutOf(inv.recipe);
+          layout.tp = tp;
+          layout.micro_batch = micro_batch;
+          layout.recompute = rc;
+          const ComputeTimes times = LayerComputeTimes(inv, tables, layout, CostModel{});
+          const LayerWeights want = WeighFrameworkLayers(WeighLayers(tables, times), inv.layer_starts);
+          if (first) reused = want;  // the parameter counts, as the sweep sets them once
+          first = false;
+          ReweighFrameworkLayers(tables, times, inv.layer_starts, &reused);
+          ASSERT_EQ(reused.layer_s.size(), want.layer_s.size()) << name;
+          for (size_t l = 0; l < want.layer_s.size(); ++l) {
+            EXPECT_EQ(reused.layer_s[l], want.layer_s[l]) << name << " layer " << l;
+          }
+          EXPECT_EQ(reused.layer_params, want.layer_params) << name;
+          EXPECT_EQ(reused.head_s, want.head_s) << name;
+          EXPECT_EQ(reused.embedding_s, want.embedding_s) << name;
+          EXPECT_EQ(reused.head_params, want.head_params) << name;
+          EXPECT_EQ(reused.embedding_params, want.embedding_params) << name;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 180);
 }
 
 // Attention costs grow with s, Mamba's do not (docs/formulas.md §4.3): at s = 1024 an

@@ -60,6 +60,12 @@ int64_t PipelineRankOfChunk(const Layout& layout, int64_t chunk, int64_t chunks)
 /// The weights of whole framework layers (Inventory::layer_starts): the
 /// partitioner cuts only between layers, as the frameworks do.
 LayerWeights WeighFrameworkLayers(const LayerWeights& sublayer_weights, const std::vector<int64_t>& layer_starts);
+/// Only the times of WeighFrameworkLayers(WeighLayers(tables, times),
+/// layer_starts) into `weights` (the same sums, in the same order), keeping
+/// its parameter counts, which no layout changes: a sweep weighs tens of
+/// thousands of layouts of one model.
+void ReweighFrameworkLayers(const PlanTables& tables, const ComputeTimes& times,
+                            const std::vector<int64_t>& layer_starts, LayerWeights* weights);
 /// A plan over framework layers as sublayer ranges.
 StagePlan ToSublayers(StagePlan plan, const std::vector<int64_t>& layer_starts);
 
