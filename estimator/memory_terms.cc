@@ -665,39 +665,42 @@ Bytes SavedAfterCommit(const Recipe& r, const Layout& l, BlockKind kind, Offload
   return Bytes(out);
 }
 
-/// OffloadOnRank::in_flight of one chunk: the filling micro-batch's forward
-/// walked layer by layer; `keeps` when it keeps its last group of each name
-/// (the last stage), `bytes_of` / `stay_of` a layer's offloaded bytes by
-/// module and what it keeps on the device otherwise.
+/// OffloadOnRank::in_flight of one chunk: the most the filling micro-batch
+/// holds at a group's commit above what it holds when its forward ends;
+/// `keeps` when it keeps its last group of each name (the last stage),
+/// `bytes_of` / `stay_of` a layer's offloaded bytes by module and what it
+/// keeps on the device otherwise. Walked back from the chunk's last layer: a
+/// commit in layer i exceeds the forward's end by what it holds of layer i
+/// less what layers i.. hold at the end (`suffix`), and the names later
+/// layers run are the ones already walked.
 template <class BytesOf, class StayOf>
 Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, bool keeps, const BytesOf& bytes_of,
                     const StayOf& stay_of) {
-  Bytes end, peak;
-  for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
+  Bytes suffix, most;
+  OffloadSet later;  // module names a later layer of the chunk runs
+  for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
     const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
     const OffloadBytes& bytes = bytes_of(kind);
     const OffloadSet groups = OffloadGroupsOf(r, kind);
-    OffloadSet later;  // module names a later layer of the chunk runs
-    for (int64_t j = i + 1; j < chunk.end_layer; ++j) {
-      later.bits |= OffloadGroupsOf(r, r.model.layers.at(static_cast<size_t>(j))).bits;
-    }
     OffloadSet leaving = groups;
     if (keeps) leaving.bits &= later.bits;
     Bytes held = stay_of(kind);
     for (OffloadModule m : kAllOffloadModules) {
       if (groups.has(m) && !leaving.has(m)) held += Bytes(bytes[static_cast<size_t>(m)]);
     }
+    suffix += held;
     for (OffloadModule g : kAllOffloadModules) {
       if (!leaving.has(g) || bytes[static_cast<size_t>(g)] == 0) continue;
+      const OffloadSet alive_with = AliveAtCommit(g);
       Bytes alive(bytes[static_cast<size_t>(g)]);
       for (OffloadModule m : kAllOffloadModules) {
-        if (leaving.has(m) && AliveAtCommit(g).has(m)) alive += Bytes(bytes[static_cast<size_t>(m)]);
+        if (leaving.has(m) && alive_with.has(m)) alive += Bytes(bytes[static_cast<size_t>(m)]);
       }
-      peak = std::max(peak, end + held - SavedAfterCommit(r, l, kind, g) + alive);
+      most = std::max(most, held - SavedAfterCommit(r, l, kind, g) + alive - suffix);
     }
-    end += held;
+    later.bits |= groups.bits;
   }
-  return peak > end ? peak - end : Bytes(0);
+  return most;
 }
 
 }  // namespace

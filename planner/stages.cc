@@ -107,7 +107,7 @@ LayerWeights WeighLayers(const Inventory& inv, const PlanTables& tables, const L
 namespace {
 
 // The head's work: its projection and loss, and the MTP modules' layers.
-double HeadSeconds(const PlanTables& tables, const ComputeTimes& ct) {
+double HeadWeightSeconds(const PlanTables& tables, const ComputeTimes& ct) {
   double head_s = ct.head.total();
   for (size_t f = 0; f < 5; ++f) {
     head_s += static_cast<double>(tables.mtp_counts[f]) * ct.family[f].total();
@@ -128,7 +128,7 @@ LayerWeights WeighLayers(const PlanTables& tables, const ComputeTimes& ct) {
     w.layer_params.push_back(tables.params_prefix[static_cast<size_t>(l + 1)].total() -
                              tables.params_prefix[static_cast<size_t>(l)].total());
   }
-  w.head_s = HeadSeconds(tables, ct);
+  w.head_s = HeadWeightSeconds(tables, ct);
   w.embedding_s = 0.0;  // a lookup; its cost is memory (the parameter tiebreak)
   w.embedding_params = tables.embedding_params;
   w.head_params = tables.head_params + tables.final_norm_params + tables.mtp_params;
@@ -148,7 +148,7 @@ void ReweighFrameworkLayers(const PlanTables& tables, const ComputeTimes& ct, co
     }
     w->layer_s[l] = s;
   }
-  w->head_s = HeadSeconds(tables, ct);
+  w->head_s = HeadWeightSeconds(tables, ct);
   w->embedding_s = 0.0;
 }
 

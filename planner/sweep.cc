@@ -236,9 +236,8 @@ struct Worker {
   /// Time-balanced stage partitions by PartitionKeyOf (see StagesFor).
   std::map<PartitionKey, StagePlan> partitions;
   /// The partitioner's weights of the current layout (ReweighFrameworkLayers;
-  /// the parameter counts set once, `weighed`).
+  /// the parameter counts set once, when it is first weighed).
   LayerWeights layer_weights;
-  bool weighed = false;
   /// The framework's (or pinned) partitions by (pp, vpp, schedule).
   std::map<std::tuple<int64_t, int64_t, int>, StagePlan> fixed;
   /// FallbackCuts by (pp, vpp, schedule).
@@ -282,8 +281,9 @@ const StagePlan& StagesFor(const Inventory& inv, const PlanTables& tables, const
   const PartitionKey key = PartitionKeyOf(layout, times);
   auto it = w.partitions.find(key);
   if (it == w.partitions.end()) {
-    if (!w.weighed) w.layer_weights = WeighFrameworkLayers(WeighLayers(tables, times), inv.layer_starts);
-    w.weighed = true;
+    if (w.layer_weights.layer_params.empty()) {
+      w.layer_weights = WeighFrameworkLayers(WeighLayers(tables, times), inv.layer_starts);
+    }
     ReweighFrameworkLayers(tables, times, inv.layer_starts, &w.layer_weights);
     it = w.partitions.emplace(key, ToSublayers(PartitionStages(w.layer_weights, layout), inv.layer_starts)).first;
   }
@@ -911,7 +911,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     // An item's reason is FirstError's key, value and message, ordered by the
     // source marks: the file's name and text each diagnostic would copy are
     // not read (an empty name sorts as the file's, as the name did).
