@@ -433,7 +433,7 @@ InFlight InterleavedChunks(const StagePlan& plan, const Layout& l, int64_t r, in
                            F&& visit) {
   const int64_t p = l.pp;
   const int64_t m = l.micro_batches;
-  const int64_t g = p;  // Megatron's microbatch_group_size_per_vp_stage defaults to pp
+  const int64_t g = l.MicrobatchGroup();
   ActivationRates::Replays* kept = rates.replays;
   const size_t at = static_cast<size_t>(r);
   const bool known = kept != nullptr && at < kept->known.size() && kept->known[at] != 0;

@@ -55,6 +55,30 @@ void CheckCpOnRecurrentMixers(const Recipe& r, const Layout& l, std::vector<Diag
   }
 }
 
+/// Megatron's forward_backward_pipelining_with_interleaving (schedules.py)
+/// raises unless pp <= g <= m, and unless the last group of m % g
+/// micro-batches is empty or at least pp (a shorter one stalls the pipeline).
+void CheckMicrobatchGroup(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
+  const int64_t g = l.MicrobatchGroup(), m = l.micro_batches, p = l.pp;
+  const std::string value = std::to_string(r.parallel.microbatch_group);
+  if (g < p || g > m) {
+    out->push_back(Make(r, Severity::kError, "parallel.microbatch_group", value,
+                        fmt::format("the interleaved schedule's micro-batch group must be within [pp, micro-batches "
+                                    "per step] = [{}, {}] (Megatron schedules.py); got {}",
+                                    p, m, g)));
+    return;
+  }
+  const int64_t last = m % g;
+  if (last > 0 && last < p) {
+    out->push_back(Make(r, Severity::kError, "parallel.microbatch_group", value,
+                        fmt::format("micro-batches per step ({}) leave a last group of {} after groups of {}; Megatron "
+                                    "refuses a last group shorter than pp ({}) (schedules.py: it stalls the pipeline); "
+                                    "set parallel.microbatch_group to a divisor of {} in [{}, {}] or change "
+                                    "training.global_batch",
+                                    m, last, g, p, m, p, m)));
+  }
+}
+
 void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* out) {
   const std::string sched = Name(l.schedule);
   if (l.schedule == Schedule::kDualPipe) {
@@ -78,6 +102,8 @@ void CheckSchedule(const Recipe& r, const Layout& l, std::vector<Diagnostic>* ou
                         fmt::format("the interleaved schedule needs micro-batches per step ({}) >= pp ({}) "
                                     "(Megatron schedules.py)",
                                     l.micro_batches, l.pp)));
+  } else if (l.schedule == Schedule::kInterleaved) {
+    CheckMicrobatchGroup(r, l, out);
   }
 }
 

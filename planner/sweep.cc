@@ -452,6 +452,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     layout.dp_replicate = p.dp_replicate;
     layout.micro_batch = r.training.micro_batch;
     layout.schedule = p.schedule;
+    layout.microbatch_group = p.microbatch_group;
     layout.order = p.order;
     layout.cp_comm = p.cp_comm;
     layout.cp_recurrent = p.cp_recurrent;

@@ -105,12 +105,13 @@ std::vector<PipeOp> DualPipe(int64_t p, int64_t m, int64_t r) {
 
 }  // namespace
 
-std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank) {
+std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank, int64_t group) {
   if (schedule == Schedule::kDualPipeV) return DualPipeV(p, m, rank);
   if (schedule == Schedule::kDualPipe) return DualPipe(p, m, rank);
-  const auto table = ScheduleTable(m, v, p);
+  const int64_t g = group > 0 ? group : p;
+  const auto table = ScheduleTable(m, v, g);
   const int64_t total = m * v;
-  int64_t warmup = v == 1 ? p - rank - 1 : 2 * (p - rank - 1) + (v - 1) * p;
+  int64_t warmup = v == 1 ? p - rank - 1 : 2 * (p - rank - 1) + (v - 1) * g;
   warmup = std::min(warmup, total);
   const auto fwd = [&](int64_t k) {
     return PipeOp{true, table[static_cast<size_t>(k)].second, table[static_cast<size_t>(k)].first};

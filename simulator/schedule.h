@@ -25,7 +25,8 @@ struct PipeOp {
 ///   one backward per remaining micro-batch, then the cooldown backwards
 ///   (p = 1 is Megatron's no-pipelining loop: F, B per micro-batch);
 /// - interleaved (v > 1): Megatron's schedule table (micro-batches in groups of
-///   g = p, chunk-major inside a group; backwards run the chunks in reverse),
+///   g, parallel.microbatch_group, p when 0; chunk-major inside a group;
+///   backwards run the chunks in reverse),
 ///   warmup 2(p - rank - 1) + (v - 1) g forwards (all of them when that
 ///   reaches m v), then 1F1B over the table, then the cooldown.
 /// - DualPipeV (v = 2: chunk 0 the down chunk `rank`, chunk 1 the up chunk
@@ -33,7 +34,8 @@ struct PipeOp {
 /// - DualPipe (v = 2: chunk 0 stage `rank` for micro-batches 0..m/2-1 going
 ///   down, chunk 1 stage p-1-rank for m/2..m-1 going up): DeepSeek's
 ///   eight-step order (schedule.cc DualPipe), p and m even, m >= 2p.
-std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank);
+std::vector<PipeOp> PipelineSchedule(Schedule schedule, int64_t p, int64_t v, int64_t m, int64_t rank,
+                                     int64_t group = 0);
 
 /// Most (chunk, micro-batch) forwards whose backward has not yet run, at any
 /// point of `ops`: the micro-batches in flight whose activations a rank holds.

@@ -443,8 +443,9 @@ class RankProgram {
     ctx_.rank->memory().ResetPeaks();
     ctx_.rank->host_memory().ResetPeaks();
 
-    const std::vector<PipeOp> ops = PipelineSchedule(spec_.recipe->parallel.schedule, spec_.topo.pp, spec_.vpp,
-                                                     spec_.microbatches, coord_.pp);
+    const std::vector<PipeOp> ops =
+        PipelineSchedule(spec_.recipe->parallel.schedule, spec_.topo.pp, spec_.vpp, spec_.microbatches, coord_.pp,
+                         spec_.recipe->parallel.microbatch_group);
     int64_t live = 0;
     for (size_t j = 0; j < ops.size(); ++j) {
       const PipeOp& op = ops[j];

@@ -125,6 +125,7 @@ const MegatronArg kMegatronArgs[] = {
     {"--num-layers", ArgKind::kInt, {}},
     {"--num-query-groups", ArgKind::kInt, {}},
     {"--num-virtual-stages-per-pipeline-rank", ArgKind::kInt, {}},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", ArgKind::kInt, {}},
     // TransformerConfig.__post_init__'s allowed offload_modules.
     {"--offload-modules",
      ArgKind::kList,

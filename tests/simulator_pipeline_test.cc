@@ -64,6 +64,19 @@ TEST(SimulatorPipeline, InterleavedOverTwoStages) {
   EXPECT_EQ(FindMemory(Stage(c, 1), "in-flight micro-batches").measured, 3);
 }
 
+TEST(SimulatorPipeline, InterleavedWithALargerMicrobatchGroup) {
+  // parallel.microbatch_group 4 (Megatron's group, pp by default): stage 0
+  // warms up 2(p-1) + (v-1) 4 = 6 forwards and holds 7 of its 8
+  // chunk-micro-batches; stage 1 warms up 4, holds 5. fit agrees.
+  const Recipe r =
+      DensePipeline({{"parallel.vpp", "2"}, {"parallel.schedule", "interleaved"}, {"parallel.microbatch_group", "4"}});
+  const SimulationReport rep = Simulate(r);
+  ExpectAgree(r, rep);
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  EXPECT_EQ(FindMemory(Stage(c, 0), "in-flight micro-batches").measured, 7);
+  EXPECT_EQ(FindMemory(Stage(c, 1), "in-flight micro-batches").measured, 5);
+}
+
 TEST(SimulatorPipeline, DataParallelGradientsAllReducedWithoutZero) {
   const Recipe r = DensePipeline({{"parallel.zero", "0"}});
   const SimulationReport rep = Simulate(r);

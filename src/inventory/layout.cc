@@ -26,6 +26,7 @@ Layout LayoutOf(const Recipe& r) {
   l.micro_batches = r.micro_batches();
   l.recompute = r.training.recompute;
   l.schedule = r.parallel.schedule;
+  l.microbatch_group = r.parallel.microbatch_group;
   l.order = r.parallel.order;
   l.cp_comm = r.parallel.cp_comm;
   l.cp_recurrent = r.parallel.cp_recurrent;

@@ -581,6 +581,11 @@ std::vector<RecipeField> MakeFields() {
       Spell(EnumField(
                 "parallel.schedule", "enum", kSchedules, [](auto& r) -> auto& { return r.parallel.schedule; }),
             "(1F1B, interleaved)", "parallelism.pipeline_parallel_schedule"),
+      // Memory: the interleaved schedule's in-flight micro-batches (its warm-up).
+      Moves(kAffectsMemory, Spell(IntField(
+                                      "parallel.microbatch_group", "micro-batches", 0, kMaxDegree,
+                                      [](auto& r) -> auto& { return r.parallel.microbatch_group; }),
+                                  "--microbatch-group-size-per-virtual-pipeline-stage", kNone)),
       Moves(kAffectsTime,
             Spell(EnumField(
                       "parallel.order", "enum", kAxisOrders, [](auto& r) -> auto& { return r.parallel.order; }),

@@ -246,9 +246,6 @@ const std::map<std::string, std::string>& Unrepresentable() {
       {"--moe-shared-expert-overlap", "shared-expert compute overlapped with dispatch"},
       {"--delay-wgrad-compute", "weight gradients computed later (their inputs live longer)"},
       {"--overlap-p2p-communication-warmup-flush", "pipeline P2P overlap in warm-up/flush (time)"},
-      {"--microbatch-group-size-per-virtual-pipeline-stage",
-       "interleaved schedule grouping; changes the "
-       "in-flight micro-batches"},
       {"--overlap-param-gather-with-optimizer-step", "parameter all-gather overlapped with the optimizer step"},
       {"--no-gradient-accumulation-fusion",
        "without the fused wgrad kernel each linear allocates a bf16 "
@@ -341,6 +338,7 @@ const std::set<std::string> kMapped = {
     "--num-layers-per-virtual-pipeline-stage",
     "--virtual-pipeline-model-parallel-size",
     "--num-virtual-stages-per-pipeline-rank",
+    "--microbatch-group-size-per-virtual-pipeline-stage",
     "--sequence-parallel",
     "--use-distributed-optimizer",
     "--no-use-layer-wise-param-layout",
@@ -1298,6 +1296,11 @@ void MapParallel(Args& a, const Stack& st, std::vector<YamlEntry>& l) {
         "--num-distributed-optimizer-instances: ZeRO shards inside each instance");
   }
   Add(&l, "parallel.schedule", vpp > 1 ? "interleaved" : "1f1b");
+  // Read by the interleaved schedule only (ModelParallelConfig: pp when unset).
+  if (vpp > 1 && a.Has("--microbatch-group-size-per-virtual-pipeline-stage")) {
+    Add(&l, "parallel.microbatch_group",
+        a.Int("--microbatch-group-size-per-virtual-pipeline-stage", 1, 1, recipe_internal::kMaxDegree));
+  }
   if (a.Flag("--use-tp-pp-dp-mapping")) Add(&l, "parallel.order", "tp-cp-pp-dp", "--use-tp-pp-dp-mapping");
   l.insert(l.end(), split.begin(), split.end());
   Add(&l, "cluster.gpu", "h100", "DGX H100 unless --layout cluster.gpu=...");

@@ -60,6 +60,7 @@ bool Matters(const Recipe& r, std::string_view path) {
   if (path == "training.optimizer.mamba_in_proj") return muon && Has(r, BlockKind::kMamba);
   if (path == "training.optimizer.router") return muon && Has(r, BlockKind::kMoe);
   if (path == "parallel.cp_load_balance") return r.parallel.cp > 1;
+  if (path == "parallel.microbatch_group") return r.parallel.schedule == Schedule::kInterleaved;
   if (path == "parallel.cp_recurrent") {
     return r.parallel.cp > 1 && (Has(r, BlockKind::kMamba) || Has(r, BlockKind::kRecurrent));
   }

@@ -151,6 +151,10 @@ std::string JoinInts(const std::vector<int64_t>& v) {
 // Hybrid stacks carry their cuts in the layer pattern (HybridPatternFlag).
 void PipelineFlags(const MegatronContext& c) {
   const Layout& l = c.p.layout;
+  // Megatron's group defaults to pp: emitted only when the recipe sets one.
+  if (l.schedule == Schedule::kInterleaved && l.microbatch_group > 0) {
+    c.args.Flag("--microbatch-group-size-per-virtual-pipeline-stage", l.microbatch_group);
+  }
   if (l.schedule == Schedule::kDualPipe) {
     c.notes.Cannot("parallel.schedule", "dualpipe",
                    "Megatron-LM has no DualPipe schedule; the pp stages below run its 1F1B "

@@ -30,6 +30,7 @@ struct Layout {
   int64_t micro_batches = 1;  // per step per pipeline = global_batch / (micro_batch * dp)
   Recompute recompute = Recompute::kSelective;
   Schedule schedule = Schedule::k1F1B;
+  int64_t microbatch_group = 0;  // ParallelConfig::microbatch_group: 0 = pp
   AxisOrder order = AxisOrder::kTpCpDpPp;
   CpComm cp_comm = CpComm::kP2p;
   CpRecurrent cp_recurrent = CpRecurrent::kAllToAll;
@@ -43,6 +44,9 @@ struct Layout {
   int64_t zero_group() const { return dp * cp / dp_replicate; }
   /// The expert ZeRO group: d_e / dp_replicate ranks.
   int64_t expert_zero_group() const { return expert_dp() / dp_replicate; }
+  /// Micro-batches each virtual stage of the interleaved schedule runs in a
+  /// row (Megatron's microbatch_group_size_per_vp_stage, pp by default).
+  int64_t MicrobatchGroup() const { return microbatch_group > 0 ? microbatch_group : pp; }
   /// True when sequence parallelism is in effect (needs tp > 1).
   bool sequence_parallel() const { return sp && tp > 1; }
 };

@@ -363,6 +363,11 @@ struct ParallelConfig {
   /// comes down.
   bool fsdp_cpu_offload = false;
   Schedule schedule = Schedule::k1F1B;
+  /// The interleaved schedule's micro-batch group: each virtual stage runs
+  /// this many micro-batches in a row before the next chunk (Megatron
+  /// --microbatch-group-size-per-virtual-pipeline-stage); 0 = pp, Megatron's
+  /// default. Ignored by the other schedules.
+  int64_t microbatch_group = 0;
   AxisOrder order = AxisOrder::kTpCpDpPp;
   CpComm cp_comm = CpComm::kP2p;
   CpRecurrent cp_recurrent = CpRecurrent::kAllToAll;
