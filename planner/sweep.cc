@@ -480,9 +480,12 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   }
   // torchtitan's per-op policy has rules of its own (dense blocks, tp and cp
   // 1): an item valid under the other policies is validated again under it.
-  const bool op_rows = !out.selective_op_errors.empty();
-  const std::string op_error = op_rows ? SelectiveOpError(r) : "";
-  if (op_rows) out.selective_op_errors[static_cast<size_t>(item)] = op_error;
+  bool op_invalid = false;
+  if (!out.selective_op_errors.empty()) {
+    std::string& op_error = out.selective_op_errors[static_cast<size_t>(item)];
+    op_error = SelectiveOpError(r);
+    op_invalid = !op_error.empty();
+  }
   const MeshLocality& locality = LocalityFor(r, layout, items, digits, cache);
   w.comm_by_zero.resize(space.zero.size());
   for (CommSlot& c : w.comm_by_zero) {  // built for another item
@@ -491,7 +494,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   }
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
-    if (rc == Recompute::kSelectiveOp && !op_error.empty()) {
+    if (rc == Recompute::kSelectiveOp && op_invalid) {
       for (int64_t z : space.zero) {
         SweepRow& row = out.rows[k++];
         row = SweepRow{};
