@@ -431,18 +431,20 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
 
   const size_t per_item = space.recompute.size() * space.zero.size();
   const size_t first_row = static_cast<size_t>(item) * per_item;
+  // One policy's rows, a ZeRO stage each, from out.rows[*k] on.
+  auto mark_policy = [&](size_t* k, Recompute rc, SweepStatus status) {
+    for (int64_t z : space.zero) {
+      SweepRow& row = out.rows[(*k)++];
+      row = SweepRow{};
+      row.item = static_cast<int32_t>(item);
+      row.recompute = rc;
+      row.zero = static_cast<int8_t>(z);
+      row.status = status;
+    }
+  };
   auto mark_rows = [&](SweepStatus status) {
     size_t k = first_row;
-    for (Recompute rc : space.recompute) {
-      for (int64_t z : space.zero) {
-        SweepRow& row = out.rows[k++];
-        row = SweepRow{};
-        row.item = static_cast<int32_t>(item);
-        row.recompute = rc;
-        row.zero = static_cast<int8_t>(z);
-        row.status = status;
-      }
-    }
+    for (Recompute rc : space.recompute) mark_policy(&k, rc, status);
   };
 
   Layout layout;
@@ -495,14 +497,7 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
     if (rc == Recompute::kSelectiveOp && op_invalid) {
-      for (int64_t z : space.zero) {
-        SweepRow& row = out.rows[k++];
-        row = SweepRow{};
-        row.item = static_cast<int32_t>(item);
-        row.recompute = rc;
-        row.zero = static_cast<int8_t>(z);
-        row.status = SweepStatus::kInvalid;
-      }
+      mark_policy(&k, rc, SweepStatus::kInvalid);
       continue;
     }
     layout.recompute = rc;
