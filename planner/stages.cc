@@ -85,16 +85,32 @@ void SuffixMinimum(const Best* band, int64_t n, Lightest* out) {
 // That place only moves right as j grows (a chunk ending later weighs more),
 // so it is walked to from the row's previous cell (`boundary`) instead of
 // bisected: any s that passes the checks gives the cell the full scan gives.
-// `prev` is the previous row's band, whose first cell is candidate `lo`.
-template <class ChunkTime>
-int64_t FirstCandidate(const Best* prev, int64_t lo, int64_t j, int64_t* boundary, const ChunkTime& chunk_time) {
-  auto outweighs = [&](int64_t i) { return prev[i - lo].cut >= 0 && chunk_time(i, j) >= prev[i - lo].time; };
+// `prev` is the previous row's band, whose first cell is candidate `lo`;
+// time_to(i) is chunk_time(i, j). A candidate the walk passed is known to
+// outweigh its prefix, so only a walk that did not move checks s again.
+template <class TimeTo>
+int64_t FirstCandidate(const Best* prev, int64_t lo, int64_t j, int64_t* boundary, const TimeTo& time_to) {
   int64_t a = std::max(lo, *boundary);
-  while (a < j && outweighs(a)) ++a;
+  double s_time = 0.0;  // time_to(a - 1) once the walk has passed a - 1
+  bool walked = false;
+  for (; a < j; ++a) {
+    const Best& before = prev[a - lo];
+    if (before.cut < 0) break;
+    const double t = time_to(a);
+    if (!(t >= before.time)) break;
+    s_time = t;
+    walked = true;
+  }
   *boundary = a;
   const int64_t s = a - 1;
-  if (s <= lo || !outweighs(s)) return lo;
-  return chunk_time(s, j) * (1.0 + kMargin) < chunk_time(s - 1, j) ? s : lo;
+  if (s <= lo) return lo;
+  if (!walked) {
+    const Best& before = prev[s - lo];
+    if (before.cut < 0) return lo;
+    s_time = time_to(s);
+    if (!(s_time >= before.time)) return lo;
+  }
+  return s_time * (1.0 + kMargin) < time_to(s - 1) ? s : lo;
 }
 
 }  // namespace
@@ -174,14 +190,8 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
     t_prefix[static_cast<size_t>(l + 1)] = t_prefix[static_cast<size_t>(l)] + w.layer_s[static_cast<size_t>(l)];
     p_prefix[static_cast<size_t>(l + 1)] = p_prefix[static_cast<size_t>(l)] + w.layer_params[static_cast<size_t>(l)];
   }
-  auto chunk_time = [&](int64_t a, int64_t b) {
-    return t_prefix[static_cast<size_t>(b)] - t_prefix[static_cast<size_t>(a)] + (a == 0 ? w.embedding_s : 0.0) +
-           (b == n ? w.head_s : 0.0);
-  };
-  auto chunk_params = [&](int64_t a, int64_t b) {
-    return p_prefix[static_cast<size_t>(b)] - p_prefix[static_cast<size_t>(a)] + (a == 0 ? w.embedding_params : 0) +
-           (b == n ? w.head_params : 0);
-  };
+  const double* t_at = t_prefix.data();
+  const int64_t* p_at = p_prefix.data();
   // best[k][j]: first k chunks cover layers [0, j). Each chunk keeps at least
   // one layer, so row k holds only j in [k, n - (k_chunks - k)] (its band,
   // `width` cells): the search never reads a cell outside it.
@@ -195,21 +205,28 @@ StagePlan PartitionStages(const LayerWeights& w, const Layout& layout) {
       w.embedding_s >= 0 && std::all_of(w.layer_s.begin(), w.layer_s.end(), [](double x) { return x >= 0; });
   for (int64_t k = 1; k <= k_chunks; ++k) {
     const Best* prev = band(k - 1);  // candidate i at prev[i - (k - 1)]
+    Best* row = band(k);
     SuffixMinimum(prev, width, &lightest);
     int64_t boundary = k - 1;
     for (int64_t j = k; j <= n - (k_chunks - k); ++j) {
-      Best& cell = band(k)[j - k];
-      cell = Best{};
-      const int64_t first = shortcuts ? FirstCandidate(prev, k - 1, j, &boundary, chunk_time) : k - 1;
+      // The chunk [i, j)'s time and parameters, summed as
+      // prefix[j] - prefix[i] + embedding + head in that order.
+      const double t_j = t_at[j], head_s = j == n ? w.head_s : 0.0;
+      const int64_t p_j = p_at[j], head_params = j == n ? w.head_params : 0;
+      auto time_to = [&](int64_t i) { return t_j - t_at[i] + (i == 0 ? w.embedding_s : 0.0) + head_s; };
+      auto params_to = [&](int64_t i) { return p_j - p_at[i] + (i == 0 ? w.embedding_params : 0) + head_params; };
+      Best cell;  // kept out of the table while scanned: no store may alias a read
+      const int64_t first = shortcuts ? FirstCandidate(prev, k - 1, j, &boundary, time_to) : k - 1;
       for (int64_t i = first; i < j; ++i) {
         const size_t at = static_cast<size_t>(i - (k - 1));
         if (shortcuts && lightest.Stops(at, cell)) break;
         const Best& before = prev[at];
         if (before.cut < 0) continue;
-        const double t = std::max(before.time, chunk_time(i, j));
-        const int64_t p = std::max(before.params, chunk_params(i, j));
+        const double t = std::max(before.time, time_to(i));
+        const int64_t p = std::max(before.params, params_to(i));
         if (Better(t, p, cell)) cell = Best{t, p, i};
       }
+      row[j - k] = cell;
     }
   }
   thread_local std::vector<int64_t> starts;

@@ -395,6 +395,17 @@ std::array<std::string, 4> ZeroRefusals(const Recipe& r) {
   return out;
 }
 
+/// The validator's first error for the item in `r` under torchtitan's per-op
+/// recompute, or "" where it is valid. `r` is left as it was.
+std::string SelectiveOpError(Recipe& r) {
+  const Recompute own = r.training.recompute;
+  r.training.recompute = Recompute::kSelectiveOp;
+  const std::optional<Diagnostic> recipe_error = FirstRecipeError(r);
+  std::string error = recipe_error ? OneLine(*recipe_error) : FirstError(ValidateForPlan(r, LayoutOf(r)));
+  r.training.recompute = own;
+  return error;
+}
+
 void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpace& space, const ItemSpace& items,
                   const SweepOptions& options, int64_t item, LocalityCache& cache, Worker& w, SweepResult& out) {
   const auto digits = items.Digits(item);
@@ -420,18 +431,20 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
 
   const size_t per_item = space.recompute.size() * space.zero.size();
   const size_t first_row = static_cast<size_t>(item) * per_item;
+  // One policy's rows, a ZeRO stage each, from out.rows[*k] on.
+  auto mark_policy = [&](size_t* k, Recompute rc, SweepStatus status) {
+    for (int64_t z : space.zero) {
+      SweepRow& row = out.rows[(*k)++];
+      row = SweepRow{};
+      row.item = static_cast<int32_t>(item);
+      row.recompute = rc;
+      row.zero = static_cast<int8_t>(z);
+      row.status = status;
+    }
+  };
   auto mark_rows = [&](SweepStatus status) {
     size_t k = first_row;
-    for (Recompute rc : space.recompute) {
-      for (int64_t z : space.zero) {
-        SweepRow& row = out.rows[k++];
-        row = SweepRow{};
-        row.item = static_cast<int32_t>(item);
-        row.recompute = rc;
-        row.zero = static_cast<int8_t>(z);
-        row.status = status;
-      }
-    }
+    for (Recompute rc : space.recompute) mark_policy(&k, rc, status);
   };
 
   Layout layout;
@@ -468,6 +481,14 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
     mark_rows(SweepStatus::kInvalid);
     return;
   }
+  // torchtitan's per-op policy has rules of its own (dense blocks, tp and cp
+  // 1): an item valid under the other policies is validated again under it.
+  bool op_invalid = false;
+  if (!out.selective_op_errors.empty()) {
+    std::string& op_error = out.selective_op_errors[static_cast<size_t>(item)];
+    op_error = SelectiveOpError(r);
+    op_invalid = !op_error.empty();
+  }
   const MeshLocality& locality = LocalityFor(r, layout, items, digits, cache);
   w.comm_by_zero.resize(space.zero.size());
   for (CommSlot& c : w.comm_by_zero) {  // built for another item
@@ -476,6 +497,10 @@ void EvaluateItem(const Inventory& inv, const PlanTables& tables, const SweepSpa
   }
   size_t k = first_row;
   for (Recompute rc : space.recompute) {
+    if (rc == Recompute::kSelectiveOp && op_invalid) {
+      mark_policy(&k, rc, SweepStatus::kInvalid);
+      continue;
+    }
     layout.recompute = rc;
     w.rank_compute.Reset();  // kept across this policy's ZeRO stages only
     const ComputeTimes& times = ComputeTimesFor(inv, tables, layout, options.cost, w);
@@ -636,8 +661,11 @@ std::optional<std::vector<Recompute>> ParseRecomputeList(const std::string& text
       values.push_back(Recompute::kSelective);
     } else if (part == "full") {
       values.push_back(Recompute::kFull);
+    } else if (part == "selective_op") {
+      values.push_back(Recompute::kSelectiveOp);
     } else {
-      *error = fmt::format("'{}': '{}' is not a recompute mode; valid: none, selective, full", text, part);
+      *error =
+          fmt::format("'{}': '{}' is not a recompute mode; valid: none, selective, full, selective_op", text, part);
       return std::nullopt;
     }
   }
@@ -659,7 +687,12 @@ SweepSpace DefaultSweepSpace(const Recipe& r, SweepSpace s) {
                                : std::vector<int64_t>{1};
   if (s.expert_tp.empty()) s.expert_tp = moe ? PowersOfTwoUpTo(gpn) : std::vector<int64_t>{1};
   if (s.micro_batch.empty()) s.micro_batch = PowersOfTwoUpTo(std::min<int64_t>(8, r.training.global_batch));
-  if (s.recompute.empty()) s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  if (s.recompute.empty()) {
+    s.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+    // torchtitan's per-op policy only where the recipe runs it: its rules
+    // (dense blocks, no tp or cp) would refuse it on the other recipes.
+    if (r.training.recompute == Recompute::kSelectiveOp) s.recompute.push_back(Recompute::kSelectiveOp);
+  }
   if (s.dp_replicate.empty()) s.dp_replicate = {r.parallel.dp_replicate};
   // HSDP replicas need a ZeRO group to shard over (zero >= 1).
   const bool replicas = std::any_of(s.dp_replicate.begin(), s.dp_replicate.end(), [](int64_t x) { return x > 1; });
@@ -738,6 +771,10 @@ std::string SweepResult::ReasonOf(const SweepRow& row) const {
   if (row.status == SweepStatus::kInvalid) {
     const std::string& error = item_errors[static_cast<size_t>(row.item)];
     const int64_t replicas = items[static_cast<size_t>(row.item)].dp_replicate;
+    if (error.empty() && row.recompute == Recompute::kSelectiveOp && !selective_op_errors.empty() &&
+        !selective_op_errors[static_cast<size_t>(row.item)].empty()) {
+      return selective_op_errors[static_cast<size_t>(row.item)];
+    }
     if (error.empty() && row.zero == 0 && replicas > 1) {
       return fmt::format("parallel.dp_replicate = {}: needs parallel.zero >= 1", replicas);
     }
@@ -904,6 +941,13 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   const ItemSpace items(space);
   out.items.resize(static_cast<size_t>(items.count));
   out.item_errors.resize(static_cast<size_t>(items.count));
+  // Items are validated under the recipe's own recompute, or none where that
+  // is selective_op (whose rules bind its own rows only, below).
+  Recipe item_recipe = r;
+  const bool op_rows =
+      std::find(space.recompute.begin(), space.recompute.end(), Recompute::kSelectiveOp) != space.recompute.end();
+  if (item_recipe.training.recompute == Recompute::kSelectiveOp) item_recipe.training.recompute = Recompute::kNone;
+  if (op_rows) out.selective_op_errors.resize(static_cast<size_t>(items.count));
   out.rows.resize(static_cast<size_t>(SweepSize(space)));
   const PlanTables tables = BuildPlanTables(inventory);
   LocalityCache cache(items.LocalitySlots(), items.DenseSlots());
@@ -912,7 +956,7 @@ SweepResult RunSweep(const Inventory& inventory, const SweepSpace& space, const 
   std::atomic<int64_t> done{0};
   const int64_t per_item = static_cast<int64_t>(space.recompute.size() * space.zero.size());
   auto work = [&] {
-    Worker w{r, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    Worker w{item_recipe, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     // An item's reason is FirstError's key, value and message, ordered by the
     // source marks: the file's name and text each diagnostic would copy are
     // not read (an empty name sorts as the file's, as the name did).

@@ -110,9 +110,13 @@ std::vector<int64_t> PlainSearchStarts(const LayerWeights& w, int64_t chunks) {
 // layer kinds, a few odd layers, a heavy or light head, equal parameter
 // counts that only the tiebreak separates, zero-weight layers) on 1F1B,
 // interleaved and DualPipe chunkings: the same cuts as the plain search.
-TEST(PlannerStages, PartitionMatchesThePlainSearch) {
-  std::mt19937_64 rng(17);
+// With `whole`, every time is a small whole number, so sums are exact and
+// many cuts tie exactly (the plateaus the shortcuts must keep in order).
+// Returns the number of searches checked.
+int CheckAgainstThePlainSearch(uint64_t seed, bool whole) {
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
+  auto draw = [&](double scale) { return whole ? static_cast<double>(rng() % 4) : scale * unit(rng); };
   int checked = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const int64_t n = 2 + static_cast<int64_t>(rng() % 70);
@@ -120,18 +124,18 @@ TEST(PlannerStages, PartitionMatchesThePlainSearch) {
     std::vector<double> kind_s(static_cast<size_t>(kinds));
     std::vector<int64_t> kind_params(static_cast<size_t>(kinds));
     for (size_t k = 0; k < kind_s.size(); ++k) {
-      kind_s[k] = trial % 7 == 0 && k == 0 ? 0.0 : 0.5 + unit(rng);
+      kind_s[k] = trial % 7 == 0 && k == 0 ? 0.0 : whole ? 1.0 + static_cast<double>(rng() % 2) : 0.5 + unit(rng);
       kind_params[k] = 1000 + static_cast<int64_t>(rng() % 3) * 10;
     }
     LayerWeights w;
     for (int64_t l = 0; l < n; ++l) {
       const size_t k = static_cast<size_t>(l % kinds);
       const bool odd = rng() % 10 == 0;
-      w.layer_s.push_back(odd ? 3.0 * unit(rng) : kind_s[k]);
+      w.layer_s.push_back(odd ? draw(3.0) : kind_s[k]);
       w.layer_params.push_back(kind_params[k]);
     }
-    w.embedding_s = trial % 3 == 0 ? 0.0 : unit(rng);
-    w.head_s = 4.0 * unit(rng);
+    w.embedding_s = trial % 3 == 0 ? 0.0 : draw(1.0);
+    w.head_s = draw(4.0);
     w.embedding_params = static_cast<int64_t>(rng() % 3000);
     w.head_params = static_cast<int64_t>(rng() % 3000);
     for (const auto& [pp, vpp, schedule] :
@@ -154,7 +158,13 @@ TEST(PlannerStages, PartitionMatchesThePlainSearch) {
       ++checked;
     }
   }
-  EXPECT_GT(checked, 1500);
+  return checked;
+}
+
+TEST(PlannerStages, PartitionMatchesThePlainSearch) { EXPECT_GT(CheckAgainstThePlainSearch(17, false), 1500); }
+
+TEST(PlannerStages, PartitionMatchesThePlainSearchOnExactTies) {
+  EXPECT_GT(CheckAgainstThePlainSearch(18, true), 1500);
 }
 
 // The sweep's weights (ReweighFrameworkLayers: the times only, into weights

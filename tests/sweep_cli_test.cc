@@ -141,7 +141,11 @@ TEST(CliSweep, BadRangesAreExit2) {
   EXPECT_THAT(r.err, HasSubstr("below the smallest valid value 1"));
   r = with("--recompute", "some");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("valid: none, selective, full"));
+  EXPECT_THAT(r.err, HasSubstr("valid: none, selective, full, selective_op"));
+  // Accepted: Llama 3 8B's dense blocks take the per-op policy at tp 1.
+  r = with("--recompute", "selective_op");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" selective_op "));
   r = with("--format", "svg");
   EXPECT_EQ(r.exit_code, 2);
   r = RunPreflight({"sweep", kLlama, "--gpus", "12"});

@@ -78,6 +78,9 @@ TEST(SweepAxis, MalformedListsNameTheBadPart) {
   EXPECT_FALSE(ParseAxisList("1..100000", 1, &error));  // more than 4096 values
   EXPECT_FALSE(ParseRecomputeList("selective,partial", &error));
   EXPECT_NE(error.find("'partial'"), std::string::npos) << error;
+  EXPECT_NE(error.find("valid: none, selective, full, selective_op"), std::string::npos) << error;
+  EXPECT_EQ(ParseRecomputeList("selective_op,none", &error),
+            (std::vector<Recompute>{Recompute::kNone, Recompute::kSelectiveOp}));
 }
 
 TEST(SweepRecipe, GpusMustFillNodes) {
@@ -341,6 +344,58 @@ TEST(SweepRun, ZeroStagesShareTheRanksComputeExactly) {
     }
     EXPECT_GT(checked, 200) << r.name;
   }
+}
+
+// torchtitan's per-op recompute (selective_op) is on the recompute axis when
+// the recipe runs it, after full; its rules (no tp, no cp) bind its own rows
+// only: Llama 3 8B as torchtitan runs it (torchtitan_sac_test) on 8 GPUs,
+// where the other policies' rows at tp 2 are priced and selective_op's are
+// invalid for parallel tp, every priced row as MakePlan prices it.
+TEST(SweepRun, SelectiveOpRowsFollowTheirOwnRules) {
+  std::vector<Override> sets;
+  for (const char* text :
+       {"cluster.gpu=h100", "cluster.nodes=1", "parallel.zero=3", "training.micro_batch=2", "training.global_batch=16",
+        "training.optimizer.matrices=adamw", "training.transformer_engine=false", "training.recompute=selective_op"}) {
+    sets.push_back(*ParseOverride(text));
+  }
+  const LoadResult loaded = LoadRecipeFile(SourcePath("recipes/llama3-8b-h200.yaml"), sets);
+  ASSERT_TRUE(loaded.ok()) << testing::FirstErrorText(loaded);
+  std::string error;
+  const Recipe r = *SweepRecipe(*loaded.recipe, 8, &error);
+  SweepSpace s;
+  s.gpus = 8;
+  s.tp = {1, 2};
+  s.cp = {1};
+  s.pp = {1, 2};
+  s.vpp = {1};
+  s.micro_batch = {1, 2};
+  s.zero = {1, 3};
+  s = DefaultSweepSpace(r, s);
+  ASSERT_EQ(s.recompute, (std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull,
+                                                 Recompute::kSelectiveOp}));
+  // A recipe that does not run it keeps the three policies.
+  Recipe full = r;
+  full.training.recompute = Recompute::kFull;
+  EXPECT_EQ(DefaultSweepSpace(full, SweepSpace{}).recompute.size(), 3u);
+
+  const Inventory inv = BuildInventory(r);
+  const SweepResult result = RunSweep(inv, s, SweepOptions{});
+  int priced_tp2 = 0, priced_op = 0;
+  for (const SweepRow& row : result.rows) {
+    const Layout l = result.LayoutOf(row);
+    if (l.recompute == Recompute::kSelectiveOp && l.tp > 1) {
+      EXPECT_EQ(row.status, SweepStatus::kInvalid);
+      EXPECT_NE(result.ReasonOf(row).find("training.recompute = selective_op"), std::string::npos)
+          << result.ReasonOf(row);
+      continue;
+    }
+    ASSERT_NE(row.status, SweepStatus::kInvalid) << Name(l.recompute) << " tp " << l.tp << ": " << result.ReasonOf(row);
+    ExpectRowMatchesPlan(inv, result, row);
+    priced_tp2 += l.tp > 1;
+    priced_op += l.recompute == Recompute::kSelectiveOp;
+  }
+  EXPECT_EQ(priced_tp2, 3 * 2 * 2 * 2);  // none, selective, full x pp x micro-batch x ZeRO
+  EXPECT_EQ(priced_op, 2 * 2 * 2);       // tp 1 x pp x micro-batch x ZeRO
 }
 
 TEST(SweepRun, ValidRowsMatchTheEstimatorAndPlanner) {

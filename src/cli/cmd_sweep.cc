@@ -164,7 +164,9 @@ void SetupSweep(CLI::App& command, int& exit_code) {
   command.add_option("--ep", args->ep, std::string("Expert-parallel degrees") + list);
   command.add_option("--expert-tp", args->expert_tp, std::string("Expert tensor-parallel degrees") + list);
   command.add_option("--micro-batch", args->micro_batch, std::string("Micro-batch sizes") + list);
-  command.add_option("--recompute", args->recompute, "Recompute modes: none,selective,full (default all)");
+  command.add_option("--recompute", args->recompute,
+                     "Recompute modes: none,selective,full,selective_op (default the first three, and selective_op "
+                     "when the recipe runs it)");
   command.add_option("--zero", args->zero, "ZeRO stages within 0..3 (default all)");
   command.add_option("--dp-replicate", args->dp_replicate,
                      std::string("HSDP replica counts (default: the recipe's parallel.dp_replicate)") + list);

@@ -92,6 +92,10 @@ struct SweepResult {
   /// must divide ...") beside it, or "" when valid.
   std::vector<Layout> items;
   std::vector<std::string> item_errors;
+  /// Beside each item valid under the other policies, the validator's first
+  /// error under recompute selective_op (torchtitan's per-op policy, with
+  /// rules of its own), or "" where valid; empty when no row is selective_op.
+  std::vector<std::string> selective_op_errors;
   /// Every evaluated layout in the canonical order (tp, cp, pp, vpp, ep,
   /// expert_tp, dp_replicate, micro_batch, recompute, zero), each axis ascending.
   std::vector<SweepRow> rows;
