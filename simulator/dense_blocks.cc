@@ -463,6 +463,7 @@ class MlpBlock final : public Block<T> {
     AddBias(&y, down_b_);
     return y;
   }
+
   /// The forward inside a checkpoint under torchtitan's per-op policy
   /// (op_policy.h), as torchtitan's FeedForward runs it, w2(silu(w1(x)) *
   /// w3(x)): after the attention's four, w1 is the block's 5th aten.mm
