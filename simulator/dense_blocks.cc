@@ -267,9 +267,10 @@ class AttentionBlock final : public Block<T> {
     if (q_norm_ != nullptr) {
       s.q_in = std::move(q_raw);
       s.k_in = std::move(k_raw);
+    } else {
+      q_raw.Release();
+      k_raw.Release();
     }
-    q_raw.Release();
-    k_raw.Release();
     if (rerun) {
       s.o = ops_.Take(mb);
       s.lse = ops_.Take(mb);
