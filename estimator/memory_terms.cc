@@ -283,7 +283,10 @@ TokenBytes FlextronTokenBytes(const Recipe& r, BlockKind kind) {
 
 /// A sublayer's matmuls under the per-op policy, in forward order: Llama 3 /
 /// Qwen3 Attention.forward runs wq, wk, wv, wo, FeedForward.forward w1, w3,
-/// w2 (w2(silu(w1(x)) * w3(x))); the block's counter has seen `before` of them.
+/// w2 (w2(silu(w1(x)) * w3(x))); the block's counter has seen `before` of
+/// them. wq's and wk's outputs are read in backward only by Qwen3's q_norm
+/// and k_norm (else RoPE consumes them), v by the SDPA's backward, w1's and
+/// w3's by SwiGLU's.
 struct OpMatmuls {
   std::vector<SelectiveOpMatmul> list;
   int64_t before = 0;
@@ -293,9 +296,10 @@ OpMatmuls SublayerMatmuls(const Recipe& r, BlockKind kind) {
   const int64_t h = r.model.hidden;
   const AttentionConfig& a = r.model.attention;
   const int64_t q = Mul(a.heads, a.head_dim), kv = Mul(a.kv_heads, a.head_dim);
-  if (kind == BlockKind::kAttention) return {{{h, q}, {h, kv}, {h, kv}, {q, h}}, 0};
+  const bool normed = a.qk_norm;
+  if (kind == BlockKind::kAttention) return {{{h, q, normed}, {h, kv, normed}, {h, kv, true}, {q, h, false}}, 0};
   const int64_t f = r.model.mlp.ffn_hidden;
-  return {{{h, f}, {h, f}, {f, h}}, 4};
+  return {{{h, f, true}, {h, f, true}, {f, h, false}}, 4};
 }
 
 /// Whether the policy saves the i-th matmul of `m` (0-based): its counter
@@ -343,6 +347,15 @@ double SelectiveOpRecomputedMatmulShare(const Recipe& r, BlockKind kind) {
     if (!SavesMatmul(m, i)) rerun += flops;
   }
   return all > 0 ? rerun / all : 0.0;
+}
+
+int64_t SelectiveOpUnreadBytesPerToken(const Recipe& r, BlockKind kind) {
+  const OpMatmuls m = SublayerMatmuls(r, kind);
+  int64_t unread = 0;
+  for (size_t i = 0; i < m.list.size(); ++i) {
+    if (SavesMatmul(m, i) && !m.list[i].read) unread = Add(unread, m.list[i].out);
+  }
+  return Mul(unread, SizeOf(r.training.precision.activations));
 }
 
 int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp) {

@@ -248,7 +248,13 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
       const Bytes pair_rerun =
           op ? rates.Unrecomputed(attention) + rates.Unrecomputed(f) - rates.Layer(attention) - per_layer
              : (rates.Unrecomputed(attention) + rates.Unrecomputed(f)) * RecomputeGroup(rc, w) - rates.Layer(attention);
-      out.activations_rerun = std::max(out.activations_rerun, pair_rerun);
+      // What the rerun allocates: beyond the peak's excess over the saved
+      // set, the saved outputs it takes back and frees (wq's, w2's).
+      const Bytes taken_back =
+          op ? Bytes(Mul(TokensOf(rc, l).cp_rank, Add(SelectiveOpUnreadBytesPerToken(rc, BlockKind::kAttention),
+                                                      SelectiveOpUnreadBytesPerToken(rc, kind))))
+             : Bytes(0);
+      out.activations_rerun = std::max(out.activations_rerun, pair_rerun + taken_back);
       out.activations_transient =
           std::max(out.activations_transient, pair_rerun + std::max(rates.Workspace(attention), rates.Workspace(f)));
     }

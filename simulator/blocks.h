@@ -17,6 +17,7 @@
 #include "preflight/recipe/recipe.h"
 
 #include "activation_offload.h"
+#include "op_policy.h"
 #include "tensor.h"
 #include "world.h"
 
@@ -204,6 +205,9 @@ struct Ctx {
   OptimizerConfig optimizer;  // which optimizer each ParamRole gets
   /// training.activation_offload: the rank's offloader, null without.
   ActivationOffload* offload = nullptr;
+  /// training.recompute: selective_op: the pass of the checkpointed block
+  /// running now (op_policy.h; off outside a checkpoint and for other policies).
+  OpPolicy op;
   int64_t dropped_pairs = 0;
   MemoryTracker* mem() const { return &rank->memory(); }
 };

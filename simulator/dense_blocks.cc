@@ -78,6 +78,7 @@ class AttentionBlock final : public Block<T> {
 
   Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kAttention);
+    if (ctx.op.on()) return OpForward(ctx, x);
     const SimCategory act = SimCategory::kActivations;
     const int64_t ab = ctx.bytes.activation;
     Saved& s = saved_.Open(ctx.microbatch);
@@ -227,6 +228,63 @@ class AttentionBlock final : public Block<T> {
     return o;
   }
 
+  /// The forward inside a checkpoint under torchtitan's per-op policy
+  /// (op_policy.h), as torchtitan's Attention.forward runs it: wq, wk, wv
+  /// (three aten.mm: the 1st and 3rd are saved), the qk norms, RoPE, the SDPA
+  /// (its output and log-sum-exp saved), wo (the 4th, recomputed). The rerun
+  /// takes the saved outputs back and runs the rest (the norm, wk, RoPE, wo),
+  /// leaving the saved set the backward reads; validation admits it at tp =
+  /// cp = 1, flash attention, no biases.
+  Mat<T> OpForward(Ctx& ctx, const Mat<T>& x) {
+    const SimCategory act = SimCategory::kActivations, tmp = SimCategory::kTemporaries;
+    const int64_t ab = ctx.bytes.activation, mb = ctx.microbatch;
+    const bool rerun = ctx.op.pass == OpPass::kRerun;
+    Saved& s = saved_.Open(mb);
+    SavePreNorm(ctx, x, norm_->value.m, d_.norm_eps, &s.x, &s.n, &s.rstd);
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
+    Mat<T> wq, wk, wv;
+    Split(qkv_->value.m, &wq, &wk, &wv);
+    const auto mm = [&](const Mat<T>& w, SimCategory category) {
+      return ops_.Matmul(ctx.op, ctx.mem(), category, ab, mb, [&] { return MatMul(ctx, n_full.m, w); });
+    };
+    // The qk norms read wq's and wk's outputs in backward; else RoPE consumes them.
+    const SimCategory raw = q_norm_ != nullptr ? act : tmp;
+    Tensor<T> q_raw = mm(wq, raw), k_raw = mm(wk, raw);
+    s.v = mm(wv, act);
+    n_full.Release();
+    Mat<T> q = q_raw.m, k = k_raw.m;
+    if (q_norm_ != nullptr) {
+      Mat<T> rq, rk;
+      q = HeadNorm(q, d_.head_dim, q_norm_->value.m, d_.norm_eps, &rq);
+      k = HeadNorm(k, d_.head_dim, k_norm_->value.m, d_.norm_eps, &rk);
+      s.q_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rq));
+      s.k_rstd = Tensor<T>(ctx.mem(), act, 4, std::move(rk));
+    }
+    Rope(&q, q_local_, d_, ctx.seq, 1);
+    Rope(&k, kv_local_, d_, ctx.seq, 1);
+    s.q = Tensor<T>(ctx.mem(), act, ab, std::move(q));
+    s.k = Tensor<T>(ctx.mem(), act, ab, std::move(k));
+    if (q_norm_ != nullptr) {
+      s.q_in = std::move(q_raw);
+      s.k_in = std::move(k_raw);
+    } else {
+      q_raw.Release();
+      k_raw.Release();
+    }
+    if (rerun) {
+      s.o = ops_.Take(mb);
+      s.lse = ops_.Take(mb);
+    } else {
+      AttnState<T> core;
+      Mat<T> o = AttentionCoreForward(ctx, Shape(), s.q.m, s.k.m, s.v.m, &core);
+      s.o = ops_.Keep(ctx.mem(), ab, mb, std::move(o));
+      s.lse = ops_.Keep(ctx.mem(), 4, mb, std::move(core.lse));
+    }
+    const Tensor<T> partial =
+        ops_.Matmul(ctx.op, ctx.mem(), tmp, ab, mb, [&] { return MatMul(ctx, s.o.m, out_->value.m); });
+    return ReduceFromTpForward(ctx, partial.m);
+  }
+
   /// KV head g's columns repeated for its Rep() query heads (repeat_interleave).
   Mat<T> ExpandHeads(const Mat<T>& kv) const {
     const int64_t dh = d_.head_dim, rep = Rep();
@@ -286,6 +344,7 @@ class AttentionBlock final : public Block<T> {
   Param<T>* q_norm_ = nullptr;  // qk_norm only
   Param<T>* k_norm_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
+  OpOutputs<T> ops_;  // recompute: selective_op
 };
 
 template <class T>
@@ -325,6 +384,7 @@ class MlpBlock final : public Block<T> {
 
   Mat<T> BranchForward(Ctx& ctx, const Mat<T>& x) override {
     ctx.rank->set_what(CommWhat::kMlp);
+    if (ctx.op.on()) return OpForward(ctx, x);
     Saved& s = saved_.Open(ctx.microbatch);
     const bool rerun_norm = RerunsNorm(ctx, ctx.transformer_engine);
     SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd, rerun_norm);
@@ -404,6 +464,30 @@ class MlpBlock final : public Block<T> {
     AddBias(&y, down_b_);
     return y;
   }
+
+  /// The forward inside a checkpoint under torchtitan's per-op policy
+  /// (op_policy.h), as torchtitan's FeedForward runs it, w2(silu(w1(x)) *
+  /// w3(x)): after the attention's four, w1 is the block's 5th aten.mm
+  /// (saved: SiLU reads it in backward), w3 the 6th (recomputed), w2 the 7th
+  /// (saved, though no backward reads the block's output: the rerun takes it
+  /// back and drops it). Validation admits a bias-free SwiGLU at tp 1.
+  Mat<T> OpForward(Ctx& ctx, const Mat<T>& x) {
+    const SimCategory act = SimCategory::kActivations;
+    const int64_t ab = ctx.bytes.activation, mb = ctx.microbatch;
+    Saved& s = saved_.Open(mb);
+    SavePreNorm(ctx, x, norm_->value.m, eps_, &s.x, &s.n, &s.rstd);
+    Tensor<T> n_full = TpRegionInput(ctx, s.n.m);
+    const auto mm = [&](const Mat<T>& a, const Param<T>& w, SimCategory category) {
+      return ops_.Matmul(ctx.op, ctx.mem(), category, ab, mb, [&] { return MatMul(ctx, a, w.value.m); });
+    };
+    s.a = mm(n_full.m, *gate_, act);
+    s.u = mm(n_full.m, *up_, act);
+    n_full.Release();
+    s.z = Tensor<T>(ctx.mem(), act, ab, Activate(act_, s.a.m, s.u.m));
+    const Tensor<T> out = mm(s.z.m, *down_, SimCategory::kTemporaries);
+    return ReduceFromTpForward(ctx, out.m);
+  }
+
   /// The bias of fc1's activated output a: the gate's when gated, else up's.
   Param<T>* ABias() const { return gate_ != nullptr ? gate_b_ : up_b_; }
 
@@ -417,6 +501,7 @@ class MlpBlock final : public Block<T> {
   Param<T>* up_b_ = nullptr;
   Param<T>* down_b_ = nullptr;
   SavedPerMicrobatch<Saved> saved_;
+  OpOutputs<T> ops_;  // recompute: selective_op
 };
 
 }  // namespace

@@ -18,7 +18,10 @@ std::vector<CheckpointGroup> CheckpointGroups(const std::vector<BlockKind>& laye
     }
     return out;
   }
-  if (training.recompute != Recompute::kFull) return out;
+  // torchtitan's per-op policy checkpoints each transformer block
+  // (SelectiveAC wraps model.layers' blocks): a uniform group of one layer.
+  const bool op = training.recompute == Recompute::kSelectiveOp;
+  if (training.recompute != Recompute::kFull && !op) return out;
   // The chunk's framework layers: the starts inside [first, end), then end.
   std::vector<int64_t> starts;
   for (int64_t s : LayerStarts(layers)) {
@@ -26,8 +29,8 @@ std::vector<CheckpointGroup> CheckpointGroups(const std::vector<BlockKind>& laye
   }
   const auto count = static_cast<int64_t>(starts.size());
   starts.push_back(end - first);
-  const int64_t n = std::max<int64_t>(1, training.recompute_layers);
-  const bool block = training.recompute_method == RecomputeMethod::kBlock;
+  const int64_t n = op ? 1 : std::max<int64_t>(1, training.recompute_layers);
+  const bool block = !op && training.recompute_method == RecomputeMethod::kBlock;
   const int64_t step = block ? 1 : n;
   const int64_t limit = block ? std::min(n, count) : count;
   for (int64_t k = 0; k < limit; k += step) {

@@ -24,7 +24,8 @@ struct CheckpointGroup {
 /// LayerStarts: a transformer layer is its attention and MLP pair). Full
 /// recompute, uniform: every group of recompute_layers consecutive framework
 /// layers (the last may be shorter); block: each of the chunk's first
-/// recompute_layers framework layers, the rest not checkpointed. Selective
+/// recompute_layers framework layers, the rest not checkpointed. Per-op
+/// selective (selective_op): every framework layer on its own. Selective
 /// recompute with "mlp": each dense MLP sublayer on its own (with Transformer
 /// Engine its norm is inside the MLP module, so its checkpoint is the
 /// sublayer's input; without, the block reruns its MLP from the norm output

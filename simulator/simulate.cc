@@ -49,14 +49,11 @@ void Require(bool ok, const std::string& why) {
 }
 
 /// The recompute policies the executor runs: none, full (uniform or block),
-/// and selective with every module, not torchtitan's per-op selective_op (mla_up_proj under Ulysses CP only
-/// with core_attn).
+/// selective with every module (mla_up_proj under Ulysses CP only with
+/// core_attn), and torchtitan's per-op selective_op where validation admits it.
 void CheckRecompute(const Recipe& r, const std::vector<char>& letters) {
   const TrainingConfig& t = r.training;
   const auto has = [&](char c) { return std::find(letters.begin(), letters.end(), c) != letters.end(); };
-  Require(t.recompute != Recompute::kSelectiveOp,
-          "training.recompute: selective_op (torchtitan's per-op policy) is not in the executor; fit and plan price "
-          "it (set training.recompute none, selective or full to simulate)");
   if (t.recompute == Recompute::kFull) {
     Require(r.parallel.cp == 1 || r.parallel.cp_recurrent != CpRecurrent::kHandoff || (!has('M') && !has('R')),
             "full recompute with the CP state hand-off (parallel.cp_recurrent: handoff) is not in the executor");
@@ -801,10 +798,13 @@ class RankProgram {
           chunk.checkpoints[{g->first, mb}] =
               Tensor<T>(ctx_.mem(), SimCategory::kActivations, ctx_.bytes.activation, x);
         }
-        // Under torch.no_grad: the block's saved set lives only while it runs.
+        // Under torch.no_grad: the block's saved set lives only while it runs
+        // (under the per-op policy, but for the op outputs it keeps).
         NoGradForward no_grad;
         r.memory().set_saved_category(SimCategory::kTemporaries);
+        EnterOpPolicy(*g, static_cast<int64_t>(i), OpPass::kForward);
         x = chunk.blocks[i]->Forward(ctx_, x);
+        ctx_.op.pass = OpPass::kOff;
         r.memory().set_saved_category(SimCategory::kActivations);
       });
     }
@@ -913,9 +913,20 @@ class RankProgram {
     for (int64_t j = g.first; j < g.end; ++j) {
       optimizer_->GatherUnit(ctx_, chunk.units[UnitOfBlock(chunk, j)]);
       mem.set_owner(std::string(1, chunk.letters[static_cast<size_t>(j)]));
+      EnterOpPolicy(g, j, OpPass::kRerun);
       x = chunk.blocks[static_cast<size_t>(j)]->Forward(ctx_, x);
     }
+    ctx_.op.pass = OpPass::kOff;
     mem.set_saved_category(SimCategory::kActivations);
+  }
+
+  /// Under torchtitan's per-op policy (recompute: selective_op), block `j` of
+  /// checkpoint `g` runs in `pass`; the policy's mm count restarts with the
+  /// checkpoint (one meta per checkpoint context and pass). A no-op otherwise.
+  void EnterOpPolicy(const CheckpointGroup& g, int64_t j, OpPass pass) {
+    if (spec_.recipe->training.recompute != Recompute::kSelectiveOp) return;
+    if (j == g.first) ctx_.op.matmuls = 0;
+    ctx_.op.pass = pass;
   }
 
   /// The optimizer unit of block `j` of a chunk (the embedding comes first).

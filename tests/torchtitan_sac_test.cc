@@ -116,15 +116,15 @@ TEST(TorchtitanSac, RefusesWhatWasNotTraced) {
   EXPECT_NE(testing::FirstErrorText(moe).find("dense transformer blocks only"), std::string::npos);
 }
 
-// The executor does not run the per-op policy: simulate refuses it, exit 2,
-// naming the key (fit prices it).
-TEST(TorchtitanSac, SimulateRefusesIt) {
-  const auto r = testing::RunPreflight({"simulate", "recipes/llama3-8b-h200.yaml", "--set",
-                                        "training.recompute=selective_op", "--set", "cluster.nodes=1"});
-  EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.err.find("training.recompute: selective_op (torchtitan's per-op policy) is not in the executor"),
-            std::string::npos)
-      << r.err;
+// The executor runs the per-op policy (tests/simulator_selective_op_test.cc):
+// simulate agrees on the recipe as torchtitan would run it, pp 1 and 2.
+TEST(TorchtitanSac, SimulateAgrees) {
+  for (const char* pp : {"parallel.pp=1", "parallel.pp=2"}) {
+    const auto r = testing::RunPreflight(
+        {"simulate", "recipes/llama3-8b-h200.yaml", "--set", "training.recompute=selective_op", "--set",
+         "training.transformer_engine=false", "--set", "training.cross_entropy=fp32_upcast", "--set", pp});
+    EXPECT_EQ(r.exit_code, 0) << pp << "\n" << r.out << r.err;
+  }
 }
 
 // torchtitan's published Table 1 and 3 (docs/performance.md @ eaea6f6,

@@ -48,6 +48,9 @@ struct RankMemory {
   Bytes activations_transient;
   /// Of it, what a recompute rerun regenerates beyond the tensors kept for
   /// it (the largest layer's, or uniform group's): the simulator measures it apart.
+  /// Under the per-op policy (selective_op) it also counts the saved outputs
+  /// no backward reads, which the rerun takes back and frees: the transient,
+  /// the peak's excess over the saved set, nets them out.
   Bytes activations_rerun;
   /// Activation offloading (training.activation_offload): the offloaded
   /// tensors still on the device, the last layer of each family before the

@@ -34,9 +34,13 @@ struct TokenBytes {
 /// Mamba B/C repeat factor r_g (docs/formulas.md §1.4).
 TokenBytes SavedBytesPerToken(const Recipe& recipe, BlockKind kind, Recompute recompute, int64_t tp, int64_t cp);
 
-/// One matmul of a block, per token: input and output widths.
+/// One matmul of a block, per token: input and output widths, and whether
+/// the sublayer's own backward reads its output (else only the next op
+/// consumes it: RoPE makes a new tensor of wq's and wk's, wo's and w2's go
+/// into the residual sum).
 struct SelectiveOpMatmul {
   int64_t in = 0, out = 0;
+  bool read = true;
 };
 
 /// Under torchtitan's per-op policy (recompute: selective_op), the share of
@@ -44,6 +48,13 @@ struct SelectiveOpMatmul {
 /// backward recomputes: the matmuls the policy does not save (wk and wo of
 /// A: 1/2 for any GQA shape; w3 of a SwiGLU D: 1/3).
 double SelectiveOpRecomputedMatmulShare(const Recipe& recipe, BlockKind kind);
+
+/// Under torchtitan's per-op policy, the bytes per token of the outputs an
+/// A or D sublayer's policy saves that its backward does not read (wq's
+/// without qk norms, w2's): the backward's rerun takes them back and frees
+/// them, so what the rerun allocates exceeds the block's unsaved activations
+/// by them.
+int64_t SelectiveOpUnreadBytesPerToken(const Recipe& recipe, BlockKind kind);
 
 /// Mamba B/C repeat factor under context parallelism: c / (G/t) when c > G/t, else 1 (docs/formulas.md §1.4).
 int64_t MambaGroupRepeat(const MambaConfig& mamba, int64_t tp, int64_t cp);
