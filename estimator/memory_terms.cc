@@ -540,6 +540,17 @@ void CoreOffload(const Recipe& r, int64_t tokens, int64_t heads, OffloadSum* o) 
   o->Tensor(OffloadModule::kCoreAttn, elements, Mul(rows, CoreAttentionTerms(r, 1)));
 }
 
+/// A pre-norm's saved tensors in `scope` on `res` residual tokens: its
+/// input, and its statistics unless the "layernorm" module reruns it (the
+/// CheckpointWithoutOutput runs the norm under no_grad and saves its input
+/// alone, transformer_layer.py _run_input_layernorm; its output is freed
+/// too, memory_terms' KeptResidualTerms).
+void NormOffload(const Recipe& r, const Layout& l, BlockKind kind, OffloadModule scope, int64_t res, OffloadSum* o) {
+  o->Add(scope, Mul(res, r.model.hidden), SizeOf(r.training.precision.activations));
+  const bool rerun = NormIsOwnModule(r, kind) && Reruns(r, l.recompute, RecomputeModule::kLayernorm);
+  if (!rerun) o->Add(scope, res, NormStatBytes(r.model.norm));
+}
+
 // The tensors each scope saves, as the estimator counts them in
 // LayerActivations (so what leaves is a part of what is kept). `res` tokens
 // of the residual stream (split by SP), `cp` tokens of the TP region, widths /t.
@@ -553,9 +564,10 @@ void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
   // The norm saves its input and statistics: in its own scope, or inside the
   // fused LayerNormLinear of the QKV projection (TE).
   const OffloadModule norm_scope = own_norm ? OffloadModule::kAttnNorm : OffloadModule::kQkvLinear;
-  o->Add(norm_scope, Mul(res, h), beta);
-  o->Add(norm_scope, res, NormStatBytes(m.norm));
+  NormOffload(r, l, BlockKind::kAttention, norm_scope, res, o);
   if (!norm_rerun) o->Add(OffloadModule::kQkvLinear, Mul(res, h), beta);  // the projection's input
+  // A "core_attn" rerun saves its inputs outside any scope (attention.py:
+  // _checkpointed_attention_forward is not under the core_attn manager).
   const bool core_rerun = Reruns(r, l.recompute, RecomputeModule::kCoreAttn);
   if (m.mla) {
     const MlaConfig& a = *m.mla;
@@ -563,7 +575,7 @@ void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
       o->Add(OffloadModule::kQkvLinear, Mul(res, w), beta);  // latents and their normed copies
     }
     o->Add(OffloadModule::kQkvLinear, res, NormStatBytes(m.norm) * (a.q_lora_rank > 0 ? 2 : 1));
-    if (!Reruns(r, l.recompute, RecomputeModule::kMlaUpProj)) {
+    if (!core_rerun && !Reruns(r, l.recompute, RecomputeModule::kMlaUpProj)) {
       const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
       for (int64_t w : {qk, qk, a.v_head_dim}) o->Add(OffloadModule::kCoreAttn, Mul(cp, Mul(a.heads, w) / t), beta);
     }
@@ -577,17 +589,18 @@ void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
     for (int64_t w : {q, kv}) o->Add(OffloadModule::kQkvLinear, Mul(cp, w), beta);
     o->Add(OffloadModule::kQkvLinear, Mul(cp, (a.heads + a.kv_heads) / t), 4);
   }
-  const int64_t core_kv = Mul(CoreKvHeads(r), a.head_dim) / t;
-  for (int64_t w : {q, core_kv, core_kv}) o->Add(OffloadModule::kCoreAttn, Mul(cp, w), beta);
-  if (!core_rerun) CoreOffload(r, cp, a.heads / t, o);
+  if (!core_rerun) {
+    const int64_t core_kv = Mul(CoreKvHeads(r), a.head_dim) / t;
+    for (int64_t w : {q, core_kv, core_kv}) o->Add(OffloadModule::kCoreAttn, Mul(cp, w), beta);
+    CoreOffload(r, cp, a.heads / t, o);
+  }
   o->Add(OffloadModule::kAttnProj, Mul(cp, q), beta);
 }
 
 void MoeOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
   const int64_t res = TokensOf(r, l).router, h = r.model.hidden;
   const int64_t beta = SizeOf(r.training.precision.activations);
-  o->Add(OffloadModule::kMlpNorm, Mul(res, h), beta);
-  o->Add(OffloadModule::kMlpNorm, res, NormStatBytes(r.model.norm));
+  NormOffload(r, l, BlockKind::kMoe, OffloadModule::kMlpNorm, res, o);
   if (Reruns(r, l.recompute, RecomputeModule::kMoe)) return;
   const int64_t rows = RouteMoeOn(r, l).expert_tokens;
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
@@ -604,9 +617,7 @@ OffloadBytes LayerOffloadedByModule(const Recipe& r, const Layout& l, BlockKind 
   if (kind == BlockKind::kAttention) AttentionOffload(r, l, &o);
   if (kind == BlockKind::kMoe) MoeOffload(r, l, &o);
   if (kind == BlockKind::kDenseMlp && NormIsOwnModule(r, kind)) {
-    const int64_t res = TokensOf(r, l).router;
-    o.Add(OffloadModule::kMlpNorm, Mul(res, r.model.hidden), SizeOf(r.training.precision.activations));
-    o.Add(OffloadModule::kMlpNorm, res, NormStatBytes(r.model.norm));
+    NormOffload(r, l, kind, OffloadModule::kMlpNorm, TokensOf(r, l).router, &o);
   }
   return o.by_module();
 }
@@ -617,12 +628,14 @@ Bytes LayerOffloaded(const Recipe& r, const Layout& l, BlockKind kind) {
   return Bytes(sum);
 }
 
-OffloadSet OffloadGroupsOf(const Recipe& r, BlockKind kind) {
+OffloadSet OffloadGroupsOf(const Recipe& r, Recompute recompute, BlockKind kind) {
   OffloadSet runs;
   const auto add = [&](OffloadModule m) { runs.bits |= OffloadSet::Of(m).bits; };
   if (kind == BlockKind::kAttention) {
     if (NormIsOwnModule(r, kind)) add(OffloadModule::kAttnNorm);
-    for (OffloadModule m : {OffloadModule::kQkvLinear, OffloadModule::kCoreAttn, OffloadModule::kAttnProj}) add(m);
+    add(OffloadModule::kQkvLinear);
+    if (!Reruns(r, recompute, RecomputeModule::kCoreAttn)) add(OffloadModule::kCoreAttn);
+    add(OffloadModule::kAttnProj);
   } else if (kind == BlockKind::kMoe) {
     for (OffloadModule m : {OffloadModule::kMlpNorm, OffloadModule::kExpertFc1, OffloadModule::kMoeAct}) add(m);
   } else if (kind == BlockKind::kDenseMlp && NormIsOwnModule(r, kind)) {
@@ -681,7 +694,7 @@ Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, b
   for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
     const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
     const OffloadBytes& bytes = bytes_of(kind);
-    const OffloadSet groups = OffloadGroupsOf(r, kind);
+    const OffloadSet groups = OffloadGroupsOf(r, l.recompute, kind);
     OffloadSet leaving = groups;
     if (keeps) leaving.bits &= later.bits;
     Bytes held = stay_of(kind);
@@ -722,7 +735,7 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
     if (chunk.pipeline_rank != rank) continue;
     OffloadSet names;
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
-      names.bits |= OffloadGroupsOf(r, r.model.layers.at(static_cast<size_t>(i))).bits;
+      names.bits |= OffloadGroupsOf(r, l.recompute, r.model.layers.at(static_cast<size_t>(i))).bits;
     }
     margin = std::max<int64_t>(margin, std::popcount(names.bits));
   }
@@ -736,7 +749,7 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
     for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
       const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
       const OffloadBytes& bytes = bytes_of(kind);
-      const OffloadSet groups = OffloadGroupsOf(r, kind);
+      const OffloadSet groups = OffloadGroupsOf(r, l.recompute, kind);
       for (size_t j = std::size(kAllOffloadModules); j-- > 0;) {
         const OffloadModule m = kAllOffloadModules[j];
         if (!groups.has(m)) continue;

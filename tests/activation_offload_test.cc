@@ -62,11 +62,19 @@ TEST(ActivationOffload, EachScopeMovesTheTensorsItSaves) {
   EXPECT_EQ(Offloaded({"training.activation_offload=[attn_norm]"}, BlockKind::kAttention), 0);
   // The dense MLP's norm is fused into fc1: mlp_norm has nothing either.
   EXPECT_EQ(Offloaded({"training.activation_offload=[mlp_norm]"}, BlockKind::kDenseMlp), 0);
-  // Selective recompute of the core frees nothing more here (flash: the LSE
-  // is under the minimum); full recompute saves nothing inside the scopes.
+  // Under a core_attn rerun Megatron calls _checkpointed_attention_forward
+  // outside the core_attn offload scope (attention.py): the checkpoint's
+  // Q, K, V stay on the device and the group does not exist; attn_proj still
+  // moves the core's output. Full recompute saves nothing inside the scopes.
   EXPECT_EQ(
-      Offloaded({"training.activation_offload=[core_attn]", "training.recompute=selective"}, BlockKind::kAttention),
-      kQ + 2 * kKv);
+      Offloaded({"training.activation_offload=[core_attn]", "training.recompute=selective"}, BlockKind::kAttention), 0);
+  EXPECT_EQ(Offloaded({"training.activation_offload=[core_attn, attn_proj]", "training.recompute=selective",
+                       "training.recompute_modules=[layernorm]"},
+                      BlockKind::kAttention),
+            kQ + 2 * kKv + kQ);
+  EXPECT_EQ(Offloaded({"training.activation_offload=[core_attn, attn_proj]", "training.recompute=selective"},
+                      BlockKind::kAttention),
+            kQ);
   EXPECT_EQ(Offloaded({"training.activation_offload=[core_attn]", "training.recompute=full"}, BlockKind::kAttention),
             0);
 }

@@ -76,13 +76,14 @@ TEST(SimulatorActivationOffload, BlocksMatchFiniteDifferencesWithTheirScopesOnTh
 }
 
 TEST(SimulatorActivationOffload, ModulesOfEachLayer) {
-  EXPECT_TRUE(OffloadModulesOf('A', false, true).has(OffloadModule::kQkvLinear));
-  EXPECT_FALSE(OffloadModulesOf('A', false, true).has(OffloadModule::kAttnNorm));  // fused into the QKV projection
-  EXPECT_TRUE(OffloadModulesOf('A', true, true).has(OffloadModule::kAttnNorm));    // MLA's is its own
-  EXPECT_TRUE(OffloadModulesOf('E', false, true).has(OffloadModule::kMlpNorm));
-  EXPECT_TRUE(OffloadModulesOf('D', false, true).empty());
-  EXPECT_TRUE(OffloadModulesOf('D', false, false).has(OffloadModule::kMlpNorm));
-  EXPECT_TRUE(OffloadModulesOf('M', false, false).empty());
+  EXPECT_TRUE(OffloadModulesOf('A', false, true, ModuleSet()).has(OffloadModule::kQkvLinear));
+  EXPECT_FALSE(
+      OffloadModulesOf('A', false, true, ModuleSet()).has(OffloadModule::kAttnNorm));  // fused into the QKV projection
+  EXPECT_TRUE(OffloadModulesOf('A', true, true, ModuleSet()).has(OffloadModule::kAttnNorm));  // MLA's is its own
+  EXPECT_TRUE(OffloadModulesOf('E', false, true, ModuleSet()).has(OffloadModule::kMlpNorm));
+  EXPECT_TRUE(OffloadModulesOf('D', false, true, ModuleSet()).empty());
+  EXPECT_TRUE(OffloadModulesOf('D', false, false, ModuleSet()).has(OffloadModule::kMlpNorm));
+  EXPECT_TRUE(OffloadModulesOf('M', false, false, ModuleSet()).empty());
 }
 
 /// tp 2 with SP, pp 2, ep 2, dp 2, 4 micro-batches, no recompute: each stage

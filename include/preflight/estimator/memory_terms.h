@@ -95,8 +95,10 @@ OffloadBytes LayerOffloadedByModule(const Recipe& recipe, const Layout& layout, 
 /// The listed modules whose offload groups a layer of `kind` runs, in
 /// OffloadModule order (forward order): Megatron's
 /// TransformerLayer._set_offload_modules; a norm Transformer Engine fuses into
-/// the next linear is an IdentityOp with no group (NormIsOwnModule).
-OffloadSet OffloadGroupsOf(const Recipe& recipe, BlockKind kind);
+/// the next linear is an IdentityOp with no group (NormIsOwnModule). Under
+/// a "core_attn" rerun (`recompute`) the core runs none (attention.py calls
+/// _checkpointed_attention_forward outside the core_attn scope).
+OffloadSet OffloadGroupsOf(const Recipe& recipe, Recompute recompute, BlockKind kind);
 
 /// Activation offload on one pipeline rank (Megatron-LM
 /// fine_grained_activation_offload.py). Groups are kept by module NAME:
