@@ -693,7 +693,7 @@ Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, b
   OffloadSet later;  // module names a later layer of the chunk runs
   for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
     const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
-    const OffloadBytes& bytes = bytes_of(kind);
+    const OffloadBytes& bytes = bytes_of(i, kind);
     const OffloadSet groups = OffloadGroupsOf(r, l.recompute, kind);
     OffloadSet leaving = groups;
     if (keeps) leaving.bits &= later.bits;
@@ -718,12 +718,34 @@ Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, b
 
 }  // namespace
 
-OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank) {
+std::vector<bool> CheckpointedSublayers(const Inventory& inv, const Layout& l, const StagePlan& plan) {
+  std::vector<bool> out;
+  if (inv.recipe.training.activation_offload.empty() || l.recompute != Recompute::kFull) return out;
+  out.assign(inv.layers.size(), false);
+  for (const StageChunk& c : plan.chunks) {
+    for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
+      const estimator_detail::Kept kept = estimator_detail::KeptBy(
+          inv.layers.at(static_cast<size_t>(i)), estimator_detail::LayerInChunk(inv, c.first_layer, i), l.recompute,
+          inv.recipe.training);
+      out[static_cast<size_t>(i)] = kept != estimator_detail::Kept::kAll;
+    }
+  }
+  return out;
+}
+
+OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& layout, const StagePlan& plan, int64_t rank,
+                                      const std::vector<bool>& checkpointed) {
   OffloadOnRank out;
   if (r.training.activation_offload.empty()) return out;
+  // Under full recompute the layers outside a checkpoint save what they
+  // would without it; those inside save nothing in the scopes.
+  Layout l = layout;
+  if (l.recompute == Recompute::kFull) l.recompute = Recompute::kNone;
   std::array<OffloadBytes, 5> family{};
   std::array<bool, 5> known{};
-  const auto bytes_of = [&](BlockKind kind) -> const OffloadBytes& {
+  static constexpr OffloadBytes kEmpty{};
+  const auto bytes_of = [&](int64_t i, BlockKind kind) -> const OffloadBytes& {
+    if (!checkpointed.empty() && checkpointed.at(static_cast<size_t>(i))) return kEmpty;
     const size_t f = static_cast<size_t>(FamilyIndex(kind));
     if (!known[f]) family[f] = LayerOffloadedByModule(r, l, kind);
     known[f] = true;
@@ -748,7 +770,7 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
     Bytes ahead;
     for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
       const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
-      const OffloadBytes& bytes = bytes_of(kind);
+      const OffloadBytes& bytes = bytes_of(i, kind);
       const OffloadSet groups = OffloadGroupsOf(r, l.recompute, kind);
       for (size_t j = std::size(kAllOffloadModules); j-- > 0;) {
         const OffloadModule m = kAllOffloadModules[j];
@@ -784,8 +806,9 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
   return out;
 }
 
-Bytes ActivationOffloadTransfer(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank) {
-  const OffloadOnRank o = ActivationOffloadOnRank(r, l, plan, rank);
+Bytes ActivationOffloadTransfer(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank,
+                                const std::vector<bool>& checkpointed) {
+  const OffloadOnRank o = ActivationOffloadOnRank(r, l, plan, rank, checkpointed);
   const int64_t m = l.micro_batches;
   // The last stage runs each micro-batch's backward right after its forward,
   // so every micro-batch keeps its last group of each name; the others keep

@@ -122,14 +122,26 @@ struct OffloadOnRank {
   /// shows (the shared expert).
   Bytes in_flight;
 };
-OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
+/// `checkpointed` (CheckpointedSublayers, empty: none): the sublayers whose
+/// forward runs inside a full-recompute checkpoint; their groups run empty.
+OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank,
+                                      const std::vector<bool>& checkpointed = {});
+
+/// Under full recompute, for each sublayer whether its forward runs inside a
+/// checkpoint (every one under the uniform method, a chunk's first
+/// recompute_layers framework layers under block): the checkpointed forward
+/// runs under torch.no_grad and saves nothing in any offload scope, so its
+/// groups commit empty (tensor_parallel/random.py CheckpointFunction.forward).
+/// Empty under any other policy or without activation offload.
+std::vector<bool> CheckpointedSublayers(const Inventory& inv, const Layout& layout, const StagePlan& plan);
 
 /// Activation offload's bytes over pipeline rank `rank`'s host link in one
 /// step, both ways (each offloaded byte goes down and comes back): m
 /// micro-batches less the kept groups, once on earlier ranks and in every
 /// micro-batch on the last (should_bulk_offload: its next backward is always
 /// the micro-batch that just ran forward).
-Bytes ActivationOffloadTransfer(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
+Bytes ActivationOffloadTransfer(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank,
+                                const std::vector<bool>& checkpointed = {});
 
 /// R layers under the CP state hand-off (cp_recurrent = handoff, cp > 1,
 /// [OURS]): the states one micro-batch's chunks received from the previous CP
