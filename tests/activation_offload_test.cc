@@ -192,6 +192,13 @@ TEST(ActivationOffload, ChecksFollowMegatron) {
   bool warned = false;
   for (const Diagnostic& d : dense.diagnostics) warned = warned || Format(d).find("has no effect") != std::string::npos;
   EXPECT_TRUE(warned);
+  // transformer_config.py asserts: the "moe" checkpoint wraps the expert scopes.
+  const std::string moe = testing::FirstErrorText(Load(
+      {"training.activation_offload=[moe_act]", "training.recompute=selective", "training.recompute_modules=[moe]"}));
+  EXPECT_NE(moe.find("recompute_modules has moe"), std::string::npos) << moe;
+  EXPECT_TRUE(Load({"training.activation_offload=[mlp_norm]", "training.recompute=selective",
+                    "training.recompute_modules=[moe]"})
+                  .ok());
 }
 
 TEST(ActivationOffload, ImportReadsTheTestYamlFormAndTheEmitterWritesIt) {

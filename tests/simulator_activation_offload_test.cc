@@ -309,5 +309,81 @@ TEST(SimulatorActivationOffload, RoutedRowsFollowTheRouter) {
   EXPECT_TRUE(link->agrees);
 }
 
+/// One attention layer's groups on the Hybrid geometry (TE: x and rstd of
+/// the fused norm are qkv_linear's): 8 tokens, 4 a rank under SP; 2 local
+/// heads (tp 2), 1 local KV head.
+struct AttentionGroups {
+  int64_t qkv = 0, core = 0, proj = 0;
+};
+AttentionGroups GroupsOf(const Recipe& r) {
+  const int64_t s = r.training.seq_len, res = s / 2, h = r.model.hidden, hd = r.model.attention.head_dim;
+  const int64_t heads = r.model.attention.heads / 2, kv = r.model.attention.kv_heads / 2;
+  return {res * h * 2 + res * 4 + res * h * 2, s * heads * hd * 2 + 2 * s * kv * hd * 2 + s * heads * 4,
+          s * heads * hd * 2};
+}
+
+/// fit's activations, its rerun transient and host rows, and plan's host
+/// link agree with what the executor measured on both stages.
+void ExpectModelsAgree(const Recipe& r, const SimulationReport& rep) {
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  for (int64_t st = 0; st < 2; ++st) {
+    for (const MemoryAgreement& m : Stage(c, st).memory) EXPECT_TRUE(m.agrees) << st << " " << m.category;
+    const CommAgreement* link = HostRow(Stage(c, st));
+    if (link != nullptr) {
+      EXPECT_EQ(link->modeled_sent, link->measured_sent) << st;
+    }
+  }
+}
+
+TEST(SimulatorActivationOffload, UnderTheCoresRerunTheCoreRunsNoGroup) {
+  // Megatron calls _checkpointed_attention_forward outside the core_attn
+  // scope (attention.py): the checkpoint's q, k, v stay on the device and
+  // only qkv_linear and attn_proj go. Last stage (A4 E5 A6 D7): A6's groups
+  // and E5's stay in every micro-batch, A4's qkv_linear and attn_proj go.
+  const Recipe r = Hybrid({{"training.activation_offload", "[qkv_linear, core_attn, attn_proj, expert_fc1, moe_act]"},
+                           {"training.activation_offload_min_elements", "1"},
+                           {"training.recompute", "selective"},
+                           {"training.recompute_modules", "[core_attn, moe_act]"}});
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  const AttentionGroups g = GroupsOf(r);
+  EXPECT_EQ(Measured(rep, 1).host, g.qkv + g.proj);
+  EXPECT_EQ(Measured(rep, 1).copied, 4 * (g.qkv + g.proj) * 2);
+  ExpectModelsAgree(r, rep);
+}
+
+TEST(SimulatorActivationOffload, ACheckpointHandsNothingOffAndNeitherDoesItsRerun) {
+  // Stages A0 D1 A2 D3 | A4 D5 A6 D7. Block full recompute of one layer:
+  // A0 D1 (A4 D5) run under the checkpoint, under no_grad (nothing saved in
+  // any scope) and again in backward (read at once): only A2 (A6) offloads.
+  // The last stage keeps A6's groups in every micro-batch; the first sends
+  // A2's of micro-batches 1-3, one at a time on the host (the next
+  // backward's comes back ahead).
+  const std::vector<Override> offload = {{"model.pattern", "ADADADAD"},
+                                         {"training.activation_offload", "[qkv_linear, core_attn, attn_proj]"},
+                                         {"training.activation_offload_min_elements", "1"},
+                                         {"training.recompute", "full"}};
+  std::vector<Override> block = offload;
+  block.insert(block.end(), {{"training.recompute_method", "block"}, {"training.recompute_layers", "1"}});
+  const Recipe r = Hybrid(block);
+  const SimulationReport rep = Simulate(r);
+  ExpectNumericsOk(rep);
+  const AttentionGroups g = GroupsOf(r);
+  const int64_t a = g.qkv + g.core + g.proj;
+  EXPECT_EQ(Measured(rep, 0).host, a);
+  EXPECT_EQ(Measured(rep, 0).copied, 3 * a * 2);
+  EXPECT_EQ(Measured(rep, 1).host, 0);
+  ExpectModelsAgree(r, rep);
+  // Uniform: every layer runs under a checkpoint, nothing leaves.
+  const Recipe uniform = Hybrid(offload);
+  const SimulationReport all = Simulate(uniform);
+  ExpectNumericsOk(all);
+  for (int64_t st = 0; st < 2; ++st) {
+    EXPECT_EQ(Measured(all, st).host, 0) << st;
+    EXPECT_EQ(Measured(all, st).copied, 0) << st;
+  }
+  ExpectModelsAgree(uniform, all);
+}
+
 }  // namespace
 }  // namespace preflight::sim::simulator_activation_offload_test
