@@ -232,9 +232,7 @@ void PriceActivations(RankMemory& out, const Walk& w, const Inventory& inv, cons
     Bytes rerun;
     if (l.recompute == Recompute::kFull) rerun = rates.Unrecomputed(f) * RecomputeGroup(rc, w) - per_layer;
     if (l.recompute == Recompute::kSelective || l.recompute == Recompute::kSelectiveOp) {
-      // What the policy drops, whether the rest stays or waits on the host
-      // (an offloaded group comes back as itself, not as a rerun).
-      rerun = rates.Unrecomputed(f) - per_layer - rates.Offloaded(f, false);
+      rerun = rates.Unrecomputed(f) - per_layer;
     }
     if (kind == BlockKind::kAttention) rerun += UlyssesCoreRerunCopies(rc, l);
     out.activations_rerun = std::max(out.activations_rerun, rerun);

@@ -349,7 +349,21 @@ TEST(SimulatorActivationOffload, UnderTheCoresRerunTheCoreRunsNoGroup) {
   const AttentionGroups g = GroupsOf(r);
   EXPECT_EQ(Measured(rep, 1).host, g.qkv + g.proj);
   EXPECT_EQ(Measured(rep, 1).copied, 4 * (g.qkv + g.proj) * 2);
-  ExpectModelsAgree(r, rep);
+  const SimComparison c = CompareWithModels(r, rep, SimPrecision::kFp64);
+  for (int64_t st = 0; st < 2; ++st) {
+    for (const char* row : {"activations", "host (offloaded)"}) {
+      EXPECT_TRUE(FindMemory(Stage(c, st), row).agrees) << st << " " << row;
+    }
+    const CommAgreement* link = HostRow(Stage(c, st));
+    ASSERT_NE(link, nullptr);
+    EXPECT_EQ(link->modeled_sent, link->measured_sent) << st;
+    // fit's rerun transient also holds a layer's offloaded groups (what
+    // Megatron's bulk_reload brings back ahead while a layer's backward
+    // runs); the executor reloads a layer's groups at its own backward, so
+    // it measures less (docs/simulate.md).
+    const MemoryAgreement& rerun = FindMemory(Stage(c, st), "activations_rerun");
+    EXPECT_GE(rerun.modeled - rerun.measured, g.qkv + g.proj) << st;
+  }
 }
 
 TEST(SimulatorActivationOffload, ACheckpointHandsNothingOffAndNeitherDoesItsRerun) {
