@@ -265,10 +265,7 @@ Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
            PipelineInputsKept(inv.recipe, l, plan, r)};
   Walk& w = b.w;
   if (!inv.recipe.training.activation_offload.empty()) {
-    // Under full recompute the layers without a checkpoint save all they would without it.
-    Layout saved = l;
-    if (saved.recompute == Recompute::kFull) saved.recompute = Recompute::kNone;
-    w.offload = ActivationOffloadOnRank(inv.recipe, saved, plan, r);
+    w.offload = ActivationOffloadOnRank(inv.recipe, l, plan, r, CheckpointedSublayers(inv, l, plan));
   }
   b.ends = EndsOf(inv, l, w, x);
   Offer(w, UnitOf(b.ends.embedding, x, -1));

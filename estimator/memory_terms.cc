@@ -553,6 +553,17 @@ void CoreOffload(const Recipe& r, int64_t tokens, int64_t heads, OffloadSum* o) 
   o->Tensor(OffloadModule::kCoreAttn, elements, Mul(rows, CoreAttentionTerms(r, 1)));
 }
 
+/// A pre-norm's saved tensors in `scope` on `res` residual tokens: its
+/// input, and its statistics unless the "layernorm" module reruns it (the
+/// CheckpointWithoutOutput runs the norm under no_grad and saves its input
+/// alone, transformer_layer.py _run_input_layernorm; its output is freed
+/// too, memory_terms' KeptResidualTerms).
+void NormOffload(const Recipe& r, const Layout& l, BlockKind kind, OffloadModule scope, int64_t res, OffloadSum* o) {
+  o->Add(scope, Mul(res, r.model.hidden), SizeOf(r.training.precision.activations));
+  const bool rerun = NormIsOwnModule(r, kind) && Reruns(r, l.recompute, RecomputeModule::kLayernorm);
+  if (!rerun) o->Add(scope, res, NormStatBytes(r.model.norm));
+}
+
 // The tensors each scope saves, as the estimator counts them in
 // LayerActivations (so what leaves is a part of what is kept). `res` tokens
 // of the residual stream (split by SP), `cp` tokens of the TP region, widths /t.
@@ -566,9 +577,10 @@ void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
   // The norm saves its input and statistics: in its own scope, or inside the
   // fused LayerNormLinear of the QKV projection (TE).
   const OffloadModule norm_scope = own_norm ? OffloadModule::kAttnNorm : OffloadModule::kQkvLinear;
-  o->Add(norm_scope, Mul(res, h), beta);
-  o->Add(norm_scope, res, NormStatBytes(m.norm));
+  NormOffload(r, l, BlockKind::kAttention, norm_scope, res, o);
   if (!norm_rerun) o->Add(OffloadModule::kQkvLinear, Mul(res, h), beta);  // the projection's input
+  // A "core_attn" rerun saves its inputs outside any scope (attention.py:
+  // _checkpointed_attention_forward is not under the core_attn manager).
   const bool core_rerun = Reruns(r, l.recompute, RecomputeModule::kCoreAttn);
   if (m.mla) {
     const MlaConfig& a = *m.mla;
@@ -576,7 +588,7 @@ void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
       o->Add(OffloadModule::kQkvLinear, Mul(res, w), beta);  // latents and their normed copies
     }
     o->Add(OffloadModule::kQkvLinear, res, NormStatBytes(m.norm) * (a.q_lora_rank > 0 ? 2 : 1));
-    if (!Reruns(r, l.recompute, RecomputeModule::kMlaUpProj)) {
+    if (!core_rerun && !Reruns(r, l.recompute, RecomputeModule::kMlaUpProj)) {
       const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
       for (int64_t w : {qk, qk, a.v_head_dim}) o->Add(OffloadModule::kCoreAttn, Mul(cp, Mul(a.heads, w) / t), beta);
     }
@@ -590,17 +602,18 @@ void AttentionOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
     for (int64_t w : {q, kv}) o->Add(OffloadModule::kQkvLinear, Mul(cp, w), beta);
     o->Add(OffloadModule::kQkvLinear, Mul(cp, (a.heads + a.kv_heads) / t), 4);
   }
-  const int64_t core_kv = Mul(CoreKvHeads(r), a.head_dim) / t;
-  for (int64_t w : {q, core_kv, core_kv}) o->Add(OffloadModule::kCoreAttn, Mul(cp, w), beta);
-  if (!core_rerun) CoreOffload(r, cp, a.heads / t, o);
+  if (!core_rerun) {
+    const int64_t core_kv = Mul(CoreKvHeads(r), a.head_dim) / t;
+    for (int64_t w : {q, core_kv, core_kv}) o->Add(OffloadModule::kCoreAttn, Mul(cp, w), beta);
+    CoreOffload(r, cp, a.heads / t, o);
+  }
   o->Add(OffloadModule::kAttnProj, Mul(cp, q), beta);
 }
 
 void MoeOffload(const Recipe& r, const Layout& l, OffloadSum* o) {
   const int64_t res = TokensOf(r, l).router, h = r.model.hidden;
   const int64_t beta = SizeOf(r.training.precision.activations);
-  o->Add(OffloadModule::kMlpNorm, Mul(res, h), beta);
-  o->Add(OffloadModule::kMlpNorm, res, NormStatBytes(r.model.norm));
+  NormOffload(r, l, BlockKind::kMoe, OffloadModule::kMlpNorm, res, o);
   if (Reruns(r, l.recompute, RecomputeModule::kMoe)) return;
   const int64_t rows = RouteMoeOn(r, l).expert_tokens;
   const int64_t f_local = CeilDiv(r.model.moe.ffn_hidden, l.expert_tp);
@@ -617,9 +630,7 @@ OffloadBytes LayerOffloadedByModule(const Recipe& r, const Layout& l, BlockKind 
   if (kind == BlockKind::kAttention) AttentionOffload(r, l, &o);
   if (kind == BlockKind::kMoe) MoeOffload(r, l, &o);
   if (kind == BlockKind::kDenseMlp && NormIsOwnModule(r, kind)) {
-    const int64_t res = TokensOf(r, l).router;
-    o.Add(OffloadModule::kMlpNorm, Mul(res, r.model.hidden), SizeOf(r.training.precision.activations));
-    o.Add(OffloadModule::kMlpNorm, res, NormStatBytes(r.model.norm));
+    NormOffload(r, l, kind, OffloadModule::kMlpNorm, TokensOf(r, l).router, &o);
   }
   return o.by_module();
 }
@@ -630,12 +641,14 @@ Bytes LayerOffloaded(const Recipe& r, const Layout& l, BlockKind kind) {
   return Bytes(sum);
 }
 
-OffloadSet OffloadGroupsOf(const Recipe& r, BlockKind kind) {
+OffloadSet OffloadGroupsOf(const Recipe& r, Recompute recompute, BlockKind kind) {
   OffloadSet runs;
   const auto add = [&](OffloadModule m) { runs.bits |= OffloadSet::Of(m).bits; };
   if (kind == BlockKind::kAttention) {
     if (NormIsOwnModule(r, kind)) add(OffloadModule::kAttnNorm);
-    for (OffloadModule m : {OffloadModule::kQkvLinear, OffloadModule::kCoreAttn, OffloadModule::kAttnProj}) add(m);
+    add(OffloadModule::kQkvLinear);
+    if (!Reruns(r, recompute, RecomputeModule::kCoreAttn)) add(OffloadModule::kCoreAttn);
+    add(OffloadModule::kAttnProj);
   } else if (kind == BlockKind::kMoe) {
     for (OffloadModule m : {OffloadModule::kMlpNorm, OffloadModule::kExpertFc1, OffloadModule::kMoeAct}) add(m);
   } else if (kind == BlockKind::kDenseMlp && NormIsOwnModule(r, kind)) {
@@ -693,8 +706,8 @@ Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, b
   OffloadSet later;  // module names a later layer of the chunk runs
   for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
     const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
-    const OffloadBytes& bytes = bytes_of(kind);
-    const OffloadSet groups = OffloadGroupsOf(r, kind);
+    const OffloadBytes& bytes = bytes_of(i, kind);
+    const OffloadSet groups = OffloadGroupsOf(r, l.recompute, kind);
     OffloadSet leaving = groups;
     if (keeps) leaving.bits &= later.bits;
     Bytes held = stay_of(kind);
@@ -718,12 +731,34 @@ Bytes ChunkInFlight(const Recipe& r, const Layout& l, const StageChunk& chunk, b
 
 }  // namespace
 
-OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank) {
+std::vector<bool> CheckpointedSublayers(const Inventory& inv, const Layout& l, const StagePlan& plan) {
+  std::vector<bool> out;
+  if (inv.recipe.training.activation_offload.empty() || l.recompute != Recompute::kFull) return out;
+  out.assign(inv.layers.size(), false);
+  for (const StageChunk& c : plan.chunks) {
+    for (int64_t i = c.first_layer; i < c.end_layer; ++i) {
+      const estimator_detail::Kept kept = estimator_detail::KeptBy(
+          inv.layers.at(static_cast<size_t>(i)), estimator_detail::LayerInChunk(inv, c.first_layer, i), l.recompute,
+          inv.recipe.training);
+      out[static_cast<size_t>(i)] = kept != estimator_detail::Kept::kAll;
+    }
+  }
+  return out;
+}
+
+OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& layout, const StagePlan& plan, int64_t rank,
+                                      const std::vector<bool>& checkpointed) {
   OffloadOnRank out;
   if (r.training.activation_offload.empty()) return out;
+  // Under full recompute the layers outside a checkpoint save what they
+  // would without it; those inside save nothing in the scopes.
+  Layout l = layout;
+  if (l.recompute == Recompute::kFull) l.recompute = Recompute::kNone;
   std::array<OffloadBytes, 5> family{};
   std::array<bool, 5> known{};
-  const auto bytes_of = [&](BlockKind kind) -> const OffloadBytes& {
+  static constexpr OffloadBytes kEmpty{};
+  const auto bytes_of = [&](int64_t i, BlockKind kind) -> const OffloadBytes& {
+    if (!checkpointed.empty() && checkpointed.at(static_cast<size_t>(i))) return kEmpty;
     const size_t f = static_cast<size_t>(FamilyIndex(kind));
     if (!known[f]) family[f] = LayerOffloadedByModule(r, l, kind);
     known[f] = true;
@@ -735,7 +770,7 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
     if (chunk.pipeline_rank != rank) continue;
     OffloadSet names;
     for (int64_t i = chunk.first_layer; i < chunk.end_layer; ++i) {
-      names.bits |= OffloadGroupsOf(r, r.model.layers.at(static_cast<size_t>(i))).bits;
+      names.bits |= OffloadGroupsOf(r, l.recompute, r.model.layers.at(static_cast<size_t>(i))).bits;
     }
     margin = std::max<int64_t>(margin, std::popcount(names.bits));
   }
@@ -748,8 +783,8 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
     Bytes ahead;
     for (int64_t i = chunk.end_layer; i-- > chunk.first_layer;) {
       const BlockKind kind = r.model.layers.at(static_cast<size_t>(i));
-      const OffloadBytes& bytes = bytes_of(kind);
-      const OffloadSet groups = OffloadGroupsOf(r, kind);
+      const OffloadBytes& bytes = bytes_of(i, kind);
+      const OffloadSet groups = OffloadGroupsOf(r, l.recompute, kind);
       for (size_t j = std::size(kAllOffloadModules); j-- > 0;) {
         const OffloadModule m = kAllOffloadModules[j];
         if (!groups.has(m)) continue;
@@ -784,8 +819,9 @@ OffloadOnRank ActivationOffloadOnRank(const Recipe& r, const Layout& l, const St
   return out;
 }
 
-Bytes ActivationOffloadTransfer(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank) {
-  const OffloadOnRank o = ActivationOffloadOnRank(r, l, plan, rank);
+Bytes ActivationOffloadTransfer(const Recipe& r, const Layout& l, const StagePlan& plan, int64_t rank,
+                                const std::vector<bool>& checkpointed) {
+  const OffloadOnRank o = ActivationOffloadOnRank(r, l, plan, rank, checkpointed);
   const int64_t m = l.micro_batches;
   // The last stage runs each micro-batch's backward right after its forward,
   // so every micro-batch keeps its last group of each name; the others keep

@@ -1181,11 +1181,12 @@ void BuildStageComm(const Inventory& inv, const PlanTables& t, const Layout& l, 
   thread_local std::vector<int64_t> same_as;
   FillRankChunks(stages, l, &by_rank);
   SameRanks(inv, t, l, by_rank, n_chunks, &same_as);
+  const std::vector<bool> checkpointed = CheckpointedSublayers(inv, l, stages);
   for (int64_t r = 0; r < l.pp; ++r) {
     StageComm& sc = (*out)[static_cast<size_t>(r)];
     sc.pipeline_rank = r;
     // Per rank: the last stage keeps more than a rank priced alike.
-    sc.activation_offload = ActivationOffloadTransfer(inv.recipe, l, stages, r);
+    sc.activation_offload = ActivationOffloadTransfer(inv.recipe, l, stages, r, checkpointed);
     const int64_t q = same_as[static_cast<size_t>(r)];
     sc.priced_as = q != r ? q : -1;
     if (q != r) {  // an earlier rank's chunks price alike: its items (assigned into this rank's storage)

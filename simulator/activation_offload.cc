@@ -9,12 +9,14 @@
 
 namespace preflight::sim {
 
-OffloadSet OffloadModulesOf(char letter, bool mla, bool transformer_engine) {
+OffloadSet OffloadModulesOf(char letter, bool mla, bool transformer_engine, ModuleSet rerun) {
   OffloadSet out;
   const auto add = [&](OffloadModule m) { out.bits |= OffloadSet::Of(m).bits; };
   if (letter == 'A') {
     if (mla || !transformer_engine) add(OffloadModule::kAttnNorm);
-    for (OffloadModule m : {OffloadModule::kQkvLinear, OffloadModule::kCoreAttn, OffloadModule::kAttnProj}) add(m);
+    add(OffloadModule::kQkvLinear);
+    if (!rerun.has(RecomputeModule::kCoreAttn)) add(OffloadModule::kCoreAttn);
+    add(OffloadModule::kAttnProj);
   } else if (letter == 'E') {
     for (OffloadModule m : {OffloadModule::kMlpNorm, OffloadModule::kExpertFc1, OffloadModule::kMoeAct}) add(m);
   } else if (letter == 'D' && !transformer_engine) {
@@ -25,7 +27,7 @@ OffloadSet OffloadModulesOf(char letter, bool mla, bool transformer_engine) {
 
 void ActivationOffload::Hand(int64_t /*layer*/, int64_t /*mb*/, OffloadModule scope,
                              const std::vector<SavedTensor>& saved) {
-  if (!modules_.has(scope) || handed_.has(scope)) return;
+  if (checkpointed_ || !modules_.has(scope) || handed_.has(scope)) return;
   std::optional<Group> group;
   for (const SavedTensor& t : saved) {
     if (t.scope != scope) continue;
@@ -46,6 +48,10 @@ void ActivationOffload::Hand(int64_t /*layer*/, int64_t /*mb*/, OffloadModule sc
 }
 
 void ActivationOffload::Commit(int64_t layer, int64_t mb, const std::vector<SavedTensor>& saved) {
+  if (checkpointed_) {
+    kept_ = OffloadSet();
+    return;
+  }
   for (const SavedTensor& t : saved) Hand(layer, mb, t.scope, saved);
   // Each group's tensors as the block now keeps them: those of its scope on the host.
   for (Group& g : forming_) {

@@ -61,7 +61,9 @@ struct SavedTensor {
 /// TransformerLayer._set_offload_modules: a norm fused into its linear by
 /// Transformer Engine is an IdentityOp, no group of its own; MLA's and the
 /// MoE's pre-norms are always their own modules). M and R layers run none.
-OffloadSet OffloadModulesOf(char letter, bool mla, bool transformer_engine);
+/// Under a "core_attn" rerun (`rerun`) the core runs no group: attention.py
+/// calls _checkpointed_attention_forward outside the core_attn scope.
+OffloadSet OffloadModulesOf(char letter, bool mla, bool transformer_engine, ModuleSet rerun);
 
 /// One rank's offloader: what each layer and micro-batch moved to the host.
 class ActivationOffload {
@@ -70,6 +72,11 @@ class ActivationOffload {
       : rank_(rank), modules_(modules), min_elements_(min_elements) {}
   /// The modules whose groups the next layer's forward keeps on the device.
   void set_kept(OffloadSet kept) { kept_ = kept; }
+  /// Whether the forwards that follow are a checkpoint's: under torch.no_grad
+  /// (a full-recompute or Transformer Engine "mlp" checkpoint), which saves
+  /// nothing inside the modules' scopes, or its rerun in backward, whose
+  /// tensors the backward reads at once. Neither hands anything to the host.
+  void set_checkpointed(bool on) { checkpointed_ = on; }
   /// The forward of `layer` for micro-batch `mb` reached the end of module
   /// `scope` (Megatron's group commit): if listed and not kept, the scope's
   /// tensors in `saved` of at least the minimum go to the host.
@@ -100,6 +107,7 @@ class ActivationOffload {
   OffloadSet modules_;
   int64_t min_elements_ = 0;
   OffloadSet kept_;
+  bool checkpointed_ = false;
   // The running forward's (Hand, until Commit): the scopes handed and their groups.
   OffloadSet handed_;
   bool ran_ = false;

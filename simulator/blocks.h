@@ -433,12 +433,17 @@ void ScopedNorm(OffloadModule m, Tensor<T>* x, Tensor<T>* stats, std::vector<Sav
 /// ("core_attn": q, k, v and the LSE, or the unfused core's softmax output
 /// with its dropout mask and dropped probabilities, one tensor of the
 /// scores' elements) and the output projection's input o ("attn_proj").
+/// Under a "core_attn" rerun (`core_rerun`) the checkpoint's q, k, v are
+/// saved outside any scope and stay (attention.py: the core_attn manager is
+/// not entered around _checkpointed_attention_forward).
 template <class T, class S>
-void ScopedCoreAndProjection(bool flash_attention, S& s, std::vector<SavedTensor>* out) {
-  for (Tensor<T>* t : {&s.q, &s.k, &s.v}) out->push_back(Scoped(OffloadModule::kCoreAttn, {t}));
-  out->push_back(flash_attention ? Scoped(OffloadModule::kCoreAttn, {&s.lse})
-                                 : Scoped(OffloadModule::kCoreAttn, {&s.probs, &s.mask, &s.dropped},
-                                          static_cast<int64_t>(s.probs.m.size())));
+void ScopedCoreAndProjection(bool flash_attention, bool core_rerun, S& s, std::vector<SavedTensor>* out) {
+  if (!core_rerun) {
+    for (Tensor<T>* t : {&s.q, &s.k, &s.v}) out->push_back(Scoped(OffloadModule::kCoreAttn, {t}));
+    out->push_back(flash_attention ? Scoped(OffloadModule::kCoreAttn, {&s.lse})
+                                   : Scoped(OffloadModule::kCoreAttn, {&s.probs, &s.mask, &s.dropped},
+                                            static_cast<int64_t>(s.probs.m.size())));
+  }
   out->push_back(Scoped(OffloadModule::kAttnProj, {&s.o}));
 }
 

@@ -152,7 +152,7 @@ class AttentionBlock final : public Block<T> {
       for (Tensor<T>* t : {&s.q_in, &s.k_in}) out.push_back(Scoped(OffloadModule::kQkvLinear, {t}));
       out.push_back(Scoped(OffloadModule::kQkvLinear, {&s.q_rstd, &s.k_rstd}));
     }
-    ScopedCoreAndProjection<T>(d_.flash_attention, s, &out);
+    ScopedCoreAndProjection<T>(d_.flash_attention, ctx.rerun.has(RecomputeModule::kCoreAttn), s, &out);
     return out;
   }
 

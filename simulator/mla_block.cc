@@ -146,7 +146,7 @@ class MlaBlock final : public Block<T> {
     for (Tensor<T>* t : {&s.n, &s.cq, &s.ckv, &s.cq_n, &s.ckv_n}) out.push_back(Scoped(OffloadModule::kQkvLinear, {t}));
     // The two latent norms' statistics, one entry per row each (the estimator's one tensor).
     out.push_back(Scoped(OffloadModule::kQkvLinear, {&s.rstd_q, &s.rstd_kv}, s.rstd_kv.m.rows()));
-    ScopedCoreAndProjection<T>(d_.flash_attention, s, &out);
+    ScopedCoreAndProjection<T>(d_.flash_attention, ctx.rerun.has(RecomputeModule::kCoreAttn), s, &out);
     return out;
   }
 

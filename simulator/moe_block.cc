@@ -315,7 +315,9 @@ class MoeBlock final : public Block<T> {
         Put(&s_.u.m, rows, u);
       }
     }
-    this->HandOff(ctx, OffloadModule::kExpertFc1);
+    // The "moe" checkpoint's rerun hands nothing off (Megatron refuses the
+    // expert groups with it: transformer_config.py).
+    if (!rerun) this->HandOff(ctx, OffloadModule::kExpertFc1);
     const bool rerun_act = ctx.rerun.has(RecomputeModule::kMoeAct);
     s_.z = Tensor<T>(ctx.mem(), rerun_act ? SimCategory::kTemporaries : act, ab, Mat<T>(s_.gathered.m.rows(), f));
     Tensor<T> y(ctx.mem(), scratch, ab, Mat<T>(s_.gathered.m.rows(), h));
@@ -328,8 +330,11 @@ class MoeBlock final : public Block<T> {
       AddBias(&yl, Bias(down_b_, i));
       Put(&y.m, rows, yl);
     }
-    this->HandOff(ctx, OffloadModule::kMoeAct);
+    // "moe_act": the checkpoint's output is discarded after fc2, before the
+    // group commits (experts.py discard_output_and_register_recompute, then
+    // moe_act_manager.group_offload).
     if (rerun_act) s_.z.Release();
+    if (!rerun) this->HandOff(ctx, OffloadModule::kMoeAct);
     Tensor<T> y_own = ScatterOverEtp(ctx, std::move(y));
     ctx.rank->set_what(CommWhat::kMoeCombine);
     s_.y_back = Combine(ctx, std::move(y_own), act);

@@ -141,15 +141,12 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
   Require(r.model.moe.dispatcher == MoeDispatcher::kAllToAll,
           "the executor dispatches MoE tokens by all-to-all only (set model.moe.dispatcher: alltoall)");
   if (!r.training.activation_offload.empty()) {
-    // Megatron offloads nothing a checkpoint keeps (the checkpointed forward
-    // saves no tensors, and a rerun module such as the core's
-    // _checkpointed_attention_forward runs outside its offload scope);
-    // virtual and DualPipe chunks reorder the offload groups
+    // Virtual and DualPipe chunks reorder the offload groups
     // (PipelineOffloadManager.flush); the MTP layers are not priced.
-    Require(r.training.recompute == Recompute::kNone && p.vpp == 1 && p.schedule != Schedule::kDualPipe &&
-                p.schedule != Schedule::kDualPipeV && r.model.mtp_layers == 0,
-            "training.activation_offload is in the executor without recompute, virtual pipeline stages, DualPipe(V) "
-            "or MTP (set training.recompute: none, parallel.vpp: 1, model.mtp_layers: 0, or activation_offload: [])");
+    Require(p.vpp == 1 && p.schedule != Schedule::kDualPipe && p.schedule != Schedule::kDualPipeV &&
+                r.model.mtp_layers == 0,
+            "training.activation_offload is in the executor without virtual pipeline stages, DualPipe(V) or MTP "
+            "(set parallel.vpp: 1, model.mtp_layers: 0, or activation_offload: [])");
   }
   Require(r.training.precision.fp4 == Fp4Format::kNone,
           "FP4 GEMMs are not in the executor (set training.precision.fp4: none)");
@@ -803,7 +800,9 @@ class RankProgram {
         NoGradForward no_grad;
         r.memory().set_saved_category(SimCategory::kTemporaries);
         EnterOpPolicy(*g, static_cast<int64_t>(i), OpPass::kForward);
+        if (offload_) offload_->set_checkpointed(true);
         x = chunk.blocks[i]->Forward(ctx_, x);
+        if (offload_) offload_->set_checkpointed(false);
         ctx_.op.pass = OpPass::kOff;
         r.memory().set_saved_category(SimCategory::kActivations);
       });
@@ -885,7 +884,8 @@ class RankProgram {
     std::vector<OffloadSet> out(letters.size());
     OffloadSet later;
     for (size_t i = letters.size(); i-- > 0;) {
-      const OffloadSet mine = OffloadModulesOf(letters[i], spec_.dims.mla, spec_.recipe->training.transformer_engine);
+      const OffloadSet mine =
+          OffloadModulesOf(letters[i], spec_.dims.mla, spec_.recipe->training.transformer_engine, ctx_.rerun);
       out[i].bits = mine.bits & ~later.bits;
       later.bits |= mine.bits;
     }
@@ -910,6 +910,7 @@ class RankProgram {
     Mat<T> x = kept.m;
     mem.set_saved_category(SimCategory::kRecomputed);
     mem.ExpectAlias(kept.alloc.bytes());
+    if (offload_) offload_->set_checkpointed(true);
     for (int64_t j = g.first; j < g.end; ++j) {
       optimizer_->GatherUnit(ctx_, chunk.units[UnitOfBlock(chunk, j)]);
       mem.set_owner(std::string(1, chunk.letters[static_cast<size_t>(j)]));
@@ -917,6 +918,7 @@ class RankProgram {
       x = chunk.blocks[static_cast<size_t>(j)]->Forward(ctx_, x);
     }
     ctx_.op.pass = OpPass::kOff;
+    if (offload_) offload_->set_checkpointed(false);
     mem.set_saved_category(SimCategory::kActivations);
   }
 

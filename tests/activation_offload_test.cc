@@ -62,11 +62,19 @@ TEST(ActivationOffload, EachScopeMovesTheTensorsItSaves) {
   EXPECT_EQ(Offloaded({"training.activation_offload=[attn_norm]"}, BlockKind::kAttention), 0);
   // The dense MLP's norm is fused into fc1: mlp_norm has nothing either.
   EXPECT_EQ(Offloaded({"training.activation_offload=[mlp_norm]"}, BlockKind::kDenseMlp), 0);
-  // Selective recompute of the core frees nothing more here (flash: the LSE
-  // is under the minimum); full recompute saves nothing inside the scopes.
+  // Under a core_attn rerun Megatron calls _checkpointed_attention_forward
+  // outside the core_attn offload scope (attention.py): the checkpoint's
+  // Q, K, V stay on the device and the group does not exist; attn_proj still
+  // moves the core's output. Full recompute saves nothing inside the scopes.
   EXPECT_EQ(
-      Offloaded({"training.activation_offload=[core_attn]", "training.recompute=selective"}, BlockKind::kAttention),
-      kQ + 2 * kKv);
+      Offloaded({"training.activation_offload=[core_attn]", "training.recompute=selective"}, BlockKind::kAttention), 0);
+  EXPECT_EQ(Offloaded({"training.activation_offload=[core_attn, attn_proj]", "training.recompute=selective",
+                       "training.recompute_modules=[layernorm]"},
+                      BlockKind::kAttention),
+            kQ + 2 * kKv + kQ);
+  EXPECT_EQ(Offloaded({"training.activation_offload=[core_attn, attn_proj]", "training.recompute=selective"},
+                      BlockKind::kAttention),
+            kQ);
   EXPECT_EQ(Offloaded({"training.activation_offload=[core_attn]", "training.recompute=full"}, BlockKind::kAttention),
             0);
 }
@@ -184,6 +192,13 @@ TEST(ActivationOffload, ChecksFollowMegatron) {
   bool warned = false;
   for (const Diagnostic& d : dense.diagnostics) warned = warned || Format(d).find("has no effect") != std::string::npos;
   EXPECT_TRUE(warned);
+  // transformer_config.py asserts: the "moe" checkpoint wraps the expert scopes.
+  const std::string moe = testing::FirstErrorText(Load(
+      {"training.activation_offload=[moe_act]", "training.recompute=selective", "training.recompute_modules=[moe]"}));
+  EXPECT_NE(moe.find("recompute_modules has moe"), std::string::npos) << moe;
+  EXPECT_TRUE(Load({"training.activation_offload=[mlp_norm]", "training.recompute=selective",
+                    "training.recompute_modules=[moe]"})
+                  .ok());
 }
 
 TEST(ActivationOffload, ImportReadsTheTestYamlFormAndTheEmitterWritesIt) {

@@ -282,8 +282,14 @@ void CompareMemory(const Recipe& scaled, const RankMemory& est, const Simulation
     // and the block method's reruns as the largest family on the rank: bounds
     // when the group mixes families or the block's layers miss one.
     const TrainingConfig& t = scaled.training;
-    const bool bound =
-        t.recompute == Recompute::kFull && (t.recompute_method == RecomputeMethod::kBlock || t.recompute_layers > 1);
+    // Under activation offload the estimator's selective rerun also holds a
+    // layer's offloaded groups, which Megatron's bulk_reload brings back one
+    // group ahead while a layer's backward runs
+    // (fine_grained_activation_offload.py); the executor reloads a layer's
+    // groups at its own backward, so it measures at most that: a bound.
+    const bool offload_rerun = !t.activation_offload.empty() && t.recompute == Recompute::kSelective;
+    const bool bound = offload_rerun || (t.recompute == Recompute::kFull &&
+                                         (t.recompute_method == RecomputeMethod::kBlock || t.recompute_layers > 1));
     out->memory.push_back(activation_row(SimCategory::kRecomputed, est.activations_rerun, bound));
   }
   CompareAllocated(est, report, stage, out);

@@ -462,6 +462,16 @@ class Validator {
                    "Transformer Engine layers only)");
       return;
     }
+    // transformer_config.py asserts it: the "moe" checkpoint wraps the whole
+    // MoE forward, which then saves nothing inside the expert scopes.
+    const TrainingConfig& t = r_.training;
+    if (t.recompute == Recompute::kSelective && t.recompute_modules.has(RecomputeModule::kMoe) &&
+        (set.has(OffloadModule::kExpertFc1) || set.has(OffloadModule::kMoeAct)) &&
+        !Bad({"training.recompute", "training.recompute_modules"})) {
+      ctx_.ErrorAt(key, text,
+                   "lists expert_fc1 or moe_act, which Megatron-LM refuses while training.recompute_modules has moe "
+                   "(the whole MoE layer is rerun); remove them, or moe from training.recompute_modules");
+    }
     const bool moe = Has(r_.model.layers, BlockKind::kMoe);
     const bool attention = Has(r_.model.layers, BlockKind::kAttention);
     for (OffloadModule m : kAllOffloadModules) {

@@ -106,8 +106,10 @@ OffloadBytes LayerOffloadedByModule(const Recipe& recipe, const Layout& layout, 
 /// The listed modules whose offload groups a layer of `kind` runs, in
 /// OffloadModule order (forward order): Megatron's
 /// TransformerLayer._set_offload_modules; a norm Transformer Engine fuses into
-/// the next linear is an IdentityOp with no group (NormIsOwnModule).
-OffloadSet OffloadGroupsOf(const Recipe& recipe, BlockKind kind);
+/// the next linear is an IdentityOp with no group (NormIsOwnModule). Under
+/// a "core_attn" rerun (`recompute`) the core runs none (attention.py calls
+/// _checkpointed_attention_forward outside the core_attn scope).
+OffloadSet OffloadGroupsOf(const Recipe& recipe, Recompute recompute, BlockKind kind);
 
 /// Activation offload on one pipeline rank (Megatron-LM
 /// fine_grained_activation_offload.py). Groups are kept by module NAME:
@@ -131,14 +133,26 @@ struct OffloadOnRank {
   /// shows (the shared expert).
   Bytes in_flight;
 };
-OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
+/// `checkpointed` (CheckpointedSublayers, empty: none): the sublayers whose
+/// forward runs inside a full-recompute checkpoint; their groups run empty.
+OffloadOnRank ActivationOffloadOnRank(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank,
+                                      const std::vector<bool>& checkpointed = {});
+
+/// Under full recompute, for each sublayer whether its forward runs inside a
+/// checkpoint (every one under the uniform method, a chunk's first
+/// recompute_layers framework layers under block): the checkpointed forward
+/// runs under torch.no_grad and saves nothing in any offload scope, so its
+/// groups commit empty (tensor_parallel/random.py CheckpointFunction.forward).
+/// Empty under any other policy or without activation offload.
+std::vector<bool> CheckpointedSublayers(const Inventory& inv, const Layout& layout, const StagePlan& plan);
 
 /// Activation offload's bytes over pipeline rank `rank`'s host link in one
 /// step, both ways (each offloaded byte goes down and comes back): m
 /// micro-batches less the kept groups, once on earlier ranks and in every
 /// micro-batch on the last (should_bulk_offload: its next backward is always
 /// the micro-batch that just ran forward).
-Bytes ActivationOffloadTransfer(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank);
+Bytes ActivationOffloadTransfer(const Recipe& recipe, const Layout& layout, const StagePlan& plan, int64_t rank,
+                                const std::vector<bool>& checkpointed = {});
 
 /// R layers under the CP state hand-off (cp_recurrent = handoff, cp > 1,
 /// [OURS]): the states one micro-batch's chunks received from the previous CP
