@@ -271,8 +271,8 @@ Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
     w.offload = ActivationOffloadOnRank(inv.recipe, saved, plan, r);
   }
   b.ends = EndsOf(inv, l, w, x);
-  w.ends_read_embedding = w.embedding && w.head && inv.recipe.model.embedding_on_last_stage() &&
-                          !KeepsEmbeddingCopy(inv.recipe.model, l);
+  w.ends_read_embedding =
+      w.embedding && w.head && inv.recipe.model.embedding_on_last_stage() && !KeepsEmbeddingCopy(inv.recipe.model, l);
   if (w.ends_read_embedding) {
     w.held_grads = UnitOf(b.ends.embedding, x, -1).grads;
   } else {

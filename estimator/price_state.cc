@@ -61,9 +61,9 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
       Note(sink, kCat[c], "ZeRO-3 gathered units (current + prefetched next, forward and backward)",
            "max over the rank's chunks and adjacent unit pairs (u, u+1) of the pair's full local bytes",
            Inputs({{"layer_pairs", w.gather.pairs[k]},
-                   {"embedding_and_next", Add(ends.embedding.bytes[k], w.gather.embedding_then_head
-                                                                         ? head_unit.bytes[k]
-                                                                         : w.gather.after_embedding[k])},
+                   {"embedding_and_next",
+                    Add(ends.embedding.bytes[k],
+                        w.gather.embedding_then_head ? head_unit.bytes[k] : w.gather.after_embedding[k])},
                    {"previous_and_head", Add(w.gather.before_head[k], head_unit.bytes[k])},
                    {"embedding_read_by_head", w.ends_read_embedding ? ends.embedding.bytes[k] : 0}}),
            gathered);

@@ -144,7 +144,8 @@ LayerMemo& Remember(LayerMemo& memo, const Layer& layer, bool uniform, const Inv
     for (const ParamTensor& t : layer.params) {
       if (t.trained) continue;
       const int c = static_cast<int>(ClassOf(t.split));
-      memo.local.buffer_bytes[c] = Add(memo.local.buffer_bytes[c], Mul(TensorLocalElements(t, inv, l), SizeOf(t.dtype)));
+      memo.local.buffer_bytes[c] =
+          Add(memo.local.buffer_bytes[c], Mul(TensorLocalElements(t, inv, l), SizeOf(t.dtype)));
     }
     memo.unit = UnitOf(memo.local, x, -1);
     memo.shares = UnitShares(memo.local, x);
@@ -269,7 +270,8 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, co
     GatherByFamilies(w.gather, inv, c, first, end, counts, memo);
   } else if (x.zero3) {
     for (int64_t i = first; i < end; ++i) {
-      w.gather.Layer(c, i, memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.Gathered());
+      w.gather.Layer(c, i,
+                     memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.Gathered());
     }
   }
   *layers_here = inv.RangeLayerStarts(first, end);

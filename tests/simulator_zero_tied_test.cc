@@ -128,7 +128,9 @@ Recipe TiedOneRank(int zero, bool tied = true) {
                        /*max_world=*/1);
 }
 
-int64_t Measured(const SimComparison& c, const std::string& row) { return testing_sim::FindMemory(Stage(c, 0), row).measured; }
+int64_t Measured(const SimComparison& c, const std::string& row) {
+  return testing_sim::FindMemory(Stage(c, 0), row).measured;
+}
 
 int64_t ParamBytes(const SimComparison& c) {
   return Measured(c, "replicated_params") + Measured(c, "tp_sharded_params") + Measured(c, "ep_sharded_params");
@@ -171,10 +173,12 @@ TEST(SimulatorZeroTied, OneRankAtTwoDataParallelRanksAgrees) {
         {{"model.pattern", "AD"}, {"model.tie_embeddings", "true"}, {"parallel.zero", std::to_string(zero)}}));
     ExpectStepAgrees(testing_sim::ScaledRecipe("mamba2-2.7b-h200.yaml", {{"parallel.zero", std::to_string(zero)}},
                                                /*max_world=*/8));
-    ExpectStepAgrees(testing_sim::ScaledRecipe(
-        "llama3-8b-h200.yaml",
-        {{"model.mtp_layers", "1"}, {"training.recompute", "none"}, {"parallel.pp", "1"}, {"parallel.zero", std::to_string(zero)}},
-        /*max_world=*/4));
+    ExpectStepAgrees(testing_sim::ScaledRecipe("llama3-8b-h200.yaml",
+                                               {{"model.mtp_layers", "1"},
+                                                {"training.recompute", "none"},
+                                                {"parallel.pp", "1"},
+                                                {"parallel.zero", std::to_string(zero)}},
+                                               /*max_world=*/4));
   }
 }
 
