@@ -32,6 +32,7 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
   const int64_t share[3] = {rep_share, dense - rep_share, w.shares.param_bytes[1]};
   LocalParams head_unit = ends.head;
   AddInto(head_unit, ends.final_norm);
+  const std::array<int64_t, 3> head_gathered = head_unit.Gathered();
   static constexpr Category kCat[] = {Category::kReplicatedParams, Category::kTpShardedParams,
                                       Category::kEpShardedParams};
   static const char* const kShareFormula[] = {
@@ -63,8 +64,8 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
            Inputs({{"layer_pairs", w.gather.pairs[k]},
                    {"embedding_and_next",
                     Add(ends.embedding.bytes[k],
-                        w.gather.embedding_then_head ? head_unit.bytes[k] : w.gather.after_embedding[k])},
-                   {"previous_and_head", Add(w.gather.before_head[k], head_unit.bytes[k])},
+                        w.gather.embedding_then_head ? head_gathered[k] : w.gather.after_embedding[k])},
+                   {"previous_and_head", Add(w.gather.before_head[k], head_gathered[k])},
                    {"embedding_read_by_head", w.ends_read_embedding ? ends.embedding.bytes[k] : 0}}),
            gathered);
     }
