@@ -183,13 +183,15 @@ TEST(SimulatorZeroTied, OneRankAtTwoDataParallelRanksAgrees) {
 }
 
 /// The scaled DeepSeek-V3 recipe on `schedule` over pp 2 (ranks 0 and 1 both
-/// hold the embedding and the head): MTP reads the rank's embedding, tied or not.
+/// hold the embedding and the head), every layer MoE: MTP reads the rank's
+/// embedding, tied or not.
 Recipe DeepSeekBothEnds(const std::string& schedule, int zero, bool tied, bool router_bias = true) {
   return testing_sim::ScaledRecipe("deepseek-v3-h200.yaml",
                                    {{"parallel.schedule", schedule},
                                     {"parallel.pp", "2"},
                                     {"parallel.ep", "2"},
                                     {"training.recompute", "none"},
+                                    {"model.moe.first_k_dense", "0"},
                                     {"model.tie_embeddings", tied ? "true" : "false"},
                                     {"model.moe.router_bias", router_bias ? "true" : "false"},
                                     {"model.moe.dropless", "false"},
