@@ -271,18 +271,12 @@ Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
     w.offload = ActivationOffloadOnRank(inv.recipe, saved, plan, r);
   }
   b.ends = EndsOf(inv, l, w, x);
-  w.ends_read_embedding =
-      w.embedding && w.head && inv.recipe.model.embedding_on_last_stage() && !KeepsEmbeddingCopy(inv.recipe.model, l);
-  if (w.ends_read_embedding) {
-    w.held_grads = UnitOf(b.ends.embedding, x, -1).grads;
-  } else {
-    Offer(w, UnitOf(b.ends.embedding, x, -1));
-  }
+  Offer(w, UnitOf(b.ends.embedding, x, -1));
   LocalParams head_unit = b.ends.head;
   AddInto(head_unit, b.ends.final_norm);
   Offer(w, UnitOf(head_unit, x, -1));
   AddEndShares(w, inv, l, x);
-  if (x.zero3) w.gathered = w.gather.Peak(b.ends.embedding.Gathered(), head_unit.Gathered(), w.ends_read_embedding);
+  if (x.zero3) w.gathered = w.gather.Peak(b.ends.embedding.Gathered(), head_unit.Gathered());
   if (x.layer_wise) w.layer_wise = estimator_detail::LayerWiseOf(inv, l, plan, r, shared.regular, w, x);
   return b;
 }
@@ -346,7 +340,7 @@ void FinishRank(RankMemory& out, const Walked& b, const Recipe& rc, const Layout
   // reduction buckets).
   Bytes step_transients;
   for (int64_t g : b.w.gathered) step_transients += Bytes(g);
-  if (l.zero >= 2) step_transients += Bytes(b.w.grad_unit.grads) + Bytes(b.w.held_grads);
+  if (l.zero >= 2) step_transients += Bytes(b.w.grad_unit.grads);
   out.allocated_static =
       out.of(Category::kReplicatedParams) + out.of(Category::kTpShardedParams) + out.of(Category::kEpShardedParams) +
       out.of(Category::kGradients) + out.of(Category::kOptimizerMuon) + out.of(Category::kOptimizerAdamW) +

@@ -144,16 +144,11 @@ struct GatherPeak {
     if (c.owns_head && i + 1 == c.end_layer) before_head = full;
   }
   /// Per class, the peak with the embedding and head units' full bytes.
-  /// `lookup`: the head (or MTP) reads this rank's embedding, whose unit is
-  /// gathered beside the head's in its forward and backward (the executor's
-  /// GatherLookup; in a chunk of no layers it is the head's neighbour already).
-  std::array<int64_t, 3> Peak(const std::array<int64_t, 3>& embedding, const std::array<int64_t, 3>& head,
-                              bool lookup) const {
+  std::array<int64_t, 3> Peak(const std::array<int64_t, 3>& embedding, const std::array<int64_t, 3>& head) const {
     std::array<int64_t, 3> out{};
     for (size_t k = 0; k < 3; ++k) {
       const int64_t with_embedding = Add(embedding[k], embedding_then_head ? head[k] : after_embedding[k]);
-      const int64_t read = lookup && !embedding_then_head ? embedding[k] : 0;
-      out[k] = std::max({pairs[k], with_embedding, Add(Add(before_head[k], head[k]), read)});
+      out[k] = std::max({pairs[k], with_embedding, Add(before_head[k], head[k])});
     }
     return out;
   }
@@ -183,13 +178,6 @@ struct Walk {
   bool loss_transient_live = false;  // the loss's transient is live at the peak (the head runs)
   int64_t in_flight = 0;
   UnitExtra grad_unit;          // ZeRO 2/3: the unit with the most unsharded gradients
-  /// The head or MTP reads the embedding of this rank (pp 1, DualPipe(V)'s
-  /// end ranks; set by WalkOf): ZeRO 2/3 hold the embedding unit's unsharded
-  /// gradients (`held_grads` bytes) from the head's backward to the
-  /// embedding's, beside grad_unit (then the largest other unit); ZeRO 3
-  /// gathers the embedding's unit with the head's.
-  bool ends_read_embedding = false;
-  int64_t held_grads = 0;
   Shares shares;                // ZeRO >= 1: the owned shares of every unit's buffers
   GatherPeak gather;            // ZeRO 3 (Context::zero3): the layers' part of the gathered peak
   std::array<int64_t, 3> gathered{};  // ZeRO 3: GatherPeak::Peak with the ends (set after EndsOf)

@@ -65,8 +65,7 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
                    {"embedding_and_next",
                     Add(ends.embedding.bytes[k],
                         w.gather.embedding_then_head ? head_gathered[k] : w.gather.after_embedding[k])},
-                   {"previous_and_head", Add(w.gather.before_head[k], head_gathered[k])},
-                   {"embedding_read_by_head", w.ends_read_embedding ? ends.embedding.bytes[k] : 0}}),
+                   {"previous_and_head", Add(w.gather.before_head[k], head_gathered[k])}}),
            gathered);
     }
   }
@@ -172,16 +171,6 @@ void PriceGradients(RankMemory& out, const Walk& w, const Ends& ends, const Layo
       Note(sink, Category::kGradients,
            "unsharded grads of one unit, live from its backward to its reduce-scatter (the largest unit)",
            "U_local * beta_g (every buffer of the unit)", Inputs({{"unit_layer", w.grad_unit.layer}}), b);
-    }
-  }
-  if (sharded && w.held_grads > 0) {
-    const Bytes b(w.held_grads);
-    sum += b;
-    if (sink) {
-      Note(sink, Category::kGradients,
-           "unsharded grads of the embedding unit, live from the head's (or MTP's) backward on this rank to the "
-           "embedding's reduce-scatter",
-           "E_local * beta_g (the embedding unit)", Inputs({}), b);
     }
   }
   out.bytes[static_cast<int>(Category::kGradients)] = sum;

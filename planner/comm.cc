@@ -796,9 +796,6 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
   const DpGroups dg{ZeroGroups(l), s.param, l.tp, l.sequence_parallel()};
   std::array<FamilyMemo, 5> memo{};
   const bool shared_copy = KeepsEmbeddingCopy(m, l);
-  const DpBuffers* own_embedding = nullptr;
-  DpBuffers embedding_unit;
-  const RankChunk* head_chunk = nullptr;
   for (const RankChunk& c : chunks) {
     const int64_t first = c.range.first_layer, end = c.range.end_layer;
     DpBuffers embedding, head;
@@ -815,8 +812,6 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
       embedding = UnitBuffers(u, dg);
       if (shared_copy) AddSharedEmbedding(inv, l, dg, &embedding);
       b += embedding;
-      embedding_unit = embedding;
-      own_embedding = &embedding_unit;
     }
     if (!CountUniformLayers(inv, t, l, dg, c.range, memo, edges, rb)) WalkLayers(inv, l, dg, c.range, memo, edges, rb);
     if (c.range.owns_head) {
@@ -831,7 +826,6 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
       head = UnitBuffers(u, dg);
       if (shared_copy) AddSharedEmbedding(inv, l, dg, &head);
       b += head;
-      head_chunk = &c;
     }
     if (!edges) continue;
     // A chunk of no layers: its ends are each other's neighbours.
@@ -842,13 +836,6 @@ RankBuffers BuffersOf(const Inventory& inv, const PlanTables& t, const Layout& l
   }
   for (const FamilyMemo& family : memo) {
     if (family.pending > 0) b += family.buffers.Times(family.pending);
-  }
-  // The head or MTP reading this rank's embedding (the executor's GatherLookup).
-  if (m.embedding_on_last_stage() && !shared_copy && head_chunk != nullptr && own_embedding != nullptr) {
-    rb.lookup_forward = *own_embedding;
-    // In a chunk of no layers the embedding is the head's prefetched neighbour in backward.
-    const StageChunk& h = head_chunk->range;
-    if (h.first_layer != h.end_layer || !h.owns_embedding) rb.lookup_backward = *own_embedding;
   }
   return rb;
 }
@@ -1045,14 +1032,9 @@ void AddOptimizer(const Inventory& inv, const Layout& l, const Sizes& s, const R
     }
     if (l.zero == 3) {
       // Prefetched one unit ahead: the first unit of each pass waits for its gather.
-      // The head reading this rank's embedding gathers its unit again
-      // (DeepSpeed register_external_parameter, simulate.cc GatherLookup).
-      DpBuffers forward = buffers, backward = buffers;
-      forward += rb.lookup_forward;
-      backward += rb.lookup_backward;
-      items->AddPerUnit(g.axis, Collective::kAllGather, Pass::kForward, g.params, params(forward), params(rb.first),
+      items->AddPerUnit(g.axis, Collective::kAllGather, Pass::kForward, g.params, params(buffers), params(rb.first),
                         rounds);
-      items->AddPerUnit(g.axis, Collective::kAllGather, Pass::kBackward, g.params, params(backward), params(rb.last),
+      items->AddPerUnit(g.axis, Collective::kAllGather, Pass::kBackward, g.params, params(buffers), params(rb.last),
                         rounds);
     } else if (layer_wise) {
       // Uneven chunks: the busiest member's bytes (SendBytes assumes equal ones).

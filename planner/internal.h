@@ -134,11 +134,6 @@ struct RankBuffers {
   DpBuffers all;
   DpBuffers first;
   DpBuffers last;
-  /// The embedding's unit when the head or MTP reads this rank's own (pp 1,
-  /// DualPipe(V)'s end ranks): ZeRO 3 gathers it again for the head's
-  /// forward and, unless it is the head's prefetched neighbour, its backward.
-  DpBuffers lookup_forward;
-  DpBuffers lookup_backward;
 };
 
 /// What of a pipeline rank's data-parallel and optimizer communication does

@@ -509,7 +509,7 @@ void DistOptimizer<T>::ReleaseUnit(size_t unit) {
 
 template <class T>
 void DistOptimizer<T>::BeginUnitBackward(Ctx& ctx, size_t unit) {
-  if (settings_.zero < 2 || unit_grads_[unit].bytes() > 0) return;
+  if (settings_.zero < 2) return;
   int64_t elements = 0;
   for (const Param<T>* p : unit_params_[unit]) elements += p->grad.m.size();
   unit_grads_[unit] = Allocation(ctx.mem(), SimCategory::kGradients, elements * ctx.bytes.grad);

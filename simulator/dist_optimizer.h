@@ -120,11 +120,7 @@ class DistOptimizer {
   /// ZeRO 3); they count as live parameters until ReleaseUnit.
   void GatherUnit(Ctx& ctx, size_t unit);
   void ReleaseUnit(size_t unit);
-  /// Whether unit `u`'s parameters are gathered now (ZeRO 3).
-  bool Gathered(size_t unit) const { return !gathered_[unit].empty(); }
-  /// ZeRO 2/3: unit `u`'s unsharded gradients are live from its backward
-  /// (the first one that writes them: a head reading the embedding of the
-  /// same rank begins the embedding's; a second begin is a no-op)...
+  /// ZeRO 2/3: unit `u`'s unsharded gradients are live from its backward...
   void BeginUnitBackward(Ctx& ctx, size_t unit);
   /// ... until they are reduce-scattered into the owned shares and zeroed
   /// (after the unit's backward of every micro-batch). No-op below ZeRO 2.

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -80,6 +79,21 @@ void CheckSupported(const Recipe& r, const std::vector<char>& letters, bool in_p
                                                      " simulated ranks in one process; the scaled layout has " +
                                                      std::to_string(r.world()) +
                                                      " (run it under mpirun: docs/simulate.md)");
+  // Under ZeRO 2/3 the copies on the first and last stage are each reduce-
+  // scattered with their unit and the embedding group sums the shares
+  // (DistOptimizer::AllReduceTiedShares). One rank holding both the embedding
+  // and the head (or MTP) that reads it is another matter: the weight's
+  // gradient stays live from the head's backward to the embedding's, and
+  // under ZeRO 3 the head needs the embedding's unit gathered. DeepSpeed's
+  // mechanism (autograd holds the head's part to the embedding's backward;
+  // register_external_parameter gathers the weight for the head) priced so
+  // moved the Megatron-FSDP fidelity case gpt3_mcore_te_tp2_zp_z3 (tied,
+  // pp 1) away from its measurement: what Megatron-FSDP does is not modeled.
+  Require(!r.model.embedding_on_last_stage() || p.zero <= 1 ||
+              (p.pp > 1 && p.schedule != Schedule::kDualPipe && p.schedule != Schedule::kDualPipeV),
+          "tied embeddings and MTP under ZeRO 2/3 are in the executor when the embedding and the head are on "
+          "different pipeline ranks only (the head reading the same rank's embedding keeps its gradient live across "
+          "the backward, which fit does not price); set parallel.pp > 1 without DualPipe(V), or parallel.zero: 1");
   // FSDP2 keeps the gradient shares on the host; Megatron's FSDP2 path
   // requires --untie-embeddings-and-output-weights and no pipeline
   // (arguments.py validate_args, use_torch_fsdp2).
@@ -348,9 +362,6 @@ struct ModelChunk {
   std::vector<std::unique_ptr<MtpModule<T>>> mtp;
   Embedding<T>* lookup = nullptr;
   std::unique_ptr<Embedding<T>> embedding_copy;
-  /// The unit of this rank's own embedding when the head or MTP reads it
-  /// (pp 1, DualPipe(V)'s end ranks), else none.
-  std::optional<size_t> lookup_unit;
   /// Activation offload: the module names whose last group in the chunk
   /// each block runs (the groups a kept chunk leaves on the device).
   std::vector<OffloadSet> last_groups;
@@ -593,9 +604,7 @@ class RankProgram {
   void BuildEnds(ModelChunk<T>& chunk) {
     const Spec& s = spec_;
     for (ModelChunk<T>& c : chunks_) {
-      if (!c.embedding) continue;
-      chunk.lookup = c.embedding.get();
-      if (EmbeddingOnLastStage()) chunk.lookup_unit = c.units.front();
+      if (c.embedding) chunk.lookup = c.embedding.get();
     }
     if (chunk.lookup == nullptr && EmbeddingOnLastStage()) {
       chunk.embedding_copy = std::make_unique<Embedding<T>>(ctx_, s.dims, s.opt.seed, s.opt.init_scale, false);
@@ -662,47 +671,20 @@ class RankProgram {
   void ForwardUnit(const ModelChunk<T>& chunk, size_t i, F&& part) {
     optimizer_->GatherUnit(ctx_, chunk.units[i]);
     if (i + 1 < chunk.units.size()) optimizer_->GatherUnit(ctx_, chunk.units[i + 1]);
-    const bool lookup = GatherLookup(chunk, i);
     part();
     optimizer_->ReleaseUnit(chunk.units[i]);
-    if (lookup) optimizer_->ReleaseUnit(*chunk.lookup_unit);
   }
 
   /// The backward of unit i: gathered (and the one before prefetched), its
   /// unsharded gradients live until they are reduce-scattered (ZeRO 2/3).
-  /// The head reading this rank's embedding begins the embedding unit's
-  /// gradients too: they stay live until the embedding's own backward
-  /// reduce-scatters them. Torch autograd runs a leaf's AccumulateGrad once,
-  /// after all its uses' gradients are in, so DeepSpeed's grad hook
-  /// (stage_1_and_2.py reduce_ready_partitions_and_remove_grads) fires at the
-  /// embedding's backward, the head's part held until then.
   template <class F>
   void BackwardUnit(const ModelChunk<T>& chunk, size_t i, F&& part) {
     optimizer_->GatherUnit(ctx_, chunk.units[i]);
     if (i > 0) optimizer_->GatherUnit(ctx_, chunk.units[i - 1]);
-    const bool lookup = GatherLookup(chunk, i);
     optimizer_->BeginUnitBackward(ctx_, chunk.units[i]);
-    if (ReadsLookup(chunk, i)) optimizer_->BeginUnitBackward(ctx_, *chunk.lookup_unit);
     part();
     optimizer_->ReduceUnitGradients(ctx_, chunk.units[i]);
     optimizer_->ReleaseUnit(chunk.units[i]);
-    if (lookup) optimizer_->ReleaseUnit(*chunk.lookup_unit);
-  }
-
-  /// Whether unit i is the ends' unit that reads this rank's own embedding.
-  static bool ReadsLookup(const ModelChunk<T>& chunk, size_t i) {
-    return chunk.head && chunk.lookup_unit && i + 1 == chunk.units.size();
-  }
-
-  /// ZeRO 3: the ends' unit reads the embedding's weight, so its forward and
-  /// backward gather the embedding's unit beside their own (DeepSpeed
-  /// partition_parameters.py register_external_parameter: a parameter used
-  /// by another module is collected and released in that module's forward
-  /// and backward). Returns whether it gathered it (to release after).
-  bool GatherLookup(const ModelChunk<T>& chunk, size_t i) {
-    if (!ReadsLookup(chunk, i) || optimizer_->Gathered(*chunk.lookup_unit)) return false;
-    optimizer_->GatherUnit(ctx_, *chunk.lookup_unit);
-    return optimizer_->Gathered(*chunk.lookup_unit);
   }
 
   /// Global rank holding chunk `chunk` for micro-batch `mb` in this rank's
