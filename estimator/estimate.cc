@@ -273,7 +273,7 @@ Walked WalkOf(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
   AddInto(head_unit, b.ends.final_norm);
   Offer(w, UnitOf(head_unit, x, -1));
   AddEndShares(w, inv, l, x);
-  if (x.zero3) w.gathered = w.gather.Peak(b.ends.embedding.bytes, head_unit.bytes);
+  if (x.zero3) w.gathered = w.gather.Peak(b.ends.embedding.Gathered(), head_unit.Gathered());
   if (x.layer_wise) w.layer_wise = estimator_detail::LayerWiseOf(inv, l, plan, r, shared.regular, w, x);
   return b;
 }

@@ -50,6 +50,17 @@ struct LocalParams {
   std::array<std::array<int64_t, 2>, 3> elements{};
   std::array<std::array<int64_t, 2>, 3> fp32{};
   std::array<int64_t, 3> bytes{};
+  /// Of `bytes`, the untrained buffers' (the router's expert bias): no
+  /// gradient, no optimizer state, and under ZeRO 3 kept whole on every rank
+  /// (FSDP shards parameters only; torch fully_shard leaves module buffers as
+  /// they are), never in a share or a gathered unit.
+  std::array<int64_t, 3> buffer_bytes{};
+  /// The bytes a ZeRO 3 gather brings in: the parameters, not the buffers.
+  std::array<int64_t, 3> Gathered() const {
+    std::array<int64_t, 3> out{};
+    for (size_t c = 0; c < 3; ++c) out[c] = bytes[c] - buffer_bytes[c];
+    return out;
+  }
 };
 
 inline int64_t ClassSum(const LocalParams& e, int c) { return Add(e.elements[c][0], e.elements[c][1]); }

@@ -24,13 +24,15 @@ int64_t StateElements(const Walk& w, const Ends& e, int o, bool expert) {
 /// rows): ceil(REP bytes / D) of the dense shares are shown as replicated,
 /// the rest as TP-sharded; expert shares are EP-sharded.
 void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Context& x, Sink* sink) {
-  const int64_t rep_bytes = Add(Add(w.layers.bytes[kRep], ends.embedding.bytes[kRep]),
-                                Add(ends.head.bytes[kRep], ends.final_norm.bytes[kRep]));
+  LocalParams all = w.layers;
+  for (const LocalParams* e : {&ends.embedding, &ends.head, &ends.final_norm}) AddInto(all, *e);
+  const int64_t rep_bytes = all.Gathered()[kRep];
   const int64_t dense = w.shares.param_bytes[0];
   const int64_t rep_share = std::min(dense, rep_bytes == 0 ? 0 : CeilDiv(rep_bytes, x.dense_group));
   const int64_t share[3] = {rep_share, dense - rep_share, w.shares.param_bytes[1]};
   LocalParams head_unit = ends.head;
   AddInto(head_unit, ends.final_norm);
+  const std::array<int64_t, 3> head_gathered = head_unit.Gathered();
   static constexpr Category kCat[] = {Category::kReplicatedParams, Category::kTpShardedParams,
                                       Category::kEpShardedParams};
   static const char* const kShareFormula[] = {
@@ -42,7 +44,12 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
   const bool offloaded = x.fsdp_cpu_offload;
   for (int c = 0; c < 3; ++c) {
     const Bytes gathered(w.gathered[static_cast<size_t>(c)]);
-    out.bytes[static_cast<int>(kCat[c])] = Bytes(offloaded ? 0 : share[c]) + gathered;
+    const Bytes whole(all.buffer_bytes[static_cast<size_t>(c)]);
+    out.bytes[static_cast<int>(kCat[c])] = Bytes(offloaded ? 0 : share[c]) + gathered + whole;
+    if (sink && whole.count() > 0) {
+      Note(sink, kCat[c], "buffers kept whole (the router's expert bias: FSDP shards parameters only)",
+           "sum of the rank's buffer elements * their dtype bytes", Inputs({}), whole);
+    }
     if (!sink) continue;
     if (share[c] > 0 && !offloaded) {
       Note(sink, kCat[c], "ZeRO-3 owned shares (rank 0 of the group)", kShareFormula[c],
@@ -55,10 +62,10 @@ void PriceZero3Params(RankMemory& out, const Walk& w, const Ends& ends, const Co
       Note(sink, kCat[c], "ZeRO-3 gathered units (current + prefetched next, forward and backward)",
            "max over the rank's chunks and adjacent unit pairs (u, u+1) of the pair's full local bytes",
            Inputs({{"layer_pairs", w.gather.pairs[k]},
-                   {"embedding_and_next", Add(ends.embedding.bytes[k], w.gather.embedding_then_head
-                                                                         ? head_unit.bytes[k]
-                                                                         : w.gather.after_embedding[k])},
-                   {"previous_and_head", Add(w.gather.before_head[k], head_unit.bytes[k])}}),
+                   {"embedding_and_next",
+                    Add(ends.embedding.bytes[k],
+                        w.gather.embedding_then_head ? head_gathered[k] : w.gather.after_embedding[k])},
+                   {"previous_and_head", Add(w.gather.before_head[k], head_gathered[k])}}),
            gathered);
     }
   }

@@ -42,7 +42,10 @@ void AddTensor(LocalParams& into, const ParamTensor& t, const Inventory& inv, co
   const int o = static_cast<int>(t.optimizer);
   const int64_t n = TensorLocalElements(t, inv, l);
   into.bytes[c] = Add(into.bytes[c], Mul(n, SizeOf(t.dtype)));
-  if (!t.trained) return;  // a buffer: stored, never trained
+  if (!t.trained) {  // a buffer: stored, never trained
+    into.buffer_bytes[c] = Add(into.buffer_bytes[c], Mul(n, SizeOf(t.dtype)));
+    return;
+  }
   into.elements[c][o] = Add(into.elements[c][o], n);
   if (t.dtype == DType::kFp32) into.fp32[c][o] = Add(into.fp32[c][o], n);
 }
@@ -81,6 +84,7 @@ void AddInto(LocalParams& into, const LocalParams& x) {
       into.fp32[c][o] = Add(into.fp32[c][o], x.fp32[c][o]);
     }
     into.bytes[c] = Add(into.bytes[c], x.bytes[c]);
+    into.buffer_bytes[c] = Add(into.buffer_bytes[c], x.buffer_bytes[c]);
   }
 }
 
@@ -137,6 +141,12 @@ LayerMemo& Remember(LayerMemo& memo, const Layer& layer, bool uniform, const Inv
   if (memo.totals == nullptr || (!uniform && !(*memo.totals == totals))) {
     memo.totals = &totals;
     memo.local = LocalOf(totals, l);
+    for (const ParamTensor& t : layer.params) {
+      if (t.trained) continue;
+      const int c = static_cast<int>(ClassOf(t.split));
+      memo.local.buffer_bytes[c] =
+          Add(memo.local.buffer_bytes[c], Mul(TensorLocalElements(t, inv, l), SizeOf(t.dtype)));
+    }
     memo.unit = UnitOf(memo.local, x, -1);
     memo.shares = UnitShares(memo.local, x);
     memo.fp4 = {};
@@ -153,6 +163,7 @@ void AddTimes(Walk& w, const LayerMemo& m, int64_t n) {
       w.layers.fp32[c][o] = Add(w.layers.fp32[c][o], Mul(m.local.fp32[c][o], n));
     }
     w.layers.bytes[c] = Add(w.layers.bytes[c], Mul(m.local.bytes[c], n));
+    w.layers.buffer_bytes[c] = Add(w.layers.buffer_bytes[c], Mul(m.local.buffer_bytes[c], n));
     const size_t k = static_cast<size_t>(c);
     w.fp4.copies[k] = Add(w.fp4.copies[k], Mul(m.fp4.copies[k], n));
     w.fp4.replaced[k] = Add(w.fp4.replaced[k], Mul(m.fp4.replaced[k], n));
@@ -193,21 +204,21 @@ bool CountStarts(const Inventory& inv, int64_t first, int64_t end, std::array<in
 /// in `memo`), from the families present: the same pairs, by their sums.
 void GatherByFamilies(GatherPeak& g, const Inventory& inv, const StageChunk& c, int64_t first, int64_t end,
                       const std::array<int64_t, 5>& counts, const LayerMemos& memo) {
-  const auto bytes = [&](int64_t i) -> const std::array<int64_t, 3>& {
-    return memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.bytes;
+  const auto bytes = [&](int64_t i) {
+    return memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.Gathered();
   };
   if (&c != g.chunk) {
     g.prev = {};
     g.chunk = &c;
   }
-  const std::array<int64_t, 3>& at_first = bytes(first);
+  const std::array<int64_t, 3> at_first = bytes(first);
   for (size_t k = 0; k < 3; ++k) g.pairs[k] = std::max(g.pairs[k], Add(g.prev[k], at_first[k]));
   if (end - first >= 2) {  // each MLP family present sits beside an attention of the range
     const size_t attention = static_cast<size_t>(FamilyIndex(BlockKind::kAttention));
     for (size_t f = 0; f < 5; ++f) {
       if (f == attention || counts[f] == 0) continue;
       for (size_t k = 0; k < 3; ++k) {
-        g.pairs[k] = std::max(g.pairs[k], Add(memo[attention].local.bytes[k], memo[f].local.bytes[k]));
+        g.pairs[k] = std::max(g.pairs[k], Add(memo[attention].local.Gathered()[k], memo[f].local.Gathered()[k]));
       }
     }
   }
@@ -259,7 +270,8 @@ bool VisitByFamilies(const Inventory& inv, const Layout& l, const Context& x, co
     GatherByFamilies(w.gather, inv, c, first, end, counts, memo);
   } else if (x.zero3) {
     for (int64_t i = first; i < end; ++i) {
-      w.gather.Layer(c, i, memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.bytes);
+      w.gather.Layer(c, i,
+                     memo[static_cast<size_t>(FamilyIndex(inv.layers[static_cast<size_t>(i)].kind))].local.Gathered());
     }
   }
   *layers_here = inv.RangeLayerStarts(first, end);
@@ -360,7 +372,7 @@ Walk WalkRank(const Inventory& inv, const Layout& l, const StagePlan& plan, int6
                        if (kept == Kept::kAll) w.stored_units[f] = Add(w.stored_units[f], in_flight);
                        if (!mirrored) w.own_layers[f] += 1;
                        if (e.unit.grads > w.grad_unit.grads) w.grad_unit = {e.unit.grads, i};
-                       if (x.zero3) w.gather.Layer(c, i, e.local.bytes);
+                       if (x.zero3) w.gather.Layer(c, i, e.local.Gathered());
                      }
                      w.chunk_layers = std::max(w.chunk_layers, layers_here);
                      if (!ends) return;

@@ -5,7 +5,8 @@
 // step, as Megatron FSDP does (finalize_model_grads.py
 // _allreduce_embedding_grad on main_grad._local_tensor). Checked against the
 // unsharded reference (gradients and updates, fp64), the ZeRO 1 run's loss,
-// the planner's and the estimator's rows, and bytes worked by hand.
+// the planner's and the estimator's rows, and bytes worked by hand. The
+// router's expert bias stays whole under ZeRO 3; DualPipeV keeps no copy.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -111,15 +112,66 @@ TEST(SimulatorZeroTied, MtpCopyAtZeroTwoAndThree) {
   }
 }
 
+int64_t ParamBytes(const SimComparison& c) {
+  const StageComparison& s = Stage(c, 0);
+  return testing_sim::FindMemory(s, "replicated_params").measured +
+         testing_sim::FindMemory(s, "tp_sharded_params").measured +
+         testing_sim::FindMemory(s, "ep_sharded_params").measured;
+}
+
+/// The scaled DeepSeek-V3 recipe, every layer MoE, without MTP.
+Recipe DeepSeek(const std::string& schedule, int64_t pp, int zero, bool tied, bool router_bias = true) {
+  return testing_sim::ScaledRecipe("deepseek-v3-h200.yaml",
+                                   {{"parallel.schedule", schedule},
+                                    {"parallel.pp", std::to_string(pp)},
+                                    {"parallel.ep", "2"},
+                                    {"training.recompute", "none"},
+                                    {"model.mtp_layers", "0"},
+                                    {"model.moe.first_k_dense", "0"},
+                                    {"model.tie_embeddings", tied ? "true" : "false"},
+                                    {"model.moe.router_bias", router_bias ? "true" : "false"},
+                                    {"model.moe.dropless", "false"},
+                                    {"model.moe.pad_to_capacity", "true"},
+                                    {"model.moe.capacity_factor", "1.0"},
+                                    {"parallel.zero", std::to_string(zero)}},
+                                   /*max_world=*/4);
+}
+
+TEST(SimulatorZeroTied, DualPipeVKeepsNoCopy) {
+  // DualPipeV's rank 0 holds the first and the last chunk: the tied head
+  // reads its own embedding, nothing goes over the embedding group.
+  for (int zero : {0, 1}) {
+    const SimComparison c = ExpectStepAgrees(DeepSeek("dualpipev", 2, zero, true));
+    for (const StageComparison& s : c.stages) EXPECT_EQ(TiedSent(s), 0) << "zero " << zero;
+  }
+}
+
+TEST(SimulatorZeroTied, RouterBiasStaysWholeUnderZeroThree) {
+  // The expert bias is an fp32 buffer of E experts per MoE layer, not a
+  // parameter: no share, no gather. On one stage the rank holds every
+  // layer, so switching the bias on adds experts x 4 B per MoE layer, whole.
+  const Recipe with = DeepSeek("1f1b", 1, 3, false, true);
+  const SimComparison a = ExpectStepAgrees(with);
+  const SimComparison b = ExpectStepAgrees(DeepSeek("1f1b", 1, 3, false, false));
+  int64_t moe = 0;
+  for (BlockKind k : with.model.layers) moe += k == BlockKind::kMoe ? 1 : 0;
+  ASSERT_GT(moe, 0);
+  EXPECT_EQ(ParamBytes(a) - ParamBytes(b), moe * with.model.moe.experts * 4);
+}
+
 TEST(SimulatorZeroTied, OneRankHoldingBothEndsIsRefused) {
-  // pp 1: the head reads the same rank's embedding, whose gradient would stay
-  // live across the backward (and, under ZeRO 3, need its unit gathered for
-  // the head), which fit and plan do not price.
+  // pp 1 or DualPipe(V)'s end ranks: the head reads the same rank's
+  // embedding, whose gradient would stay live across the backward (and,
+  // under ZeRO 3, need its unit gathered for the head), which fit does not price.
   for (int zero : {2, 3}) {
     Recipe r = testing_sim::OneStage({{"model.pattern", "AD"}, {"model.tie_embeddings", "true"}});
     r.parallel.zero = zero;
     EXPECT_THROW(Simulate(r), SimUnsupported) << "zero " << zero;
+    EXPECT_THROW(Simulate(DeepSeek("dualpipev", 2, zero, true)), SimUnsupported) << "zero " << zero;
   }
+}
+
+TEST(SimulatorZeroTied, FsdpCpuOffloadOverTiedStagesIsRefused) {
   // FSDP2's CPU offload keeps the shares on the host; Megatron's FSDP2 path
   // wants untied embeddings without a pipeline.
   Recipe offload = TiedTwoStages(3, 2);

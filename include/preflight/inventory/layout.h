@@ -53,9 +53,11 @@ struct Layout {
 
 /// True when the last pipeline stage keeps its own copy of the word embedding
 /// (a tied head or MTP reads it) that the first stage's mirrors: pp > 1,
-/// except DualPipe, whose ranks 0 and p-1 hold both ends (docs/formulas.md §1.1).
+/// except DualPipe, whose ranks 0 and p-1 hold both ends, and DualPipeV,
+/// whose rank 0 holds the first and the last chunk (docs/formulas.md §1.1).
 inline bool KeepsEmbeddingCopy(const ModelConfig& model, const Layout& layout) {
-  return model.embedding_on_last_stage() && layout.pp > 1 && layout.schedule != Schedule::kDualPipe;
+  return model.embedding_on_last_stage() && layout.pp > 1 && layout.schedule != Schedule::kDualPipe &&
+         layout.schedule != Schedule::kDualPipeV;
 }
 
 /// The layout a recipe names.
