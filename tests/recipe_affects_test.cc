@@ -101,6 +101,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Bases() {
       // Full recompute of the first 4 layers of each stage only.
       {"llama3-8b-h200",
        {"training.recompute=full", "training.recompute_method=block", "training.recompute_layers=4", "parallel.pp=4"}},
+      // The interleaved schedule (64 micro-batches): parallel.microbatch_group.
+      {"llama3-8b-h200", {"parallel.pp=4", "parallel.vpp=2"}},
       // Activation offloading of the unfused s x s scores: more bytes than the
       // host link moves under the compute, so the transfer shows in the step.
       {"llama3-8b-h200",

@@ -60,7 +60,7 @@ const Case kCases[] = {
     {"UnknownKeyList", "parallel: {foo: 1}\n", 1, 12, "parallel.foo",
      "unknown key; valid keys in parallel: tp, sp, cp, pp, vpp, ep, expert_tp, zero, dp_replicate, optimizer_sharding, "
      "fsdp_cpu_offload, "
-     "schedule, order, "
+     "schedule, microbatch_group, order, "
      "cp_comm, "
      "cp_recurrent, cp_load_balance, stage_boundaries"},
     {"KeyInWrongSection", "model:\n  global_batch: 8\n", 2, 3, "model.global_batch",
