@@ -13,6 +13,9 @@ torchtitan's train step does (the logits deleted before backward) and reports
 bytes per logit at each point.
 
 Run on a CUDA machine: python3 bench/device/sac_activations.py [OUT.json]
+With `--gqa OUT.json` it measures only the no-checkpoint block with SDPA's
+enable_gqa (current torchtitan) in place of repeat_kv, under the flash and the
+cuDNN backends.
 """
 import collections
 import functools
@@ -28,6 +31,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 H, HEADS, KV_HEADS, HEAD_DIM, FFN = 4096, 32, 8, 128, 14336
 BATCH, SEQ = 1, 8192
 VOCAB = 128256
+GQA_BACKEND = None  # set by --gqa: SDPA's enable_gqa under this backend
 
 
 def rope_table(seq, dim, theta=500000.0):
@@ -68,10 +72,15 @@ class Block(nn.Module):
         xk = self.wk(x).view(b, s, KV_HEADS, HEAD_DIM)
         xv = self.wv(x).view(b, s, KV_HEADS, HEAD_DIM)
         xq, xk = apply_rope(xq, xk, freqs)
-        keys, values = repeat_kv(xk, HEADS // KV_HEADS), repeat_kv(xv, HEADS // KV_HEADS)
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            out = F.scaled_dot_product_attention(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                                 is_causal=True)
+        if GQA_BACKEND is None:  # torchtitan 9dec370: K and V expanded to every query head
+            keys, values = repeat_kv(xk, HEADS // KV_HEADS), repeat_kv(xv, HEADS // KV_HEADS)
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                out = F.scaled_dot_product_attention(xq.transpose(1, 2), keys.transpose(1, 2),
+                                                     values.transpose(1, 2), is_causal=True)
+        else:  # torchtitan b5bcd76: the kernel reads the kv_heads itself
+            with sdpa_kernel(GQA_BACKEND):
+                out = F.scaled_dot_product_attention(xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2),
+                                                     is_causal=True, enable_gqa=True)
         return self.wo(out.transpose(1, 2).contiguous().view(b, s, -1))
 
     def forward(self, x, freqs):
@@ -206,7 +215,22 @@ def saved_inventory(freqs):
     return {"tensors": rows, "bytes": total, "bytes_per_token": total / (BATCH * SEQ)}
 
 
+def gqa_main(path):
+    global GQA_BACKEND
+    freqs, out = rope_table(SEQ, HEAD_DIM), {}
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        GQA_BACKEND = backend
+        four, eight = measure(4, "none", freqs), measure(8, "none", freqs)
+        out[name] = (eight["saved"] - four["saved"]) / 4 / (BATCH * SEQ)
+        print(name, out[name], "B/token/block", flush=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--gqa":
+        gqa_main(sys.argv[2])
+        return
     out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
            "block": {"hidden": H, "heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "ffn": FFN,
                      "batch": BATCH, "seq": SEQ, "dtype": "bfloat16", "sdpa": "flash"},
